@@ -1,0 +1,90 @@
+"""Small immutable descriptions of work, the currency between the plan, the cost model and the
+schedule. A plan (sharding layer) describes one device's share of a layer as a tuple of these;
+`cost` prices them; `schedule` strings them into task streams.
+
+Byte conventions follow nccl-tests: `CommSpec.bytes` is the size of the whole buffer the
+collective works on (for all_gather the gathered output, for reduce_scatter the input before
+scattering, for all_reduce and broadcast the buffer, for all_to_all the send buffer, for
+send_recv the message).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["ComputeSpec", "CommSpec", "GroupSpec", "Phase", "ComputeKind", "Collective",
+           "COLLECTIVES"]
+
+Phase = Literal["fwd", "bwd", "recompute", "optimizer"]
+ComputeKind = Literal["gemm", "elementwise", "reduction", "norm", "softmax", "gather",
+                      "attention", "optimizer", "copy"]
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+                     "send_recv"]
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                "broadcast", "send_recv")
+
+
+@dataclass(frozen=True)
+class ComputeSpec:
+    """One kernel on one device: FLOPs, bytes moved to and from memory, and for GEMMs the
+    local problem shape (batch x m x k times k x n), which the efficiency model needs.
+
+    `saved_bytes` is what this op keeps alive for the backward pass (activation memory).
+    """
+
+    name: str
+    kind: ComputeKind
+    flops: float
+    bytes_accessed: float
+    dtype: str
+    phase: Phase = "fwd"
+    gemm_mnk: tuple[int, int, int] | None = None
+    gemm_batch: int = 1
+    saved_bytes: float = 0.0
+
+    def __str__(self) -> str:
+        shape = f" {self.gemm_batch}x{self.gemm_mnk}" if self.gemm_mnk else ""
+        return f"{self.phase}:{self.name}[{self.kind}{shape}]"
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Which devices a collective spans: `size` members, `stride` apart in global rank order,
+    on a cluster of `devices_per_node` devices a node. Members of a group whose span
+    (size*stride) fits in one node all sit in one node.
+    """
+
+    size: int
+    stride: int
+    devices_per_node: int
+
+    @property
+    def members_per_node(self) -> int:
+        if self.size == 1:
+            return 1
+        if self.stride >= self.devices_per_node:
+            return 1
+        return max(1, min(self.size, self.devices_per_node // self.stride))
+
+    @property
+    def nodes_spanned(self) -> int:
+        return -(-self.size // self.members_per_node)
+
+    @property
+    def crosses_nodes(self) -> bool:
+        return self.nodes_spanned > 1
+
+
+@dataclass(frozen=True)
+class CommSpec:
+    """One collective on a mesh axis ('dp', 'tp', 'pp', or a graph mesh axis name)."""
+
+    name: str
+    collective: Collective
+    bytes: float
+    axis: str
+    phase: Phase = "fwd"
+
+    def __str__(self) -> str:
+        return f"{self.phase}:{self.name}[{self.collective} {self.bytes:.3g}B on {self.axis}]"

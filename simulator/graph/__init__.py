@@ -1,0 +1,1 @@
+"""graph layer (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""hardware layer (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""numeric layer (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""planner layer (see DESIGN.md)."""

@@ -1,0 +1,97 @@
+"""Cross-field rules of a scenario (CONTRACT.md section 2), each with a message that says how
+to fix it. A rule returns (dotted key, message) pairs; `check_rules` raises the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from simulator.errors import InputError
+from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
+
+__all__ = ["check_rules", "divisors"]
+
+Problem = tuple[str, str]
+
+
+def divisors(n: int, limit: int = 8) -> str:
+    """'1, 2, 4, 8, ...' : the first `limit` divisors of n, for hints."""
+    ds = [d for d in range(1, n + 1) if n % d == 0]
+    text = ", ".join(str(d) for d in ds[:limit])
+    return text + (", ..." if len(ds) > limit else "")
+
+
+def _must_divide(key: str, value: int, other_key: str, other: int) -> Iterator[Problem]:
+    if other % value:
+        yield key, (
+            f"{value} must divide {other_key}={other} (valid: {divisors(other)})"
+        )
+
+
+def _devices(s: Scenario) -> Iterator[Problem]:
+    p, c = s.parallel, s.cluster
+    if isinstance(s.model, GraphModel):
+        return
+    if p.devices != c.devices:
+        yield "parallel", (
+            f"data*tensor*pipeline = {p.data}*{p.tensor}*{p.pipeline} = {p.devices} must equal "
+            f"cluster.nodes*cluster.devices_per_node = {c.nodes}*{c.devices_per_node} = "
+            f"{c.devices}"
+        )
+
+
+def _batch(s: Scenario) -> Iterator[Problem]:
+    t, p = s.training, s.parallel
+    per_step = t.micro_batch_size * p.data
+    if isinstance(s.model, GraphModel):
+        return
+    if t.global_batch_size % per_step:
+        yield "training.global_batch_size", (
+            f"{t.global_batch_size} must be a multiple of training.micro_batch_size*"
+            f"parallel.data = {t.micro_batch_size}*{p.data} = {per_step} "
+            f"(gradient-accumulation steps must be whole)"
+        )
+
+
+def _transformer(s: Scenario) -> Iterator[Problem]:
+    m, p = s.model, s.parallel
+    if not isinstance(m, TransformerModel):
+        return
+    yield from _must_divide("model.num_heads", m.num_heads, "model.hidden_size", m.hidden_size)
+    yield from _must_divide("parallel.tensor", p.tensor, "model.num_heads", m.num_heads)
+    if m.num_kv_heads is not None:
+        yield from _must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
+        yield from _must_divide("parallel.tensor", p.tensor, "model.num_kv_heads", m.kv_heads)
+    yield from _must_divide("parallel.tensor", p.tensor, "model.ffn_hidden_size", m.ffn)
+    chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
+    if m.layers % chunks:
+        yield "model.layers", (
+            f"{m.layers} must be a multiple of parallel.pipeline*virtual_stages = {chunks} "
+            f"(uniform stages; valid pipeline degrees: {divisors(m.layers)})"
+        )
+    if p.sequence_parallel:
+        yield from _must_divide("parallel.tensor", p.tensor, "model.seq_length", m.seq_length)
+
+
+def _schedule(s: Scenario) -> Iterator[Problem]:
+    p = s.parallel
+    if p.virtual_stages > 1 and p.schedule != "interleaved_1f1b":
+        yield "parallel.virtual_stages", (
+            f"{p.virtual_stages} needs parallel.schedule=interleaved_1f1b "
+            f"(found {p.schedule})"
+        )
+
+
+RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
+    _devices,
+    _batch,
+    _transformer,
+    _schedule,
+)
+
+
+def check_rules(s: Scenario) -> None:
+    """Raise InputError for the first rule the scenario breaks."""
+    for rule in RULES:
+        for key, message in rule(s):
+            raise InputError(s.source, key, message)

@@ -1,0 +1,214 @@
+"""The scenario schema (CONTRACT.md section 2): what, how and where as separate values.
+
+Pydantic models, frozen, strict about types (a boolean is not a number, a string is not an
+integer) and closed (unknown keys are errors). Cross-field rules live in `rules.py`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+__all__ = [
+    "Dtype",
+    "ClusterSpec",
+    "TransformerModel",
+    "MlpModel",
+    "ResnetModel",
+    "GraphTensor",
+    "GraphOp",
+    "GraphModel",
+    "ModelSpec",
+    "TrainingSpec",
+    "OffloadSpec",
+    "CommFusionSpec",
+    "OverlapSpec",
+    "ParallelSpec",
+    "Scenario",
+    "DTYPE_BYTES",
+]
+
+Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+
+PosInt = Annotated[StrictInt, Field(ge=1)]
+NonNegInt = Annotated[StrictInt, Field(ge=0)]
+PosFloat = Annotated[StrictFloat, Field(gt=0)]  # strict floats accept integers, not booleans
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterSpec(_Closed):
+    nodes: PosInt = 1
+    devices_per_node: PosInt = 1
+
+    @property
+    def devices(self) -> int:
+        return self.nodes * self.devices_per_node
+
+
+class TransformerModel(_Closed):
+    """A GPT-style decoder: embedding, `layers` blocks (attention + FFN), LM head and loss."""
+
+    type: Literal["transformer"] = "transformer"
+    layers: PosInt
+    hidden_size: PosInt
+    num_heads: PosInt
+    ffn_hidden_size: PosInt | None = None
+    num_kv_heads: PosInt | None = None
+    ffn_activation: Literal["gelu", "swiglu"] = "gelu"
+    seq_length: PosInt
+    vocab_size: PosInt
+    dtype: Dtype = "bf16"
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+class MlpModel(_Closed):
+    """A stack of fully connected layers: input -> hidden x layers -> classes, softmax loss."""
+
+    type: Literal["mlp"]
+    layers: PosInt
+    hidden_size: PosInt
+    input_size: PosInt | None = None
+    num_classes: PosInt | None = None
+    activation: Literal["relu", "gelu"] = "relu"
+    dtype: Dtype = "fp32"
+
+
+class ResnetModel(_Closed):
+    """A ResNet-like net: Conv2D+ReLU layers (the data-parallel half), then FC layers."""
+
+    type: Literal["resnet"]
+    conv_layers: PosInt = 2
+    in_channels: PosInt = 3
+    channels: PosInt = 16
+    image_size: PosInt = 8
+    kernel_size: PosInt = 3
+    fc_layers: PosInt = 2
+    hidden_size: PosInt = 64
+    num_classes: PosInt = 10
+    dtype: Dtype = "fp32"
+
+
+class GraphTensor(_Closed):
+    """A named tensor of an explicit graph. `kind` says where its values come from."""
+
+    name: StrictStr
+    shape: list[PosInt]
+    kind: Literal["input", "parameter", "label"] = "input"
+
+
+class GraphOp(_Closed):
+    """One operator of an explicit graph, optionally with a sharding strategy.
+
+    `strategy` is MindSpore's in_strategy: one tuple per input, each number the count of
+    slices of that dimension; `out_strategy` likewise for the output. `placements` is the
+    SBP form: one list per input and one for the output under key `out`, each with one
+    placement per mesh axis (`S(d)`, `B`, `P`).
+    """
+
+    name: StrictStr
+    type: StrictStr
+    inputs: list[StrictStr]
+    output: StrictStr
+    attrs: dict[str, Any] = Field(default_factory=dict)
+    strategy: list[list[PosInt]] | None = None
+    out_strategy: list[list[PosInt]] | None = None
+    placements: dict[str, list[StrictStr]] | None = None
+
+
+class GraphModel(_Closed):
+    """An operator graph written out in YAML; the loss is the output of the last op."""
+
+    type: Literal["graph"]
+    mesh: dict[str, PosInt] | None = None
+    tensors: list[GraphTensor]
+    ops: list[GraphOp]
+    dtype: Dtype = "fp32"
+
+
+ModelSpec = Annotated[
+    TransformerModel | MlpModel | ResnetModel | GraphModel, Field(discriminator="type")
+]
+
+
+class TrainingSpec(_Closed):
+    global_batch_size: PosInt = 1
+    micro_batch_size: PosInt = 1
+    optimizer: Literal["sgd", "momentum", "adam"] = "adam"
+    learning_rate: PosFloat = 1e-3
+
+
+class OffloadSpec(_Closed):
+    optimizer_states: StrictBool = False
+    parameters: StrictBool = False
+    activations: StrictBool = False
+
+
+class CommFusionSpec(_Closed):
+    mode: Literal["none", "size", "index", "auto"] = "size"
+    bucket_mb: PosFloat = 25
+
+
+class OverlapSpec(_Closed):
+    grad_reduce: StrictBool = True
+    copies: Annotated[StrictInt, Field(ge=1, le=8)] = 1
+
+
+class ParallelSpec(_Closed):
+    data: PosInt = 1
+    tensor: PosInt = 1
+    pipeline: PosInt = 1
+    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
+    virtual_stages: PosInt = 1
+    sequence_parallel: StrictBool = False
+    optimizer_shard: Literal[0, 1, 2, 3] = 0
+    recompute: Literal["none", "selective", "full"] = "none"
+    offload: OffloadSpec = Field(default_factory=OffloadSpec)
+    comm_fusion: CommFusionSpec = Field(default_factory=CommFusionSpec)
+    overlap: OverlapSpec = Field(default_factory=OverlapSpec)
+
+    @property
+    def devices(self) -> int:
+        return self.data * self.tensor * self.pipeline
+
+
+class Scenario(_Closed):
+    """A validated scenario. `source` is the file it came from (for messages)."""
+
+    name: StrictStr
+    hardware: StrictStr
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
+    model: ModelSpec
+    training: TrainingSpec = Field(default_factory=TrainingSpec)
+    parallel: ParallelSpec = Field(default_factory=ParallelSpec)
+    seed: NonNegInt = 0
+    source: StrictStr = "<scenario>"
+
+    @property
+    def devices(self) -> int:
+        return self.cluster.devices
+
+    @property
+    def dtype(self) -> str:
+        return self.model.dtype
+
+    @property
+    def grad_accum_steps(self) -> int:
+        """Micro-batches per data-parallel replica per optimizer step."""
+        per_step = self.training.micro_batch_size * self.parallel.data
+        return self.training.global_batch_size // per_step

@@ -1,0 +1,1 @@
+"""sharding layer (see DESIGN.md)."""

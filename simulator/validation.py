@@ -1,0 +1,114 @@
+"""Turn a pydantic ValidationError into one InputError: file, dotted key, found vs allowed.
+
+Shared by every YAML schema (scenarios, hardware profiles) so all messages read alike.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from simulator.errors import InputError
+from simulator.yamlio import did_you_mean
+
+__all__ = ["to_input_error", "HIDDEN_FIELDS"]
+
+HIDDEN_FIELDS = frozenset({"source"})
+_WANT = {"int_type": "an integer", "int_parsing": "an integer", "float_type": "a number",
+         "float_parsing": "a number", "bool_type": "true or false",
+         "bool_parsing": "true or false", "string_type": "a string"}
+
+
+def _members(annotation: Any) -> list[type[BaseModel]]:
+    """Every pydantic model class reachable in an annotation (unions, lists, dicts)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    out: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        out.extend(_members(arg))
+    return out
+
+
+def _tag(model: type[BaseModel]) -> str | None:
+    field = model.model_fields.get("type")
+    if field is None:
+        return None
+    args = typing.get_args(field.annotation)
+    return str(args[0]) if args else None
+
+
+def _walk(root: type[BaseModel], loc: tuple[Any, ...]) -> tuple[type[BaseModel] | None, str]:
+    """The model owning the mapping at `loc`, and the dotted key for `loc`."""
+    model: type[BaseModel] | None = root
+    candidates: list[type[BaseModel]] = [root]
+    key = ""
+    for item in loc:
+        if isinstance(item, int):
+            key += f"[{item}]"
+            continue
+        tagged = [c for c in candidates if _tag(c) == item]
+        if tagged and len(candidates) > 1:
+            model, candidates = tagged[0], tagged
+            continue
+        key += f".{item}" if key else str(item)
+        field = model.model_fields.get(item) if model else None
+        candidates = _members(field.annotation) if field else []
+        model = candidates[0] if len(candidates) == 1 else (candidates[0] if candidates
+                                                            else None)
+    return model, key
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if value is None:
+        return "nothing (null)"
+    return str(value)
+
+
+def to_input_error(exc: ValidationError, source: str, root: type[BaseModel]) -> InputError:
+    """The first error of `exc` as an InputError against the schema rooted at `root`."""
+    err = exc.errors()[0]
+    loc = tuple(err["loc"])
+    etype, found, msg = err["type"], err.get("input"), err["msg"]
+    _, key = _walk(root, loc)
+    if etype == "extra_forbidden":
+        owner, _ = _walk(root, loc[:-1])
+        allowed = sorted(f for f in (owner.model_fields if owner else {})
+                         if f not in HIDDEN_FIELDS)
+        hint = did_you_mean(str(loc[-1]), allowed)
+        return InputError(source, key, f"unknown key{hint}; allowed: {', '.join(allowed)}")
+    if etype == "missing":
+        return InputError(source, key, "is required but missing")
+    if etype in ("union_tag_invalid", "union_tag_not_found"):
+        expected = err.get("ctx", {}).get("expected_tags", "")
+        tag_key = f"{key}.type"
+        if etype == "union_tag_not_found":
+            return InputError(source, tag_key, f"is required (allowed: {expected})")
+        tag = err.get("ctx", {}).get("tag")
+        return InputError(source, tag_key, f"found {_show(tag)}; allowed: "
+                          f"{expected.replace(chr(39), '')}")
+    if etype == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        options = [e.strip().strip("'") for e in expected.replace(" or ", ",").split(",")]
+        hint = did_you_mean(str(found), [o for o in options if o])
+        return InputError(source, key, f"found {_show(found)}; allowed: "
+                          f"{', '.join(o for o in options if o)}{hint}")
+    if etype in _WANT:
+        return InputError(source, key, f"found {_show(found)}; expected {_WANT[etype]}")
+    if etype.startswith(("greater_than", "less_than")):
+        return InputError(source, key, f"found {_show(found)}; expected a value "
+                          f"{msg.removeprefix('Input should be ')}")
+    if etype in ("model_type", "dict_type", "model_attributes_type"):
+        return InputError(source, key, f"found {_show(found)}; expected a mapping")
+    if etype == "list_type":
+        return InputError(source, key, f"found {_show(found)}; expected a list")
+    return InputError(source, key, f"found {_show(found)}; {msg}")

@@ -1,0 +1,86 @@
+"""Reading YAML documents and applying `--set key=value` overrides, with input errors.
+
+Only the CLI (and tests) call `read_yaml_file`; everything else takes plain dicts.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator.errors import InputError
+
+__all__ = ["read_yaml_file", "parse_override", "apply_overrides", "did_you_mean"]
+
+
+def read_yaml_file(path: Path) -> dict[str, Any]:
+    """The mapping at the top of a YAML file; InputError for every way it can be unusable."""
+    src = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InputError(src, "", f"cannot read file ({exc.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            src, "", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(src, "", f"YAML syntax error{where}: {problem}") from None
+    if data is None:
+        raise InputError(src, "", "the file is empty; expected a mapping of keys to values")
+    if not isinstance(data, dict):
+        raise InputError(
+            src, "", f"expected a mapping at the top level, found {type(data).__name__}"
+        )
+    return data
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (['a', 'b', 'c'], value parsed as a YAML scalar)."""
+    if "=" not in item:
+        raise InputError("--set", item, "expected KEY=VALUE, for example parallel.tensor=4")
+    key, _, text = item.partition("=")
+    key = key.strip()
+    parts = key.split(".")
+    if not key or any(not p for p in parts):
+        raise InputError("--set", key or item, "the key must be a dotted path like parallel.tensor")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    return parts, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """A deep copy of `data` with each `key=value` override set (creating mappings as needed)."""
+    out = copy.deepcopy(data)
+    for item in overrides:
+        parts, value = parse_override(item)
+        node: Any = out
+        for depth, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            elif not isinstance(nxt, dict):
+                path = ".".join(parts[: depth + 1])
+                raise InputError("--set", ".".join(parts), f"{path} is not a mapping")
+            node = nxt
+        node[parts[-1]] = value
+    return out
+
+
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """' (did you mean 'x'?)' or '' when nothing is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
