@@ -1,11 +1,12 @@
-"""Exceptions for user input. The CLI turns InputError into exit status 2 with its message.
+"""Exceptions raised on purpose. The CLI turns InputError into exit status 2 and
+InfeasibleError into exit status 1, printing the message and no traceback.
 
 Messages follow STYLE habit 9: `file: dotted.key: what was found; what is allowed (hint)`.
 """
 
 from __future__ import annotations
 
-__all__ = ["ShardsimError", "InputError"]
+__all__ = ["ShardsimError", "InputError", "InfeasibleError"]
 
 
 class ShardsimError(Exception):
@@ -24,3 +25,10 @@ class InputError(ShardsimError):
         self.message = message
         where = f"{source}: {key}" if key else source
         super().__init__(f"{where}: {message}")
+
+
+class InfeasibleError(ShardsimError):
+    """A valid scenario that cannot be carried out as asked (exit status 1), for example a
+    plan search that finds no configuration. Not for "does not fit in memory": `run` reports
+    that as `fits: false` in its result.
+    """

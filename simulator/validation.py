@@ -94,8 +94,9 @@ def to_input_error(exc: ValidationError, source: str, root: type[BaseModel]) -> 
         if etype == "union_tag_not_found":
             return InputError(source, tag_key, f"is required (allowed: {expected})")
         tag = err.get("ctx", {}).get("tag")
+        options = [o.strip() for o in expected.replace("'", "").split(",")]
         return InputError(source, tag_key, f"found {_show(tag)}; allowed: "
-                          f"{expected.replace(chr(39), '')}")
+                          f"{', '.join(options)}{did_you_mean(str(tag), options)}")
     if etype == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
         options = [e.strip().strip("'") for e in expected.replace(" or ", ",").split(",")]

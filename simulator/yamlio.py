@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,36 @@ import yaml
 
 from simulator.errors import InputError
 
-__all__ = ["read_yaml_file", "parse_override", "apply_overrides", "did_you_mean"]
+__all__ = ["read_yaml_file", "load_yaml_text", "parse_override", "apply_overrides",
+           "did_you_mean"]
 
 
-def read_yaml_file(path: Path) -> dict[str, Any]:
-    """The mapping at the top of a YAML file; InputError for every way it can be unusable."""
-    src = str(path)
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e-4` and `3E8` as floats.
+
+    YAML 1.1 (PyYAML) wants a dot in a float's mantissa, so `learning_rate: 1e-4` would
+    otherwise arrive as the string '1e-4' and fail validation with a puzzling message.
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml_text(text: str) -> Any:
+    """Parse YAML text with the project's loader (safe, with exponent floats)."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def read_yaml_file(path: Path, source: str | None = None) -> dict[str, Any]:
+    """The mapping at the top of a YAML file; InputError for every way it can be unusable.
+
+    `source` is how messages name the file (default: the path as given).
+    """
+    src = source or str(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -31,7 +56,7 @@ def read_yaml_file(path: Path) -> dict[str, Any]:
             src, "", f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml_text(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -56,7 +81,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not key or any(not p for p in parts):
         raise InputError("--set", key or item, "the key must be a dotted path like parallel.tensor")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
+        value = load_yaml_text(text) if text.strip() else ""
     except yaml.YAMLError:
         value = text
     return parts, value

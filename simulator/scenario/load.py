@@ -1,24 +1,30 @@
 """From a mapping (a parsed YAML file plus `--set` overrides) to a validated Scenario.
 
 Pydantic's errors become one InputError naming the file, the dotted key, what was found and
-what is allowed, with a did-you-mean for misspelled keys.
+what is allowed, with a did-you-mean for misspelled keys. An error caused by a `--set`
+override says so, so the user does not search the file for a key they typed on the command
+line.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from simulator.errors import InputError
+from simulator.resources import list_bundled, resolve_yaml
 from simulator.scenario.rules import check_rules
 from simulator.scenario.schema import Scenario
 from simulator.validation import to_input_error
-from simulator.yamlio import apply_overrides
+from simulator.yamlio import apply_overrides, did_you_mean
 
-__all__ = ["parse_scenario", "split_overrides"]
+__all__ = ["parse_scenario", "split_overrides", "resolve_hardware"]
 
 
-def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
+def split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
     """(scenario overrides, hardware overrides with the `hardware.` prefix removed)."""
     scen, hw = [], []
     for item in overrides:
@@ -29,16 +35,54 @@ def split_overrides(overrides: list[str]) -> tuple[list[str], list[str]]:
     return scen, hw
 
 
-def parse_scenario(data: dict[str, Any], source: str, overrides: list[str] = ()) -> Scenario:
-    """Validate `data` (with scenario `--set` overrides applied) into a Scenario."""
+def _blame(err: InputError, overrides: Sequence[str]) -> InputError:
+    """`err` re-sourced to the override that set its key (or a key inside it), if any."""
+    if not err.key:
+        return err
+    for item in reversed(overrides):
+        key = item.partition("=")[0].strip()
+        if key == err.key or key.startswith(err.key + ".") or err.key.startswith(key + "."):
+            return InputError(f"{err.source} with --set {item}", err.key, err.message)
+    return err
+
+
+def parse_scenario(data: dict[str, Any], source: str, overrides: Sequence[str] = ()) -> Scenario:
+    """Validate `data` (with scenario `--set` overrides applied) into a Scenario.
+
+    Raises InputError naming `source` (or `source with --set KEY=VALUE` when an override
+    is to blame), the dotted key, what was found and what is allowed.
+    """
     data = apply_overrides(data, list(overrides))
     data.setdefault("name", source)
     data["source"] = source
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise to_input_error(exc, source, Scenario) from None
-    check_rules(scenario)
+        raise _blame(to_input_error(exc, source, Scenario), overrides) from None
+    try:
+        check_rules(scenario)
+    except InputError as err:
+        raise _blame(err, overrides) from None
     return scenario
 
 
+def resolve_hardware(
+    scenario: Scenario, base_dir: Path | None = None, overrides: Sequence[str] = ()
+) -> Path:
+    """The profile file a scenario's `hardware` names: a bundled name, or a path (as given,
+    or relative to `base_dir`, the scenario's folder). InputError with the bundled names
+    and a did-you-mean when there is none.
+    """
+    ref = scenario.hardware
+    found = resolve_yaml(ref, "hardware_profiles")
+    if found is None and base_dir is not None and (base_dir / ref).is_file():
+        found = base_dir / ref
+    if found is not None:
+        return found
+    names = list_bundled("hardware_profiles")
+    raise _blame(InputError(
+        scenario.source,
+        "hardware",
+        f"found {ref!r}, which is neither a bundled profile nor a file{did_you_mean(ref, names)}"
+        f"; bundled: {', '.join(names) or '(none)'}",
+    ), overrides)

@@ -176,7 +176,8 @@ class ParallelSpec(_Closed):
     schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     virtual_stages: PosInt = 1
     sequence_parallel: StrictBool = False
-    optimizer_shard: Literal[0, 1, 2, 3] = 0
+    # An int with bounds, not Literal[0, 1, 2, 3]: a Literal would take `true` as 1.
+    optimizer_shard: Annotated[StrictInt, Field(ge=0, le=3)] = 0
     recompute: Literal["none", "selective", "full"] = "none"
     offload: OffloadSpec = Field(default_factory=OffloadSpec)
     comm_fusion: CommFusionSpec = Field(default_factory=CommFusionSpec)

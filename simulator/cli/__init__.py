@@ -1,0 +1,36 @@
+"""The `shardsim` command line (CONTRACT.md section 1): argument parsing and exit codes only.
+
+Exit status: 0 success; 1 infeasible (`run --strict`) or a failed check (`verify`); 2 bad
+input, with a message on stderr naming the file and dotted key; 3 an internal error.
+Each command imports what it calls inside its body, so that starting up stays cheap.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from simulator.cli.comm import comm
+from simulator.cli.listing import profiles, scenarios
+from simulator.cli.run import run, verify
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="shardsim",
+    help="Simulate distributed deep-learning training: iteration time, where the time goes, "
+    "memory, and a numpy proof that a sharded plan computes what one device would.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command("run")(run)
+app.command("verify")(verify)
+app.command("comm")(comm)
+app.command("profiles")(profiles)
+app.command("scenarios")(scenarios)
+
+
+def main() -> None:
+    """Console-script entry point (`shardsim`, `python -m simulator`)."""
+    app(prog_name="shardsim")

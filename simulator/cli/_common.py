@@ -1,0 +1,152 @@
+"""Plumbing the commands share: exit statuses, error reporting, JSON output, input loading.
+
+Only this package touches files and streams. Heavy modules (the simulator, pandas, rich)
+are imported inside the functions that need them so that `shardsim` starts fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, NoReturn
+
+import typer
+
+from simulator.errors import InfeasibleError, InputError, ShardsimError
+
+__all__ = [
+    "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL",
+    "LoadedScenario", "guarded", "fail", "emit_json", "to_jsonable", "load_scenario",
+    "check_overrides", "stderr_console", "stdout_console",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1       # infeasible (run --strict) or a failed check (verify)
+EXIT_BAD_INPUT = 2    # the user's input is wrong; the message says where and how
+EXIT_INTERNAL = 3     # a bug in shardsim; the message asks for a report
+DEBUG_ENV = "SHARDSIM_DEBUG"
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print `error: message` on stderr and leave with `code`."""
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def guarded() -> Iterator[IO[str]]:
+    """Run a command body: yield the real stdout, send stray prints to stderr, and turn
+    expected failures into an exit status with a one-line message (never a traceback).
+
+    Set SHARDSIM_DEBUG=1 to see the traceback of an internal error.
+    """
+    out = sys.stdout
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield out
+    except typer.Exit:
+        raise
+    except InputError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    except InfeasibleError as exc:
+        fail(str(exc), EXIT_FAILED)
+    except ShardsimError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        fail(f"internal error: {type(exc).__name__}: {exc} (a bug in shardsim; "
+             f"run with {DEBUG_ENV}=1 to see the traceback)", EXIT_INTERNAL)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON values: numpy scalars unwrapped, tuples as lists, NaN and inf as null."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "to_dict"):
+        return to_jsonable(value.to_dict())
+    return str(value)
+
+
+def emit_json(obj: Any, out: IO[str]) -> None:
+    """Write exactly one JSON document (and a newline) on `out`."""
+    out.write(json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n")
+    out.flush()
+
+
+def stderr_console() -> Any:
+    """A rich console on stderr, for progress and notes."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def stdout_console(out: IO[str]) -> Any:
+    """A rich console writing the command's real output to `out`."""
+    from rich.console import Console
+
+    return Console(file=out, highlight=False)
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """InputError for the first `--set` item that is not KEY=VALUE with a dotted key."""
+    from simulator.yamlio import parse_override
+
+    for item in overrides:
+        parse_override(item)
+
+
+@dataclass(frozen=True)
+class LoadedScenario:
+    """A validated scenario, the profile file it names, and the `hardware.` overrides."""
+
+    scenario: Any
+    hardware_path: Path
+    hardware_overrides: list[str]
+    stem: str
+
+
+def _scenario_path(arg: str) -> tuple[Path, str]:
+    """The file SCENARIO names and how messages call it; InputError when there is none."""
+    from simulator.resources import list_bundled, resolve_yaml
+    from simulator.yamlio import did_you_mean
+
+    path = resolve_yaml(arg, "scenarios")
+    if path is None:
+        names = list_bundled("scenarios")
+        hint = did_you_mean(arg, names)
+        raise InputError(arg, "", f"no such file or bundled scenario{hint}; bundled: "
+                         f"{', '.join(names) or '(none)'}")
+    shown = arg if Path(arg).is_file() else f"scenarios/{arg}.yaml"
+    return path, shown
+
+
+def load_scenario(arg: str, overrides: Sequence[str]) -> LoadedScenario:
+    """Read and validate SCENARIO (a path or a bundled name) with `--set` overrides."""
+    from simulator.scenario import parse_scenario, resolve_hardware, split_overrides
+    from simulator.yamlio import read_yaml_file
+
+    check_overrides(overrides)
+    path, shown = _scenario_path(arg)
+    data = read_yaml_file(path, shown)
+    scen_o, hw_o = split_overrides(overrides)
+    scenario = parse_scenario(data, shown, scen_o)
+    hw_path = resolve_hardware(scenario, path.parent, scen_o)
+    return LoadedScenario(scenario, hw_path, hw_o, path.stem)

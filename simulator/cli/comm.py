@@ -1,0 +1,111 @@
+"""`shardsim comm`: the time of one collective, like nccl-tests (CONTRACT.md sections 1, 4)."""
+
+from __future__ import annotations
+
+import re
+from typing import IO, Annotated, Any
+
+import typer
+
+from simulator.cli._common import emit_json, guarded, stdout_console
+from simulator.errors import InputError
+
+__all__ = ["comm", "parse_bytes"]
+
+# Suffixes are binary, as in nccl-tests (`-b 32k -e 16G`); SI ones are spelled out.
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30,
+          "gib": 2**30, "t": 2**40, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9,
+          "tb": 10**12}
+_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(text: str) -> int:
+    """'1073741824', '1G' or '1GiB' (binary), '1GB' (10^9) -> a positive byte count."""
+    match = _BYTES_RE.match(text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise InputError("--bytes", "", f"found {text!r}; expected a byte count such as "
+                         "1073741824, 1G or 1GiB (binary), 1GB (10^9)")
+    value = int(float(match.group(1)) * _UNITS[unit])
+    if value < 1:
+        raise InputError("--bytes", "", f"found {text!r}; expected at least 1 byte")
+    return value
+
+
+def _profile_path(ref: str) -> Any:
+    from simulator.resources import list_bundled, resolve_yaml
+    from simulator.yamlio import did_you_mean
+
+    path = resolve_yaml(ref, "hardware_profiles")
+    if path is None:
+        names = list_bundled("hardware_profiles")
+        raise InputError("--hardware", "", f"found {ref!r}, which is neither a bundled profile "
+                         f"nor a file{did_you_mean(ref, names)}; bundled: {', '.join(names)}")
+    return path
+
+
+def _devices_per_node(devices: int, given: int | None, hw: Any) -> int:
+    if given is None:
+        given = int(getattr(hw, "devices_per_node_default", None) or devices)
+        return min(given, devices)
+    if given < 1:
+        raise InputError("--devices-per-node", "", f"found {given}; expected at least 1")
+    if devices > given and devices % given:
+        raise InputError("--devices-per-node", "", f"{given} must divide --devices={devices} "
+                         "when the group spans several nodes")
+    return min(given, devices)
+
+
+def comm(
+    collective: Annotated[str, typer.Argument(
+        metavar="COLLECTIVE", help="all_reduce, all_gather, reduce_scatter, all_to_all, "
+        "broadcast or send_recv.", show_default=False)],
+    nbytes: Annotated[str, typer.Option(
+        "--bytes", metavar="N", help="Buffer size in bytes (nccl-tests convention); "
+        "suffixes K, M, G are binary.", show_default=False)],
+    devices: Annotated[int, typer.Option(
+        "--devices", metavar="N", help="Devices in the group.", show_default=False)],
+    hardware: Annotated[str, typer.Option(
+        "--hardware", metavar="NAME", help="A hardware profile name or YAML path.",
+        show_default=False)],
+    devices_per_node: Annotated[int | None, typer.Option(
+        "--devices-per-node", metavar="K", help="Devices per node (default: the profile's).",
+        show_default=False)] = None,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print exactly one JSON object on stdout and nothing else.")] = False,
+) -> None:
+    """Time one collective on a hardware profile: algorithm, time, algbw and busbw."""
+    with guarded() as stdout:
+        from simulator.cost.specs import COLLECTIVES
+        from simulator.yamlio import did_you_mean
+
+        if collective not in COLLECTIVES:
+            raise InputError("COLLECTIVE", "", f"found {collective!r}; allowed: "
+                             f"{', '.join(COLLECTIVES)}{did_you_mean(collective, COLLECTIVES)}")
+        size = parse_bytes(nbytes)
+        if devices < 1:
+            raise InputError("--devices", "", f"found {devices}; expected at least 1")
+        from simulator.cost.collectives import comm_benchmark
+        from simulator.hardware.load import load_profile
+
+        hw = load_profile(str(_profile_path(hardware)), [])
+        per_node = _devices_per_node(devices, devices_per_node, hw)
+        res = comm_benchmark(collective, size, devices, per_node, hw)
+        if json_out:
+            emit_json(res, stdout)
+        else:
+            _print(res, stdout)
+
+
+def _print(res: dict[str, Any], out: IO[str]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{res.get('collective')} on {res.get('devices')} devices "
+                        f"({res.get('devices_per_node')} per node)")
+    for col in ("bytes", "algorithm", "time_us", "algbw_GBps", "busbw_GBps"):
+        table.add_column(col, justify="right")
+    table.add_row(f"{res.get('bytes'):,}", str(res.get("algorithm")),
+                  f"{float(res.get('time_s', 0.0)) * 1e6:,.1f}",
+                  f"{float(res.get('algbw_GBps', 0.0)):.2f}",
+                  f"{float(res.get('busbw_GBps', 0.0)):.2f}")
+    stdout_console(out).print(table)

@@ -1,0 +1,80 @@
+"""`shardsim profiles` and `shardsim scenarios`: what is bundled, with key figures."""
+
+from __future__ import annotations
+
+from typing import IO, Annotated, Any
+
+import typer
+
+from simulator.cli._common import emit_json, guarded, stdout_console
+
+__all__ = ["profiles", "scenarios"]
+
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print exactly one JSON object on stdout and nothing else.")]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _table(title: str, rows: list[dict[str, Any]], out: IO[str]) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    for i, col in enumerate(columns):
+        table.add_column(col, overflow="fold", no_wrap=i == 0)
+    for row in rows:
+        table.add_row(*(_cell(row.get(col)) for col in columns))
+    stdout_console(out).print(table)
+
+
+def profiles(json_out: JsonOpt = False) -> None:
+    """List the bundled hardware profiles with their key figures."""
+    with guarded() as stdout:
+        from simulator.hardware.load import list_profiles, profile_summary
+
+        rows = [profile_summary(hw) for hw in list_profiles()]
+        if json_out:
+            emit_json({"profiles": rows}, stdout)
+        else:
+            _table("hardware profiles (use the name in a scenario's `hardware:`)", rows, stdout)
+
+
+def _scenario_row(name: str) -> dict[str, Any]:
+    """Name, title, hardware and device count of a bundled scenario, read without
+    validation so one broken file does not hide the others."""
+    from simulator.resources import bundled_dir
+    from simulator.yamlio import load_yaml_text
+
+    path = bundled_dir("scenarios") / f"{name}.yaml"
+    try:
+        data = load_yaml_text(path.read_text(encoding="utf-8"))
+    except Exception:  # a listing shows what it can; `run` reports the error in full
+        data = None
+    data = data if isinstance(data, dict) else {}
+    cluster = data.get("cluster") if isinstance(data.get("cluster"), dict) else {}
+    model = data.get("model") if isinstance(data.get("model"), dict) else {}
+    devices = None
+    if isinstance(cluster.get("nodes", 1), int) and isinstance(
+            cluster.get("devices_per_node", 1), int):
+        devices = cluster.get("nodes", 1) * cluster.get("devices_per_node", 1)
+    return {"name": name, "title": data.get("name"), "model": model.get("type"),
+            "hardware": data.get("hardware"), "devices": devices}
+
+
+def scenarios(json_out: JsonOpt = False) -> None:
+    """List the bundled scenarios (run one with `shardsim run NAME`)."""
+    with guarded() as stdout:
+        from simulator.resources import list_bundled
+
+        rows = [_scenario_row(name) for name in list_bundled("scenarios")]
+        if json_out:
+            emit_json({"scenarios": rows}, stdout)
+        else:
+            _table("bundled scenarios (shardsim run NAME)", rows, stdout)

@@ -1,0 +1,147 @@
+"""`shardsim run` and `shardsim verify`: one scenario in, a result out (CONTRACT.md 1, 3, 5)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+
+from simulator.cli._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    emit_json,
+    guarded,
+    load_scenario,
+    stderr_console,
+    stdout_console,
+)
+from simulator.errors import InputError
+
+__all__ = ["run", "verify"]
+
+
+class Fidelity(str, Enum):
+    representative = "representative"
+    full = "full"
+
+
+ScenarioArg = Annotated[str, typer.Argument(
+    metavar="SCENARIO", help="A scenario YAML file, or the name of a bundled scenario "
+    "(see `shardsim scenarios`).", show_default=False)]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", metavar="KEY=VALUE", help="Override one scenario key (dotted path, value parsed "
+    "as YAML); `hardware.KEY=VALUE` overrides a field of the hardware profile. Repeatable.",
+    show_default=False)]
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print exactly one JSON object on stdout and nothing else.")]
+
+
+def _simulate(loaded: Any, fidelity: str) -> tuple[Any, dict[str, Any]]:
+    """Load the profile, simulate, and summarise, with a status line on stderr."""
+    from simulator.hardware.load import load_profile
+    from simulator.report import summary
+    from simulator.simulate import simulate
+
+    hw = load_profile(str(loaded.hardware_path), loaded.hardware_overrides)
+    scenario = loaded.scenario
+    with stderr_console().status(f"simulating {scenario.name} on {scenario.devices} devices"):
+        result = simulate(scenario, hw, fidelity=fidelity)
+        return result, summary(result)
+
+
+def _write_report(result: Any, out_dir: Path) -> None:
+    from simulator.report import write_report
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError("--out", str(out_dir), f"cannot create the folder ({exc.strerror})"
+                         ) from None
+    with stderr_console().status(f"writing report files to {out_dir}"):
+        write_report(result, out_dir)
+
+
+def _print_table(summ: dict[str, Any], out: IO[str]) -> None:
+    from simulator.report import format_table
+
+    table = format_table(summ)
+    if isinstance(table, str):
+        out.write(table if table.endswith("\n") else table + "\n")
+    else:
+        stdout_console(out).print(table)
+
+
+def run(
+    scenario: ScenarioArg,
+    json_out: JsonOpt = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", metavar="DIR", help="Write the report files (table, plots, trace) here. "
+        "Default: reports/<scenario-file-stem>/ (with --json: none unless --out is given).",
+        show_default=False)] = None,
+    overrides: SetOpt = None,
+    fidelity: Annotated[Fidelity, typer.Option(
+        "--fidelity", help="representative: devices that behave alike are simulated once; "
+        "full: every device.")] = Fidelity.representative,
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Exit 1 when the scenario does not fit in device memory.")] = False,
+) -> None:
+    """Simulate one training iteration: time, breakdown, memory, communication."""
+    with guarded() as stdout:
+        loaded = load_scenario(scenario, overrides or [])
+        result, summ = _simulate(loaded, fidelity.value)
+        out_dir = out if out is not None or json_out else Path("reports") / loaded.stem
+        if out_dir is not None:
+            _write_report(result, out_dir)
+        if json_out:
+            emit_json(summ, stdout)
+        else:
+            _print_table(summ, stdout)
+            if out_dir is not None:
+                stdout.write(f"report files: {out_dir}/\n")
+        fits = bool(summ.get("memory", {}).get("fits", True))
+        if not fits:
+            stderr_console().print("[yellow]the scenario does not fit in device memory "
+                                   "(memory.fits is false)[/]")
+    raise typer.Exit(EXIT_FAILED if strict and not fits else EXIT_OK)
+
+
+def verify(
+    scenario: ScenarioArg,
+    json_out: JsonOpt = False,
+    overrides: SetOpt = None,
+) -> None:
+    """Execute the sharded plan on virtual numpy devices and compare with one device."""
+    with guarded() as stdout:
+        loaded = load_scenario(scenario, overrides or [])
+        from simulator.numeric.verify import verify_scenario
+
+        with stderr_console().status(f"verifying {loaded.scenario.name}"):
+            res = verify_scenario(loaded.scenario)
+        if res.shrunk_note:
+            stderr_console().print(res.shrunk_note, markup=False)
+        report = res.to_dict()
+        if json_out:
+            emit_json(report, stdout)
+        else:
+            _print_verify(report, stdout)
+    raise typer.Exit(EXIT_OK if res.ok else EXIT_FAILED)
+
+
+def _print_verify(report: dict[str, Any], out: IO[str]) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"verify: {report.get('scenario', '')}")
+    for col in ("tensor", "max_abs_error", "ok"):
+        table.add_column(col, justify="left" if col == "tensor" else "right")
+    for check in report.get("checks", []):
+        table.add_row(str(check.get("tensor")), f"{check.get('max_abs_error', 0.0):.3g}",
+                      "yes" if check.get("ok") else "[red]NO[/]")
+    console = stdout_console(out)
+    console.print(table)
+    verdict = "[green]OK[/]" if report.get("ok") else "[red]FAILED[/]"
+    console.print(f"{verdict}: {report.get('tensors_checked', 0)} tensors on "
+                  f"{report.get('devices', '?')} devices, max abs error "
+                  f"{report.get('max_abs_error', 0.0):.3g}, max rel error "
+                  f"{report.get('max_rel_error', 0.0):.3g}")
