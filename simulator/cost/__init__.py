@@ -1,1 +1,17 @@
 """Pure cost functions: seconds and bytes from specs and a hardware profile. No state, no I/O."""
+
+from simulator.cost.benchmark import busbw_factor, comm_benchmark
+from simulator.cost.collectives import (
+    ALGORITHMS,
+    choose_algorithm,
+    collective_cost,
+    collective_time_s,
+    link_kind,
+    send_recv_time_s,
+)
+from simulator.cost.compute import compute_time_s, gemm_efficiency
+from simulator.cost.specs import COLLECTIVES, CommSpec, ComputeSpec, GroupSpec
+
+__all__ = ["compute_time_s", "gemm_efficiency", "collective_time_s", "collective_cost",
+           "choose_algorithm", "send_recv_time_s", "link_kind", "comm_benchmark",
+           "busbw_factor", "ALGORITHMS", "COLLECTIVES", "ComputeSpec", "CommSpec", "GroupSpec"]

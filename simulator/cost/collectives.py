@@ -1,0 +1,181 @@
+"""Time of a collective on a group of devices: the alpha-beta model on the node topology.
+
+A step that moves `x` bytes over a link costs `alpha + x / B` (Hockney 1994). With that,
+for a group of n devices and a buffer of S bytes (nccl-tests byte convention, see
+`specs.py`), the classical algorithms cost (Thakur, Rabenseifner & Gropp 2005, "Optimization
+of collective communication operations in MPICH", IJHPCA 19(1), sections 4.4-4.5;
+Patarasuk & Yuan 2009 for the bandwidth-optimal ring):
+
+    ring all_reduce      2(n-1)/n * S/B + 2(n-1) * alpha     (reduce_scatter + all_gather)
+    ring all_gather      (n-1)/n * S/B + (n-1) * alpha        (likewise reduce_scatter)
+    all_to_all           (n-1)/n * S/B + (n-1) * alpha        (pairwise exchange)
+    ring broadcast       S/B + (n-1) * alpha                  (pipelined)
+    send_recv            S/B + alpha
+    tree all_reduce      2 * S/B + 2 * ceil(log2 N) * alpha   (NCCL double binary tree over
+                                                                N nodes, Sanders et al. 2009)
+    hierarchical         reduce_scatter in the node, all_reduce of S/m across the nodes
+                         (the m local ranks in parallel), all_gather in the node
+
+B is the *effective* bus bandwidth of the link the step crosses: the datasheet bandwidth
+times the profile's `intra_node_bus_fraction` or `inter_node_bus_fraction`, which is what
+nccl-tests reports as busbw for large messages. Within one node that is the per-device
+NVLink/HCCS bandwidth; across nodes each device gets its fair share of its node's NICs
+(nics_per_node * nic_bandwidth / devices_per_node: every device of the node communicates at
+once, as in data-parallel gradient reduction), so the m members of a group on one node
+together get m such shares. alpha is the profile's per-step latency of the link.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.cost.specs import COLLECTIVES, GroupSpec
+from simulator.errors import InputError
+from simulator.hardware.schema import HardwareProfile
+from simulator.yamlio import did_you_mean
+
+__all__ = ["collective_time_s", "collective_cost", "choose_algorithm", "send_recv_time_s",
+           "link_kind", "intra_bus_bandwidth", "inter_bus_bandwidth", "ALGORITHMS"]
+
+ALGORITHMS: tuple[str, ...] = ("ring", "tree", "hierarchical")
+_TREE_COLLECTIVES = ("all_reduce",)
+
+
+def link_kind(group: GroupSpec) -> str:
+    """'inter' when the group spans nodes (the NICs are the busy resource), else 'intra'."""
+    return "inter" if group.crosses_nodes else "intra"
+
+
+def intra_bus_bandwidth(hw: HardwareProfile) -> float:
+    """Effective intra-node bus bandwidth B per device, bytes/s (datasheet x bus fraction)."""
+    return hw.intra_link_bandwidth_bytes_per_s * hw.efficiency.intra_node_bus_fraction
+
+
+def inter_bus_bandwidth(hw: HardwareProfile, devices_per_node: int) -> float:
+    """Effective network bandwidth per device, bytes/s: its share of the node's NICs."""
+    share = hw.inter_link_bandwidth_bytes_per_s(devices_per_node)
+    return share * hw.efficiency.inter_node_bus_fraction
+
+
+def _ring_link(group: GroupSpec, hw: HardwareProfile) -> tuple[float, float]:
+    """(B, alpha) of one ring step: the slowest hop of a ring over the whole group.
+
+    Across nodes, the ring's whole flow leaves each node through the members' NIC shares."""
+    if not group.crosses_nodes:
+        return intra_bus_bandwidth(hw), hw.intra_link_latency_s
+    m = group.members_per_node
+    nic = m * inter_bus_bandwidth(hw, group.devices_per_node)
+    bw = min(intra_bus_bandwidth(hw), nic) if m > 1 else nic
+    return bw, hw.inter_link_latency_s
+
+
+def _ring(collective: str, nbytes: float, n: int, bw: float, alpha: float) -> float:
+    """The ring (or pairwise / pipelined) closed forms of the module docstring."""
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * alpha
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n * nbytes / bw + (n - 1) * alpha
+    if collective == "broadcast":
+        return nbytes / bw + (n - 1) * alpha
+    return nbytes / bw + alpha  # send_recv
+
+
+def _all_to_all(nbytes: float, group: GroupSpec, hw: HardwareProfile) -> float:
+    """Pairwise exchange: each device keeps S/n, sends (m-1)/n*S inside its node and
+    (n-m)/n*S through its NIC share; both run at once."""
+    n, m = group.size, group.members_per_node
+    t_intra = (m - 1) / n * nbytes / intra_bus_bandwidth(hw)
+    t_inter = (n - m) / n * nbytes / inter_bus_bandwidth(hw, group.devices_per_node)
+    alpha = hw.inter_link_latency_s if group.crosses_nodes else hw.intra_link_latency_s
+    return max(t_intra, t_inter) + (n - 1) * alpha
+
+
+def _tree(nbytes: float, group: GroupSpec, hw: HardwareProfile) -> float:
+    """NCCL tree all_reduce: a chain in each node, a double binary tree across nodes."""
+    bw, _ = _ring_link(group, hw)
+    m, nodes = group.members_per_node, group.nodes_spanned
+    depth = math.ceil(math.log2(nodes)) if nodes > 1 else 0
+    latency = 2 * depth * hw.inter_link_latency_s + 2 * (m - 1) * hw.intra_link_latency_s
+    return 2 * nbytes / bw + latency
+
+
+def _hierarchical(collective: str, nbytes: float, group: GroupSpec,
+                  hw: HardwareProfile) -> float:
+    """Intra-node phase, inter-node phase on S/m per local rank, intra-node phase."""
+    m, nodes = group.members_per_node, group.nodes_spanned
+    b_in, a_in = intra_bus_bandwidth(hw), hw.intra_link_latency_s
+    b_out, a_out = inter_bus_bandwidth(hw, group.devices_per_node), hw.inter_link_latency_s
+    inner = _ring(collective, nbytes, m, b_in, a_in) if m > 1 else 0.0
+    outer = _ring(collective, nbytes / m, nodes, b_out, a_out)
+    if collective == "broadcast":
+        outer = _ring(collective, nbytes, nodes, b_out, a_out)
+    return inner + outer
+
+
+def _check(collective: str, nbytes: float, algorithm: str) -> None:
+    if collective not in COLLECTIVES:
+        raise InputError("collective", "", f"unknown collective '{collective}'"
+                         f"{did_you_mean(collective, COLLECTIVES)}; allowed: "
+                         f"{', '.join(COLLECTIVES)}")
+    if algorithm != "auto" and algorithm not in ALGORITHMS:
+        raise InputError("algorithm", "", f"unknown algorithm '{algorithm}'"
+                         f"{did_you_mean(algorithm, ALGORITHMS)}; allowed: auto, "
+                         f"{', '.join(ALGORITHMS)}")
+    if algorithm == "tree" and collective not in _TREE_COLLECTIVES:
+        raise InputError("algorithm", "", f"tree is implemented for "
+                         f"{', '.join(_TREE_COLLECTIVES)} only, not {collective}")
+    if not nbytes >= 0:
+        raise InputError("bytes", "", f"found {nbytes}; expected a number >= 0")
+
+
+def _time(collective: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,
+          algorithm: str) -> float:
+    if collective == "all_to_all":
+        return _all_to_all(nbytes, group, hw)
+    if algorithm == "tree":
+        return _tree(nbytes, group, hw)
+    if algorithm == "hierarchical" and group.crosses_nodes:
+        return _hierarchical(collective, nbytes, group, hw)
+    bw, alpha = _ring_link(group, hw)
+    n = 2 if collective == "send_recv" else group.size
+    return _ring(collective, nbytes, n, bw, alpha)
+
+
+def choose_algorithm(collective: str, nbytes: float, group: GroupSpec,
+                     hw: HardwareProfile) -> str:
+    """What NCCL's tuner roughly picks: the fastest modelled algorithm. Inside one node that
+    is the ring (NCCL's tree is a chain there); across nodes ring, tree or hierarchical."""
+    if not group.crosses_nodes or collective in ("all_to_all", "send_recv"):
+        return "ring"
+    options = ["ring", "hierarchical"] + (["tree"] if collective in _TREE_COLLECTIVES else [])
+    return min(options, key=lambda a: (_time(collective, nbytes, group, hw, a),
+                                       ALGORITHMS.index(a)))
+
+
+def collective_cost(collective: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,
+                    algorithm: str = "auto") -> tuple[str, float]:
+    """(algorithm used, seconds) for `collective` of `nbytes` over `group`."""
+    _check(collective, nbytes, algorithm)
+    if group.size <= 1 or nbytes == 0:
+        return ("ring" if algorithm == "auto" else algorithm), 0.0
+    if algorithm == "auto":
+        algorithm = choose_algorithm(collective, nbytes, group, hw)
+    return algorithm, _time(collective, nbytes, group, hw, algorithm)
+
+
+def collective_time_s(collective: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,
+                      algorithm: str = "auto") -> float:
+    """Seconds for `collective` of `nbytes` (nccl-tests convention) over `group`; 0 for a
+    group of one device or an empty buffer."""
+    return collective_cost(collective, nbytes, group, hw, algorithm)[1]
+
+
+def send_recv_time_s(nbytes: float, intra_node: bool, hw: HardwareProfile,
+                     devices_per_node: int | None = None) -> float:
+    """Seconds for one point-to-point message (pipeline activations): S/B + alpha."""
+    if nbytes <= 0:
+        return 0.0
+    if intra_node:
+        return nbytes / intra_bus_bandwidth(hw) + hw.intra_link_latency_s
+    per_node = devices_per_node or hw.devices_per_node_default
+    return nbytes / inter_bus_bandwidth(hw, per_node) + hw.inter_link_latency_s

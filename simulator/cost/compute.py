@@ -1,0 +1,117 @@
+"""Time of one kernel on one device: a roofline with physically modelled efficiency.
+
+    t = max(flops / (peak(dtype) * eta_compute), bytes_accessed / (B_hbm * eta_mem)) + t_launch
+
+(Williams, Waterman & Patterson 2009, "Roofline", CACM 52(4), Eq. 1, with the two roofs
+derated to what kernels reach.) Every parameter lives in the profile's `efficiency:` block.
+
+GEMMs (`kind='gemm'`, local shape batch x (m x k) @ (k x n)) are tiled: each thread block
+(NVIDIA SM, Ascend AI core) computes one `tm x tn` output tile, looping over k. Their
+compute efficiency is the product of
+
+- `gemm_peak_fraction`: what the best-shaped large GEMM reaches (the measured maximum
+  achievable matmul FLOP/s over the datasheet peak);
+- tile padding: m*n over the padded ceil(m/tm)*tm * ceil(n/tn)*tn;
+- wave quantization: tiles / (waves * compute_units), waves = ceil(tiles / compute_units)
+  (NVIDIA, "Matrix Multiplication Background User's Guide", sections on tile and wave
+  quantization);
+- the k loop: k / (k + gemm_k_half), the fixed per-tile prologue (pipeline fill) and
+  epilogue (writing C) amortised over the k loop, which a small k cannot hide;
+- tile reuse: a smaller tile re-reads its operands more often, 2*tm*tn/((tm+tn)*bytes)
+  FLOP per byte of on-chip (L2) traffic; below the L2 balance point peak/B_L2 the tile is
+  L2-bandwidth bound (only when the profile gives `l2_bandwidth_GBps`).
+
+The kernel library picks the tile: we take the best of tm x tn, halved down to 16 x 16.
+Memory-bound GEMMs (small k, skinny m) fall on the memory roof through `bytes_accessed`.
+
+Non-GEMM kinds are memory-bound kernels: their FLOPs run on the vector units
+(`vector_flops_per_s * vector_peak_fraction`) and their bytes at `memory_bandwidth_fraction`
+of HBM bandwidth. `attention` (a fused FlashAttention-style kernel) is compute-bound at
+`attention_peak_fraction` of the matrix peak.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from simulator.cost.specs import ComputeSpec
+from simulator.hardware.schema import HardwareProfile
+
+__all__ = ["compute_time_s", "gemm_efficiency", "compute_efficiency", "DTYPE_BYTES"]
+
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+_MIN_TILE = 16  # the smallest MMA tile edge (16x8x16 mma.sync on Ampere/Hopper; 16^3 cube)
+
+
+def _tile_efficiency(m: int, n: int, k: int, batch: int, tm: int, tn: int,
+                     hw: HardwareProfile, dtype: str) -> float:
+    """Fraction of `gemm_peak_fraction` one tile shape reaches (see the module docstring)."""
+    eff = hw.efficiency
+    tiles_m, tiles_n = math.ceil(m / tm), math.ceil(n / tn)
+    tiles = batch * tiles_m * tiles_n
+    waves = math.ceil(tiles / hw.compute_units)
+    wave = tiles / (waves * hw.compute_units)
+    padding = (m * n) / (tiles_m * tm * tiles_n * tn)
+    k_loop = k / (k + eff.gemm_k_half)
+    reuse = 1.0
+    if hw.l2_bandwidth_GBps is not None:
+        tile_intensity = 2 * tm * tn / ((tm + tn) * DTYPE_BYTES.get(dtype, 2))
+        balance = hw.peak_flops_per_s(dtype) / (hw.l2_bandwidth_GBps * 1e9)
+        reuse = min(1.0, tile_intensity / balance)
+    return wave * padding * k_loop * reuse
+
+
+@lru_cache(maxsize=65536)
+def gemm_efficiency(mnk: tuple[int, int, int], batch: int, dtype: str,
+                    hw: HardwareProfile) -> float:
+    """Fraction of the `dtype` peak a GEMM of local shape batch x (m,k)@(k,n) reaches, in
+    (0, gemm_peak_fraction]: the best over tile shapes tm x tn (halving from the profile's
+    `gemm_tile_mn` down to 16)."""
+    m, n, k = mnk
+    tm_max, tn_max = hw.efficiency.gemm_tile_mn
+    best = 0.0
+    tm = tm_max
+    while True:
+        tn = tn_max
+        while True:
+            best = max(best, _tile_efficiency(m, n, k, batch, tm, tn, hw, dtype))
+            if tn <= _MIN_TILE:
+                break
+            tn = max(_MIN_TILE, tn // 2)
+        if tm <= _MIN_TILE:
+            break
+        tm = max(_MIN_TILE, tm // 2)
+    return hw.efficiency.gemm_peak_fraction * best
+
+
+def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, float]:
+    """(FLOP/s, bytes/s) the kernel reaches on the compute and memory roofs."""
+    eff = hw.efficiency
+    mem = hw.memory_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction
+    if spec.kind == "gemm":
+        mnk = spec.gemm_mnk or _square(spec.flops, spec.gemm_batch)
+        fraction = gemm_efficiency(tuple(int(x) for x in mnk), max(1, spec.gemm_batch),
+                                   spec.dtype, hw)
+        return hw.peak_flops_per_s(spec.dtype) * fraction, mem
+    if spec.kind == "attention":
+        return hw.peak_flops_per_s(spec.dtype) * eff.attention_peak_fraction, mem
+    return hw.vector_flops_per_s * eff.vector_peak_fraction, mem
+
+
+def _square(flops: float, batch: int) -> tuple[int, int, int]:
+    """A cube with the same FLOPs, for a GEMM given without its shape."""
+    side = max(1, round((flops / (2 * max(1, batch))) ** (1 / 3)))
+    return side, side, side
+
+
+def compute_time_s(spec: ComputeSpec, hw: HardwareProfile) -> float:
+    """Seconds for one kernel: max of the compute and memory roofs, plus launch overhead.
+
+    A kernel with no FLOPs and no bytes costs nothing (not even a launch)."""
+    if spec.flops <= 0 and spec.bytes_accessed <= 0:
+        return 0.0
+    flops_per_s, bytes_per_s = compute_efficiency(spec, hw)
+    t_compute = spec.flops / flops_per_s if spec.flops > 0 else 0.0
+    t_memory = spec.bytes_accessed / bytes_per_s if spec.bytes_accessed > 0 else 0.0
+    return max(t_compute, t_memory) + hw.kernel_launch_s

@@ -1,0 +1,81 @@
+"""Finding, reading and validating hardware profiles (bundled names or paths).
+
+Every bad input becomes one InputError that names the file and the dotted key, says what
+was found and what is allowed, with a did-you-mean for misspelled names and keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from simulator.errors import InputError
+from simulator.hardware.schema import HardwareProfile
+from simulator.resources import bundled_dir, list_bundled, resolve_yaml
+from simulator.validation import to_input_error
+from simulator.yamlio import apply_overrides, did_you_mean, read_yaml_file
+
+__all__ = ["load_profile", "parse_profile", "list_profiles", "profile_summary"]
+
+_KIND = "hardware_profiles"
+
+
+def parse_profile(data: dict[str, Any], source: str, overrides: list[str] = ()) -> HardwareProfile:
+    """Validate a mapping (with `overrides`, dotted paths without `hardware.`) into a profile.
+
+    An override of a key the schema does not know is reported against `--set hardware.KEY`.
+    """
+    data = apply_overrides(data, list(overrides))
+    data.setdefault("name", source)
+    data["source"] = source
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as exc:
+        raise to_input_error(exc, source, HardwareProfile) from None
+
+
+def load_profile(name_or_path: str, overrides: list[str] = ()) -> HardwareProfile:
+    """The profile `name_or_path` (a bundled name such as 'a100-80gb', or a YAML path) with
+    `overrides` such as 'memory_GB=40' or 'intra_node.bandwidth_GBps=450' applied."""
+    path = resolve_yaml(name_or_path, _KIND)
+    if path is None:
+        names = list_bundled(_KIND)
+        hint = did_you_mean(name_or_path, names)
+        raise InputError("hardware", "", f"unknown hardware profile '{name_or_path}'{hint}; "
+                         f"bundled: {', '.join(names)} (or give a path to a YAML file)")
+    return parse_profile(read_yaml_file(path), _display(path), overrides)
+
+
+def _display(path: Any) -> str:
+    """A short name for messages: 'hardware_profiles/x.yaml' for bundled files."""
+    try:
+        return str(path.resolve().relative_to(bundled_dir(_KIND).resolve().parent))
+    except ValueError:
+        return str(path)
+
+
+def list_profiles() -> list[HardwareProfile]:
+    """Every bundled profile, sorted by name."""
+    return [load_profile(name) for name in list_bundled(_KIND)]
+
+
+def profile_summary(hw: HardwareProfile) -> dict[str, Any]:
+    """Key figures for the `shardsim profiles` table (datasheet units, None where absent)."""
+    def tflops(dtype: str) -> float | None:
+        return getattr(hw.peak_tflops, dtype)
+
+    return {
+        "name": hw.name,
+        "description": hw.description,
+        "bf16_tflops": tflops("bf16"),
+        "fp16_tflops": tflops("fp16"),
+        "fp32_tflops": tflops("fp32"),
+        "fp8_tflops": tflops("fp8"),
+        "memory_GB": hw.memory_GB,
+        "memory_bandwidth_GBps": hw.memory_bandwidth_GBps,
+        "intra_node_GBps": hw.intra_node.bandwidth_GBps,
+        "intra_node_topology": hw.intra_node.topology,
+        "nic_Gbps_per_node": hw.inter_node.nic_bandwidth_Gbps * hw.inter_node.nics_per_node,
+        "devices_per_node": hw.devices_per_node_default,
+    }

@@ -1,0 +1,181 @@
+"""The hardware profile schema: one device type and the node it sits in.
+
+YAML field names carry their units (`memory_GB`, `bandwidth_GBps`, `nic_bandwidth_Gbps`,
+`latency_us`); the properties below convert them once to SI (bytes, bytes/s, FLOP/s, s) and
+nothing else in shardsim reads the unit-suffixed fields. GB means 10^9 bytes and Gb 10^9 bits,
+as datasheets use them.
+
+Pydantic models, frozen, closed (unknown keys are errors) and strict (a boolean is not a
+number). `efficiency` holds the physical parameters of the cost model (see `simulator.cost`);
+they are per profile and never per run.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+
+from simulator.errors import InputError
+
+__all__ = ["HardwareProfile", "PeakTflops", "IntraNode", "InterNode", "Host", "Efficiency",
+           "DTYPES"]
+
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+PosFloat = Annotated[StrictFloat, Field(gt=0)]  # strict floats accept integers, not booleans
+PosInt = Annotated[StrictInt, Field(ge=1)]
+Fraction = Annotated[StrictFloat, Field(gt=0, le=1)]
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PeakTflops(_Closed):
+    """Dense (not 2:4 sparse) peak of the matrix units per dtype, 10^12 FLOP/s.
+    A dtype the device cannot run is left out."""
+
+    fp32: PosFloat | None = None
+    tf32: PosFloat | None = None
+    bf16: PosFloat | None = None
+    fp16: PosFloat | None = None
+    fp8: PosFloat | None = None
+
+
+class IntraNode(_Closed):
+    """The fabric between the devices of one node (NVLink/NVSwitch, HCCS, UPI).
+
+    `bandwidth_GBps` is per device per direction; `latency_us` is the per-step latency alpha
+    of a collective step on this fabric (link, synchronisation and software)."""
+
+    bandwidth_GBps: PosFloat
+    latency_us: PosFloat
+    topology: Literal["switch", "ring", "mesh"] = "switch"
+
+
+class InterNode(_Closed):
+    """The network between nodes: `nics_per_node` NICs of `nic_bandwidth_Gbps` each (per
+    direction), shared by the devices of the node; `latency_us` is the per-step alpha."""
+
+    nics_per_node: PosInt
+    nic_bandwidth_Gbps: PosFloat
+    latency_us: PosFloat
+
+
+class Host(_Closed):
+    """The host side: `memory_GB` of host DRAM per node, `pcie_bandwidth_GBps` per device
+    per direction between host and device memory."""
+
+    memory_GB: PosFloat
+    pcie_bandwidth_GBps: PosFloat
+
+
+class Efficiency(_Closed):
+    """Physical parameters of the cost model (docs in `simulator.cost.compute` and
+    `simulator.cost.collectives`). Fractions are of the datasheet peak."""
+
+    gemm_peak_fraction: Fraction
+    gemm_tile_mn: tuple[PosInt, PosInt] = (128, 128)
+    gemm_k_half: Annotated[StrictFloat, Field(ge=0)] = 0.0
+    attention_peak_fraction: Fraction
+    vector_peak_fraction: Fraction = 0.5
+    memory_bandwidth_fraction: Fraction
+    intra_node_bus_fraction: Fraction
+    inter_node_bus_fraction: Fraction
+
+
+class HardwareProfile(_Closed):
+    """A validated hardware profile. `source` is the file it came from (for messages)."""
+
+    name: StrictStr
+    description: StrictStr = ""
+    device_type: Literal["gpu", "npu", "cpu"] = "gpu"
+    compute_units: PosInt
+    memory_GB: PosFloat
+    memory_bandwidth_GBps: PosFloat
+    peak_tflops: PeakTflops
+    vector_tflops: PosFloat | None = None
+    l2_bandwidth_GBps: PosFloat | None = None
+    intra_node: IntraNode
+    inter_node: InterNode
+    host: Host
+    kernel_launch_us: Annotated[StrictFloat, Field(ge=0)]
+    devices_per_node_default: PosInt
+    efficiency: Efficiency
+    source: StrictStr = "<hardware>"
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        """Dense peak FLOP/s of the matrix units for `dtype`; InputError when the device has
+        none (the message names the profile file and the dtypes it does have)."""
+        value = getattr(self.peak_tflops, dtype, None) if dtype in DTYPES else None
+        if value is None:
+            have = [d for d in DTYPES if getattr(self.peak_tflops, d) is not None]
+            raise InputError(self.source, f"peak_tflops.{dtype}",
+                              f"device '{self.name}' has no peak for dtype '{dtype}'; "
+                              f"it has: {', '.join(have)}")
+        return value * 1e12
+
+    def has_dtype(self, dtype: str) -> bool:
+        return dtype in DTYPES and getattr(self.peak_tflops, dtype) is not None
+
+    @property
+    def vector_flops_per_s(self) -> float:
+        """Peak of the vector (non-matrix) units, FLOP/s; defaults to the fp32 peak."""
+        if self.vector_tflops is not None:
+            return self.vector_tflops * 1e12
+        return self.peak_flops_per_s("fp32")
+
+    @property
+    def memory_capacity_bytes(self) -> float:
+        return self.memory_GB * 1e9
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self.memory_bandwidth_GBps * 1e9
+
+    @property
+    def intra_link_bandwidth_bytes_per_s(self) -> float:
+        """Datasheet intra-node bandwidth per device per direction."""
+        return self.intra_node.bandwidth_GBps * 1e9
+
+    @property
+    def intra_link_latency_s(self) -> float:
+        return self.intra_node.latency_us * 1e-6
+
+    @property
+    def nic_bandwidth_bytes_per_s(self) -> float:
+        """One NIC, one direction."""
+        return self.inter_node.nic_bandwidth_Gbps * 1e9 / 8
+
+    @property
+    def node_network_bandwidth_bytes_per_s(self) -> float:
+        """All NICs of one node together, one direction."""
+        return self.nic_bandwidth_bytes_per_s * self.inter_node.nics_per_node
+
+    def inter_link_bandwidth_bytes_per_s(self, devices_per_node: int | None = None) -> float:
+        """Each device's fair share of its node's NICs, one direction (all devices of the
+        node sending at once, as in data-parallel gradient reduction)."""
+        per_node = devices_per_node or self.devices_per_node_default
+        return self.node_network_bandwidth_bytes_per_s / per_node
+
+    @property
+    def inter_link_latency_s(self) -> float:
+        return self.inter_node.latency_us * 1e-6
+
+    @property
+    def host_memory_bytes(self) -> float:
+        """Host DRAM per node."""
+        return self.host.memory_GB * 1e9
+
+    @property
+    def pcie_bandwidth_bytes_per_s(self) -> float:
+        """Host <-> device, per device per direction."""
+        return self.host.pcie_bandwidth_GBps * 1e9
+
+    @property
+    def kernel_launch_s(self) -> float:
+        return self.kernel_launch_us * 1e-6
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.memory_GB:g} GB, {self.memory_bandwidth_GBps:g} GB/s)"
