@@ -1,11 +1,12 @@
 """Pure cost functions: seconds and bytes from specs and a hardware profile. No state, no I/O."""
 
-from simulator.cost.benchmark import busbw_factor, comm_benchmark
 from simulator.cost.collectives import (
     ALGORITHMS,
+    busbw_factor,
     choose_algorithm,
     collective_cost,
     collective_time_s,
+    comm_benchmark,
     link_kind,
     send_recv_time_s,
 )

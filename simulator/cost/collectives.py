@@ -28,6 +28,7 @@ together get m such shares. alpha is the profile's per-step latency of the link.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from simulator.cost.specs import COLLECTIVES, GroupSpec
 from simulator.errors import InputError
@@ -35,7 +36,8 @@ from simulator.hardware.schema import HardwareProfile
 from simulator.yamlio import did_you_mean
 
 __all__ = ["collective_time_s", "collective_cost", "choose_algorithm", "send_recv_time_s",
-           "link_kind", "intra_bus_bandwidth", "inter_bus_bandwidth", "ALGORITHMS"]
+           "link_kind", "intra_bus_bandwidth", "inter_bus_bandwidth", "comm_benchmark",
+           "busbw_factor", "ALGORITHMS"]
 
 ALGORITHMS: tuple[str, ...] = ("ring", "tree", "hierarchical")
 _TREE_COLLECTIVES = ("all_reduce",)
@@ -179,3 +181,35 @@ def send_recv_time_s(nbytes: float, intra_node: bool, hw: HardwareProfile,
         return nbytes / intra_bus_bandwidth(hw) + hw.intra_link_latency_s
     per_node = devices_per_node or hw.devices_per_node_default
     return nbytes / inter_bus_bandwidth(hw, per_node) + hw.inter_link_latency_s
+
+
+# The collective micro-benchmark of `shardsim comm` (CONTRACT section 4), like nccl-tests:
+# algbw = S / t, busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md).
+
+def busbw_factor(collective: str, n: int) -> float:
+    """nccl-tests' bus bandwidth factor for `collective` on n ranks."""
+    if collective == "all_reduce":
+        return 2 * (n - 1) / n
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def comm_benchmark(collective: str, nbytes: float, devices: int, devices_per_node: int,
+                   hw: HardwareProfile) -> dict[str, Any]:
+    """One nccl-tests style measurement: `collective` of `nbytes` over `devices` consecutive
+    ranks on nodes of `devices_per_node`. Keys exactly as CONTRACT section 4."""
+    if devices < 1:
+        raise InputError("--devices", "", f"found {devices}; expected an integer >= 1")
+    if devices_per_node < 1:
+        raise InputError("--devices-per-node", "",
+                         f"found {devices_per_node}; expected an integer >= 1")
+    if devices > devices_per_node and devices % devices_per_node:
+        raise InputError("--devices", "", f"found {devices}; expected a multiple of "
+                         f"--devices-per-node={devices_per_node} when it spans nodes")
+    group = GroupSpec(size=devices, stride=1, devices_per_node=devices_per_node)
+    algorithm, time_s = collective_cost(collective, nbytes, group, hw)
+    algbw = nbytes / time_s / 1e9 if time_s > 0 else 0.0
+    return {"collective": collective, "devices": devices, "devices_per_node": devices_per_node,
+            "bytes": nbytes, "algorithm": algorithm, "time_s": time_s, "algbw_GBps": algbw,
+            "busbw_GBps": algbw * busbw_factor(collective, devices)}
