@@ -1,0 +1,118 @@
+"""Collectives: the ring closed form exactly, and the relations any alpha-beta model obeys."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.cost.collectives import (
+    busbw_factor,
+    collective_cost,
+    collective_time_s,
+    comm_benchmark,
+    intra_bus_bandwidth,
+    link_kind,
+    send_recv_time_s,
+)
+from simulator.cost.specs import COLLECTIVES, GroupSpec
+from simulator.errors import InputError
+from simulator.hardware import load_profile
+
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return load_profile("a100-80gb")
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_ring_all_reduce_in_one_node_is_the_closed_form(a100, n):
+    """2(n-1)/n * S/B + 2(n-1) * alpha, B = 300 GB/s x intra_node_bus_fraction."""
+    size = 256e6
+    bw = 300e9 * a100.efficiency.intra_node_bus_fraction
+    alpha = a100.intra_node.latency_us * 1e-6
+    expected = 2 * (n - 1) / n * size / bw + 2 * (n - 1) * alpha
+    group = GroupSpec(size=n, stride=1, devices_per_node=8)
+    assert collective_time_s("all_reduce", size, group, a100, "ring") == pytest.approx(
+        expected, rel=1e-12)
+    assert intra_bus_bandwidth(a100) == bw
+
+
+def test_ring_all_gather_closed_form(a100):
+    group = GroupSpec(size=4, stride=2, devices_per_node=8)
+    expected = 3 / 4 * 1e9 / intra_bus_bandwidth(a100) + 3 * a100.intra_link_latency_s
+    assert collective_time_s("all_gather", 1e9, group, a100) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("collective", COLLECTIVES)
+@pytest.mark.parametrize("size,stride", [(8, 1), (64, 1), (16, 8)])
+def test_time_grows_monotonically_with_bytes(a100, collective, size, stride):
+    group = GroupSpec(size=size, stride=stride, devices_per_node=8)
+    times = [collective_time_s(collective, float(b), group, a100)
+             for b in (2**p for p in range(10, 36, 2))]
+    assert all(later > earlier for earlier, later in zip(times, times[1:]))
+
+
+@pytest.mark.parametrize("collective", COLLECTIVES)
+def test_one_device_or_no_bytes_cost_nothing(a100, collective):
+    assert collective_time_s(collective, 1e9, GroupSpec(1, 1, 8), a100) == 0.0
+    assert collective_time_s(collective, 0, GroupSpec(8, 1, 8), a100) == 0.0
+
+
+def test_crossing_nodes_is_slower_than_staying_in_one(a100):
+    inside = GroupSpec(size=8, stride=1, devices_per_node=8)
+    across = GroupSpec(size=8, stride=8, devices_per_node=8)   # one member per node
+    two_nodes = GroupSpec(size=16, stride=1, devices_per_node=8)
+    assert link_kind(inside) == "intra" and link_kind(across) == "inter"
+    for algorithm in ("hierarchical", "auto"):
+        t_in = collective_time_s("all_reduce", GiB, inside, a100, algorithm)
+        assert collective_time_s("all_reduce", GiB, across, a100, algorithm) > t_in
+        assert collective_time_s("all_reduce", GiB, two_nodes, a100, algorithm) > t_in
+
+
+def test_hierarchical_phases_add_up(a100):
+    """RS in the node (8) + ring AR of S/8 over 2 nodes on a NIC share + AG in the node."""
+    group = GroupSpec(size=16, stride=1, devices_per_node=8)
+    b_in, a_in = intra_bus_bandwidth(a100), a100.intra_link_latency_s
+    b_out = 25e9 * a100.efficiency.inter_node_bus_fraction
+    a_out = a100.inter_link_latency_s
+    size = 1e9
+    expected = (2 * 7 / 8 * size / b_in + 2 * 7 * a_in) + (2 * 1 / 2 * size / 8 / b_out
+                                                           + 2 * a_out)
+    assert collective_time_s("all_reduce", size, group, a100, "hierarchical") == pytest.approx(
+        expected)
+
+
+def test_auto_picks_tree_for_large_scale_small_messages(a100):
+    group = GroupSpec(size=1024, stride=1, devices_per_node=8)
+    algorithm, t = collective_cost("all_reduce", 1e6, group, a100)
+    assert algorithm == "tree"
+    assert t <= collective_time_s("all_reduce", 1e6, group, a100, "ring")
+
+
+def test_send_recv(a100):
+    expected = 1e8 / intra_bus_bandwidth(a100) + a100.intra_link_latency_s
+    assert send_recv_time_s(1e8, True, a100) == pytest.approx(expected)
+    assert send_recv_time_s(1e8, False, a100) > send_recv_time_s(1e8, True, a100)
+
+
+def test_comm_benchmark_keys_and_busbw(a100):
+    res = comm_benchmark("all_reduce", GiB, 8, 8, a100)
+    assert list(res) == ["collective", "devices", "devices_per_node", "bytes", "algorithm",
+                         "time_s", "algbw_GBps", "busbw_GBps"]
+    group = GroupSpec(size=8, stride=1, devices_per_node=8)
+    assert res["time_s"] == collective_time_s("all_reduce", GiB, group, a100)
+    assert res["algbw_GBps"] == pytest.approx(GiB / res["time_s"] / 1e9)
+    assert res["busbw_GBps"] == pytest.approx(res["algbw_GBps"] * 14 / 8)
+    assert busbw_factor("all_gather", 8) == 7 / 8 and busbw_factor("broadcast", 8) == 1
+
+
+def test_bad_names_are_input_errors(a100):
+    group = GroupSpec(8, 1, 8)
+    with pytest.raises(InputError) as err:
+        collective_time_s("allreduce", 1.0, group, a100)
+    assert "(did you mean 'all_reduce'?)" in str(err.value)
+    with pytest.raises(InputError) as err:
+        collective_time_s("all_reduce", 1.0, group, a100, "rign")
+    assert str(err.value) == ("algorithm: unknown algorithm 'rign' (did you mean 'ring'?); "
+                              "allowed: auto, ring, tree, hierarchical")

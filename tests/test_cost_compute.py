@@ -1,0 +1,78 @@
+"""The compute roofline against its closed forms, and the GEMM efficiency model's shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.cost.compute import compute_time_s, gemm_efficiency
+from simulator.cost.specs import ComputeSpec
+from simulator.hardware import load_profile
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return load_profile("a100-80gb")
+
+
+def test_memory_bound_kernel_equals_closed_form(a100):
+    spec = ComputeSpec("gelu", "elementwise", flops=1e6, bytes_accessed=4e9, dtype="bf16")
+    eff = a100.efficiency
+    expected = 4e9 / (2039e9 * eff.memory_bandwidth_fraction) + a100.kernel_launch_us * 1e-6
+    assert compute_time_s(spec, a100) == pytest.approx(expected, rel=1e-12)
+
+
+def test_compute_bound_gemm_equals_closed_form(a100):
+    m = n = k = 8192
+    flops = 2 * m * n * k
+    spec = ComputeSpec("mm", "gemm", flops=flops, bytes_accessed=3 * m * n * 2, dtype="bf16",
+                       gemm_mnk=(m, n, k))
+    # 8192/128 x 8192/256 = 2048 tiles on 108 SMs: 19 waves -> 2048/2052 of the last wave
+    # used; no padding; k loop 8192/(8192+k_half); tile 128x256 is above the L2 balance.
+    eff = a100.efficiency
+    fraction = eff.gemm_peak_fraction * (2048 / (19 * 108)) * (k / (k + eff.gemm_k_half))
+    expected = flops / (312e12 * fraction) + a100.kernel_launch_us * 1e-6
+    assert compute_time_s(spec, a100) == pytest.approx(expected, rel=1e-12)
+
+
+def test_attention_runs_at_its_own_fraction(a100):
+    spec = ComputeSpec("fa", "attention", flops=1e12, bytes_accessed=1e6, dtype="bf16")
+    expected = 1e12 / (312e12 * a100.efficiency.attention_peak_fraction) + a100.kernel_launch_s
+    assert compute_time_s(spec, a100) == pytest.approx(expected, rel=1e-12)
+
+
+def test_empty_kernel_costs_nothing(a100):
+    assert compute_time_s(ComputeSpec("noop", "copy", 0, 0, "bf16"), a100) == 0.0
+
+
+def test_gemm_efficiency_never_exceeds_the_measured_ceiling(a100):
+    for mnk in [(8192, 8192, 8192), (1024, 10240, 5120), (2048, 4608, 12288), (1, 1, 1)]:
+        assert 0 < gemm_efficiency(mnk, 1, "bf16", a100) <= a100.efficiency.gemm_peak_fraction
+
+
+def test_small_and_skinny_gemms_run_further_from_peak(a100):
+    big = gemm_efficiency((8192, 8192, 8192), 1, "bf16", a100)
+    small = gemm_efficiency((256, 256, 256), 1, "bf16", a100)
+    short_k = gemm_efficiency((8192, 8192, 64), 1, "bf16", a100)
+    skinny = gemm_efficiency((16, 8192, 8192), 1, "bf16", a100)
+    assert small < 0.5 * big and short_k < 0.5 * big and skinny < 0.5 * big
+
+
+def test_wave_quantization_one_tile_too_many(a100):
+    """108 tiles fill the A100's 108 SMs; 109 take two waves (tile choice may soften it)."""
+    full = gemm_efficiency((128 * 108, 256, 4096), 1, "bf16", a100)
+    over = gemm_efficiency((128 * 109, 256, 4096), 1, "bf16", a100)
+    assert over < full
+
+
+def test_gemm_time_grows_with_size(a100):
+    times = [compute_time_s(ComputeSpec("mm", "gemm", 2 * s**3, 6 * s * s, "bf16",
+                                        gemm_mnk=(s, s, s)), a100)
+             for s in (128, 512, 2048, 8192)]
+    assert times == sorted(times)
+
+
+def test_fp32_gemm_uses_fp32_peak(a100):
+    s = 4096
+    bf16 = ComputeSpec("mm", "gemm", 2 * s**3, 6 * s * s, "bf16", gemm_mnk=(s, s, s))
+    fp32 = ComputeSpec("mm", "gemm", 2 * s**3, 12 * s * s, "fp32", gemm_mnk=(s, s, s))
+    assert compute_time_s(fp32, a100) > 10 * compute_time_s(bf16, a100)
