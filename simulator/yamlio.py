@@ -34,6 +34,9 @@ _Loader.add_implicit_resolver(
 )
 
 
+_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
 def load_yaml_text(text: str) -> Any:
     """Parse YAML text with the project's loader (safe, with exponent floats)."""
     return yaml.load(text, Loader=_Loader)
@@ -65,9 +68,8 @@ def read_yaml_file(path: Path, source: str | None = None) -> dict[str, Any]:
     if data is None:
         raise InputError(src, "", "the file is empty; expected a mapping of keys to values")
     if not isinstance(data, dict):
-        raise InputError(
-            src, "", f"expected a mapping at the top level, found {type(data).__name__}"
-        )
+        raise InputError(src, "", f"expected a mapping of keys to values at the top level, "
+                         f"found {_KINDS.get(type(data), type(data).__name__)}")
     return data
 
 

@@ -102,7 +102,9 @@ def stdout_console(out: IO[str]) -> Any:
     """A rich console writing the command's real output to `out`."""
     from rich.console import Console
 
-    return Console(file=out, highlight=False)
+    # Piped output is not squeezed into 80 columns; tables keep their natural width.
+    wide = None if getattr(out, "isatty", lambda: False)() else 160
+    return Console(file=out, highlight=False, width=wide)
 
 
 def check_overrides(overrides: Sequence[str]) -> None:

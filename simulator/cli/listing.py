@@ -23,15 +23,26 @@ def _cell(value: Any) -> str:
 
 
 def _table(title: str, rows: list[dict[str, Any]], out: IO[str]) -> None:
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title)
+    table = Table(title=title, box=box.SIMPLE_HEAD)
     columns = list(dict.fromkeys(k for row in rows for k in row))
     for i, col in enumerate(columns):
         table.add_column(col, overflow="fold", no_wrap=i == 0)
     for row in rows:
         table.add_row(*(_cell(row.get(col)) for col in columns))
     stdout_console(out).print(table)
+
+
+# Short headers for the profile table; keys not listed keep their own name.
+_PROFILE_HEADERS = {
+    "bf16_tflops": "bf16\nTFLOP/s", "fp16_tflops": "fp16\nTFLOP/s",
+    "fp32_tflops": "fp32\nTFLOP/s", "fp8_tflops": "fp8\nTFLOP/s", "memory_GB": "mem\nGB",
+    "memory_bandwidth_GBps": "mem\nGB/s", "intra_node_GBps": "intra\nGB/s",
+    "intra_node_topology": "intra\ntopology", "nic_Gbps_per_node": "NICs\nGb/s/node",
+    "devices_per_node": "dev/\nnode",
+}
 
 
 def profiles(json_out: JsonOpt = False) -> None:
@@ -42,8 +53,13 @@ def profiles(json_out: JsonOpt = False) -> None:
         rows = [profile_summary(hw) for hw in list_profiles()]
         if json_out:
             emit_json({"profiles": rows}, stdout)
-        else:
-            _table("hardware profiles (use the name in a scenario's `hardware:`)", rows, stdout)
+            return
+        short = [{_PROFILE_HEADERS.get(k, k): v for k, v in row.items() if k != "description"}
+                 for row in rows]
+        _table("hardware profiles (use the name in a scenario's `hardware:`)", short, stdout)
+        for row in rows:
+            if row.get("description"):
+                stdout.write(f"{row.get('name')}: {row['description']}\n")
 
 
 def _scenario_row(name: str) -> dict[str, Any]:

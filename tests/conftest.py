@@ -1,0 +1,77 @@
+"""Fixtures shared by the test suite, named for what they return."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def tiny_scenario_data() -> dict[str, Any]:
+    """A small valid transformer scenario as a mapping: 4 devices, data 2 x tensor 2."""
+    return {
+        "name": "tiny",
+        "hardware": "cpu-x86",
+        "cluster": {"nodes": 1, "devices_per_node": 4},
+        "model": {"type": "transformer", "layers": 4, "hidden_size": 64, "num_heads": 4,
+                  "seq_length": 32, "vocab_size": 128, "dtype": "fp32"},
+        "training": {"global_batch_size": 8, "micro_batch_size": 2},
+        "parallel": {"data": 2, "tensor": 2, "pipeline": 1},
+    }
+
+
+@pytest.fixture
+def write_file(tmp_path: Path) -> Callable[[str, Any], Path]:
+    """write_file(name, content) -> path under tmp_path; a mapping is written as YAML,
+    bytes as they are, anything else as text."""
+
+    def write(name: str, content: Any) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        elif isinstance(content, dict):
+            path.write_text(yaml.safe_dump(content, sort_keys=False), encoding="utf-8")
+        else:
+            path.write_text(str(content), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def fake_bundled_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Bundled hardware profiles replaced by three empty files, so that messages listing
+    them do not change when profiles are added; returns their names."""
+    import simulator.resources as resources
+
+    folder = tmp_path / "_profiles"
+    folder.mkdir()
+    names = ["a100-80gb", "cpu-x86", "h100-sxm"]
+    for name in names:
+        (folder / f"{name}.yaml").write_text("name: fake\n", encoding="utf-8")
+    real = resources.bundled_dir
+    monkeypatch.setattr(resources, "bundled_dir",
+                        lambda kind: folder if kind == "hardware_profiles" else real(kind))
+    return names
+
+
+@pytest.fixture
+def invoke_cli() -> Callable[..., Any]:
+    """invoke_cli(*args) -> click Result of `shardsim args...` run in-process."""
+    from typer.testing import CliRunner
+
+    from simulator.cli import app
+
+    runner = CliRunner()
+
+    def invoke(*args: str) -> Any:
+        return runner.invoke(app, list(args), prog_name="shardsim")
+
+    return invoke
