@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import difflib
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import yaml
 from simulator.errors import InputError
 
 __all__ = ["read_yaml_file", "load_yaml_text", "parse_override", "apply_overrides",
-           "did_you_mean"]
+           "blame_override", "did_you_mean"]
 
 
 class _Loader(yaml.SafeLoader):
@@ -105,6 +106,21 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             node = nxt
         node[parts[-1]] = value
     return out
+
+
+def blame_override(err: InputError, overrides: Sequence[str], prefix: str = "") -> InputError:
+    """`err` re-sourced to the `--set` override that set its key (or a key inside or around
+    it), so the user does not search the file for what they typed on the command line.
+
+    `prefix` is what the user wrote before each override (`hardware.` for profile fields).
+    """
+    if not err.key:
+        return err
+    for item in reversed(overrides):
+        key = item.partition("=")[0].strip()
+        if key == err.key or key.startswith(err.key + ".") or err.key.startswith(key + "."):
+            return InputError(f"{err.source} with --set {prefix}{item}", err.key, err.message)
+    return err
 
 
 def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:

@@ -111,3 +111,20 @@ def test_internal_error_is_one_line(invoke_cli, monkeypatch):
     assert result.exit_code == 3
     assert result.stderr == ("error: internal error: ZeroDivisionError: boom (a bug in "
                              "shardsim; run with SHARDSIM_DEBUG=1 to see the traceback)\n")
+
+
+@pytest.mark.parametrize("command", ["run", "verify"])
+def test_bad_hardware_override_is_blamed(invoke_cli, write_file, in_tmp, tiny_scenario_data,
+                                         command):
+    from simulator.resources import list_bundled
+
+    if "a100-80gb" not in list_bundled("hardware_profiles"):
+        pytest.skip("the a100-80gb profile has not landed yet")
+    write_file("s.yaml", apply_overrides(tiny_scenario_data, ["hardware=a100-80gb"]))
+    result = invoke_cli(command, "s.yaml", "--set", "hardware.memry_GB=40")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(
+        "error: hardware_profiles/a100-80gb.yaml with --set hardware.memry_GB=40: memry_GB: "
+        "unknown key (did you mean 'memory_GB'?); allowed: ")
+    assert result.stderr.count("\n") == 1

@@ -23,7 +23,7 @@ from simulator.errors import InfeasibleError, InputError, ShardsimError
 __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL",
     "LoadedScenario", "guarded", "fail", "emit_json", "to_jsonable", "load_scenario",
-    "check_overrides", "stderr_console", "stdout_console",
+    "check_overrides", "stderr_console", "stdout_console", "load_hardware",
 ]
 
 EXIT_OK = 0
@@ -152,3 +152,15 @@ def load_scenario(arg: str, overrides: Sequence[str]) -> LoadedScenario:
     scenario = parse_scenario(data, shown, scen_o)
     hw_path = resolve_hardware(scenario, path.parent, scen_o)
     return LoadedScenario(scenario, hw_path, hw_o, path.stem)
+
+
+def load_hardware(loaded: LoadedScenario) -> Any:
+    """The scenario's hardware profile with the `--set hardware.KEY=VALUE` overrides; an
+    error caused by one of them names it."""
+    from simulator.hardware.load import load_profile
+    from simulator.yamlio import blame_override
+
+    try:
+        return load_profile(str(loaded.hardware_path), loaded.hardware_overrides)
+    except InputError as err:
+        raise blame_override(err, loaded.hardware_overrides, "hardware.") from None

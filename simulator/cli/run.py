@@ -13,6 +13,7 @@ from simulator.cli._common import (
     EXIT_OK,
     emit_json,
     guarded,
+    load_hardware,
     load_scenario,
     stderr_console,
     stdout_console,
@@ -38,14 +39,11 @@ JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print exactly one JSON object on stdout and nothing else.")]
 
 
-def _simulate(loaded: Any, fidelity: str) -> tuple[Any, dict[str, Any]]:
-    """Load the profile, simulate, and summarise, with a status line on stderr."""
-    from simulator.hardware.load import load_profile
+def _simulate(scenario: Any, hw: Any, fidelity: str) -> tuple[Any, dict[str, Any]]:
+    """Simulate and summarise, with a status line on stderr."""
     from simulator.report import summary
     from simulator.simulate import simulate
 
-    hw = load_profile(str(loaded.hardware_path), loaded.hardware_overrides)
-    scenario = loaded.scenario
     with stderr_console().status(f"simulating {scenario.name} on {scenario.devices} devices"):
         result = simulate(scenario, hw, fidelity=fidelity)
         return result, summary(result)
@@ -90,7 +88,8 @@ def run(
     """Simulate one training iteration: time, breakdown, memory, communication."""
     with guarded() as stdout:
         loaded = load_scenario(scenario, overrides or [])
-        result, summ = _simulate(loaded, fidelity.value)
+        hw = load_hardware(loaded)
+        result, summ = _simulate(loaded.scenario, hw, fidelity.value)
         out_dir = out if out is not None or json_out else Path("reports") / loaded.stem
         if out_dir is not None:
             _write_report(result, out_dir)
@@ -115,6 +114,7 @@ def verify(
     """Execute the sharded plan on virtual numpy devices and compare with one device."""
     with guarded() as stdout:
         loaded = load_scenario(scenario, overrides or [])
+        load_hardware(loaded)  # not used by the numpy run, but a bad override is an error
         from simulator.numeric.verify import verify_scenario
 
         with stderr_console().status(f"verifying {loaded.scenario.name}"):

@@ -19,7 +19,7 @@ from simulator.resources import list_bundled, resolve_yaml
 from simulator.scenario.rules import check_rules
 from simulator.scenario.schema import Scenario
 from simulator.validation import to_input_error
-from simulator.yamlio import apply_overrides, did_you_mean
+from simulator.yamlio import apply_overrides, blame_override, did_you_mean
 
 __all__ = ["parse_scenario", "split_overrides", "resolve_hardware"]
 
@@ -35,17 +35,6 @@ def split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str]]:
     return scen, hw
 
 
-def _blame(err: InputError, overrides: Sequence[str]) -> InputError:
-    """`err` re-sourced to the override that set its key (or a key inside it), if any."""
-    if not err.key:
-        return err
-    for item in reversed(overrides):
-        key = item.partition("=")[0].strip()
-        if key == err.key or key.startswith(err.key + ".") or err.key.startswith(key + "."):
-            return InputError(f"{err.source} with --set {item}", err.key, err.message)
-    return err
-
-
 def parse_scenario(data: dict[str, Any], source: str, overrides: Sequence[str] = ()) -> Scenario:
     """Validate `data` (with scenario `--set` overrides applied) into a Scenario.
 
@@ -58,11 +47,11 @@ def parse_scenario(data: dict[str, Any], source: str, overrides: Sequence[str] =
     try:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
-        raise _blame(to_input_error(exc, source, Scenario), overrides) from None
+        raise blame_override(to_input_error(exc, source, Scenario), overrides) from None
     try:
         check_rules(scenario)
     except InputError as err:
-        raise _blame(err, overrides) from None
+        raise blame_override(err, overrides) from None
     return scenario
 
 
@@ -80,7 +69,7 @@ def resolve_hardware(
     if found is not None:
         return found
     names = list_bundled("hardware_profiles")
-    raise _blame(InputError(
+    raise blame_override(InputError(
         scenario.source,
         "hardware",
         f"found {ref!r}, which is neither a bundled profile nor a file{did_you_mean(ref, names)}"
