@@ -21,11 +21,24 @@ __all__ = ["read_yaml_file", "load_yaml_text", "parse_override", "apply_override
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads `1e-4` and `3E8` as floats.
+    """SafeLoader that also reads `1e-4` and `3E8` as floats and rejects duplicate keys.
 
     YAML 1.1 (PyYAML) wants a dot in a float's mantissa, so `learning_rate: 1e-4` would
-    otherwise arrive as the string '1e-4' and fail validation with a puzzling message.
+    otherwise arrive as the string '1e-4' and fail validation with a puzzling message; and
+    PyYAML silently keeps the last of two equal keys, hiding a copy-paste mistake.
     """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue  # merged (`<<:`) keys may be overridden on purpose
+            ident = (key_node.tag, key_node.value)
+            if ident in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key_node.value}'", key_node.start_mark)
+            seen.add(ident)
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(

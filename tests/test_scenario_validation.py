@@ -25,6 +25,8 @@ FILE_CASES = [
     ("tab-indent", "model:\n\tlayers: 2\n",
      "s.yaml: YAML syntax error at line 2, column 1: found character '\\t' that cannot start "
      "any token"),
+    ("duplicate-key", "model:\n  layers: 2\n  layers: 3\n",
+     "s.yaml: YAML syntax error at line 3, column 3: duplicate key 'layers'"),
     ("non-utf8", b"name: caf\xe9\n", "s.yaml: not UTF-8 text (byte 0xe9 at offset 9)"),
     ("top-level-list", "- a\n- b\n",
      "s.yaml: expected a mapping of keys to values at the top level, found a list"),
