@@ -47,11 +47,14 @@ class IntraNode(_Closed):
     """The fabric between the devices of one node (NVLink/NVSwitch, HCCS, UPI).
 
     `bandwidth_GBps` is per device per direction; `latency_us` is the per-step latency alpha
-    of a collective step on this fabric (link, synchronisation and software)."""
+    of a collective step on this fabric (link, synchronisation and software). On a `mesh`,
+    `bandwidth_GBps` is spread over `mesh_links` direct links (default: one to each other
+    device of the node)."""
 
     bandwidth_GBps: PosFloat
     latency_us: PosFloat
     topology: Literal["switch", "ring", "mesh"] = "switch"
+    mesh_links: PosInt | None = None
 
 
 class InterNode(_Closed):

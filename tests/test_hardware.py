@@ -1,0 +1,149 @@
+"""Hardware profiles: every bundled one loads with sane figures; bad input -> exact messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simulator.errors import InputError
+from simulator.hardware import list_profiles, load_profile, profile_summary
+from simulator.resources import bundled_dir, list_bundled
+
+REQUIRED = ("ascend-910a", "ascend-910b", "a100-40gb", "a100-80gb", "h100-sxm", "h200-sxm",
+            "cpu-x86")
+
+
+@pytest.fixture
+def a100_yaml(tmp_path: Path):
+    """A writer of a copy of the a100-80gb profile with one edit, returning its path."""
+    base = yaml.safe_load((bundled_dir("hardware_profiles") / "a100-80gb.yaml").read_text())
+
+    def write(edit) -> Path:
+        data = yaml.safe_load(yaml.safe_dump(base))
+        edit(data)
+        path = tmp_path / "hw.yaml"
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    return write
+
+
+def test_required_profiles_are_bundled():
+    missing = set(REQUIRED) - set(list_bundled("hardware_profiles"))
+    assert not missing
+
+
+@pytest.mark.parametrize("name", list_bundled("hardware_profiles"))
+def test_every_bundled_profile_loads_with_positive_figures(name):
+    hw = load_profile(name)
+    assert hw.name == name
+    model_dtypes = ("fp32",) if hw.device_type == "cpu" else ("fp16", "bf16")
+    if name == "ascend-910a":
+        model_dtypes = ("fp16",)  # the 910A has no bf16 (see its profile)
+    for dtype in model_dtypes:
+        assert hw.peak_flops_per_s(dtype) > 1e12
+    assert hw.memory_capacity_bytes >= 16e9
+    assert hw.memory_bandwidth_bytes_per_s > 1e11
+    assert hw.intra_link_bandwidth_bytes_per_s > 0 and 0 < hw.intra_link_latency_s < 1e-3
+    assert hw.inter_link_bandwidth_bytes_per_s() > 0 and 0 < hw.inter_link_latency_s < 1e-3
+    assert hw.host_memory_bytes > hw.memory_capacity_bytes
+    assert 0 < hw.kernel_launch_s < 1e-4
+    # the GEMM ceiling never beats the datasheet
+    assert 0 < hw.efficiency.gemm_peak_fraction <= 1
+
+
+def test_si_conversions_of_a100():
+    hw = load_profile("a100-80gb")
+    assert hw.peak_flops_per_s("bf16") == 312e12
+    assert hw.memory_capacity_bytes == 80e9
+    assert hw.memory_bandwidth_bytes_per_s == 2039e9
+    assert hw.intra_link_bandwidth_bytes_per_s == 300e9
+    assert hw.nic_bandwidth_bytes_per_s == 25e9          # 200 Gb/s
+    assert hw.inter_link_bandwidth_bytes_per_s(8) == 25e9  # 8 NICs shared by 8 GPUs
+    assert hw.kernel_launch_s == pytest.approx(hw.kernel_launch_us * 1e-6)
+
+
+def test_list_profiles_and_summary():
+    profiles = list_profiles()
+    assert [p.name for p in profiles] == list_bundled("hardware_profiles")
+    row = profile_summary(load_profile("h100-sxm"))
+    assert row["bf16_tflops"] == pytest.approx(989.4, rel=1e-3)
+    assert row["nic_Gbps_per_node"] == 3200
+
+
+def test_override_changes_the_figure():
+    hw = load_profile("a100-80gb", ["memory_GB=40", "intra_node.bandwidth_GBps=450"])
+    assert hw.memory_capacity_bytes == 40e9
+    assert hw.intra_link_bandwidth_bytes_per_s == 450e9
+    assert load_profile("a100-80gb").memory_capacity_bytes == 80e9
+
+
+def test_load_by_path(a100_yaml):
+    path = a100_yaml(lambda d: d.update(name="custom"))
+    assert load_profile(str(path)).name == "custom"
+
+
+def test_unknown_profile_name_lists_bundled_with_hint():
+    with pytest.raises(InputError) as err:
+        load_profile("a100-80g")
+    names = ", ".join(list_bundled("hardware_profiles"))
+    assert str(err.value) == (f"hardware: unknown hardware profile 'a100-80g' (did you mean "
+                              f"'a100-80gb'?); bundled: {names} (or give a path to a YAML file)")
+
+
+def test_unknown_key_has_did_you_mean(a100_yaml):
+    path = a100_yaml(lambda d: d["intra_node"].update(bandwith_GBps=1))
+    with pytest.raises(InputError) as err:
+        load_profile(str(path))
+    assert str(err.value) == (f"{path}: intra_node.bandwith_GBps: unknown key (did you mean "
+                              "'bandwidth_GBps'?); allowed: bandwidth_GBps, latency_us, "
+                              "mesh_links, topology")
+
+
+def test_boolean_where_a_number_belongs(a100_yaml):
+    path = a100_yaml(lambda d: d.update(memory_bandwidth_GBps=True))
+    with pytest.raises(InputError) as err:
+        load_profile(str(path))
+    assert str(err.value) == (f"{path}: memory_bandwidth_GBps: found a boolean (true); "
+                              "expected a number")
+
+
+def test_boolean_override_is_rejected():
+    with pytest.raises(InputError) as err:
+        load_profile("a100-80gb", ["memory_GB=yes"])
+    assert err.value.key == "memory_GB"
+    assert "found a boolean (true); expected a number" in err.value.message
+
+
+def test_missing_dtype_names_file_and_dtype():
+    hw = load_profile("a100-80gb")
+    with pytest.raises(InputError) as err:
+        hw.peak_flops_per_s("fp8")
+    assert str(err.value) == ("hardware_profiles/a100-80gb.yaml: peak_tflops.fp8: device "
+                              "'a100-80gb' has no peak for dtype 'fp8'; it has: fp32, tf32, "
+                              "bf16, fp16")
+
+
+def test_missing_required_field(a100_yaml):
+    path = a100_yaml(lambda d: d.pop("memory_GB"))
+    with pytest.raises(InputError) as err:
+        load_profile(str(path))
+    assert str(err.value) == f"{path}: memory_GB: is required but missing"
+
+
+def test_fraction_above_one_is_rejected(a100_yaml):
+    path = a100_yaml(lambda d: d["efficiency"].update(gemm_peak_fraction=1.2))
+    with pytest.raises(InputError) as err:
+        load_profile(str(path))
+    assert err.value.key == "efficiency.gemm_peak_fraction"
+    assert err.value.message == "found 1.2; expected a value less than or equal to 1"
+
+
+def test_bad_topology_lists_choices(a100_yaml):
+    path = a100_yaml(lambda d: d["intra_node"].update(topology="swich"))
+    with pytest.raises(InputError) as err:
+        load_profile(str(path))
+    assert err.value.message == ("found 'swich'; allowed: switch, ring, mesh "
+                                 "(did you mean 'switch'?)")
