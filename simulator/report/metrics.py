@@ -1,0 +1,162 @@
+"""Metrics of a simulated iteration, as pure functions of the Plan and its Trace.
+
+- iteration time: the latest end of any task (the slowest device).
+- breakdown (CONTRACT section 3) along the compute stream of the slowest device: busy time
+  is `compute` (fwd/bwd kernels), `recompute`, `optimizer`, and `comm_exposed` (the
+  critical-path tensor-parallel collectives inside compute tasks, `Task.comm_s`); an idle gap
+  before a task is charged to what it waited for (`Trace.blocker`): a data-parallel
+  collective -> comm_exposed; a pipeline transfer -> comm_exposed for the part of the gap
+  the transfer itself occupied, the rest (waiting for the other stage) -> bubble; an offload
+  copy -> offload_exposed. What the device does after its compute stream ends (the parameter
+  all-gather) is comm_exposed. The parts add up to the iteration time exactly.
+- memory: each device's allocation timeline (model states at t=0, then task allocs at
+  their start and frees at their end; frees first at equal times).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.engine.trace import Trace
+from simulator.schedule.tasks import CATEGORIES, Plan, Task
+
+__all__ = ["BREAKDOWN_KEYS", "MemoryPeak", "iteration_time", "slowest_device", "breakdown",
+           "by_device", "device_end", "memory_timeline", "memory_peak", "device_comm",
+           "comm_volumes"]
+
+BREAKDOWN_KEYS = ("compute", "recompute", "comm_exposed", "bubble", "offload_exposed",
+                  "optimizer")
+_BUSY = {"fwd": "compute", "bwd": "compute", "recompute": "recompute",
+         "optimizer": "optimizer", "offload": "offload_exposed", "comm": "comm_exposed"}
+
+
+def iteration_time(trace: Trace) -> float:
+    return max(trace.end, default=0.0)
+
+
+def by_device(plan: Plan) -> dict[int, list[Task]]:
+    """The tasks of each simulated device, in tid order."""
+    out: dict[int, list[Task]] = {d: [] for d in plan.devices}
+    for task in plan.tasks:
+        out[task.device].append(task)
+    return out
+
+
+def device_end(plan: Plan, trace: Trace) -> dict[int, float]:
+    """Latest end of any task, per simulated device."""
+    out = dict.fromkeys(plan.devices, 0.0)
+    end = trace.end
+    for task in plan.tasks:
+        if end[task.tid] > out[task.device]:
+            out[task.device] = end[task.tid]
+    return out
+
+
+def slowest_device(plan: Plan, trace: Trace) -> int:
+    """The simulated device that finishes last (lowest rank among equals)."""
+    ends = device_end(plan, trace)
+    return max(plan.devices, key=lambda d: (ends[d], -d))
+
+
+def _charge_wait(parts: dict[str, float], gap: float, blocker: Task | None,
+                 trace: Trace, ready: float) -> None:
+    if gap <= 0.0:
+        return
+    if blocker is None:
+        parts["comm_exposed"] += gap  # a link or a rendezvous held it
+        return
+    if blocker.phase == "offload":
+        parts["offload_exposed"] += gap
+    elif blocker.stream in ("pp_fwd", "pp_bwd"):
+        busy = trace.end[blocker.tid] - max(trace.start[blocker.tid], ready)
+        exposed = min(gap, max(busy, 0.0))
+        parts["comm_exposed"] += exposed
+        parts["bubble"] += gap - exposed
+    elif blocker.phase == "comm":
+        parts["comm_exposed"] += gap
+    else:
+        parts["bubble"] += gap
+
+
+def breakdown(plan: Plan, trace: Trace, device: int,
+              end: float | None = None) -> dict[str, float]:
+    """Seconds per BREAKDOWN_KEYS along `device`'s compute stream (see module docstring)."""
+    parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+    tids = next(t for d, name, t in plan.streams if d == device and name == "compute")
+    clock = 0.0
+    for tid in tids:
+        task = plan.tasks[tid]
+        b = trace.blocker[tid]
+        _charge_wait(parts, trace.start[tid] - clock, plan.tasks[b] if b >= 0 else None,
+                     trace, clock)
+        parts[_BUSY[task.phase]] += task.duration_s - task.comm_s
+        parts["comm_exposed"] += task.comm_s
+        clock = trace.end[tid]
+    if end is None:
+        end = device_end(plan, trace)[device]
+    parts["comm_exposed"] += max(0.0, end - clock)
+    return parts
+
+
+def memory_timeline(plan: Plan, trace: Trace, device: int,
+                    tasks: list[Task] | None = None) -> tuple[list[float], list[dict]]:
+    """(times, bytes per category after each change) of one device, starting at t=0 with
+    its model states. `tasks`: the device's tasks when the caller has them grouped."""
+    index = plan.devices.index(device)
+    current = dict.fromkeys(CATEGORIES, 0.0)
+    for cat, nbytes in plan.static_memory[index]:
+        current[cat] += nbytes
+    changes: list[tuple[float, int, int, str, float]] = []
+    if tasks is None:
+        tasks = [t for t in plan.tasks if t.device == device]
+    for task in tasks:
+        for cat, nbytes in task.alloc:
+            changes.append((trace.start[task.tid], 1, task.tid, cat, nbytes))
+        for cat, nbytes in task.free:
+            changes.append((trace.end[task.tid], 0, task.tid, cat, -nbytes))
+    changes.sort()
+    times, states = [0.0], [dict(current)]
+    for when, _, _, cat, delta in changes:
+        current[cat] += delta
+        times.append(when)
+        states.append(dict(current))
+    return times, states
+
+
+@dataclass(frozen=True)
+class MemoryPeak:
+    """The largest peak over the devices: which device, when, and its composition."""
+
+    device: int
+    time_s: float
+    peak_bytes: float
+    by_category: tuple[tuple[str, float], ...]
+
+
+def memory_peak(plan: Plan, trace: Trace, grouped: dict[int, list[Task]]) -> MemoryPeak:
+    """The highest allocation peak over the simulated devices."""
+    best: MemoryPeak | None = None
+    for device in plan.devices:
+        times, states = memory_timeline(plan, trace, device, grouped[device])
+        totals = [sum(s.values()) for s in states]
+        i = max(range(len(totals)), key=lambda k: (totals[k], -k))
+        if best is None or totals[i] > best.peak_bytes:
+            best = MemoryPeak(device, times[i], totals[i], tuple(states[i].items()))
+    assert best is not None
+    return best
+
+
+def device_comm(tasks: list[Task]) -> dict[str, float]:
+    """Bytes per collective kind in `tasks` (nccl-tests buffer sizes)."""
+    out: dict[str, float] = {}
+    for task in tasks:
+        for coll, nbytes in task.comm:
+            out[coll] = out.get(coll, 0.0) + nbytes
+    return out
+
+
+def comm_volumes(plan: Plan, grouped: dict[int, list[Task]]) -> tuple[int, dict[str, float]]:
+    """(device, its bytes per collective) for the device that communicates the most."""
+    per = {d: device_comm(grouped[d]) for d in plan.devices}
+    device = max(plan.devices, key=lambda d: (sum(per[d].values()), -d))
+    return device, per[device]

@@ -1,0 +1,79 @@
+"""`summary(result)`: the `run --json` object of CONTRACT.md section 3, exactly its keys; and
+`format_table(summary)`: the same as aligned text for people.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.report.metrics import BREAKDOWN_KEYS
+from simulator.schedule.tasks import CATEGORIES
+
+__all__ = ["summary", "format_table"]
+
+
+def _memory(result: Any) -> dict[str, Any]:
+    peak = result.memory
+    return {"peak_bytes": int(round(peak.peak_bytes)),
+            "capacity_bytes": int(round(result.capacity_bytes)),
+            "fits": bool(peak.peak_bytes <= result.capacity_bytes),
+            "by_category_bytes": {c: int(round(dict(peak.by_category).get(c, 0.0)))
+                                  for c in CATEGORIES}}
+
+
+def summary(result: Any) -> dict[str, Any]:
+    """The CONTRACT section 3 result of a SimResult, as a JSON-ready dict."""
+    sc = result.scenario
+    t = result.iteration_time_s
+    devices = sc.devices
+    samples = sc.training.global_batch_size / t if t > 0 else 0.0
+    tflops = result.model_flops / t / devices / 1e12 if t > 0 else 0.0
+    hw_tflops = result.hardware_flops / t / devices / 1e12 if t > 0 else 0.0
+    parts = dict(result.breakdown_s)
+    comm = dict(result.comm_bytes)
+    return {
+        "scenario": sc.name,
+        "devices": devices,
+        "iteration_time_s": t,
+        "samples_per_s": samples,
+        "tokens_per_s": samples * sc.model.seq_length,
+        "model_flops_per_iteration": result.model_flops,
+        "tflops_per_device": tflops,
+        "mfu": tflops * 1e12 / result.peak_flops_per_s,
+        "hfu": hw_tflops * 1e12 / result.peak_flops_per_s,
+        "breakdown_s": {k: parts.get(k, 0.0) for k in BREAKDOWN_KEYS},
+        "memory": _memory(result),
+        "communication": {"bytes_per_device": int(round(sum(comm.values()))),
+                          "by_collective": {k: int(round(v)) for k, v in comm.items()}},
+        "simulation": {"events": int(result.trace.events), "wall_s": result.wall_s},
+    }
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.2f} GB"
+
+
+def format_table(s: dict[str, Any]) -> str:
+    """A plain-text table of a summary dict, for the terminal."""
+    t = s["iteration_time_s"]
+    rows = [("scenario", s["scenario"]), ("devices", str(s["devices"])),
+            ("iteration time", f"{t:.4f} s"),
+            ("throughput", f"{s['samples_per_s']:.2f} samples/s, "
+                           f"{s['tokens_per_s']:.4g} tokens/s"),
+            ("TFLOP/s per device", f"{s['tflops_per_device']:.1f}"),
+            ("MFU / HFU", f"{s['mfu']:.1%} / {s['hfu']:.1%}")]
+    for key, secs in s["breakdown_s"].items():
+        share = secs / t if t > 0 else 0.0
+        rows.append((f"  {key}", f"{secs:.4f} s ({share:.1%})"))
+    mem = s["memory"]
+    verdict = "fits" if mem["fits"] else "DOES NOT FIT"
+    rows.append(("memory peak", f"{_gb(mem['peak_bytes'])} of {_gb(mem['capacity_bytes'])} "
+                                f"({verdict})"))
+    rows += [(f"  {k}", _gb(v)) for k, v in mem["by_category_bytes"].items()]
+    comm = s["communication"]
+    rows.append(("communication", f"{_gb(comm['bytes_per_device'])} per device"))
+    rows += [(f"  {k}", _gb(v)) for k, v in comm["by_collective"].items()]
+    sim = s["simulation"]
+    rows.append(("simulation", f"{sim['events']} events in {sim['wall_s']:.3f} s"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

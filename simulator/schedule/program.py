@@ -1,0 +1,92 @@
+"""What one device computes and communicates for ONE micro-batch: the `TransformerProgram`.
+
+A program is plain data: tuples of `ComputeSpec` / `CommSpec` (the shared currency of
+`simulator.cost.specs`) for one transformer layer forward and backward, the embedding (first
+pipeline stage) and the LM head with its loss (last stage), plus the per-device parameter
+counts and the activation bytes a micro-batch keeps alive for its backward pass.
+
+It is built either from the closed forms of `schedule.transformer` (Megatron-LM tensor
+parallelism) or, later, from an operator graph and its sharding plan; a test compares both,
+so the fields below are the whole interface: nothing else is read by the lowering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.cost.specs import CommSpec, ComputeSpec
+
+__all__ = ["Op", "TransformerProgram", "compute_ops", "comm_ops", "total_flops", "saved_bytes"]
+
+Op = ComputeSpec | CommSpec
+
+
+@dataclass(frozen=True)
+class TransformerProgram:
+    """One device's work for one micro-batch, per building block (all sizes per device).
+
+    Op tuples (in execution order; CommSpecs on axis 'tp' sit on the critical path):
+      layer_fwd / layer_bwd    one transformer layer, forward and backward
+      layer_recompute          what recompute re-runs before a layer's backward (phase
+                               'recompute'): the whole layer_fwd for `full`, the attention
+                               core for `selective`, nothing for `none`
+      embed_fwd / embed_bwd    vocabulary-parallel embedding (first stage only)
+      head_fwd / head_bwd      final norm, vocabulary-parallel LM head and cross-entropy
+                               (last stage only)
+
+    Parameters (counts of elements held by one device, after tensor-parallel sharding):
+      params_per_layer, params_embedding (token + position tables), params_head (final
+      norm), params_output (the LM-head matrix, tied to the token embedding as in
+      Megatron-LM: held a second time only when the last stage is not the first).
+      param_tensors_per_layer: how many separate tensors a layer has (fusion mode 'none').
+
+    Activations (bytes kept for backward by one micro-batch, under the scenario's recompute
+    mode): activation_bytes_per_layer, embed_activation_bytes, head_activation_bytes;
+    layer_working_bytes is one layer's full saved set, alive while a recomputed layer runs
+    its backward. boundary_bytes is the activation (and its gradient) passed between
+    pipeline stages, s*b*h*dtype (divided by t under sequence parallelism).
+    """
+
+    layer_fwd: tuple[Op, ...]
+    layer_bwd: tuple[Op, ...]
+    layer_recompute: tuple[Op, ...]
+    embed_fwd: tuple[Op, ...]
+    embed_bwd: tuple[Op, ...]
+    head_fwd: tuple[Op, ...]
+    head_bwd: tuple[Op, ...]
+    params_per_layer: int
+    params_embedding: int
+    params_head: int
+    params_output: int
+    param_tensors_per_layer: int
+    activation_bytes_per_layer: float
+    embed_activation_bytes: float
+    head_activation_bytes: float
+    layer_working_bytes: float
+    boundary_bytes: float
+    dtype: str
+
+    def __str__(self) -> str:
+        return (f"TransformerProgram(layer: {len(self.layer_fwd)} fwd / {len(self.layer_bwd)} "
+                f"bwd ops, {self.params_per_layer} params, "
+                f"{self.activation_bytes_per_layer:.4g} B activations)")
+
+
+def compute_ops(ops: tuple[Op, ...]) -> tuple[ComputeSpec, ...]:
+    """The ComputeSpecs of `ops`, in order."""
+    return tuple(op for op in ops if isinstance(op, ComputeSpec))
+
+
+def comm_ops(ops: tuple[Op, ...]) -> tuple[CommSpec, ...]:
+    """The CommSpecs of `ops`, in order."""
+    return tuple(op for op in ops if isinstance(op, CommSpec))
+
+
+def total_flops(ops: tuple[Op, ...], kind: str | None = None) -> float:
+    """Sum of FLOPs of the compute ops of `ops` (only those of `kind` when given)."""
+    return sum(op.flops for op in compute_ops(ops) if kind is None or op.kind == kind)
+
+
+def saved_bytes(ops: tuple[Op, ...]) -> float:
+    """Sum of `saved_bytes` (activations kept for backward) of the compute ops of `ops`."""
+    return sum(op.saved_bytes for op in compute_ops(ops))

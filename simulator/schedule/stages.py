@@ -1,0 +1,103 @@
+"""The priced work of each virtual pipeline stage for one micro-batch.
+
+Stages are uniform: `layers / (pipeline * chunks)` layers each; the embedding joins the
+first virtual stage and the LM head with its loss the last (as in Megatron-LM).
+
+Multi-copy (`overlap.copies = c`, MindSpore's multi-copy parallel) splits each micro-batch
+into c slices and runs one slice's tensor-parallel collectives under another slice's
+compute, so only max(comm / c, comm - compute * (c - 1) / c) of the collectives stays
+exposed: the first (or last) slice's, or whatever compute cannot cover.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simulator.cost.specs import GroupSpec
+from simulator.scenario.schema import Scenario
+from simulator.schedule.costs import CostModel, Priced, price_ops
+from simulator.schedule.layout import Layout
+from simulator.schedule.program import TransformerProgram
+
+__all__ = ["StageWork", "stage_work"]
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """One virtual stage, one micro-batch, on one device.
+
+    bwd_pieces: the backward in execution order ([head], each layer, [embedding]);
+    piece_params: parameters whose gradients are complete after each piece (for buckets).
+    activation_bytes: saved for backward per micro-batch; working_bytes: extra bytes alive
+    while a recomputed micro-batch runs its backward (one layer's full saved set).
+    """
+
+    fwd: Priced
+    bwd_pieces: tuple[Priced, ...]
+    piece_params: tuple[int, ...]
+    recompute: Priced
+    params: int
+    activation_bytes: float
+    working_bytes: float
+    layers: int
+
+    @property
+    def bwd(self) -> Priced:
+        total = self.bwd_pieces[0]
+        for piece in self.bwd_pieces[1:]:
+            total = total + piece
+        return total
+
+
+def _exposed(priced: Priced, copies: int) -> Priced:
+    if copies <= 1 or priced.comm_s == 0.0:
+        return priced
+    hidden = priced.compute_s * (copies - 1) / copies
+    return replace(priced, comm_s=max(priced.comm_s / copies, priced.comm_s - hidden))
+
+
+def _pieces(prog: TransformerProgram, layer: Priced, head: Priced, embed: Priced,
+            n: int, first: bool, last: bool, head_params: int) -> tuple[tuple, tuple]:
+    pieces, params = [], []
+    if last:
+        pieces.append(head)
+        params.append(head_params)
+    pieces += [layer] * n
+    params += [prog.params_per_layer] * n
+    if first:
+        pieces.append(embed)
+        params.append(prog.params_embedding)
+    return tuple(pieces), tuple(params)
+
+
+def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
+               costs: CostModel) -> tuple[StageWork, ...]:
+    """Priced work of every virtual stage, indexed by virtual stage."""
+    groups: dict[str, GroupSpec] = layout.groups()
+    c = scenario.parallel.overlap.copies
+
+    def price(ops: tuple) -> Priced:
+        return _exposed(price_ops(ops, costs, groups), c)
+
+    lf, lb, lr = price(prog.layer_fwd), price(prog.layer_bwd), price(prog.layer_recompute)
+    ef, eb = price(prog.embed_fwd), price(prog.embed_bwd)
+    hf, hb = price(prog.head_fwd), price(prog.head_bwd)
+    n = scenario.model.layers // layout.virtual_stages
+    head_params = prog.params_head + (prog.params_output if layout.pipeline > 1 else 0)
+    working = 0.0
+    if scenario.parallel.recompute != "none":
+        working = prog.layer_working_bytes - prog.activation_bytes_per_layer
+    out = []
+    for vs in range(layout.virtual_stages):
+        first, last = vs == 0, vs == layout.virtual_stages - 1
+        fwd = lf.scaled(n)
+        fwd = (ef + fwd) if first else fwd
+        fwd = (fwd + hf) if last else fwd
+        pieces, params = _pieces(prog, lb, hb, eb, n, first, last, head_params)
+        act = n * prog.activation_bytes_per_layer
+        act += (prog.embed_activation_bytes if first else 0.0)
+        act += (prog.head_activation_bytes if last else 0.0)
+        out.append(StageWork(fwd=fwd, bwd_pieces=pieces, piece_params=params,
+                             recompute=lr.scaled(n), params=sum(params),
+                             activation_bytes=act, working_bytes=working, layers=n))
+    return tuple(out)

@@ -1,0 +1,49 @@
+"""Model states (parameters, gradients, optimizer states) per device, and the optimizer step.
+
+Mixed-precision training keeps 16-bit parameters and gradients and an fp32 master copy with
+the optimizer's moments: 2 + 2 + K bytes per parameter, K = 12 for Adam (Rajbhandari et al.
+2020, "ZeRO", Sec. 3.1). Optimizer sharding over the N data-parallel ranks divides the
+optimizer states (stage 1), then the gradients (stage 2), then the parameters (stage 3):
+16Psi, 4Psi + 12Psi/N, 2Psi + 14Psi/N, 16Psi/N (ZeRO, Fig. 1). In fp32 training there is no
+master copy, so K drops by 4.
+"""
+
+from __future__ import annotations
+
+from simulator.cost.specs import ComputeSpec
+from simulator.scenario.schema import DTYPE_BYTES
+from simulator.schedule.tasks import Alloc
+
+__all__ = ["model_state_bytes", "optimizer_spec", "STATE_BYTES", "OPTIMIZER_FLOPS"]
+
+STATE_BYTES = {"adam": 12, "momentum": 8, "sgd": 4}  # mixed precision: fp32 master + moments
+OPTIMIZER_FLOPS = {"adam": 12.0, "momentum": 4.0, "sgd": 2.0}  # per parameter per step
+
+
+def _state_bytes_per_param(optimizer: str, dtype: str) -> int:
+    k = STATE_BYTES[optimizer]
+    return k - 4 if DTYPE_BYTES[dtype] >= 4 else k
+
+
+def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: int,
+                      offload_states: bool = False) -> Alloc:
+    """Bytes of model states of a device holding `params` parameters (before optimizer
+    sharding), as (category, bytes) pairs: ZeRO stage `shard` over `dp` ranks."""
+    e = DTYPE_BYTES[dtype]
+    k = _state_bytes_per_param(optimizer, dtype)
+    return (
+        ("parameters", params * e / (dp if shard >= 3 else 1)),
+        ("gradients", params * e / (dp if shard >= 2 else 1)),
+        ("optimizer_states", 0.0 if offload_states else params * k / (dp if shard >= 1 else 1)),
+    )
+
+
+def optimizer_spec(params: int, dtype: str, optimizer: str, shard: int, dp: int) -> ComputeSpec:
+    """The optimizer step as one memory-bound kernel over the local shard: read the gradient
+    and the states, write the states and the 16-bit parameter."""
+    local = params / (dp if shard >= 1 else 1)
+    e = DTYPE_BYTES[dtype]
+    k = _state_bytes_per_param(optimizer, dtype)
+    per_param = e + 2 * k + e
+    return ComputeSpec("optimizer_step", "optimizer", OPTIMIZER_FLOPS[optimizer] * local,
+                       per_param * local, dtype, "optimizer")

@@ -1,0 +1,96 @@
+"""The lowering's output: per-device task streams with dependencies (`Plan` of `Task`s).
+
+A task runs on one stream of one device; a stream runs its tasks one after another, in the
+order the plan lists them; a task starts when its stream is free and every task in `deps`
+has finished (and, for a collective under full fidelity, when every member has arrived).
+Durations are already priced by the cost model: the engine only keeps the clock.
+
+`Task` is a NamedTuple rather than a frozen dataclass: a GPT-3 175B plan holds tens of
+thousands of them and NamedTuple construction is several times cheaper, with the same
+immutability and exact repr.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = ["Task", "Plan", "STREAMS", "CATEGORIES", "Alloc"]
+
+STREAMS: tuple[str, ...] = ("compute", "pp_fwd", "pp_bwd", "dp", "offload")
+CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_states", "activations",
+                               "communication_buffers")
+Alloc = tuple[tuple[str, float], ...]  # (memory category, bytes) pairs
+
+
+class Task(NamedTuple):
+    """One unit of work on one stream of one device.
+
+    tid         index in `Plan.tasks` (also the deterministic tie-breaker)
+    device      global rank of the (simulated) device
+    stream      one of STREAMS
+    name        short label: 'F', 'B', 'R' (compute of a virtual stage), 'opt', 'send_fwd',
+                'send_bwd', 'grad_reduce', 'param_gather', ...
+    phase       'fwd' | 'bwd' | 'recompute' | 'optimizer' | 'comm' | 'offload'
+    micro       micro-batch index, -1 when none
+    chunk       virtual pipeline stage index, -1 when none
+    duration_s  seconds the stream is busy once the task starts
+    comm_s      the part of duration_s spent in critical-path (tensor-parallel) collectives
+    deps        tids that must finish first (besides the previous task on the stream)
+    link        '' (no shared link), 'nic' or 'fabric': the link it holds while it runs
+    group       rendezvous key of a collective whose members are simulated (full fidelity),
+                -1 when none; group_size members must arrive before it starts
+    comm        (collective, bytes) pairs this task performs, for communication counters
+    alloc       memory (category, bytes) allocated when the task starts
+    free        memory (category, bytes) freed when the task ends
+    """
+
+    tid: int
+    device: int
+    stream: str
+    name: str
+    phase: str
+    micro: int
+    chunk: int
+    duration_s: float
+    comm_s: float = 0.0
+    deps: tuple[int, ...] = ()
+    link: str = ""
+    group: int = -1
+    group_size: int = 1
+    comm: tuple[tuple[str, float], ...] = ()
+    alloc: Alloc = ()
+    free: Alloc = ()
+
+    def __str__(self) -> str:
+        mb = f"{self.micro}" if self.micro >= 0 else ""
+        return f"d{self.device}/{self.stream}:{self.name}{mb}[{self.duration_s:.3g}s]"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Per-device task streams for one training iteration.
+
+    tasks          every task, indexed by tid
+    streams        ((device, stream name, tids in execution order), ...)
+    devices        the simulated device ranks, ascending
+    represents     for each simulated device, how many real devices behave identically
+                   (1 everywhere under full fidelity)
+    stage_of       for each simulated device, its pipeline stage
+    static_memory  for each simulated device, bytes allocated before the iteration starts
+    total_devices  devices in the cluster
+    micro_batches  micro-batches per data-parallel replica per iteration
+    """
+
+    tasks: tuple[Task, ...]
+    streams: tuple[tuple[int, str, tuple[int, ...]], ...]
+    devices: tuple[int, ...]
+    represents: tuple[int, ...]
+    stage_of: tuple[int, ...]
+    static_memory: tuple[Alloc, ...]
+    total_devices: int
+    micro_batches: int
+
+    def __str__(self) -> str:
+        return (f"Plan({len(self.tasks)} tasks on {len(self.devices)} simulated of "
+                f"{self.total_devices} devices, {self.micro_batches} micro-batches)")

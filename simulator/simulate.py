@@ -1,0 +1,103 @@
+"""`simulate(scenario, hw)`: one training iteration, from a validated scenario and a hardware
+profile to a `SimResult` (the plan, the trace and the metrics the reports read).
+
+    scenario --transformer_program--> program --lower(costs)--> plan --engine.run--> trace
+                                                                         --metrics--> result
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.engine.core import run
+from simulator.engine.trace import Trace
+from simulator.errors import InputError
+from simulator.report.metrics import (
+    MemoryPeak,
+    breakdown,
+    by_device,
+    comm_volumes,
+    device_end,
+    memory_peak,
+)
+from simulator.scenario.schema import Scenario, TransformerModel
+from simulator.schedule.costs import CostModel
+from simulator.schedule.flops import iteration_flops
+from simulator.schedule.lowering import FIDELITIES, lower
+from simulator.schedule.program import TransformerProgram
+from simulator.schedule.tasks import Plan
+from simulator.schedule.transformer import transformer_program
+
+__all__ = ["SimResult", "simulate"]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """A simulated iteration. Times in seconds, sizes in bytes, FLOPs per iteration.
+
+    slowest_device: the simulated rank that finishes last; breakdown_s is along its compute
+    stream (keys of report.metrics.BREAKDOWN_KEYS, summing to iteration_time_s).
+    memory: the highest allocation peak over devices; comm_device communicates the most and
+    comm_bytes are its bytes per collective. wall_s: seconds simulate() took.
+    """
+
+    scenario: Scenario
+    fidelity: str
+    program: TransformerProgram
+    plan: Plan
+    trace: Trace
+    iteration_time_s: float
+    slowest_device: int
+    breakdown_s: tuple[tuple[str, float], ...]
+    memory: MemoryPeak
+    capacity_bytes: float
+    comm_device: int
+    comm_bytes: tuple[tuple[str, float], ...]
+    model_flops: float
+    hardware_flops: float
+    peak_flops_per_s: float
+    wall_s: float
+
+    def __str__(self) -> str:
+        return (f"SimResult({self.scenario.name}: {self.iteration_time_s:.4g} s/iteration, "
+                f"{len(self.plan.devices)} simulated devices, {self.trace.events} events)")
+
+
+def _check(scenario: Scenario, fidelity: str) -> None:
+    if not isinstance(scenario.model, TransformerModel):
+        raise InputError(scenario.source, "model.type",
+                         f"'{scenario.model.type}' cannot be simulated yet (supported: "
+                         f"transformer)")
+    if fidelity not in FIDELITIES:
+        raise InputError("--fidelity", "", f"'{fidelity}' is not one of "
+                         f"{', '.join(FIDELITIES)}")
+
+
+def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
+             costs: CostModel | None = None) -> SimResult:
+    """Simulate one training iteration of `scenario` on hardware profile `hw`.
+
+    `costs` replaces the cost model of `simulator.cost` (tests inject closed forms);
+    `fidelity='full'` simulates every device instead of one per pipeline stage."""
+    t0 = time.perf_counter()
+    _check(scenario, fidelity)
+    costs = costs or CostModel.from_hardware(hw)
+    prog = transformer_program(scenario)
+    plan = lower(scenario, prog, costs, fidelity)
+    trace = run(plan)
+    grouped = by_device(plan)
+    ends = device_end(plan, trace)
+    slowest = max(plan.devices, key=lambda d: (ends[d], -d))
+    parts = breakdown(plan, trace, slowest, ends[slowest])
+    comm_dev, comm = comm_volumes(plan, grouped)
+    model, hardware = iteration_flops(scenario, prog)
+    return SimResult(
+        scenario=scenario, fidelity=fidelity, program=prog, plan=plan, trace=trace,
+        iteration_time_s=ends[slowest], slowest_device=slowest,
+        breakdown_s=tuple(parts.items()), memory=memory_peak(plan, trace, grouped),
+        capacity_bytes=float(hw.memory_capacity_bytes), comm_device=comm_dev,
+        comm_bytes=tuple(comm.items()), model_flops=model, hardware_flops=hardware,
+        peak_flops_per_s=float(hw.peak_flops_per_s(scenario.model.dtype)),
+        wall_s=time.perf_counter() - t0)
