@@ -82,3 +82,25 @@ def test_source_tree_uses_repository_folders():
     if (REPO / "simulator" / "_bundled").exists():
         pytest.skip("a _bundled folder sits in the source tree")
     assert bundled_dir("scenarios") == REPO / "scenarios"
+
+
+def _quickstart_commands() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    blocks = section.split("```bash\n")[1:]
+    return [b.split("```", 1)[0].strip() for b in blocks]
+
+
+def test_readme_quickstart_is_two_commands():
+    install, test = _quickstart_commands()
+    assert "pip install '.[dev]'" in install and "shardsim run " in install
+    assert "\n" not in install and "\n" not in test
+    assert test == "python -m pytest"
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert "set -euo pipefail" in ci
+    assert "pip install --quiet '.[dev]'" in ci
+    assert f"\n{_quickstart_commands()[1]} " in ci
+    assert os.access(REPO / ".ci" / "run", os.X_OK)
