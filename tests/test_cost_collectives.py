@@ -116,3 +116,21 @@ def test_bad_names_are_input_errors(a100):
         collective_time_s("all_reduce", 1.0, group, a100, "rign")
     assert str(err.value) == ("algorithm: unknown algorithm 'rign' (did you mean 'ring'?); "
                               "allowed: auto, ring, tree, hierarchical")
+
+
+def test_hccs_mesh_bandwidth_grows_with_group_size():
+    """Ascend 910B full mesh: a group of m NPUs uses m-1 of 7 links. Measured all_reduce busbw
+    (gameofdimension/limulidae README: algbw 18, 30, 72 GB/s on 2, 4, 8 NPUs) -> 18, 45, 126."""
+    hw = load_profile("ascend-910b")
+    busbw = {n: comm_benchmark("all_reduce", 2**30, n, 8, hw)["busbw_GBps"] for n in (2, 4, 8)}
+    assert busbw[8] == pytest.approx(126, rel=0.05)
+    assert busbw[4] == pytest.approx(45, rel=0.25)
+    assert busbw[2] == pytest.approx(18, rel=0.1)
+
+
+def test_nccl_busbw_plateau_of_a100_node(a100):
+    """nccl-tests on 8x A100: busbw 234.89 GB/s at 16 GiB (validation/nccl_allreduce_a100.csv)."""
+    res = comm_benchmark("all_reduce", 16 * GiB, 8, 8, a100)
+    assert res["busbw_GBps"] == pytest.approx(234.89, rel=0.01)
+    small = comm_benchmark("all_reduce", 32768, 8, 8, a100)
+    assert small["time_s"] == pytest.approx(43.83e-6, rel=0.02)

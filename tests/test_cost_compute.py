@@ -76,3 +76,22 @@ def test_fp32_gemm_uses_fp32_peak(a100):
     bf16 = ComputeSpec("mm", "gemm", 2 * s**3, 6 * s * s, "bf16", gemm_mnk=(s, s, s))
     fp32 = ComputeSpec("mm", "gemm", 2 * s**3, 12 * s * s, "fp32", gemm_mnk=(s, s, s))
     assert compute_time_s(fp32, a100) > 10 * compute_time_s(bf16, a100)
+
+
+# (batch, m, n, k, measured bf16 TFLOP/s) on H100 SXM: a sample of XLA's measured GEMM table
+# (tensorflow/tensorflow third_party/xla/xla/service/gpu/model/matmul_interpolator_data.h,
+# kDefaultMatmulPTable key sm_90), the data the h100-sxm efficiency parameters were fitted to.
+XLA_H100 = [(1, 4096, 4096, 4096, 783.3), (1, 2048, 2048, 2048, 632.0),
+            (1, 4096, 4096, 256, 392.2), (2, 1024, 2048, 1024, 493.4),
+            (1, 256, 2048, 256, 41.8), (1, 512, 256, 256, 11.5), (4, 256, 256, 4096, 171.6),
+            (1, 256, 4096, 2048, 324.6), (2, 4096, 512, 256, 211.0), (4, 1024, 512, 2048, 514.2)]
+
+
+@pytest.mark.parametrize("b,m,n,k,tflops", XLA_H100)
+def test_h100_gemm_time_matches_xla_measurement_within_15pct(b, m, n, k, tflops):
+    hw = load_profile("h100-sxm")
+    flops = 2 * b * m * n * k
+    spec = ComputeSpec("mm", "gemm", flops, 2 * b * (m * k + k * n + m * n), "bf16",
+                       gemm_mnk=(m, n, k), gemm_batch=b)
+    measured_s = flops / (tflops * 1e12)
+    assert compute_time_s(spec, hw) == pytest.approx(measured_s, rel=0.15)
