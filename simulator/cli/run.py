@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -120,7 +121,7 @@ def verify(
         with stderr_console().status(f"verifying {loaded.scenario.name}"):
             res = verify_scenario(loaded.scenario)
         if res.shrunk_note:
-            stderr_console().print(res.shrunk_note, markup=False)
+            sys.stderr.write(f"note: {res.shrunk_note}\n")
         report = res.to_dict()
         if json_out:
             emit_json(report, stdout)
@@ -129,19 +130,32 @@ def verify(
     raise typer.Exit(EXIT_OK if res.ok else EXIT_FAILED)
 
 
+_MAX_ROWS = 30
+
+
 def _print_verify(report: dict[str, Any], out: IO[str]) -> None:
+    """The failed checks (all checks when few), then one verdict line."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"verify: {report.get('scenario', '')}")
-    for col in ("tensor", "max_abs_error", "ok"):
-        table.add_column(col, justify="left" if col == "tensor" else "right")
-    for check in report.get("checks", []):
-        table.add_row(str(check.get("tensor")), f"{check.get('max_abs_error', 0.0):.3g}",
-                      "yes" if check.get("ok") else "[red]NO[/]")
+    checks = report.get("checks", [])
+    failed = [c for c in checks if not c.get("ok")]
+    shown = failed if failed or len(checks) > _MAX_ROWS else checks
     console = stdout_console(out)
-    console.print(table)
-    verdict = "[green]OK[/]" if report.get("ok") else "[red]FAILED[/]"
-    console.print(f"{verdict}: {report.get('tensors_checked', 0)} tensors on "
+    if shown:
+        table = Table(title="failed checks" if failed else "checks", box=box.SIMPLE_HEAD)
+        for col in ("tensor", "max_abs_error", "max_rel_error", "ok"):
+            table.add_column(col, justify="left" if col == "tensor" else "right")
+        for check in shown[:_MAX_ROWS]:
+            table.add_row(str(check.get("tensor")), f"{check.get('max_abs_error', 0.0):.3g}",
+                          f"{check.get('max_rel_error', 0.0):.3g}",
+                          "yes" if check.get("ok") else "[red]NO[/]")
+        console.print(table)
+        if len(shown) > _MAX_ROWS:
+            console.print(f"... and {len(shown) - _MAX_ROWS} more (see --json)")
+    verdict = "[green]OK[/]" if report.get("ok") else f"[red]FAILED[/] ({len(failed)} checks)"
+    console.print(f"{verdict}: {report.get('scenario', '')}: "
+                  f"{report.get('tensors_checked', 0)} tensors on "
                   f"{report.get('devices', '?')} devices, max abs error "
                   f"{report.get('max_abs_error', 0.0):.3g}, max rel error "
-                  f"{report.get('max_rel_error', 0.0):.3g}")
+                  f"{report.get('max_rel_error', 0.0):.3g}", markup=True, highlight=False)
