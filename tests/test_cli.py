@@ -199,3 +199,49 @@ def test_cli_import_is_light():
                           timeout=60, env=SUB_ENV)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+@needs_simulate
+def test_run_default_out_is_reports_stem(invoke_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke_cli("run", "tiny-cpu")
+    assert result.exit_code == 0, result.stderr
+    assert "report files: reports/tiny-cpu/" in result.stdout
+    assert any((tmp_path / "reports" / "tiny-cpu").iterdir())
+
+
+@needs_simulate
+def test_run_json_writes_no_files_unless_asked(invoke_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert invoke_cli("run", "tiny-cpu", "--json").exit_code == 0
+    assert not (tmp_path / "reports").exists()
+
+
+def test_stray_prints_do_not_reach_json_stdout(invoke_cli, monkeypatch):
+    import simulator.cli.listing as listing
+
+    real = listing._scenario_row
+
+    def noisy(name):
+        print("debug output from a lower layer")
+        return real(name)
+
+    monkeypatch.setattr(listing, "_scenario_row", noisy)
+    result = invoke_cli("scenarios", "--json")
+    assert result.exit_code == 0
+    json.loads(result.stdout)
+    assert "debug output" in result.stderr
+
+
+@pytest.mark.benchmark
+def test_gpt3_run_json_within_one_second():
+    """CONTRACT speed goal: the whole `shardsim run --json` process for GPT-3 175B on 1024
+    devices takes at most a second (report files, written without --json, cost more)."""
+    import time
+
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "simulator", "run", "gpt3-175b-1024-a100",
+                           "--json"], capture_output=True, text=True, timeout=60, env=SUB_ENV)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    assert elapsed <= 1.0, f"{elapsed:.2f} s"
