@@ -1,1 +1,2 @@
-"""sharding layer (see DESIGN.md)."""
+"""Placements, layouts on an N-D mesh, per-operator signatures, strategy notations, the
+redistribution planner and sharding plans."""

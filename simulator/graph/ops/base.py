@@ -1,0 +1,125 @@
+"""Operator families: shape inference, FLOP and byte counts, a numpy forward and its VJP, and
+the dimension labels from which every sharding signature follows.
+
+A family describes its iteration space with one label per tensor dim (einsum style). A label
+split along a mesh axis splits every tensor that carries it; a split label the output lacks
+makes the output Partial (only for `reducible` labels). Inputs in which the op is linear may
+arrive Partial. `sharding.rules` turns this into the list of valid signatures.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["LabelView", "KernelCtx", "OpFamily", "register", "get_family", "families",
+           "OpError"]
+
+Shape = tuple[int, ...]
+Labels = tuple[str | None, ...]
+
+
+class OpError(ValueError):
+    """An operator applied to inputs it cannot take (wrong arity, shapes, attrs)."""
+
+
+@dataclass(frozen=True)
+class LabelView:
+    """Dimension labels of one op application; None marks a broadcast dim (never split)."""
+
+    inputs: tuple[Labels, ...]
+    output: Labels
+    fixed: frozenset[str] = frozenset()
+    reducible: frozenset[str] = frozenset()
+    linear_inputs: frozenset[int] = frozenset()
+    partial_all: bool = False
+
+    def labels(self) -> list[str]:
+        seen: list[str] = []
+        for labs in (*self.inputs, self.output):
+            for lab in labs:
+                if lab is not None and lab not in seen:
+                    seen.append(lab)
+        return seen
+
+    def splittable(self) -> list[str]:
+        return [lab for lab in self.labels()
+                if lab not in self.fixed and (lab in self.output or lab in self.reducible)]
+
+
+@dataclass(frozen=True)
+class KernelCtx:
+    """What a local kernel may know beyond its local arrays: logical shapes and where its
+    blocks start, so that masks, lookups and means come out as on one device.
+    `batch_offset` is the first global sample of the current micro-batch."""
+
+    in_shapes: tuple[Shape, ...]
+    out_shape: Shape
+    in_offsets: tuple[Shape, ...]
+    out_offset: Shape
+    out_local_shape: Shape
+    batch_offset: int = 0
+
+    @classmethod
+    def whole(cls, in_shapes: Sequence[Shape], out_shape: Shape) -> KernelCtx:
+        return cls(tuple(in_shapes), out_shape, tuple((0,) * len(s) for s in in_shapes),
+                   (0,) * len(out_shape), out_shape)
+
+
+Forward = Callable[[list[np.ndarray], dict[str, Any], KernelCtx], np.ndarray]
+Vjp = Callable[[list[np.ndarray], np.ndarray, np.ndarray, dict[str, Any], KernelCtx],
+               list[np.ndarray | None]]
+
+
+@dataclass(frozen=True)
+class OpFamily:
+    """One operator family. `flops`/`bwd_flops` count multiply-adds as 2 FLOPs; `kind` is the
+    ComputeSpec kind the cost model prices it as."""
+
+    name: str
+    arity: tuple[int, int]
+    infer_shape: Callable[[list[Shape], dict[str, Any]], Shape]
+    labels: Callable[[list[Shape], dict[str, Any]], LabelView]
+    forward: Forward
+    vjp: Vjp
+    flops: Callable[[list[Shape], Shape, dict[str, Any]], float]
+    kind: str = "elementwise"
+    bwd_flops_factor: float = 1.0
+    differentiable: tuple[bool, ...] = field(default=())
+
+    def check_arity(self, n: int) -> None:
+        lo, hi = self.arity
+        if not lo <= n <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            raise OpError(f"{self.name} takes {want} inputs, got {n}")
+
+    def grads_for(self, n: int) -> tuple[bool, ...]:
+        return self.differentiable or (True,) * n
+
+
+_REGISTRY: dict[str, OpFamily] = {}
+
+
+def register(family: OpFamily, *aliases: str) -> OpFamily:
+    for key in (family.name, *aliases):
+        _REGISTRY[key.lower()] = family
+    return family
+
+
+def get_family(name: str) -> OpFamily:
+    fam = _REGISTRY.get(name.lower())
+    if fam is None:
+        raise OpError(f"unknown operator type {name!r} (registered: {', '.join(families())})")
+    return fam
+
+
+def families() -> list[str]:
+    return sorted({f.name for f in _REGISTRY.values()})
+
+
+def numel(shape: Shape) -> int:
+    return math.prod(shape)

@@ -1,0 +1,160 @@
+"""Elementwise operators: GeLU, ReLU, SiLU, Dropout, Scale, CausalMask; Add, Sub, Mul with
+numpy broadcasting. Every dim may be split; linear ones (Dropout, Scale, Add, Sub, and Mul in
+one input at a time) also pass Partial values through.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from simulator.graph.ops.base import KernelCtx, LabelView, OpError, OpFamily, Shape, register
+
+__all__ = ["unbroadcast"]
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+def _same(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
+    return tuple(shapes[0])
+
+
+def _unary_labels(linear: bool, fixed_tail: int = 0):
+    def labels(shapes: list[Shape], attrs: dict[str, Any]) -> LabelView:
+        labs = tuple(f"d{i}" for i in range(len(shapes[0])))
+        return LabelView((labs,), labs, linear_inputs=frozenset({0}) if linear else frozenset())
+    return labels
+
+
+def _count(k: float):
+    return lambda shapes, out, attrs: k * math.prod(out)
+
+
+def _gelu(xs, attrs, ctx):
+    x = xs[0]
+    return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * x**3)))
+
+
+def _gelu_vjp(xs, y, dy, attrs, ctx):
+    x = xs[0]
+    u = _GELU_C * (x + 0.044715 * x**3)
+    t = np.tanh(u)
+    du = _GELU_C * (1.0 + 3 * 0.044715 * x**2)
+    return [dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _silu_vjp(xs, y, dy, attrs, ctx):
+    s = _sigmoid(xs[0])
+    return [dy * (s + xs[0] * s * (1.0 - s))]
+
+
+def _uniform(seed: int, index: np.ndarray) -> np.ndarray:
+    """Counter-based uniform numbers in [0, 1): a splitmix64 hash of (seed, global index), so
+    any block of any micro-batch draws exactly what one device would for those elements."""
+    with np.errstate(over="ignore"):
+        z = index.astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def _dropout_mask(attrs: dict[str, Any], ctx: KernelCtx, local: Shape) -> np.ndarray:
+    """The scaled keep-mask of this block, a function of each element's global coordinates
+    (Megatron's model-parallel RNG tracker serves the same purpose on real devices)."""
+    p = float(attrs.get("p", 0.1))
+    starts = list(ctx.out_offset)
+    starts[0] += ctx.batch_offset if starts else 0
+    coords = np.indices(local, dtype=np.int64)
+    flat = np.zeros(local, dtype=np.int64)
+    for axis, (start, full) in enumerate(zip(starts, ctx.out_shape)):
+        flat = flat * (full if axis else 1) + coords[axis] + start
+    keep = _uniform(int(attrs.get("seed", 0)), flat) >= p
+    return keep / (1.0 - p)
+
+
+def _causal(xs, attrs, ctx):
+    x = xs[0]
+    qs, ks = ctx.in_offsets[0][-2], ctx.in_offsets[0][-1]
+    q = np.arange(qs, qs + x.shape[-2])[:, None]
+    k = np.arange(ks, ks + x.shape[-1])[None, :]
+    return np.where(k > q, -1e9, x)
+
+
+def _causal_vjp(xs, y, dy, attrs, ctx):
+    x = xs[0]
+    qs, ks = ctx.in_offsets[0][-2], ctx.in_offsets[0][-1]
+    q = np.arange(qs, qs + x.shape[-2])[:, None]
+    k = np.arange(ks, ks + x.shape[-1])[None, :]
+    return [np.where(k > q, 0.0, dy)]
+
+
+def _unary(name, fwd, vjp, flops_per_elem, linear=False, *aliases):
+    register(OpFamily(name, (1, 1), _same, _unary_labels(linear), fwd, vjp,
+                      _count(flops_per_elem), kind="elementwise"), *aliases)
+
+
+_unary("GeLU", _gelu, _gelu_vjp, 8.0, False, "Gelu")
+_unary("ReLU", lambda xs, a, c: np.maximum(xs[0], 0.0),
+       lambda xs, y, dy, a, c: [dy * (xs[0] > 0)], 1.0)
+_unary("SiLU", lambda xs, a, c: xs[0] * _sigmoid(xs[0]), _silu_vjp, 4.0, False, "Swish")
+_unary("Dropout", lambda xs, a, c: xs[0] * _dropout_mask(a, c, xs[0].shape),
+       lambda xs, y, dy, a, c: [dy * _dropout_mask(a, c, dy.shape)], 2.0, True)
+_unary("Scale", lambda xs, a, c: xs[0] * float(a.get("factor", 1.0)),
+       lambda xs, y, dy, a, c: [dy * float(a.get("factor", 1.0))], 1.0, True, "Identity")
+_unary("CausalMask", _causal, _causal_vjp, 1.0)
+
+
+def _broadcast_shape(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise OpError(f"shapes {[list(s) for s in shapes]} do not broadcast") from None
+
+
+def _binary_labels(partial_all: bool, linear_each: bool):
+    def labels(shapes: list[Shape], attrs: dict[str, Any]) -> LabelView:
+        out = _broadcast_shape(shapes, attrs)
+        out_labs = tuple(f"d{i}" for i in range(len(out)))
+        ins = []
+        for s in shapes:
+            pad = len(out) - len(s)
+            ins.append(tuple(None if n == 1 and out[pad + i] != 1 else out_labs[pad + i]
+                             for i, n in enumerate(s)))
+        return LabelView(tuple(ins), out_labs, partial_all=partial_all,
+                         linear_inputs=frozenset({0, 1}) if linear_each else frozenset())
+    return labels
+
+
+def unbroadcast(g: np.ndarray, shape: Shape) -> np.ndarray:
+    """Sum `g` down to `shape` (the VJP of numpy broadcasting)."""
+    while g.ndim > len(shape):
+        g = g.sum(axis=0)
+    for i, n in enumerate(shape):
+        if n == 1 and g.shape[i] != 1:
+            g = g.sum(axis=i, keepdims=True)
+    return g
+
+
+def _add_vjp(sign: float):
+    def vjp(xs, y, dy, attrs, ctx):
+        return [unbroadcast(dy, xs[0].shape), unbroadcast(sign * dy, xs[1].shape)]
+    return vjp
+
+
+def _mul_vjp(xs, y, dy, attrs, ctx):
+    return [unbroadcast(dy * xs[1], xs[0].shape), unbroadcast(dy * xs[0], xs[1].shape)]
+
+
+register(OpFamily("Add", (2, 2), _broadcast_shape, _binary_labels(True, False),
+                  lambda xs, a, c: xs[0] + xs[1], _add_vjp(1.0), _count(1.0)))
+register(OpFamily("Sub", (2, 2), _broadcast_shape, _binary_labels(True, False),
+                  lambda xs, a, c: xs[0] - xs[1], _add_vjp(-1.0), _count(1.0)))
+register(OpFamily("Mul", (2, 2), _broadcast_shape, _binary_labels(False, True),
+                  lambda xs, a, c: xs[0] * xs[1], _mul_vjp, _count(1.0)))

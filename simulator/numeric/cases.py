@@ -1,0 +1,124 @@
+"""From a scenario to a verification case: the graph with its strategies, the mesh, the data.
+
+Large scenarios are shrunk to small dimensions with the same parallel configuration; the
+case says what changed. Pipeline stages are verified as their sequential composition (a
+stage boundary is a point-to-point copy, which moves values unchanged).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.graph.builders import GptDims, build_gpt, build_mlp, build_resnet
+from simulator.graph.graph import Graph
+from simulator.scenario.schema import (
+    GraphModel,
+    MlpModel,
+    ResnetModel,
+    Scenario,
+    TransformerModel,
+)
+from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph
+from simulator.sharding.mesh import Mesh
+from simulator.sharding.model_plans import plan_mlp, plan_resnet
+from simulator.sharding.transformer_plan import apply_transformer_plan
+
+__all__ = ["VerifyCase", "build_case"]
+
+
+@dataclass(frozen=True, eq=False)
+class VerifyCase:
+    """`micro` builds the graph for one micro-batch (global across dp); `whole` the graph of
+    the global batch for the single-device reference."""
+
+    sharded: Graph
+    whole: Graph
+    micro_reference: Graph
+    mesh: Mesh
+    micro_batches: int
+    notes: tuple[str, ...]
+    dtype: type
+
+
+def _fits(m: TransformerModel, s: Scenario) -> bool:
+    return (m.hidden_size <= 128 and m.layers <= 4 and m.seq_length <= 32 and
+            m.vocab_size <= 256 and m.ffn <= 512 and s.training.micro_batch_size <= 4)
+
+
+def _small_gpt(m: TransformerModel, s: Scenario) -> tuple[GptDims, list[str]]:
+    """The scenario's own dims when small; else the smallest dims that keep every split of
+    the parallel configuration (heads and key/value groups divisible by tensor, and the
+    sequence by tensor under sequence parallel)."""
+    swiglu, p = m.ffn_activation == "swiglu", s.parallel
+    if _fits(m, s):
+        return GptDims(m.layers, m.hidden_size, m.num_heads, m.kv_heads, m.ffn, m.seq_length,
+                       m.vocab_size, s.training.micro_batch_size, swiglu), []
+    t = p.tensor
+    groups = max(t, 2)
+    heads = groups * (2 if m.kv_heads < m.num_heads else 1)
+    seq = -(-8 // t) * t
+    dims = GptDims(layers=min(m.layers, 2), hidden=heads * 4, heads=heads, kv_heads=groups,
+                   ffn=8 * t, seq=seq, vocab=8 * t, batch=min(s.training.micro_batch_size, 2),
+                   swiglu=swiglu)
+    return dims, [f"shrunk to layers={dims.layers} hidden={dims.hidden} heads={dims.heads} "
+                  f"kv_heads={dims.kv_heads} ffn={dims.ffn} seq={dims.seq} "
+                  f"vocab={dims.vocab} micro_batch={dims.batch} (same parallel "
+                  f"configuration: data={p.data} tensor={p.tensor} "
+                  f"sequence_parallel={str(p.sequence_parallel).lower()})"]
+
+
+def _transformer(s: Scenario, m: TransformerModel) -> VerifyCase:
+    p = s.parallel
+    dims, notes = _small_gpt(m, s)
+    micro = min(s.grad_accum_steps, 2)
+    if micro < s.grad_accum_steps:
+        notes.append(f"{micro} of {s.grad_accum_steps} gradient-accumulation steps run")
+    per_micro = dims.batch * p.data
+    mesh = Mesh.of(dp=p.data, tp=p.tensor)
+    graph = build_gpt(dataclasses.replace(dims, batch=per_micro))
+    sharded = apply_transformer_plan(graph, p.sequence_parallel)
+    whole = build_gpt(dataclasses.replace(dims, batch=per_micro * micro))
+    return VerifyCase(sharded, whole, graph, mesh, micro, tuple(notes), np.float64)
+
+
+def _dtype(s: Scenario) -> type:
+    return np.float32 if s.model.dtype == "fp32" else np.float64
+
+
+def build_case(s: Scenario) -> VerifyCase:
+    """The verification case of a scenario; InputError for graphs that cannot be planned."""
+    m = s.model
+    notes: list[str] = []
+    if s.parallel.pipeline > 1:
+        notes.append(f"pipeline={s.parallel.pipeline} verified as the sequential composition "
+                     "of its stages")
+    if isinstance(m, TransformerModel):
+        case = _transformer(s, m)
+    elif isinstance(m, GraphModel):
+        graph = graph_from_model(m, s.source)
+        mesh = mesh_for_graph(m, s.devices, s.source)
+        case = VerifyCase(graph, graph, graph, mesh, 1, (), _dtype(s))
+    else:
+        case = _small_model(s, m)
+    return dataclasses.replace(case, notes=tuple(notes) + case.notes)
+
+
+def _small_model(s: Scenario, m: MlpModel | ResnetModel) -> VerifyCase:
+    p = s.parallel
+    mesh = Mesh.of(dp=p.data, tp=p.tensor)
+    micro = min(s.grad_accum_steps, 2)
+    per = s.training.micro_batch_size * p.data
+    if isinstance(m, MlpModel):
+        def make(b: int) -> Graph:
+            return build_mlp(b, m.layers, m.hidden_size, m.input_size or m.hidden_size,
+                             m.num_classes or m.hidden_size, m.activation)
+        sharded = plan_mlp(make(per))
+    else:
+        def make(b: int) -> Graph:
+            return build_resnet(b, m.in_channels, m.channels, m.image_size, m.kernel_size,
+                                m.conv_layers, m.fc_layers, m.hidden_size, m.num_classes)
+        sharded = plan_resnet(make(per))
+    return VerifyCase(sharded, make(per * micro), make(per), mesh, micro, (), _dtype(s))

@@ -1,0 +1,165 @@
+"""Execute a sharding plan on virtual numpy devices: forward, backward, gradient reduction
+and the optimizer step, with faults that mutation tests inject.
+
+Backward runs on dual layouts: the gradient of a value laid out S(d) / B / P is laid out
+S(d) / P / B. Every local VJP is linear in the incoming gradient, so running it on local
+blocks under dual layouts computes the sharded transpose exactly; the redistributions of the
+backward pass are planned between dual layouts like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator.graph.ops import KernelCtx
+from simulator.numeric.dist import DistTensor, apply_step, distribute
+from simulator.sharding.layout import Layout
+from simulator.sharding.plan import OpPlan, ShardingPlan
+from simulator.sharding.redistribute import RedistStep, plan_redistribution
+
+__all__ = ["Faults", "Execution", "run_microbatch", "redistribute"]
+
+
+@dataclass(frozen=True)
+class Faults:
+    """Deliberate bugs for mutation tests: skip the n-th forward collective (its layout is
+    relabelled without moving data), slice the wrong block, or skip gradient reduction."""
+
+    drop_comm: int | None = None
+    wrong_slice: bool = False
+    skip_grad_reduction: bool = False
+
+
+@dataclass
+class Execution:
+    """Mutable record of one run: values, local gradients, and the collectives it ran."""
+
+    plan: ShardingPlan
+    faults: Faults = field(default_factory=Faults)
+    values: dict[str, DistTensor] = field(default_factory=dict)
+    comm_log: list[RedistStep] = field(default_factory=list)
+    forward_comms: int = 0
+    batch_offset: int = 0
+
+    def move(self, t: DistTensor, target: Layout, forward: bool) -> DistTensor:
+        steps = plan_redistribution(t.layout, target, t.shape, self.plan.mesh,
+                                    self.plan.itemsize)
+        for step in steps:
+            t = self._step(t, step, forward)
+        return t
+
+    def _step(self, t: DistTensor, step: RedistStep, forward: bool) -> DistTensor:
+        if step.is_comm:
+            self.comm_log.append(step)
+            if forward:
+                index = self.forward_comms
+                self.forward_comms += 1
+                if self.faults.drop_comm == index:
+                    return DistTensor(t.shape, step.dst, _relabel(t, step, self.plan))
+        return apply_step(t, step, self.plan.mesh, self.faults.wrong_slice)
+
+
+def _relabel(t: DistTensor, step: RedistStep, plan: ShardingPlan) -> tuple[np.ndarray, ...]:
+    """Blocks of the right local shape that skipped the data movement (a dropped collective)."""
+    mesh = plan.mesh
+    shape = step.dst.local_shape(t.shape, mesh)
+    out = []
+    for b in t.blocks:
+        reps = [max(1, n // max(1, m)) for n, m in zip(shape, b.shape)]
+        out.append(np.tile(b, reps)[tuple(slice(0, n) for n in shape)].copy())
+    return tuple(out)
+
+
+def redistribute(t: DistTensor, target: Layout, plan: ShardingPlan) -> DistTensor:
+    return Execution(plan).move(t, target, forward=False)
+
+
+def _ctx(p: OpPlan, plan: ShardingPlan, rank: int, batch_offset: int = 0) -> KernelCtx:
+    g, mesh = plan.graph, plan.mesh
+    shapes = [g.tensors[n].shape for n in p.op.inputs]
+    out_shape = g.tensors[p.op.output].shape
+    out_layout = p.sig.output_layout
+    return KernelCtx(tuple(shapes), out_shape,
+                     tuple(p.sig.input_layout(i).offsets(s, mesh, rank)
+                           for i, s in enumerate(shapes)),
+                     out_layout.offsets(out_shape, mesh, rank),
+                     out_layout.local_shape(out_shape, mesh), batch_offset)
+
+
+def _forward_op(ex: Execution, p: OpPlan, cache: dict) -> list[DistTensor]:
+    ins = []
+    for i, name in enumerate(p.op.inputs):
+        key = (name, p.sig.input_layout(i))
+        if key not in cache:
+            cache[key] = ex.move(ex.values[name], p.sig.input_layout(i), forward=True)
+        ins.append(cache[key])
+    fam, mesh = p.op.family, ex.plan.mesh
+    blocks = tuple(fam.forward([t.blocks[r] for t in ins], p.op.attrs, _ctx(p, ex.plan, r, ex.batch_offset))
+                   for r in range(mesh.size))
+    out = DistTensor(ex.plan.graph.tensors[p.op.output].shape, p.sig.output_layout, blocks)
+    ex.values[p.op.output] = ex.move(out, p.out_layout, forward=True)
+    return ins
+
+
+def _add(a: DistTensor | None, b: DistTensor) -> DistTensor:
+    if a is None:
+        return b
+    assert a.layout == b.layout, (a.layout, b.layout)
+    return DistTensor(a.shape, a.layout, tuple(x + y for x, y in zip(a.blocks, b.blocks)))
+
+
+def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict) -> None:
+    plan, mesh = ex.plan, ex.plan.mesh
+    dy = _collect(ex, p.op.output, grads, p.out_layout.dual())
+    if dy is None:
+        return
+    dy = ex.move(dy, p.sig.output_layout.dual(), forward=False)
+    y = ex.values[p.op.output]
+    per_rank = [p.op.family.vjp([t.blocks[r] for t in ins], y.blocks[r], dy.blocks[r],
+                                p.op.attrs, _ctx(p, plan, r, ex.batch_offset))
+                for r in range(mesh.size)]
+    wants = p.op.family.grads_for(len(ins))
+    for i, name in enumerate(p.op.inputs):
+        if not wants[i] or plan.graph.tensors[name].kind in ("input", "label"):
+            continue
+        layout = p.sig.input_layout(i).dual()
+        g = DistTensor(ins[i].shape, layout, tuple(per_rank[r][i] for r in range(mesh.size)))
+        slot = grads.setdefault(name, {})
+        slot[layout] = _add(slot.get(layout), g)
+
+
+def _collect(ex: Execution, name: str, grads: dict, target: Layout) -> DistTensor | None:
+    """Sum a tensor's gradient contributions, each moved once to `target`."""
+    total = None
+    for g in grads.pop(name, {}).values():
+        total = _add(total, ex.move(g, target, forward=False))
+    return total
+
+
+def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str, np.ndarray],
+                   loss_scale: float, on_op: Callable[[str, DistTensor], None] | None = None,
+                   batch_offset: int = 0) -> dict[str, DistTensor]:
+    """Forward and backward of one micro-batch; returns local parameter gradients in the dual
+    of each parameter's kept layout (not yet reduced)."""
+    plan = ex.plan
+    ex.values = dict(params)
+    ex.batch_offset = batch_offset
+    for name, full in batch.items():
+        ex.values[name] = distribute(full, plan.layouts[name], plan.mesh)
+    cache: dict = {}
+    saved = []
+    for p in plan.ops:
+        saved.append(_forward_op(ex, p, cache))
+        if on_op is not None:
+            on_op(p.op.output, ex.values[p.op.output])
+    loss = ex.values[plan.graph.loss]
+    seed = np.full(loss.shape, loss_scale)
+    grads: dict = {plan.graph.loss: {loss.layout.dual(): distribute(seed, loss.layout.dual(),
+                                                                      plan.mesh)}}
+    for p, ins in zip(reversed(plan.ops), reversed(saved)):
+        _backward_op(ex, p, ins, grads)
+    return {name: _collect(ex, name, grads, params[name].layout.dual())
+            for name in params if name in grads}

@@ -1,0 +1,85 @@
+"""`type: graph` scenarios: tensors and operators written out in YAML, with sharding given
+as MindSpore `strategy` / `out_strategy` tuples or SBP `placements` on `model.mesh`.
+
+Without `model.mesh`, the mesh is the device count factored into primes, outermost first
+(8 devices: axes m0=2, m1=2, m2=2), which MindSpore strategy numbers map onto in order.
+"""
+
+from __future__ import annotations
+
+from simulator.errors import InputError
+from simulator.graph.graph import Graph, GraphBuilder
+from simulator.graph.ops import OpError
+from simulator.scenario.schema import GraphModel
+from simulator.sharding.layout import LayoutError
+from simulator.sharding.mesh import Mesh
+from simulator.sharding.plan import Strategy, build_plan
+from simulator.sharding.rules import SignatureError
+
+__all__ = ["graph_from_model", "mesh_for_graph", "prime_mesh"]
+
+
+def prime_mesh(devices: int) -> Mesh:
+    axes, n, p = [], devices, 2
+    while n > 1:
+        while n % p == 0:
+            axes.append((f"m{len(axes)}", p))
+            n //= p
+        p += 1
+    return Mesh(tuple(axes) or (("m0", 1),))
+
+
+def mesh_for_graph(model: GraphModel, devices: int, source: str) -> Mesh:
+    if model.mesh is None:
+        return prime_mesh(devices)
+    mesh = Mesh(tuple(model.mesh.items()))
+    if mesh.size != devices:
+        sizes = "*".join(str(s) for s in mesh.shape)
+        raise InputError(source, "model.mesh", f"axes multiply to {sizes} = {mesh.size}; "
+                         f"the cluster has {devices} devices")
+    return mesh
+
+
+def _strategy(op, i: int, source: str) -> Strategy | None:
+    if op.placements is not None and op.strategy is not None:
+        raise InputError(source, f"model.ops[{i}]", "give either strategy or placements, "
+                         "not both")
+    if op.placements is not None:
+        return Strategy(placements={k: list(v) for k, v in op.placements.items()})
+    if op.strategy is not None:
+        return Strategy(in_strategy=[list(t) for t in op.strategy],
+                        out_strategy=[list(t) for t in op.out_strategy]
+                        if op.out_strategy else None)
+    if op.out_strategy is not None:
+        raise InputError(source, f"model.ops[{i}].out_strategy", "needs strategy too")
+    return None
+
+
+def graph_from_model(model: GraphModel, source: str) -> Graph:
+    """Build and check the graph, and resolve every strategy against the model's mesh."""
+    b = GraphBuilder()
+    for i, t in enumerate(model.tensors):
+        try:
+            b.tensor(t.name, t.shape, t.kind)
+        except OpError as exc:
+            raise InputError(source, f"model.tensors[{i}].name", str(exc)) from None
+    for i, op in enumerate(model.ops):
+        try:
+            b.op(op.type, op.inputs, op.output, name=op.name,
+                 strategy=_strategy(op, i, source), **op.attrs)
+        except OpError as exc:
+            raise InputError(source, f"model.ops[{i}]", f"{op.name}: {exc}") from None
+    return b.build()
+
+
+def check_graph_plan(model: GraphModel, devices: int, source: str) -> None:
+    """Resolve every strategy now so a bad one is reported with its key at load time."""
+    graph = graph_from_model(model, source)
+    mesh = mesh_for_graph(model, devices, source)
+    try:
+        build_plan(graph, mesh)
+    except (SignatureError, LayoutError) as exc:
+        name = str(exc).split("'")[1] if "'" in str(exc) else ""
+        index = next((i for i, op in enumerate(model.ops) if op.name == name), None)
+        key = f"model.ops[{index}].strategy" if index is not None else "model.ops"
+        raise InputError(source, key, str(exc)) from None

@@ -1,0 +1,50 @@
+"""Plans for the MLP and the ResNet-like builders on a (dp, tp) mesh.
+
+MLP: the batch split on dp; on tp, Megatron's pairing -- a column-parallel MatMul (output
+features split) followed by a row-parallel one (contraction split, Partial result).
+ResNet-like (the seeds' boundary-operator example): the conv half data parallel over every
+device, the FC half model parallel on tp.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from simulator.graph.graph import Graph, OpNode
+from simulator.sharding.plan import Strategy
+
+__all__ = ["plan_mlp", "plan_resnet"]
+
+
+def _set(op: OpNode, dp: str, tp: str) -> OpNode:
+    return dataclasses.replace(op, strategy=Strategy(axes={"dp": dp, "tp": tp}))
+
+
+def _fc_chain(ops: list[OpNode], matmul_prefix: str) -> list[OpNode]:
+    """Column, row, column, ... for MatMuls; elementwise ops follow their producer."""
+    out, column = [], True
+    for op in ops:
+        if op.type == "Einsum" and op.name.startswith(matmul_prefix):
+            out.append(_set(op, "M", "N" if column else "K"))
+            last_split = "d1" if column else "B"
+            column = not column
+        elif op.type == "SoftmaxCrossEntropy" or op.type == "ReduceMean":
+            out.append(_set(op, "d0", "B"))
+        else:
+            out.append(_set(op, "d0", last_split))
+    return out
+
+
+def plan_mlp(graph: Graph) -> Graph:
+    ops = [dataclasses.replace(op) for op in graph.ops]
+    return Graph(graph.tensors, tuple(_fc_chain(ops, "")))
+
+
+def plan_resnet(graph: Graph) -> Graph:
+    conv_half = [op for op in graph.ops if op.name.startswith(("conv", "relu", "res"))]
+    rest = [op for op in graph.ops if op not in conv_half]
+    head = [_set(op, "n" if op.type == "Conv2D" else "d0",
+                 "n" if op.type == "Conv2D" else "d0") for op in conv_half]
+    flatten = [_set(op, "d0", "d0") for op in rest if op.type == "Reshape"]
+    fc = _fc_chain([op for op in rest if op.type != "Reshape"], "fc")
+    return Graph(graph.tensors, tuple(head + flatten + fc))
