@@ -1,0 +1,70 @@
+"""The SimPy engine on hand-written plans: exact start/end times, links, rendezvous."""
+
+from __future__ import annotations
+
+from simulator.engine.core import run, simpy_event_rate
+from simulator.schedule.tasks import Plan, Task
+
+
+def _plan(tasks: list[Task], devices: tuple[int, ...] = (0, 1)) -> Plan:
+    streams: dict[tuple[int, str], list[int]] = {}
+    for task in tasks:
+        streams.setdefault((task.device, task.stream), []).append(task.tid)
+    return Plan(tasks=tuple(tasks), streams=tuple((d, s, tuple(t)) for (d, s), t in
+                                                  streams.items()),
+                devices=devices, represents=(1,) * len(devices), stage_of=(0,) * len(devices),
+                static_memory=((),) * len(devices), total_devices=len(devices), micro_batches=1)
+
+
+def test_streams_run_in_order_and_wait_for_dependencies():
+    plan = _plan([
+        Task(0, 0, "compute", "F", "fwd", 0, 0, 2.0),
+        Task(1, 0, "pp_fwd", "send_fwd", "comm", 0, 0, 0.5, deps=(0,)),
+        Task(2, 1, "compute", "F", "fwd", 0, 1, 3.0, deps=(1,)),
+        Task(3, 0, "compute", "F", "fwd", 1, 0, 2.0),
+    ])
+    trace = run(plan)
+    assert trace.start == (0.0, 2.0, 2.5, 2.0)
+    assert trace.end == (2.0, 2.5, 5.5, 4.0)
+    assert trace.blocker == (-1, 0, 1, -1)
+    assert trace.ready == (0.0, 0.0, 0.0, 2.0)
+
+
+def test_transfers_on_one_link_queue_first_come_first_served():
+    plan = _plan([
+        Task(0, 0, "pp_fwd", "send_fwd", "comm", 0, 0, 1.0, link="nic"),
+        Task(1, 0, "dp", "grad_bucket", "comm", -1, 0, 1.0, link="nic"),
+        Task(2, 1, "dp", "grad_bucket", "comm", -1, 0, 1.0, link="nic"),  # another device
+        Task(3, 0, "pp_bwd", "send_bwd", "comm", 0, 0, 1.0, link="fabric"),
+    ])
+    trace = run(plan)
+    assert trace.start == (0.0, 1.0, 0.0, 0.0)
+
+
+def test_a_collective_starts_when_its_last_member_arrives():
+    plan = _plan([
+        Task(0, 0, "compute", "B", "bwd", 0, 0, 1.0),
+        Task(1, 1, "compute", "B", "bwd", 0, 0, 3.0),
+        Task(2, 0, "dp", "grad_bucket", "comm", -1, 0, 2.0, deps=(0,), group=0, group_size=2),
+        Task(3, 1, "dp", "grad_bucket", "comm", -1, 0, 2.0, deps=(1,), group=0, group_size=2),
+    ])
+    trace = run(plan)
+    assert trace.start[2] == trace.start[3] == 3.0
+    assert trace.end[2] == trace.end[3] == 5.0
+
+
+def test_same_plan_same_trace_and_few_events():
+    tasks = [Task(i, 0, "compute", "F", "fwd", i, 0, 1.0) for i in range(100)]
+    first, second = run(_plan(tasks, (0,))), run(_plan(tasks, (0,)))
+    assert first == second
+    assert first.end[-1] == 100.0
+    assert first.events <= 102  # one timeout per task, plus the process start
+
+
+def test_zero_duration_tasks_schedule_no_timeout():
+    tasks = [Task(i, 0, "compute", "F", "fwd", i, 0, 0.0) for i in range(50)]
+    assert run(_plan(tasks, (0,))).events <= 2
+
+
+def test_bare_simpy_rate_is_measured():
+    assert simpy_event_rate(2000) > 1e4

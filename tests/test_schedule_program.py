@@ -1,0 +1,137 @@
+"""The transformer program against closed forms: Korthikanti et al. 2022 activation memory,
+Megatron-LM parameter counts and collectives, Narayanan et al. 2021 FLOPs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulator.cost.specs import CommSpec
+from simulator.scenario import parse_scenario
+from simulator.schedule.flops import iteration_flops
+from simulator.schedule.program import comm_ops, compute_ops, saved_bytes, total_flops
+from simulator.schedule.transformer import transformer_program
+
+S, B, H, A = 512, 2, 1024, 16
+
+
+def _scenario(tensor: int = 1, data: int = 1, pipeline: int = 1, **parallel: Any):
+    model = {"type": "transformer", "layers": 8, "hidden_size": H, "num_heads": A,
+             "seq_length": S, "vocab_size": 4096, "dtype": "bf16"}
+    model.update(parallel.pop("model", {}))
+    devices = tensor * data * pipeline
+    return parse_scenario({
+        "name": "prog", "hardware": "a100-80gb",
+        "cluster": {"nodes": 1, "devices_per_node": devices}, "model": model,
+        "training": {"global_batch_size": B * data * parallel.pop("micro", 1),
+                     "micro_batch_size": B},
+        "parallel": {"tensor": tensor, "data": data, "pipeline": pipeline, **parallel},
+    }, "test")
+
+
+def _korthikanti(t: int, sp: bool, recompute: str) -> float:
+    """Korthikanti et al. 2022, Table 2: activation bytes per layer, 16-bit."""
+    sbh, core = S * B * H, 5 * A * S / (H * t)
+    if recompute == "full":
+        return 2 * sbh / (t if sp else 1)
+    if recompute == "selective":
+        core = 0.0
+    if t == 1:
+        return sbh * (34 + core)
+    return sbh * ((34 / t if sp else 10 + 24 / t) + core)
+
+
+@pytest.mark.parametrize("t,sp", [(1, False), (2, False), (8, False), (2, True), (8, True)])
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_activation_bytes_per_layer_match_korthikanti(t: int, sp: bool, recompute: str):
+    prog = transformer_program(_scenario(tensor=t, sequence_parallel=sp, recompute=recompute))
+    assert prog.activation_bytes_per_layer == pytest.approx(_korthikanti(t, sp, recompute))
+
+
+def test_saved_bytes_of_layer_forward_are_the_no_recompute_activations():
+    prog = transformer_program(_scenario(tensor=4))
+    assert saved_bytes(prog.layer_fwd) == pytest.approx(_korthikanti(4, False, "none"))
+    assert prog.layer_working_bytes == saved_bytes(prog.layer_fwd)
+
+
+def test_layer_parameters_are_12h2_plus_13h_without_tensor_parallelism():
+    prog = transformer_program(_scenario())
+    assert prog.params_per_layer == 12 * H * H + 13 * H
+    assert prog.param_tensors_per_layer == 12
+
+
+def test_tensor_parallelism_shards_every_matrix():
+    one, eight = transformer_program(_scenario()), transformer_program(_scenario(tensor=8))
+    # the row-parallel biases and the two norms (h + h + 4h) stay replicated
+    assert eight.params_per_layer == (one.params_per_layer - 6 * H) // 8 + 6 * H
+    assert eight.params_embedding == 4096 // 8 * H + S * H
+
+
+def test_backward_gemms_cost_twice_the_forward():
+    prog = transformer_program(_scenario(tensor=2))
+    assert total_flops(prog.layer_bwd, "gemm") == pytest.approx(
+        2 * total_flops(prog.layer_fwd, "gemm"))
+    assert total_flops(prog.head_bwd, "gemm") == pytest.approx(
+        2 * total_flops(prog.head_fwd, "gemm"))
+
+
+def _collectives(ops: tuple) -> list[str]:
+    return [op.collective for op in comm_ops(ops)]
+
+
+def test_megatron_has_two_tp_all_reduces_forward_and_two_backward():
+    prog = transformer_program(_scenario(tensor=4))
+    assert _collectives(prog.layer_fwd) == ["all_reduce", "all_reduce"]
+    assert _collectives(prog.layer_bwd) == ["all_reduce", "all_reduce"]
+    assert all(op.axis == "tp" and op.bytes == 2 * S * B * H for op in comm_ops(prog.layer_fwd))
+
+
+def test_sequence_parallel_uses_all_gather_and_reduce_scatter():
+    prog = transformer_program(_scenario(tensor=4, sequence_parallel=True))
+    assert _collectives(prog.layer_fwd) == ["all_gather", "reduce_scatter"] * 2
+    assert _collectives(prog.layer_bwd) == ["all_gather", "reduce_scatter"] * 2
+    assert prog.boundary_bytes == 2 * S * B * H / 4
+
+
+def test_no_collectives_without_tensor_parallelism():
+    prog = transformer_program(_scenario())
+    ops = prog.layer_fwd + prog.layer_bwd + prog.embed_fwd + prog.head_fwd + prog.head_bwd
+    assert not [op for op in ops if isinstance(op, CommSpec)]
+
+
+def test_grouped_query_attention_shrinks_the_qkv_projection():
+    mha = transformer_program(_scenario())
+    gqa = transformer_program(_scenario(model={"num_kv_heads": 4}))
+    qkv = {p: next(op for op in compute_ops(p.layer_fwd) if op.name == "qkv") for p in (mha, gqa)}
+    assert qkv[mha].gemm_mnk[1] == 3 * H
+    assert qkv[gqa].gemm_mnk[1] == H + 2 * 4 * (H // A)
+
+
+def test_swiglu_has_three_ffn_matrices():
+    prog = transformer_program(_scenario(model={"ffn_activation": "swiglu",
+                                                "ffn_hidden_size": 2816}))
+    names = [op.name for op in compute_ops(prog.layer_fwd) if op.kind == "gemm"]
+    assert [n for n in names if n.startswith("fc")] == ["fc_gate", "fc_up", "fc2"]
+
+
+def test_recompute_reruns_the_forward_or_the_attention_core():
+    full = transformer_program(_scenario(recompute="full"))
+    assert [op.name for op in full.layer_recompute] == [op.name for op in full.layer_fwd]
+    assert {op.phase for op in full.layer_recompute} == {"recompute"}
+    sel = transformer_program(_scenario(recompute="selective"))
+    assert [op.name for op in sel.layer_recompute] == ["scores", "softmax", "attn_dropout",
+                                                        "context"]
+    assert transformer_program(_scenario()).layer_recompute == ()
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_model_flops_match_narayanan(t: int):
+    """72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) (Narayanan et al. 2021, Eq. 3 without the
+    recompute pass); with full recompute the hardware FLOPs are 96*... (Eq. 3)."""
+    sc = _scenario(tensor=t, data=2, micro=3, recompute="full")
+    model, hardware = iteration_flops(sc, transformer_program(sc))
+    batch, l, v = sc.training.global_batch_size, 8, 4096
+    base = batch * S * l * H * H * (1 + S / (6 * H))
+    assert model == pytest.approx(72 * base + 6 * batch * S * H * v)
+    assert hardware == pytest.approx(96 * base + 6 * batch * S * H * v)

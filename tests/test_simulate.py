@@ -1,0 +1,186 @@
+"""simulate() against closed forms: one device = sum of its roofline times; pipeline bubble
+(p-1)/(m+p-1); data-parallel weak scaling loses only the exposed gradient reduction; the
+breakdown adds up; runs reproduce; full fidelity agrees with representative devices;
+ZeRO model states; the CONTRACT section 3 keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulator.cost import compute_time_s
+from simulator.hardware import load_profile
+from simulator.report import summary
+from simulator.report.chrome import chrome_trace
+from simulator.scenario import parse_scenario
+from simulator.schedule.costs import CostModel
+from simulator.schedule.program import compute_ops
+from simulator.schedule.state import optimizer_spec
+from simulator.schedule.transformer import transformer_program
+from simulator.simulate import simulate
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return load_profile("a100-80gb")
+
+
+def _scenario(tensor: int = 1, data: int = 1, pipeline: int = 1, micro: int = 1,
+              devices_per_node: int = 8, **parallel: Any):
+    devices = tensor * data * pipeline
+    return parse_scenario({
+        "name": "sim", "hardware": "a100-80gb",
+        "cluster": {"nodes": max(1, devices // devices_per_node),
+                    "devices_per_node": min(devices, devices_per_node)},
+        "model": {"type": "transformer", "layers": 8, "hidden_size": 1024, "num_heads": 16,
+                  "seq_length": 1024, "vocab_size": 8192, "dtype": "bf16"},
+        "training": {"global_batch_size": micro * data, "micro_batch_size": 1},
+        "parallel": {"tensor": tensor, "data": data, "pipeline": pipeline, **parallel},
+    }, "test")
+
+
+def _layer_only_costs(sc, dp_bytes_per_s: float = 0.0) -> CostModel:
+    """1 ms per layer kernel, nothing else costs time (uniform stages, free pipeline
+    communication); data-parallel collectives take bytes / dp_bytes_per_s."""
+    prog = transformer_program(sc)
+    names = {op.name for op in prog.layer_fwd + prog.layer_bwd + prog.layer_recompute}
+
+    def collective(coll: str, nbytes: float, group) -> float:
+        if group.stride == sc.parallel.tensor and dp_bytes_per_s:  # the dp axis
+            return nbytes / dp_bytes_per_s
+        return 0.0
+
+    return CostModel(compute_s=lambda spec: 1e-3 if spec.name in names else 0.0,
+                     collective_s=collective, send_recv_s=lambda nbytes, intra: 0.0)
+
+
+def test_one_device_iteration_is_the_sum_of_its_roofline_times(a100):
+    sc = _scenario(micro=3)
+    prog = transformer_program(sc)
+    per_micro = sum(compute_time_s(op, a100) for op in compute_ops(
+        prog.embed_fwd + prog.head_fwd + prog.head_bwd + prog.embed_bwd)) + 8 * sum(
+        compute_time_s(op, a100) for op in compute_ops(prog.layer_fwd + prog.layer_bwd))
+    params = 8 * prog.params_per_layer + prog.params_embedding + prog.params_head
+    opt = compute_time_s(optimizer_spec(params, "bf16", "adam", 0, 1), a100)
+    result = simulate(sc, a100)
+    assert result.iteration_time_s == pytest.approx(3 * per_micro + opt, rel=1e-9)
+    assert dict(result.breakdown_s)["bubble"] == 0.0
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p,m", [(2, 1), (2, 4), (4, 4), (4, 8), (8, 3)])
+def test_bubble_fraction_is_p_minus_1_over_m_plus_p_minus_1(a100, schedule: str, p: int,
+                                                           m: int):
+    sc = _scenario(pipeline=p, micro=m, schedule=schedule)
+    result = simulate(sc, a100, costs=_layer_only_costs(sc))
+    prog, layers = result.program, 8 // p
+    t_f = layers * len(compute_ops(prog.layer_fwd)) * 1e-3  # 1 ms per layer kernel
+    t_b = layers * len(compute_ops(prog.layer_bwd)) * 1e-3
+    assert result.iteration_time_s == pytest.approx((m + p - 1) * (t_f + t_b))
+    bubble = dict(result.breakdown_s)["bubble"]
+    assert bubble / result.iteration_time_s == pytest.approx((p - 1) / (m + p - 1))
+
+
+def test_recompute_adds_a_forward_per_micro_batch(a100):
+    sc = _scenario(pipeline=2, micro=4, recompute="full")
+    result = simulate(sc, a100, costs=_layer_only_costs(sc))
+    parts = dict(result.breakdown_s)
+    assert parts["recompute"] == pytest.approx(4 * 4 * 13e-3)  # 13 forward kernels a layer
+    assert parts["bubble"] / result.iteration_time_s == pytest.approx(1 / 5)
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_data_parallel_weak_scaling_loses_only_the_exposed_reduction(a100, overlap: bool):
+    one = _scenario(micro=4, overlap={"grad_reduce": overlap})
+    eight = _scenario(data=8, micro=4, overlap={"grad_reduce": overlap})
+    r1 = simulate(one, a100, costs=_layer_only_costs(one, 50e9))
+    r8 = simulate(eight, a100, costs=_layer_only_costs(eight, 50e9))
+    p1, p8 = dict(r1.breakdown_s), dict(r8.breakdown_s)
+    assert p8["compute"] == pytest.approx(p1["compute"])
+    assert p1["comm_exposed"] == 0.0
+    assert r8.iteration_time_s - r1.iteration_time_s == pytest.approx(p8["comm_exposed"])
+    grads = 2 * r8.plan.static_memory[0][1][1] / 2  # gradient bytes (bf16)
+    reduce_s = grads / 50e9
+    if overlap:
+        assert 0.0 < p8["comm_exposed"] < reduce_s
+    else:
+        assert p8["comm_exposed"] == pytest.approx(reduce_s)
+
+
+CASES = [
+    {"tensor": 2, "data": 2, "pipeline": 2, "micro": 4},
+    {"tensor": 2, "pipeline": 4, "micro": 8, "recompute": "full", "sequence_parallel": True},
+    {"data": 4, "pipeline": 2, "micro": 4, "schedule": "interleaved_1f1b",
+     "virtual_stages": 2, "optimizer_shard": 1},
+    {"data": 4, "pipeline": 2, "micro": 2, "optimizer_shard": 3, "recompute": "selective"},
+    {"data": 4, "micro": 2, "optimizer_shard": 2, "overlap": {"grad_reduce": False,
+                                                              "copies": 2}},
+    {"tensor": 2, "data": 4, "pipeline": 2, "micro": 4, "devices_per_node": 4,
+     "schedule": "gpipe"},
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_breakdown_adds_up_to_the_iteration_time(a100, case: dict):
+    result = simulate(_scenario(**case), a100)
+    total = sum(v for _, v in result.breakdown_s)
+    assert total == pytest.approx(result.iteration_time_s, rel=1e-2)
+    assert all(v >= -1e-12 for _, v in result.breakdown_s)
+
+
+@pytest.mark.parametrize("case", CASES[:4])
+def test_full_fidelity_agrees_with_representative_devices(a100, case: dict):
+    sc = _scenario(**case)
+    rep, full = simulate(sc, a100), simulate(sc, a100, fidelity="full")
+    assert len(full.plan.devices) == sc.devices > len(rep.plan.devices)
+    assert full.iteration_time_s == pytest.approx(rep.iteration_time_s, rel=1e-12)
+    assert dict(full.breakdown_s) == pytest.approx(dict(rep.breakdown_s), rel=1e-9, abs=1e-12)
+    assert full.memory.peak_bytes == pytest.approx(rep.memory.peak_bytes)
+    assert dict(full.comm_bytes) == pytest.approx(dict(rep.comm_bytes))
+
+
+def test_same_scenario_twice_gives_the_identical_trace(a100):
+    sc = _scenario(**CASES[2])
+    first, second = simulate(sc, a100), simulate(sc, a100)
+    assert first.trace == second.trace
+    assert first.plan == second.plan
+    assert chrome_trace(first) == chrome_trace(second)
+
+
+@pytest.mark.parametrize("shard,per_param", [(0, 16.0), (1, 4 + 12 / 4), (2, 2 + 14 / 4),
+                                             (3, 16 / 4)])
+def test_zero_model_states_in_the_memory_timeline(a100, shard: int, per_param: float):
+    sc = _scenario(data=4, micro=2, optimizer_shard=shard)
+    result = simulate(sc, a100)
+    prog = result.program
+    psi = 8 * prog.params_per_layer + prog.params_embedding + prog.params_head
+    cats = dict(result.memory.by_category)
+    states = cats["parameters"] + cats["gradients"] + cats["optimizer_states"]
+    assert states == pytest.approx(per_param * psi)
+
+
+def test_activation_peak_of_1f1b_holds_p_micro_batches_on_the_first_stage(a100):
+    sc = _scenario(pipeline=4, micro=8)
+    result = simulate(sc, a100, costs=_layer_only_costs(sc))
+    prog = result.program
+    first_stage = 2 * prog.activation_bytes_per_layer + prog.embed_activation_bytes
+    assert result.memory.device == 0
+    assert dict(result.memory.by_category)["activations"] == pytest.approx(4 * first_stage)
+
+
+def test_summary_has_exactly_the_contract_keys(a100):
+    s = summary(simulate(_scenario(tensor=2, data=2, micro=2), a100))
+    assert list(s) == ["scenario", "devices", "iteration_time_s", "samples_per_s",
+                       "tokens_per_s", "model_flops_per_iteration", "tflops_per_device",
+                       "mfu", "hfu", "breakdown_s", "memory", "communication", "simulation"]
+    assert list(s["breakdown_s"]) == ["compute", "recompute", "comm_exposed", "bubble",
+                                      "offload_exposed", "optimizer"]
+    assert list(s["memory"]) == ["peak_bytes", "capacity_bytes", "fits", "by_category_bytes"]
+    assert list(s["memory"]["by_category_bytes"]) == [
+        "parameters", "gradients", "optimizer_states", "activations", "communication_buffers"]
+    assert list(s["communication"]) == ["bytes_per_device", "by_collective"]
+    assert list(s["simulation"]) == ["events", "wall_s"]
+    assert s["devices"] == 4 and s["memory"]["fits"] is True
+    assert 0 < s["mfu"] <= s["hfu"] < 1
+    assert set(s["communication"]["by_collective"]) == {"all_reduce"}
