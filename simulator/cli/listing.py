@@ -73,15 +73,16 @@ def _scenario_row(name: str) -> dict[str, Any]:
         data = load_yaml_text(path.read_text(encoding="utf-8"))
     except Exception:  # a listing shows what it can; `run` reports the error in full
         data = None
-    data = data if isinstance(data, dict) else {}
-    cluster = data.get("cluster") if isinstance(data.get("cluster"), dict) else {}
-    model = data.get("model") if isinstance(data.get("model"), dict) else {}
-    devices = None
-    if isinstance(cluster.get("nodes", 1), int) and isinstance(
-            cluster.get("devices_per_node", 1), int):
-        devices = cluster.get("nodes", 1) * cluster.get("devices_per_node", 1)
+    data = _mapping(data)
+    cluster, model = _mapping(data.get("cluster")), _mapping(data.get("model"))
+    nodes, per_node = cluster.get("nodes", 1), cluster.get("devices_per_node", 1)
+    devices = nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None
     return {"name": name, "title": data.get("name"), "model": model.get("type"),
             "hardware": data.get("hardware"), "devices": devices}
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def scenarios(json_out: JsonOpt = False) -> None:
