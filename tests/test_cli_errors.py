@@ -128,3 +128,11 @@ def test_bad_hardware_override_is_blamed(invoke_cli, write_file, in_tmp, tiny_sc
         "error: hardware_profiles/a100-80gb.yaml with --set hardware.memry_GB=40: memry_GB: "
         "unknown key (did you mean 'memory_GB'?); allowed: ")
     assert result.stderr.count("\n") == 1
+
+
+def test_out_that_is_a_file(invoke_cli, write_file, in_tmp):
+    write_file("taken", "not a folder")
+    result = invoke_cli("run", "tiny-cpu", "--out", "taken/sub")
+    if result.exit_code == 3 and "ModuleNotFoundError" in result.stderr:
+        pytest.skip("simulate has not landed")
+    _assert_bad_input(result, "--out: taken/sub: cannot create the folder (Not a directory)")

@@ -59,7 +59,11 @@ def _write_report(result: Any, out_dir: Path) -> None:
         raise InputError("--out", str(out_dir), f"cannot create the folder ({exc.strerror})"
                          ) from None
     with stderr_console().status(f"writing report files to {out_dir}"):
-        write_report(result, out_dir)
+        try:
+            write_report(result, out_dir)
+        except OSError as exc:
+            raise InputError("--out", str(out_dir), f"cannot write the report files "
+                             f"({exc.strerror or exc})") from None
 
 
 def _print_table(summ: dict[str, Any], out: IO[str]) -> None:
