@@ -56,6 +56,8 @@ class _Lowering:
         self.dp_link = "nic" if self.dp_group.crosses_nodes else "fabric"
         self.fidelity = fidelity
         self.buckets = {vs: self._buckets(w) for vs, w in enumerate(self.work)}
+        self.send_s = {intra: costs.send_recv_s(prog.boundary_bytes, intra)
+                       for intra in (True, False)}
 
     # ---- helpers -------------------------------------------------------------------------
     def _buckets(self, w: StageWork) -> tuple[tuple[int, float, float], ...]:
@@ -116,7 +118,7 @@ class _Lowering:
         intra = self.lay.same_node(dev, peer)
         buf = (("communication_buffers", nbytes),)
         self.b.add(("S", dev, direction, mb, vs), dev, "pp_" + direction, "send_" + direction,
-                   "comm", mb, vs, self.costs.send_recv_s(nbytes, intra), deps=(after,),
+                   "comm", mb, vs, self.send_s[intra], deps=(after,),
                    link="fabric" if intra else "nic", comm=(("send_recv", nbytes),),
                    alloc=buf, free=buf)
 

@@ -26,13 +26,15 @@ __all__ = ["StageWork", "stage_work"]
 class StageWork:
     """One virtual stage, one micro-batch, on one device.
 
-    bwd_pieces: the backward in execution order ([head], each layer, [embedding]);
+    bwd: the whole backward; bwd_pieces: the same in execution order ([head], each layer,
+    [embedding]);
     piece_params: parameters whose gradients are complete after each piece (for buckets).
     activation_bytes: saved for backward per micro-batch; working_bytes: extra bytes alive
     while a recomputed micro-batch runs its backward (one layer's full saved set).
     """
 
     fwd: Priced
+    bwd: Priced
     bwd_pieces: tuple[Priced, ...]
     piece_params: tuple[int, ...]
     recompute: Priced
@@ -41,12 +43,12 @@ class StageWork:
     working_bytes: float
     layers: int
 
-    @property
-    def bwd(self) -> Priced:
-        total = self.bwd_pieces[0]
-        for piece in self.bwd_pieces[1:]:
-            total = total + piece
-        return total
+
+def _sum(pieces: tuple[Priced, ...]) -> Priced:
+    total = pieces[0]
+    for piece in pieces[1:]:
+        total = total + piece
+    return total
 
 
 def _exposed(priced: Priced, copies: int) -> Priced:
@@ -97,7 +99,7 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
         act = n * prog.activation_bytes_per_layer
         act += (prog.embed_activation_bytes if first else 0.0)
         act += (prog.head_activation_bytes if last else 0.0)
-        out.append(StageWork(fwd=fwd, bwd_pieces=pieces, piece_params=params,
+        out.append(StageWork(fwd=fwd, bwd=_sum(pieces), bwd_pieces=pieces, piece_params=params,
                              recompute=lr.scaled(n), params=sum(params),
                              activation_bytes=act, working_bytes=working, layers=n))
     return tuple(out)
