@@ -1,0 +1,163 @@
+"""Predicted vs published seconds per iteration for the bundled validation runs.
+
+Each scenario in `scenarios/validation/` is one published measured training run (Narayanan et
+al. 2021 Table 1 on A100-80GB; the Megatron-LM README weak-scaling table on H100). Its measured
+seconds per iteration, `target_iteration_time_s`, is the source's TFLOP/s/GPU converted with the
+source's own FLOP count (see /work/shared/validation/README.md). This script simulates each run
+in-process with `simulate()` and prints, per run, the prediction, the target, the signed error
+`100 * (predicted / target - 1)`, and the model's MFU; then the mean absolute percentage error
+(MAPE) and the worst run. It measures and never asserts: the exit status is always 0.
+
+    python -m benchmarks.accuracy [--json] [--csv PATH] [--dir DIR]     (from the repo root)
+
+Targets come from `published_runs.csv` (matched on source, model name and GPU count) when that
+file exists, else from the scenario's `# target_iteration_time_s:` header comment, so the
+bundled copies alone suffice. Not modelled, though included in the measured times: data
+loading, logging, and the host-side overhead of the training loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["Row", "error_pct", "mape", "header_target", "csv_targets", "evaluate", "main"]
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DIR = REPO / "scenarios" / "validation"
+DEFAULT_CSV = Path("/work/shared/validation/published_runs.csv")
+_TARGET = re.compile(r"^#\s*target_iteration_time_s:\s*([0-9.eE+-]+)\s*$", re.MULTILINE)
+_MODEL = re.compile(r"^#\s*model:\s*(\S+)\s*\(", re.MULTILINE)
+_SOURCE = re.compile(r"^#\s*source:\s*(.+?)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One validation run: the prediction next to the published figure."""
+
+    run: str
+    hardware: str
+    devices: int
+    tp: int
+    pp: int
+    dp: int
+    predicted_s: float
+    target_s: float
+    error_pct: float
+    mfu: float
+
+
+def error_pct(predicted_s: float, target_s: float) -> float:
+    """Signed error of a prediction in percent: + means the model is slower than measured."""
+    if not target_s > 0:
+        raise ValueError(f"target must be > 0 seconds, found {target_s}")
+    return 100.0 * (predicted_s / target_s - 1.0)
+
+
+def mape(errors: Iterable[float]) -> float:
+    """Mean absolute percentage error of signed percent errors (nan for none)."""
+    vals = [abs(e) for e in errors]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def header_target(text: str) -> float | None:
+    """The `# target_iteration_time_s: X` figure of a case file's comment header, or None."""
+    found = _TARGET.search(text)
+    return float(found.group(1)) if found else None
+
+
+def _key(source: str, model: str, gpus: int) -> tuple[str, str, int]:
+    return source.strip(), model.strip(), int(gpus)
+
+
+def csv_targets(path: Path) -> dict[tuple[str, str, int], float]:
+    """(source, model_name, num_gpus) -> target_iteration_time_s from published_runs.csv."""
+    with path.open(newline="") as fh:
+        return {_key(r["source"], r["model_name"], int(r["num_gpus"])):
+                float(r["target_iteration_time_s"]) for r in csv.DictReader(fh)
+                if r.get("target_iteration_time_s")}
+
+
+def _target(text: str, devices: int, table: dict[tuple[str, str, int], float]) -> float:
+    """The run's target: the CSV row when one matches its header, else the header comment."""
+    source, model = _SOURCE.search(text), _MODEL.search(text)
+    if source and model:
+        hit = table.get(_key(source.group(1), model.group(1), devices))
+        if hit is not None:
+            return hit
+    found = header_target(text)
+    if found is None:
+        raise ValueError("no target_iteration_time_s in published_runs.csv or the header")
+    return found
+
+
+def _simulate(path: Path) -> tuple[object, object]:
+    """(scenario, SimResult) of one case file, with its bundled hardware profile."""
+    from simulator.hardware.load import load_profile
+    from simulator.scenario import parse_scenario, resolve_hardware
+    from simulator.simulate import simulate
+    from simulator.yamlio import read_yaml_file
+
+    scenario = parse_scenario(read_yaml_file(path, str(path)), str(path))
+    hw = load_profile(str(resolve_hardware(scenario, path.parent)))
+    return scenario, simulate(scenario, hw)
+
+
+def evaluate(path: Path, table: dict[tuple[str, str, int], float]) -> Row:
+    """Simulate one validation case and compare it with its published time."""
+    scenario, result = _simulate(path)
+    p = scenario.parallel  # type: ignore[attr-defined]
+    target = _target(path.read_text(), scenario.devices, table)  # type: ignore[attr-defined]
+    predicted = result.iteration_time_s  # type: ignore[attr-defined]
+    mfu = result.model_flops / predicted / scenario.devices / result.peak_flops_per_s  # type: ignore
+    return Row(path.stem, scenario.hardware, scenario.devices, p.tensor, p.pipeline,  # type: ignore
+               p.data, predicted, target, error_pct(predicted, target), mfu)
+
+
+def _print(rows: Sequence[Row], out=sys.stdout) -> None:
+    head = (f"{'run':<44} {'hardware':<10} {'devices':>7} {'TP/PP/DP':>10} {'pred s':>9} "
+            f"{'target s':>9} {'error %':>8} {'mfu':>6}")
+    print(head, file=out)
+    print("-" * len(head), file=out)
+    for r in rows:
+        print(f"{r.run:<44} {r.hardware:<10} {r.devices:>7} {f'{r.tp}/{r.pp}/{r.dp}':>10} "
+              f"{r.predicted_s:>9.4g} {r.target_s:>9.4g} {r.error_pct:>+8.1f} {r.mfu:>6.1%}",
+              file=out)
+    worst = max(rows, key=lambda r: abs(r.error_pct))
+    print(f"\nMAPE {mape(r.error_pct for r in rows):.1f}% over {len(rows)} runs; worst "
+          f"{worst.error_pct:+.1f}% ({worst.run})", file=out)
+    for hw in sorted({r.hardware for r in rows}):
+        part = [r.error_pct for r in rows if r.hardware == hw]
+        print(f"  {hw}: MAPE {mape(part):.1f}% over {len(part)} runs", file=out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="published_runs.csv")
+    ap.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="folder of case files")
+    args = ap.parse_args(argv)
+    table = csv_targets(args.csv) if args.csv.is_file() else {}
+    rows = [evaluate(p, table) for p in sorted(args.dir.glob("*.yaml"))]
+    if args.json:
+        worst = max(rows, key=lambda r: abs(r.error_pct)) if rows else None
+        print(json.dumps({"runs": [asdict(r) for r in rows],
+                          "mape_pct": mape(r.error_pct for r in rows),
+                          "worst": asdict(worst) if worst else None,
+                          "targets_from": str(args.csv) if table else "case headers"}))
+    elif rows:
+        _print(rows)
+    else:
+        print(f"no case files in {args.dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
