@@ -47,18 +47,20 @@ def write_file(tmp_path: Path) -> Callable[[str, Any], Path]:
 
 @pytest.fixture
 def fake_bundled_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Bundled hardware profiles replaced by three empty files, so that messages listing
-    them do not change when profiles are added; returns their names."""
+    """Bundled hardware profiles replaced by three stub files, so that messages listing
+    them do not change when profiles are added; returns their names. Bundled scenarios
+    stay the real ones. (It moves `resources._PKG`, which `bundled_dir` reads on every
+    call, so modules that imported `bundled_dir` by name see the same folders.)"""
     import simulator.resources as resources
 
-    folder = tmp_path / "_profiles"
-    folder.mkdir()
+    pkg = tmp_path / "_pkg" / "simulator"
+    profiles = pkg / "_bundled" / "hardware_profiles"
+    profiles.mkdir(parents=True)
+    (pkg / "_bundled" / "scenarios").symlink_to(resources.bundled_dir("scenarios"))
     names = ["a100-80gb", "cpu-x86", "h100-sxm"]
     for name in names:
-        (folder / f"{name}.yaml").write_text("name: fake\n", encoding="utf-8")
-    real = resources.bundled_dir
-    monkeypatch.setattr(resources, "bundled_dir",
-                        lambda kind: folder if kind == "hardware_profiles" else real(kind))
+        (profiles / f"{name}.yaml").write_text("name: stub\n", encoding="utf-8")
+    monkeypatch.setattr(resources, "_PKG", pkg)
     return names
 
 
