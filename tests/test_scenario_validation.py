@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from simulator.errors import InputError
+from simulator.resources import bundled_dir, list_bundled
 from simulator.scenario import parse_scenario, resolve_hardware, split_overrides
 from simulator.yamlio import apply_overrides, parse_override, read_yaml_file
 
@@ -198,6 +199,13 @@ def test_bundled_scenario_is_valid(name):
     s = parse_scenario(read_yaml_file(path), str(path))
     assert s.parallel.devices == s.devices
     assert path.read_text(encoding="utf-8").startswith("# ")  # says what it is and cites
+
+
+@pytest.mark.parametrize("name", list_bundled("scenarios"))
+def test_every_bundled_scenario_parses(name):
+    path = bundled_dir("scenarios") / f"{name}.yaml"
+    s = parse_scenario(read_yaml_file(path), str(path))
+    assert resolve_hardware(s, path.parent).is_file()
 
 
 def test_gpt3_scenario_is_the_contract_example():

@@ -125,6 +125,16 @@ class LoadedScenario:
     stem: str
 
 
+def _short_list(names: list[str]) -> str:
+    """Top-level names in full, each subfolder as `folder/* (N)`, to keep messages short."""
+    top = [n for n in names if "/" not in n]
+    folders: dict[str, int] = {}
+    for n in names:
+        if "/" in n:
+            folders[n.split("/")[0]] = folders.get(n.split("/")[0], 0) + 1
+    return ", ".join(top + [f"{f}/* ({k})" for f, k in folders.items()]) or "(none)"
+
+
 def _scenario_path(arg: str) -> tuple[Path, str]:
     """The file SCENARIO names and how messages call it; InputError when there is none."""
     from simulator.resources import list_bundled, resolve_yaml
@@ -135,7 +145,7 @@ def _scenario_path(arg: str) -> tuple[Path, str]:
         names = list_bundled("scenarios")
         hint = did_you_mean(arg, names)
         raise InputError(arg, "", f"no such file or bundled scenario{hint}; bundled: "
-                         f"{', '.join(names) or '(none)'}")
+                         f"{_short_list(names)} (`shardsim scenarios` lists them)")
     shown = arg if Path(arg).is_file() else f"scenarios/{arg}.yaml"
     return path, shown
 
