@@ -133,15 +133,38 @@ class MemoryPeak:
     by_category: tuple[tuple[str, float], ...]
 
 
+def _device_peak(plan: Plan, trace: Trace, device: int, tasks: list[Task]) -> MemoryPeak:
+    """The first time `device` reaches its highest allocation, and its composition then."""
+    index = plan.devices.index(device)
+    slot = {c: i for i, c in enumerate(CATEGORIES)}
+    current = [0.0] * len(CATEGORIES)
+    for cat, nbytes in plan.static_memory[index]:
+        current[slot[cat]] += nbytes
+    changes = []
+    start, end = trace.start, trace.end
+    for task in tasks:
+        for cat, nbytes in task.alloc:
+            changes.append((start[task.tid], 1, task.tid, slot[cat], nbytes))
+        for cat, nbytes in task.free:
+            changes.append((end[task.tid], 0, task.tid, slot[cat], -nbytes))
+    changes.sort()
+    total = best = sum(current)
+    best_time, best_state = 0.0, list(current)
+    for when, _, _, i, delta in changes:
+        current[i] += delta
+        total += delta
+        if total > best:
+            best, best_time, best_state = total, when, list(current)
+    return MemoryPeak(device, best_time, best, tuple(zip(CATEGORIES, best_state)))
+
+
 def memory_peak(plan: Plan, trace: Trace, grouped: dict[int, list[Task]]) -> MemoryPeak:
-    """The highest allocation peak over the simulated devices."""
+    """The highest allocation peak over the simulated devices (lowest rank among equals)."""
     best: MemoryPeak | None = None
     for device in plan.devices:
-        times, states = memory_timeline(plan, trace, device, grouped[device])
-        totals = [sum(s.values()) for s in states]
-        i = max(range(len(totals)), key=lambda k: (totals[k], -k))
-        if best is None or totals[i] > best.peak_bytes:
-            best = MemoryPeak(device, times[i], totals[i], tuple(states[i].items()))
+        peak = _device_peak(plan, trace, device, grouped[device])
+        if best is None or peak.peak_bytes > best.peak_bytes:
+            best = peak
     assert best is not None
     return best
 
