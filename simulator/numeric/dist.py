@@ -47,19 +47,21 @@ def _partial_split(value: np.ndarray, n: int, rng: np.random.Generator | None
 def distribute(full: np.ndarray, layout: Layout, mesh: Mesh,
                rng: np.random.Generator | None = None) -> DistTensor:
     """Lay a whole tensor out on the mesh. Partial axes get asymmetric summands (rng) so a
-    wrong reduction cannot match by accident."""
+    wrong reduction cannot match by accident; the summands are drawn once per canonical rank
+    and copied to its replicas along broadcast axes, which must hold identical blocks."""
     shape = tuple(full.shape)
     layout.check(shape, mesh)
     blocks = [full[_region(layout, shape, mesh, r)].copy() for r in range(mesh.size)]
     for axis in layout.partial_axes():
         for r in range(mesh.size):
             group = mesh.group(r, axis)
-            if group[0] != r:
+            if group[0] != r or _canonical(layout, mesh, r) != r:
                 continue
-            parts = _partial_split(blocks[r], len(group), rng)
-            for member, part in zip(group, parts):
+            for member, part in zip(group, _partial_split(blocks[r], len(group), rng)):
                 blocks[member] = part
-    return DistTensor(shape, layout, tuple(blocks))
+    for r in range(mesh.size):
+        blocks[r] = blocks[_canonical(layout, mesh, r)]
+    return DistTensor(shape, layout, tuple(b.copy() for b in blocks))
 
 
 def _canonical(layout: Layout, mesh: Mesh, rank: int) -> int:

@@ -97,8 +97,8 @@ def _forward_op(ex: Execution, p: OpPlan, cache: dict) -> list[DistTensor]:
             cache[key] = ex.move(ex.values[name], p.sig.input_layout(i), forward=True)
         ins.append(cache[key])
     fam, mesh = p.op.family, ex.plan.mesh
-    blocks = tuple(fam.forward([t.blocks[r] for t in ins], p.op.attrs, _ctx(p, ex.plan, r, ex.batch_offset))
-                   for r in range(mesh.size))
+    blocks = tuple(fam.forward([t.blocks[r] for t in ins], p.op.attrs,
+                               _ctx(p, ex.plan, r, ex.batch_offset)) for r in range(mesh.size))
     out = DistTensor(ex.plan.graph.tensors[p.op.output].shape, p.sig.output_layout, blocks)
     ex.values[p.op.output] = ex.move(out, p.out_layout, forward=True)
     return ins

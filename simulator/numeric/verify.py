@@ -4,6 +4,7 @@ single-device run of the whole global batch (CONTRACT.md section 5)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -110,20 +111,22 @@ def _opt_layout(plan: ShardingPlan, name: str, shard: bool):
 
 def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
           grads: dict[str, DistTensor], kind: str, lr: float, shard: bool
-          ) -> dict[str, DistTensor]:
-    out = {}
+          ) -> tuple[dict[str, DistTensor], dict[str, DistTensor]]:
+    """Reduce each gradient to its parameter's optimizer layout, update there, and bring the
+    parameter back to its kept layout. Returns (new parameters, reduced gradients)."""
+    new, reduced = {}, {}
     for name, p in params.items():
         target = _opt_layout(plan, name, shard)
         g = grads[name]
-        if not ex.faults.skip_grad_reduction:
-            g = ex.move(g, target, forward=False)
-        else:
+        if ex.faults.skip_grad_reduction:
             g = DistTensor(g.shape, target, g.blocks) if g.layout != target else g
+        else:
+            g = ex.move(g, target, forward=False)
         local = ex.move(p, target, forward=False)
-        new = DistTensor(p.shape, target, tuple(update(kind, pb, gb, lr)
-                                                for pb, gb in zip(local.blocks, g.blocks)))
-        out[name] = ex.move(new, p.layout, forward=False)
-    return out
+        updated = DistTensor(p.shape, target, tuple(
+            update(kind, pb, gb, lr) for pb, gb in zip(local.blocks, g.blocks)))
+        new[name], reduced[name] = ex.move(updated, p.layout, forward=False), g
+    return new, reduced
 
 
 @dataclass
@@ -154,9 +157,7 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults) -> _Outc
         for n, g in local.items():
             total[n] = g if n not in total else DistTensor(
                 g.shape, g.layout, tuple(a + b for a, b in zip(total[n].blocks, g.blocks)))
-    reduced = {n: ex.move(g, plan.layouts[n], forward=False) if not faults.skip_grad_reduction
-               else DistTensor(g.shape, plan.layouts[n], g.blocks) for n, g in total.items()}
-    new = _step(ex, plan, params, total, kind, lr, shard)
+    new, reduced = _step(ex, plan, params, total, kind, lr, shard)
     counts: dict[str, int] = {}
     for s in ex.comm_log:
         counts[s.kind] = counts.get(s.kind, 0) + 1
@@ -164,6 +165,12 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults) -> _Outc
                     {n: assemble(t, mesh) for n, t in new.items()},
                     {**replica, **{f"{n}.updated": replica_mismatch(t, mesh)
                                    for n, t in new.items()}}, counts)
+
+
+def _unsharded(graph: Graph) -> Graph:
+    """The same graph with every strategy dropped: the single-device reference."""
+    return Graph(graph.tensors, tuple(dataclasses.replace(op, strategy=None)
+                                      for op in graph.ops))
 
 
 def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: float) -> Check:
@@ -184,9 +191,10 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize)
     got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults)
     one = Mesh.of(single=1)
-    ref = _run(build_plan(case.whole, one), params, [data], optimizer, lr, False, Faults())
-    ref_mb = _run(build_plan(case.micro_reference, one), params, batches[:1], optimizer, lr,
-                  False, Faults())
+    ref = _run(build_plan(_unsharded(case.whole), one), params, [data], optimizer, lr, False,
+               Faults())
+    ref_mb = _run(build_plan(_unsharded(case.micro_reference), one), params, batches[:1],
+                  optimizer, lr, False, Faults())
     tol = 1e-4 if dtype == np.float32 else 1e-5
     checks = [_compare(n, got.activations[n], ref_mb.activations[n], tol)
               for n in ref_mb.activations]
