@@ -118,7 +118,7 @@ def build_plan(graph: Graph, mesh: Mesh, itemsize: int = 8) -> ShardingPlan:
             sig, target = _resolve(op, graph, mesh)
             _check_shapes(op, graph, mesh, sig)
         except (SignatureError, ValueError) as exc:
-            raise SignatureError(f"op {op.name!r} ({op.type}): {exc}") from None
+            raise SignatureError(f"op {op.name!r} ({op.type}): {exc}", op.name) from None
         for i, name in enumerate(op.inputs):
             if name not in layouts:
                 kept = sig.input_layout(i).placements

@@ -21,7 +21,12 @@ __all__ = ["Sig1D", "Signature", "signatures_1d", "signatures", "split_label",
 
 
 class SignatureError(ValueError):
-    """A requested sharding that no rule of the operator allows."""
+    """A requested sharding that no rule of the operator allows; `op` names the operator
+    when the error comes from planning a graph."""
+
+    def __init__(self, message: str, op: str | None = None) -> None:
+        super().__init__(message)
+        self.op = op
 
 
 @dataclass(frozen=True)
