@@ -184,3 +184,21 @@ def test_summary_has_exactly_the_contract_keys(a100):
     assert s["devices"] == 4 and s["memory"]["fits"] is True
     assert 0 < s["mfu"] <= s["hfu"] < 1
     assert set(s["communication"]["by_collective"]) == {"all_reduce"}
+
+
+def test_optimizer_offload_moves_states_to_the_host_and_exposes_the_copies(a100):
+    sc = _scenario(data=2, micro=2, offload={"optimizer_states": True})
+    result = simulate(sc, a100)
+    parts = dict(result.breakdown_s)
+    grads = dict(result.plan.static_memory[0])["gradients"]
+    assert parts["offload_exposed"] == pytest.approx(2 * grads / a100.pcie_bandwidth_bytes_per_s)
+    assert parts["optimizer"] == 0.0
+    assert dict(result.memory.by_category)["optimizer_states"] == 0.0
+    assert sum(parts.values()) == pytest.approx(result.iteration_time_s)
+
+
+def test_activation_offload_is_refused_with_the_key(a100):
+    from simulator.errors import InputError
+
+    with pytest.raises(InputError, match="parallel.offload.activations"):
+        simulate(_scenario(offload={"activations": True}), a100)

@@ -4,11 +4,11 @@
 - breakdown (CONTRACT section 3) along the compute stream of the slowest device: busy time
   is `compute` (fwd/bwd kernels), `recompute`, `optimizer`, and `comm_exposed` (the
   critical-path tensor-parallel collectives inside compute tasks, `Task.comm_s`); an idle gap
-  before a task is charged to what it waited for (`Trace.blocker`): a data-parallel
-  collective -> comm_exposed; a pipeline transfer -> comm_exposed for the part of the gap
-  the transfer itself occupied, the rest (waiting for the other stage) -> bubble; an offload
-  copy -> offload_exposed. What the device does after its compute stream ends (the parameter
-  all-gather) is comm_exposed. The parts add up to the iteration time exactly.
+  before a task is charged by walking back the chain of what it waited for
+  (`Trace.blocker`): the time a transfer ran (or waited for its link or its peers) is
+  comm_exposed, or offload_exposed for host copies; the rest of the gap, spent waiting for
+  another stage's compute, is bubble. What the device does after its compute stream ends
+  (the parameter all-gather) is comm_exposed. The parts add up to the iteration time exactly.
 - memory: each device's allocation timeline (model states at t=0, then task allocs at
   their start and frees at their end; frees first at equal times).
 """
@@ -58,24 +58,35 @@ def slowest_device(plan: Plan, trace: Trace) -> int:
     return max(plan.devices, key=lambda d: (ends[d], -d))
 
 
-def _charge_wait(parts: dict[str, float], gap: float, blocker: Task | None,
-                 trace: Trace, ready: float) -> None:
-    if gap <= 0.0:
-        return
-    if blocker is None:
-        parts["comm_exposed"] += gap  # a link or a rendezvous held it
-        return
-    if blocker.phase == "offload":
-        parts["offload_exposed"] += gap
-    elif blocker.stream in ("pp_fwd", "pp_bwd"):
-        busy = trace.end[blocker.tid] - max(trace.start[blocker.tid], ready)
-        exposed = min(gap, max(busy, 0.0))
-        parts["comm_exposed"] += exposed
-        parts["bubble"] += gap - exposed
-    elif blocker.phase == "comm":
-        parts["comm_exposed"] += gap
-    else:
-        parts["bubble"] += gap
+def _kind(task: Task) -> str:
+    return "offload_exposed" if task.phase == "offload" else "comm_exposed"
+
+
+def _charge_wait(parts: dict[str, float], plan: Plan, trace: Trace, prev: dict[int, int],
+                 blocker: int, ready: float, start: float) -> None:
+    """Charge the idle gap [ready, start] of a compute stream by walking back the chain of
+    blockers: a transfer's running time (and its wait for a link or its peers) is charged
+    to its kind; reaching a compute task on another device means waiting for that device:
+    bubble."""
+    until, b, kind = start, blocker, "comm_exposed"
+    while b >= 0 and until > ready:
+        task = plan.tasks[b]
+        if task.stream == "compute":
+            parts["bubble"] += until - ready
+            return
+        kind = _kind(task)
+        lo = max(trace.start[b], ready)
+        parts[kind] += until - lo
+        until, nb = lo, trace.blocker[b]
+        if nb < 0:  # it waited for the task before it on its own stream
+            nb = prev.get(b, -1)
+        if nb >= 0:  # from its blocker's end to its start it waited for a link or peers
+            lo = max(min(trace.end[nb], until), ready)
+            parts[kind] += until - lo
+            until = lo
+        b = nb
+    if until > ready:
+        parts[kind] += until - ready  # a link or a rendezvous held the first transfer
 
 
 def breakdown(plan: Plan, trace: Trace, device: int,
@@ -83,12 +94,12 @@ def breakdown(plan: Plan, trace: Trace, device: int,
     """Seconds per BREAKDOWN_KEYS along `device`'s compute stream (see module docstring)."""
     parts = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     tids = next(t for d, name, t in plan.streams if d == device and name == "compute")
+    prev = {b: a for _, name, ts in plan.streams if name != "compute"
+            for a, b in zip(ts, ts[1:])}
     clock = 0.0
     for tid in tids:
         task = plan.tasks[tid]
-        b = trace.blocker[tid]
-        _charge_wait(parts, trace.start[tid] - clock, plan.tasks[b] if b >= 0 else None,
-                     trace, clock)
+        _charge_wait(parts, plan, trace, prev, trace.blocker[tid], clock, trace.start[tid])
         parts[_BUSY[task.phase]] += task.duration_s - task.comm_s
         parts["comm_exposed"] += task.comm_s
         clock = trace.end[tid]

@@ -18,12 +18,16 @@ Per simulated device (one per pipeline stage, or every rank under full fidelity)
   Sharded gradients (stage >= 2) are reduce-scattered after every micro-batch; stage 3
   also all-gathers a chunk's parameters before each of its F, R and B tasks, prefetched
   one compute task ahead.
+With offload.optimizer_states the optimizer runs on the host (ZeRO-Offload): gradients go
+down and parameters come back over PCIe on the offload stream, and the wait is
+offload_exposed. Offloading parameters or activations is not simulated yet (InputError).
 Memory: F allocates the micro-batch's activations, B frees them; transfers hold their
 buffers while they run; model states are allocated before the iteration (`Plan.static_memory`).
 """
 
 from __future__ import annotations
 
+from simulator.errors import InputError
 from simulator.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.schedule.buckets import grad_buckets
 from simulator.schedule.costs import CostModel
@@ -181,6 +185,9 @@ class _Lowering:
                     self._reduce_grads(dev, mb, vs, [compute[-1]])
         dp_tasks = self.b.streams.get((dev, "dp"), [])
         params = sum(self.work[vs].params for vs in vss)
+        if self.par.offload.optimizer_states:
+            self._host_optimizer(dev, params, tuple(dp_tasks[-1:]))
+            return
         spec = optimizer_spec(params, self.prog.dtype, self.sc.training.optimizer,
                               self.par.optimizer_shard, self.lay.data)
         opt = self.b.add(("O", dev), dev, "compute", "opt", "optimizer", -1, -1,
@@ -189,6 +196,24 @@ class _Lowering:
             seconds = sum(self.costs.collective_s("all_gather", nb, self.dp_group)
                           for vs in vss for _, nb, _ in self.buckets[vs])
             self._dp(dev, "param_gather", "all_gather", params * self.e, seconds, (opt,),
+                     ("final",), alloc_buffer=False)
+
+    def _host_optimizer(self, dev: int, params: int, deps: tuple[int, ...]) -> None:
+        """ZeRO-Offload (Ren et al. 2021, Sec. 4): the reduced gradient shard goes to the
+        host over PCIe, the host runs the optimizer (its time is not modelled), and the
+        updated 16-bit parameters come back; the device waits for them."""
+        local = params / (self.lay.data if self.par.optimizer_shard >= 1 else 1)
+        nbytes = local * self.e
+        d2h = self.b.add(("H", dev, "d2h"), dev, "offload", "grad_d2h", "offload", -1, -1,
+                         self.costs.copy_s(nbytes), 0.0, deps)
+        h2d = self.b.add(("H", dev, "h2d"), dev, "offload", "param_h2d", "offload", -1, -1,
+                         self.costs.copy_s(nbytes), 0.0, (d2h,))
+        self.b.add(("O", dev), dev, "compute", "opt", "optimizer", -1, -1, 0.0, 0.0, (h2d,))
+        if self.par.optimizer_shard in (1, 2) and self.lay.data > 1:
+            seconds = sum(self.costs.collective_s("all_gather", nb, self.dp_group)
+                          for vs in range(len(self.work)) for _, nb, _ in self.buckets[vs]
+                          if self.lay.stage_of_virtual(vs) == self.lay.coords(dev)[0])
+            self._dp(dev, "param_gather", "all_gather", params * self.e, seconds, (h2d,),
                      ("final",), alloc_buffer=False)
 
     def device(self, dev: int) -> Alloc:
@@ -205,10 +230,19 @@ class _Lowering:
                                  self.par.offload.optimizer_states)
 
 
+def _check_offload(scenario: Scenario) -> None:
+    off = scenario.parallel.offload
+    for key, on in (("parameters", off.parameters), ("activations", off.activations)):
+        if on:
+            raise InputError(scenario.source, f"parallel.offload.{key}",
+                             "true is not simulated yet (supported: offload.optimizer_states)")
+
+
 def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
           fidelity: str = "representative") -> Plan:
     """The task streams of one training iteration of `scenario` (see the module docstring)."""
     assert fidelity in FIDELITIES, f"fidelity must be one of {FIDELITIES}"
+    _check_offload(scenario)
     low = _Lowering(scenario, program, costs, fidelity)
     devices, represents = low.lay.simulated(fidelity)
     static = tuple(low.device(dev) for dev in devices)
