@@ -2,7 +2,7 @@
 
 Per mesh axis, a placement change maps to one step:
 
-    P -> B     all_reduce            S(d) -> B     all_gather(d)
+    P -> B     all_reduce            S(d) -> B     all_gather(d)     (any, on 1 device) relabel
     P -> S(d)  reduce_scatter(d)     S(d) -> S(e)  all_to_all(d -> e)
     B -> S(d)  local slice           B | S -> P    local (keep the value on one rank)
 
@@ -94,7 +94,9 @@ class _Walk:
 
     def to(self, axis: int, placement: Placement) -> None:
         before = Layout(tuple(self.cur))
-        kind = step_kind(self.cur[axis], placement)
+        # Along an axis of one device every placement holds the same data: no collective.
+        kind = "relabel" if self.mesh.shape[axis] == 1 else step_kind(self.cur[axis],
+                                                                      placement)
         self.cur[axis] = placement
         after = Layout(tuple(self.cur))
         after.check(self.shape, self.mesh)
