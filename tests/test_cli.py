@@ -1,11 +1,8 @@
 """The command line's normal paths (CONTRACT.md section 1): listings, JSON purity, exit
-statuses, and what `run`, `verify` and `comm` print. Commands whose layers are not there
-yet are skipped, not failed."""
+statuses, and what `run`, `verify` and `comm` print."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,47 +12,6 @@ from pathlib import Path
 import pytest
 
 from simulator.resources import list_bundled
-
-
-def _has(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
-def _callables(module: str, *names: str) -> bool:
-    """Whether `module` imports and exports every one of `names` as a function."""
-    if not _has(module):
-        return False
-    try:
-        mod = importlib.import_module(module)
-    except Exception:  # a layer still being written; its own tests report the error
-        return False
-    return all(callable(getattr(mod, n, None)) and not isinstance(getattr(mod, n), type(mod))
-               for n in names)
-
-
-@pytest.fixture
-def run_ready() -> None:
-    """Skip unless `run` can work: simulate, the report functions, the cpu-x86 profile."""
-    if not (_callables("simulator.simulate", "simulate")
-            and _callables("simulator.report", "summary", "write_report", "format_table")
-            and "cpu-x86" in list_bundled("hardware_profiles")):
-        pytest.skip("simulate, report or the cpu-x86 profile has not landed yet")
-
-
-@pytest.fixture
-def verify_ready() -> None:
-    if not _callables("simulator.numeric.verify", "verify_scenario"):
-        pytest.skip("simulator.numeric.verify has not landed yet")
-
-
-needs_simulate = pytest.mark.usefixtures("run_ready")
-needs_verify = pytest.mark.usefixtures("verify_ready")
-needs_comm = pytest.mark.skipif(
-    not (_has("simulator.cost.collectives") and "a100-80gb" in list_bundled("hardware_profiles")),
-    reason="simulator.cost.collectives or the a100-80gb profile has not landed yet")
 
 REPO = Path(__file__).resolve().parent.parent
 # Subprocesses import the same `simulator` as this process (the source tree).
@@ -90,7 +46,6 @@ def test_scenarios_json_is_one_object(invoke_cli):
     assert rows["tiny-cpu"]["hardware"] == "cpu-x86"
 
 
-@pytest.mark.skipif(not _has("simulator.hardware.load"), reason="hardware layer not landed")
 def test_profiles_json_lists_bundled_profiles(invoke_cli):
     result = invoke_cli("profiles", "--json")
     assert result.exit_code == 0, result.stderr
@@ -99,7 +54,6 @@ def test_profiles_json_lists_bundled_profiles(invoke_cli):
     assert invoke_cli("profiles").exit_code == 0
 
 
-@needs_comm
 def test_comm_json_has_contract_keys(invoke_cli):
     result = invoke_cli("comm", "all_reduce", "--bytes", "1073741824", "--devices", "16",
                         "--devices-per-node", "8", "--hardware", "a100-80gb", "--json")
@@ -111,7 +65,6 @@ def test_comm_json_has_contract_keys(invoke_cli):
     assert out["busbw_GBps"] == pytest.approx(out["algbw_GBps"] * 2 * 15 / 16)
 
 
-@needs_comm
 def test_comm_bytes_suffixes_are_binary(invoke_cli):
     def size(text):
         result = invoke_cli("comm", "broadcast", "--bytes", text, "--devices", "4",
@@ -122,7 +75,6 @@ def test_comm_bytes_suffixes_are_binary(invoke_cli):
     assert (size("32k"), size("1GiB"), size("1GB")) == (32 * 1024, 2**30, 10**9)
 
 
-@needs_comm
 def test_comm_table(invoke_cli):
     result = invoke_cli("comm", "all_gather", "--bytes", "1M", "--devices", "8",
                         "--hardware", "a100-80gb")
@@ -130,7 +82,6 @@ def test_comm_table(invoke_cli):
     assert "busbw_GBps" in result.stdout
 
 
-@needs_simulate
 def test_run_json_is_one_contract_object(invoke_cli, tmp_path):
     result = invoke_cli("run", "tiny-cpu", "--json")
     assert result.exit_code == 0, result.stderr
@@ -140,7 +91,6 @@ def test_run_json_is_one_contract_object(invoke_cli, tmp_path):
     assert isinstance(out["memory"]["fits"], bool)
 
 
-@needs_simulate
 def test_run_writes_report_to_out(invoke_cli, tmp_path):
     out_dir = tmp_path / "rep"
     result = invoke_cli("run", "tiny-cpu", "--out", str(out_dir))
@@ -149,7 +99,6 @@ def test_run_writes_report_to_out(invoke_cli, tmp_path):
     assert any(out_dir.iterdir())
 
 
-@needs_simulate
 def test_run_set_changes_the_plan(invoke_cli):
     def devices_time(*sets):
         args = [a for s in sets for a in ("--set", s)]
@@ -162,7 +111,6 @@ def test_run_set_changes_the_plan(invoke_cli):
     assert base["iteration_time_s"] != other["iteration_time_s"]
 
 
-@needs_simulate
 def test_run_strict_exits_1_when_it_does_not_fit(invoke_cli):
     args = ["run", "tiny-cpu", "--json", "--set", "hardware.memory_GB=0.000001"]
     loose = invoke_cli(*args)
@@ -173,7 +121,6 @@ def test_run_strict_exits_1_when_it_does_not_fit(invoke_cli):
     assert json.loads(strict.stdout)["memory"]["fits"] is False
 
 
-@needs_verify
 def test_verify_tiny_passes(invoke_cli):
     result = invoke_cli("verify", "tiny-cpu", "--json")
     assert result.exit_code == 0, result.stderr
@@ -201,7 +148,6 @@ def test_cli_import_is_light():
     assert proc.stdout.strip() == "[]"
 
 
-@needs_simulate
 def test_run_default_out_is_reports_stem(invoke_cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = invoke_cli("run", "tiny-cpu")
@@ -210,7 +156,6 @@ def test_run_default_out_is_reports_stem(invoke_cli, tmp_path, monkeypatch):
     assert any((tmp_path / "reports" / "tiny-cpu").iterdir())
 
 
-@needs_simulate
 def test_run_json_writes_no_files_unless_asked(invoke_cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert invoke_cli("run", "tiny-cpu", "--json").exit_code == 0
