@@ -27,6 +27,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TextIO
 
 __all__ = ["Row", "error_pct", "mape", "header_target", "csv_targets", "evaluate", "main"]
 
@@ -121,7 +122,8 @@ def evaluate(path: Path, table: dict[tuple[str, str, int], float]) -> Row:
                p.data, predicted, target, error_pct(predicted, target), mfu)
 
 
-def _print(rows: Sequence[Row], out=sys.stdout) -> None:
+def _print(rows: Sequence[Row], out: TextIO | None = None) -> None:
+    out = out or sys.stdout
     head = (f"{'run':<44} {'hardware':<10} {'devices':>7} {'TP/PP/DP':>10} {'pred s':>9} "
             f"{'target s':>9} {'error %':>8} {'mfu':>6}")
     print(head, file=out)

@@ -1,0 +1,106 @@
+"""benchmarks/accuracy.py: the bundled validation cases load, and the error arithmetic is right.
+
+The MAPE itself is a measurement (printed by the benchmark), never asserted here."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks import accuracy
+from simulator.hardware.load import load_profile
+from simulator.scenario import parse_scenario, resolve_hardware
+from simulator.simulate import simulate
+from simulator.yamlio import read_yaml_file
+
+REPO = Path(__file__).resolve().parent.parent
+CASES = sorted((REPO / "scenarios" / "validation").glob("*.yaml"))
+TINY = REPO / "scenarios" / "tiny-cpu.yaml"
+
+
+def test_nineteen_cases_are_bundled() -> None:
+    assert len(CASES) == 19
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem[:4])
+def test_validation_case_loads_and_has_a_target(path: Path) -> None:
+    scenario = parse_scenario(read_yaml_file(path, str(path)), str(path))
+    load_profile(str(resolve_hardware(scenario, path.parent)))
+    target = accuracy.header_target(path.read_text())
+    assert target is not None and target > 0
+
+
+def test_error_pct_is_signed_relative_error() -> None:
+    assert accuracy.error_pct(1.1, 1.0) == pytest.approx(10.0)
+    assert accuracy.error_pct(0.8, 1.0) == pytest.approx(-20.0)
+    with pytest.raises(ValueError):
+        accuracy.error_pct(1.0, 0.0)
+
+
+def test_mape_averages_absolute_errors() -> None:
+    assert accuracy.mape([10.0, -20.0, 0.0]) == pytest.approx(10.0)
+    assert math.isnan(accuracy.mape([]))
+
+
+def test_header_target_reads_the_comment() -> None:
+    text = "# source: x\n# target_iteration_time_s: 3.52802\nname: a\n"
+    assert accuracy.header_target(text) == pytest.approx(3.52802)
+    assert accuracy.header_target("name: a\n") is None
+
+
+def _synthetic_case(tmp_path: Path, target: float) -> Path:
+    """tiny-cpu with a published-run header: source S, model M, target seconds."""
+    header = (f"# source: Synthetic source\n# model: M (1B), 4 x cpu\n"
+              f"# target_iteration_time_s: {target}\n")
+    path = tmp_path / "cases" / "r900-synthetic.yaml"
+    path.parent.mkdir()
+    path.write_text(header + TINY.read_text())
+    return path
+
+
+def _predicted(path: Path) -> float:
+    scenario = parse_scenario(read_yaml_file(path, str(path)), str(path))
+    return simulate(scenario, load_profile("cpu-x86")).iteration_time_s
+
+
+def test_synthetic_case_error_from_header(tmp_path: Path, capsys) -> None:
+    path = _synthetic_case(tmp_path, 1.0)
+    predicted = _predicted(path)
+    target = predicted / 1.25  # the model is 25% slower than this "measurement"
+    path.write_text(path.read_text().replace("target_iteration_time_s: 1.0",
+                                             f"target_iteration_time_s: {target!r}"))
+    assert accuracy.main(["--json", "--dir", str(path.parent),
+                          "--csv", str(tmp_path / "absent.csv")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (row,) = out["runs"]
+    assert row["run"] == "r900-synthetic" and row["devices"] == 4
+    assert (row["tp"], row["pp"], row["dp"]) == (2, 1, 2)
+    assert row["predicted_s"] == pytest.approx(predicted)
+    assert row["error_pct"] == pytest.approx(25.0)
+    assert out["mape_pct"] == pytest.approx(25.0)
+    assert out["targets_from"] == "case headers"
+
+
+def test_csv_target_wins_over_header(tmp_path: Path, capsys) -> None:
+    path = _synthetic_case(tmp_path, 123.0)
+    predicted = _predicted(path)
+    table = tmp_path / "runs.csv"
+    with table.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["source", "model_name", "num_gpus", "target_iteration_time_s"])
+        w.writerow(["Synthetic source", "M", 4, predicted / 0.5])
+    accuracy.main(["--json", "--dir", str(path.parent), "--csv", str(table)])
+    (row,) = json.loads(capsys.readouterr().out)["runs"]
+    assert row["target_s"] == pytest.approx(predicted * 2)
+    assert row["error_pct"] == pytest.approx(-50.0)
+
+
+def test_table_output_names_mape_and_worst(tmp_path: Path, capsys) -> None:
+    path = _synthetic_case(tmp_path, 1.0)
+    assert accuracy.main(["--dir", str(path.parent), "--csv", str(tmp_path / "no.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "r900-synthetic" in out and "MAPE" in out and "worst" in out
