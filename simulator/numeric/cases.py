@@ -12,18 +12,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.graph.builders import GptDims, build_gpt, build_mlp, build_resnet
+from simulator.graph.builders import GptDims, build_gpt
 from simulator.graph.graph import Graph
-from simulator.scenario.schema import (
-    GraphModel,
-    MlpModel,
-    ResnetModel,
-    Scenario,
-    TransformerModel,
-)
-from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph
+from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.model_plans import plan_mlp, plan_resnet
+from simulator.sharding.model_graph import planned_graph, unplanned_graph
 from simulator.sharding.transformer_plan import apply_transformer_plan
 
 __all__ = ["VerifyCase", "build_case"]
@@ -97,28 +90,10 @@ def build_case(s: Scenario) -> VerifyCase:
                      "of its stages")
     if isinstance(m, TransformerModel):
         case = _transformer(s, m)
-    elif isinstance(m, GraphModel):
-        graph = graph_from_model(m, s.source)
-        mesh = mesh_for_graph(m, s.devices, s.source)
-        case = VerifyCase(graph, graph, graph, mesh, 1, (), _dtype(s))
     else:
-        case = _small_model(s, m)
+        sharded, mesh = planned_graph(s)
+        micro = 1 if isinstance(m, GraphModel) else min(s.grad_accum_steps, 2)
+        rows = sharded.tensors[next(t.name for t in sharded.of_kind("input"))].shape[0]
+        whole = sharded if micro == 1 else unplanned_graph(s, rows * micro)
+        case = VerifyCase(sharded, whole, sharded, mesh, micro, (), _dtype(s))
     return dataclasses.replace(case, notes=tuple(notes) + case.notes)
-
-
-def _small_model(s: Scenario, m: MlpModel | ResnetModel) -> VerifyCase:
-    p = s.parallel
-    mesh = Mesh.of(dp=p.data, tp=p.tensor)
-    micro = min(s.grad_accum_steps, 2)
-    per = s.training.micro_batch_size * p.data
-    if isinstance(m, MlpModel):
-        def make(b: int) -> Graph:
-            return build_mlp(b, m.layers, m.hidden_size, m.input_size or m.hidden_size,
-                             m.num_classes or m.hidden_size, m.activation)
-        sharded = plan_mlp(make(per))
-    else:
-        def make(b: int) -> Graph:
-            return build_resnet(b, m.in_channels, m.channels, m.image_size, m.kernel_size,
-                                m.conv_layers, m.fc_layers, m.hidden_size, m.num_classes)
-        sharded = plan_resnet(make(per))
-    return VerifyCase(sharded, make(per * micro), make(per), mesh, micro, (), _dtype(s))
