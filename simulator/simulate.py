@@ -66,13 +66,24 @@ class SimResult:
 
 
 def _check(scenario: Scenario, fidelity: str) -> None:
-    if not isinstance(scenario.model, TransformerModel):
-        raise InputError(scenario.source, "model.type",
-                         f"'{scenario.model.type}' cannot be simulated yet (supported: "
-                         f"transformer)")
     if fidelity not in FIDELITIES:
         raise InputError("--fidelity", "", f"'{fidelity}' is not one of "
                          f"{', '.join(FIDELITIES)}")
+
+
+def _graph_program(scenario: Scenario):
+    """The program of an mlp, resnet or graph model, from its sharding plan; plan errors
+    become input errors naming the strategy."""
+    from simulator.schedule.graph_program import graph_program
+    from simulator.sharding.layout import LayoutError
+    from simulator.sharding.rules import SignatureError
+
+    try:
+        return graph_program(scenario)
+    except (SignatureError, LayoutError) as exc:
+        from simulator.numeric.verify import _strategy_key
+
+        raise InputError(scenario.source, _strategy_key(scenario, exc), str(exc)) from None
 
 
 def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
@@ -84,15 +95,19 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     t0 = time.perf_counter()
     _check(scenario, fidelity)
     costs = costs or CostModel.from_hardware(hw)
-    prog = transformer_program(scenario)
-    plan = lower(scenario, prog, costs, fidelity)
+    if isinstance(scenario.model, TransformerModel):
+        prog, groups = transformer_program(scenario), ()
+        model, hardware = iteration_flops(scenario, prog)
+    else:
+        gp = _graph_program(scenario)
+        prog, groups, model, hardware = gp.program, gp.groups, gp.model_flops, gp.model_flops
+    plan = lower(scenario, prog, costs, fidelity, groups)
     trace = run(plan)
     grouped = by_device(plan)
     ends = device_end(plan, trace)
     slowest = max(plan.devices, key=lambda d: (ends[d], -d))
     parts = breakdown(plan, trace, slowest, ends[slowest])
     comm_dev, comm = comm_volumes(plan, grouped)
-    model, hardware = iteration_flops(scenario, prog)
     return SimResult(
         scenario=scenario, fidelity=fidelity, program=prog, plan=plan, trace=trace,
         iteration_time_s=ends[slowest], slowest_device=slowest,

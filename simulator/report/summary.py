@@ -36,7 +36,8 @@ def summary(result: Any) -> dict[str, Any]:
         "devices": devices,
         "iteration_time_s": t,
         "samples_per_s": samples,
-        "tokens_per_s": samples * sc.model.seq_length,
+        "tokens_per_s": samples * getattr(sc.model, "seq_length", 1),  # a sample is a token
+                                                                        # without a sequence
         "model_flops_per_iteration": result.model_flops,
         "tflops_per_device": tflops,
         "mfu": tflops * 1e12 / result.peak_flops_per_s,

@@ -25,6 +25,7 @@ class Layout:
     pipeline: int
     chunks: int  # model chunks per device (virtual_stages of interleaved_1f1b)
     devices_per_node: int
+    extra_groups: tuple[tuple[str, GroupSpec], ...] = ()  # an operator graph's mesh axes
 
     @property
     def devices(self) -> int:
@@ -35,10 +36,10 @@ class Layout:
         return self.pipeline * self.chunks
 
     def groups(self) -> dict[str, GroupSpec]:
-        """GroupSpec of each mesh axis ('tp', 'dp', 'pp')."""
+        """GroupSpec of each mesh axis ('tp', 'dp', 'pp', and an operator graph's axes)."""
         n, t, d = self.devices_per_node, self.tensor, self.data
         return {"tp": GroupSpec(t, 1, n), "dp": GroupSpec(d, t, n),
-                "pp": GroupSpec(self.pipeline, t * d, n)}
+                "pp": GroupSpec(self.pipeline, t * d, n), **dict(self.extra_groups)}
 
     def rank(self, stage: int, dp_rank: int = 0, tp_rank: int = 0) -> int:
         return stage * self.tensor * self.data + dp_rank * self.tensor + tp_rank
@@ -65,8 +66,10 @@ class Layout:
         return reps, (self.tensor * self.data,) * self.pipeline
 
 
-def layout_of(scenario: Scenario) -> Layout:
+def layout_of(scenario: Scenario, extra_groups: tuple[tuple[str, GroupSpec], ...] = ()
+              ) -> Layout:
     p = scenario.parallel
     chunks = p.virtual_stages if p.schedule == "interleaved_1f1b" else 1
     return Layout(tensor=p.tensor, data=p.data, pipeline=p.pipeline, chunks=chunks,
-                  devices_per_node=scenario.cluster.devices_per_node)
+                  devices_per_node=scenario.cluster.devices_per_node,
+                  extra_groups=extra_groups)

@@ -48,9 +48,9 @@ class _Lowering:
     """Emits the tasks of one plan; used once by `lower`, then dropped."""
 
     def __init__(self, scenario: Scenario, prog: TransformerProgram, costs: CostModel,
-                 fidelity: str) -> None:
+                 fidelity: str, groups: tuple = ()) -> None:
         self.sc, self.prog, self.costs = scenario, prog, costs
-        self.lay: Layout = layout_of(scenario)
+        self.lay: Layout = layout_of(scenario, groups)
         self.work: tuple[StageWork, ...] = stage_work(scenario, prog, self.lay, costs)
         self.b = Builder()
         self.e = DTYPE_BYTES[prog.dtype]
@@ -239,11 +239,12 @@ def _check_offload(scenario: Scenario) -> None:
 
 
 def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
-          fidelity: str = "representative") -> Plan:
-    """The task streams of one training iteration of `scenario` (see the module docstring)."""
+          fidelity: str = "representative", groups: tuple = ()) -> Plan:
+    """The task streams of one training iteration of `scenario` (see the module docstring).
+    `groups` adds (axis name, GroupSpec) pairs for the collectives of an operator graph."""
     assert fidelity in FIDELITIES, f"fidelity must be one of {FIDELITIES}"
     _check_offload(scenario)
-    low = _Lowering(scenario, program, costs, fidelity)
+    low = _Lowering(scenario, program, costs, fidelity, groups)
     devices, represents = low.lay.simulated(fidelity)
     static = tuple(low.device(dev) for dev in devices)
     tasks: tuple[Task, ...] = low.b.tasks()

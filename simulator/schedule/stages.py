@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simulator.cost.specs import GroupSpec
-from simulator.scenario.schema import Scenario
+from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel, Priced, price_ops
 from simulator.schedule.layout import Layout
 from simulator.schedule.program import TransformerProgram
@@ -84,7 +84,9 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
     lf, lb, lr = price(prog.layer_fwd), price(prog.layer_bwd), price(prog.layer_recompute)
     ef, eb = price(prog.embed_fwd), price(prog.embed_bwd)
     hf, hb = price(prog.head_fwd), price(prog.head_bwd)
-    n = scenario.model.layers // layout.virtual_stages
+    n = getattr(scenario.model, "layers", 1) // layout.virtual_stages
+    if not isinstance(scenario.model, TransformerModel):
+        n = 1  # an operator graph's program is the whole model as one block
     head_params = prog.params_head + (prog.params_output if layout.pipeline > 1 else 0)
     working = 0.0
     if scenario.parallel.recompute != "none":

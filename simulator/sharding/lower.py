@@ -14,7 +14,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.ops.einsum import gemm_mnk
 from simulator.sharding.plan import OpPlan, ShardingPlan
 
-__all__ = ["forward_specs", "local_shapes"]
+__all__ = ["forward_specs", "backward_specs", "gradient_reductions", "local_shapes"]
 
 
 def local_shapes(plan: ShardingPlan, p: OpPlan) -> tuple[list[tuple[int, ...]], tuple[int, ...]]:
@@ -53,4 +53,45 @@ def forward_specs(plan: ShardingPlan, dtype: str, prefix: str = ""
                 out.append(CommSpec(f"{p.op.name}.{s.kind}", s.kind, s.bytes,
                                     plan.mesh.names[s.axis]))
         out.append(_compute(plan, p, dtype))
+    return tuple(out)
+
+
+_TRANSPOSE = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather",
+              "all_reduce": "all_reduce", "all_to_all": "all_to_all"}
+
+
+def backward_specs(forward: tuple[ComputeSpec | CommSpec, ...], plan: ShardingPlan
+                   ) -> tuple[ComputeSpec | CommSpec, ...]:
+    """The backward pass of `forward`, in reverse: each op's VJP at its family's backward
+    FLOP factor (dgrad + wgrad for contractions), each collective transposed (the adjoint of
+    an all-gather is a reduce-scatter of the same buffer, an all-reduce is its own)."""
+    factors = {p.op.name: p.op.family.bwd_flops_factor for p in plan.ops}
+    out: list[ComputeSpec | CommSpec] = []
+    for op in reversed(forward):
+        if isinstance(op, CommSpec):
+            out.append(CommSpec(f"{op.name}.bwd", _TRANSPOSE[op.collective], op.bytes,
+                                op.axis, "bwd"))
+        else:
+            f = factors.get(op.name, 1.0)
+            out.append(ComputeSpec(f"{op.name}.bwd", op.kind, op.flops * f,
+                                   op.bytes_accessed * f, op.dtype, "bwd", op.gemm_mnk,
+                                   op.gemm_batch))
+    return tuple(out)
+
+
+def gradient_reductions(plan: ShardingPlan, skip_axes: tuple[str, ...] = ()
+                        ) -> tuple[CommSpec, ...]:
+    """Collectives that bring each parameter's gradient (laid out in the dual of the
+    parameter's layout: Partial where the parameter is broadcast) back to the parameter's
+    layout, except along `skip_axes` (reduced elsewhere, e.g. bucketed data parallel)."""
+    from simulator.sharding.redistribute import plan_redistribution
+
+    out = []
+    for t in plan.graph.of_kind("parameter"):
+        kept = plan.layouts[t.name]
+        for step in plan_redistribution(kept.dual(), kept, t.shape, plan.mesh, plan.itemsize):
+            axis = plan.mesh.names[step.axis]
+            if step.is_comm and axis not in skip_axes:
+                out.append(CommSpec(f"{t.name}.grad.{step.kind}", step.kind, step.bytes, axis,
+                                    "bwd"))
     return tuple(out)

@@ -1,0 +1,55 @@
+"""`run --json` holds its contract on every bundled scenario, operator graphs included, and
+a graph model's run prices exactly the collectives its sharding plan inserts."""
+
+import pytest
+import yaml
+
+from simulator.hardware import load_profile
+from simulator.report import summary
+from simulator.resources import list_bundled, resolve_yaml
+from simulator.scenario import parse_scenario
+from simulator.schedule.graph_program import graph_program
+from simulator.simulate import simulate
+
+KEYS = {"scenario", "devices", "iteration_time_s", "samples_per_s", "tokens_per_s",
+        "model_flops_per_iteration", "tflops_per_device", "mfu", "hfu", "breakdown_s",
+        "memory", "communication", "simulation"}
+FAST = [n for n in list_bundled("scenarios") if not n.startswith("validation/")]
+
+
+def _load(name, overrides=()):
+    path = resolve_yaml(name, "scenarios")
+    return parse_scenario(yaml.safe_load(path.read_text()), str(path), list(overrides))
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_run_contract_on_every_bundled_scenario(name):
+    s = _load(name)
+    out = summary(simulate(s, load_profile(s.hardware)))
+    assert set(out) == KEYS
+    assert out["iteration_time_s"] > 0
+    assert sum(out["breakdown_s"].values()) == pytest.approx(out["iteration_time_s"], rel=0.01)
+    assert out["devices"] == s.devices
+
+
+def test_graph_run_prices_the_plans_collectives():
+    """The SBP chain: one forward all-reduce (before the loss), its transpose in the
+    backward, and the reductions of V's and W's gradients; nothing else."""
+    s = _load("seed-sbp-partial-chain")
+    prog = graph_program(s).program
+    comms = sorted((op.name, op.collective, op.bytes) for op in prog.layer_fwd + prog.layer_bwd
+                   if hasattr(op, "collective"))
+    y = 4 * 6 * 4  # local Y block [8/2, 6] in float32
+    assert comms == [("V.grad.all_reduce", "all_reduce", 6 * 16 * 4),
+                     ("W.grad.all_reduce", "all_reduce", 16 * 6 * 4),
+                     ("W.grad.all_reduce", "all_reduce", 16 * 6 * 4),
+                     ("ce.all_reduce", "all_reduce", y),
+                     ("ce.all_reduce.bwd", "all_reduce", y)]
+    out = summary(simulate(s, load_profile(s.hardware)))
+    assert out["communication"]["by_collective"] == {"all_reduce": sum(c[2] for c in comms)}
+
+
+def test_graph_model_flops_count_contractions_forward_and_backward():
+    s = _load("seed-sbp-partial-chain")
+    gemm = 2 * 8 * 12 * 16 + 2 * 8 * 16 * 6  # U.V and (UV).W on the whole batch
+    assert graph_program(s).model_flops == 3 * gemm
