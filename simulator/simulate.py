@@ -96,7 +96,8 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     _check(scenario, fidelity)
     costs = costs or CostModel.from_hardware(hw)
     if isinstance(scenario.model, TransformerModel):
-        prog, groups = transformer_program(scenario), ()
+        prog = transformer_program(scenario, hw.fused_attention_default)
+        groups = ()
         model, hardware = iteration_flops(scenario, prog)
     else:
         gp = _graph_program(scenario)

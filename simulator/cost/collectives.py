@@ -140,8 +140,24 @@ def _check(collective: str, nbytes: float, algorithm: str) -> None:
         raise InputError("bytes", "", f"found {nbytes}; expected a number >= 0")
 
 
+# NCCL's per-hop latency of a ring step over the network, by protocol (src/graph/tuning.cc,
+# hwLat[NET][RING] = {LL 2.7, LL128 4.0, Simple 14.0} us): the profile's inter-node latency is
+# the Simple figure; LL128 carries 120 data bytes in each 128-byte line.
+_LL128_LATENCY_SCALE = 4.0 / 14.0
+_LL128_BANDWIDTH_SCALE = 120.0 / 128.0
+
+
+def _cross_node_ring(collective: str, nbytes: float, n: int, bw: float, alpha: float) -> float:
+    """NCCL picks the faster protocol for a ring across nodes: Simple, or LL128 (lower
+    latency per hop, 120/128 of the bandwidth), which wins on mid-size, many-hop rings."""
+    simple = _ring(collective, nbytes, n, bw, alpha)
+    ll128 = _ring(collective, nbytes, n, bw * _LL128_BANDWIDTH_SCALE,
+                  alpha * _LL128_LATENCY_SCALE)
+    return min(simple, ll128)
+
+
 def _time(collective: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,
-          algorithm: str) -> float:
+          algorithm: str, protocols: bool = False) -> float:
     if collective == "all_to_all":
         return _all_to_all(nbytes, group, hw)
     if algorithm == "tree":
@@ -150,6 +166,8 @@ def _time(collective: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,
         return _hierarchical(collective, nbytes, group, hw)
     bw, alpha = _ring_link(group, hw)
     n = 2 if collective == "send_recv" else group.size
+    if protocols and group.crosses_nodes and collective != "send_recv":
+        return _cross_node_ring(collective, nbytes, n, bw, alpha)
     return _ring(collective, nbytes, n, bw, alpha)
 
 
@@ -160,7 +178,7 @@ def choose_algorithm(collective: str, nbytes: float, group: GroupSpec,
     if not group.crosses_nodes or collective in ("all_to_all", "send_recv"):
         return "ring"
     options = ["ring", "hierarchical"] + (["tree"] if collective in _TREE_COLLECTIVES else [])
-    return min(options, key=lambda a: (_time(collective, nbytes, group, hw, a),
+    return min(options, key=lambda a: (_time(collective, nbytes, group, hw, a, True),
                                        ALGORITHMS.index(a)))
 
 
@@ -172,6 +190,7 @@ def collective_cost(collective: str, nbytes: float, group: GroupSpec, hw: Hardwa
         return ("ring" if algorithm == "auto" else algorithm), 0.0
     if algorithm == "auto":
         algorithm = choose_algorithm(collective, nbytes, group, hw)
+        return algorithm, _time(collective, nbytes, group, hw, algorithm, True)
     return algorithm, _time(collective, nbytes, group, hw, algorithm)
 
 

@@ -112,6 +112,7 @@ def compute_time_s(spec: ComputeSpec, hw: HardwareProfile) -> float:
     if spec.flops <= 0 and spec.bytes_accessed <= 0:
         return 0.0
     flops_per_s, bytes_per_s = compute_efficiency(spec, hw)
-    t_compute = spec.flops / flops_per_s if spec.flops > 0 else 0.0
+    executed = spec.flops * spec.executed_fraction
+    t_compute = executed / flops_per_s if executed > 0 else 0.0
     t_memory = spec.bytes_accessed / bytes_per_s if spec.bytes_accessed > 0 else 0.0
     return max(t_compute, t_memory) + hw.kernel_launch_s

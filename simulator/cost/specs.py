@@ -42,6 +42,9 @@ class ComputeSpec:
     gemm_mnk: tuple[int, int, int] | None = None
     gemm_batch: int = 1
     saved_bytes: float = 0.0
+    executed_fraction: float = 1.0  # share of `flops` the kernel really executes (a fused
+    #                                 causal attention skips the masked half; its backward
+    #                                 recomputes the scores): prices time, not model FLOPs
 
     def __str__(self) -> str:
         shape = f" {self.gemm_batch}x{self.gemm_mnk}" if self.gemm_mnk else ""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from simulator.errors import InputError
 
@@ -105,6 +105,9 @@ class HardwareProfile(_Closed):
     host: Host
     kernel_launch_us: Annotated[StrictFloat, Field(ge=0)]
     devices_per_node_default: PosInt
+    # What `model.attention: auto` means here: whether the platform's standard training
+    # stack runs attention as one fused (FlashAttention-style) kernel. Cited per profile.
+    fused_attention_default: StrictBool = False
     efficiency: Efficiency
     source: StrictStr = "<hardware>"
 

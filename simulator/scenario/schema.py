@@ -60,6 +60,10 @@ class TransformerModel(_Closed):
     ffn_hidden_size: PosInt | None = None
     num_kv_heads: PosInt | None = None
     ffn_activation: Literal["gelu", "swiglu"] = "gelu"
+    # standard: scores materialised (QK^T, softmax, dropout, PV as separate kernels);
+    # flash: one fused kernel (Dao et al. 2022), no s x s tensor in memory; auto: the
+    # hardware profile's `fused_attention_default` (its standard training stack).
+    attention: Literal["auto", "standard", "flash"] = "auto"
     seq_length: PosInt
     vocab_size: PosInt
     dtype: Dtype = "bf16"
@@ -166,6 +170,10 @@ class CommFusionSpec(_Closed):
 
 class OverlapSpec(_Closed):
     grad_reduce: StrictBool = True
+    # With a sharded optimizer, all-gather the updated parameters under the next
+    # iteration's forward (Megatron-Core --overlap-param-gather, FSDP prefetch, MindSpore
+    # optimizer parallel) instead of after the optimizer step.
+    param_gather: StrictBool = True
     copies: Annotated[StrictInt, Field(ge=1, le=8)] = 1
 
 

@@ -15,13 +15,19 @@ from simulator.schedule.program import TransformerProgram, total_flops
 __all__ = ["iteration_flops"]
 
 
+def _matrix(ops: tuple) -> float:
+    """FLOPs of the matrix-unit kernels: GEMMs and fused attention (counted at its model
+    FLOPs, QK^T and PV in full, as Megatron-LM's formula counts them)."""
+    return total_flops(ops, "gemm") + total_flops(ops, "attention")
+
+
 def iteration_flops(scenario: Scenario, prog: TransformerProgram) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of one iteration over the global batch."""
     t = scenario.parallel.tensor
     layers = scenario.model.layers
     replicas = scenario.grad_accum_steps * scenario.parallel.data  # micro-batches per step
-    per_micro = layers * total_flops(prog.layer_fwd + prog.layer_bwd, "gemm") + total_flops(
-        prog.embed_fwd + prog.embed_bwd + prog.head_fwd + prog.head_bwd, "gemm")
-    recompute = layers * total_flops(prog.layer_recompute, "gemm")
+    per_micro = layers * _matrix(prog.layer_fwd + prog.layer_bwd) + _matrix(
+        prog.embed_fwd + prog.embed_bwd + prog.head_fwd + prog.head_bwd)
+    recompute = layers * _matrix(prog.layer_recompute)
     model = t * replicas * per_micro
     return model, model + t * replicas * recompute

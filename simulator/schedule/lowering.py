@@ -192,11 +192,25 @@ class _Lowering:
                               self.par.optimizer_shard, self.lay.data)
         opt = self.b.add(("O", dev), dev, "compute", "opt", "optimizer", -1, -1,
                          self.costs.compute_s(spec), 0.0, tuple(dp_tasks[-1:]))
-        if self.par.optimizer_shard in (1, 2) and self.lay.data > 1:
-            seconds = sum(self.costs.collective_s("all_gather", nb, self.dp_group)
-                          for vs in vss for _, nb, _ in self.buckets[vs])
-            self._dp(dev, "param_gather", "all_gather", params * self.e, seconds, (opt,),
-                     ("final",), alloc_buffer=False)
+        if self.par.optimizer_shard in (1, 2) and self.lay.data > 1 and \
+                not self.par.overlap.param_gather:
+            self._dp(dev, "param_gather", "all_gather", params * self.e,
+                     self._gather_s(vss), (opt,), ("final",), alloc_buffer=False)
+
+    def _gather_s(self, vss: list[int]) -> float:
+        """Seconds to all-gather the updated parameters of virtual stages vss, by bucket."""
+        return sum(self.costs.collective_s("all_gather", nb, self.dp_group)
+                   for vs in vss for _, nb, _ in self.buckets[vs])
+
+    def early_gather(self, dev: int, vss: list[int]) -> None:
+        """Steady state of overlapped parameter gathering: the previous step's all-gather
+        runs on the dp stream while this step's first forwards compute (each layer's bucket
+        arrives before the layer needs it, so no compute waits on it)."""
+        if self.par.optimizer_shard in (1, 2) and self.lay.data > 1 and \
+                self.par.overlap.param_gather and not self.par.offload.optimizer_states:
+            params = sum(self.work[vs].params for vs in vss)
+            self._dp(dev, "param_gather", "all_gather", params * self.e,
+                     self._gather_s(vss), (), ("overlapped",), alloc_buffer=False)
 
     def _host_optimizer(self, dev: int, params: int, deps: tuple[int, ...]) -> None:
         """ZeRO-Offload (Ren et al. 2021, Sec. 4): the reduced gradient shard goes to the
@@ -220,9 +234,10 @@ class _Lowering:
         stage = self.lay.coords(dev)[0]
         steps = schedule_steps(self.par.schedule, stage, self.lay.pipeline, self.micro,
                                self.lay.chunks, self.sc.source)
+        vss = sorted({vs for _, _, vs in steps})
+        self.early_gather(dev, vss)
         for kind, mb, vs in steps:
             (self.forward if kind == "F" else self.backward)(dev, mb, vs)
-        vss = sorted({vs for _, _, vs in steps})
         self.finish(dev, vss)
         params = sum(self.work[vs].params for vs in vss)
         return model_state_bytes(params, self.prog.dtype, self.sc.training.optimizer,

@@ -52,6 +52,7 @@ class _Dims:
     e: int  # bytes per element of the model dtype
     dtype: str
     swiglu: bool
+    flash: bool = False  # fused attention kernel (no s x s scores in memory)
 
     @property
     def tokens(self) -> int:
@@ -63,14 +64,21 @@ class _Dims:
         return self.tokens // self.t if self.sp else self.tokens
 
 
-def _dims(scenario: Scenario) -> _Dims:
+def uses_flash(scenario: Scenario, fused_default: bool = False) -> bool:
+    """Whether attention runs fused: `model.attention`, with `auto` taking the hardware
+    profile's `fused_attention_default`."""
+    mode = getattr(scenario.model, "attention", "standard")
+    return fused_default if mode == "auto" else mode == "flash"
+
+
+def _dims(scenario: Scenario, flash: bool = False) -> _Dims:
     m = scenario.model
     assert isinstance(m, TransformerModel), "transformer_program needs a transformer model"
     p = scenario.parallel
     return _Dims(s=m.seq_length, b=scenario.training.micro_batch_size, h=m.hidden_size,
                  a=m.num_heads, kv=m.kv_heads, d=m.head_dim, f=m.ffn, v=m.vocab_size,
                  t=p.tensor, sp=p.sequence_parallel and p.tensor > 1, e=DTYPE_BYTES[m.dtype],
-                 dtype=m.dtype, swiglu=m.ffn_activation == "swiglu")
+                 dtype=m.dtype, swiglu=m.ffn_activation == "swiglu", flash=flash)
 
 
 def _gemm(x: _Dims, name: str, m: int, n: int, k: int, batch: int = 1,
@@ -122,19 +130,48 @@ def _leave_tp(x: _Dims, name: str) -> _Pair:
     return _comm(name, "all_reduce", None, nbytes) if x.t > 1 else ((), ())
 
 
+def _fused_attention(x: _Dims) -> list[_Pair]:
+    """One fused causal attention kernel (FlashAttention, Dao et al. 2022; FA-2, Dao 2023).
+
+    FLOPs are the model's (QK^T and PV, 4*b*s^2*d per head, backward twice that), so MFU
+    counts as for unfused attention; the kernel executes half of them (causal blocks above
+    the diagonal are skipped) and its backward recomputes the scores (5 GEMM-sized passes
+    against the forward's 2, FA-2 Sec. 3.1.2). Memory traffic is Q, K, V and O; it keeps
+    Q, K, V and the fp32 row log-sum-exp for the backward, no s x s tensor."""
+    heads, kv_dim, T, e = x.a // x.t, x.kv * x.d // x.t, x.tokens, x.e
+    flops = 4.0 * x.b * heads * x.s * x.s * x.d
+    io = float(e * T * (2 * heads * x.d + 2 * kv_dim))
+    saved = float(e * T * (heads * x.d + 2 * kv_dim) + 4 * x.b * heads * x.s)
+    fwd = ComputeSpec("flash_attention", "attention", flops, io, x.dtype, "fwd",
+                      saved_bytes=saved, executed_fraction=0.5)
+    bwd = ComputeSpec("flash_attention.bwd", "attention", 2.0 * flops, 2.0 * io, x.dtype,
+                      "bwd", executed_fraction=0.5 * 2.5 / 2.0)
+    return [((fwd,), (bwd,))]
+
+
+def _attention_core(x: _Dims) -> list[_Pair]:
+    """Scores, softmax, dropout and context as separate kernels, scores in memory."""
+    if x.flash:
+        return _fused_attention(x)
+    heads, kv_dim, T, e = x.a // x.t, x.kv * x.d // x.t, x.tokens, x.e
+    probs = x.b * heads * x.s * x.s  # elements of the local attention matrix
+    return [
+        _gemm(x, "scores", x.s, x.s, x.d, x.b * heads, saved=e * T * (heads * x.d + kv_dim)),
+        _vector(x, "softmax", "softmax", probs, 5.0, e * probs),
+        _vector(x, "attn_dropout", "elementwise", probs, 2.0, (_MASK_BYTES + e) * probs),
+        _gemm(x, "context", x.s, x.d, x.s, x.b * heads, saved=e * T * kv_dim),
+    ]
+
+
 def _attention(x: _Dims) -> list[_Pair]:
     t, T, e = x.t, x.tokens, x.e
-    heads, kv_dim = x.a // t, x.kv * x.d // t
-    probs = x.b * heads * x.s * x.s  # elements of the local attention matrix
+    kv_dim = x.kv * x.d // t
     qkv_in = e * T * x.h / (t if x.sp else 1)
     return [
         _vector(x, "ln1", "norm", x.seq_tokens * x.h, _NORM_FLOPS, e * x.seq_tokens * x.h),
         _enter_tp(x, "tp_enter_attn"),
         _gemm(x, "qkv", T, (x.a // t) * x.d + 2 * kv_dim, x.h, saved=qkv_in),
-        _gemm(x, "scores", x.s, x.s, x.d, x.b * heads, saved=e * T * (heads * x.d + kv_dim)),
-        _vector(x, "softmax", "softmax", probs, 5.0, e * probs),
-        _vector(x, "attn_dropout", "elementwise", probs, 2.0, (_MASK_BYTES + e) * probs),
-        _gemm(x, "context", x.s, x.d, x.s, x.b * heads, saved=e * T * kv_dim),
+        *_attention_core(x),
         _gemm(x, "proj", T, x.h, x.h // t, saved=e * T * x.h / t),
         _leave_tp(x, "tp_leave_attn"),
         _vector(x, "dropout_residual1", "elementwise", x.seq_tokens * x.h, 3.0,
@@ -183,11 +220,24 @@ def _embedding(x: _Dims) -> _Pair:
     return _flatten(pairs)
 
 
+def _cross_entropy(x: _Dims, logits: float) -> _Pair:
+    """Megatron-LM's vocab_parallel_cross_entropy (megatron/core/tensor_parallel/
+    cross_entropy.py), pass by pass over the fp32 logits. Forward: cast to fp32 (read e,
+    write 4), max (read 4), subtract the max (4 + 4), exp (4 + 4), sum (4), divide into the
+    softmax kept for the backward (4 + 4): e + 36 bytes per logit. Backward: scale the
+    saved softmax by the incoming gradient (4 + 4), cast for the head's GEMM (4 + e)."""
+    fwd = ComputeSpec("cross_entropy", "softmax", 5.0 * logits, (x.e + 36.0) * logits,
+                      x.dtype, "fwd", saved_bytes=4.0 * logits)
+    bwd = ComputeSpec("cross_entropy.bwd", "softmax", 2.0 * logits, (12.0 + x.e) * logits,
+                      x.dtype, "bwd")
+    return (fwd,), (bwd,)
+
+
 def _head(x: _Dims) -> _Pair:
     """Final norm, vocabulary-parallel LM head and cross-entropy (Megatron's
     vocab_parallel_cross_entropy: all-reduces of max, sum-exp and target logit, fp32)."""
     T, v = x.tokens, x.v // x.t
-    ce_fwd, ce_bwd = _vector(x, "cross_entropy", "softmax", T * v, 5.0, 4.0 * T * v)
+    ce_fwd, ce_bwd = _cross_entropy(x, T * v)
     stats = tuple(CommSpec(f"ce_{nm}", "all_reduce", 4.0 * T, "tp", "fwd")
                   for nm in ("max", "sumexp", "target")) if x.t > 1 else ()
     pairs = [
@@ -234,9 +284,11 @@ def _layer_activation_bytes(scenario: Scenario, x: _Dims, layer_fwd: tuple[Op, .
     return saved_bytes(layer_fwd)
 
 
-def transformer_program(scenario: Scenario) -> TransformerProgram:
-    """One device's work for one micro-batch of `scenario` (a transformer model)."""
-    x = _dims(scenario)
+def transformer_program(scenario: Scenario, fused_attention_default: bool = False
+                        ) -> TransformerProgram:
+    """One device's work for one micro-batch of `scenario` (a transformer model);
+    `fused_attention_default` resolves `model.attention: auto` (the hardware's stack)."""
+    x = _dims(scenario, uses_flash(scenario, fused_attention_default))
     layer_fwd, layer_bwd = _flatten(_attention(x) + _ffn(x))
     embed_fwd, embed_bwd = _embedding(x)
     head_fwd, head_bwd = _head(x)
