@@ -18,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 from simulator.errors import InputError
 
-__all__ = ["HardwareProfile", "PeakTflops", "IntraNode", "InterNode", "Host", "Efficiency",
+__all__ = ["HardwareProfile", "Software", "PeakTflops", "IntraNode", "InterNode", "Host",
+           "Efficiency",
            "DTYPES"]
 
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
@@ -88,6 +89,16 @@ class Efficiency(_Closed):
     inter_node_bus_fraction: Fraction
 
 
+class Software(_Closed):
+    """The reference training stack the profile's efficiency figures were validated with:
+    which kernels it fuses. Cited per profile; a scenario may override (model.attention)."""
+
+    # `model.attention: auto` runs attention as one fused (FlashAttention-style) kernel
+    fused_attention: StrictBool = False
+    # the wgrad GEMM accumulates into the fp32 main gradient (no separate add pass)
+    fused_grad_accumulation: StrictBool = False
+
+
 class HardwareProfile(_Closed):
     """A validated hardware profile. `source` is the file it came from (for messages)."""
 
@@ -105,9 +116,7 @@ class HardwareProfile(_Closed):
     host: Host
     kernel_launch_us: Annotated[StrictFloat, Field(ge=0)]
     devices_per_node_default: PosInt
-    # What `model.attention: auto` means here: whether the platform's standard training
-    # stack runs attention as one fused (FlashAttention-style) kernel. Cited per profile.
-    fused_attention_default: StrictBool = False
+    software: Software = Field(default_factory=lambda: Software())
     efficiency: Efficiency
     source: StrictStr = "<hardware>"
 

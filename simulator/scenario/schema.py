@@ -62,7 +62,7 @@ class TransformerModel(_Closed):
     ffn_activation: Literal["gelu", "swiglu"] = "gelu"
     # standard: scores materialised (QK^T, softmax, dropout, PV as separate kernels);
     # flash: one fused kernel (Dao et al. 2022), no s x s tensor in memory; auto: the
-    # hardware profile's `fused_attention_default` (its standard training stack).
+    # hardware profile's `software.fused_attention` (its reference training stack).
     attention: Literal["auto", "standard", "flash"] = "auto"
     seq_length: PosInt
     vocab_size: PosInt

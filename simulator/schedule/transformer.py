@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simulator.cost.specs import CommSpec, ComputeSpec
+from simulator.hardware.schema import Software
 from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
 from simulator.schedule.program import Op, TransformerProgram, saved_bytes
 
@@ -66,7 +67,7 @@ class _Dims:
 
 def uses_flash(scenario: Scenario, fused_default: bool = False) -> bool:
     """Whether attention runs fused: `model.attention`, with `auto` taking the hardware
-    profile's `fused_attention_default`."""
+    profile's `software.fused_attention`."""
     mode = getattr(scenario.model, "attention", "standard")
     return fused_default if mode == "auto" else mode == "flash"
 
@@ -284,15 +285,32 @@ def _layer_activation_bytes(scenario: Scenario, x: _Dims, layer_fwd: tuple[Op, .
     return saved_bytes(layer_fwd)
 
 
-def transformer_program(scenario: Scenario, fused_attention_default: bool = False
+def _main_grad(x: _Dims, name: str, params: float) -> tuple[Op, ...]:
+    """Mixed precision keeps fp32 main gradients (Micikevicius et al. 2018, Sec. 3.1): after
+    each micro-batch's backward the 16-bit weight gradients are added into them (Megatron-LM
+    LocalDDP's main_grad.add_, PyTorch AMP's AccumulateGrad): read e, read 4, write 4 bytes
+    per parameter. None in fp32 training, where the gradient is the main gradient."""
+    if x.e >= 4 or params <= 0:
+        return ()
+    return (ComputeSpec(name, "elementwise", float(params), (x.e + 8.0) * params, x.dtype,
+                        "bwd"),)
+
+
+def transformer_program(scenario: Scenario, software: Software | None = None
                         ) -> TransformerProgram:
-    """One device's work for one micro-batch of `scenario` (a transformer model);
-    `fused_attention_default` resolves `model.attention: auto` (the hardware's stack)."""
-    x = _dims(scenario, uses_flash(scenario, fused_attention_default))
+    """One device's work for one micro-batch of `scenario` (a transformer model). `software`
+    is the hardware profile's reference stack: it resolves `model.attention: auto` and says
+    whether gradient accumulation into fp32 runs inside the wgrad GEMMs."""
+    software = software or Software()
+    x = _dims(scenario, uses_flash(scenario, software.fused_attention))
     layer_fwd, layer_bwd = _flatten(_attention(x) + _ffn(x))
     embed_fwd, embed_bwd = _embedding(x)
     head_fwd, head_bwd = _head(x)
     params, tensors = _layer_params(x)
+    if not software.fused_grad_accumulation:
+        layer_bwd += _main_grad(x, "main_grad_add", params)
+        embed_bwd += _main_grad(x, "main_grad_add_embed", x.v // x.t * x.h + x.s * x.h)
+        head_bwd += _main_grad(x, "main_grad_add_head", 2 * x.h + x.v // x.t * x.h)
     return TransformerProgram(
         layer_fwd=layer_fwd, layer_bwd=layer_bwd,
         layer_recompute=_recompute(scenario, layer_fwd),
