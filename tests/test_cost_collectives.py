@@ -41,7 +41,7 @@ def test_ring_all_reduce_in_one_node_is_the_closed_form(a100, n):
 def test_ring_all_gather_closed_form(a100):
     group = GroupSpec(size=4, stride=2, devices_per_node=8)
     expected = 3 / 4 * 1e9 / intra_bus_bandwidth(a100) + 3 * a100.intra_link_latency_s
-    assert collective_time_s("all_gather", 1e9, group, a100) == pytest.approx(expected)
+    assert collective_time_s("all_gather", 1e9, group, a100, "ring") == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)
@@ -50,7 +50,10 @@ def test_time_grows_monotonically_with_bytes(a100, collective, size, stride):
     group = GroupSpec(size=size, stride=stride, devices_per_node=8)
     times = [collective_time_s(collective, float(b), group, a100)
              for b in (2**p for p in range(10, 36, 2))]
-    assert all(later > earlier for earlier, later in zip(times, times[1:]))
+    # Non-decreasing: inside an A100 node the time comes from nccl-tests, which is flat
+    # (latency-bound) from 1 to 4 MiB; over the whole range it grows.
+    assert all(later >= earlier for earlier, later in zip(times, times[1:]))
+    assert times[-1] > 100 * times[0]
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)

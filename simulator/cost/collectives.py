@@ -81,6 +81,27 @@ def _ring_link(group: GroupSpec, hw: HardwareProfile) -> tuple[float, float]:
     return bw, hw.inter_link_latency_s
 
 
+def measured_bus_time(hw: HardwareProfile, nbytes: float) -> float | None:
+    """`nbytes` / busbw in seconds inside a node, from the profile's measured all_reduce
+    curve: linear in log-log between its points, non-decreasing (a larger message never
+    goes faster than a smaller one plus more), constant bandwidth past its ends. A
+    collective of n ranks takes busbw_factor(collective, n) times this. None without one."""
+    curve = hw.intra_node.allreduce_busbw_GBps
+    if not curve or nbytes <= 0:
+        return None
+    pts, worst = [], 0.0
+    for size, gbps in curve:
+        worst = max(worst, size / (gbps * 1e9))
+        pts.append((math.log(size), math.log(worst)))
+    x = math.log(nbytes)
+    if x <= pts[0][0]:
+        return math.exp(pts[0][1]) * nbytes / curve[0][0]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x <= x1:
+            return math.exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    return math.exp(pts[-1][1]) * nbytes / curve[-1][0]
+
+
 def _ring(collective: str, nbytes: float, n: int, bw: float, alpha: float) -> float:
     """The ring (or pairwise / pipelined) closed forms of the module docstring."""
     if collective == "all_reduce":
@@ -166,6 +187,11 @@ def _time(collective: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,
         return _hierarchical(collective, nbytes, group, hw)
     bw, alpha = _ring_link(group, hw)
     n = 2 if collective == "send_recv" else group.size
+    bus_time = measured_bus_time(hw, nbytes) if protocols and not group.crosses_nodes \
+        else None
+    if bus_time is not None and collective != "send_recv":
+        # nccl-tests: time = busbw_factor * S / busbw (the factor of each collective)
+        return busbw_factor(collective, n) * bus_time
     if protocols and group.crosses_nodes and collective != "send_recv":
         return _cross_node_ring(collective, nbytes, n, bw, alpha)
     return _ring(collective, nbytes, n, bw, alpha)

@@ -56,6 +56,11 @@ class IntraNode(_Closed):
     latency_us: PosFloat
     topology: Literal["switch", "ring", "mesh"] = "switch"
     mesh_links: PosInt | None = None
+    # Measured all_reduce bus bandwidth on the node's devices, [[message bytes, busbw GB/s],
+    # ...] ascending (nccl-tests all_reduce_perf). Where given, rings inside the node take
+    # their time from it (NCCL's chunk pipelining and channel ramp-up make mid-size messages
+    # slower than alpha-beta predicts); outside its range the ends hold.
+    allreduce_busbw_GBps: tuple[tuple[PosFloat, PosFloat], ...] | None = None
 
 
 class InterNode(_Closed):
