@@ -81,9 +81,9 @@ def _graph_program(scenario: Scenario):
     try:
         return graph_program(scenario)
     except (SignatureError, LayoutError) as exc:
-        from simulator.numeric.verify import _strategy_key
+        from simulator.sharding.graph_yaml import strategy_key
 
-        raise InputError(scenario.source, _strategy_key(scenario, exc), str(exc)) from None
+        raise InputError(scenario.source, strategy_key(scenario, exc), str(exc)) from None
 
 
 def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,

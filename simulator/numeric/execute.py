@@ -20,7 +20,7 @@ from simulator.sharding.layout import Layout
 from simulator.sharding.plan import OpPlan, ShardingPlan
 from simulator.sharding.redistribute import RedistStep, plan_redistribution
 
-__all__ = ["Faults", "Execution", "run_microbatch", "redistribute"]
+__all__ = ["Faults", "Execution", "run_microbatch"]
 
 
 @dataclass(frozen=True)
@@ -71,10 +71,6 @@ def _relabel(t: DistTensor, step: RedistStep, plan: ShardingPlan) -> tuple[np.nd
         reps = [max(1, n // max(1, m)) for n, m in zip(shape, b.shape)]
         out.append(np.tile(b, reps)[tuple(slice(0, n) for n in shape)].copy())
     return tuple(out)
-
-
-def redistribute(t: DistTensor, target: Layout, plan: ShardingPlan) -> DistTensor:
-    return Execution(plan).move(t, target, forward=False)
 
 
 def _ctx(p: OpPlan, plan: ShardingPlan, rank: int, batch_offset: int = 0) -> KernelCtx:

@@ -15,7 +15,8 @@ from simulator.numeric.cases import VerifyCase, build_case
 from simulator.numeric.dist import DistTensor, assemble, distribute, replica_mismatch
 from simulator.numeric.execute import Execution, Faults, run_microbatch
 from simulator.numeric.optimizer import update
-from simulator.scenario.schema import GraphModel, Scenario
+from simulator.scenario.schema import Scenario
+from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Broadcast, Shard
@@ -212,14 +213,5 @@ def verify_scenario(s: Scenario, faults: Faults | None = None) -> VerifyResult:
         return verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
                            s.parallel.optimizer_shard >= 1, faults, s.name)
     except (SignatureError, LayoutError) as exc:
-        raise InputError(s.source, _strategy_key(s, exc), str(exc)) from None
+        raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
 
-
-def _strategy_key(s: Scenario, exc: Exception) -> str:
-    """The dotted key of the strategy that failed: model.ops[i].strategy (or .placements)."""
-    op = getattr(exc, "op", None)
-    if isinstance(s.model, GraphModel):
-        for i, node in enumerate(s.model.ops):
-            if node.name == op:
-                return f"model.ops[{i}].{'placements' if node.placements else 'strategy'}"
-    return "model"

@@ -11,12 +11,10 @@ from simulator.errors import InputError
 from simulator.graph.graph import Graph, GraphBuilder
 from simulator.graph.ops import OpError
 from simulator.scenario.schema import GraphModel
-from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.plan import Strategy, build_plan
-from simulator.sharding.rules import SignatureError
+from simulator.sharding.plan import Strategy
 
-__all__ = ["graph_from_model", "mesh_for_graph", "prime_mesh"]
+__all__ = ["graph_from_model", "mesh_for_graph", "prime_mesh", "strategy_key"]
 
 
 def prime_mesh(devices: int) -> Mesh:
@@ -72,14 +70,12 @@ def graph_from_model(model: GraphModel, source: str) -> Graph:
     return b.build()
 
 
-def check_graph_plan(model: GraphModel, devices: int, source: str) -> None:
-    """Resolve every strategy now so a bad one is reported with its key at load time."""
-    graph = graph_from_model(model, source)
-    mesh = mesh_for_graph(model, devices, source)
-    try:
-        build_plan(graph, mesh)
-    except (SignatureError, LayoutError) as exc:
-        name = str(exc).split("'")[1] if "'" in str(exc) else ""
-        index = next((i for i, op in enumerate(model.ops) if op.name == name), None)
-        key = f"model.ops[{index}].strategy" if index is not None else "model.ops"
-        raise InputError(source, key, str(exc)) from None
+def strategy_key(s, exc: Exception) -> str:
+    """The dotted key of the strategy a planning error comes from: model.ops[i].strategy
+    (or .placements) for an operator graph, else `model`."""
+    op = getattr(exc, "op", None)
+    if isinstance(s.model, GraphModel):
+        for i, node in enumerate(s.model.ops):
+            if node.name == op:
+                return f"model.ops[{i}].{'placements' if node.placements else 'strategy'}"
+    return "model"

@@ -24,7 +24,7 @@ from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import B, Broadcast, Partial, Placement, Shard
 
-__all__ = ["RedistStep", "plan_redistribution", "step_kind", "total_comm_bytes", "COMM_KINDS"]
+__all__ = ["RedistStep", "plan_redistribution", "step_kind", "COMM_KINDS"]
 
 COMM_KINDS = ("all_reduce", "reduce_scatter", "all_to_all", "all_gather")
 
@@ -138,8 +138,3 @@ def plan_redistribution(src: Layout, dst: Layout, shape: tuple[int, ...], mesh: 
     _undo(w, src, dst)
     _apply(w, dst)
     return w.steps
-
-
-def total_comm_bytes(steps: list[RedistStep]) -> float:
-    return sum(s.bytes for s in steps if s.is_comm)
-
