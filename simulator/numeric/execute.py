@@ -14,13 +14,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulator.graph.graph import Graph, OpNode
 from simulator.graph.ops import KernelCtx
 from simulator.numeric.dist import DistTensor, apply_step, distribute
 from simulator.sharding.layout import Layout
+from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import OpPlan, ShardingPlan
 from simulator.sharding.redistribute import RedistStep, plan_redistribution
+from simulator.sharding.rules import Signature
 
-__all__ = ["Faults", "Execution", "run_microbatch"]
+__all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx"]
 
 
 @dataclass(frozen=True)
@@ -73,16 +76,21 @@ def _relabel(t: DistTensor, step: RedistStep, plan: ShardingPlan) -> tuple[np.nd
     return tuple(out)
 
 
-def _ctx(p: OpPlan, plan: ShardingPlan, rank: int, batch_offset: int = 0) -> KernelCtx:
-    g, mesh = plan.graph, plan.mesh
-    shapes = [g.tensors[n].shape for n in p.op.inputs]
-    out_shape = g.tensors[p.op.output].shape
-    out_layout = p.sig.output_layout
+def kernel_ctx(graph: Graph, op: OpNode, sig: Signature, mesh: Mesh, rank: int,
+               batch_offset: int = 0) -> KernelCtx:
+    """What the local kernel of `op` on device `rank` knows under signature `sig`."""
+    shapes = graph.shapes(op)
+    out_shape = graph.tensors[op.output].shape
+    out_layout = sig.output_layout
     return KernelCtx(tuple(shapes), out_shape,
-                     tuple(p.sig.input_layout(i).offsets(s, mesh, rank)
+                     tuple(sig.input_layout(i).offsets(s, mesh, rank)
                            for i, s in enumerate(shapes)),
                      out_layout.offsets(out_shape, mesh, rank),
                      out_layout.local_shape(out_shape, mesh), batch_offset)
+
+
+def _ctx(p: OpPlan, plan: ShardingPlan, rank: int, batch_offset: int = 0) -> KernelCtx:
+    return kernel_ctx(plan.graph, p.op, p.sig, plan.mesh, rank, batch_offset)
 
 
 def _forward_op(ex: Execution, p: OpPlan, cache: dict) -> list[DistTensor]:

@@ -15,6 +15,7 @@ import numpy as np
 from simulator.graph.graph import Graph
 from simulator.graph.ops import KernelCtx
 from simulator.numeric.dist import DistTensor, assemble, distribute
+from simulator.numeric.execute import kernel_ctx
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.rules import Signature
 
@@ -46,17 +47,6 @@ def random_inputs(graph: Graph, rng: np.random.Generator) -> list[np.ndarray]:
     return out
 
 
-def _ctx(graph: Graph, sig: Signature, mesh: Mesh, rank: int) -> KernelCtx:
-    op = graph.ops[0]
-    shapes = graph.shapes(op)
-    out_shape = graph.tensors[op.output].shape
-    return KernelCtx(tuple(shapes), out_shape,
-                     tuple(sig.input_layout(i).offsets(s, mesh, rank)
-                           for i, s in enumerate(shapes)),
-                     sig.output_layout.offsets(out_shape, mesh, rank),
-                     sig.output_layout.local_shape(out_shape, mesh))
-
-
 def check_signature(graph: Graph, mesh: Mesh, sig: Signature, seed: int = 0) -> RuleCheck:
     """Errors of the sharded forward and VJP of the graph's single op against one device."""
     rng = np.random.default_rng(seed)
@@ -68,7 +58,7 @@ def check_signature(graph: Graph, mesh: Mesh, sig: Signature, seed: int = 0) -> 
     dy = rng.standard_normal(y.shape)
     want = fam.vjp(xs, y, dy, op.attrs, whole)
     ins = [distribute(x, sig.input_layout(i), mesh, rng) for i, x in enumerate(xs)]
-    ctxs = [_ctx(graph, sig, mesh, r) for r in range(mesh.size)]
+    ctxs = [kernel_ctx(graph, op, sig, mesh, r) for r in range(mesh.size)]
     ys = [fam.forward([t.blocks[r] for t in ins], op.attrs, ctxs[r]) for r in range(mesh.size)]
     fwd = float(np.max(np.abs(assemble(DistTensor(y.shape, sig.output_layout, tuple(ys)), mesh)
                               - y), initial=0.0))

@@ -147,9 +147,8 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults) -> _Outc
     total: dict[str, DistTensor] = {}
 
     def record(name: str, t: DistTensor) -> None:
-        if not acts.get("__done__"):
-            acts[name] = assemble(t, mesh)
-            replica[name] = replica_mismatch(t, mesh)
+        acts[name] = assemble(t, mesh)
+        replica[name] = replica_mismatch(t, mesh)
 
     for i, batch in enumerate(batches):
         rows = next(iter(batch.values())).shape[0] if batch else 0

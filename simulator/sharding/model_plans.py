@@ -22,7 +22,7 @@ def _set(op: OpNode, dp: str, tp: str) -> OpNode:
 
 def _fc_chain(ops: list[OpNode], matmul_prefix: str) -> list[OpNode]:
     """Column, row, column, ... for MatMuls; elementwise ops follow their producer."""
-    out, column = [], True
+    out, column, last_split = [], True, "B"
     for op in ops:
         if op.type == "Einsum" and op.name.startswith(matmul_prefix):
             out.append(_set(op, "M", "N" if column else "K"))
@@ -36,8 +36,7 @@ def _fc_chain(ops: list[OpNode], matmul_prefix: str) -> list[OpNode]:
 
 
 def plan_mlp(graph: Graph) -> Graph:
-    ops = [dataclasses.replace(op) for op in graph.ops]
-    return Graph(graph.tensors, tuple(_fc_chain(ops, "")))
+    return Graph(graph.tensors, tuple(_fc_chain(list(graph.ops), "")))
 
 
 def plan_resnet(graph: Graph) -> Graph:

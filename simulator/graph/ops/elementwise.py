@@ -21,7 +21,7 @@ def _same(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
     return tuple(shapes[0])
 
 
-def _unary_labels(linear: bool, fixed_tail: int = 0):
+def _unary_labels(linear: bool):
     def labels(shapes: list[Shape], attrs: dict[str, Any]) -> LabelView:
         labs = tuple(f"d{i}" for i in range(len(shapes[0])))
         return LabelView((labs,), labs, linear_inputs=frozenset({0}) if linear else frozenset())
