@@ -96,7 +96,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     _check(scenario, fidelity)
     costs = costs or CostModel.from_hardware(hw)
     if isinstance(scenario.model, TransformerModel):
-        prog = transformer_program(scenario, hw.software)
+        prog = transformer_program(scenario, hw.software, hw.compute_units)
         groups = ()
         model, hardware = iteration_flops(scenario, prog)
     else:

@@ -95,3 +95,81 @@ def test_cross_node_rings_take_ll128_when_latency_dominates():
     assert auto == pytest.approx(ll128, rel=1e-12)
     assert simple == pytest.approx(47 / 48 * 25e6 / bw + 47 * alpha, rel=1e-12)
     assert auto < simple
+
+
+def _fixed_costs(gemm_s, comm_s):
+    """Every GEMM takes gemm_s, every other kernel 1 us, every collective comm_s."""
+    from simulator.schedule.costs import CostModel
+
+    return CostModel(compute_s=lambda spec: gemm_s if spec.kind == "gemm" else 1e-6,
+                     collective_s=lambda coll, nbytes, group: comm_s,
+                     send_recv_s=lambda nbytes, intra: 0.0)
+
+
+@pytest.mark.parametrize("gemm_s,comm_s", [(4e-3, 1e-3), (1e-3, 4e-3)])
+def test_tp_collectives_pipeline_against_their_gemm(gemm_s, comm_s):
+    """Per collective next to a GEMM: exposed max(0, c - g) + min(c, g)/chunks; the GEMM
+    loses the SMs the collective's kernels hold while both run."""
+    from simulator.schedule.costs import price_ops
+
+    s = _case("validation/r026-megatron-readme-table-gpt-32b-384g")
+    sw = load_profile("h100-sxm").software
+    prog = transformer_program(s, sw, 132)
+    serial = transformer_program(s, sw.model_copy(update={"tp_comm_overlap": False}), 132)
+    assert serial.tp_overlap is None
+    tp = prog.tp_overlap
+    assert (tp.chunks, tp.sm_fraction) == (8, 16 / 132)
+    groups = {"tp": GroupSpec(8, 1, 8)}
+    costs = _fixed_costs(gemm_s, comm_s)
+    ops = prog.layer_fwd  # sequence parallel: all-gather before qkv and fc1, reduce-scatter
+    both, n = min(gemm_s, comm_s), 4  # after proj and fc2: each next to its GEMM
+    over, base = price_ops(ops, costs, groups, tp), price_ops(ops, costs, groups)
+    assert base.comm_s == pytest.approx(n * comm_s)
+    assert over.comm_s == pytest.approx(n * (max(0.0, comm_s - gemm_s) + both / 8))
+    assert over.compute_s - base.compute_s == pytest.approx(n * both * 16 / 116)
+
+
+def test_scenario_switches_tp_overlap_either_way():
+    s = _case("validation/r026-megatron-readme-table-gpt-32b-384g",
+              ["parallel.overlap.tp_comm=false"])
+    assert transformer_program(s, load_profile("h100-sxm").software).tp_overlap is None
+    s = _case("validation/r004-narayanan2021-t1-gpt-18.4b-256g",
+              ["parallel.overlap.tp_comm=true"])
+    assert transformer_program(s, load_profile("a100-80gb").software, 108).tp_overlap.chunks == 8
+    hw = load_profile("h100-sxm")
+    on = simulate(_case("validation/r026-megatron-readme-table-gpt-32b-384g"), hw)
+    off = simulate(_case("validation/r026-megatron-readme-table-gpt-32b-384g",
+                         ["parallel.overlap.tp_comm=false"]), hw)
+    assert on.iteration_time_s < off.iteration_time_s
+
+
+def test_megatron_keeps_bf16_gradients_in_fp32():
+    """Buffer and data-parallel reduce-scatter at 4 bytes per gradient under bf16; fp16 and a
+    stack without the rule keep 2."""
+    hw = load_profile("h100-sxm")
+    bf16 = simulate(_case("validation/r023-megatron-readme-table-gpt-1.7b-48g"), hw)
+    fp16 = simulate(_case("validation/r023-megatron-readme-table-gpt-1.7b-48g",
+                          ["model.dtype=fp16"]), hw)
+    params = bf16.program.params_per_layer * 24 + bf16.program.params_embedding + \
+        bf16.program.params_head
+    cats = dict(bf16.memory.by_category)
+    assert cats["gradients"] == pytest.approx(4 * params)
+    assert dict(fp16.memory.by_category)["gradients"] == pytest.approx(2 * params)
+    assert dict(bf16.comm_bytes)["reduce_scatter"] == pytest.approx(
+        2 * dict(fp16.comm_bytes)["reduce_scatter"])
+    assert dict(bf16.comm_bytes)["all_gather"] == dict(fp16.comm_bytes)["all_gather"]
+
+
+def test_sustained_compute_fraction_scales_compute_roofs_only():
+    from simulator.cost.compute import compute_time_s
+
+    hw = load_profile("h100-sxm")
+    slow = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(
+        update={"sustained_compute_fraction": 0.5})})
+    gemm = ComputeSpec("mm", "gemm", 2 * 4096**3, 6 * 4096**2, "bf16",
+                       gemm_mnk=(4096, 4096, 4096))
+    copy = ComputeSpec("add", "elementwise", 1e6, 1e9, "bf16")
+    launch = hw.kernel_launch_s
+    assert compute_time_s(gemm, slow) - launch == pytest.approx(
+        2 * (compute_time_s(gemm, hw) - launch), rel=1e-9)
+    assert compute_time_s(copy, slow) == compute_time_s(copy, hw)

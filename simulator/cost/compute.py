@@ -86,17 +86,19 @@ def gemm_efficiency(mnk: tuple[int, int, int], batch: int, dtype: str,
 
 
 def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, float]:
-    """(FLOP/s, bytes/s) the kernel reaches on the compute and memory roofs."""
+    """(FLOP/s, bytes/s) the kernel reaches on the compute and memory roofs. The compute
+    roof is scaled by `sustained_compute_fraction` (clocks under a sustained training load)."""
     eff = hw.efficiency
     mem = hw.memory_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction
+    sustained = eff.sustained_compute_fraction
     if spec.kind == "gemm":
         mnk = spec.gemm_mnk or _square(spec.flops, spec.gemm_batch)
         fraction = gemm_efficiency(tuple(int(x) for x in mnk), max(1, spec.gemm_batch),
                                    spec.dtype, hw)
-        return hw.peak_flops_per_s(spec.dtype) * fraction, mem
+        return hw.peak_flops_per_s(spec.dtype) * fraction * sustained, mem
     if spec.kind == "attention":
-        return hw.peak_flops_per_s(spec.dtype) * eff.attention_peak_fraction, mem
-    return hw.vector_flops_per_s * eff.vector_peak_fraction, mem
+        return hw.peak_flops_per_s(spec.dtype) * eff.attention_peak_fraction * sustained, mem
+    return hw.vector_flops_per_s * eff.vector_peak_fraction * sustained, mem
 
 
 def _square(flops: float, batch: int) -> tuple[int, int, int]:

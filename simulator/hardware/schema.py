@@ -92,6 +92,10 @@ class Efficiency(_Closed):
     memory_bandwidth_fraction: Fraction
     intra_node_bus_fraction: Fraction
     inter_node_bus_fraction: Fraction
+    # compute roofs (tensor and vector) under a sustained multi-GPU training load, as a
+    # fraction of the short-microbenchmark figures above (power-limited clocks); memory
+    # and link bandwidths are not scaled
+    sustained_compute_fraction: Fraction = 1.0
 
 
 class Software(_Closed):
@@ -102,6 +106,13 @@ class Software(_Closed):
     fused_attention: StrictBool = False
     # the wgrad GEMM accumulates into the fp32 main gradient (no separate add pass)
     fused_grad_accumulation: StrictBool = False
+    # tensor-parallel collectives are chunked and pipelined against the GEMM that produces
+    # or consumes them (`parallel.overlap.tp_comm: auto`), their kernels taking tp_comm_sms
+    # of the compute units while they run
+    tp_comm_overlap: StrictBool = False
+    tp_comm_sms: PosInt = 16
+    # bf16 gradients are accumulated and reduced in fp32 (a 4-byte gradient buffer)
+    bf16_grads_fp32: StrictBool = False
 
 
 class HardwareProfile(_Closed):

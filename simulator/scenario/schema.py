@@ -175,6 +175,9 @@ class OverlapSpec(_Closed):
     # optimizer parallel) instead of after the optimizer step.
     param_gather: StrictBool = True
     copies: Annotated[StrictInt, Field(ge=1, le=8)] = 1
+    # Chunk each tensor-parallel collective and pipeline it against its GEMM (Megatron-Core
+    # --tp-comm-overlap); `auto` takes the hardware profile's software stack.
+    tp_comm: StrictBool | Literal["auto"] = "auto"
 
 
 class ParallelSpec(_Closed):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
-from simulator.schedule.program import Op
+from simulator.schedule.program import Op, TpOverlap
 
 __all__ = ["CostModel", "Priced", "price_ops", "merge_volumes"]
 
@@ -66,14 +66,41 @@ def merge_volumes(pairs: tuple[tuple[str, float], ...]) -> tuple[tuple[str, floa
     return tuple(out.items())
 
 
-def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec]) -> Priced:
-    """Price `ops` run back to back: collectives on axis a use group `groups[a]`."""
+def _gemm_partner(ops: tuple[Op, ...], i: int) -> int | None:
+    """Index of the GEMM a tensor-parallel collective at i pipelines against: the GEMM that
+    consumes it (next op) or else the one that produced it (previous op)."""
+    for j in (i + 1, i - 1):
+        if 0 <= j < len(ops) and isinstance(ops[j], ComputeSpec) and ops[j].kind == "gemm":
+            return j
+    return None
+
+
+def _overlapped(comm_s: float, gemm_s: float, tp: TpOverlap) -> tuple[float, float]:
+    """(extra compute seconds, exposed comm seconds) of a collective of comm_s pipelined in
+    tp.chunks pieces against a GEMM of gemm_s: while both run, the GEMM has 1 - sm_fraction
+    of the compute units; the first (or last) chunk of the collective has no GEMM chunk to
+    hide under; what the GEMM cannot cover stays exposed."""
+    both = min(comm_s, gemm_s)
+    slower = both * tp.sm_fraction / (1.0 - tp.sm_fraction)
+    return slower, max(0.0, comm_s - gemm_s) + both / tp.chunks
+
+
+def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec],
+              tp_overlap: TpOverlap | None = None) -> Priced:
+    """Price `ops` run back to back: collectives on axis a use group `groups[a]`. With
+    `tp_overlap`, each collective on axis 'tp' next to a GEMM overlaps that GEMM."""
     compute = comm = 0.0
     volumes: list[tuple[str, float]] = []
-    for op in ops:
+    times = [costs.compute_s(op) if isinstance(op, ComputeSpec) else 0.0 for op in ops]
+    for i, op in enumerate(ops):
         if isinstance(op, CommSpec):
-            comm += costs.collective_s(op.collective, op.bytes, groups[op.axis])
+            seconds = costs.collective_s(op.collective, op.bytes, groups[op.axis])
+            partner = _gemm_partner(ops, i) if tp_overlap and op.axis == "tp" else None
+            if partner is not None:
+                slower, seconds = _overlapped(seconds, times[partner], tp_overlap)
+                compute += slower
+            comm += seconds
             volumes.append((op.collective, op.bytes))
         else:
-            compute += costs.compute_s(op)
+            compute += times[i]
     return Priced(compute, comm, merge_volumes(tuple(volumes)))

@@ -54,6 +54,7 @@ class _Lowering:
         self.work: tuple[StageWork, ...] = stage_work(scenario, prog, self.lay, costs)
         self.b = Builder()
         self.e = DTYPE_BYTES[prog.dtype]
+        self.ge = prog.grad_bytes  # gradient elements: buffer and reduction
         self.par = scenario.parallel
         self.micro = scenario.grad_accum_steps
         self.dp_group = self.lay.groups()["dp"]
@@ -68,7 +69,7 @@ class _Lowering:
         """(ready piece, bytes, seconds) of each gradient bucket of a virtual stage."""
         fusion = self.par.comm_fusion
         coll = "reduce_scatter" if self.par.optimizer_shard >= 1 else "all_reduce"
-        raw = grad_buckets(w.piece_params, self.e, fusion.mode, fusion.bucket_mb,
+        raw = grad_buckets(w.piece_params, self.ge, fusion.mode, fusion.bucket_mb,
                            self.prog.param_tensors_per_layer)
         return tuple((i, nb, self.costs.collective_s(coll, nb, self.dp_group)) for i, nb in raw)
 
@@ -96,7 +97,7 @@ class _Lowering:
         if self.par.optimizer_shard < 3 or self.lay.data == 1:
             return ()
         nbytes = self.work[vs].params * self.e
-        seconds = sum(self.costs.collective_s("all_gather", nb, self.dp_group)
+        seconds = sum(self.costs.collective_s("all_gather", nb * self.e / self.ge, self.dp_group)
                       for _, nb, _ in self.buckets[vs])
         compute = self.b.streams.get((dev, "compute"), [])
         prefetch = (compute[-2],) if len(compute) >= 2 else ()
@@ -167,7 +168,7 @@ class _Lowering:
         coll = "reduce_scatter" if self.par.optimizer_shard >= 1 else "all_reduce"
         if mb < self.micro - 1:
             if self.par.optimizer_shard >= 2:  # sharded gradients: reduce every micro-batch
-                nbytes = self.work[vs].params * self.e
+                nbytes = self.work[vs].params * self.ge
                 seconds = sum(s for _, _, s in self.buckets[vs])
                 self._dp(dev, "grad_reduce", coll, nbytes, seconds, (piece_tids[-1],),
                          (mb, vs))
@@ -189,7 +190,7 @@ class _Lowering:
             self._host_optimizer(dev, params, tuple(dp_tasks[-1:]))
             return
         spec = optimizer_spec(params, self.prog.dtype, self.sc.training.optimizer,
-                              self.par.optimizer_shard, self.lay.data)
+                              self.par.optimizer_shard, self.lay.data, self.ge)
         opt = self.b.add(("O", dev), dev, "compute", "opt", "optimizer", -1, -1,
                          self.costs.compute_s(spec), 0.0, tuple(dp_tasks[-1:]))
         if self.par.optimizer_shard in (1, 2) and self.lay.data > 1 and \
@@ -199,7 +200,7 @@ class _Lowering:
 
     def _gather_s(self, vss: list[int]) -> float:
         """Seconds to all-gather the updated parameters of virtual stages vss, by bucket."""
-        return sum(self.costs.collective_s("all_gather", nb, self.dp_group)
+        return sum(self.costs.collective_s("all_gather", nb * self.e / self.ge, self.dp_group)
                    for vs in vss for _, nb, _ in self.buckets[vs])
 
     def early_gather(self, dev: int, vss: list[int]) -> None:
@@ -217,14 +218,14 @@ class _Lowering:
         host over PCIe, the host runs the optimizer (its time is not modelled), and the
         updated 16-bit parameters come back; the device waits for them."""
         local = params / (self.lay.data if self.par.optimizer_shard >= 1 else 1)
-        nbytes = local * self.e
         d2h = self.b.add(("H", dev, "d2h"), dev, "offload", "grad_d2h", "offload", -1, -1,
-                         self.costs.copy_s(nbytes), 0.0, deps)
+                         self.costs.copy_s(local * self.ge), 0.0, deps)
         h2d = self.b.add(("H", dev, "h2d"), dev, "offload", "param_h2d", "offload", -1, -1,
-                         self.costs.copy_s(nbytes), 0.0, (d2h,))
+                         self.costs.copy_s(local * self.e), 0.0, (d2h,))
         self.b.add(("O", dev), dev, "compute", "opt", "optimizer", -1, -1, 0.0, 0.0, (h2d,))
         if self.par.optimizer_shard in (1, 2) and self.lay.data > 1:
-            seconds = sum(self.costs.collective_s("all_gather", nb, self.dp_group)
+            seconds = sum(self.costs.collective_s("all_gather", nb * self.e / self.ge,
+                                                  self.dp_group)
                           for vs in range(len(self.work)) for _, nb, _ in self.buckets[vs]
                           if self.lay.stage_of_virtual(vs) == self.lay.coords(dev)[0])
             self._dp(dev, "param_gather", "all_gather", params * self.e, seconds, (h2d,),
@@ -242,7 +243,7 @@ class _Lowering:
         params = sum(self.work[vs].params for vs in vss)
         return model_state_bytes(params, self.prog.dtype, self.sc.training.optimizer,
                                  self.par.optimizer_shard, self.lay.data,
-                                 self.par.offload.optimizer_states)
+                                 self.par.offload.optimizer_states, self.ge)
 
 
 def _check_offload(scenario: Scenario) -> None:

@@ -15,10 +15,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.cost.specs import CommSpec, ComputeSpec
+from simulator.scenario.schema import DTYPE_BYTES
 
-__all__ = ["Op", "TransformerProgram", "compute_ops", "comm_ops", "total_flops", "saved_bytes"]
+__all__ = ["Op", "TransformerProgram", "TpOverlap", "compute_ops", "comm_ops", "total_flops",
+           "saved_bytes"]
 
 Op = ComputeSpec | CommSpec
+
+
+@dataclass(frozen=True)
+class TpOverlap:
+    """Tensor-parallel collectives split into `chunks` pieces and pipelined against the
+    GEMM next to them (Transformer Engine userbuffers, used by Megatron-Core
+    --tp-comm-overlap); while they overlap, their kernels hold `sm_fraction` of the compute
+    units, so the GEMM runs that much slower."""
+
+    chunks: int
+    sm_fraction: float
 
 
 @dataclass(frozen=True)
@@ -45,6 +58,10 @@ class TransformerProgram:
     layer_working_bytes is one layer's full saved set, alive while a recomputed layer runs
     its backward. boundary_bytes is the activation (and its gradient) passed between
     pipeline stages, s*b*h*dtype (divided by t under sequence parallelism).
+
+    grad_elem_bytes: bytes of one gradient element in the gradient buffer and the
+    data-parallel reduction (None: the model dtype's). tp_overlap: how tensor-parallel
+    collectives overlap their GEMMs (None: they run on the critical path).
     """
 
     layer_fwd: tuple[Op, ...]
@@ -65,6 +82,13 @@ class TransformerProgram:
     layer_working_bytes: float
     boundary_bytes: float
     dtype: str
+    grad_elem_bytes: float | None = None
+    tp_overlap: TpOverlap | None = None
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes per gradient element (buffer and reduction)."""
+        return self.grad_elem_bytes or float(DTYPE_BYTES[self.dtype])
 
     def __str__(self) -> str:
         return (f"TransformerProgram(layer: {len(self.layer_fwd)} fwd / {len(self.layer_bwd)} "

@@ -79,7 +79,7 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
     c = scenario.parallel.overlap.copies
 
     def price(ops: tuple) -> Priced:
-        return _exposed(price_ops(ops, costs, groups), c)
+        return _exposed(price_ops(ops, costs, groups, prog.tp_overlap), c)
 
     lf, lb, lr = price(prog.layer_fwd), price(prog.layer_bwd), price(prog.layer_recompute)
     ef, eb = price(prog.embed_fwd), price(prog.embed_bwd)

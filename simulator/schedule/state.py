@@ -26,24 +26,29 @@ def _state_bytes_per_param(optimizer: str, dtype: str) -> int:
 
 
 def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: int,
-                      offload_states: bool = False) -> Alloc:
+                      offload_states: bool = False, grad_bytes: float | None = None) -> Alloc:
     """Bytes of model states of a device holding `params` parameters (before optimizer
-    sharding), as (category, bytes) pairs: ZeRO stage `shard` over `dp` ranks."""
+    sharding), as (category, bytes) pairs: ZeRO stage `shard` over `dp` ranks. Gradients
+    take `grad_bytes` per element (default: the dtype's; 4 where bf16 gradients are kept
+    in fp32, as Megatron-LM does)."""
     e = DTYPE_BYTES[dtype]
+    ge = grad_bytes or e
     k = _state_bytes_per_param(optimizer, dtype)
     return (
         ("parameters", params * e / (dp if shard >= 3 else 1)),
-        ("gradients", params * e / (dp if shard >= 2 else 1)),
+        ("gradients", params * ge / (dp if shard >= 2 else 1)),
         ("optimizer_states", 0.0 if offload_states else params * k / (dp if shard >= 1 else 1)),
     )
 
 
-def optimizer_spec(params: int, dtype: str, optimizer: str, shard: int, dp: int) -> ComputeSpec:
+def optimizer_spec(params: int, dtype: str, optimizer: str, shard: int, dp: int,
+                   grad_bytes: float | None = None) -> ComputeSpec:
     """The optimizer step as one memory-bound kernel over the local shard: read the gradient
-    and the states, write the states and the 16-bit parameter."""
+    (`grad_bytes` per element, default the dtype's) and the states, write the states and the
+    16-bit parameter."""
     local = params / (dp if shard >= 1 else 1)
     e = DTYPE_BYTES[dtype]
     k = _state_bytes_per_param(optimizer, dtype)
-    per_param = e + 2 * k + e
+    per_param = (grad_bytes or e) + 2 * k + e
     return ComputeSpec("optimizer_step", "optimizer", OPTIMIZER_FLOPS[optimizer] * local,
                        per_param * local, dtype, "optimizer")

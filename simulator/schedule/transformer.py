@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.hardware.schema import Software
 from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
-from simulator.schedule.program import Op, TransformerProgram, saved_bytes
+from simulator.schedule.program import Op, TpOverlap, TransformerProgram, saved_bytes
 
 __all__ = ["transformer_program", "ATTENTION_CORE"]
 
@@ -296,11 +296,26 @@ def _main_grad(x: _Dims, name: str, params: float) -> tuple[Op, ...]:
                         "bwd"),)
 
 
-def transformer_program(scenario: Scenario, software: Software | None = None
-                        ) -> TransformerProgram:
+def _tp_overlap(scenario: Scenario, software: Software, compute_units: int
+                ) -> TpOverlap | None:
+    """`parallel.overlap.tp_comm` (auto: the software stack's): each TP collective in
+    tensor-degree chunks (Transformer Engine's default ring-exchange method steps once per
+    peer), its kernels on software.tp_comm_sms of the compute units."""
+    mode = scenario.parallel.overlap.tp_comm
+    on = software.tp_comm_overlap if mode == "auto" else mode
+    t = scenario.parallel.tensor
+    if not on or t <= 1:
+        return None
+    return TpOverlap(chunks=t, sm_fraction=min(0.5, software.tp_comm_sms / compute_units))
+
+
+def transformer_program(scenario: Scenario, software: Software | None = None,
+                        compute_units: int = 132) -> TransformerProgram:
     """One device's work for one micro-batch of `scenario` (a transformer model). `software`
-    is the hardware profile's reference stack: it resolves `model.attention: auto` and says
-    whether gradient accumulation into fp32 runs inside the wgrad GEMMs."""
+    is the hardware profile's reference stack: it resolves `model.attention: auto`, says
+    whether gradient accumulation into fp32 runs inside the wgrad GEMMs, whether bf16
+    gradients are kept and reduced in fp32, and whether TP collectives overlap their GEMMs
+    (`compute_units`: the device's SMs / AI cores, for the share the collectives take)."""
     software = software or Software()
     x = _dims(scenario, uses_flash(scenario, software.fused_attention))
     layer_fwd, layer_bwd = _flatten(_attention(x) + _ffn(x))
@@ -322,4 +337,6 @@ def transformer_program(scenario: Scenario, software: Software | None = None
         head_activation_bytes=saved_bytes(head_fwd),
         layer_working_bytes=saved_bytes(layer_fwd),
         boundary_bytes=float(x.e * x.seq_tokens * x.h), dtype=x.dtype,
+        grad_elem_bytes=4.0 if software.bf16_grads_fp32 and x.dtype == "bf16" else None,
+        tp_overlap=_tp_overlap(scenario, software, compute_units),
     )
