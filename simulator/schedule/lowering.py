@@ -97,8 +97,7 @@ class _Lowering:
         if self.par.optimizer_shard < 3 or self.lay.data == 1:
             return ()
         nbytes = self.work[vs].params * self.e
-        seconds = sum(self.costs.collective_s("all_gather", nb * self.e / self.ge, self.dp_group)
-                      for _, nb, _ in self.buckets[vs])
+        seconds = self._gather_s([vs])
         compute = self.b.streams.get((dev, "compute"), [])
         prefetch = (compute[-2],) if len(compute) >= 2 else ()
         return (self._dp(dev, "param_gather", "all_gather", nbytes, seconds, prefetch, key,
@@ -187,7 +186,7 @@ class _Lowering:
         dp_tasks = self.b.streams.get((dev, "dp"), [])
         params = sum(self.work[vs].params for vs in vss)
         if self.par.offload.optimizer_states:
-            self._host_optimizer(dev, params, tuple(dp_tasks[-1:]))
+            self._host_optimizer(dev, vss, params, tuple(dp_tasks[-1:]))
             return
         spec = optimizer_spec(params, self.prog.dtype, self.sc.training.optimizer,
                               self.par.optimizer_shard, self.lay.data, self.ge)
@@ -199,7 +198,8 @@ class _Lowering:
                      self._gather_s(vss), (opt,), ("final",), alloc_buffer=False)
 
     def _gather_s(self, vss: list[int]) -> float:
-        """Seconds to all-gather the updated parameters of virtual stages vss, by bucket."""
+        """Seconds to all-gather the parameters of virtual stages vss, bucket by bucket (the
+        gradient buckets rescaled from gradient to parameter bytes)."""
         return sum(self.costs.collective_s("all_gather", nb * self.e / self.ge, self.dp_group)
                    for vs in vss for _, nb, _ in self.buckets[vs])
 
@@ -213,7 +213,8 @@ class _Lowering:
             self._dp(dev, "param_gather", "all_gather", params * self.e,
                      self._gather_s(vss), (), ("overlapped",), alloc_buffer=False)
 
-    def _host_optimizer(self, dev: int, params: int, deps: tuple[int, ...]) -> None:
+    def _host_optimizer(self, dev: int, vss: list[int], params: int,
+                        deps: tuple[int, ...]) -> None:
         """ZeRO-Offload (Ren et al. 2021, Sec. 4): the reduced gradient shard goes to the
         host over PCIe, the host runs the optimizer (its time is not modelled), and the
         updated 16-bit parameters come back; the device waits for them."""
@@ -224,12 +225,8 @@ class _Lowering:
                          self.costs.copy_s(local * self.e), 0.0, (d2h,))
         self.b.add(("O", dev), dev, "compute", "opt", "optimizer", -1, -1, 0.0, 0.0, (h2d,))
         if self.par.optimizer_shard in (1, 2) and self.lay.data > 1:
-            seconds = sum(self.costs.collective_s("all_gather", nb * self.e / self.ge,
-                                                  self.dp_group)
-                          for vs in range(len(self.work)) for _, nb, _ in self.buckets[vs]
-                          if self.lay.stage_of_virtual(vs) == self.lay.coords(dev)[0])
-            self._dp(dev, "param_gather", "all_gather", params * self.e, seconds, (h2d,),
-                     ("final",), alloc_buffer=False)
+            self._dp(dev, "param_gather", "all_gather", params * self.e, self._gather_s(vss),
+                     (h2d,), ("final",), alloc_buffer=False)
 
     def device(self, dev: int) -> Alloc:
         stage = self.lay.coords(dev)[0]
