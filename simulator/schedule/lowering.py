@@ -12,7 +12,9 @@ Per simulated device (one per pipeline stage, or every rank under full fidelity)
   depends on the send. Sends do not block the sender's compute (asynchronous p2p).
 - dp: the data-parallel gradient reduction in buckets (`schedule.buckets`): all-reduce, or
   reduce-scatter when optimizer_shard >= 1, then an all-gather of the updated parameters
-  after the optimizer step (stages 1 and 2). With overlap.grad_reduce the buckets of the
+  (stages 1 and 2): after the optimizer step, or with overlap.param_gather bucket by bucket
+  under the next step's first forward, whose pieces (embedding, layers, head) each wait for
+  the bucket holding their parameters. With overlap.grad_reduce the buckets of the
   last micro-batch leave as its backward produces them (its backward is split into
   per-layer tasks for that); otherwise they all wait for the end of the backward.
   Sharded gradients (stage >= 2) are reduce-scattered after every micro-batch; stage 3
@@ -61,6 +63,7 @@ class _Lowering:
         self.dp_link = "nic" if self.dp_group.crosses_nodes else "fabric"
         self.fidelity = fidelity
         self.buckets = {vs: self._buckets(w) for vs, w in enumerate(self.work)}
+        self.gates: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self.send_s = {intra: costs.send_recv_s(prog.boundary_bytes, intra)
                        for intra in (True, False)}
 
@@ -109,9 +112,20 @@ class _Lowering:
             prev = self._peer(dev, vs - 1)
             deps += (self.b.ids[("S", prev, "fwd", mb, vs - 1) if prev != dev
                                 else ("C", dev, "F", mb, vs - 1)],)
-        tid = self.b.add(("C", dev, "F", mb, vs), dev, "compute", "F", "fwd", mb, vs,
-                         w.fwd.compute_s + w.fwd.comm_s, w.fwd.comm_s, deps, comm=w.fwd.comm,
-                         alloc=(("activations", w.activation_bytes),))
+        gates = self.gates.pop((dev, vs), None) if mb == 0 else None
+        alloc = (("activations", w.activation_bytes),)
+        if gates is None:
+            tid = self.b.add(("C", dev, "F", mb, vs), dev, "compute", "F", "fwd", mb, vs,
+                             w.fwd.compute_s + w.fwd.comm_s, w.fwd.comm_s, deps,
+                             comm=w.fwd.comm, alloc=alloc)
+        else:  # each piece waits for the all-gather bucket holding its last parameter
+            last = len(w.fwd_pieces) - 1
+            for k, (piece, gate) in enumerate(zip(w.fwd_pieces, gates)):
+                key = ("C", dev, "F", mb, vs) if k == last else ("C", dev, "F", mb, vs, k)
+                tid = self.b.add(key, dev, "compute", "F", "fwd", mb, vs,
+                                 piece.compute_s + piece.comm_s, piece.comm_s,
+                                 (deps if k == 0 else ()) + gate, comm=piece.comm,
+                                 alloc=alloc if k == 0 else ())
         if vs < self.lay.virtual_stages - 1:
             self._send(dev, self._peer(dev, vs + 1), "fwd", mb, vs, tid)
 
@@ -204,14 +218,36 @@ class _Lowering:
                    for vs in vss for _, nb, _ in self.buckets[vs])
 
     def early_gather(self, dev: int, vss: list[int]) -> None:
-        """Steady state of overlapped parameter gathering: the previous step's all-gather
-        runs on the dp stream while this step's first forwards compute (each layer's bucket
-        arrives before the layer needs it, so no compute waits on it)."""
+        """Overlapped parameter all-gather (Megatron-Core --overlap-param-gather): the
+        previous step's updated parameters are all-gathered bucket by bucket, in forward
+        order, on the dp stream, while this step's first micro-batch runs its forward; a
+        forward piece (embedding, layer, head) waits for the bucket holding its last
+        parameter (Megatron's forward pre-hook waits on that bucket's all-gather). When the
+        gather is slower than the forward, the difference is exposed."""
         if self.par.optimizer_shard in (1, 2) and self.lay.data > 1 and \
                 self.par.overlap.param_gather and not self.par.offload.optimizer_states:
-            params = sum(self.work[vs].params for vs in vss)
-            self._dp(dev, "param_gather", "all_gather", params * self.e,
-                     self._gather_s(vss), (), ("overlapped",), alloc_buffer=False)
+            for vs in vss:
+                self.gates[(dev, vs)] = self._gather_buckets(dev, vs)
+
+    def _gather_buckets(self, dev: int, vs: int) -> tuple[tuple[int, ...], ...]:
+        """All-gather tasks of virtual stage vs in forward order (the gradient buckets
+        reversed, rescaled to parameter bytes); per forward piece, the task it waits for."""
+        w = self.work[vs]
+        tids, ends, done = [], [], 0.0
+        for j, (_, nb, _) in enumerate(reversed(self.buckets[vs])):
+            nbytes = nb * self.e / self.ge
+            tids.append(self._dp(dev, "param_gather", "all_gather", nbytes,
+                                 self.costs.collective_s("all_gather", nbytes, self.dp_group),
+                                 (), ("overlapped", vs, j), alloc_buffer=False))
+            done += nb / self.ge
+            ends.append(done)
+        gates, held, j = [], 0.0, 0
+        for params in reversed(w.piece_params):
+            held += params
+            while params > 0 and j < len(ends) - 1 and ends[j] < held * (1 - 1e-12):
+                j += 1
+            gates.append((tids[j],) if params > 0 and tids else ())
+        return tuple(gates)
 
     def _host_optimizer(self, dev: int, vss: list[int], params: int,
                         deps: tuple[int, ...]) -> None:

@@ -29,11 +29,14 @@ class StageWork:
     bwd: the whole backward; bwd_pieces: the same in execution order ([head], each layer,
     [embedding]);
     piece_params: parameters whose gradients are complete after each piece (for buckets).
+    fwd_pieces: the forward in execution order ([embedding], each layer, [head]), whose
+    parameters are piece_params reversed (for the overlapped parameter all-gather).
     activation_bytes: saved for backward per micro-batch; working_bytes: extra bytes alive
     while a recomputed micro-batch runs its backward (one layer's full saved set).
     """
 
     fwd: Priced
+    fwd_pieces: tuple[Priced, ...]
     bwd: Priced
     bwd_pieces: tuple[Priced, ...]
     piece_params: tuple[int, ...]
@@ -94,6 +97,7 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
     out = []
     for vs in range(layout.virtual_stages):
         first, last = vs == 0, vs == layout.virtual_stages - 1
+        fwd_pieces = ((ef,) if first else ()) + (lf,) * n + ((hf,) if last else ())
         fwd = lf.scaled(n)
         fwd = (ef + fwd) if first else fwd
         fwd = (fwd + hf) if last else fwd
@@ -101,7 +105,8 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
         act = n * prog.activation_bytes_per_layer
         act += (prog.embed_activation_bytes if first else 0.0)
         act += (prog.head_activation_bytes if last else 0.0)
-        out.append(StageWork(fwd=fwd, bwd=_sum(pieces), bwd_pieces=pieces, piece_params=params,
+        out.append(StageWork(fwd=fwd, fwd_pieces=fwd_pieces, bwd=_sum(pieces),
+                             bwd_pieces=pieces, piece_params=params,
                              recompute=lr.scaled(n), params=sum(params),
                              activation_bytes=act, working_bytes=working, layers=n))
     return tuple(out)
