@@ -89,7 +89,9 @@ XLA_H100 = [(1, 4096, 4096, 4096, 783.3), (1, 2048, 2048, 2048, 632.0),
 
 @pytest.mark.parametrize("b,m,n,k,tflops", XLA_H100)
 def test_h100_gemm_time_matches_xla_measurement_within_15pct(b, m, n, k, tflops):
-    hw = load_profile("h100-sxm")
+    """XLA's table is a short microbenchmark, so it is compared with the profile's burst
+    figures: the sustained-load derate (`sustained_compute_fraction`) set to 1."""
+    hw = load_profile("h100-sxm", ["efficiency.sustained_compute_fraction=1.0"])
     flops = 2 * b * m * n * k
     spec = ComputeSpec("mm", "gemm", flops, 2 * b * (m * k + k * n + m * n), "bf16",
                        gemm_mnk=(m, n, k), gemm_batch=b)

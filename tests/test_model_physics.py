@@ -192,7 +192,7 @@ def test_megatron_keeps_bf16_gradients_in_fp32():
 def test_sustained_compute_fraction_scales_compute_roofs_only():
     from simulator.cost.compute import compute_time_s
 
-    hw = load_profile("h100-sxm")
+    hw = load_profile("h100-sxm", ["efficiency.sustained_compute_fraction=1.0"])
     slow = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(
         update={"sustained_compute_fraction": 0.5})})
     gemm = ComputeSpec("mm", "gemm", 2 * 4096**3, 6 * 4096**2, "bf16",
