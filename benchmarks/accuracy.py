@@ -99,8 +99,8 @@ def _target(text: str, devices: int, table: dict[tuple[str, str, int], float]) -
     return found
 
 
-def _simulate(path: Path) -> tuple[object, object]:
-    """(scenario, SimResult) of one case file, with its bundled hardware profile."""
+def _simulate(path: Path) -> tuple[object, object, object]:
+    """(scenario, hardware profile, SimResult) of one case file."""
     from simulator.hardware.load import load_profile
     from simulator.scenario import parse_scenario, resolve_hardware
     from simulator.simulate import simulate
@@ -108,12 +108,12 @@ def _simulate(path: Path) -> tuple[object, object]:
 
     scenario = parse_scenario(read_yaml_file(path, str(path)), str(path))
     hw = load_profile(str(resolve_hardware(scenario, path.parent)))
-    return scenario, simulate(scenario, hw)
+    return scenario, hw, simulate(scenario, hw)
 
 
 def evaluate(path: Path, table: dict[tuple[str, str, int], float]) -> Row:
     """Simulate one validation case and compare it with its published time."""
-    scenario, result = _simulate(path)
+    scenario, _, result = _simulate(path)
     p = scenario.parallel  # type: ignore[attr-defined]
     target = _target(path.read_text(), scenario.devices, table)  # type: ignore[attr-defined]
     predicted = result.iteration_time_s  # type: ignore[attr-defined]

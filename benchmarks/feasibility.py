@@ -29,8 +29,6 @@ from pathlib import Path
 
 from benchmarks.accuracy import DEFAULT_CSV, DEFAULT_DIR, _simulate, _target, csv_targets
 from simulator.cost.collectives import inter_bus_bandwidth
-from simulator.hardware.load import load_profile
-from simulator.scenario import resolve_hardware
 
 
 def _matrix_executed(ops: tuple) -> float:
@@ -40,11 +38,10 @@ def _matrix_executed(ops: tuple) -> float:
 
 def floor_row(path: Path, table: dict) -> dict | None:
     """The bound's terms for one case file, or None for a pipelined run."""
-    scenario, result = _simulate(path)
+    scenario, hw, result = _simulate(path)
     par, prog = scenario.parallel, result.program
     if par.pipeline > 1:
         return None
-    hw = load_profile(str(resolve_hardware(scenario, path.parent)))
     m, layers = scenario.grad_accum_steps, scenario.model.layers
     fwd = layers * _matrix_executed(prog.layer_fwd) + _matrix_executed(prog.embed_fwd +
                                                                        prog.head_fwd)

@@ -29,6 +29,8 @@ buffers while they run; model states are allocated before the iteration (`Plan.s
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from simulator.errors import InputError
 from simulator.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.schedule.buckets import grad_buckets
@@ -112,20 +114,16 @@ class _Lowering:
             prev = self._peer(dev, vs - 1)
             deps += (self.b.ids[("S", prev, "fwd", mb, vs - 1) if prev != dev
                                 else ("C", dev, "F", mb, vs - 1)],)
+        # the first micro-batch's forward waits, piece by piece, for the parameter all-gather
         gates = self.gates.pop((dev, vs), None) if mb == 0 else None
-        alloc = (("activations", w.activation_bytes),)
-        if gates is None:
-            tid = self.b.add(("C", dev, "F", mb, vs), dev, "compute", "F", "fwd", mb, vs,
-                             w.fwd.compute_s + w.fwd.comm_s, w.fwd.comm_s, deps,
-                             comm=w.fwd.comm, alloc=alloc)
-        else:  # each piece waits for the all-gather bucket holding its last parameter
-            last = len(w.fwd_pieces) - 1
-            for k, (piece, gate) in enumerate(zip(w.fwd_pieces, gates)):
-                key = ("C", dev, "F", mb, vs) if k == last else ("C", dev, "F", mb, vs, k)
-                tid = self.b.add(key, dev, "compute", "F", "fwd", mb, vs,
-                                 piece.compute_s + piece.comm_s, piece.comm_s,
-                                 (deps if k == 0 else ()) + gate, comm=piece.comm,
-                                 alloc=alloc if k == 0 else ())
+        pieces, gates = (w.fwd_pieces, gates) if gates else ((w.fwd,), ((),))
+        for k, (piece, gate) in enumerate(zip(pieces, gates)):
+            first, last = k == 0, k == len(pieces) - 1
+            key = ("C", dev, "F", mb, vs) if last else ("C", dev, "F", mb, vs, k)
+            tid = self.b.add(key, dev, "compute", "F", "fwd", mb, vs,
+                             piece.compute_s + piece.comm_s, piece.comm_s,
+                             (deps if first else ()) + gate, comm=piece.comm,
+                             alloc=(("activations", w.activation_bytes),) if first else ())
         if vs < self.lay.virtual_stages - 1:
             self._send(dev, self._peer(dev, vs + 1), "fwd", mb, vs, tid)
 
@@ -214,8 +212,12 @@ class _Lowering:
     def _gather_s(self, vss: list[int]) -> float:
         """Seconds to all-gather the parameters of virtual stages vss, bucket by bucket (the
         gradient buckets rescaled from gradient to parameter bytes)."""
-        return sum(self.costs.collective_s("all_gather", nb * self.e / self.ge, self.dp_group)
-                   for vs in vss for _, nb, _ in self.buckets[vs])
+        return sum(self._gather_bucket_s(nb) for vs in vss for _, nb, _ in self.buckets[vs])
+
+    def _gather_bucket_s(self, grad_bytes: float) -> float:
+        """Seconds to all-gather the parameters of one gradient bucket of `grad_bytes`."""
+        return self.costs.collective_s("all_gather", grad_bytes * self.e / self.ge,
+                                       self.dp_group)
 
     def early_gather(self, dev: int, vss: list[int]) -> None:
         """Overlapped parameter all-gather (Megatron-Core --overlap-param-gather): the
@@ -232,20 +234,17 @@ class _Lowering:
     def _gather_buckets(self, dev: int, vs: int) -> tuple[tuple[int, ...], ...]:
         """All-gather tasks of virtual stage vs in forward order (the gradient buckets
         reversed, rescaled to parameter bytes); per forward piece, the task it waits for."""
-        w = self.work[vs]
         tids, ends, done = [], [], 0.0
         for j, (_, nb, _) in enumerate(reversed(self.buckets[vs])):
-            nbytes = nb * self.e / self.ge
-            tids.append(self._dp(dev, "param_gather", "all_gather", nbytes,
-                                 self.costs.collective_s("all_gather", nbytes, self.dp_group),
-                                 (), ("overlapped", vs, j), alloc_buffer=False))
+            tids.append(self._dp(dev, "param_gather", "all_gather", nb * self.e / self.ge,
+                                 self._gather_bucket_s(nb), (), ("overlapped", vs, j),
+                                 alloc_buffer=False))
             done += nb / self.ge
-            ends.append(done)
-        gates, held, j = [], 0.0, 0
-        for params in reversed(w.piece_params):
+            ends.append(done)  # parameters gathered once bucket j is done
+        gates, held = [], 0.0
+        for params in reversed(self.work[vs].piece_params):
             held += params
-            while params > 0 and j < len(ends) - 1 and ends[j] < held * (1 - 1e-12):
-                j += 1
+            j = min(bisect_left(ends, held * (1 - 1e-12)), len(ends) - 1)
             gates.append((tids[j],) if params > 0 and tids else ())
         return tuple(gates)
 
