@@ -8,7 +8,7 @@ from simulator.cost.specs import ComputeSpec, GroupSpec
 from simulator.hardware import load_profile
 from simulator.resources import resolve_yaml
 from simulator.scenario import parse_scenario
-from simulator.schedule.transformer import transformer_program, uses_flash
+from simulator.schedule.model_program import transformer_program, uses_flash
 from simulator.simulate import simulate
 
 

@@ -15,9 +15,9 @@ from simulator.report import summary
 from simulator.report.chrome import chrome_trace
 from simulator.scenario import parse_scenario
 from simulator.schedule.costs import CostModel
+from simulator.schedule.model_program import transformer_program
 from simulator.schedule.program import compute_ops
 from simulator.schedule.state import optimizer_spec
-from simulator.schedule.transformer import transformer_program
 from simulator.simulate import simulate
 
 

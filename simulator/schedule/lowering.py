@@ -197,17 +197,31 @@ class _Lowering:
                     self._reduce_grads(dev, mb, vs, [compute[-1]])
         dp_tasks = self.b.streams.get((dev, "dp"), [])
         params = sum(self.work[vs].params for vs in vss)
+        deps = tuple(dp_tasks[-1:]) + self._grad_sync(dev, vss)
         if self.par.offload.optimizer_states:
-            self._host_optimizer(dev, vss, params, tuple(dp_tasks[-1:]))
+            self._host_optimizer(dev, vss, params, deps)
             return
         spec = optimizer_spec(params, self.prog.dtype, self.sc.training.optimizer,
                               self.par.optimizer_shard, self.lay.data, self.ge)
         opt = self.b.add(("O", dev), dev, "compute", "opt", "optimizer", -1, -1,
-                         self.costs.compute_s(spec), 0.0, tuple(dp_tasks[-1:]))
+                         self.costs.compute_s(spec), 0.0, deps)
         if self.par.optimizer_shard in (1, 2) and self.lay.data > 1 and \
                 not self.par.overlap.param_gather:
             self._dp(dev, "param_gather", "all_gather", params * self.e,
                      self._gather_s(vss), (opt,), ("final",), alloc_buffer=False)
+
+    def _grad_sync(self, dev: int, vss: list[int]) -> tuple[int, ...]:
+        """Gradient reductions on non-dp axes (tensor-parallel replicas of sequence-parallel
+        norms, ...), once per iteration on the compute stream before the optimizer step, as
+        Megatron-LM's finalize_model_grads runs them."""
+        sync = [self.work[vs].grad_sync for vs in vss if self.work[vs].grad_sync.comm_s > 0]
+        if not sync:
+            return ()
+        total = sync[0]
+        for part in sync[1:]:
+            total = total + part
+        return (self.b.add(("G", dev), dev, "compute", "grad_sync", "bwd", -1, -1,
+                           total.comm_s, total.comm_s, (), comm=total.comm),)
 
     def _gather_s(self, vss: list[int]) -> float:
         """Seconds to all-gather the parameters of virtual stages vss, bucket by bucket (the

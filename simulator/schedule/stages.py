@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.cost.specs import GroupSpec
+from simulator.cost.specs import CommSpec, GroupSpec
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel, Priced, price_ops
 from simulator.schedule.layout import Layout
@@ -33,6 +33,8 @@ class StageWork:
     parameters are piece_params reversed (for the overlapped parameter all-gather).
     activation_bytes: saved for backward per micro-batch; working_bytes: extra bytes alive
     while a recomputed micro-batch runs its backward (one layer's full saved set).
+    grad_sync: the stage's gradient reductions on non-dp axes, once per iteration, each
+    collective kind coalesced into one buffer.
     """
 
     fwd: Priced
@@ -45,6 +47,7 @@ class StageWork:
     activation_bytes: float
     working_bytes: float
     layers: int
+    grad_sync: Priced = Priced(0.0, 0.0, ())
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -73,6 +76,18 @@ def _pieces(prog: TransformerProgram, layer: Priced, head: Priced, embed: Priced
         pieces.append(embed)
         params.append(prog.params_embedding)
     return tuple(pieces), tuple(params)
+
+
+def _grad_sync(prog: TransformerProgram, n: int, first: bool, last: bool
+               ) -> tuple[CommSpec, ...]:
+    """The stage's non-dp gradient reductions, one buffer per (collective, axis)."""
+    parts = (prog.grad_sync_layer * n + (prog.grad_sync_embed if first else ())
+             + (prog.grad_sync_head if last else ()))
+    out: dict[tuple[str, str], float] = {}
+    for c in parts:
+        out[(c.collective, c.axis)] = out.get((c.collective, c.axis), 0.0) + c.bytes
+    return tuple(CommSpec(f"grad_sync.{k}", k, b, a, "bwd")  # type: ignore[arg-type]
+                 for (k, a), b in out.items())
 
 
 def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
@@ -105,8 +120,10 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
         act = n * prog.activation_bytes_per_layer
         act += (prog.embed_activation_bytes if first else 0.0)
         act += (prog.head_activation_bytes if last else 0.0)
+        sync = price_ops(_grad_sync(prog, n, first, last), costs, groups)
         out.append(StageWork(fwd=fwd, fwd_pieces=fwd_pieces, bwd=_sum(pieces),
                              bwd_pieces=pieces, piece_params=params,
                              recompute=lr.scaled(n), params=sum(params),
-                             activation_bytes=act, working_bytes=working, layers=n))
+                             activation_bytes=act, working_bytes=working, layers=n,
+                             grad_sync=sync))
     return tuple(out)
