@@ -34,19 +34,27 @@ def test_run_contract_on_every_bundled_scenario(name):
 
 def test_graph_run_prices_the_plans_collectives():
     """The SBP chain: one forward all-reduce (before the loss), its transpose in the
-    backward, and the reductions of V's and W's gradients; nothing else."""
+    backward, and the reductions of V's and W's gradients; nothing else. W is broadcast on
+    both axes, so its gradient (P, P) is reduce-scattered on mp first and the dp all-reduce
+    moves half of it (then all-gathered on mp): 576 B per device instead of two all-reduces'
+    768 B (issue 8, "reduce-scatter before all-reduce")."""
     s = _load("seed-sbp-partial-chain")
     prog = graph_program(s).program
     comms = sorted((op.name, op.collective, op.bytes) for op in prog.layer_fwd + prog.layer_bwd
                    if hasattr(op, "collective"))
     y = 4 * 6 * 4  # local Y block [8/2, 6] in float32
+    w = 16 * 6 * 4  # W [16, 6] in float32
     assert comms == [("V.grad.all_reduce", "all_reduce", 6 * 16 * 4),
-                     ("W.grad.all_reduce", "all_reduce", 16 * 6 * 4),
-                     ("W.grad.all_reduce", "all_reduce", 16 * 6 * 4),
+                     ("W.grad.all_gather", "all_gather", w),
+                     ("W.grad.all_reduce", "all_reduce", w / 2),
+                     ("W.grad.reduce_scatter", "reduce_scatter", w),
                      ("ce.all_reduce", "all_reduce", y),
                      ("ce.all_reduce.bwd", "all_reduce", y)]
+    by_kind: dict[str, float] = {}
+    for _, kind, nbytes in comms:
+        by_kind[kind] = by_kind.get(kind, 0) + nbytes
     out = summary(simulate(s, load_profile(s.hardware)))
-    assert out["communication"]["by_collective"] == {"all_reduce": sum(c[2] for c in comms)}
+    assert out["communication"]["by_collective"] == by_kind
 
 
 def test_graph_model_flops_count_contractions_forward_and_backward():

@@ -50,7 +50,7 @@ def distribute(full: np.ndarray, layout: Layout, mesh: Mesh,
     wrong reduction cannot match by accident; the summands are drawn once per canonical rank
     and copied to its replicas along broadcast axes, which must hold identical blocks."""
     shape = tuple(full.shape)
-    layout.check(shape, mesh)
+    layout.check(shape, mesh, uneven=True)
     blocks = [full[_region(layout, shape, mesh, r)].copy() for r in range(mesh.size)]
     for axis in layout.partial_axes():
         for r in range(mesh.size):

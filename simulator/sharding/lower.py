@@ -84,12 +84,17 @@ def gradient_reductions(plan: ShardingPlan, skip_axes: tuple[str, ...] = ()
     """Collectives that bring each parameter's gradient (laid out in the dual of the
     parameter's layout: Partial where the parameter is broadcast) back to the parameter's
     layout, except along `skip_axes` (reduced elsewhere, e.g. bucketed data parallel)."""
+    from simulator.sharding.layout import Layout
     from simulator.sharding.redistribute import plan_redistribution
 
     out = []
     for t in plan.graph.of_kind("parameter"):
         kept = plan.layouts[t.name]
-        for step in plan_redistribution(kept.dual(), kept, t.shape, plan.mesh, plan.itemsize):
+        # Skipped axes are reduced elsewhere on the whole buffer: plan only the others, so
+        # the planner cannot shrink them by a reduce_scatter on a skipped axis.
+        grad = Layout(tuple(k if name in skip_axes else d for name, d, k in
+                            zip(plan.mesh.names, kept.dual().placements, kept.placements)))
+        for step in plan_redistribution(grad, kept, t.shape, plan.mesh, plan.itemsize):
             axis = plan.mesh.names[step.axis]
             if step.is_comm and axis not in skip_axes:
                 out.append(CommSpec(f"{t.name}.grad.{step.kind}", step.kind, step.bytes, axis,
