@@ -125,7 +125,6 @@ class _Ctx:
     shape: tuple[int, ...]
     mesh: Mesh
     itemsize: int
-    partial_ok: tuple[bool, ...]  # axes where the target is Partial
     cost: StepCost
     enable_alltoall: bool
 
@@ -137,65 +136,92 @@ def _bytes(kind: str, axis: int, before: Layout, ctx: _Ctx) -> float:
     return float(n * ctx.mesh.shape[axis] if kind == "all_gather" else n)
 
 
-def _innermost(state: tuple[Placement, ...], axis: int, p: Placement, mesh: Mesh) -> bool:
-    """True unless `p` splits a dim that an axis inside `axis` (of >1 device) also splits."""
-    return not isinstance(p, Shard) or not any(
-        q == p and mesh.shape[b] > 1 for b, q in enumerate(state[axis + 1:], axis + 1))
+# Inside the search a layout is a tuple of small ints (hashed and compared in C):
+# Shard(d) -> d, B -> -1, P -> -2.
+_B, _P = -1, -2
+_REDUCING = ("all_reduce", "reduce_scatter")
 
 
-def _options(ctx: _Ctx, axis: int) -> tuple[Placement, ...]:
-    splits = tuple(Shard(d) for d in range(len(ctx.shape)))
-    return (B, *splits, P) if ctx.partial_ok[axis] else (B, *splits)
+def _code(p: Placement) -> int:
+    if isinstance(p, Shard):
+        return p.dim
+    return _B if isinstance(p, Broadcast) else _P
+
+
+def _placement(c: int) -> Placement:
+    return Shard(c) if c >= 0 else (B if c == _B else P)
+
+
+def _innermost(state: tuple[int, ...], axis: int, c: int, sizes: tuple[int, ...]) -> bool:
+    """True unless `c` splits a dim that an axis inside `axis` (of >1 device) also splits."""
+    return c < 0 or not any(s == c and sizes[b] > 1
+                            for b, s in enumerate(state[axis + 1:], axis + 1))
+
+
+_Move = tuple[tuple[int, ...], RedistStep, float, int, int]
 
 
 @lru_cache(maxsize=1 << 16)
-def _moves(state: tuple[Placement, ...], ctx: _Ctx) -> tuple[tuple[RedistStep, float], ...]:
-    """Every legal single-axis step out of `state` with its price, inner axes first."""
+def _moves(state: tuple[int, ...], ctx: _Ctx) -> tuple[_Move, ...]:
+    """Every legal single-axis step out of `state`, inner axes first: (next state, step,
+    price, 1 if a collective, 1 if a reduction)."""
     out = []
-    before, mesh = Layout(state), ctx.mesh
-    for a in reversed(range(mesh.ndim)):
-        cur = state[a]
-        if mesh.shape[a] == 1 or not _innermost(state, a, cur, mesh):
+    sizes = ctx.mesh.shape
+    before = Layout(tuple(_placement(c) for c in state))
+    for a in reversed(range(len(sizes))):
+        if sizes[a] == 1 or not _innermost(state, a, state[a], sizes):
             continue
-        for q in _options(ctx, a):
-            kind = step_kind(cur, q)
-            if kind is None or not _innermost(state, a, q, mesh) or (
+        for c in (_B, *range(len(ctx.shape)), _P):
+            kind = step_kind(before.placements[a], _placement(c))
+            if kind is None or not _innermost(state, a, c, sizes) or (
                     kind == "all_to_all" and not ctx.enable_alltoall):
                 continue
-            step = RedistStep(kind, a, before, Layout(state[:a] + (q,) + state[a + 1:]),
+            nxt = state[:a] + (c,) + state[a + 1:]
+            step = RedistStep(kind, a, before, Layout(tuple(_placement(x) for x in nxt)),
                               _bytes(kind, a, before, ctx))
-            out.append((step, ctx.cost(step, mesh)))
+            out.append((nxt, step, ctx.cost(step, ctx.mesh), int(step.is_comm),
+                        int(kind in _REDUCING)))
     return tuple(out)
 
 
-def _key(total: float, comms: int, steps: int) -> tuple[float, int, int]:
+@lru_cache(maxsize=1 << 12)
+def _rounded(total: float) -> float:
     # 12 significant digits: equal-cost orders summed in another order still tie.
-    return float(f"{total:.12g}"), comms, steps
+    return float(f"{total:.12g}")
 
 
-def _search(start: tuple[Placement, ...], goal: tuple[Placement, ...], ctx: _Ctx
-            ) -> tuple[RedistStep, ...]:
-    """Dijkstra from `start` to `goal` over legal steps; keys (cost, collectives, steps)."""
-    best = {start: _key(0.0, 0, 0)}
-    back: dict[tuple[Placement, ...], RedistStep] = {}
+_Tree = dict[tuple[int, ...], tuple[tuple[int, ...], RedistStep]]
+
+
+@lru_cache(maxsize=1 << 12)
+def _tree(start: tuple[int, ...], ctx: _Ctx) -> _Tree:
+    """Dijkstra from `start` to every layout over legal steps (one search answers every
+    target of the same source). Keys: (cost, collectives, reductions, steps), so among
+    equal costs fewer collectives win, then fewer reducing ones (all_gather + slice over
+    to_partial + reduce_scatter), then fewer steps. Returns each layout's last step."""
+    best = {start: (0.0, 0, 0, 0)}
+    back: _Tree = {}
     heap = [(best[start], 0, 0.0, start)]
     seq = 0
     while heap:
         key, _, total, state = heapq.heappop(heap)
-        if state == goal:
-            break
         if key > best[state]:
             continue
-        for step, price in _moves(state, ctx):
-            nxt, t = step.dst.placements, total + price
-            k = _key(t, key[1] + step.is_comm, key[2] + 1)
-            if nxt not in best or k < best[nxt]:
-                best[nxt], back[nxt], seq = k, step, seq + 1
-                heapq.heappush(heap, (k, seq, t, nxt))
-    path, state = [], goal
+        for nxt, step, price, comm, red in _moves(state, ctx):
+            k = (_rounded(total + price), key[1] + comm, key[2] + red, key[3] + 1)
+            old = best.get(nxt)
+            if old is None or k < old:
+                best[nxt], back[nxt], seq = k, (state, step), seq + 1
+                heapq.heappush(heap, (k, seq, total + price, nxt))
+    return back
+
+
+def _search(start: tuple[int, ...], goal: tuple[int, ...], ctx: _Ctx
+            ) -> tuple[RedistStep, ...]:
+    back, path, state = _tree(start, ctx), [], goal
     while state != start:
-        path.append(back[state])
-        state = back[state].src.placements
+        state, step = back[state]
+        path.append(step)
     return tuple(reversed(path))
 
 
@@ -207,7 +233,8 @@ def _plan(src: Layout, dst: Layout, ctx: _Ctx) -> tuple[RedistStep, ...]:
             before = Layout(tuple(cur))
             cur[a] = dst.placements[a]
             steps.append(RedistStep("relabel", a, before, Layout(tuple(cur)), 0.0))
-    return tuple(steps) + _search(tuple(cur), dst.placements, ctx)
+    return tuple(steps) + _search(tuple(_code(p) for p in cur),
+                                  tuple(_code(p) for p in dst.placements), ctx)
 
 
 def plan_redistribution(src: Layout, dst: Layout, shape: tuple[int, ...], mesh: Mesh,
@@ -219,6 +246,5 @@ def plan_redistribution(src: Layout, dst: Layout, shape: tuple[int, ...], mesh: 
     dst.check(shape, mesh, uneven=True)
     if src == dst:
         return []
-    ctx = _Ctx(tuple(shape), mesh, itemsize,
-               tuple(isinstance(p, Partial) for p in dst.placements), cost, enable_alltoall)
+    ctx = _Ctx(tuple(shape), mesh, itemsize, cost, enable_alltoall)
     return list(_plan(src, dst, ctx))
