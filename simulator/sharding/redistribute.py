@@ -16,13 +16,15 @@ collective on another shrinks the collective (`B,P -> S(0),B`), a reduce_scatter
 all_reduce shrinks it (`P,P -> S(0),B`), an all_to_all replaces all_gather + slice. The
 planner is a shortest-path search (Dijkstra) over layouts whose edges are the legal
 single-axis steps, priced by `cost`: by default `moved_bytes`, the bytes one device sends
-with a bandwidth-optimal algorithm; callers with a hardware profile pass `link_seconds`.
-Ties go to fewer collectives, then fewer steps, then inner axes first. Axes of one device
-are relabelled first (free). A Partial value is entered only on axes where the target is
-Partial: a Partial intermediate holds a larger block than any alternative, so it never
-makes a plan cheaper under a cost that grows with the bytes. `enable_alltoall=False`
-(MindSpore's `set_auto_parallel_context(enable_alltoall=False)`) forbids all_to_all, so
-S(d) -> S(e) becomes all_gather + slice.
+with a bandwidth-optimal algorithm; callers with a hardware profile pass `link_seconds`
+(one callable per profile: plans are cached on it). Ties go to fewer collectives, then
+fewer reductions, then fewer steps. Axes of one device are relabelled first (free).
+Partial intermediates are allowed on any axis: zero-padding a split into a Partial value is
+free and lets an outer axis slice the dim first, so a reduce_scatter re-nests the split
+(`B,S(0) -> S(0),S(0)` on 2 x 2: 32 B per device for an (8, 4) float32, not two
+all_to_alls' 48 B). `enable_alltoall=False` (MindSpore's
+`set_auto_parallel_context(enable_alltoall=False)`) forbids all_to_all, so S(d) -> S(e)
+becomes all_gather + slice.
 
 `bytes` of a step follows nccl-tests (all_gather: the gathered buffer; reduce_scatter: the
 input; others: the buffer) for ONE device's largest block; an uneven all_gather gathers
@@ -193,7 +195,7 @@ def _rounded(total: float) -> float:
 _Tree = dict[tuple[int, ...], tuple[tuple[int, ...], RedistStep]]
 
 
-@lru_cache(maxsize=1 << 12)
+@lru_cache(maxsize=1 << 9)
 def _tree(start: tuple[int, ...], ctx: _Ctx) -> _Tree:
     """Dijkstra from `start` to every layout over legal steps (one search answers every
     target of the same source). Keys: (cost, collectives, reductions, steps), so among
