@@ -22,7 +22,7 @@ from simulator.hardware import load_profile
 from simulator.numeric.cases import build_case
 from simulator.numeric.dist import distribute
 from simulator.numeric.execute import Execution, run_microbatch
-from simulator.numeric.verify import _opt_layout
+from simulator.numeric.verify import _opt_layout, reduce_grad
 from simulator.resources import list_bundled, resolve_yaml
 from simulator.scenario import DTYPE_BYTES, parse_scenario
 from simulator.schedule.model_program import transformer_program
@@ -89,7 +89,7 @@ def _executed(case, e: int, shard: bool):
     ex.comm_log = []
     for name, grad in grads.items():
         target = _opt_layout(plan, name, shard)
-        ex.move(grad, target, forward=False)
+        reduce_grad(ex, plan, grad, target)
     step = [(s.kind, plan.mesh.names[s.axis], s.bytes) for s in ex.comm_log]
     flops = 0.0
     for p in plan.ops:

@@ -25,7 +25,7 @@ from simulator.graph.ops import KernelCtx
 from simulator.numeric.dist import DistTensor, apply_step, distribute
 from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.plan import OpPlan, ShardingPlan, grad_layouts, group_ranks
+from simulator.sharding.plan import OpPlan, ShardingPlan, grad_layouts, group_ranks, keep_axes
 from simulator.sharding.redistribute import RedistStep, plan_redistribution
 from simulator.sharding.rules import Signature
 
@@ -53,9 +53,11 @@ class Execution:
     forward_comms: int = 0
     batch_offset: int = 0
 
-    def move(self, t: DistTensor, target: Layout, forward: bool) -> DistTensor:
+    def move(self, t: DistTensor, target: Layout, forward: bool,
+             keep: tuple[str, ...] = ()) -> DistTensor:
+        """Move `t` to `target` by the planner's steps (touching no axis named in `keep`)."""
         steps = plan_redistribution(t.layout, target, t.shape, self.plan.mesh,
-                                    self.plan.itemsize)
+                                    self.plan.itemsize, cost=keep_axes(self.plan.mesh, keep))
         for step in steps:
             t = self._step(t, step, forward)
         return t

@@ -23,7 +23,7 @@ from simulator.sharding.placement import Broadcast, Shard
 from simulator.sharding.plan import ShardingPlan, build_plan
 from simulator.sharding.rules import SignatureError
 
-__all__ = ["Check", "VerifyResult", "verify_scenario", "verify_case"]
+__all__ = ["Check", "VerifyResult", "verify_scenario", "verify_case", "reduce_grad"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,14 @@ def _except_dp(plan: ShardingPlan, src, target):
     return type(target)(tuple(ps))
 
 
+def reduce_grad(ex: Execution, plan: ShardingPlan, g: DistTensor, target) -> DistTensor:
+    """An accumulated gradient brought to its optimizer layout: the other axes first, on
+    the whole gradient (Megatron's finalize_model_grads all-reduces the sequence-parallel
+    norm gradients over tp on the full buffer), then data parallel."""
+    whole = ex.move(g, _except_dp(plan, g.layout, target), forward=False, keep=("dp",))
+    return ex.move(whole, target, forward=False)
+
+
 def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
           grads: dict[str, DistTensor], kind: str, lr: float, shard: bool
           ) -> tuple[dict[str, DistTensor], dict[str, DistTensor]]:
@@ -137,9 +145,8 @@ def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
         g = grads[name]
         if ex.faults.skip_grad_reduction:
             g = DistTensor(g.shape, target, g.blocks) if g.layout != target else g
-        else:  # the other axes first (Megatron's finalize_model_grads), then data parallel
-            g = ex.move(ex.move(g, _except_dp(plan, g.layout, target), forward=False), target,
-                        forward=False)
+        else:
+            g = reduce_grad(ex, plan, g, target)
         local = ex.move(p, target, forward=False)
         updated = DistTensor(p.shape, target, tuple(
             update(kind, pb, gb, lr) for pb, gb in zip(local.blocks, g.blocks)))

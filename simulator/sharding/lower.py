@@ -242,7 +242,7 @@ def gradient_steps(plan: ShardingPlan, skip_axes: tuple[str, ...] = ()
             if axis in plan.mesh.names:
                 a = plan.mesh.axis_index(axis)
                 kept[a] = src.placements[a]
-        for step in plan.move(t.name, src, Layout(tuple(kept))):
+        for step in plan.move(t.name, src, Layout(tuple(kept)), keep=skip_axes):
             if step.is_comm and plan.mesh.names[step.axis] not in skip_axes:
                 out.append(CommSpec(f"{t.name}.grad.{step.kind}", step.kind, step.bytes,
                                     plan.mesh.names[step.axis], "bwd"))

@@ -23,11 +23,16 @@ from simulator.sharding.notation import (
     mindspore_out_layout,
 )
 from simulator.sharding.placement import B, Broadcast, Partial, Shard, dual
-from simulator.sharding.redistribute import RedistStep, plan_redistribution
+from simulator.sharding.redistribute import (
+    RedistStep,
+    frozen,
+    moved_bytes,
+    plan_redistribution,
+)
 from simulator.sharding.rules import Signature, SignatureError
 
 __all__ = ["OpPlan", "ShardingPlan", "build_plan", "Strategy", "grad_layouts", "group_ranks",
-           "Item"]
+           "Item", "keep_axes"]
 
 # One entry of a pass: (op name, a redistribution or internal collective step), or
 # (op name, None) where the op itself computes.
@@ -104,9 +109,11 @@ class ShardingPlan:
             out += [(p.op.name, s) for s in self.output_steps(p)]
         return tuple(out)
 
-    def move(self, name: str, src: Layout, dst: Layout) -> list[RedistStep]:
+    def move(self, name: str, src: Layout, dst: Layout, keep: tuple[str, ...] = ()
+             ) -> list[RedistStep]:
+        """Steps bringing tensor `name` from `src` to `dst`, touching no axis in `keep`."""
         return plan_redistribution(src, dst, self.graph.tensors[name].shape, self.mesh,
-                                   self.itemsize)
+                                   self.itemsize, cost=keep_axes(self.mesh, keep))
 
     def internal_steps(self, p: OpPlan) -> list[RedistStep]:
         """The op's own collectives (GroupKernel.comm) on each axis that splits an internal
@@ -159,6 +166,12 @@ class ShardingPlan:
             out += [(t.name, s) for layout in slots[1:] for s in self.move(t.name, layout,
                                                                            slots[0])]
         return tuple(out), firsts
+
+
+def keep_axes(mesh: Mesh, names: tuple[str, ...]):
+    """The planner's cost with the named axes left untouched."""
+    axes = tuple(mesh.axis_index(n) for n in names if n in mesh.names)
+    return frozen(axes) if axes else moved_bytes
 
 
 def _whole(layout: Layout) -> Layout:
