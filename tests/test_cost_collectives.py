@@ -25,23 +25,40 @@ def a100():
     return load_profile("a100-80gb")
 
 
+@pytest.fixture(scope="module")
+def a100_alpha_beta(a100):
+    """a100-80gb without its measured NVLink curve: the alpha-beta model alone."""
+    intra = a100.intra_node.model_copy(update={"allreduce_busbw_GBps": None})
+    return a100.model_copy(update={"intra_node": intra})
+
+
 @pytest.mark.parametrize("n", [2, 4, 8])
-def test_ring_all_reduce_in_one_node_is_the_closed_form(a100, n):
+def test_ring_all_reduce_in_one_node_is_the_closed_form(a100_alpha_beta, n):
     """2(n-1)/n * S/B + 2(n-1) * alpha, B = 300 GB/s x intra_node_bus_fraction."""
-    size = 256e6
-    bw = 300e9 * a100.efficiency.intra_node_bus_fraction
-    alpha = a100.intra_node.latency_us * 1e-6
+    hw, size = a100_alpha_beta, 256e6
+    bw = 300e9 * hw.efficiency.intra_node_bus_fraction
+    alpha = hw.intra_node.latency_us * 1e-6
     expected = 2 * (n - 1) / n * size / bw + 2 * (n - 1) * alpha
     group = GroupSpec(size=n, stride=1, devices_per_node=8)
-    assert collective_time_s("all_reduce", size, group, a100, "ring") == pytest.approx(
+    assert collective_time_s("all_reduce", size, group, hw, "ring") == pytest.approx(
         expected, rel=1e-12)
-    assert intra_bus_bandwidth(a100) == bw
+    assert intra_bus_bandwidth(hw) == bw
 
 
-def test_ring_all_gather_closed_form(a100):
+def test_ring_all_gather_closed_form(a100_alpha_beta):
+    hw = a100_alpha_beta
     group = GroupSpec(size=4, stride=2, devices_per_node=8)
-    expected = 3 / 4 * 1e9 / intra_bus_bandwidth(a100) + 3 * a100.intra_link_latency_s
-    assert collective_time_s("all_gather", 1e9, group, a100, "ring") == pytest.approx(expected)
+    expected = 3 / 4 * 1e9 / intra_bus_bandwidth(hw) + 3 * hw.intra_link_latency_s
+    assert collective_time_s("all_gather", 1e9, group, hw, "ring") == pytest.approx(expected)
+
+
+def test_measured_curve_prices_every_algorithm_inside_a_node(a100):
+    """The A100 curve is what NCCL achieves whatever it picks: ring asked or auto, same time."""
+    group = GroupSpec(size=8, stride=1, devices_per_node=8)
+    auto = collective_time_s("all_reduce", 64 * 2**20, group, a100)
+    assert auto == pytest.approx(684.6e-6, rel=0.01)
+    for algorithm in ("ring", "tree", "hierarchical"):
+        assert collective_time_s("all_reduce", 64 * 2**20, group, a100, algorithm) == auto
 
 
 @pytest.mark.parametrize("collective", COLLECTIVES)
@@ -118,7 +135,7 @@ def test_bad_names_are_input_errors(a100):
     with pytest.raises(InputError) as err:
         collective_time_s("all_reduce", 1.0, group, a100, "rign")
     assert str(err.value) == ("algorithm: unknown algorithm 'rign' (did you mean 'ring'?); "
-                              "allowed: auto, ring, tree, hierarchical")
+                              "allowed: auto, ring, tree, hierarchical, nvls, nvls_tree")
 
 
 def test_hccs_mesh_bandwidth_grows_with_group_size():

@@ -99,7 +99,7 @@ def test_unknown_key_has_did_you_mean(a100_yaml):
         load_profile(str(path))
     assert str(err.value) == (f"{path}: intra_node.bandwith_GBps: unknown key (did you mean "
                               "'bandwidth_GBps'?); allowed: allreduce_busbw_GBps, bandwidth_GBps, "
-                              "latency_us, mesh_links, topology")
+                              "latency_us, mesh_links, nvls, topology")
 
 
 def test_boolean_where_a_number_belongs(a100_yaml):
