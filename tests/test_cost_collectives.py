@@ -140,7 +140,7 @@ def test_bad_names_are_input_errors(a100):
     with pytest.raises(InputError) as err:
         collective_time_s("all_reduce", 1.0, group, a100, "rign")
     assert str(err.value) == ("algorithm: unknown algorithm 'rign' (did you mean 'ring'?); "
-                              "allowed: auto, ring, tree, hierarchical, nvls, nvls_tree")
+                              "allowed: auto, ring, tree, hierarchical, nvls, nvls_tree, pat")
 
 
 def test_hccs_mesh_bandwidth_grows_with_group_size():
@@ -294,3 +294,17 @@ def test_devices_sharing_a_nic_split_it_only_when_both_use_it():
     h100 = load_profile("h100-sxm")
     assert collective_time_s("all_reduce", size, GroupSpec(4, 8, 8), h100, active_per_node=1) \
         == collective_time_s("all_reduce", size, GroupSpec(4, 8, 8), h100)
+
+
+def test_pat_all_gather_is_nccl_tuning_model():
+    """PAT, one GPU on each of 64 nodes: 0.75 of the NIC bandwidth, log2(64) network hops at
+    1/3.5 of a step, 2.8/14 of a step per rank (NVIDIA/nccl src/graph/tuning.cc)."""
+    hw = load_profile("h100-sxm")
+    group, size = GroupSpec(64, 8, 8), 4 * 2**20
+    bw = 50e9 * 0.91 * 0.75
+    alpha = hw.inter_link_latency_s
+    expected = 63 / 64 * size / bw + 6 * alpha / 3.5 + 64 * alpha * 0.2
+    assert collective_time_s("all_gather", size, group, hw, "pat") == pytest.approx(expected)
+    with pytest.raises(InputError) as err:
+        collective_time_s("all_gather", size, GroupSpec(64, 1, 8), hw, "pat")
+    assert "one member per node" in str(err.value)

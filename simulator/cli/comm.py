@@ -73,7 +73,7 @@ def comm(
         show_default=False)] = None,
     algorithm: Annotated[str, typer.Option(
         "--algorithm", metavar="NAME", help="auto (NCCL's choice: the fastest modelled), "
-        "ring, tree, hierarchical, nvls or nvls_tree.")] = "auto",
+        "ring, tree, hierarchical, nvls, nvls_tree or pat.")] = "auto",
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print exactly one JSON object on stdout and nothing else.")] = False,
 ) -> None:

@@ -18,6 +18,8 @@ n devices, m of them on each of N nodes, and a buffer of S bytes (nccl-tests con
                   share, ring in the node again (phases one after the other)
     nvls          NVLink SHARP inside one node (all_reduce, reduce_scatter, all_gather)
     nvls_tree     NVLS in each node, a tree across nodes, pipelined (all_reduce)
+    pat           NCCL's Parallel Aggregated Trees, one member per node (all_gather,
+                  reduce_scatter): logarithmic network latency, 0.75 of the ring's bandwidth
 
 NVLS physics. The switch reduces (multimem.ld_reduce) and multicasts (multimem.st). In an
 all_reduce each GPU sends its whole buffer S to the switch once and reads back its reduced
@@ -185,6 +187,25 @@ def _nvls_tree(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,
     return max(t_in, t_net) + nvls.latency_s + 2 * depth * hw.inter_link_latency_s
 
 
+def _pat(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile, protocol: str,
+         active: int | None) -> float:
+    """NCCL's PAT (Parallel Aggregated Trees, NCCL 2.23+) all_gather / reduce_scatter with one
+    GPU per node: tuning.cc prices it at 0.75 of the ring's bus bandwidth with latency
+    `log2i(nNodes) * interLat/3.5 + nRanks * 2.8` us, i.e. logarithmic in the network hops
+    plus a linear part of 2.8/14 of a network step per rank (Simple protocol only)."""
+    n = group.size
+    bw = group_network_bandwidth(group, hw, active) * 0.75
+    alpha = hw.inter_link_latency_s
+    depth = math.floor(math.log2(group.nodes_spanned))
+    return (n - 1) / n * nbytes / bw + depth * alpha / 3.5 + n * alpha * 2.8 / 14.0
+
+
+def _one_gpu_per_node(group: GroupSpec, hw: HardwareProfile) -> str | None:
+    if group.crosses_nodes and group.members_per_node == 1:
+        return None
+    return "pat runs with one member per node (NCCL: 'PAT only supports 1 GPU per node')"
+
+
 Pricer = Callable[[str, float, GroupSpec, HardwareProfile, str, int | None], float]
 
 
@@ -228,6 +249,7 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("nvls", ("all_reduce", "all_gather", "reduce_scatter"), ("simple",),
               _in_nvls_node, _nvls),
     Algorithm("nvls_tree", ("all_reduce",), ("simple",), _across_nvls_nodes, _nvls_tree),
+    Algorithm("pat", ("all_gather", "reduce_scatter"), ("simple",), _one_gpu_per_node, _pat),
 )}
 
 
