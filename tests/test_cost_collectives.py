@@ -308,3 +308,12 @@ def test_pat_all_gather_is_nccl_tuning_model():
     with pytest.raises(InputError) as err:
         collective_time_s("all_gather", size, GroupSpec(64, 1, 8), hw, "pat")
     assert "one member per node" in str(err.value)
+
+
+def test_a_protocol_the_algorithm_lacks_is_an_input_error():
+    """NVLS runs the Simple protocol only (NCCL); auto with LL leaves NVLS out."""
+    hw, group = load_profile("h100-sxm"), GroupSpec(8, 1, 8)
+    with pytest.raises(InputError) as err:
+        collective_time_s("all_reduce", 1e9, group, hw, "nvls", "ll")
+    assert str(err.value) == "protocol: nvls does not run all_reduce with protocol 'll'"
+    assert collective_choice("all_reduce", 1e9, group, hw, protocol="ll").algorithm != "nvls"

@@ -55,7 +55,7 @@ from simulator.cost.specs import GroupSpec
 from simulator.hardware.schema import HardwareProfile
 
 __all__ = ["Algorithm", "ALGORITHMS", "PROTOCOLS", "busbw_factor", "applicable",
-           "price", "Pricer"]
+           "protocols_of", "price", "Pricer"]
 
 PROTOCOLS: tuple[str, ...] = ("simple", "ll128", "ll")
 
@@ -262,7 +262,9 @@ def applicable(name: str, collective: str, group: GroupSpec, hw: HardwareProfile
     return algo.unavailable(group, hw)
 
 
-def _protocols(algo: Algorithm, collective: str) -> tuple[str, ...]:
+def protocols_of(name: str, collective: str) -> tuple[str, ...]:
+    """The protocols algorithm `name` runs `collective` with."""
+    algo = ALGORITHMS[name]
     return ("simple",) if collective in ("all_to_all", "send_recv") else algo.protocols
 
 
@@ -284,7 +286,7 @@ def price(name: str, collective: str, nbytes: float, group: GroupSpec, hw: Hardw
     measured = _measured(collective, nbytes, group, hw)
     if measured is not None:
         return "measured", measured
-    options = _protocols(algo, collective) if protocol == "auto" else (protocol,)
+    options = protocols_of(name, collective) if protocol == "auto" else (protocol,)
     timed = [(algo.time_s(collective, nbytes, group, hw, p, active), i, p)
              for i, p in enumerate(options)]
     seconds, _, best = min(timed)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.cost import algorithms as _algorithms
-from simulator.cost.algorithms import PROTOCOLS, applicable, busbw_factor, price
+from simulator.cost.algorithms import PROTOCOLS, applicable, busbw_factor, price, protocols_of
 from simulator.cost.links import (
     inter_bus_bandwidth,
     intra_bus_bandwidth,
@@ -93,6 +93,11 @@ def collective_choice(collective: str, nbytes: float, group: GroupSpec, hw: Hard
             raise InputError("algorithm", "", why)
     names = candidate_algorithms(collective, group, hw) if algorithm == "auto" \
         else (algorithm,)
+    if protocol != "auto":
+        names = tuple(a for a in names if protocol in protocols_of(a, collective))
+        if not names:
+            raise InputError("protocol", "", f"{algorithm} does not run {collective} with "
+                             f"protocol '{protocol}'")
     best: Choice | None = None
     for name in names:
         proto, seconds = price(name, collective, nbytes, group, hw, protocol, active_per_node)
