@@ -78,6 +78,7 @@ def profile_summary(hw: HardwareProfile) -> dict[str, Any]:
         "memory_bandwidth_GBps": hw.memory_bandwidth_GBps,
         "intra_node_GBps": hw.intra_node.bandwidth_GBps,
         "intra_node_topology": hw.intra_node.topology,
+        "nvls": hw.intra_node.nvls is not None,
         "nic_Gbps_per_node": hw.inter_node.nic_bandwidth_Gbps * hw.inter_node.nics_per_node,
         "devices_per_node": hw.devices_per_node_default,
     }
