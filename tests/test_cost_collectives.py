@@ -317,3 +317,18 @@ def test_a_protocol_the_algorithm_lacks_is_an_input_error():
         collective_time_s("all_reduce", 1e9, group, hw, "nvls", "ll")
     assert str(err.value) == "protocol: nvls does not run all_reduce with protocol 'll'"
     assert collective_choice("all_reduce", 1e9, group, hw, protocol="ll").algorithm != "nvls"
+
+
+def test_every_cited_nccl_tests_file_loads_and_names_its_source():
+    """benchmarks/data/*.csv: a '# source' header and rows the benchmark can price; the
+    single-node NVLS predictions stay within 10% of what was measured."""
+    from benchmarks.comm_accuracy import DATA, compare
+
+    files = sorted(DATA.glob("*.csv"))
+    assert len(files) >= 5
+    for csv in files:
+        assert "# source" in csv.read_text().split("\nprofile,")[0]
+        table = compare(csv)
+        assert len(table) and table["model_busbw"].gt(0).all()
+    hopper = compare(DATA / "nccl_allreduce_hopper_1node.csv")
+    assert hopper["error_pct"].abs().max() < 10
