@@ -31,12 +31,13 @@ __all__ = ["NotATree", "solve_dp", "solve_ilp", "solve_greedy"]
 
 
 class NotATree(ValueError):
-    """Ops that configured ops do not cut into chains and trees; `ops` names two on a cycle."""
+    """The operators to choose (configured ones removed) are not chains or trees; `ops`
+    names those left after removing every branch that is (the cycles and what joins them)."""
 
-    def __init__(self, ops: tuple[str, str]) -> None:
-        super().__init__(f"the operators left to choose are not chains or trees: ops "
-                         f"{ops[0]!r} and {ops[1]!r} lie on a cycle that no configured "
-                         "operator cuts")
+    def __init__(self, ops: tuple[str, ...]) -> None:
+        super().__init__("the operators to choose do not form chains or trees (with the "
+                         "configured operators removed, cycles run through "
+                         f"{', '.join(ops)})")
         self.ops = ops
 
 
@@ -122,9 +123,7 @@ def solve_dp(p: Problem) -> tuple[int, ...]:
     w.condition()
     w.reduce(series=False)
     if w.node:
-        v = min(w.node)
-        names = [p.graph.ops[k].name for k in sorted((v, min(w.adj[v])))]
-        raise NotATree((names[0], names[1]))
+        raise NotATree(tuple(p.graph.ops[v].name for v in sorted(w.node)))
     return w.finish({}, len(p.candidates))
 
 
