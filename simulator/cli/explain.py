@@ -15,12 +15,8 @@ __all__ = ["explain"]
 
 def _report(s: Any) -> dict[str, Any]:
     from simulator.planner.propagate_explain import explain as explain_plan
-    from simulator.scenario.schema import TransformerModel
     from simulator.sharding.model_graph import propagated
 
-    if isinstance(s.model, TransformerModel):
-        raise InputError(s.source, "model.type", "found 'transformer'; explain takes an "
-                         "operator graph: graph, mlp or resnet")
     prop = propagated(s)
     return {"scenario": s.name, "search": s.parallel.search, "mesh": str(prop.problem.mesh),
             "total_cost_bytes": prop.cost,
@@ -32,8 +28,8 @@ def _fmt(cost: float) -> str:
 
 
 def _print(report: dict[str, Any], out: IO[str]) -> None:
-    out.write(f"{report['scenario']}: {report['search']} on mesh {report['mesh']}, total "
-              f"cost {_fmt(report['total_cost_bytes'])}\n")
+    out.write(f"{report['scenario']}\nsearch {report['search']} on mesh {report['mesh']}: "
+              f"total cost {_fmt(report['total_cost_bytes'])}\n")
     for row in report["ops"]:
         how = "configured" if row["configured"] else f"from {row['from'] or '-'}"
         out.write(f"\n{row['op']} ({row['type']}), {how}\n")
@@ -51,6 +47,9 @@ def explain(
     with guarded() as stdout:
         loaded = load_scenario(scenario, overrides or [])
         s = loaded.scenario
+        if s.model.type == "transformer":
+            raise InputError(s.source, "model.type", "found 'transformer'; explain takes an "
+                             "operator graph: graph, mlp or resnet")
         if s.parallel.mode != "auto":
             stderr_console().print(f"note: parallel.mode is {s.parallel.mode}; showing what "
                                    "parallel.mode=auto would choose")
