@@ -147,39 +147,48 @@ def _quiet_stdout() -> Iterator[None]:
         os.close(saved)
 
 
+Row = tuple[list[int], list[float], float]  # column indices, coefficients, right-hand side
+
+
+def _edge_rows(m: np.ndarray, xu: int, xv: int, base: int) -> tuple[list[float], list[Row]]:
+    """The y columns (from `base`) of one edge whose ops' x columns start at xu and xv: their
+    costs, and the rows tying each row class (column class) to the x of its signatures."""
+    rows_u, cls_u = _classes(m, 0)
+    pair, cls_v = _classes(rows_u, 1)
+    na, nb = pair.shape
+    rows: list[Row] = []
+    for a in range(na):  # sum_b y[a, b] = sum of x[u, s] over row class a
+        xs = [xu + int(s) for s in np.flatnonzero(cls_u == a)]
+        rows.append(([base + a * nb + b for b in range(nb)] + xs,
+                     [1.0] * nb + [-1.0] * len(xs), 0.0))
+    for b in range(nb):  # sum_a y[a, b] = sum of x[v, t] over column class b
+        xs = [xv + int(t) for t in np.flatnonzero(cls_v == b)]
+        rows.append(([base + a * nb + b for a in range(na)] + xs,
+                     [1.0] * na + [-1.0] * len(xs), 0.0))
+    return list(pair.reshape(-1)), rows
+
+
 def _ilp(node: dict[int, np.ndarray], edges: dict[tuple[int, int], np.ndarray]
          ) -> dict[int, int]:
     """The exact minimum of the node and edge costs by HiGHS (see the module docstring)."""
     import highspy
 
+    start = dict(zip(node, np.cumsum([0] + [len(c) for c in node.values()][:-1]).tolist()))
+    costs = [float(x) for c in node.values() for x in c]
+    nx = len(costs)
+    rows: list[Row] = [(list(range(start[v], start[v] + len(c))), [1.0] * len(c), 1.0)
+                       for v, c in node.items()]
+    for (u, v), m in edges.items():
+        y_costs, y_rows = _edge_rows(m, start[u], start[v], len(costs))
+        costs += y_costs
+        rows += y_rows
     with _quiet_stdout():
         h = highspy.Highs()
     for key, value in (("output_flag", False), ("mip_rel_gap", 0.0), ("mip_abs_gap", 1e-9)):
         h.setOptionValue(key, value)
-    start, costs = {}, []
-    for v, c in node.items():
-        start[v] = len(costs)
-        costs += list(c)
-    nx = len(costs)
-    rows = [([start[v] + s for s in range(len(c))], [1.0] * len(c), 1.0)
-            for v, c in node.items()]
-    for (u, v), m in edges.items():
-        rows_u, cls_u = _classes(m, 0)
-        pair, cls_v = _classes(rows_u, 1)
-        base, (na, nb) = len(costs), pair.shape
-        costs += list(pair.reshape(-1))
-        for a in range(na):  # sum_b y[a, b] = sum of x[u, s] over row class a
-            xs = [start[u] + s for s in np.flatnonzero(cls_u == a)]
-            rows.append(([base + a * nb + b for b in range(nb)] + xs,
-                         [1.0] * nb + [-1.0] * len(xs), 0.0))
-        for b in range(nb):  # sum_a y[a, b] = sum of x[v, t] over column class b
-            xs = [start[v] + t for t in np.flatnonzero(cls_v == b)]
-            rows.append(([base + a * nb + b for a in range(na)] + xs,
-                         [1.0] * na + [-1.0] * len(xs), 0.0))
-    upper = np.array([1.0] * nx + [highspy.kHighsInf] * (len(costs) - nx))
     empty = np.array([], np.int32)
-    h.addCols(len(costs), np.array(costs), np.zeros(len(costs)), upper, 0, empty, empty,
-              np.array([]))
+    h.addCols(len(costs), np.array(costs), np.zeros(len(costs)), np.array(
+        [1.0] * nx + [highspy.kHighsInf] * (len(costs) - nx)), 0, empty, empty, np.array([]))
     for idx, val, rhs in rows:
         h.addRow(rhs, rhs, len(idx), np.array(idx, np.int32), np.array(val))
     h.changeColsIntegrality(nx, np.arange(nx, dtype=np.int32),
