@@ -3,6 +3,8 @@ their costs, and the configured operator the choice came from."""
 
 import json
 
+from simulator.resources import resolve_yaml
+
 EXPECTED_SEED_B = """\
 seed (b) dimension-changing operators only, the rest propagated
 search ilp on mesh (m0=2, m1=2, m2=2): total cost 1,424 B
@@ -75,3 +77,15 @@ def test_explain_refuses_a_transformer(invoke_cli):
     assert result.stderr == ("error: scenarios/tiny-cpu.yaml: model.type: found "
                              "'transformer'; explain takes an operator graph: graph, mlp or "
                              "resnet\n")
+
+
+def test_a_bad_key_operator_is_bad_input_for_every_command(invoke_cli, write_file):
+    path = resolve_yaml("seed-b-propagate", "scenarios")
+    text = path.read_text().replace("strategy: [[2, 1, 4]]}", "strategy: [[3, 1, 4]]}")
+    bad = write_file("bad.yaml", text)
+    for command in ("run", "verify", "explain"):
+        result = invoke_cli(command, str(bad), "--json")
+        assert result.exit_code == 2
+        assert result.stderr == (f"error: {bad}: model.ops[1].strategy: op 'pool' "
+                                 "(ReduceMean): strategy uses 12 devices, which does not "
+                                 "divide the 8 devices\n")

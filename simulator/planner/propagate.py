@@ -19,7 +19,12 @@ method is bytes of memory size"), read here as:
   that axis, so an unsplit op costs more.
 
 Each consumer pays its own redistribution: the plan moves a tensor once for two consumers
-that want the same layout, which this pairwise model does not credit. The solvers
+that want the same layout, which this pairwise model does not credit.
+
+The candidates of an unconfigured op are `rules.signatures` whose splits divide its inputs
+and output; by default only those that split a label on every mesh axis (MindSpore's
+`fully_use_devices`, see `_free_choices`). Among plans of equal cost the one closest to
+the data-parallel default wins (`Problem`), so every search returns one plan. The solvers
 (`propagate_solvers.py`) minimise C exactly (dynamic programming on chains and trees, an
 ILP on any graph) or greedily (MindSpore's breadth-first propagation).
 """
@@ -44,8 +49,7 @@ from simulator.sharding.plan import Strategy, _resolve
 from simulator.sharding.redistribute import plan_redistribution
 from simulator.sharding.rules import Signature, SignatureError, signatures, split_label
 
-__all__ = ["Problem", "Propagation", "build_problem", "propagate", "redistribution_cost",
-           "SEARCHES"]
+__all__ = ["Problem", "Propagation", "build_problem", "propagate", "redistribution_cost"]
 
 
 @functools.lru_cache(maxsize=1 << 18)
@@ -194,10 +198,35 @@ def _add(edges: dict[tuple[int, int], np.ndarray], node: list[np.ndarray], u: in
         edges[(v, u)] = edges.get((v, u), 0) + m.T
 
 
+def _edges(graph: Graph, mesh: Mesh, cands: list[tuple[Signature, ...]],
+           outs: list[tuple[Layout, ...]], node: list[np.ndarray], itemsize: int
+           ) -> dict[tuple[int, int], np.ndarray]:
+    """Every edge's cost matrix (an op reading one tensor twice adds to its node cost)."""
+    edges: dict[tuple[int, int], np.ndarray] = {}
+    producer = {op.output: v for v, op in enumerate(graph.ops)}
+    first: dict[str, tuple[int, int]] = {}
+    for v, op in enumerate(graph.ops):
+        for i, name in enumerate(op.inputs):
+            want = [s.input_layout(i) for s in cands[v]]
+            if name in producer:
+                u, src = producer[name], list(outs[producer[name]])
+            elif name in first:
+                u, j = first[name]
+                src = [_kept(s.input_layout(j)) for s in cands[u]]
+            else:
+                first[name] = (v, i)
+                continue
+            m = _matrix(src, want, graph.tensors[name].shape, mesh, itemsize)
+            _add(edges, node, u, v, m)
+    return edges
+
+
 def build_problem(graph: Graph, mesh: Mesh, itemsize: int = 4,
                   fully_use_devices: bool = True) -> Problem:
-    """The cost tables of propagating over `graph`: ops with a strategy are fixed."""
-    cands, outs, fixed = [], [], []
+    """The cost tables of propagating over `graph`: ops with a strategy are fixed
+    (SignatureError naming the op when their strategy is invalid)."""
+    cands: list[tuple[Signature, ...]] = []
+    outs: list[tuple[Layout, ...]] = []
     for op in graph.ops:
         if op.strategy is None:
             sigs = _free_choices(op, graph, mesh, fully_use_devices)
@@ -207,28 +236,11 @@ def build_problem(graph: Graph, mesh: Mesh, itemsize: int = 4,
             sig, out = _fixed_choice(op, graph, mesh)
             cands.append((sig,))
             outs.append((out,))
-        fixed.append(op.strategy is not None)
     node = [_node_cost(op, graph, mesh, c, itemsize) for op, c in zip(graph.ops, cands)]
     tie = tuple(_tie_rank(op, graph, mesh, c) for op, c in zip(graph.ops, cands))
-    edges: dict[tuple[int, int], np.ndarray] = {}
-    producer = {op.output: v for v, op in enumerate(graph.ops)}
-    first: dict[str, tuple[int, int]] = {}
-    for v, op in enumerate(graph.ops):
-        for i, name in enumerate(op.inputs):
-            shape = graph.tensors[name].shape
-            want = [s.input_layout(i) for s in cands[v]]
-            if name in producer:
-                u = producer[name]
-                src = list(outs[u])
-            elif name in first:
-                u, j = first[name]
-                src = [_kept(s.input_layout(j)) for s in cands[u]]
-            else:
-                first[name] = (v, i)
-                continue
-            _add(edges, node, u, v, _matrix(src, want, shape, mesh, itemsize))
-    return Problem(graph, mesh, tuple(cands), tuple(outs), tuple(node), edges, tuple(fixed),
-                   tie)
+    edges = _edges(graph, mesh, cands, outs, node, itemsize)
+    fixed = tuple(op.strategy is not None for op in graph.ops)
+    return Problem(graph, mesh, tuple(cands), tuple(outs), tuple(node), edges, fixed, tie)
 
 
 @dataclass(frozen=True, eq=False)
@@ -261,12 +273,10 @@ def _searches() -> dict[str, Callable[[Problem], tuple[int, ...]]]:
             "ilp": solve_ilp}
 
 
-SEARCHES = ("sharding_propagation", "dynamic_programming", "ilp")
-
-
 def propagate(graph: Graph, mesh: Mesh, itemsize: int = 4, search: str = "ilp",
               fully_use_devices: bool = True) -> Propagation:
-    """Choose every unconfigured op's signature with `search` (one of SEARCHES)."""
+    """Choose every unconfigured op's signature with `search`: sharding_propagation,
+    dynamic_programming or ilp (propagate_solvers.py)."""
     solvers = _searches()
     if search not in solvers:
         raise KeyError(f"unknown search {search!r} (registered: {', '.join(solvers)})")

@@ -11,9 +11,11 @@ from simulator.errors import InputError
 from simulator.graph.builders import build_mlp, build_resnet
 from simulator.graph.graph import Graph
 from simulator.scenario.schema import DTYPE_BYTES, GraphModel, MlpModel, ResnetModel, Scenario
-from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph
+from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph, strategy_key
+from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.model_plans import plan_mlp, plan_resnet
+from simulator.sharding.rules import SignatureError
 
 if TYPE_CHECKING:
     from simulator.planner.propagate import Propagation
@@ -50,8 +52,9 @@ def _written_graph(s: Scenario) -> tuple[Graph, Mesh]:
 
 
 def propagated(s: Scenario) -> Propagation:
-    """Sharding propagation over the scenario's graph with `parallel.search`; InputError
-    when dynamic_programming meets a graph that is not chains and trees."""
+    """Sharding propagation over the scenario's graph with `parallel.search`; InputError for
+    a configured strategy no rule allows, or when dynamic_programming meets a graph that is
+    not chains and trees."""
     from simulator.planner.propagate import propagate
     from simulator.planner.propagate_solvers import NotATree
 
@@ -61,6 +64,8 @@ def propagated(s: Scenario) -> Propagation:
     except NotATree as exc:
         raise InputError(s.source, "parallel.search", f"dynamic_programming: {exc}; "
                          "use ilp (exact on any graph) or sharding_propagation") from None
+    except (SignatureError, LayoutError) as exc:
+        raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
 
 
 def planned_graph(s: Scenario) -> tuple[Graph, Mesh]:
