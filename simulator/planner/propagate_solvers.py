@@ -7,10 +7,12 @@
   each edge's cost linearised over classes of equal cost rows / columns with continuous
   y[a, b] >= 0 whose row sums equal the row class's x and column sums the column class's x
   (for integral x exactly one y is 1: the pair chosen), solved by HiGHS (highspy).
-- `solve_greedy`: MindSpore's sharding propagation, breadth-first from the configured ops
-  (in graph order): each op reached takes the signature cheapest against the ops already
-  decided around it (edge costs plus its node cost), never revisited. An op no configured
-  op reaches starts a new search from its cheapest signature. Not exact.
+- `solve_greedy`: MindSpore's sharding propagation (tutorial "Sharding Propagation", r1.10:
+  from one op to the next, the strategy of zero communication cost, else of the least),
+  breadth-first from the configured ops in graph order: each op reached takes the
+  signature that moves the fewest bytes to and from the ops already decided around it
+  (ties: its own cost), never revisited. An op no configured op reaches starts a new walk
+  from its cheapest signature. Not exact.
 
 Ties go to the lowest candidate index (dp, greedy); the ILP returns one optimum.
 """
@@ -212,12 +214,14 @@ def solve_ilp(p: Problem, reduce: bool = True) -> tuple[int, ...]:
 
 
 def _cheapest(p: Problem, v: int, decided: dict[int, int]) -> int:
-    total = p.obj_node[v].copy()
+    """The signature of op v that moves the fewest bytes to and from the ops already decided
+    around it; ties go to its own cost (compute bytes, then the data-parallel tie rank)."""
+    comm = np.zeros(len(p.candidates[v]))
     for w in p.neighbours(v):
         if w in decided:
             m = p.obj_edges[(v, w)] if v < w else p.obj_edges[(w, v)].T
-            total += m[:, decided[w]]
-    return int(np.argmin(total))
+            comm += m[:, decided[w]]
+    return int(np.lexsort((p.obj_node[v], comm))[0])
 
 
 def solve_greedy(p: Problem) -> tuple[int, ...]:
