@@ -102,3 +102,49 @@ def test_the_cases_cover_cycles_and_fixed_ops():
         except NotATree:
             refused += 1
     assert refused >= 5 and fixed >= 15
+
+
+def _scenario_data(rng: random.Random, shape: str, mesh: Mesh) -> dict:
+    """A random `type: graph` scenario whose branches are summed into a mean loss; only the
+    MatMul op1 is configured."""
+    tensors = [{"name": "x", "shape": [8, 4], "kind": "input"}]
+    ops, acts = [], ["x"]
+    for k in range(4):
+        src = rng.choice(acts) if shape == "tree" else acts[-1]
+        kind = "MatMul" if k == 1 else rng.choice(["ReLU", "MatMul"] +
+                                                  (["Add"] if shape == "dag" else []))
+        if kind == "MatMul":
+            tensors.append({"name": f"w{k}", "shape": [4, 4], "kind": "parameter"})
+            inputs = [src, f"w{k}"]
+        elif kind == "Add":
+            inputs = [src, rng.choice(acts)]
+        else:
+            inputs = [src]
+        ops.append({"name": f"op{k}", "type": kind, "inputs": inputs, "output": f"t{k}"})
+        acts.append(f"t{k}")
+    n = mesh.size  # the one key operator: a MatMul column-, row-parallel or hybrid
+    ops[1]["strategy"] = rng.choice([[[1, 1], [1, n]], [[1, n], [n, 1]], [[2, 1], [1, n // 2]]])
+    used = {name for op in ops for name in op["inputs"]}
+    leaves = [a for a in acts if a not in used]
+    while len(leaves) > 1:  # every branch reaches the loss, so every weight has a gradient
+        ops.append({"name": f"join{len(ops)}", "type": "Add", "inputs": leaves[:2],
+                    "output": f"j{len(ops)}"})
+        leaves = leaves[2:] + [ops[-1]["output"]]
+    ops.append({"name": "loss", "type": "ReduceMean", "inputs": leaves, "output": "loss"})
+    return {"name": f"random {shape}", "hardware": "cpu-x86",
+            "cluster": {"nodes": 1, "devices_per_node": mesh.size},
+            "training": {"optimizer": "sgd", "learning_rate": 0.1},
+            "parallel": {"mode": "auto"},
+            "model": {"type": "graph", "mesh": dict(mesh.axes), "tensors": tensors,
+                      "ops": ops}}
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_propagated_random_graphs_verify(i):
+    """Whatever propagation chooses computes what one device computes."""
+    from simulator.numeric.verify import verify_scenario
+    from simulator.scenario import parse_scenario
+
+    rng = random.Random(100 + i)
+    data = _scenario_data(rng, ("chain", "tree", "dag")[i % 3], MESHES[i % len(MESHES)])
+    assert verify_scenario(parse_scenario(data, "random.yaml", [])).ok

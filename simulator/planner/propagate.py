@@ -167,7 +167,10 @@ def _tie_rank(op: OpNode, graph: Graph, mesh: Mesh, sigs: tuple[Signature, ...]
     """Per candidate, the mesh axes on which it differs from the data-parallel default."""
     if len(sigs) == 1:
         return np.zeros(1)
-    dp = data_parallel_default(graph.labels(op), mesh, graph.shapes(op))
+    try:
+        dp = data_parallel_default(graph.labels(op), mesh, graph.shapes(op))
+    except SignatureError:  # no batch label to split (a reshape that merges dim 0 away)
+        return np.zeros(len(sigs))
     return np.array([float(sum(a != b for a, b in zip(s.axes, dp.axes))) for s in sigs])
 
 
