@@ -126,3 +126,31 @@ def test_bad_mode_and_search_exit_2(invoke_cli, key, value, allowed):
     assert result.exit_code == 2
     assert result.output == (f"error: scenarios/seed-b-propagate.yaml with --set {key}={value}"
                              f": {key}: found '{value}'; allowed: {allowed}\n")
+
+
+def test_costs_are_bus_bytes_and_local_input_bytes():
+    """h = x @ w column-parallel on 2 devices leaves h as S(1) [8, 6] fp32; a ReLU after it:
+    S(1) reads its [8, 3] block (96 B) with nothing moved; S(0) reads [4, 6] (96 B) after an
+    all-to-all of the 96 B block, (n-1)/n = 1/2 of it sent: 144 B; whole (B, only when
+    not every device must be used) reads 192 B after an all-gather of the 192 B result,
+    half of it sent: 288 B."""
+    from simulator.graph.graph import GraphBuilder
+    from simulator.planner.propagate import propagate
+    from simulator.planner.propagate_explain import explain
+    from simulator.sharding.notation import from_axis_choices
+
+    b = GraphBuilder()
+    b.tensor("x", (8, 4), "input")
+    b.tensor("w", (4, 6), "parameter")
+    b.op("MatMul", ["x", "w"], "h")
+    b.op("ReLU", ["h"], "r")
+    g = b.build()
+    mesh = Mesh.of(tp=2)
+    sig = from_axis_choices(g.labels(g.ops[0]), mesh, {"tp": "N"})
+    g = Graph(g.tensors, (dataclasses.replace(g.ops[0], strategy=Strategy(signature=sig)),
+                          g.ops[1]))
+    relu = explain(propagate(g, mesh, 4))[1]
+    assert (relu.signature, relu.cost_bytes, relu.origin) == ("(S(1)) -> S(1)", 96.0, "h")
+    assert relu.alternatives == (("(S(0)) -> S(0)", 144.0),)
+    relu = explain(propagate(g, mesh, 4, fully_use_devices=False))[1]
+    assert relu.alternatives == (("(S(0)) -> S(0)", 144.0), ("(B) -> B", 288.0))

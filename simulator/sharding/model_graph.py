@@ -20,7 +20,7 @@ from simulator.sharding.rules import SignatureError
 if TYPE_CHECKING:
     from simulator.planner.propagate import Propagation
 
-__all__ = ["planned_graph", "unplanned_graph", "propagated"]
+__all__ = ["planned_graph", "unplanned_graph", "written_graph", "propagated"]
 
 
 def unplanned_graph(s: Scenario, batch: int) -> Graph:
@@ -37,7 +37,9 @@ def unplanned_graph(s: Scenario, batch: int) -> Graph:
     raise TypeError(f"no operator graph for model type {m.type!r}")
 
 
-def _written_graph(s: Scenario) -> tuple[Graph, Mesh]:
+def written_graph(s: Scenario) -> tuple[Graph, Mesh]:
+    """The graph with the strategies as written (graph) or built in (mlp, resnet; under
+    `parallel.mode: auto` only the weight operators keep theirs), and its mesh."""
     m, p = s.model, s.parallel
     if isinstance(m, GraphModel):
         return graph_from_model(m, s.source), mesh_for_graph(m, s.devices, s.source)
@@ -58,7 +60,7 @@ def propagated(s: Scenario) -> Propagation:
     from simulator.planner.propagate import propagate
     from simulator.planner.propagate_solvers import NotATree
 
-    graph, mesh = _written_graph(s)
+    graph, mesh = written_graph(s)
     try:
         return propagate(graph, mesh, DTYPE_BYTES[s.model.dtype], s.parallel.search)
     except NotATree as exc:
@@ -76,4 +78,4 @@ def planned_graph(s: Scenario) -> tuple[Graph, Mesh]:
     if s.parallel.mode == "auto":
         prop = propagated(s)
         return prop.graph(), prop.problem.mesh
-    return _written_graph(s)
+    return written_graph(s)
