@@ -148,3 +148,13 @@ def test_propagated_random_graphs_verify(i):
     rng = random.Random(100 + i)
     data = _scenario_data(rng, ("chain", "tree", "dag")[i % 3], MESHES[i % len(MESHES)])
     assert verify_scenario(parse_scenario(data, "random.yaml", [])).ok
+
+
+def test_ilp_forbids_an_impossible_pair_instead_of_pricing_it():
+    """(0, 0) and (1, 1) cannot be redistributed (inf); of the others, (1, 0) costs 3 and
+    (0, 1) costs 5 + 1."""
+    from simulator.planner.propagate_solvers import _ilp
+
+    node = {0: np.array([0.0, 0.0]), 1: np.array([0.0, 5.0])}
+    edges = {(0, 1): np.array([[np.inf, 1.0], [3.0, np.inf]])}
+    assert _ilp(node, edges) == {0: 1, 1: 0}

@@ -41,7 +41,7 @@ import numpy as np
 
 from simulator.cost.collectives import busbw_factor
 from simulator.graph.graph import Graph, OpNode
-from simulator.sharding.layout import Layout
+from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import data_parallel_default
 from simulator.sharding.placement import B, Partial
@@ -55,8 +55,12 @@ __all__ = ["Problem", "Propagation", "build_problem", "propagate", "redistributi
 @functools.lru_cache(maxsize=1 << 18)
 def redistribution_cost(src: Layout, dst: Layout, shape: tuple[int, ...], mesh: Mesh,
                         itemsize: int) -> float:
-    """Bus bytes one device sends to turn `src` into `dst` (see the module docstring)."""
-    steps = plan_redistribution(src, dst, shape, mesh, itemsize)
+    """Bus bytes one device sends to turn `src` into `dst` (see the module docstring); inf
+    when the planner finds no way (an intermediate layout that does not divide)."""
+    try:
+        steps = plan_redistribution(src, dst, shape, mesh, itemsize)
+    except LayoutError:
+        return math.inf
     return float(sum(s.bytes * busbw_factor(s.kind, mesh.shape[s.axis])
                      for s in steps if s.is_comm))
 

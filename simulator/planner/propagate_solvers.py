@@ -188,9 +188,12 @@ def _ilp(node: dict[int, np.ndarray], edges: dict[tuple[int, int], np.ndarray]
         h = highspy.Highs()
     for key, value in (("output_flag", False), ("mip_rel_gap", 0.0), ("mip_abs_gap", 1e-9)):
         h.setOptionValue(key, value)
+    cost = np.array(costs)
+    upper = np.array([1.0] * nx + [highspy.kHighsInf] * (len(costs) - nx))
+    upper[np.isinf(cost)] = 0.0  # an impossible choice or pair is forbidden, not priced
+    cost[np.isinf(cost)] = 0.0
     empty = np.array([], np.int32)
-    h.addCols(len(costs), np.array(costs), np.zeros(len(costs)), np.array(
-        [1.0] * nx + [highspy.kHighsInf] * (len(costs) - nx)), 0, empty, empty, np.array([]))
+    h.addCols(len(costs), cost, np.zeros(len(costs)), upper, 0, empty, empty, np.array([]))
     for idx, val, rhs in rows:
         h.addRow(rhs, rhs, len(idx), np.array(idx, np.int32), np.array(val))
     h.changeColsIntegrality(nx, np.arange(nx, dtype=np.int32),
