@@ -71,8 +71,9 @@ class Problem:
     node cost of each in bytes, its tie rank, whether the op is configured (one candidate);
     per op pair u < v the edge cost matrix [candidates of u, candidates of v] in bytes.
 
-    The solvers minimise `objective`, exact integers: cost x `scale` (the lcm of the mesh
-    axis sizes, which clears the bus factors' denominators) x `ties`, plus the tie rank:
+    The solvers minimise `objective`, integers (exact in float64 below 2^53): cost x `scale`
+    (the lcm of the mesh axis sizes, which clears the bus factors' denominators) x `ties`
+    (one more than the largest total tie rank), plus the tie rank:
     among plans of equal cost the one closest to the data-parallel default wins (the number
     of mesh axes on which a signature differs from it; MindSpore breaks ties the same way,
     `OperatorInfo::BreakingTiesForPreferringDataParallel`)."""
