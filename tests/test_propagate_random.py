@@ -158,3 +158,16 @@ def test_ilp_forbids_an_impossible_pair_instead_of_pricing_it():
     node = {0: np.array([0.0, 0.0]), 1: np.array([0.0, 5.0])}
     edges = {(0, 1): np.array([[np.inf, 1.0], [3.0, np.inf]])}
     assert _ilp(node, edges) == {0: 1, 1: 0}
+
+
+def test_the_solver_banner_stays_off_stdout():
+    """HiGHS prints a banner on the C stdout when its first solver is built (once per
+    process, so in a fresh one); it must not reach stdout, where `--json` writes."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np\nfrom simulator.planner.propagate_solvers import _ilp\n"
+            "print(_ilp({0: np.array([1.0, 0.0])}, {}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout == "{0: 1}\n"
