@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from simulator.cli.comm import comm
+from simulator.cli.explain import explain
 from simulator.cli.listing import profiles, scenarios
 from simulator.cli.run import run, verify
 
@@ -27,6 +28,7 @@ app = typer.Typer(
 app.command("run")(run)
 app.command("verify")(verify)
 app.command("comm")(comm)
+app.command("explain")(explain)
 app.command("profiles")(profiles)
 app.command("scenarios")(scenarios)
 

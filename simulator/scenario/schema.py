@@ -193,6 +193,12 @@ class ParallelSpec(_Closed):
     offload: OffloadSpec = Field(default_factory=OffloadSpec)
     comm_fusion: CommFusionSpec = Field(default_factory=CommFusionSpec)
     overlap: OverlapSpec = Field(default_factory=OverlapSpec)
+    # MindSpore's parallel_mode for operator graphs (graph, mlp, resnet): semi_auto runs the
+    # strategies as written and unconfigured operators data parallel; auto keeps the
+    # configured operators and lets `search` choose every other operator's signature
+    # (simulator/planner/propagate.py).
+    mode: Literal["semi_auto", "auto"] = "semi_auto"
+    search: Literal["sharding_propagation", "dynamic_programming", "ilp"] = "ilp"
 
     @property
     def devices(self) -> int:

@@ -47,6 +47,9 @@ class Strategy:
     in_strategy: list[list[int]] | None = None
     out_strategy: list[list[int]] | None = None
     placements: dict[str, list[str]] | None = None
+    # Set by sharding propagation (simulator/planner/propagate.py): the N-D signature it
+    # chose, used as is.
+    signature: Signature | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,6 +228,8 @@ def _resolve(op: OpNode, graph: Graph, mesh: Mesh) -> tuple[Signature, Layout | 
     st: Any = op.strategy
     if st is None:
         return data_parallel_default(view, mesh, shapes), None
+    if st.signature is not None:
+        return st.signature, None
     if st.axes is not None:
         return from_axis_choices(view, mesh, st.axes), None
     if st.placements is not None:
