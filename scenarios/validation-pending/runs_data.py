@@ -285,8 +285,10 @@ SHAPE_SRC = {
 def nemo(rid, model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tps, *, src=NEMO_2407,
          table="Pretraining, FP8, NeMo 24.07, DGX-H100", gpu="H100 80GB SXM (DGX H100)",
          hw="h100-sxm", fsdp=False, prec="fp8", fmt="FP8 (TE delayed scaling)",
-         framework="nemo", extra_needs=(), extra_assume=(), tflops=None):
+         framework="nemo", extra_needs=(), extra_assume=(), tflops=None, step_s=None,
+         vocab=None, shape_note=None, source_name="NVIDIA NeMo performance summary"):
     l, h, a, g, f, v, act, pb = NEMO_SHAPES[model]
+    v = vocab or v
     if model.startswith("GPT3"):  # GPT-2 BPE 50257 padded to a multiple of 128 x TP
         v = -(-50257 // (128 * tp)) * 128 * tp
     dp = gpus // (tp * pp * cp)
@@ -336,9 +338,9 @@ def nemo(rid, model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tps, *, src=NEMO_2407,
                "distributed optimizer (optimizer states sharded over data parallel), the "
                "NeMo/Megatron-Bridge default for these recipes"]
     RUNS.append({
-        "id": rid, "framework": framework, "source": "NVIDIA NeMo performance summary",
-        "source_detail": [src, table, SHAPE_SRC.get(model, "shape: Llama 2/3 configs (Touvron et "
-                                                   "al. 2023; Dubey et al. 2024)")],
+        "id": rid, "framework": framework, "source": source_name,
+        "source_detail": [src, table, shape_note or SHAPE_SRC.get(
+            model, "shape: Llama 2/3 configs (Touvron et al. 2023; Dubey et al. 2024)")],
         "table": table, "model_name": model, "params_billion": pb, "num_layers": l,
         "hidden_size": h, "num_heads": a, "num_kv_heads": g, "ffn_hidden_size": f,
         "vocab_size": v, "ffn_activation": act, "seq_len": seq, "global_batch_size": gbs,
@@ -347,8 +349,10 @@ def nemo(rid, model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tps, *, src=NEMO_2407,
         "fsdp_or_zero": "Megatron-FSDP" if fsdp else "distributed optimizer (ZeRO-1)",
         "zero_csv": 3 if fsdp else 1, "tp": tp, "pp": pp, "dp": dp,
         "sp_csv": "true" if tp > 1 else "", "vp_csv": vp if vp > 1 else "",
-        "measured_metric": "tokens_per_s_per_gpu", "measured_value": tps,
-        "metric_kind": "tokens_per_s_per_gpu", "body": body, "needs": needs, "approx": approx,
+        "measured_metric": "seconds_per_iteration" if step_s else "tokens_per_s_per_gpu",
+        "measured_value": step_s or tps,
+        "metric_kind": "seconds_per_iteration" if step_s else "tokens_per_s_per_gpu",
+        "body": body, "needs": needs, "approx": approx,
         "settings": [x for x in (f"TP {tp}, PP {pp}, CP {cp}, VP {vp}, MBS {mbs}, GBS {gbs}, "
                                  f"seq {seq}", f"table Model TFLOP/s/GPU {tflops}" if tflops
                                  else "", f"precision {fmt}") if x],
@@ -627,3 +631,45 @@ RUNS.append({
                     "bucket 200 MB = DeepSpeed reduce_bucket_size 1e8 elements x 2 bytes "
                     "(fp16)"],
 })
+
+# --------------------------------------------------------------------------------------------
+# NVIDIA dgxc-benchmarking (NeMo 24.09 / 24.11 containers, DGX H100): weak-scaling tables with
+# the measured 'train_step_timing' (seconds per step) per GPU count. The 175B GPT-3 and
+# Nemotron-4 15B rows of this repository are already used in scenarios/calibration.
+# --------------------------------------------------------------------------------------------
+DGXC = "NVIDIA/dgxc-benchmarking @143b90dd91f9be958fed4773ae95d941a3356a82"
+L31_8B = ("llama3.1/README_8b.md, table 'Llama 3.1 8b 24.09 {p} (TP=1, PP=1, CP=2, MBS=1, GA=32)', "
+          "row 'Training step time (seconds per step)'")
+for prec, gpus, step in (("BF16", 8, 12.91), ("BF16", 128, 13.10), ("FP8", 8, 9.67), ("FP8", 128, 9.82)):
+    nemo(f"dgxc2409-h100-llama31-8b-{prec.lower()}-cp2-{gpus}g", "LLAMA3-8B", gpus, 16 * gpus, 1, 8192,
+         1, 1, 2, 1, None, src=DGXC, source_name="NVIDIA dgxc-benchmarking NeMo training recipes (DGX H100)", table=L31_8B.format(p=prec), prec=prec.lower(),
+         fmt=prec if prec == "BF16" else "FP8 (TE, NeMo 24.09 recipe)", step_s=step)
+L31_70B = ("llama3.1/README_70b.md, table 'Llama 3.1 70b 24.09 {p} (TP=4, PP=4, CP=2, VP=5, MBS=1, "
+           "GA=64)', row 'Training step time (seconds per step)'")
+for prec, gpus, step in (("BF16", 64, 14.72), ("BF16", 512, 14.89), ("BF16", 2048, 14.98),
+                         ("FP8", 64, 11.01), ("FP8", 2048, 11.39)):
+    nemo(f"dgxc2409-h100-llama31-70b-{prec.lower()}-cp2-{gpus}g", "LLAMA3-70B", gpus, 2 * gpus, 1, 8192,
+         4, 4, 2, 5, None, src=DGXC, source_name="NVIDIA dgxc-benchmarking NeMo training recipes (DGX H100)", table=L31_70B.format(p=prec), prec=prec.lower(),
+         fmt=prec if prec == "BF16" else "FP8 (TE, NeMo 24.09 recipe)", step_s=step)
+L31_405B = ("llama3.1/README_405b.md, table 'Llama 3.1 405b 24.09 {p} (TP=8, PP=9, CP=2, VP=7, MBS=1, "
+            "GA=63)', full-model columns (126 layers), row 'Training step time (seconds per step)'")
+for prec, gpus, step in (("BF16", 576, 17.20), ("BF16", 2304, 17.62), ("FP8", 576, 11.24),
+                         ("FP8", 2304, 12.35)):
+    nemo(f"dgxc2409-h100-llama31-405b-{prec.lower()}-cp2-{gpus}g", "LLAMA3.1-405B", gpus,
+         252 * gpus // 576, 1, 8192, 8, 9, 2, 7, None, src=DGXC, source_name="NVIDIA dgxc-benchmarking NeMo training recipes (DGX H100)", table=L31_405B.format(p=prec),
+         prec=prec.lower(), fmt=prec if prec == "BF16" else "FP8 (TE, NeMo 24.09 recipe)",
+         step_s=step, vocab=51200,
+         extra_assume=["vocabulary 51200: the README says 405B 'uses the GPT2BPETokenizer as a "
+                       "proxy' (synthetic data), i.e. 50257 padded to a multiple of 128 x TP 8; its "
+                       "FLOP note uses 128256 instead",
+                       "8 query groups (Llama 3.1 405B); the README's FLOP note writes 16/128"])
+N340 = ("nemotron/README_340b.md, table 'Nemotron4 340b 24.11 {p} (TP=8, PP=8, MBS=1, GA=16, VP=12)', "
+        "row 'Training step time (seconds per step)'")
+for prec, gpus, step in (("BF16", 128, 4.61), ("BF16", 512, 4.7), ("BF16", 2048, 4.84),
+                         ("FP8", 128, 3.16), ("FP8", 2048, 3.49)):
+    nemo(f"dgxc2411-h100-nemotron4-340b-{prec.lower()}-{gpus}g", "Nemotron-340B", gpus, gpus // 4, 1,
+         4096, 8, 8, 1, 12, None, src=DGXC, source_name="NVIDIA dgxc-benchmarking NeMo training recipes (DGX H100)", table=N340.format(p=prec), prec=prec.lower(),
+         fmt=prec if prec == "BF16" else "FP8 (TE, NeMo 24.11 recipe)", step_s=step,
+         extra_assume=["container: the table says 24.11, the setup script 24.09",
+                       "8 query groups (Nemotron4Config340B); the README's FLOP note counts "
+                       "full multi-head attention (24*l*h^2)"])
