@@ -673,3 +673,32 @@ for prec, gpus, step in (("BF16", 128, 4.61), ("BF16", 512, 4.7), ("BF16", 2048,
          extra_assume=["container: the table says 24.11, the setup script 24.09",
                        "8 query groups (Nemotron4Config340B); the README's FLOP note counts "
                        "full multi-head attention (24*l*h^2)"])
+RUNS.append({
+    "id": "modellink-910b-llama2-7b-tp8-8p", "framework": "mindspeed",
+    "source": "Ascend ModelLink (now MindSpeed-LLM) LLaMA2-7B example",
+    "source_detail": ["aeeeeeep/ModelLink (mirror of Ascend ModelLink) examples/llama2/README_en.md "
+                      "@0525bced, 'Machine performance': 3.08 s/step, 2730 tokens/s/p, 122.39 TFLOPs",
+                      "examples/llama2/pretrain_llama2_7b_ptd.sh @3fb40dfe (8 NPUs, TP 8, PP 1, "
+                      "--sequence-parallel, MBS 4, GBS 16, seq 4096, --bf16, --use-flash-attn, "
+                      "--use-fused-rotary-pos-emb, --mlp-layer-fusion, --DDP-impl local)"],
+    "table": "README Machine performance", "model_name": "llama2-7b", **llama_fields("llama2-7b"),
+    "seq_len": 4096, "global_batch_size": 16, "micro_batch_size": 4, "num_gpus": 8,
+    "gpu_type": "Ascend 910B (8 x Ascend NPUs; SKU not named)", "hardware": "ascend-910b",
+    "dtype": "bf16", "dtype_csv": "bf16", "fsdp_or_zero": "none (local DDP, DP 1)", "zero_csv": 0,
+    "recompute_csv": "none", "tp": 8, "pp": 1, "dp": 1, "sp_csv": "true",
+    "measured_metric": "seconds_per_iteration", "measured_value": 3.08,
+    "metric_kind": "seconds_per_iteration",
+    "body": {"data": 1, "tensor": 8, "sequence_parallel": True, "optimizer_shard": 0,
+             "recompute": "none", "attention": "flash"},
+    "needs": ["framework profile mindspeed (Megatron on torch_npu: npu_fusion_attention, fused "
+              "RoPE, fused MLP; TP collectives over HCCS)"],
+    "settings": ["tokens/s/p 2730 and TFLOPs 122.39 as published"],
+    "notes": ["tokens_per_s_per_npu=2730", "tflops=122.39"],
+    "assumptions": ["the script is stored at a different commit than the README; with its GBS 16 "
+                    "x 4096 tokens the 3.08 s step gives 2660 tokens/s/p, 2.6% below the "
+                    "table's 2730 (and the table's 5.19 samples/s/p matches neither): the "
+                    "step time is taken as the measurement",
+                    "no activation recompute flag in the script",
+                    "the 34B/70B rows of the same README are left out: the README converts "
+                    "70B weights to TP 8 x PP 4, the stored script runs TP 8 x PP 8 with VP"],
+})
