@@ -206,7 +206,7 @@ PROFILES = {
     grad_reduction=dict(bucket_rule="reduce_bucket_size elements per reduce(-scatter) (default 5e8 elements)",
                         bucket_params=500_000_000, bucket_params_per_dp_rank=None, bucket_bytes=None, first_bucket_bytes=None,
                         collective="reduce_scatter (reduce_scatter: True) for stage 2/3; all_reduce for stage 0/1",
-                        dtype="gradient dtype unless communication_data_type is set (not re-read here)",
+                        dtype="communication_data_type; default None = inferred from the enabled half precision (fp16 or bf16) (deepspeed/runtime/config.py get_communication_data_type: 'if val is None: return val # we must determine it by other parameters'; PR 3370 fixed the bf16 default)",
                         source="deepspeed/runtime/zero/config.py: reduce_bucket_size = Field(pp_int(5e8)); reduce_scatter: bool = True"),
     param_gather=dict(rule="stage 1/2: allgather_bucket_size elements (default 5e8) after the step; stage 3: prefetch_bucket_size (5e7) elements fetched ahead of use, params < param_persistence_threshold (1e5) never partitioned, at most max_live_parameters (1e9) resident, max_reuse_distance 1e9",
                       dtype="model dtype (fp16/bf16)",

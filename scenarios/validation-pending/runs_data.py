@@ -182,9 +182,10 @@ def tt(rid, table, model, gpus, fsdp, tp, pp, lbs, seq, ac, tech, tps, mem, *, c
             approx.append(f"layers {lay} (nearest multiple of the {pp * body.get('virtual_stages', 1)} "
                           f"stage chunks; exact: {flds['num_layers']} layers split unevenly)")
             needs.append(f"uneven pipeline stages ({flds['num_layers']} layers on {pp} stages)")
-        assume.append(f"pipeline micro-batches: torchtitan's default number of micro-batches "
-                      f"equals the number of pipeline stages ({pp}), so micro-batch size = "
-                      f"local batch {lbs} / {pp} = {mb}; not stated in the table")
+        assume.append(f"pipeline micro-batches: not stated in the table; torchtitan's default "
+                      f"(pipelining build_pipeline_schedule: 'if n_microbatches is None: "
+                      f"n_microbatches = job_config.experimental.pipeline_parallel_degree') gives "
+                      f"{pp} micro-batches, so micro-batch size = local batch {lbs} / {pp} = {mb}")
         if schedule == "interleaved_1f1b":
             assume.append("interleaved 1F1B: 2 model chunks per rank assumed (not stated)")
     if pp > 1 and fsdp > 1:
