@@ -181,13 +181,18 @@ def tt(rid, table, model, gpus, fsdp, tp, pp, lbs, seq, ac, tech, tps, mem, *, c
             body["layers"] = lay
             approx.append(f"layers {lay} (nearest multiple of the {pp * body.get('virtual_stages', 1)} "
                           f"stage chunks; exact: {flds['num_layers']} layers split unevenly)")
-            needs.append(f"uneven pipeline stages ({flds['num_layers']} layers on {pp} stages)")
+            needs.append(f"uneven pipeline stages ({flds['num_layers']} layers on "
+                         f"{pp * body.get('virtual_stages', 1)} stage chunks; torchtitan "
+                         "generate_split_points: base_interval = layers // stages, the "
+                         "remaining layers spread over the stages)")
         assume.append(f"pipeline micro-batches: not stated in the table; torchtitan's default "
                       f"(pipelining build_pipeline_schedule: 'if n_microbatches is None: "
                       f"n_microbatches = job_config.experimental.pipeline_parallel_degree') gives "
                       f"{pp} micro-batches, so micro-batch size = local batch {lbs} / {pp} = {mb}")
         if schedule == "interleaved_1f1b":
-            assume.append("interleaved 1F1B: 2 model chunks per rank assumed (not stated)")
+            assume.append("interleaved 1F1B: 2 model chunks per rank, torchtitan's default "
+                          "(pipelining generate_split_points: 'num_stages_per_rank = 2' for "
+                          "PipelineScheduleMulti when no split points are given)")
     if pp > 1 and fsdp > 1:
         needs.append("torchtitan with PP sets reshard_after_forward=False on every block "
                      "(parallelize_llama: 'When using Pipeline Parallelism, generally zero-2 is "
