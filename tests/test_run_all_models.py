@@ -15,7 +15,7 @@ KEYS = {"scenario", "devices", "iteration_time_s", "samples_per_s", "tokens_per_
         "model_flops_per_iteration", "tflops_per_device", "mfu", "hfu", "breakdown_s",
         "memory", "communication", "simulation"}
 FAST = [n for n in list_bundled("scenarios")
-        if not n.startswith(("validation/", "validation-pending/"))]
+        if not n.startswith("validation/")]
 
 
 def _load(name, overrides=()):

@@ -1,4 +1,4 @@
-"""The published runs behind scenarios/validation-pending/ (read by make_cases.py).
+"""The published runs behind benchmarks/data/validation-pending/ (read by make_cases.py).
 
 One dict per run. Every figure is copied from the source named in `source`/`source_detail`;
 nothing is fitted. Builders below fill the fields one framework's table shares.

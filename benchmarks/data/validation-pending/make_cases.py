@@ -8,7 +8,7 @@ parallel folded into data parallel, a layer count rounded to the pipeline degree
 placeholder hardware profile) the `# body_approximation:` line says how, and the `exact:` line
 gives the values to use once the feature exists.
 
-    python scenarios/validation-pending/make_cases.py      (from the repo root; rewrites the files)
+    python benchmarks/data/validation-pending/make_cases.py      (from the repo root; rewrites the files)
 
 target_iteration_time_s is derived from the source's own figure:
   tokens   T = global_batch_tokens / (tokens_per_s_per_gpu * GPUs)   (or / total tokens_per_s)
@@ -181,7 +181,7 @@ def main() -> int:
             formula += "; " + r["formula_note"]
         name = f"{r['id']}.yaml"
         (HERE / name).write_text(header(r, t, formula) + body(r))
-        rows.append(csv_row(r, t, formula, f"scenarios/validation-pending/{name}"))
+        rows.append(csv_row(r, t, formula, f"benchmarks/data/validation-pending/{name}"))
     with open(HERE / "runs.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
         w.writeheader()
