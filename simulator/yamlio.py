@@ -17,7 +17,13 @@ import yaml
 from simulator.errors import InputError
 
 __all__ = ["read_yaml_file", "load_yaml_text", "parse_override", "apply_overrides",
-           "blame_override", "did_you_mean"]
+           "blame_override", "did_you_mean", "TooDeepError", "MAX_DEPTH", "MAX_NODES"]
+
+# No scenario or profile nests deeper than 6 levels (graph op attrs included); 32 leaves room
+# and keeps every later walk (PyYAML's recursive composer, deepcopy, pydantic, JSON) far from
+# Python's recursion limit. MAX_NODES bounds the work of reading one document.
+MAX_DEPTH = 32
+MAX_NODES = 1_000_000
 
 
 class _Loader(yaml.SafeLoader):
@@ -51,8 +57,77 @@ _Loader.add_implicit_resolver(
 _KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
+class TooDeepError(ValueError):
+    """A document nested deeper than MAX_DEPTH, larger than MAX_NODES nodes, or with an alias
+    inside the collection it names (a cycle). `key` is the dotted path where it happened."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+def _component(frame: list[Any]) -> str:
+    """The path component of the node about to be read inside `frame`."""
+    is_map, expect_key, key, index, _ = frame
+    if not is_map:
+        return f"[{index}]"
+    return "<key>" if expect_key else str(key)
+
+
+def _path(stack: list[list[Any]], shown: int = 6) -> str:
+    """The dotted key of the node being read; past `shown` levels, a count of the rest."""
+    out = ""
+    for frame in stack[:shown]:
+        part = _component(frame)
+        out += part if part.startswith("[") or not out else f".{part}"
+    return out + (f"...({len(stack) - shown} levels more)" if len(stack) > shown else "")
+
+
+def _advance(frame: list[Any], scalar: Any) -> None:
+    """One node of `frame` read: a map alternates key and value, a list counts items."""
+    if not frame[0]:
+        frame[3] += 1
+    elif frame[1]:
+        frame[1], frame[2] = False, scalar if isinstance(scalar, str) else "?"
+    else:
+        frame[1] = True
+
+
+def check_shape(text: str) -> None:
+    """TooDeepError for a document deeper than MAX_DEPTH, with more than MAX_NODES nodes, or
+    with a recursive alias. Reads PyYAML's event stream, which is iterative, before the
+    (recursive) composer sees the document, so no RecursionError can happen."""
+    stack: list[list[Any]] = []  # [is_map, expect_key, key, index, anchor]
+    for count, event in enumerate(yaml.parse(text, Loader=_Loader)):
+        if count > MAX_NODES:
+            raise TooDeepError(_path(stack), f"more than {MAX_NODES} YAML nodes; "
+                               "a scenario has a few hundred")
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(stack) >= MAX_DEPTH:
+                raise TooDeepError(_path(stack), f"nested deeper than {MAX_DEPTH} levels; "
+                                   "a scenario nests at most 6")
+            stack.append([isinstance(event, yaml.MappingStartEvent), True, None, 0,
+                          event.anchor])
+        elif isinstance(event, yaml.CollectionEndEvent):
+            stack.pop()
+            if stack:
+                _advance(stack[-1], None)
+        elif isinstance(event, yaml.AliasEvent):
+            if any(f[4] == event.anchor for f in stack):
+                raise TooDeepError(_path(stack), f"alias *{event.anchor} refers to a "
+                                   "collection that contains it (a cycle)")
+            if stack:
+                _advance(stack[-1], None)
+        elif isinstance(event, yaml.ScalarEvent) and stack:
+            _advance(stack[-1], event.value)
+
+
 def load_yaml_text(text: str) -> Any:
-    """Parse YAML text with the project's loader (safe, with exponent floats)."""
+    """Parse YAML text with the project's loader (safe, with exponent floats). Raises
+    TooDeepError (see `check_shape`) before composing a document it cannot bound, and
+    ValueError for an integer too long to convert."""
+    check_shape(text)
     return yaml.load(text, Loader=_Loader)
 
 
@@ -74,6 +149,10 @@ def read_yaml_file(path: Path, source: str | None = None) -> dict[str, Any]:
         ) from None
     try:
         data = load_yaml_text(text)
+    except TooDeepError as exc:
+        raise InputError(src, exc.key, exc.message) from None
+    except ValueError as exc:
+        raise InputError(src, "", f"unreadable value ({exc})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -98,7 +177,11 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         raise InputError("--set", key or item, "the key must be a dotted path like parallel.tensor")
     try:
         value = load_yaml_text(text) if text.strip() else ""
-    except yaml.YAMLError:
+    except TooDeepError as exc:
+        where = key + (f"{exc.key}" if exc.key.startswith("[") else f".{exc.key}" if exc.key
+                       else "")
+        raise InputError("--set", where, exc.message) from None
+    except (yaml.YAMLError, ValueError):
         value = text
     return parts, value
 
