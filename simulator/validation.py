@@ -5,10 +5,12 @@ Shared by every YAML schema (scenarios, hardware profiles) so all messages read 
 
 from __future__ import annotations
 
+import types
 import typing
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from simulator.errors import InputError
 from simulator.yamlio import did_you_mean
@@ -60,6 +62,58 @@ def _walk(root: type[BaseModel], loc: tuple[Any, ...]) -> tuple[type[BaseModel] 
     return model, key
 
 
+def _constraints(annotation: Any, metadata: list[Any]) -> list[Any]:
+    """The annotated_types bounds (Ge, Gt, Le, Lt) of a field: its own metadata, else the
+    first Annotated inside its annotation (`X | None`, `tuple[X, Y]`)."""
+    found = [m for m in metadata if type(m).__name__ in ("Ge", "Gt", "Le", "Lt")]
+    if found:
+        return found
+    for arg in typing.get_args(annotation):
+        inner = getattr(arg, "metadata", None) if isinstance(arg, FieldInfo) else None
+        found = _constraints(arg, inner or [])
+        if found:
+            return found
+    return []
+
+
+def _item(annotation: Any, index: int) -> Any:
+    """The annotation of item `index` of a list or tuple annotation (`X | None` unwrapped)."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and args:
+        return _item(args[0], index)
+    if typing.get_origin(annotation) is tuple and args and args[-1] is not Ellipsis:
+        return args[min(index, len(args) - 1)]
+    return args[0] if args else annotation
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def _range(root: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """'from 0.001 to 100000' for the bounded field at `loc`, or '' when unknown."""
+    last = max((i for i, x in enumerate(loc) if isinstance(x, str)), default=None)
+    if last is None:
+        return ""
+    owner, _ = _walk(root, loc[:last])
+    field = owner.model_fields.get(loc[last]) if owner else None
+    if field is None:
+        return ""
+    annotation, metadata = field.annotation, list(field.metadata)
+    for index in loc[last + 1:]:
+        annotation, metadata = _item(annotation, index), []
+    bounds = {type(m).__name__: getattr(m, type(m).__name__.lower()) for m in
+              _constraints(annotation, metadata)}
+    lo = (f"from {_num(bounds['Ge'])}" if "Ge" in bounds else
+          f"above {_num(bounds['Gt'])}" if "Gt" in bounds else "")
+    hi = (f"to {_num(bounds['Le'])}" if "Le" in bounds else
+          f"below {_num(bounds['Lt'])}" if "Lt" in bounds else "")
+    if lo.startswith("above") and hi:
+        hi = "up " + hi if hi.startswith("to") else hi
+        return f"{lo}, {hi}"
+    return " ".join(x for x in (lo, hi) if x)
+
+
 def _show(value: Any) -> str:
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
@@ -105,9 +159,12 @@ def to_input_error(exc: ValidationError, source: str, root: type[BaseModel]) -> 
                           f"{', '.join(o for o in options if o)}{hint}")
     if etype in _WANT:
         return InputError(source, key, f"found {_show(found)}; expected {_WANT[etype]}")
-    if etype.startswith(("greater_than", "less_than")):
-        return InputError(source, key, f"found {_show(found)}; expected a value "
-                          f"{msg.removeprefix('Input should be ')}")
+    if etype.startswith(("greater_than", "less_than")) or etype == "finite_number":
+        span = _range(root, loc)
+        what = "a finite number" if etype == "finite_number" else "a value"
+        allowed = f"{span} (a range a real system could have)" if span else \
+            msg.removeprefix("Input should be ")
+        return InputError(source, key, f"found {_show(found)}; expected {what} {allowed}")
     if etype in ("model_type", "dict_type", "model_attributes_type"):
         return InputError(source, key, f"found {_show(found)}; expected a mapping")
     if etype == "list_type":

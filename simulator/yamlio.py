@@ -214,7 +214,8 @@ def blame_override(err: InputError, overrides: Sequence[str], prefix: str = "") 
         return err
     for item in reversed(overrides):
         key = item.partition("=")[0].strip()
-        if key == err.key or key.startswith(err.key + ".") or err.key.startswith(key + "."):
+        if key == err.key or key.startswith(err.key + ".") or err.key.startswith(
+                (key + ".", key + "[")):
             return InputError(f"{err.source} with --set {prefix}{item}", err.key, err.message)
     return err
 

@@ -112,7 +112,7 @@ def test_run_set_changes_the_plan(invoke_cli):
 
 
 def test_run_strict_exits_1_when_it_does_not_fit(invoke_cli):
-    args = ["run", "tiny-cpu", "--json", "--set", "hardware.memory_GB=0.000001"]
+    args = ["run", "tiny-cpu", "--json", "--set", "hardware.memory_GB=0.001"]
     loose = invoke_cli(*args)
     strict = invoke_cli(*args, "--strict")
     assert loose.exit_code == 0, loose.stderr

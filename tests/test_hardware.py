@@ -138,7 +138,8 @@ def test_fraction_above_one_is_rejected(a100_yaml):
     with pytest.raises(InputError) as err:
         load_profile(str(path))
     assert err.value.key == "efficiency.gemm_peak_fraction"
-    assert err.value.message == "found 1.2; expected a value less than or equal to 1"
+    assert err.value.message == ("found 1.2; expected a value above 0, up to 1 "
+                                 "(a range a real system could have)")
 
 
 def test_bad_topology_lists_choices(a100_yaml):

@@ -48,7 +48,8 @@ DATA_CASES = [
     ("bool-for-optimizer-shard", ["parallel.optimizer_shard=true"],
      "s.yaml: parallel.optimizer_shard: found a boolean (true); expected an integer"),
     ("zero-degree", ["parallel.pipeline=0"],
-     "s.yaml: parallel.pipeline: found 0; expected a value greater than or equal to 1"),
+     "s.yaml: parallel.pipeline: found 0; expected a value from 1 to 100000 "
+     "(a range a real system could have)"),
     ("mapping-expected", ["parallel=4"], "s.yaml: parallel: found 4; expected a mapping"),
     ("missing-key", ["model.seq_length=null"],
      "s.yaml: model.seq_length: found nothing (null); expected an integer"),

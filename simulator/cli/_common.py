@@ -23,7 +23,7 @@ from simulator.errors import InfeasibleError, InputError, ShardsimError
 __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL",
     "LoadedScenario", "guarded", "fail", "emit_json", "to_jsonable", "load_scenario",
-    "check_overrides", "stderr_console", "stdout_console", "load_hardware",
+    "check_overrides", "stderr_console", "stdout_console", "load_hardware", "load_checked",
 ]
 
 EXIT_OK = 0
@@ -123,6 +123,7 @@ class LoadedScenario:
     hardware_path: Path
     hardware_overrides: list[str]
     stem: str
+    overrides: tuple[str, ...] = ()
 
 
 def _short_list(names: list[str]) -> str:
@@ -161,7 +162,7 @@ def load_scenario(arg: str, overrides: Sequence[str]) -> LoadedScenario:
     scen_o, hw_o = split_overrides(overrides)
     scenario = parse_scenario(data, shown, scen_o)
     hw_path = resolve_hardware(scenario, path.parent, scen_o)
-    return LoadedScenario(scenario, hw_path, hw_o, path.stem)
+    return LoadedScenario(scenario, hw_path, hw_o, path.stem, tuple(overrides))
 
 
 def load_hardware(loaded: LoadedScenario) -> Any:
@@ -174,3 +175,32 @@ def load_hardware(loaded: LoadedScenario) -> Any:
         return load_profile(str(loaded.hardware_path), loaded.hardware_overrides)
     except InputError as err:
         raise blame_override(err, loaded.hardware_overrides, "hardware.") from None
+
+
+def check_supported(loaded: LoadedScenario, hw: Any) -> None:
+    """What `run` refuses and a scenario alone cannot tell, checked the same way for every
+    command: a dtype the device has no peak for, and offloads not simulated yet (the
+    lowering's own check, simulator.schedule.lowering)."""
+    from simulator.scenario import split_overrides
+    from simulator.schedule.lowering import _check_offload
+    from simulator.yamlio import blame_override
+
+    scenario = loaded.scenario
+    try:
+        _check_offload(scenario)
+    except InputError as err:
+        raise blame_override(err, split_overrides(loaded.overrides)[0]) from None
+    if not hw.has_dtype(scenario.model.dtype):
+        try:
+            hw.peak_flops_per_s(scenario.model.dtype)
+        except InputError as err:
+            raise InputError(err.source, err.key, f"{err.message} (the scenario's "
+                             f"model.dtype is {scenario.model.dtype})") from None
+
+
+def load_checked(arg: str, overrides: Sequence[str]) -> tuple[LoadedScenario, Any]:
+    """The scenario, its hardware profile, and the checks `run` and `verify` share."""
+    loaded = load_scenario(arg, overrides)
+    hw = load_hardware(loaded)
+    check_supported(loaded, hw)
+    return loaded, hw

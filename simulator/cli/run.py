@@ -14,8 +14,7 @@ from simulator.cli._common import (
     EXIT_OK,
     emit_json,
     guarded,
-    load_hardware,
-    load_scenario,
+    load_checked,
     stderr_console,
     stdout_console,
 )
@@ -38,6 +37,35 @@ SetOpt = Annotated[list[str] | None, typer.Option(
     show_default=False)]
 JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print exactly one JSON object on stdout and nothing else.")]
+
+
+# the defaults of simulator.budget, written here so that `shardsim --help` stays light
+DEFAULT_MAX_EVENTS = 1_000_000
+DEFAULT_MAX_VERIFY_DEVICES = 4096
+MaxEventsOpt = Annotated[int, typer.Option(
+    "--max-events", metavar="N", min=1, help="Refuse scenarios estimated to need more than N "
+    "simulation events (about 30 s per million).")]
+
+
+def _check_work(loaded: Any, est: Any, limit: int, unit: str, flag: str) -> None:
+    """Refuse work above `limit`, blaming the `--set` that set the driving key."""
+    from simulator.budget import check_budget
+    from simulator.scenario import split_overrides
+    from simulator.yamlio import blame_override
+
+    try:
+        check_budget(est, limit, loaded.scenario.source, unit, flag)
+    except InputError as err:
+        raise blame_override(err, split_overrides(loaded.overrides)[0]) from None
+
+
+def _verify_with_progress(scenario: Any, fused: bool) -> Any:
+    from simulator.budget import estimate_verify
+    from simulator.numeric.verify import verify_scenario
+
+    with stderr_console().status(f"verifying {scenario.name} on "
+                                 f"{estimate_verify(scenario).count} numpy devices"):
+        return verify_scenario(scenario, fused_attention=fused)
 
 
 def _simulate(scenario: Any, hw: Any, fidelity: str) -> tuple[Any, dict[str, Any]]:
@@ -89,11 +117,15 @@ def run(
         "full: every device.")] = Fidelity.representative,
     strict: Annotated[bool, typer.Option(
         "--strict", help="Exit 1 when the scenario does not fit in device memory.")] = False,
+    max_events: MaxEventsOpt = DEFAULT_MAX_EVENTS,
 ) -> None:
     """Simulate one training iteration: time, breakdown, memory, communication."""
     with guarded() as stdout:
-        loaded = load_scenario(scenario, overrides or [])
-        hw = load_hardware(loaded)
+        from simulator.budget import estimate_run
+
+        loaded, hw = load_checked(scenario, overrides or [])
+        _check_work(loaded, estimate_run(loaded.scenario, fidelity.value), max_events,
+                    "events to simulate", "--max-events")
         result, summ = _simulate(loaded.scenario, hw, fidelity.value)
         out_dir = out if out is not None or json_out else Path("reports") / loaded.stem
         if out_dir is not None:
@@ -115,16 +147,19 @@ def verify(
     scenario: ScenarioArg,
     json_out: JsonOpt = False,
     overrides: SetOpt = None,
+    max_devices: Annotated[int, typer.Option(
+        "--max-devices", metavar="N", min=1, help="Refuse scenarios whose numpy run needs "
+        "more devices than N (data*tensor); the time grows about linearly with them.")
+    ] = DEFAULT_MAX_VERIFY_DEVICES,
 ) -> None:
     """Execute the sharded plan on virtual numpy devices and compare with one device."""
     with guarded() as stdout:
-        loaded = load_scenario(scenario, overrides or [])
-        load_hardware(loaded)  # not used by the numpy run, but a bad override is an error
-        from simulator.numeric.verify import verify_scenario
+        from simulator.budget import estimate_verify
 
-        with stderr_console().status(f"verifying {loaded.scenario.name}"):
-            fused = load_hardware(loaded).software.fused_attention
-            res = verify_scenario(loaded.scenario, fused_attention=fused)
+        loaded, hw = load_checked(scenario, overrides or [])
+        _check_work(loaded, estimate_verify(loaded.scenario), max_devices, "numpy devices to run",
+                    "--max-devices")
+        res = _verify_with_progress(loaded.scenario, hw.software.fused_attention)
         if res.shrunk_note:
             sys.stderr.write(f"note: {res.shrunk_note}\n")
         report = res.to_dict()

@@ -25,7 +25,24 @@ DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
 PosFloat = Annotated[StrictFloat, Field(gt=0)]  # strict floats accept integers, not booleans
 PosInt = Annotated[StrictInt, Field(ge=1)]
-Fraction = Annotated[StrictFloat, Field(gt=0, le=1)]
+Fraction = Annotated[StrictFloat, Field(gt=0, le=1, allow_inf_nan=False)]
+
+# Physical bounds, wide enough for any device built or announced (B200: 4.5 PFLOP/s fp8, 8 TB/s
+# HBM, 900 GB/s NVLink; a 1 Gb/s NIC; a laptop CPU) and narrow enough that a slipped exponent
+# is refused instead of simulated (`bandwidth_GBps: 1e-300` would make one iteration 1e303 s).
+# Every float is finite.
+GBps = Annotated[StrictFloat, Field(ge=1e-3, le=1e5, allow_inf_nan=False)]
+Gbps = Annotated[StrictFloat, Field(ge=1e-3, le=8e5, allow_inf_nan=False)]
+Tflops = Annotated[StrictFloat, Field(ge=1e-6, le=1e6, allow_inf_nan=False)]
+MemoryGB = Annotated[StrictFloat, Field(ge=1e-3, le=1e5, allow_inf_nan=False)]
+HostGB = Annotated[StrictFloat, Field(ge=1e-3, le=1e7, allow_inf_nan=False)]
+LatencyUs = Annotated[StrictFloat, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
+LaunchUs = Annotated[StrictFloat, Field(ge=0, le=1e3, allow_inf_nan=False)]
+MessageBytes = Annotated[StrictFloat, Field(ge=1, le=1e15, allow_inf_nan=False)]
+Units = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
+Links = Annotated[StrictInt, Field(ge=1, le=1024)]
+Tile = Annotated[StrictInt, Field(ge=1, le=65_536)]
+KHalf = Annotated[StrictFloat, Field(ge=0, le=1e9, allow_inf_nan=False)]
 
 
 class _Closed(BaseModel):
@@ -36,11 +53,11 @@ class PeakTflops(_Closed):
     """Dense (not 2:4 sparse) peak of the matrix units per dtype, 10^12 FLOP/s.
     A dtype the device cannot run is left out."""
 
-    fp32: PosFloat | None = None
-    tf32: PosFloat | None = None
-    bf16: PosFloat | None = None
-    fp16: PosFloat | None = None
-    fp8: PosFloat | None = None
+    fp32: Tflops | None = None
+    tf32: Tflops | None = None
+    bf16: Tflops | None = None
+    fp16: Tflops | None = None
+    fp8: Tflops | None = None
 
 
 class Nvls(_Closed):
@@ -51,7 +68,7 @@ class Nvls(_Closed):
     `simulator.cost.algorithms` for how they price a collective."""
 
     efficiency: Fraction
-    latency_us: PosFloat
+    latency_us: LatencyUs
 
     @property
     def latency_s(self) -> float:
@@ -66,15 +83,15 @@ class IntraNode(_Closed):
     `bandwidth_GBps` is spread over `mesh_links` direct links (default: one to each other
     device of the node)."""
 
-    bandwidth_GBps: PosFloat
-    latency_us: PosFloat
+    bandwidth_GBps: GBps
+    latency_us: LatencyUs
     topology: Literal["switch", "ring", "mesh"] = "switch"
-    mesh_links: PosInt | None = None
+    mesh_links: Links | None = None
     # Measured all_reduce bus bandwidth on the node's devices, [[message bytes, busbw GB/s],
     # ...] ascending (nccl-tests all_reduce_perf). Where given, rings inside the node take
     # their time from it (NCCL's chunk pipelining and channel ramp-up make mid-size messages
     # slower than alpha-beta predicts); outside its range the ends hold.
-    allreduce_busbw_GBps: tuple[tuple[PosFloat, PosFloat], ...] | None = None
+    allreduce_busbw_GBps: tuple[tuple[MessageBytes, GBps], ...] | None = None
     # in-switch reduction (NVLink SHARP); absent where the switch has none
     nvls: Nvls | None = None
 
@@ -85,17 +102,17 @@ class InterNode(_Closed):
     With fewer NICs than devices, nics_per_node divides the devices into equal sets that
     each share one NIC (a device uses its nearest NIC, as NCCL does without PXN)."""
 
-    nics_per_node: PosInt
-    nic_bandwidth_Gbps: PosFloat
-    latency_us: PosFloat
+    nics_per_node: Links
+    nic_bandwidth_Gbps: Gbps
+    latency_us: LatencyUs
 
 
 class Host(_Closed):
     """The host side: `memory_GB` of host DRAM per node, `pcie_bandwidth_GBps` per device
     per direction between host and device memory."""
 
-    memory_GB: PosFloat
-    pcie_bandwidth_GBps: PosFloat
+    memory_GB: HostGB
+    pcie_bandwidth_GBps: GBps
 
 
 class Efficiency(_Closed):
@@ -103,8 +120,8 @@ class Efficiency(_Closed):
     `simulator.cost.collectives`). Fractions are of the datasheet peak."""
 
     gemm_peak_fraction: Fraction
-    gemm_tile_mn: tuple[PosInt, PosInt] = (128, 128)
-    gemm_k_half: Annotated[StrictFloat, Field(ge=0)] = 0.0
+    gemm_tile_mn: tuple[Tile, Tile] = (128, 128)
+    gemm_k_half: KHalf = 0.0
     attention_peak_fraction: Fraction
     vector_peak_fraction: Fraction = 0.5
     memory_bandwidth_fraction: Fraction
@@ -128,7 +145,7 @@ class Software(_Closed):
     # or consumes them (`parallel.overlap.tp_comm: auto`), their kernels taking tp_comm_sms
     # of the compute units while they run
     tp_comm_overlap: StrictBool = False
-    tp_comm_sms: PosInt = 16
+    tp_comm_sms: Units = 16
     # bf16 gradients are accumulated and reduced in fp32 (a 4-byte gradient buffer)
     bf16_grads_fp32: StrictBool = False
 
@@ -139,17 +156,18 @@ class HardwareProfile(_Closed):
     name: StrictStr
     description: StrictStr = ""
     device_type: Literal["gpu", "npu", "cpu"] = "gpu"
-    compute_units: PosInt
-    memory_GB: PosFloat
-    memory_bandwidth_GBps: PosFloat
+    compute_units: Units
+    memory_GB: MemoryGB
+    memory_bandwidth_GBps: GBps
     peak_tflops: PeakTflops
-    vector_tflops: PosFloat | None = None
-    l2_bandwidth_GBps: PosFloat | None = None
+    vector_tflops: Tflops | None = None
+    l2_bandwidth_GBps: Annotated[StrictFloat, Field(ge=1e-3, le=1e6, allow_inf_nan=False)
+                                 ] | None = None
     intra_node: IntraNode
     inter_node: InterNode
     host: Host
-    kernel_launch_us: Annotated[StrictFloat, Field(ge=0)]
-    devices_per_node_default: PosInt
+    kernel_launch_us: LaunchUs
+    devices_per_node_default: Links
     software: Software = Field(default_factory=lambda: Software())
     efficiency: Efficiency
     source: StrictStr = "<hardware>"

@@ -36,14 +36,31 @@ PosInt = Annotated[StrictInt, Field(ge=1)]
 NonNegInt = Annotated[StrictInt, Field(ge=0)]
 PosFloat = Annotated[StrictFloat, Field(gt=0)]  # strict floats accept integers, not booleans
 
+# Physical bounds: the range a real system could have, with margin (largest published model
+# sizes are ~10^2 layers, ~10^4-10^5 hidden, ~10^6 vocabulary; clusters ~10^5 devices), so a
+# typo such as a missing decimal point or an extra three zeros is an input error rather than
+# hours of simulation. Floats are finite (NaN and inf are refused) and strict (no booleans).
+Count = Annotated[StrictInt, Field(ge=1, le=1_000_000)]  # widths, classes, channels
+Layers = Annotated[StrictInt, Field(ge=1, le=10_000)]
+Vocab = Annotated[StrictInt, Field(ge=1, le=10_000_000)]
+SeqLength = Annotated[StrictInt, Field(ge=1, le=100_000_000)]
+Degree = Annotated[StrictInt, Field(ge=1, le=100_000)]   # parallel degrees, nodes
+PerNode = Annotated[StrictInt, Field(ge=1, le=1024)]     # devices in one node
+GlobalBatch = Annotated[StrictInt, Field(ge=1, le=1 << 24)]
+MicroBatch = Annotated[StrictInt, Field(ge=1, le=1 << 16)]
+Dim = Annotated[StrictInt, Field(ge=1, le=1 << 31)]      # one dimension of a graph tensor
+LearningRate = Annotated[StrictFloat, Field(ge=1e-10, le=10.0, allow_inf_nan=False)]
+BucketMB = Annotated[StrictFloat, Field(ge=0.01, le=100_000.0, allow_inf_nan=False)]
+Seed = Annotated[StrictInt, Field(ge=0, le=2**32 - 1)]   # numpy's legacy seed range
+
 
 class _Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ClusterSpec(_Closed):
-    nodes: PosInt = 1
-    devices_per_node: PosInt = 1
+    nodes: Degree = 1
+    devices_per_node: PerNode = 1
 
     @property
     def devices(self) -> int:
@@ -54,18 +71,18 @@ class TransformerModel(_Closed):
     """A GPT-style decoder: embedding, `layers` blocks (attention + FFN), LM head and loss."""
 
     type: Literal["transformer"] = "transformer"
-    layers: PosInt
-    hidden_size: PosInt
-    num_heads: PosInt
-    ffn_hidden_size: PosInt | None = None
-    num_kv_heads: PosInt | None = None
+    layers: Layers
+    hidden_size: Count
+    num_heads: Count
+    ffn_hidden_size: Count | None = None
+    num_kv_heads: Count | None = None
     ffn_activation: Literal["gelu", "swiglu"] = "gelu"
     # standard: scores materialised (QK^T, softmax, dropout, PV as separate kernels);
     # flash: one fused kernel (Dao et al. 2022), no s x s tensor in memory; auto: the
     # hardware profile's `software.fused_attention` (its reference training stack).
     attention: Literal["auto", "standard", "flash"] = "auto"
-    seq_length: PosInt
-    vocab_size: PosInt
+    seq_length: SeqLength
+    vocab_size: Vocab
     dtype: Dtype = "bf16"
 
     @property
@@ -85,10 +102,10 @@ class MlpModel(_Closed):
     """A stack of fully connected layers: input -> hidden x layers -> classes, softmax loss."""
 
     type: Literal["mlp"]
-    layers: PosInt
-    hidden_size: PosInt
-    input_size: PosInt | None = None
-    num_classes: PosInt | None = None
+    layers: Layers
+    hidden_size: Count
+    input_size: Count | None = None
+    num_classes: Vocab | None = None
     activation: Literal["relu", "gelu"] = "relu"
     dtype: Dtype = "fp32"
 
@@ -97,14 +114,14 @@ class ResnetModel(_Closed):
     """A ResNet-like net: Conv2D+ReLU layers (the data-parallel half), then FC layers."""
 
     type: Literal["resnet"]
-    conv_layers: PosInt = 2
-    in_channels: PosInt = 3
-    channels: PosInt = 16
-    image_size: PosInt = 8
-    kernel_size: PosInt = 3
-    fc_layers: PosInt = 2
-    hidden_size: PosInt = 64
-    num_classes: PosInt = 10
+    conv_layers: Layers = 2
+    in_channels: Count = 3
+    channels: Count = 16
+    image_size: Count = 8
+    kernel_size: Layers = 3
+    fc_layers: Layers = 2
+    hidden_size: Count = 64
+    num_classes: Vocab = 10
     dtype: Dtype = "fp32"
 
 
@@ -112,7 +129,7 @@ class GraphTensor(_Closed):
     """A named tensor of an explicit graph. `kind` says where its values come from."""
 
     name: StrictStr
-    shape: list[PosInt]
+    shape: Annotated[list[Dim], Field(max_length=16)]
     kind: Literal["input", "parameter", "label"] = "input"
 
 
@@ -130,8 +147,8 @@ class GraphOp(_Closed):
     inputs: list[StrictStr]
     output: StrictStr
     attrs: dict[str, Any] = Field(default_factory=dict)
-    strategy: list[list[PosInt]] | None = None
-    out_strategy: list[list[PosInt]] | None = None
+    strategy: list[list[Degree]] | None = None
+    out_strategy: list[list[Degree]] | None = None
     placements: dict[str, list[StrictStr]] | None = None
 
 
@@ -139,7 +156,7 @@ class GraphModel(_Closed):
     """An operator graph written out in YAML; the loss is the output of the last op."""
 
     type: Literal["graph"]
-    mesh: dict[str, PosInt] | None = None
+    mesh: dict[str, Degree] | None = None
     tensors: list[GraphTensor]
     ops: list[GraphOp]
     dtype: Dtype = "fp32"
@@ -151,10 +168,10 @@ ModelSpec = Annotated[
 
 
 class TrainingSpec(_Closed):
-    global_batch_size: PosInt = 1
-    micro_batch_size: PosInt = 1
+    global_batch_size: GlobalBatch = 1
+    micro_batch_size: MicroBatch = 1
     optimizer: Literal["sgd", "momentum", "adam"] = "adam"
-    learning_rate: PosFloat = 1e-3
+    learning_rate: LearningRate = 1e-3
 
 
 class OffloadSpec(_Closed):
@@ -165,7 +182,7 @@ class OffloadSpec(_Closed):
 
 class CommFusionSpec(_Closed):
     mode: Literal["none", "size", "index", "auto"] = "size"
-    bucket_mb: PosFloat = 25
+    bucket_mb: BucketMB = 25
 
 
 class OverlapSpec(_Closed):
@@ -181,11 +198,11 @@ class OverlapSpec(_Closed):
 
 
 class ParallelSpec(_Closed):
-    data: PosInt = 1
-    tensor: PosInt = 1
-    pipeline: PosInt = 1
+    data: Degree = 1
+    tensor: Degree = 1
+    pipeline: Degree = 1
     schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
-    virtual_stages: PosInt = 1
+    virtual_stages: Layers = 1
     sequence_parallel: StrictBool = False
     # An int with bounds, not Literal[0, 1, 2, 3]: a Literal would take `true` as 1.
     optimizer_shard: Annotated[StrictInt, Field(ge=0, le=3)] = 0
@@ -214,7 +231,7 @@ class Scenario(_Closed):
     model: ModelSpec
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     parallel: ParallelSpec = Field(default_factory=ParallelSpec)
-    seed: NonNegInt = 0
+    seed: Seed = 0
     source: StrictStr = "<scenario>"
 
     @property

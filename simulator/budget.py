@@ -1,0 +1,109 @@
+"""How much work a command will do, estimated from the scenario alone, before doing it.
+
+`run` simulates one task per kernel group, message and gradient bucket on each simulated
+device; a typo one key away from a real scenario (a batch of 2e9 sequences, 10 kB gradient
+buckets on a 175B model) would keep it busy for hours. `estimate_run` counts those tasks
+from the scenario (no schedule internals) so the CLI can refuse with the estimate, the key
+that drives it and the flag that raises the limit; `estimate_verify` does the same for the
+numpy devices of `verify`.
+
+The counts are estimates (within a small factor of the engine's event count for the bundled
+scenarios, see tests/test_budget.py), not the engine's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import InputError
+from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
+
+__all__ = ["Estimate", "estimate_run", "estimate_verify", "check_budget",
+           "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES"]
+
+# ~1e6 events simulate in about 30 s on one core (issue 13: 4.4e6 events in 135 s)
+DEFAULT_MAX_EVENTS = 1_000_000
+# numpy devices of `verify`: each holds its own blocks of every tensor
+DEFAULT_MAX_VERIFY_DEVICES = 4096
+
+# Per micro-batch and simulated device: a forward and a backward task, and on a pipeline the
+# send and receive of the activation and of its gradient (Narayanan et al. 2021, sec. 2.2).
+_TASKS_PER_MICRO = 2
+_P2P_PER_MICRO = 4
+# parameter tensors per transformer layer (QKV, projection, two FFN weights, biases, norms),
+# one collective each under comm_fusion.mode=none (Megatron-LM GPT layer, 12 tensors)
+_TENSORS_PER_LAYER = 12
+_GRAD_BYTES = 4  # an fp32 gradient, the largest any stack keeps
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """`count` units of work (events or devices), the key that drives it and why."""
+
+    count: int
+    key: str
+    detail: str
+
+
+def _transformer_params(m: TransformerModel) -> int:
+    ffn_mats = 3 if m.ffn_activation == "swiglu" else 2
+    attn = m.hidden_size * (m.hidden_size + 2 * m.kv_heads * m.head_dim) + m.hidden_size ** 2
+    return m.layers * (attn + ffn_mats * m.hidden_size * m.ffn) + m.vocab_size * m.hidden_size
+
+
+def _buckets(s: Scenario) -> int:
+    """Gradient buckets per simulated device (one data-parallel reduction each)."""
+    m, p = s.model, s.parallel
+    if not isinstance(m, TransformerModel):
+        return 0
+    layers = m.layers // p.pipeline or 1
+    mode = p.comm_fusion.mode
+    if mode == "index":
+        return layers + 1
+    if mode == "none":
+        return (layers + 1) * _TENSORS_PER_LAYER
+    grad_bytes = _transformer_params(m) * _GRAD_BYTES / (p.tensor * p.pipeline)
+    return int(-(-grad_bytes // (p.comm_fusion.bucket_mb * 1e6)))
+
+
+def estimate_run(s: Scenario, fidelity: str = "representative") -> Estimate:
+    """Tasks `run` will simulate, and the key that contributes most."""
+    p = s.parallel
+    if isinstance(s.model, GraphModel):
+        return Estimate(len(s.model.ops) * 2 * (s.devices if fidelity == "full" else 1),
+                        "model.ops", f"{len(s.model.ops)} operators")
+    devices = s.devices if fidelity == "full" else p.pipeline
+    micro = max(1, s.grad_accum_steps)
+    per_micro = p.virtual_stages * (_TASKS_PER_MICRO + (_P2P_PER_MICRO if p.pipeline > 1
+                                                        else 0))
+    compute = devices * micro * per_micro
+    buckets = devices * _buckets(s) * (2 if p.optimizer_shard else 1)
+    where = "all devices (--fidelity full)" if fidelity == "full" else "pipeline stages"
+    if buckets > compute:
+        return Estimate(compute + buckets, "parallel.comm_fusion.bucket_mb",
+                        f"{_buckets(s)} gradient buckets of {p.comm_fusion.bucket_mb:g} MB "
+                        f"on each of {devices} simulated devices ({where})")
+    return Estimate(compute + buckets, "training.global_batch_size",
+                    f"{micro} micro-batches x {per_micro} tasks on each of {devices} "
+                    f"simulated devices ({where})")
+
+
+def estimate_verify(s: Scenario) -> Estimate:
+    """Numpy devices `verify` runs (pipeline stages are composed, so data x tensor)."""
+    if isinstance(s.model, GraphModel):
+        n = 1
+        for size in (s.model.mesh or {}).values():
+            n *= size
+        return Estimate(n, "model.mesh", "devices of the graph's mesh")
+    p = s.parallel
+    return Estimate(p.data * p.tensor, "parallel.data",
+                    f"parallel.data*tensor = {p.data}*{p.tensor} numpy devices")
+
+
+def check_budget(est: Estimate, limit: int, source: str, unit: str, flag: str) -> None:
+    """InputError when `est` exceeds `limit`, saying the estimate, its driver and the flag."""
+    if est.count <= limit:
+        return
+    raise InputError(source, est.key, f"about {est.count:,} {unit} "
+                     f"({est.detail}), above the limit of {limit:,}; change {est.key} or "
+                     f"raise the limit with {flag} {est.count}")
