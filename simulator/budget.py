@@ -21,8 +21,9 @@ from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
 __all__ = ["Estimate", "estimate_run", "estimate_verify", "check_budget",
            "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES"]
 
-# ~1e6 events simulate in about 30 s on one core (issue 13: 4.4e6 events in 135 s)
-DEFAULT_MAX_EVENTS = 1_000_000
+# 5e5 events simulate in 10-20 s on one core (issue 13: 4.4e6 events in 135 s; 1.7e6 in
+# 59 s for gpt3-175b-1024-a100 --fidelity full on a loaded 2-core machine)
+DEFAULT_MAX_EVENTS = 500_000
 # numpy devices of `verify`: each holds its own blocks of every tensor
 DEFAULT_MAX_VERIFY_DEVICES = 4096
 

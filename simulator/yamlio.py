@@ -209,15 +209,21 @@ def blame_override(err: InputError, overrides: Sequence[str], prefix: str = "") 
     it), so the user does not search the file for what they typed on the command line.
 
     `prefix` is what the user wrote before each override (`hardware.` for profile fields).
+    A cross-field error (a rule between two keys) is blamed on an override of either key.
     """
     if not err.key:
         return err
     for item in reversed(overrides):
         key = item.partition("=")[0].strip()
         if key == err.key or key.startswith(err.key + ".") or err.key.startswith(
-                (key + ".", key + "[")):
+                (key + ".", key + "[")) or _mentions(err.message, prefix + key):
             return InputError(f"{err.source} with --set {prefix}{item}", err.key, err.message)
     return err
+
+
+def _mentions(message: str, key: str) -> bool:
+    """True when a cross-field message names `key` (as in 'must divide model.num_heads=96')."""
+    return re.search(rf"(?<![\w.]){re.escape(key)}(?![\w.])", message) is not None
 
 
 def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:

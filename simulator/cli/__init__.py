@@ -7,6 +7,8 @@ Each command imports what it calls inside its body, so that starting up stays ch
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from simulator.cli.comm import comm
@@ -25,6 +27,24 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from simulator import __version__
+
+        typer.echo(f"shardsim {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option(
+        "--version", metavar="", callback=_version, is_eager=True,
+        help="Print the version and exit.")] = False) -> None:
+    """Simulate distributed deep-learning training: iteration time, where the time goes,
+    memory, and a numpy proof that a sharded plan computes what one device would."""
+
+
 app.command("run")(run)
 app.command("verify")(verify)
 app.command("comm")(comm)

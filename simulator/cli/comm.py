@@ -75,7 +75,8 @@ def comm(
         "--algorithm", metavar="NAME", help="auto (NCCL's choice: the fastest modelled), "
         "ring, tree, hierarchical, nvls, nvls_tree or pat.")] = "auto",
     json_out: Annotated[bool, typer.Option(
-        "--json", help="Print exactly one JSON object on stdout and nothing else.")] = False,
+        "--json", metavar="", help="Print exactly one JSON object on stdout and nothing else.")
+    ] = False,
 ) -> None:
     """Time one collective on a hardware profile: algorithm, time, algbw and busbw."""
     with guarded() as stdout:

@@ -11,7 +11,7 @@ from simulator.cli._common import emit_json, guarded, stdout_console
 __all__ = ["profiles", "scenarios"]
 
 JsonOpt = Annotated[bool, typer.Option(
-    "--json", help="Print exactly one JSON object on stdout and nothing else.")]
+    "--json", metavar="", help="Print exactly one JSON object on stdout and nothing else.")]
 
 
 def _cell(value: Any) -> str:

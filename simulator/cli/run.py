@@ -36,15 +36,15 @@ SetOpt = Annotated[list[str] | None, typer.Option(
     "as YAML); `hardware.KEY=VALUE` overrides a field of the hardware profile. Repeatable.",
     show_default=False)]
 JsonOpt = Annotated[bool, typer.Option(
-    "--json", help="Print exactly one JSON object on stdout and nothing else.")]
+    "--json", metavar="", help="Print exactly one JSON object on stdout and nothing else.")]
 
 
 # the defaults of simulator.budget, written here so that `shardsim --help` stays light
-DEFAULT_MAX_EVENTS = 1_000_000
+DEFAULT_MAX_EVENTS = 500_000
 DEFAULT_MAX_VERIFY_DEVICES = 4096
 MaxEventsOpt = Annotated[int, typer.Option(
     "--max-events", metavar="N", min=1, help="Refuse scenarios estimated to need more than N "
-    "simulation events (about 30 s per million).")]
+    "simulation events (10-20 s per 500,000).")]
 
 
 def _check_work(loaded: Any, est: Any, limit: int, unit: str, flag: str) -> None:
@@ -78,14 +78,17 @@ def _simulate(scenario: Any, hw: Any, fidelity: str) -> tuple[Any, dict[str, Any
         return result, summary(result)
 
 
-def _write_report(result: Any, out_dir: Path) -> None:
-    from simulator.report import write_report
-
+def _make_dir(out_dir: Path) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError("--out", str(out_dir), f"cannot create the folder ({exc.strerror})"
                          ) from None
+
+
+def _write_report(result: Any, out_dir: Path) -> None:
+    from simulator.report import write_report
+
     with stderr_console().status(f"writing report files to {out_dir}"):
         try:
             write_report(result, out_dir)
@@ -116,7 +119,8 @@ def run(
         "--fidelity", help="representative: devices that behave alike are simulated once; "
         "full: every device.")] = Fidelity.representative,
     strict: Annotated[bool, typer.Option(
-        "--strict", help="Exit 1 when the scenario does not fit in device memory.")] = False,
+        "--strict", metavar="", help="Exit 1 when the scenario does not fit in device memory "
+        "(saying the peak, the capacity and the cheapest change that fits).")] = False,
     max_events: MaxEventsOpt = DEFAULT_MAX_EVENTS,
 ) -> None:
     """Simulate one training iteration: time, breakdown, memory, communication."""
@@ -126,21 +130,37 @@ def run(
         loaded, hw = load_checked(scenario, overrides or [])
         _check_work(loaded, estimate_run(loaded.scenario, fidelity.value), max_events,
                     "events to simulate", "--max-events")
-        result, summ = _simulate(loaded.scenario, hw, fidelity.value)
         out_dir = out if out is not None or json_out else Path("reports") / loaded.stem
+        if out_dir is not None:
+            _make_dir(out_dir)  # before simulating: a bad --out fails at once
+        result, summ = _simulate(loaded.scenario, hw, fidelity.value)
+        if not json_out:
+            _print_table(summ, stdout)  # before the figures, which take seconds to draw
+            stdout.flush()
         if out_dir is not None:
             _write_report(result, out_dir)
         if json_out:
             emit_json(summ, stdout)
-        else:
-            _print_table(summ, stdout)
-            if out_dir is not None:
-                stdout.write(f"report files: {out_dir}/\n")
+        elif out_dir is not None:
+            stdout.write(f"report files: {out_dir}/\n")
         fits = bool(summ.get("memory", {}).get("fits", True))
         if not fits:
-            stderr_console().print("[yellow]the scenario does not fit in device memory "
-                                   "(memory.fits is false)[/]")
+            _explain_no_fit(loaded, hw, summ, fidelity.value, strict)
     raise typer.Exit(EXIT_FAILED if strict and not fits else EXIT_OK)
+
+
+def _explain_no_fit(loaded: Any, hw: Any, summ: dict[str, Any], fidelity: str,
+                    strict: bool) -> None:
+    """Say the peak and the capacity; with --strict, also the cheapest remedy that fits."""
+    mem = summ.get("memory", {})
+    line = (f"the scenario does not fit in device memory: peak "
+            f"{mem.get('peak_bytes', 0) / 1e9:.3g} GB > capacity "
+            f"{mem.get('capacity_bytes', 0) / 1e9:.3g} GB")
+    if strict:
+        from simulator.cli.remedy import cheapest_remedy
+
+        line += "; " + cheapest_remedy(loaded, hw, fidelity)
+    stderr_console().print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
 
 
 def verify(

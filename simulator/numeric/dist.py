@@ -10,11 +10,13 @@ empty on the last shards (`Layout.local_shape_at`).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
-from simulator.sharding.layout import Layout
+from simulator.sharding.layout import Layout, regions
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Broadcast
 from simulator.sharding.redistribute import RedistStep
@@ -53,10 +55,10 @@ def distribute(full: np.ndarray, layout: Layout, mesh: Mesh,
     and copied to its replicas along broadcast axes, which must hold identical blocks."""
     shape = tuple(full.shape)
     layout.check(shape, mesh, uneven=True)
-    blocks = [full[_region(layout, shape, mesh, r)].copy() for r in range(mesh.size)]
+    blocks = [full[reg].copy() for reg in regions(layout, shape, mesh)]
     for axis in layout.partial_axes():
         for r in range(mesh.size):
-            group = mesh.group(r, axis)
+            group = _groups(mesh, axis)[r]
             if group[0] != r or _canonical(layout, mesh, r) != r:
                 continue
             for member, part in zip(group, _partial_split(blocks[r], len(group), rng)):
@@ -108,41 +110,121 @@ def _shift(region: Region, origin: Region) -> Region:
     return tuple(slice(r.start - o.start, r.stop - o.start) for r, o in zip(region, origin))
 
 
-def _gather_into(t: DistTensor, dst: Region, members: list[int], mesh: Mesh, add: bool
-                 ) -> np.ndarray:
-    out = np.zeros(tuple(s.stop - s.start for s in dst), dtype=t.blocks[0].dtype)
+@lru_cache(maxsize=64)
+def _groups(mesh: Mesh, axis: int) -> tuple[tuple[int, ...], ...]:
+    """`mesh.group(r, axis)` of every rank r, each group built once (O(devices) in all)."""
+    stride, size = mesh.stride(axis), mesh.shape[axis]
+    built: dict[int, tuple[int, ...]] = {}
+    out = []
+    for r in range(mesh.size):
+        base = r - (r // stride % size) * stride
+        if base not in built:
+            built[base] = tuple(base + i * stride for i in range(size))
+        out.append(built[base])
+    return tuple(out)
+
+
+class _GroupSource:
+    """The blocks of one group's members, indexed for `gather`: members with the same region
+    (replicas or Partial summands) are combined once, in member order (a sum that adds them
+    in the order the all-pairs loop did, or the last one, which that loop kept); distinct
+    regions are disjoint along the one tensor dim the group's axis splits, so the regions a
+    target block overlaps are found by bisection, not by trying every member."""
+
+    def __init__(self, t: DistTensor, src: tuple[Region, ...], members: tuple[int, ...],
+                 add: bool) -> None:
+        order: dict[tuple[tuple[int, int], ...], list[int]] = {}
+        for m in members:
+            if all(x.stop > x.start for x in src[m]):
+                order.setdefault(_key(src[m]), []).append(m)
+        self.pieces = [(src[ms[0]], _combine(t, ms, add)) for ms in order.values()]
+        self.dim = _split_dim([reg for reg, _ in self.pieces])
+        if self.dim is not None:
+            self.pieces.sort(key=lambda p: p[0][self.dim].start)
+            self.starts = [reg[self.dim].start for reg, _ in self.pieces]
+            self.stops = [reg[self.dim].stop for reg, _ in self.pieces]
+
+    def overlapping(self, dst: Region) -> list[tuple[Region, np.ndarray]]:
+        if self.dim is None:
+            return self.pieces
+        lo = bisect.bisect_right(self.stops, dst[self.dim].start)
+        hi = bisect.bisect_left(self.starts, dst[self.dim].stop)
+        return self.pieces[lo:hi]
+
+
+def _key(region: Region) -> tuple[tuple[int, int], ...]:
+    """A hashable form of a region (slices are not hashable before Python 3.12)."""
+    return tuple((s.start, s.stop) for s in region)
+
+
+def _combine(t: DistTensor, members: list[int], add: bool) -> np.ndarray:
+    if not add:
+        return t.blocks[members[-1]]
+    out = np.zeros_like(t.blocks[members[0]])
     for m in members:
-        src = _region(t.layout, t.shape, mesh, m)
+        out += t.blocks[m]
+    return out
+
+
+def _split_dim(regs: list[Region]) -> int | None:
+    """The one dim along which the (non-empty, distinct) regions differ, if there is one and
+    they are disjoint along it; else None (then every region is tried)."""
+    if len(regs) < 2:
+        return None
+    differ = [d for d in range(len(regs[0]))
+              if len({(r[d].start, r[d].stop) for r in regs}) > 1]
+    if len(differ) != 1:
+        return None
+    d = differ[0]
+    spans = sorted((r[d].start, r[d].stop) for r in regs)
+    ok = all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    return d if ok else None
+
+
+def _gather_into(source: _GroupSource, dst: Region, dtype: np.dtype, add: bool
+                 ) -> np.ndarray:
+    out = np.zeros(tuple(s.stop - s.start for s in dst), dtype=dtype)
+    for src, piece in source.overlapping(dst):
         common = _intersect(src, dst)
         if common is None:
             continue
-        piece = t.blocks[m][_shift(common, src)]
         if add:
-            out[_shift(common, dst)] += piece
+            out[_shift(common, dst)] += piece[_shift(common, src)]
         else:
-            out[_shift(common, dst)] = piece
+            out[_shift(common, dst)] = piece[_shift(common, src)]
     return out
 
 
 def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = False
                ) -> DistTensor:
     """Execute one redistribution step on every device. `wrong_slice` (a fault for mutation
-    tests) makes a slice step keep its neighbour's block."""
+    tests) makes a slice step keep its neighbour's block. Members of a group that receive
+    the same region receive the same values, computed once."""
+    src = regions(t.layout, t.shape, mesh)
+    dsts = regions(step.dst, t.shape, mesh)
+    groups = _groups(mesh, step.axis)
+    dtype = t.blocks[0].dtype
+    add = step.kind in ("all_reduce", "reduce_scatter")
+    sources: dict[tuple[int, ...], _GroupSource] = {}
+    done: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
     blocks = []
     for r in range(mesh.size):
-        dst = _region(step.dst, t.shape, mesh, r)
-        group = mesh.group(r, step.axis)
-        if step.kind in ("all_reduce", "reduce_scatter"):
-            blocks.append(_gather_into(t, dst, group, mesh, add=True))
-        elif step.kind == "to_partial":
+        dst, group = dsts[r], groups[r]
+        if step.kind == "to_partial":
             keep = group[0] == r or not _is_broadcast(t.layout, step.axis)
-            own = [r] if keep else []
-            blocks.append(_gather_into(t, dst, own, mesh, add=False))
+            own = _GroupSource(t, src, (r,) if keep else (), False)
+            blocks.append(_gather_into(own, dst, dtype, False))
+            continue
+        if wrong_slice and step.kind == "slice":
+            dst = dsts[group[(group.index(r) + 1) % len(group)]]
+        key = (group, _key(dst))
+        if key not in done:
+            if group not in sources:
+                sources[group] = _GroupSource(t, src, group, add)
+            done[key] = _gather_into(sources[group], dst, dtype, add)
+            blocks.append(done[key])
         else:
-            if wrong_slice and step.kind == "slice":
-                pos = group.index(r)
-                dst = _region(step.dst, t.shape, mesh, group[(pos + 1) % len(group)])
-            blocks.append(_gather_into(t, dst, group, mesh, add=False))
+            blocks.append(done[key].copy())
     return DistTensor(t.shape, step.dst, tuple(blocks))
 
 

@@ -26,11 +26,22 @@ def _pyplot():
     return plt
 
 
+def _rows(plan: Any) -> list[int]:
+    """At most _MAX_ROWS devices: the first device of every pipeline stage, then the others
+    in order, drawn in device order."""
+    first: dict[int, int] = {}
+    for d, stage in zip(plan.devices, plan.stage_of):
+        first.setdefault(stage, d)
+    picked = list(first.values())[:_MAX_ROWS]
+    rest = [d for d in plan.devices if d not in set(picked)]
+    return sorted(picked + rest[: _MAX_ROWS - len(picked)])
+
+
 def plot_timeline(result: Any, path: Path) -> None:
     """One row per simulated device (compute stream above, communication below)."""
     plt = _pyplot()
     plan, trace = result.plan, result.trace
-    devices = plan.devices[:_MAX_ROWS]
+    devices = _rows(plan)
     row = {d: i for i, d in enumerate(devices)}
     bars: dict[tuple[int, str, bool], list[tuple[float, float]]] = {}
     for task in plan.tasks:
@@ -44,7 +55,11 @@ def plot_timeline(result: Any, path: Path) -> None:
     ax.set_yticks([i + 0.3 for i in range(len(devices))], [f"dev {d}" for d in devices])
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
-    ax.set_title(f"{result.scenario.name}: compute (thick) and communication (thin)")
+    shown = (f"all {len(devices)} simulated devices" if len(devices) == len(plan.devices)
+             else f"{len(devices)} of {len(plan.devices)} simulated devices (first of each "
+             f"pipeline stage, then in order; {len(plan.devices) - len(devices)} left out)")
+    ax.set_title(f"{result.scenario.name}: compute (thick) and communication (thin)\n"
+                 f"{shown}", fontsize="medium")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()]
     ax.legend(handles, list(_COLORS), loc="upper right", fontsize="small")
     fig.tight_layout()

@@ -12,11 +12,12 @@ ceil(n / parts), so the last chunks are shorter or empty.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Partial, Placement, Shard, dual
 
-__all__ = ["Layout", "LayoutError", "chunk"]
+__all__ = ["Layout", "LayoutError", "chunk", "regions"]
 
 
 class LayoutError(ValueError):
@@ -93,13 +94,24 @@ class Layout:
     def region(self, shape: tuple[int, ...], mesh: Mesh, rank: int) -> tuple[slice, ...]:
         """The global index block held by device `rank`: outer axes split first, each split
         a torch.chunk of the block left by the axes before it."""
-        coords = mesh.coords(rank)
-        start, size = [0] * len(shape), list(shape)
-        for p, c, parts in zip(self.placements, coords, mesh.shape):
-            if isinstance(p, Shard):
-                offset, size[p.dim] = chunk(size[p.dim], parts, c)
-                start[p.dim] += offset
-        return tuple(slice(s, s + n) for s, n in zip(start, size))
+        return regions(self, tuple(shape), mesh)[rank]
 
     def offsets(self, shape: tuple[int, ...], mesh: Mesh, rank: int) -> tuple[int, ...]:
         return tuple(s.start for s in self.region(shape, mesh, rank))
+
+
+@lru_cache(maxsize=256)
+def regions(layout: Layout, shape: tuple[int, ...], mesh: Mesh) -> tuple[tuple[slice, ...], ...]:
+    """`layout.region` of every rank, computed once per (layout, shape, mesh): O(devices)
+    for all of them, where one call per rank per collective member was O(devices^2)."""
+    shards = [(a, p.dim) for a, p in enumerate(layout.placements) if isinstance(p, Shard)]
+    sizes = mesh.shape
+    out = []
+    for rank in range(mesh.size):
+        coords = mesh.coords(rank)
+        start, size = [0] * len(shape), list(shape)
+        for axis, dim in shards:
+            offset, size[dim] = chunk(size[dim], sizes[axis], coords[axis])
+            start[dim] += offset
+        out.append(tuple(slice(s, s + n) for s, n in zip(start, size)))
+    return tuple(out)

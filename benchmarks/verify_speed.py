@@ -1,0 +1,54 @@
+"""Speed benchmark: `verify` time against data-parallel devices (issue 13).
+
+The tiny transformer of scenarios/tiny-cpu.yaml, data parallel on 16 to 2048 numpy devices
+(tensor=1, pipeline=1, one sequence per device and micro-batch), verified in-process. Prints
+the wall time per device count and the growth exponent between successive counts
+(log(t2/t1) / log(n2/n1): 1 is linear, n log n shows as slightly above 1).
+
+Target (issue 13): 1024 devices in <= 10 s, growth no worse than n log n. Run:
+
+    python benchmarks/verify_speed.py [--max N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from simulator.numeric.verify import verify_scenario  # noqa: E402
+from simulator.scenario import parse_scenario  # noqa: E402
+from simulator.yamlio import read_yaml_file  # noqa: E402
+
+
+def scenario(devices: int):
+    data = read_yaml_file(REPO / "scenarios" / "tiny-cpu.yaml")
+    sets = [f"cluster.nodes={devices}", "cluster.devices_per_node=1",
+            f"parallel.data={devices}", "parallel.tensor=1", "parallel.pipeline=1",
+            "training.micro_batch_size=1", f"training.global_batch_size={2 * devices}"]
+    return parse_scenario(data, f"tiny-cpu dp={devices}", sets)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--max", type=int, default=2048, help="largest device count (power of 2)")
+    args = ap.parse_args()
+    print(f"{'devices':>8} {'verify_s':>9} {'growth':>7}  ok")
+    prev: tuple[int, float] | None = None
+    n = 16
+    while n <= args.max:
+        t0 = time.perf_counter()
+        res = verify_scenario(scenario(n))
+        dt = time.perf_counter() - t0
+        growth = f"{math.log(dt / prev[1]) / math.log(n / prev[0]):7.2f}" if prev else " " * 7
+        print(f"{n:>8} {dt:>9.2f} {growth}  {res.ok}", flush=True)
+        prev, n = (n, dt), n * 2
+
+
+if __name__ == "__main__":
+    main()
