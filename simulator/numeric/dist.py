@@ -70,27 +70,38 @@ def distribute(full: np.ndarray, layout: Layout, mesh: Mesh,
 
 def _canonical(layout: Layout, mesh: Mesh, rank: int) -> int:
     """The rank holding the same data with coordinate 0 on every broadcast axis."""
-    coords = list(mesh.coords(rank))
-    for a, p in enumerate(layout.placements):
-        if isinstance(p, Broadcast):
-            coords[a] = 0
-    return mesh.rank(tuple(coords))
+    return _canonicals(layout, mesh)[rank]
+
+
+@lru_cache(maxsize=256)
+def _canonicals(layout: Layout, mesh: Mesh) -> tuple[int, ...]:
+    """`_canonical` of every rank, computed once per (layout, mesh)."""
+    out = []
+    for rank in range(mesh.size):
+        coords = list(mesh.coords(rank))
+        for a, p in enumerate(layout.placements):
+            if isinstance(p, Broadcast):
+                coords[a] = 0
+        out.append(mesh.rank(tuple(coords)))
+    return tuple(out)
 
 
 def assemble(t: DistTensor, mesh: Mesh) -> np.ndarray:
     """The logical value: disjoint blocks placed, Partial summands added, replicas once."""
     full = np.zeros(t.shape, dtype=t.blocks[0].dtype if t.blocks else float)
+    canon, regs = _canonicals(t.layout, mesh), regions(t.layout, t.shape, mesh)
     for r in range(mesh.size):
-        if _canonical(t.layout, mesh, r) == r:
-            full[_region(t.layout, t.shape, mesh, r)] += t.blocks[r]
+        if canon[r] == r:
+            full[regs[r]] += t.blocks[r]
     return full
 
 
 def replica_mismatch(t: DistTensor, mesh: Mesh) -> float:
     """Largest difference between a block and its replica on a broadcast axis (should be 0)."""
     worst = 0.0
+    canon = _canonicals(t.layout, mesh)
     for r in range(mesh.size):
-        c = _canonical(t.layout, mesh, r)
+        c = canon[r]
         if c != r and t.blocks[r].size:
             worst = max(worst, float(np.max(np.abs(t.blocks[r] - t.blocks[c]))))
     return worst

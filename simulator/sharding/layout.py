@@ -37,6 +37,14 @@ def chunk(n: int, parts: int, index: int) -> tuple[int, int]:
 class Layout:
     placements: tuple[Placement, ...]
 
+    def __hash__(self) -> int:
+        # cached: layouts key the per-rank region cache (`regions`), looked up per kernel
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(self.placements)
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     def __str__(self) -> str:
         return "(" + ", ".join(str(p) for p in self.placements) + ")"
 
