@@ -59,21 +59,35 @@ def _check_work(loaded: Any, est: Any, limit: int, unit: str, flag: str) -> None
         raise blame_override(err, split_overrides(loaded.overrides)[0]) from None
 
 
+def _progress(text: str) -> Any:
+    """An indeterminate rich progress bar on stderr with the elapsed time (the work has no
+    hook to report its fraction; the text carries the estimate). Gone when done."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                        console=stderr_console(), transient=True)
+    progress.add_task(text, total=None)
+    return progress
+
+
 def _verify_with_progress(scenario: Any, fused: bool) -> Any:
     from simulator.budget import estimate_verify
     from simulator.numeric.verify import verify_scenario
 
-    with stderr_console().status(f"verifying {scenario.name} on "
-                                 f"{estimate_verify(scenario).count} numpy devices"):
+    with _progress(f"verifying {scenario.name} on {estimate_verify(scenario).count} "
+                   "numpy devices"):
         return verify_scenario(scenario, fused_attention=fused)
 
 
 def _simulate(scenario: Any, hw: Any, fidelity: str) -> tuple[Any, dict[str, Any]]:
-    """Simulate and summarise, with a status line on stderr."""
+    """Simulate and summarise, with a progress bar on stderr."""
+    from simulator.budget import estimate_run
     from simulator.report import summary
     from simulator.simulate import simulate
 
-    with stderr_console().status(f"simulating {scenario.name} on {scenario.devices} devices"):
+    events = estimate_run(scenario, fidelity).count
+    with _progress(f"simulating {scenario.name} on {scenario.devices} devices "
+                   f"(about {events:,} events)"):
         result = simulate(scenario, hw, fidelity=fidelity)
         return result, summary(result)
 
