@@ -62,10 +62,15 @@ def _check_work(loaded: Any, est: Any, limit: int, unit: str, flag: str) -> None
 def _progress(text: str) -> Any:
     """An indeterminate rich progress bar on stderr with the elapsed time (the work has no
     hook to report its fraction; the text carries the estimate). Gone when done."""
+    import contextlib
+
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    console = stderr_console()
+    if not console.is_terminal:
+        return contextlib.nullcontext()  # piped stderr: no bar, no stray newline
     progress = Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                        console=stderr_console(), transient=True)
+                        console=console, transient=True)
     progress.add_task(text, total=None)
     return progress
 
