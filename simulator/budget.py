@@ -24,8 +24,9 @@ __all__ = ["Estimate", "estimate_run", "estimate_verify", "check_budget",
 # 5e5 events simulate in 10-20 s on one core (issue 13: 4.4e6 events in 135 s; 1.7e6 in
 # 59 s for gpt3-175b-1024-a100 --fidelity full on a loaded 2-core machine)
 DEFAULT_MAX_EVENTS = 500_000
-# numpy devices of `verify`: each holds its own blocks of every tensor
-DEFAULT_MAX_VERIFY_DEVICES = 4096
+# numpy devices of `verify`: each holds its own blocks of every tensor and runs every kernel;
+# 512 data-parallel devices take about a minute (benchmarks/verify_speed.py)
+DEFAULT_MAX_VERIFY_DEVICES = 1024
 
 # Per micro-batch and simulated device: a forward and a backward task, and on a pipeline the
 # send and receive of the activation and of its gradient (Narayanan et al. 2021, sec. 2.2).

@@ -162,9 +162,9 @@ def to_input_error(exc: ValidationError, source: str, root: type[BaseModel]) -> 
     if etype.startswith(("greater_than", "less_than")) or etype == "finite_number":
         span = _range(root, loc)
         what = "a finite number" if etype == "finite_number" else "a value"
-        allowed = f"{span} (a range a real system could have)" if span else \
-            msg.removeprefix("Input should be ")
-        return InputError(source, key, f"found {_show(found)}; expected {what} {allowed}")
+        bound = (f"{span} (a range a real system could have)" if span
+                 else msg.removeprefix("Input should be "))
+        return InputError(source, key, f"found {_show(found)}; expected {what} {bound}")
     if etype in ("model_type", "dict_type", "model_attributes_type"):
         return InputError(source, key, f"found {_show(found)}; expected a mapping")
     if etype == "list_type":

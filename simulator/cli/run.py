@@ -41,7 +41,7 @@ JsonOpt = Annotated[bool, typer.Option(
 
 # the defaults of simulator.budget, written here so that `shardsim --help` stays light
 DEFAULT_MAX_EVENTS = 500_000
-DEFAULT_MAX_VERIFY_DEVICES = 4096
+DEFAULT_MAX_VERIFY_DEVICES = 1024
 MaxEventsOpt = Annotated[int, typer.Option(
     "--max-events", metavar="N", min=1, help="Refuse scenarios estimated to need more than N "
     "simulation events (10-20 s per 500,000).")]

@@ -149,11 +149,11 @@ class _GroupSource:
             if all(x.stop > x.start for x in src[m]):
                 order.setdefault(_key(src[m]), []).append(m)
         self.pieces = [(src[ms[0]], _combine(t, ms, add)) for ms in order.values()]
-        self.dim = _split_dim([reg for reg, _ in self.pieces])
-        if self.dim is not None:
-            self.pieces.sort(key=lambda p: p[0][self.dim].start)
-            self.starts = [reg[self.dim].start for reg, _ in self.pieces]
-            self.stops = [reg[self.dim].stop for reg, _ in self.pieces]
+        self.dim = dim = _split_dim([reg for reg, _ in self.pieces])
+        if dim is not None:
+            self.pieces.sort(key=lambda p: p[0][dim].start)
+            self.starts = [reg[dim].start for reg, _ in self.pieces]
+            self.stops = [reg[dim].stop for reg, _ in self.pieces]
 
     def overlapping(self, dst: Region) -> list[tuple[Region, np.ndarray]]:
         if self.dim is None:
