@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 import yaml
 
+from simulator.cost.specs import ComputeSpec
 from simulator.errors import InputError
 from simulator.hardware import load_profile
 from simulator.resources import resolve_yaml
 from simulator.scenario import parse_scenario
+from simulator.schedule.costs import CostModel
 from simulator.schedule.layout import rank_mesh
+from simulator.schedule.model_program import transformer_program
 from simulator.schedule.tasks_builder import Builder
 from simulator.sharding.mesh import Mesh
 from simulator.simulate import simulate
@@ -35,13 +38,14 @@ def _dp_tasks(shard: int, **parallel: Any) -> Counter:
     result = simulate(_scenario(optimizer_shard=shard, **parallel), load_profile("a100-80gb"))
     dev = result.plan.devices[0]
     return Counter((t.name, t.comm[0][0]) for t in result.plan.tasks
-                   if t.device == dev and t.stream == "dp")
+                   if t.device == dev and t.stream in ("dp", "dp_reduce"))
 
 
 def test_each_sharding_level_emits_its_own_collectives():
     """Stage 0 all-reduces the last micro-batch's buckets; 1 reduce-scatters them and
     all-gathers the parameters (overlapped with the next forward by default); 2 also
-    reduce-scatters every earlier micro-batch; 3 gathers before each F and B instead."""
+    reduce-scatters every earlier micro-batch; 3 gathers each unit before its forward and
+    its backward and reduce-scatters each unit's gradient, every micro-batch."""
     zero = _dp_tasks(0)
     assert set(zero) == {("grad_bucket", "all_reduce")}
     one = _dp_tasks(1)
@@ -50,10 +54,9 @@ def test_each_sharding_level_emits_its_own_collectives():
     two = _dp_tasks(2)
     assert set(two) == set(one) | {("grad_reduce", "reduce_scatter")}
     assert two[("grad_reduce", "reduce_scatter")] == 1  # micro-batch 0 of 2
-    three = _dp_tasks(3)
-    assert three[("param_gather", "all_gather")] == 2 * 2  # F and B of each micro-batch
-    assert set(three) == {("grad_bucket", "reduce_scatter"), ("grad_reduce", "reduce_scatter"),
-                          ("param_gather", "all_gather")}
+    three = _dp_tasks(3)  # the first stage: the embedding and 2 layers, unit by unit
+    assert three == {("param_gather", "all_gather"): 2 * 2 * 3,  # F and B, 2 micro-batches
+                     ("grad_reduce", "reduce_scatter"): 2 * 3}
 
 
 def test_stage_one_gathers_after_the_step_when_not_overlapped():
@@ -119,3 +122,48 @@ def test_given_stage_layers_are_used_and_change_the_time():
     assert even.plan.stage_layers == (1, 4, 4, 1)
     skewed = _layers_run(pipeline_layers=[4, 2, 2, 2])
     assert skewed.iteration_time_s > even.iteration_time_s  # the slowest stage sets the pace
+
+
+def _zero3_expected(c_f: float, c_b: float, g: float, layers: int) -> float:
+    """The closed form of ZeRO-3 / FSDP unit prefetch (see schedule.reduction): one stage,
+    one micro-batch; units embedding, layers, head (free compute but for the layers);
+    each gather takes g on one FIFO stream; the gather of unit k waits for unit k-2's
+    compute (the first two for the task before); unit k computes once unit k-1 has and its
+    gather is done. Gradient reductions and the optimizer are free."""
+    fwd = [0.0] + [c_f] * layers + [0.0]
+    bwd = [0.0] + [c_b] * layers + [0.0]
+    stream, clock, ends = 0.0, 0.0, []
+    for k, c in enumerate(fwd):
+        stream = max(stream, ends[k - 2] if k >= 2 else 0.0) + g
+        clock = max(clock, stream) + c
+        ends.append(clock)
+    f_end, ends = clock, []
+    for k, c in enumerate(bwd):
+        stream = max(stream, ends[k - 2] if k >= 2 else f_end) + g
+        clock = max(clock, stream) + c
+        ends.append(clock)
+    return clock
+
+
+@pytest.mark.parametrize("ratio", [0.5, 3.0])  # gathers hidden, and gathers exposed
+def test_zero3_prefetch_overlap_follows_its_closed_form(ratio: float):
+    sc = parse_scenario({
+        "name": "zero3", "hardware": "a100-80gb",
+        "cluster": {"nodes": 1, "devices_per_node": 2},
+        "model": {"type": "transformer", "layers": 4, "hidden_size": 512, "num_heads": 8,
+                  "seq_length": 256, "vocab_size": 4096, "dtype": "bf16"},
+        "training": {"global_batch_size": 2, "micro_batch_size": 1},
+        "parallel": {"data": 2, "optimizer_shard": 3},
+    }, "test")
+    prog = transformer_program(sc)
+    layer = {op.name for op in prog.layer_fwd + prog.layer_bwd}
+    c_f = sum(1e-3 for op in prog.layer_fwd if isinstance(op, ComputeSpec))
+    c_b = sum(1e-3 for op in prog.layer_bwd if isinstance(op, ComputeSpec))
+    g = ratio * c_f
+    costs = CostModel(
+        compute_s=lambda spec: 1e-3 if spec.name in layer else 0.0,
+        collective_s=lambda coll, nbytes, group: g if coll == "all_gather" and nbytes else 0.0,
+        send_recv_s=lambda nbytes, intra: 0.0)
+    result = simulate(sc, load_profile("a100-80gb"), costs=costs)
+    assert result.iteration_time_s == pytest.approx(_zero3_expected(c_f, c_b, g, 4),
+                                                    rel=1e-9)

@@ -155,9 +155,14 @@ def test_zero_model_states_in_the_memory_timeline(a100, shard: int, per_param: f
     result = simulate(sc, a100)
     prog = result.program
     psi = 8 * prog.params_per_layer + prog.params_embedding + prog.params_head
+    static = dict(result.plan.static_memory[0])
+    assert sum(static.values()) == pytest.approx(per_param * psi)
     cats = dict(result.memory.by_category)
     states = cats["parameters"] + cats["gradients"] + cats["optimizer_states"]
-    assert states == pytest.approx(per_param * psi)
+    # at the peak ZeRO-3 also holds the gathered units: two at most (prefetch depth one)
+    unit = 2 * max(prog.params_per_layer, prog.params_embedding, prog.params_head)
+    extra = 2 * unit if shard == 3 else 0.0
+    assert per_param * psi <= states + 1e-6 <= per_param * psi + extra + 1e-6
 
 
 def test_activation_peak_of_1f1b_holds_p_micro_batches_on_the_first_stage(a100):

@@ -74,8 +74,13 @@ class Lowering:
             prev = self._peer(dev, vs - 1)
             deps += (self.b.ids[("S", prev, "fwd", mb, vs - 1) if prev != dev
                                 else ("C", dev, "F", mb, vs - 1)],)
-        # the first micro-batch's forward waits, piece by piece, for the parameter all-gather
+        # the first micro-batch's forward waits, piece by piece, for the parameter all-gather;
+        # under ZeRO-3 every forward does, for the gather of its unit
         gates = self.gates.pop((dev, vs), None) if mb == 0 else None
+        held: tuple[float, ...] = ()
+        units = self.dp.unit_gates(dev, "F", mb, vs)
+        if units is not None:
+            gates, held = units
         pieces, gates = (w.fwd_pieces, gates) if gates else ((w.fwd,), ((),))
         for k, (piece, gate) in enumerate(zip(pieces, gates)):
             first, last = k == 0, k == len(pieces) - 1
@@ -84,7 +89,8 @@ class Lowering:
                              micro=mb, chunk=vs, duration_s=piece.compute_s + piece.comm_s,
                              comm_s=piece.comm_s, deps=(deps if first else ()) + gate,
                              comm=piece.comm,
-                             alloc=(("activations", w.activation_bytes),) if first else ())
+                             alloc=(("activations", w.activation_bytes),) if first else (),
+                             free=(("parameters", held[k]),) if held and held[k] else ())
         if vs < self.ranks.virtual_stages - 1:
             self._send(dev, self._peer(dev, vs + 1), "fwd", mb, vs, tid)
 
@@ -119,20 +125,25 @@ class Lowering:
                        comm=r.comm, alloc=(("activations", w.working_bytes),))
             deps, free = (), (("activations", w.activation_bytes + w.working_bytes),)
         deps += self.dp.gather_before(dev, vs, ("B", mb, vs))
-        split = mb == self.micro - 1 and self.ranks.data > 1 and self.par.overlap.grad_reduce
+        units = None if self.par.recompute != "none" else self.dp.unit_gates(dev, "B", mb, vs)
+        split = units is not None or (mb == self.micro - 1 and self.ranks.data > 1
+                                      and self.par.overlap.grad_reduce)
         pieces = w.bwd_pieces if split else (w.bwd,)
+        gates, held = units if units is not None else (((),) * len(pieces), ())
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
             key = ("C", dev, "B", mb, vs) if last else ("C", dev, "B", mb, vs, k)
+            gathered = (("parameters", held[k]),) if held and held[k] else ()
             tids.append(self.b.add(key, device=dev, stream="compute", name="B", phase="bwd",
                                    micro=mb, chunk=vs,
                                    duration_s=piece.compute_s + piece.comm_s,
-                                   comm_s=piece.comm_s, deps=deps if k == 0 else (),
-                                   comm=piece.comm, free=free if last else ()))
+                                   comm_s=piece.comm_s,
+                                   deps=(deps if k == 0 else ()) + gates[k], comm=piece.comm,
+                                   free=(free if last else ()) + gathered))
         if vs > 0:
             self._send(dev, self._peer(dev, vs - 1), "bwd", mb, vs, tids[-1])
-        if self.par.overlap.grad_reduce:
+        if self.par.overlap.grad_reduce or self.dp.per_unit:
             self.dp.reduce(dev, mb, vs, tids)
 
     # ---- the end of the iteration --------------------------------------------------------
@@ -140,13 +151,14 @@ class Lowering:
         """Deferred reductions (no overlap), the gradient synchronisation on the other axes,
         the optimizer step (on the device, or on the host), the parameter all-gather."""
         compute = self.b.streams[(dev, "compute")]
-        if not self.par.overlap.grad_reduce:
+        if not self.par.overlap.grad_reduce and not self.dp.per_unit:
             for vs in vss:
                 for mb in range(self.micro):
                     self.dp.reduce(dev, mb, vs, [compute[-1]])
-        dp_tasks = self.b.streams.get((dev, "dp"), [])
+        last_comm = tuple(self.b.streams[(dev, s)][-1] for s in ("dp", "dp_reduce")
+                          if self.b.streams.get((dev, s)))
         params = sum(self.work[vs].params for vs in vss)
-        deps = tuple(dp_tasks[-1:]) + self._grad_sync(dev, vss)
+        deps = last_comm + self._grad_sync(dev, vss)
         if self.par.offload.optimizer_states:
             step = self._host_optimizer(dev, params, deps)
         else:

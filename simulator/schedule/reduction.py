@@ -10,9 +10,15 @@ its collectives on a device's `dp` stream.
   parameters (Megatron-Core's forward pre-hook);
 - stage 2 (`ShardedGradients`): as stage 1, and the sharded gradients are reduce-scattered
   after every micro-batch;
-- stage 3 (`ShardedParameters`): as stage 2, and each chunk's parameters are all-gathered
-  before each of its F, R and B tasks, prefetched one compute task ahead (no gather after
-  the step: parameters stay sharded).
+- stage 3 (`ShardedParameters`, ZeRO-3 / PyTorch FSDP): parameters stay sharded; each unit
+  (the embedding, each layer, the head: FSDP's wrap units, Zhao et al. 2023, Sec. 3) is
+  all-gathered right before its forward and again before its backward, prefetched one unit
+  ahead (the gather of unit k+1 waits for unit k-1's compute, so at most two units are
+  whole at once: FSDP's forward/backward prefetch with limit_all_gathers), held in memory
+  until its compute ends; each unit's gradient is reduce-scattered as soon as its backward
+  ends, every micro-batch, under the backward of the units before it, on a stream of its
+  own (FSDP's post-backward stream) that shares the device's link with the gathers. A
+  recompute pass gathers its whole chunk first.
 With one data-parallel rank nothing is emitted (`NoDataParallel`).
 """
 
@@ -46,6 +52,7 @@ class DataParallel:
     """Stage 0, and the shared machinery of the sharded stages."""
 
     collective = "all_reduce"
+    per_unit = False  # compute runs unit by unit (pieces) in every micro-batch
 
     def __init__(self, low: Lowering) -> None:
         self.low = low
@@ -71,6 +78,12 @@ class DataParallel:
         """Per virtual stage, the gather task each forward piece of micro-batch 0 waits for."""
         return {}
 
+    def unit_gates(self, dev: int, kind: str, mb: int, vs: int
+                   ) -> tuple[Gates, tuple[float, ...]] | None:
+        """For per-unit strategies: the tasks each piece of a F or B task waits for, and
+        the gathered bytes each piece frees when it ends. None: no per-unit gathers."""
+        return None
+
     def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
         """The gradient reduction of micro-batch mb of virtual stage vs, after piece_tids:
         the buckets of the last micro-batch, each after the piece that completes it."""
@@ -86,18 +99,21 @@ class DataParallel:
 
     # ---- helpers -----------------------------------------------------------------------
     def emit(self, dev: int, name: str, coll: str, nbytes: float, seconds: float,
-             deps: tuple[int, ...], key: tuple, alloc_buffer: bool = True) -> int:
-        """One data-parallel collective on the dp stream of dev."""
+             deps: tuple[int, ...], key: tuple, alloc_buffer: bool = True,
+             alloc: tuple = (), stream: str = "dp") -> int:
+        """One data-parallel collective on a dp stream of dev (both streams share the
+        device's link); `alloc`: memory it allocates that a later task frees (gathered
+        parameters)."""
         low = self.low
         group, size = -1, 1
         if low.fidelity == "full":
             members = low.ranks.except_axis(dev, low.ranks.data_axis)
             group, size = low.b.groups[(members, name) + key], low.ranks.data
         buf = (("communication_buffers", nbytes),) if alloc_buffer else ()
-        return low.b.add(("dp", dev, name) + key, device=dev, stream="dp", name=name,
+        return low.b.add(("dp", dev, name) + key, device=dev, stream=stream, name=name,
                          phase="comm", duration_s=seconds, deps=deps, link=self.link,
-                         group=group, group_size=size, comm=((coll, nbytes),), alloc=buf,
-                         free=buf)
+                         group=group, group_size=size, comm=((coll, nbytes),),
+                         alloc=buf + alloc, free=buf)
 
     def gather_s(self, vss: list[int]) -> float:
         """Seconds to all-gather the parameters of virtual stages vss, bucket by bucket (the
@@ -176,9 +192,49 @@ class ShardedGradients(ShardedStates):
 
 
 class ShardedParameters(ShardedGradients):
-    """Stage 3: parameters sharded too, gathered before every compute task that uses them."""
+    """Stage 3: parameters sharded too, gathered unit by unit before the compute that uses
+    them; gradients reduce-scattered unit by unit."""
+
+    per_unit = True
+
+    def unit_gates(self, dev: int, kind: str, mb: int, vs: int
+                   ) -> tuple[Gates, tuple[float, ...]]:
+        low = self.low
+        params = low.work[vs].piece_params  # backward order: head, layers, embedding
+        order = tuple(reversed(params)) if kind == "F" else params
+        gates, held = [], []
+        last = len(order) - 1
+        compute = low.b.streams.get((dev, "compute"), [])
+        before = tuple(compute[-1:])  # the task running before this one
+        for k, n in enumerate(order):
+            nbytes = n * low.e
+            # prefetch depth one: the gather of unit k waits for unit k-2's compute (the
+            # first two for the task before), so two units are whole at most
+            deps = (low.b.ids[("C", dev, kind, mb, vs, k - 2)],) if k >= 2 else before
+            tid = self.emit(dev, "param_gather", "all_gather", nbytes,
+                            low.costs.collective_s("all_gather", nbytes, self.group), deps,
+                            (kind, mb, vs, k), alloc_buffer=False,
+                            alloc=(("parameters", nbytes),) if nbytes else ())
+            gates.append((tid,))
+            held.append(nbytes)
+        assert len(gates) == last + 1
+        return tuple(gates), tuple(held)
+
+    def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
+        """Each unit's gradient reduce-scattered after its backward, every micro-batch."""
+        low = self.low
+        for k, n in enumerate(low.work[vs].piece_params):
+            nbytes = n * low.ge
+            if nbytes <= 0:
+                continue
+            self.emit(dev, "grad_reduce", self.collective, nbytes,
+                      low.costs.collective_s(self.collective, nbytes, self.group),
+                      (piece_tids[min(k, len(piece_tids) - 1)],), (mb, vs, k),
+                      stream="dp_reduce")
 
     def gather_before(self, dev: int, vs: int, key: tuple) -> tuple[int, ...]:
+        if key[0] != "R":
+            return ()
         low = self.low
         nbytes = low.work[vs].params * low.e
         compute = low.b.streams.get((dev, "compute"), [])
