@@ -137,8 +137,11 @@ def test_cli_summary_and_sweep_file(tmp_path):
     assert res.exit_code == 0, res.output
     assert "fastest configurations that fit (3 of 3)" in res.stdout
     assert "6 configurations: 3 fit, 0 do not fit, 3 failed" in res.stdout
-    for name in ("sweep.parquet", "sweep.csv", "sweep.png", "sweep.json"):
+    for name in ("sweep.parquet", "sweep.csv", "sweep.png", "sweep.json", "report.html"):
         assert (tmp_path / "o" / name).is_file()
+    page = (tmp_path / "o" / "report.html").read_text()
+    assert page.count("<tr>") == 1 + 3 + 1 + 3  # comparison: header + 3; failed: header + 3
+    assert 'id="fig-sweep" alt="sweep plot" src="data:image/png;base64,' in page
     bad = CliRunner().invoke(app, ["sweep", "tiny-cpu", "--grid", "parallel.tensor"])
     assert bad.exit_code == 2
     assert "error: --set: parallel.tensor: expected KEY=VALUE" in bad.stderr

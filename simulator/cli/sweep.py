@@ -101,8 +101,9 @@ def sweep(
         "--set", metavar="KEY=VALUE", help="Override applied to every configuration.",
         show_default=False)] = None,
     out: Annotated[Path | None, typer.Option(
-        "--out", metavar="DIR", help="Folder for sweep.parquet, sweep.csv, sweep.png and the "
-        "journal. Default: reports/<scenario-stem>-sweep/.", show_default=False)] = None,
+        "--out", metavar="DIR", help="Folder for sweep.parquet, sweep.csv, sweep.png, "
+        "report.html and the journal. Default: reports/<scenario-stem>-sweep/.",
+        show_default=False)] = None,
     resume: Annotated[bool, typer.Option(
         "--resume", help="Continue the sweep in --out: configurations already there are "
         "skipped.")] = False,
@@ -140,5 +141,6 @@ def sweep(
             emit_json(rows, stdout)
         else:
             _print_summary(rows, spec.keys, stdout)
-            stdout.write(f"sweep files: {folder}/ (sweep.parquet, sweep.csv, sweep.png)\n")
+            stdout.write(f"sweep files: {folder}/ (sweep.parquet, sweep.csv, sweep.png, "
+                         "report.html)\n")
     raise typer.Exit(EXIT_OK)

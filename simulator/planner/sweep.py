@@ -256,4 +256,8 @@ def sweep_into(spec: SweepSpec, folder: Path | None, executor: Any, resume: bool
         journal.flush()
     rows = write_final(folder, spec.keys)
     plot_sweep(rows, spec.keys, folder / "sweep.png")
+    from simulator.report.html import sweep_page
+
+    page = sweep_page(rows, spec.keys, folder / "sweep.png", f"shardsim sweep: {spec.shown}")
+    (folder / "report.html").write_text(page, encoding="utf-8")
     return rows

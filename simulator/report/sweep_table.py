@@ -8,6 +8,7 @@ Layout of a sweep folder:
                           flushed, which `--resume` evaluates again: nothing lost, nothing twice
     sweep.parquet, sweep.csv  every row, sorted by index (rewritten at the end of each run)
     sweep.png             iteration time and peak memory against the swept keys
+    report.html           the comparison table and the plot on one offline page
 """
 
 from __future__ import annotations
