@@ -99,12 +99,12 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     costs = costs or CostModel.from_hardware(hw)
     if isinstance(scenario.model, TransformerModel):
         prog = transformer_program(scenario, hw.software, hw.compute_units)
-        groups = ()
+        mesh = None
         model, hardware = iteration_flops(scenario, prog)
     else:
         gp = _graph_program(scenario)
-        prog, groups, model, hardware = gp.program, gp.groups, gp.model_flops, gp.model_flops
-    plan = lower(scenario, prog, costs, fidelity, groups)
+        prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
+    plan = lower(scenario, prog, costs, fidelity, mesh)
     trace = run(plan)
     grouped = by_device(plan)
     ends = device_end(plan, trace)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from simulator.cost.specs import CommSpec, GroupSpec
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel, Priced, price_ops
-from simulator.schedule.layout import Layout
+from simulator.schedule.layout import RankMesh
 from simulator.schedule.program import TransformerProgram
 
 __all__ = ["StageWork", "stage_work"]
@@ -90,7 +90,7 @@ def _grad_sync(prog: TransformerProgram, n: int, first: bool, last: bool
                  for (k, a), b in out.items())
 
 
-def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
+def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
                costs: CostModel) -> tuple[StageWork, ...]:
     """Priced work of every virtual stage, indexed by virtual stage."""
     groups: dict[str, GroupSpec] = layout.groups()
