@@ -244,14 +244,23 @@ def sweep_into(spec: SweepSpec, folder: Path | None, executor: Any, resume: bool
 
     if folder is None:
         rows: list[dict[str, Any]] = []
+
+        def keep(row: dict[str, Any]) -> None:
+            rows.append(row)
+            on_row(row)
+
         on_start(spec.size, 0)
-        run_sweep(spec, executor, on_row=lambda r: (rows.append(r), on_row(r)))
+        run_sweep(spec, executor, on_row=keep)
         return sorted(rows, key=lambda r: r["index"])
     journal = SweepJournal(folder, spec.manifest(), spec.keys, resume)
+
+    def journaled(row: dict[str, Any]) -> None:
+        journal.add(row)
+        on_row(row)
+
     on_start(spec.size, len(journal.done))
     try:
-        run_sweep(spec, executor, set(journal.done),
-                  on_row=lambda r: (journal.add(r), on_row(r)))
+        run_sweep(spec, executor, set(journal.done), on_row=journaled)
     finally:
         journal.flush()
     rows = write_final(folder, spec.keys)

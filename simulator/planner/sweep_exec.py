@@ -63,10 +63,12 @@ class RayExecutor:
                              "optional extra: pip install 'shardsim[sweep]'") from None
         started = not ray.is_initialized()
         if started:
+            import logging
+
             # workers import this checkout: pass the parent's module path on
             env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}}
             ray.init(address=self.address, runtime_env=env, include_dashboard=False,
-                     log_to_driver=False, logging_level="ERROR")
+                     log_to_driver=False, logging_level=logging.ERROR)
         try:
             remote = ray.remote(fn)
             pending = [remote.remote(job) for job in jobs]
