@@ -153,3 +153,15 @@ def test_ray_gives_identical_rows():
     local = sweep_into(spec, None, SerialExecutor())
     on_ray = sweep_into(spec, None, RayExecutor())
     assert _comparable(on_ray) == _comparable(local)
+
+
+def test_cli_bad_input_exits_2_naming_the_option():
+    runner = CliRunner()
+    none = runner.invoke(app, ["sweep", "tiny-cpu"])
+    assert none.exit_code == 2 and none.stderr == (
+        "error: --grid: nothing to sweep; give --grid KEY=V1,V2,... (or a sweep file with a "
+        "sweep.grid block)\n")
+    addr = runner.invoke(app, ["sweep", "tiny-cpu", "--grid", "seed=1,2", "--address", "auto"])
+    assert addr.exit_code == 2 and addr.stderr == (
+        "error: --address: auto: only the ray executor takes an address, found --executor "
+        "local\n")
