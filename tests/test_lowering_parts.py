@@ -92,3 +92,30 @@ def test_a_pipeline_over_a_one_block_model_is_refused():
         simulate(sc, load_profile(sc.hardware))
     assert err.value.key == "parallel.pipeline"
     assert "one block (allowed: 1)" in str(err.value)
+
+
+def _layers_run(**parallel: Any):
+    sc = parse_scenario({
+        "name": "uneven", "hardware": "a100-80gb",
+        "cluster": {"nodes": 1, "devices_per_node": 8},
+        "model": {"type": "transformer", "layers": 10, "hidden_size": 512, "num_heads": 8,
+                  "seq_length": 256, "vocab_size": 32768, "dtype": "bf16"},
+        "training": {"global_batch_size": 8, "micro_batch_size": 1},
+        "parallel": {"data": 2, "pipeline": 4, **parallel},
+    }, "test")
+    return simulate(sc, load_profile("a100-80gb"))
+
+
+def test_layers_that_do_not_divide_are_split_by_work():
+    """10 layers on 4 stages: 2 each and 2 more, placed where the work is least: the middle
+    stages, since the first also embeds and the last runs the 32k-vocabulary head."""
+    result = _layers_run()
+    assert result.plan.stage_layers == (2, 3, 3, 2)
+    assert sum(w for w in result.plan.stage_layers) == 10
+
+
+def test_given_stage_layers_are_used_and_change_the_time():
+    even = _layers_run(pipeline_layers=[1, 4, 4, 1])
+    assert even.plan.stage_layers == (1, 4, 4, 1)
+    skewed = _layers_run(pipeline_layers=[4, 2, 2, 2])
+    assert skewed.iteration_time_s > even.iteration_time_s  # the slowest stage sets the pace

@@ -229,4 +229,5 @@ def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
     streams = tuple((dev, name, tuple(tids)) for (dev, name), tids in low.b.streams.items())
     return Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,
                 stage_of=tuple(low.ranks.stage(d) for d in devices), static_memory=static,
-                total_devices=low.ranks.devices, micro_batches=low.micro)
+                total_devices=low.ranks.devices, micro_batches=low.micro,
+                stage_layers=tuple(w.layers for w in low.work))
