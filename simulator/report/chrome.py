@@ -1,17 +1,31 @@
-"""Chrome / Perfetto trace JSON of a simulated iteration (the Trace Event Format, "X"
-complete events): one process per simulated device, one thread per stream, times in us.
+"""Chrome / Perfetto trace JSON of a simulated iteration (the Trace Event Format,
+https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU):
+one process per simulated device, one thread per stream, times in microseconds.
 Open in https://ui.perfetto.dev or chrome://tracing.
+
+- "X" complete events: every task of the plan on its stream's thread.
+- "X" slices on a `tp collectives` thread: the tensor-parallel collectives a compute task
+  runs on its critical path (`Task.comm_s`, Megatron's all-reduce / all-gather /
+  reduce-scatter around its GEMMs). The plan keeps their total per task, not when each one
+  runs inside it, so the slice starts with its task and lasts the total (cat `tp_comm`).
+- "C" counter events: allocated memory per device by category (a stacked `memory (GB)`
+  track per process), from report.metrics.memory_timeline.
+- "s"/"f" flow events: an arrow from each pipeline send to the compute task of the next
+  stage that waited for it (binding point "e": the enclosing slice at the arrow's end).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from simulator.report.metrics import memory_timeline
 from simulator.schedule.tasks import STREAMS
 
-__all__ = ["chrome_trace"]
+__all__ = ["chrome_trace", "TP_THREAD"]
 
 _US = 1e6
+TP_THREAD = "tp collectives"
+_TP_TID = len(STREAMS)
 
 
 def _meta(result: Any) -> list[dict[str, Any]]:
@@ -24,9 +38,65 @@ def _meta(result: Any) -> list[dict[str, Any]]:
                        "args": {"name": label}})
         events.append({"name": "process_sort_index", "ph": "M", "pid": device, "tid": 0,
                        "args": {"sort_index": i}})
-        for j, stream in enumerate(STREAMS):
+        for j, stream in enumerate((*STREAMS, TP_THREAD)):
             events.append({"name": "thread_name", "ph": "M", "pid": device, "tid": j,
                            "args": {"name": stream}})
+    return events
+
+
+def _task_args(task: Any) -> dict[str, Any]:
+    args: dict[str, Any] = {"phase": task.phase}
+    if task.micro >= 0:
+        args["micro_batch"] = task.micro
+    if task.chunk >= 0:
+        args["virtual_stage"] = task.chunk
+    if task.comm_s:
+        args["tp_comm_s"] = task.comm_s
+    for coll, nbytes in task.comm:
+        args[f"{coll}_bytes"] = nbytes
+    return args
+
+
+def _tp_slice(task: Any, ts: float) -> dict[str, Any]:
+    colls = [c for c, _ in task.comm if c != "send_recv"]
+    return {"name": "tp " + "+".join(colls or ["collectives"]), "cat": "tp_comm", "ph": "X",
+            "pid": task.device, "tid": _TP_TID, "ts": ts, "dur": task.comm_s * _US,
+            "args": {f"{c}_bytes": b for c, b in task.comm}}
+
+
+def _memory_counters(result: Any) -> list[dict[str, Any]]:
+    """A "C" event per allocation change of each device, bytes by category in GB."""
+    plan, trace = result.plan, result.trace
+    grouped: dict[int, list[Any]] = {d: [] for d in plan.devices}
+    for task in plan.tasks:
+        grouped[task.device].append(task)
+    events = []
+    for device in plan.devices:
+        times, states = memory_timeline(plan, trace, device, grouped[device])
+        for when, state in zip(times, states):
+            events.append({"name": "memory (GB)", "ph": "C", "pid": device, "ts": when * _US,
+                           "args": {c: round(v / 1e9, 6) for c, v in state.items()}})
+    return events
+
+
+def _flows(result: Any) -> list[dict[str, Any]]:
+    """Flow arrows from each pipeline send to the other device's task that depends on it."""
+    plan, trace = result.plan, result.trace
+    sends = {t.tid: t for t in plan.tasks if t.stream in ("pp_fwd", "pp_bwd")}
+    tid_of = {s: j for j, s in enumerate(STREAMS)}
+    events: list[dict[str, Any]] = []
+    for task in plan.tasks:
+        for dep in task.deps:
+            send = sends.get(dep)
+            if send is None or send.device == task.device:
+                continue
+            flow = len(events) // 2
+            events.append({"name": send.name, "cat": "pipeline", "ph": "s", "id": flow,
+                           "pid": send.device, "tid": tid_of[send.stream],
+                           "ts": trace.start[send.tid] * _US})
+            events.append({"name": send.name, "cat": "pipeline", "ph": "f", "bp": "e",
+                           "id": flow, "pid": task.device, "tid": tid_of[task.stream],
+                           "ts": trace.start[task.tid] * _US})
     return events
 
 
@@ -36,18 +106,13 @@ def chrome_trace(result: Any) -> dict[str, Any]:
     tid_of = {s: j for j, s in enumerate(STREAMS)}
     events = _meta(result)
     for task in plan.tasks:
-        args: dict[str, Any] = {"phase": task.phase}
-        if task.micro >= 0:
-            args["micro_batch"] = task.micro
-        if task.chunk >= 0:
-            args["virtual_stage"] = task.chunk
-        if task.comm_s:
-            args["tp_comm_s"] = task.comm_s
-        for coll, nbytes in task.comm:
-            args[f"{coll}_bytes"] = nbytes
+        ts = trace.start[task.tid] * _US
         name = f"{task.name}{task.micro}" if task.micro >= 0 else task.name
         events.append({"name": name, "cat": task.phase, "ph": "X", "pid": task.device,
-                       "tid": tid_of[task.stream], "ts": trace.start[task.tid] * _US,
-                       "dur": task.duration_s * _US, "args": args})
+                       "tid": tid_of[task.stream], "ts": ts,
+                       "dur": task.duration_s * _US, "args": _task_args(task)})
+        if task.comm_s > 0 and task.stream == "compute":
+            events.append(_tp_slice(task, ts))
+    events += _memory_counters(result) + _flows(result)
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"scenario": result.scenario.name, "fidelity": result.fidelity}}
