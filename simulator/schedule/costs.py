@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
@@ -32,9 +33,15 @@ class CostModel:
         from simulator.cost import collective_time_s, compute_time_s, send_recv_time_s
 
         pcie = float(hw.pcie_bandwidth_bytes_per_s)
+
+        @lru_cache(maxsize=4096)
+        def collective(coll: str, nbytes: float, group: GroupSpec) -> float:
+            # pure in its arguments: gradient buckets repeat one size hundreds of times
+            return collective_time_s(coll, nbytes, group, hw)
+
         return cls(
             compute_s=lambda spec: compute_time_s(spec, hw),
-            collective_s=lambda coll, nbytes, group: collective_time_s(coll, nbytes, group, hw),
+            collective_s=collective,
             send_recv_s=lambda nbytes, intra: send_recv_time_s(nbytes, intra, hw),
             copy_s=lambda nbytes: nbytes / pcie,
         )
