@@ -382,6 +382,41 @@ PROFILES = {
 ),
 }
 
+# Typed fields the simulator reads (simulator/framework/schema.py), merged into the blocks above.
+# grad_reduction.fp32_for_bf16: bf16 gradients kept and reduced in fp32; overlap.tp_comm_enabled /
+# tp_comm_sms: what parallel.overlap.tp_comm: auto resolves to; fp8.gemm_roles: the GEMMs dtype fp8
+# runs in FP8 (qkv, proj, fc1, fc2, lm_head); fp8.weight_copy_bytes_per_param: FP8 weight copies;
+# memory_overheads.comm_buffers_per_communicator: comm_buffer_bytes buffers per communicator.
+TE_ROLES = ["qkv", "proj", "fc1", "fc2"]
+NCCL_BUFS = 64  # 2 ring connections x 32 channels (NCCL MAXCHANNELS); NVIDIA/nccl#986 (sjeaugey):
+                # 'Ring uses a limited amount of memory as it only has 2 connections regardless of
+                # the scale'; 'The memory usage is linearly tied to the number of channels'
+MACHINE = {
+    "megatron-lm-2021": dict(fp32=False, tp=False, roles=[], copies=0, bufs=NCCL_BUFS),
+    "megatron-core": dict(fp32=True, tp=True, roles=TE_ROLES, copies=2, bufs=NCCL_BUFS),
+    "nemo": dict(fp32=False, tp=True, roles=TE_ROLES, copies=2, bufs=NCCL_BUFS),
+    "megatron-deepspeed": dict(fp32=True, tp=False, roles=[], copies=0, bufs=NCCL_BUFS),
+    "deepspeed-zero": dict(fp32=False, tp=False, roles=[], copies=0, bufs=NCCL_BUFS),
+    "pytorch-fsdp": dict(fp32=False, tp=False, roles=[], copies=0, bufs=NCCL_BUFS),
+    "torchtitan": dict(fp32=True, tp=False, roles=TE_ROLES, copies=0, bufs=NCCL_BUFS),
+    "llm-foundry": dict(fp32=True, tp=False, roles=TE_ROLES, copies=2, bufs=NCCL_BUFS),
+    "mindspore": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
+    "mindspeed": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
+}
+COPIES_SRC = ("Transformer Engine keeps the FP8 weight and its FP8 transpose between micro-batches "
+              "(Float8Tensor data + cached transpose; Megatron passes is_first_microbatch so the weight "
+              "is cast once per step): 2 bytes per parameter of an FP8 GEMM")
+for name, m in MACHINE.items():
+    p = PROFILES[name]
+    p["grad_reduction"]["fp32_for_bf16"] = m["fp32"]
+    p["overlap"]["tp_comm_enabled"] = m["tp"]
+    p["overlap"]["tp_comm_sms"] = 16
+    p["fp8"]["gemm_roles"] = m["roles"]
+    p["fp8"]["weight_copy_bytes_per_param"] = m["copies"]
+    if m["copies"]:
+        p["fp8"]["source"] += "; weight copies: " + COPIES_SRC
+    p["memory_overheads"]["comm_buffers_per_communicator"] = m["bufs"]
+
 KEYS = None
 for name, p in PROFILES.items():
     flat = sorted(p.keys())
@@ -390,7 +425,7 @@ for name, p in PROFILES.items():
         KEYS = (flat, sub)
     assert (flat, sub) == KEYS, (name, set(flat) ^ set(KEYS[0]),
                                  {k: set(sub[k]) ^ set(KEYS[1][k]) for k in sub if sub[k] != KEYS[1].get(k)})
-    text = ("# Framework profile DRAFT (issue 9 item 1): what this training stack does, each field cited.\n"
+    text = ("# Framework profile (issue 9 item 1): what this training stack does, each field cited.\n"
             "# Units are in the key names (_bytes, _params); null = not found in public code/docs.\n"
             "# Field meanings: framework_profiles/README.md\n")
     text += yaml.safe_dump(p, sort_keys=False, width=100, allow_unicode=False)
