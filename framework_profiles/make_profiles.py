@@ -382,6 +382,37 @@ PROFILES = {
 ),
 }
 
+# No training stack: the plain kernels shardsim's own numpy `verify` executes (no fused
+# attention, a separate gradient add), no collective library, no runtime context. The default of
+# the cpu-x86 profile (one socket is one device; nothing of a GPU stack applies).
+_NA = "not applicable: no training stack"
+PROFILES["reference"] = prof(
+    name="reference",
+    description="No training stack: plain kernels as shardsim's numpy verify executes them (cpu-x86 default)",
+    basis="simulator/numeric/execute.py (the kernels verify runs)",
+    attention=dict(fused_default=False, kernel="scores materialised (QK^T, softmax, PV)", source=_NA),
+    fused_kernels=dict(list=[], source=_NA),
+    fused_grad_accumulation=dict(enabled=False, detail="gradients added per micro-batch", source=_NA),
+    grad_reduction=dict(bucket_rule="one reduction of all gradients after the backward", bucket_params=None,
+                        bucket_params_per_dp_rank=None, bucket_bytes=None, first_bucket_bytes=None,
+                        collective="all_reduce", dtype="model dtype", source=_NA),
+    param_gather=dict(rule="none", dtype=None, source=_NA),
+    sharding=dict(optimizer_states="per parallel.optimizer_shard", gradients="per parallel.optimizer_shard",
+                  parameters="per parallel.optimizer_shard", wrap_unit=None, reshard_after_forward=None, source=_NA),
+    overlap=dict(grad_reduce=False, param_gather=False, tp_comm=False, pipeline_p2p=None,
+                 fsdp_forward_prefetch_depth=None, fsdp_backward_prefetch_depth=None,
+                 limit_inflight_all_gathers=None, source=_NA),
+    fp8=dict(supported=False, recipe=None, format=None, amax_history_len=None, amax_compute_algo=None,
+             scaling_granularity=None, fp8_gemms=[], bf16_ops=[], cast_costs=None, source=_NA),
+    memory_overheads=dict(cuda_context_bytes=0, cuda_context_source=_NA, comm_buffer_bytes=0,
+                          comm_buffer_rule=_NA, comm_buffer_source=_NA, allocator=_NA,
+                          persistent_buffers="none", workspace_bytes=0, workspace_source=_NA),
+    cross_entropy=dict(implementation="softmax cross entropy", vocab_parallel=True, logits_dtype=None,
+                       fused=False, source=_NA),
+    activation_recompute=dict(options=["none", "selective", "full"], default_in_published_runs=None, source=_NA),
+    notes=["Default framework of hardware_profiles/cpu-x86.yaml."],
+)
+
 # Typed fields the simulator reads (simulator/framework/schema.py), merged into the blocks above.
 # grad_reduction.fp32_for_bf16: bf16 gradients kept and reduced in fp32; overlap.tp_comm_enabled /
 # tp_comm_sms: what parallel.overlap.tp_comm: auto resolves to; fp8.gemm_roles: the GEMMs dtype fp8
@@ -402,6 +433,7 @@ MACHINE = {
     "llm-foundry": dict(fp32=True, tp=False, roles=TE_ROLES, copies=2, bufs=NCCL_BUFS),
     "mindspore": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
     "mindspeed": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
+    "reference": dict(fp32=False, tp=False, roles=[], copies=0, bufs=0),
 }
 COPIES_SRC = ("Transformer Engine keeps the FP8 weight and its FP8 transpose between micro-batches "
               "(Float8Tensor data + cached transpose; Megatron passes is_first_microbatch so the weight "
