@@ -431,7 +431,7 @@ MACHINE = {
     "pytorch-fsdp": dict(fp32=False, tp=False, roles=[], copies=0, bufs=NCCL_BUFS),
     "torchtitan": dict(fp32=True, tp=False, roles=TE_ROLES, copies=0, bufs=NCCL_BUFS),
     "llm-foundry": dict(fp32=True, tp=False, roles=TE_ROLES, copies=2, bufs=NCCL_BUFS),
-    "mindspore": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
+    "mindspore": dict(fp32=False, tp=False, roles=[], copies=0, bufs=1),  # gradient_fp32_sync casts for the all-reduce only
     "mindspeed": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
     "reference": dict(fp32=False, tp=False, roles=[], copies=0, bufs=0),
 }

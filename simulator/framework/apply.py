@@ -45,7 +45,7 @@ def with_auto_fusion(scenario: Scenario, fw: FrameworkProfile, grad_bytes: float
     p = scenario.parallel
     if p.comm_fusion.mode != "auto":
         return scenario
-    mode, mb = auto_fusion(fw, p.data, grad_bytes, p.optimizer_shard)
+    mode, mb = auto_fusion(fw, p.data, grad_bytes, p.optimizer_shard, p.comm_fusion.bucket_mb)
     if mode == "size":
         mode = "auto"  # the lowering cuts 'auto' buckets by size, like 'size'
     fusion = p.comm_fusion.model_copy(update={"mode": mode, "bucket_mb": mb})

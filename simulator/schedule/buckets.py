@@ -19,8 +19,8 @@ from typing import Any
 __all__ = ["grad_buckets", "auto_fusion"]
 
 
-def auto_fusion(framework: Any, dp: int, bytes_per_param: float, shard: int
-                ) -> tuple[str, float]:
+def auto_fusion(framework: Any, dp: int, bytes_per_param: float, shard: int,
+                bucket_mb: float = 25.0) -> tuple[str, float]:
     """(mode, bucket_mb) of `comm_fusion.mode: auto` under a framework profile:
 
     - parameters fully sharded (`optimizer_shard: 3`) by a stack with a wrap unit (FSDP,
@@ -31,8 +31,11 @@ def auto_fusion(framework: Any, dp: int, bytes_per_param: float, shard: int
     - a parameter rule: max(bucket_params, bucket_params_per_dp_rank x dp) elements of
       `bytes_per_param` each (Megatron-Core distributed_data_parallel.py: 'bucket_size =
       max(40000000, 1000000 * dp_group.size())'; DeepSpeed reduce_bucket_size 5e8);
-    - no rule (Megatron-LM 2021 local DDP, MindSpore's default): one reduction of the whole
-      gradient buffer after the backward.
+    - no rule and a reduction that does not overlap the backward (`overlap.grad_reduce:
+      false`; Megatron-LM 2021 local DDP): one reduction of the whole gradient buffer after
+      the backward;
+    - no rule found in public sources (MindSpore's default fusion threshold): the scenario's
+      `bucket_mb`.
     """
     g = framework.grad_reduction
     if shard >= 3 and framework.sharding.wrap_unit is not None:
@@ -42,7 +45,9 @@ def auto_fusion(framework: Any, dp: int, bytes_per_param: float, shard: int
     if g.bucket_params is not None:
         params = max(g.bucket_params, (g.bucket_params_per_dp_rank or 0) * dp)
         return "size", params * bytes_per_param / 1e6
-    return "size", math.inf
+    if framework.overlap.grad_reduce is False:
+        return "size", math.inf
+    return "size", bucket_mb
 
 
 def _by_size(piece_bytes: list[float], bucket: float) -> list[tuple[int, float]]:

@@ -15,6 +15,8 @@ core (QK^T, softmax, PV), norms, embedding, LM head and the optimizer in bf16/fp
   micro-batches of a step (Megatron passes is_first_microbatch), so its cast runs once per
   step (its cost is spread over the micro-batches here); with dynamic (current) scaling
   (torchao tensorwise) it is cast every time it is used;
+- the input an FP8 GEMM keeps for its backward is that FP8 copy (TE Linear saves the FP8
+  X^T for wgrad), 1 byte instead of 2 where only FP8 GEMMs keep the tensor (`fp8_saved`);
 - dynamic scaling reads each tensor once more for its amax before the cast (torchao
   `tensor_to_amax`, then the cast); delayed scaling takes the amax inside the cast kernel
   (TE fuses amax into cast_transpose) and updates the scales once per step (negligible).
@@ -29,8 +31,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from simulator.cost.specs import ComputeSpec
+from simulator.sharding.lower import Saved, kernel_of
+from simulator.sharding.plan import ShardingPlan
 
-__all__ = ["Fp8Recipe", "apply_fp8", "FP8_OPS"]
+__all__ = ["Fp8Recipe", "apply_fp8", "fp8_saved", "FP8_OPS"]
 
 # kernels of the planned GPT graph per role of `fp8.gemm_roles`
 FP8_OPS = {"qkv": ("qkv",), "proj": ("proj",), "fc1": ("fc1", "fc_gate", "fc_up"),
@@ -97,3 +101,13 @@ def apply_fp8(ops: tuple, r: Fp8Recipe) -> tuple:
             out += _backward_casts(op, r)
         out.append(replace(op, dtype="fp8"))
     return tuple(out)
+
+
+def fp8_saved(sv: Saved, plan: ShardingPlan, r: Fp8Recipe, itemsize: float = 2.0) -> Saved:
+    """`sv` with the tensors kept only by FP8 GEMMs stored in FP8 (1 byte an element
+    instead of `itemsize`)."""
+    fp8_ops = {p.op.name for p in plan.ops if kernel_of(p) in r.kernels}
+    tensors = {name: ((nbytes / itemsize) if all(k in fp8_ops for k in keepers) else nbytes,
+                      producer, keepers)
+               for name, (nbytes, producer, keepers) in sv.tensors.items()}
+    return Saved(tensors, dict(sv.extra))

@@ -9,14 +9,15 @@ its neighbours are layers on both sides); its blocks are the embedding (ops befo
 layer), the layer and the head (final norm, LM head, cross-entropy and the loss). Operator
 graphs (mlp, resnet, graph): the whole graph is one block.
 
-What the reference training stack adds on top of the plan are cost annotations, each cited
-where it is made: fused attention (`model.attention`, the profile's `software`), the fp32
+What the training stack (the framework profile's `Software`) adds on top of the plan are cost
+annotations, each cited where it is made: fused attention (`model.attention`), the fp32
 main-gradient add of unfused stacks, fp32 gradient reduction of bf16 models, TP-comm
-overlap, and with `dtype: fp8` the framework's FP8 recipe (`schedule.fp8`: the recipe's GEMMs
-in FP8 with their casts, everything else in bf16). Data-parallel gradient reductions (mesh axis `dp`) are left to the lowering, which
-buckets and overlaps them; reductions on the other axes run once per iteration before the
-optimizer, coalesced per collective (Megatron's finalize_model_grads all-reduces the
-sequence-parallel norm gradients as one flat buffer).
+overlap, and with `dtype: fp8` the framework's FP8 recipe (`schedule.fp8`: the recipe's
+GEMMs in FP8 with their casts, everything else in bf16). Data-parallel gradient reductions
+(mesh axis `dp`) are left to the lowering, which buckets and overlaps them; reductions on
+the other axes run once per iteration before the optimizer, coalesced per collective
+(Megatron's finalize_model_grads all-reduces the sequence-parallel norm gradients as one
+flat buffer).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
 from simulator.graph.graph import Graph
 from simulator.hardware.schema import Software
 from simulator.scenario.schema import DTYPE_BYTES, GraphModel, Scenario, TransformerModel
-from simulator.schedule.fp8 import Fp8Recipe, apply_fp8
+from simulator.schedule.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.schedule.program import Op, TpOverlap, TransformerProgram
 from simulator.sharding.lower import (
     Saved,
@@ -121,7 +122,7 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
                         compute_units: int = 132, fp8: Fp8Recipe | None = None
                         ) -> TransformerProgram:
     """One device's work for one micro-batch of `scenario` (a transformer model), derived
-    from its planned graph. `software` is the hardware profile's reference stack: it
+    from its planned graph. `software` is the framework profile's stack: it
     resolves `model.attention: auto`, says whether gradient accumulation into fp32 runs
     inside the wgrad GEMMs, whether bf16 gradients are kept and reduced in fp32, and whether
     TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores).
@@ -141,6 +142,8 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
     embed = _Block(lambda n: n.startswith("embed"))
     head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
     sv: Saved = saved(plan, e)
+    if recipe is not None:
+        sv = fp8_saved(sv, plan, recipe, e)
     fwd = {k: forward_specs(plan, dtype, b.select, e, sv) for k, b in
            (("layer", layer), ("embed", embed), ("head", head))}
     bwd = {k: backward_specs(plan, dtype, b.select, e) for k, b in
