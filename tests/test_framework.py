@@ -195,3 +195,26 @@ def test_fp8_weight_copies_are_counted_as_parameters() -> None:
     params = [b for cat, b in fp8 if cat == "parameters"]
     assert params[0] == bf16["parameters"] and len(params) == 2
     assert 0 < params[1] < bf16["parameters"]  # 2 B per layer parameter, not the embedding
+
+
+def test_fp8_gemm_inputs_are_kept_in_fp8() -> None:
+    """Tensors kept only by FP8 GEMMs are saved as their 1-byte FP8 copy: the layer keeps
+    less than in bf16, but not half (norm, attention and residual tensors stay bf16)."""
+    from simulator.schedule.fp8 import fp8_saved
+    from simulator.sharding.lower import Saved
+    from simulator.sharding.plan import build_plan
+    from simulator.sharding.transformer_plan import gpt_dims, planned_transformer
+
+    hw = load_profile("h100-sxm")
+    sc, sc8 = _scenario(), _scenario(dtype="fp8")
+    fw = framework_for(sc8, hw)
+    bf16 = transformer_program(sc, fw.software, hw.compute_units).activation_bytes_per_layer
+    fp8 = transformer_program(sc8, fw.software, hw.compute_units,
+                              fp8_recipe(sc8, fw)).activation_bytes_per_layer
+    assert bf16 / 2 < fp8 < bf16
+    graph, mesh = planned_transformer(gpt_dims(sc, True, 3), 4, 2, True)
+    plan = build_plan(graph, mesh, 2)
+    sv = Saved({"x": (8.0, "ln", ("l1.fc1_mm",)), "y": (8.0, "ln", ("l1.fc1_mm", "l1.ln2"))},
+               {})
+    out = fp8_saved(sv, plan, Fp8Recipe(frozenset({"fc1"}), False), 2.0)
+    assert out.tensors["x"][0] == 4.0 and out.tensors["y"][0] == 8.0
