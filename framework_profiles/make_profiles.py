@@ -444,6 +444,7 @@ for name, m in MACHINE.items():
     p["overlap"]["tp_comm_enabled"] = m["tp"]
     p["overlap"]["tp_comm_sms"] = 16
     p["fp8"]["gemm_roles"] = m["roles"]
+    p["fp8"]["dynamic_scaling"] = name == "torchtitan"  # torchao Float8 tensorwise: current amax
     p["fp8"]["weight_copy_bytes_per_param"] = m["copies"]
     if m["copies"]:
         p["fp8"]["source"] += "; weight copies: " + COPIES_SRC

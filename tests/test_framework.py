@@ -155,6 +155,9 @@ def test_fp8_weight_cast_once_per_step_with_delayed_scaling() -> None:
     wd = {op.name: op.bytes_accessed for op in dynamic}
     assert wd["fc1.fp8_cast_weight"] == 16 * 32 * 6.0  # plus the amax pass, every use
     assert [op.dtype for op in delayed if op.name == "fc1"] == ["fp8"]
+    # torchao Float8 (torchtitan) scales from the current amax; TE recipes are delayed
+    assert load_framework("torchtitan").fp8.dynamic_scaling
+    assert not load_framework("nemo").fp8.dynamic_scaling
 
 
 def _layer_s(dtype: str, hidden: int, recipe: bool = True) -> float:

@@ -11,7 +11,8 @@ fields are cited prose; the fields the simulator reads are typed:
 - `grad_reduction.bucket_*` is the bucket rule of `parallel.comm_fusion.mode: auto`
   (`simulator.schedule.buckets.auto_bucket_bytes`);
 - `memory_overheads.*_bytes` is the `framework_overhead` share of the memory report;
-- `fp8.gemm_roles` / `fp8.weight_copy_bytes_per_param` is the FP8 recipe of `dtype: fp8`.
+- `fp8.gemm_roles` / `fp8.dynamic_scaling` / `fp8.weight_copy_bytes_per_param` is the FP8
+  recipe of `dtype: fp8`.
 
 Pydantic models, frozen, closed (unknown keys are errors) and strict, like the hardware and
 scenario schemas.
@@ -125,6 +126,9 @@ class Fp8(_Closed):
     cast_costs: Text
     # the GEMMs `dtype: fp8` runs in FP8 (roles of FP8_ROLES); every other op stays bf16
     gemm_roles: tuple[Literal["qkv", "proj", "fc1", "fc2", "lm_head"], ...] = ()
+    # current (dynamic) scaling: each tensor's amax from a separate pass, weights cast at
+    # every use; false: delayed scaling (amax history, amax inside the cast kernel)
+    dynamic_scaling: StrictBool = False
     # FP8 weight copies kept next to the bf16 weights, bytes per parameter of an FP8 GEMM
     # (the e4m3 weight and its transpose)
     weight_copy_bytes_per_param: NonNegInt = 0

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.cost.specs import ComputeSpec
+from simulator.cost.specs import ComputeSpec, Phase
 from simulator.sharding.lower import Saved, kernel_of
 from simulator.sharding.plan import ShardingPlan
 
@@ -52,13 +52,12 @@ class Fp8Recipe:
     micro_batches: int = 1   # delayed scaling casts the weights once per step
 
     @staticmethod
-    def of(roles: tuple[str, ...], recipe: str | None, micro_batches: int) -> Fp8Recipe:
+    def of(roles: tuple[str, ...], dynamic: bool, micro_batches: int) -> Fp8Recipe:
         kernels = frozenset(k for r in roles for k in FP8_OPS[r])
-        dynamic = recipe is not None and "dynamic" in recipe.lower()
         return Fp8Recipe(kernels, dynamic, max(1, micro_batches))
 
 
-def _cast(name: str, elems: float, per_elem: float, phase: str) -> ComputeSpec:
+def _cast(name: str, elems: float, per_elem: float, phase: Phase) -> ComputeSpec:
     return ComputeSpec(name, "elementwise", float(elems), per_elem * elems, "bf16", phase)
 
 
