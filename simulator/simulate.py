@@ -108,14 +108,14 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     if isinstance(scenario.model, TransformerModel):
         prog = transformer_program(scenario, fw.software, hw.compute_units,
                                    fp8_recipe(scenario, fw))
-        groups = ()
+        mesh = None
         model, hardware = iteration_flops(scenario, prog)
     else:
         gp = _graph_program(scenario)
-        prog, groups, model, hardware = gp.program, gp.groups, gp.model_flops, gp.model_flops
+        prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
     lowered = with_auto_fusion(scenario, fw, prog.grad_bytes)
-    plan = with_framework_memory(lower(lowered, prog, costs, fidelity, groups), scenario, fw,
-                                 prog, groups)
+    plan = with_framework_memory(lower(lowered, prog, costs, fidelity, mesh), scenario, fw,
+                                 prog, mesh)
     trace = run(plan)
     grouped = by_device(plan)
     ends = device_end(plan, trace)

@@ -17,6 +17,7 @@ from simulator.schedule.fp8 import Fp8Recipe
 from simulator.schedule.program import TransformerProgram
 from simulator.schedule.state import fp8_weight_copy_bytes, framework_overhead_bytes
 from simulator.schedule.tasks import Plan
+from simulator.sharding.mesh import Mesh
 
 __all__ = ["fp8_recipe", "with_auto_fusion", "with_framework_memory", "communicators",
            "OVERHEAD"]
@@ -53,12 +54,12 @@ def with_auto_fusion(scenario: Scenario, fw: FrameworkProfile, grad_bytes: float
         update={"comm_fusion": fusion})})
 
 
-def communicators(scenario: Scenario, groups: tuple = ()) -> int:
+def communicators(scenario: Scenario, mesh: Mesh | None = None) -> int:
     """Communicators a device is a member of: one per parallel axis of more than one
-    device (data, tensor, pipeline; a graph model's mesh axes)."""
-    if groups:
-        return sum(1 for _, g in groups if g.size > 1)
+    device (data, tensor, pipeline; an operator graph's own mesh axes and pipeline)."""
     p = scenario.parallel
+    if mesh is not None:
+        return sum(1 for _, n in mesh.axes if n > 1) + (1 if p.pipeline > 1 else 0)
     return sum(1 for n in (p.data, p.tensor, p.pipeline) if n > 1)
 
 
@@ -74,11 +75,11 @@ def _fp8_share(prog: TransformerProgram, scenario: Scenario, fw: FrameworkProfil
 
 
 def with_framework_memory(plan: Plan, scenario: Scenario, fw: FrameworkProfile,
-                          prog: TransformerProgram, groups: tuple = ()) -> Plan:
+                          prog: TransformerProgram, mesh: Mesh | None = None) -> Plan:
     """`plan` with the stack's constant memory added to every device's static memory: the
     `framework_overhead` category (context, collective buffers, workspaces), and with an
     FP8 recipe the FP8 weight copies (under `parameters`)."""
-    extra = framework_overhead_bytes(fw.memory_overheads, communicators(scenario, groups))
+    extra = framework_overhead_bytes(fw.memory_overheads, communicators(scenario, mesh))
     copies = fw.fp8.weight_copy_bytes_per_param if fp8_recipe(scenario, fw) else 0
     share = _fp8_share(prog, scenario, fw) if copies else 0.0
     e = float(DTYPE_BYTES.get(prog.dtype, 2))

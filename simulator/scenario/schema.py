@@ -186,6 +186,10 @@ class ParallelSpec(_Closed):
     pipeline: PosInt = 1
     schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     virtual_stages: PosInt = 1
+    # Layers of each virtual pipeline stage, in stage order (MindSpore's per-cell
+    # pipeline_stage; Megatron's --decoder-first/last-pipeline-num-layers); default: an
+    # even split, the remainder going to the stages with the least other work.
+    pipeline_layers: list[NonNegInt] | None = None
     sequence_parallel: StrictBool = False
     # An int with bounds, not Literal[0, 1, 2, 3]: a Literal would take `true` as 1.
     optimizer_shard: Annotated[StrictInt, Field(ge=0, le=3)] = 0

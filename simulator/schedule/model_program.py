@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
+from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.graph import Graph
 from simulator.hardware.schema import Software
 from simulator.scenario.schema import DTYPE_BYTES, GraphModel, Scenario, TransformerModel
@@ -39,6 +39,7 @@ from simulator.sharding.lower import (
     gradient_steps,
     saved,
 )
+from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import ShardingPlan, build_plan
 from simulator.sharding.transformer_plan import gpt_dims, planned_transformer, uses_flash
 
@@ -188,7 +189,7 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
 @dataclass(frozen=True)
 class GraphProgram:
     program: TransformerProgram
-    groups: tuple[tuple[str, GroupSpec], ...]
+    mesh: Mesh  # the graph's own device mesh (the cluster mesh adds `pp` around it)
     model_flops: float
 
 
@@ -220,10 +221,8 @@ def graph_program(scenario: Scenario) -> GraphProgram:
         params_per_layer=params, params_embedding=0, params_head=0, params_output=0,
         param_tensors_per_layer=tensors, activation_bytes_per_layer=sv.total(),
         embed_activation_bytes=0.0, head_activation_bytes=0.0,
-        layer_working_bytes=sv.total(), boundary_bytes=0.0, dtype=dtype,
+        layer_working_bytes=sv.total(), boundary_bytes=0.0, dtype=dtype, single_block=True,
         grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"))
-    groups = tuple((name, GroupSpec(size, mesh.stride(a), scenario.cluster.devices_per_node))
-                   for a, (name, size) in enumerate(mesh.axes))
     micro = 1 if isinstance(scenario.model, GraphModel) else scenario.grad_accum_steps
-    return GraphProgram(prog, groups, graph_model_flops(graph, micro))
+    return GraphProgram(prog, mesh, graph_model_flops(graph, micro))
 
