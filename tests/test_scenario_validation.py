@@ -57,8 +57,8 @@ DATA_CASES = [
      "data, mode, offload, optimizer_shard, overlap, pipeline, pipeline_layers, recompute, "
      "schedule, search, sequence_parallel, tensor, virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
-     "s.yaml: hardwre: unknown key (did you mean 'hardware'?); allowed: cluster, hardware, "
-     "model, name, parallel, seed, training"),
+     "s.yaml: hardwre: unknown key (did you mean 'hardware'?); allowed: cluster, framework, "
+     "hardware, model, name, parallel, seed, training"),
     ("unknown-nested-key", ["parallel.offload.paramters=true"],
      "s.yaml: parallel.offload.paramters: unknown key (did you mean 'parameters'?); "
      "allowed: activations, optimizer_states, parameters"),

@@ -184,9 +184,11 @@ def test_summary_has_exactly_the_contract_keys(a100):
     assert s["pipeline_layers"] == [8]
     assert list(s["breakdown_s"]) == ["compute", "recompute", "comm_exposed", "bubble",
                                       "offload_exposed", "optimizer"]
-    assert list(s["memory"]) == ["peak_bytes", "capacity_bytes", "fits", "by_category_bytes"]
+    assert list(s["memory"]) == ["peak_bytes", "capacity_bytes", "fits", "headroom_bytes",
+                                 "by_category_bytes"]
     assert list(s["memory"]["by_category_bytes"]) == [
-        "parameters", "gradients", "optimizer_states", "activations", "communication_buffers"]
+        "parameters", "gradients", "optimizer_states", "activations", "communication_buffers",
+        "framework_overhead"]
     assert list(s["communication"]) == ["bytes_per_device", "by_collective"]
     assert list(s["simulation"]) == ["events", "wall_s"]
     assert s["devices"] == 4 and s["memory"]["fits"] is True

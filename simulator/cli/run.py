@@ -123,7 +123,10 @@ def verify(
         from simulator.numeric.verify import verify_scenario
 
         with stderr_console().status(f"verifying {loaded.scenario.name}"):
-            fused = load_hardware(loaded).software.fused_attention
+            from simulator.framework.load import framework_for
+
+            fw = framework_for(loaded.scenario, load_hardware(loaded))
+            fused = fw.software.fused_attention
             res = verify_scenario(loaded.scenario, fused_attention=fused)
         if res.shrunk_note:
             sys.stderr.write(f"note: {res.shrunk_note}\n")

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.report.metrics import BREAKDOWN_KEYS
-from simulator.schedule.tasks import CATEGORIES
+from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES
 
 __all__ = ["summary", "format_table"]
 
@@ -18,6 +17,8 @@ def _memory(result: Any) -> dict[str, Any]:
     return {"peak_bytes": int(round(peak.peak_bytes)),
             "capacity_bytes": int(round(result.capacity_bytes)),
             "fits": bool(peak.peak_bytes <= result.capacity_bytes),
+            # capacity left at the peak (negative: short by that much)
+            "headroom_bytes": int(round(result.capacity_bytes - peak.peak_bytes)),
             "by_category_bytes": {c: int(round(dict(peak.by_category).get(c, 0.0)))
                                   for c in CATEGORIES}}
 
@@ -73,7 +74,7 @@ def format_table(s: dict[str, Any]) -> str:
     mem = s["memory"]
     verdict = "fits" if mem["fits"] else "DOES NOT FIT"
     rows.append(("memory peak", f"{_gb(mem['peak_bytes'])} of {_gb(mem['capacity_bytes'])} "
-                                f"({verdict})"))
+                                f"({verdict}; headroom {_gb(mem['headroom_bytes'])})"))
     rows += [(f"  {k}", _gb(v)) for k, v in mem["by_category_bytes"].items()]
     comm = s["communication"]
     rows.append(("communication", f"{_gb(comm['bytes_per_device'])} per device"))

@@ -214,6 +214,9 @@ class Scenario(_Closed):
 
     name: StrictStr
     hardware: StrictStr
+    # the training stack (framework_profiles/NAME.yaml or a path); None: the hardware
+    # profile's `default_framework`
+    framework: StrictStr | None = None
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     model: ModelSpec
     training: TrainingSpec = Field(default_factory=TrainingSpec)
