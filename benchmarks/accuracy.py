@@ -1,12 +1,16 @@
 """Predicted vs published seconds per iteration for the bundled validation runs.
 
 Each scenario in `scenarios/validation/` is one published measured training run (Narayanan et
-al. 2021 Table 1 on A100-80GB; the Megatron-LM README weak-scaling table on H100). Its measured
+al. 2021 Table 1 on A100-80GB; the Megatron-LM README weak-scaling table on H100; NeMo,
+llm-foundry, torchtitan, Megatron-DeepSpeed, MindFormers and MindSpeed runs, each naming its
+`framework:`; see scenarios/validation/README.md). Its measured
 seconds per iteration, `target_iteration_time_s`, is the source's TFLOP/s/GPU converted with the
 source's own FLOP count (see /work/shared/validation/README.md). This script simulates each run
 in-process with `simulate()` and prints, per run, the prediction, the target, the signed error
 `100 * (predicted / target - 1)`, and the model's MFU; then the mean absolute percentage error
-(MAPE) and the worst run. It measures and never asserts: the exit status is always 0.
+(MAPE) and the worst run, and the MAPE per framework and per hardware profile; whether the
+run fits in device memory (every published run ran, so each should) and the simulated peak.
+It measures and never asserts: the exit status is always 0.
 
     python -m benchmarks.accuracy [--json] [--csv PATH] [--dir DIR]     (from the repo root)
 
@@ -53,6 +57,9 @@ class Row:
     target_s: float
     error_pct: float
     mfu: float
+    framework: str = ""
+    fits: bool = True
+    peak_gib: float = 0.0
 
 
 def error_pct(predicted_s: float, target_s: float) -> float:
@@ -118,26 +125,39 @@ def evaluate(path: Path, table: dict[tuple[str, str, int], float]) -> Row:
     target = _target(path.read_text(), scenario.devices, table)  # type: ignore[attr-defined]
     predicted = result.iteration_time_s  # type: ignore[attr-defined]
     mfu = result.model_flops / predicted / scenario.devices / result.peak_flops_per_s  # type: ignore
+    peak = result.memory.peak_bytes  # type: ignore[attr-defined]
+    fw = result.framework.name if result.framework else ""  # type: ignore[attr-defined]
     return Row(path.stem, scenario.hardware, scenario.devices, p.tensor, p.pipeline,  # type: ignore
-               p.data, predicted, target, error_pct(predicted, target), mfu)
+               p.data, predicted, target, error_pct(predicted, target), mfu, fw,
+               bool(peak <= result.capacity_bytes), peak / 2**30)  # type: ignore[attr-defined]
+
+
+def _groups(rows: Sequence[Row], key: str) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        out.setdefault(getattr(r, key), []).append(r.error_pct)
+    return dict(sorted(out.items()))
 
 
 def _print(rows: Sequence[Row], out: TextIO | None = None) -> None:
     out = out or sys.stdout
-    head = (f"{'run':<44} {'hardware':<10} {'devices':>7} {'TP/PP/DP':>10} {'pred s':>9} "
-            f"{'target s':>9} {'error %':>8} {'mfu':>6}")
+    head = (f"{'run':<44} {'hardware':<11} {'framework':<18} {'devices':>7} {'TP/PP/DP':>10} "
+            f"{'pred s':>9} {'target s':>9} {'error %':>8} {'mfu':>6} {'fits':>5} {'peak GiB':>8}")
     print(head, file=out)
     print("-" * len(head), file=out)
     for r in rows:
-        print(f"{r.run:<44} {r.hardware:<10} {r.devices:>7} {f'{r.tp}/{r.pp}/{r.dp}':>10} "
-              f"{r.predicted_s:>9.4g} {r.target_s:>9.4g} {r.error_pct:>+8.1f} {r.mfu:>6.1%}",
+        print(f"{r.run:<44} {r.hardware:<11} {r.framework:<18} {r.devices:>7} "
+              f"{f'{r.tp}/{r.pp}/{r.dp}':>10} {r.predicted_s:>9.4g} {r.target_s:>9.4g} "
+              f"{r.error_pct:>+8.1f} {r.mfu:>6.1%} {str(r.fits).lower():>5} {r.peak_gib:>8.1f}",
               file=out)
     worst = max(rows, key=lambda r: abs(r.error_pct))
     print(f"\nMAPE {mape(r.error_pct for r in rows):.1f}% over {len(rows)} runs; worst "
-          f"{worst.error_pct:+.1f}% ({worst.run})", file=out)
-    for hw in sorted({r.hardware for r in rows}):
-        part = [r.error_pct for r in rows if r.hardware == hw]
-        print(f"  {hw}: MAPE {mape(part):.1f}% over {len(part)} runs", file=out)
+          f"{worst.error_pct:+.1f}% ({worst.run}); "
+          f"{sum(not r.fits for r in rows)} reported fits: false", file=out)
+    for key in ("framework", "hardware"):
+        print(f"per {key}:", file=out)
+        for name, part in _groups(rows, key).items():
+            print(f"  {name}: MAPE {mape(part):.1f}% over {len(part)} runs", file=out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -152,6 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         worst = max(rows, key=lambda r: abs(r.error_pct)) if rows else None
         print(json.dumps({"runs": [asdict(r) for r in rows],
                           "mape_pct": mape(r.error_pct for r in rows),
+                          "mape_pct_by_framework": {k: mape(v) for k, v in
+                                                    _groups(rows, "framework").items()},
+                          "mape_pct_by_hardware": {k: mape(v) for k, v in
+                                                   _groups(rows, "hardware").items()},
+                          "not_fitting": [r.run for r in rows if not r.fits],
                           "worst": asdict(worst) if worst else None,
                           "targets_from": str(args.csv) if table else "case headers"}))
     elif rows:

@@ -382,6 +382,74 @@ PROFILES = {
 ),
 }
 
+# No training stack: the plain kernels shardsim's own numpy `verify` executes (no fused
+# attention, a separate gradient add), no collective library, no runtime context. The default of
+# the cpu-x86 profile (one socket is one device; nothing of a GPU stack applies).
+_NA = "not applicable: no training stack"
+PROFILES["reference"] = prof(
+    name="reference",
+    description="No training stack: plain kernels as shardsim's numpy verify executes them (cpu-x86 default)",
+    basis="simulator/numeric/execute.py (the kernels verify runs)",
+    attention=dict(fused_default=False, kernel="scores materialised (QK^T, softmax, PV)", source=_NA),
+    fused_kernels=dict(list=[], source=_NA),
+    fused_grad_accumulation=dict(enabled=False, detail="gradients added per micro-batch", source=_NA),
+    grad_reduction=dict(bucket_rule="one reduction of all gradients after the backward", bucket_params=None,
+                        bucket_params_per_dp_rank=None, bucket_bytes=None, first_bucket_bytes=None,
+                        collective="all_reduce", dtype="model dtype", source=_NA),
+    param_gather=dict(rule="none", dtype=None, source=_NA),
+    sharding=dict(optimizer_states="per parallel.optimizer_shard", gradients="per parallel.optimizer_shard",
+                  parameters="per parallel.optimizer_shard", wrap_unit=None, reshard_after_forward=None, source=_NA),
+    overlap=dict(grad_reduce=False, param_gather=False, tp_comm=False, pipeline_p2p=None,
+                 fsdp_forward_prefetch_depth=None, fsdp_backward_prefetch_depth=None,
+                 limit_inflight_all_gathers=None, source=_NA),
+    fp8=dict(supported=False, recipe=None, format=None, amax_history_len=None, amax_compute_algo=None,
+             scaling_granularity=None, fp8_gemms=[], bf16_ops=[], cast_costs=None, source=_NA),
+    memory_overheads=dict(cuda_context_bytes=0, cuda_context_source=_NA, comm_buffer_bytes=0,
+                          comm_buffer_rule=_NA, comm_buffer_source=_NA, allocator=_NA,
+                          persistent_buffers="none", workspace_bytes=0, workspace_source=_NA),
+    cross_entropy=dict(implementation="softmax cross entropy", vocab_parallel=True, logits_dtype=None,
+                       fused=False, source=_NA),
+    activation_recompute=dict(options=["none", "selective", "full"], default_in_published_runs=None, source=_NA),
+    notes=["Default framework of hardware_profiles/cpu-x86.yaml."],
+)
+
+# Typed fields the simulator reads (simulator/framework/schema.py), merged into the blocks above.
+# grad_reduction.fp32_for_bf16: bf16 gradients kept and reduced in fp32; overlap.tp_comm_enabled /
+# tp_comm_sms: what parallel.overlap.tp_comm: auto resolves to; fp8.gemm_roles: the GEMMs dtype fp8
+# runs in FP8 (qkv, proj, fc1, fc2, lm_head); fp8.weight_copy_bytes_per_param: FP8 weight copies;
+# memory_overheads.comm_buffers_per_communicator: comm_buffer_bytes buffers per communicator.
+TE_ROLES = ["qkv", "proj", "fc1", "fc2"]
+NCCL_BUFS = 64  # 2 ring connections x 32 channels (NCCL MAXCHANNELS); NVIDIA/nccl#986 (sjeaugey):
+                # 'Ring uses a limited amount of memory as it only has 2 connections regardless of
+                # the scale'; 'The memory usage is linearly tied to the number of channels'
+MACHINE = {
+    "megatron-lm-2021": dict(fp32=False, tp=False, roles=[], copies=0, bufs=NCCL_BUFS),
+    "megatron-core": dict(fp32=True, tp=True, roles=TE_ROLES, copies=2, bufs=NCCL_BUFS),
+    "nemo": dict(fp32=False, tp=True, roles=TE_ROLES, copies=2, bufs=NCCL_BUFS),
+    "megatron-deepspeed": dict(fp32=True, tp=False, roles=[], copies=0, bufs=NCCL_BUFS),
+    "deepspeed-zero": dict(fp32=False, tp=False, roles=[], copies=0, bufs=NCCL_BUFS),
+    "pytorch-fsdp": dict(fp32=False, tp=False, roles=[], copies=0, bufs=NCCL_BUFS),
+    "torchtitan": dict(fp32=True, tp=False, roles=TE_ROLES, copies=0, bufs=NCCL_BUFS),
+    "llm-foundry": dict(fp32=True, tp=False, roles=TE_ROLES, copies=2, bufs=NCCL_BUFS),
+    "mindspore": dict(fp32=False, tp=False, roles=[], copies=0, bufs=1),  # gradient_fp32_sync casts for the all-reduce only
+    "mindspeed": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
+    "reference": dict(fp32=False, tp=False, roles=[], copies=0, bufs=0),
+}
+COPIES_SRC = ("Transformer Engine keeps the FP8 weight and its FP8 transpose between micro-batches "
+              "(Float8Tensor data + cached transpose; Megatron passes is_first_microbatch so the weight "
+              "is cast once per step): 2 bytes per parameter of an FP8 GEMM")
+for name, m in MACHINE.items():
+    p = PROFILES[name]
+    p["grad_reduction"]["fp32_for_bf16"] = m["fp32"]
+    p["overlap"]["tp_comm_enabled"] = m["tp"]
+    p["overlap"]["tp_comm_sms"] = 16
+    p["fp8"]["gemm_roles"] = m["roles"]
+    p["fp8"]["dynamic_scaling"] = name == "torchtitan"  # torchao Float8 tensorwise: current amax
+    p["fp8"]["weight_copy_bytes_per_param"] = m["copies"]
+    if m["copies"]:
+        p["fp8"]["source"] += "; weight copies: " + COPIES_SRC
+    p["memory_overheads"]["comm_buffers_per_communicator"] = m["bufs"]
+
 KEYS = None
 for name, p in PROFILES.items():
     flat = sorted(p.keys())
@@ -390,7 +458,7 @@ for name, p in PROFILES.items():
         KEYS = (flat, sub)
     assert (flat, sub) == KEYS, (name, set(flat) ^ set(KEYS[0]),
                                  {k: set(sub[k]) ^ set(KEYS[1][k]) for k in sub if sub[k] != KEYS[1].get(k)})
-    text = ("# Framework profile DRAFT (issue 9 item 1): what this training stack does, each field cited.\n"
+    text = ("# Framework profile (issue 9 item 1): what this training stack does, each field cited.\n"
             "# Units are in the key names (_bytes, _params); null = not found in public code/docs.\n"
             "# Field meanings: framework_profiles/README.md\n")
     text += yaml.safe_dump(p, sort_keys=False, width=100, allow_unicode=False)

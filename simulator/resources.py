@@ -1,6 +1,7 @@
 """Where the bundled YAML folders are: inside an installed wheel, or at the repository root.
 
-The repository layout keeps `scenarios/` and `hardware_profiles/` at the top level; the wheel
+The repository layout keeps `scenarios/`, `hardware_profiles/` and `framework_profiles/` at
+the top level; the wheel
 carries copies under `simulator/_bundled/` (see pyproject.toml). Only lookup lives here.
 """
 
@@ -14,7 +15,8 @@ _PKG = Path(__file__).resolve().parent
 
 
 def bundled_dir(kind: str) -> Path:
-    """The folder holding bundled `kind` files ('scenarios' or 'hardware_profiles')."""
+    """The folder holding bundled `kind` files ('scenarios', 'hardware_profiles' or
+    'framework_profiles')."""
     installed = _PKG / "_bundled" / kind
     if installed.is_dir():
         return installed

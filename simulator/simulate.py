@@ -4,7 +4,10 @@ profile to a `SimResult` (the plan, the trace and the metrics the reports read).
     scenario --model_program--> program --lower(costs)--> plan --engine.run--> trace
                                                                --metrics--> result
 
-The program is derived from the planned operator graph that `verify` executes.
+The program is derived from the planned operator graph that `verify` executes. The
+framework profile (the scenario's `framework:`, else the hardware profile's
+`default_framework`) gives the program its kernels and FP8 recipe, `comm_fusion.mode: auto`
+its bucket rule, and the plan the stack's own memory (`simulator.framework.apply`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from typing import Any
 from simulator.engine.core import run
 from simulator.engine.trace import Trace
 from simulator.errors import InputError
+from simulator.framework.apply import fp8_recipe, with_auto_fusion, with_framework_memory
+from simulator.framework.load import framework_for
+from simulator.framework.schema import FrameworkProfile
 from simulator.report.metrics import (
     MemoryPeak,
     breakdown,
@@ -61,6 +67,7 @@ class SimResult:
     hardware_flops: float
     peak_flops_per_s: float
     wall_s: float
+    framework: FrameworkProfile | None = None
 
     def __str__(self) -> str:
         return (f"SimResult({self.scenario.name}: {self.iteration_time_s:.4g} s/iteration, "
@@ -97,14 +104,18 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     t0 = time.perf_counter()
     _check(scenario, fidelity)
     costs = costs or CostModel.from_hardware(hw)
+    fw = framework_for(scenario, hw)
     if isinstance(scenario.model, TransformerModel):
-        prog = transformer_program(scenario, hw.software, hw.compute_units)
-        groups = ()
+        prog = transformer_program(scenario, fw.software, hw.compute_units,
+                                   fp8_recipe(scenario, fw))
+        mesh = None
         model, hardware = iteration_flops(scenario, prog)
     else:
         gp = _graph_program(scenario)
-        prog, groups, model, hardware = gp.program, gp.groups, gp.model_flops, gp.model_flops
-    plan = lower(scenario, prog, costs, fidelity, groups)
+        prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
+    lowered = with_auto_fusion(scenario, fw, prog.grad_bytes)
+    plan = with_framework_memory(lower(lowered, prog, costs, fidelity, mesh), scenario, fw,
+                                 prog, mesh)
     trace = run(plan)
     grouped = by_device(plan)
     ends = device_end(plan, trace)
@@ -118,4 +129,4 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         capacity_bytes=float(hw.memory_capacity_bytes), comm_device=comm_dev,
         comm_bytes=tuple(comm.items()), model_flops=model, hardware_flops=hardware,
         peak_flops_per_s=float(hw.peak_flops_per_s(scenario.model.dtype)),
-        wall_s=time.perf_counter() - t0)
+        wall_s=time.perf_counter() - t0, framework=fw)

@@ -22,8 +22,22 @@ CASES = sorted((REPO / "scenarios" / "validation").glob("*.yaml"))
 TINY = REPO / "scenarios" / "tiny-cpu.yaml"
 
 
-def test_nineteen_cases_are_bundled() -> None:
-    assert len(CASES) == 19
+def test_sixty_eight_cases_are_bundled() -> None:
+    """19 Megatron-LM runs and 49 runs of five other stacks (scenarios/validation/README.md)."""
+    assert len(CASES) == 68
+
+
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem[:12])
+def test_case_body_names_the_framework_of_its_header(path: Path) -> None:
+    """A case with a `# framework:` header line runs under that framework profile."""
+    import re
+
+    text = path.read_text()
+    header = re.search(r"^# framework: (\S+)", text, re.M)
+    body = re.search(r"^framework: (\S+)", text, re.M)
+    assert (header is None) == (body is None)
+    if header:
+        assert body.group(1) == header.group(1).split("/")[0]
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem[:4])

@@ -130,7 +130,7 @@ def test_check_budget_passes_at_the_limit():
 
 def test_version_and_flags_take_no_value(invoke_cli):
     assert invoke_cli("--version").stdout.startswith("shardsim ")
-    for command in ("run", "verify", "comm", "profiles", "scenarios"):
+    for command in ("run", "verify", "comm", "profiles", "scenarios", "sweep"):
         help_text = invoke_cli(command, "--help").stdout
         line = next(x for x in help_text.splitlines() if "--json" in x)
         assert "<bool>" not in line

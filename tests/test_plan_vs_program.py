@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from simulator.cost.specs import CommSpec, ComputeSpec
+from simulator.framework.apply import fp8_recipe
+from simulator.framework.load import framework_for
 from simulator.graph.builders import GptDims
 from simulator.hardware import load_profile
 from simulator.numeric.cases import build_case
@@ -109,19 +111,40 @@ def _timed(prog, layers: int):
     return comms, [(c.collective, c.axis, c.bytes) for c in sync], flops
 
 
-@functools.cache
-def _compare(name: str, mutated: bool = False):
+def _compare(name: str):
+    """The comparison for a scenario; scenarios whose verify case is the same (same
+    parallel configuration and model features once shrunk) share one."""
     raw = _small(name)
     s = _scenario(raw)
     hw = load_profile(s.hardware)
-    case = build_case(s, hw.software.fused_attention)
+    fw = framework_for(s, hw)
+    m, p = s.model, s.parallel
+    key = (s.hardware, fw.name, m.dtype, m.ffn_activation, m.kv_heads < m.num_heads,
+           fw.software.fused_attention if m.attention == "auto" else m.attention,
+           p.data, p.tensor, p.sequence_parallel, p.optimizer_shard,
+           s.training.micro_batch_size, yaml.safe_dump(raw["model"]) if _fits(s) else "")
+    return _compare_case(name, key)
+
+
+def _fits(s) -> bool:
+    """Small enough that verify runs it at its own dimensions (no shared key)."""
+    m = s.model
+    return m.hidden_size <= 128 and m.layers <= 4 and m.seq_length <= 32
+
+
+@functools.cache
+def _compare_case(name: str, key: tuple):
+    raw = _small(name)
+    s = _scenario(raw)
+    hw = load_profile(s.hardware)
+    fw = framework_for(s, hw)
+    case = build_case(s, fw.software.fused_attention)
     dims = _dims_of(case)
-    e = DTYPE_BYTES[s.model.dtype]
-    shard = s.parallel.optimizer_shard >= 1
-    micro, step, flops = _executed(case, e, shard)
     small = _scenario(_shrunk_like(raw, dims))
-    prog = transformer_program(small, hw.software, hw.compute_units)
+    prog = transformer_program(small, fw.software, hw.compute_units, fp8_recipe(small, fw))
     comms, sync, tflops = _timed(prog, dims.layers)
+    e = DTYPE_BYTES[prog.dtype]  # activations move in the program's dtype (bf16 under FP8)
+    micro, step, flops = _executed(case, e, s.parallel.optimizer_shard >= 1)
     return micro, step, flops, comms, sync, tflops, prog, dims, e
 
 
@@ -174,11 +197,11 @@ def test_mutating_the_plan_changes_both(monkeypatch):
     add still needs the whole value, so one more all-reduce appears, in both."""
     before = _compare("verify-tiny-tp8")
     monkeypatch.setitem(transformer_plan.TP_ROLES, "proj_drop", ("P0", "d1"))
-    _compare.cache_clear()
+    _compare_case.cache_clear()
     try:
         micro, _, _, comms, *_rest, e = _compare("verify-tiny-tp8")
     finally:
-        _compare.cache_clear()
+        _compare_case.cache_clear()
     assert Counter(_key(c, e) for c in comms) == Counter(_key(c, e) for c in micro)
     assert len(micro) > len(before[0])
     assert len(comms) > len(before[3])

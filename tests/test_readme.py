@@ -18,9 +18,8 @@ from typer.testing import CliRunner
 from simulator.cli import app
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-# commands that take minutes (the 1024-device plan with report files is run as the
-# example report below; the others are shown for their shape, with their own benchmarks)
-_SLOW = ("gpt-1t",)
+# commands that take more than a few seconds: run only with `-m benchmark`
+_SLOW = ("shardsim sweep ",)
 
 
 def _blocks() -> list[tuple[str, list[str]]]:
@@ -44,9 +43,19 @@ def _invoke(command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def _bash_commands() -> list[str]:
-    parts = [part.strip() for info, lines in _blocks() if info == "bash" for line in lines
-             for part in line.split("&&")]
-    return [p for p in parts if p.startswith("shardsim ") and not any(s in p for s in _SLOW)]
+    joined: list[str] = []
+    for info, lines in _blocks():
+        if info != "bash":
+            continue
+        text = "\n".join(lines).replace("\\\n", " ")  # shell line continuations
+        joined += [part.strip() for line in text.splitlines() for part in line.split("&&")]
+    # a redirection (`> file`) only stores what the command prints
+    return [p.split(" > ")[0] for p in joined if p.startswith("shardsim ")]
+
+
+def _bash_params() -> list:
+    return [pytest.param(c, marks=pytest.mark.benchmark) if c.startswith(_SLOW) else c
+            for c in _bash_commands()]
 
 
 def _transcripts() -> list[tuple[str, list[str]]]:
@@ -73,7 +82,7 @@ def test_the_readme_shows_commands_and_transcripts():
     assert len(_transcripts()) >= 5
 
 
-@pytest.mark.parametrize("command", _bash_commands())
+@pytest.mark.parametrize("command", _bash_params())
 def test_every_readme_command_runs(command, tmp_path, monkeypatch):
     # `--json` skips drawing the figures (seconds each); the example report test below
     # runs a `run` that writes them
@@ -102,5 +111,5 @@ def test_example_report_is_what_run_prints(tmp_path, monkeypatch):
         assert _matches(want, line), f"README: {want}\ngot:    {line}"
     assert len(got) == len(blocks[0])
     assert sorted(p.name for p in (tmp_path / "example").iterdir()) == [
-        "breakdown.png", "memory.png", "summary.csv", "summary.md", "timeline.png",
-        "trace.json"]
+        "breakdown.png", "memory.png", "report.html", "summary.csv", "summary.md",
+        "timeline.png", "trace.json"]

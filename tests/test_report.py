@@ -25,11 +25,11 @@ def small_result():
     return simulate(sc, load_profile("a100-80gb"))
 
 
-def test_write_report_writes_the_six_files(small_result, tmp_path):
+def test_write_report_writes_the_seven_files(small_result, tmp_path):
     paths = write_report(small_result, tmp_path / "out")
     assert sorted(p.name for p in paths) == sorted(
         ["summary.csv", "summary.md", "trace.json", "timeline.png", "breakdown.png",
-         "memory.png"])
+         "memory.png", "report.html"])
     assert all(p.stat().st_size > 0 for p in paths)
     csv = (tmp_path / "out" / "summary.csv").read_text().splitlines()
     assert "iteration_time_s" in csv[0] and "memory.by_category_bytes.activations" in csv[0]
@@ -39,7 +39,7 @@ def test_write_report_writes_the_six_files(small_result, tmp_path):
 def test_trace_has_one_process_per_device_and_one_thread_per_stream(small_result, tmp_path):
     write_report(small_result, tmp_path)
     events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
-    spans = [e for e in events if e["ph"] == "X"]
+    spans = [e for e in events if e["ph"] == "X" and e["cat"] != "tp_comm"]
     assert len(spans) == len(small_result.plan.tasks)
     assert {e["pid"] for e in spans} == set(small_result.plan.devices)
     names = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name"}

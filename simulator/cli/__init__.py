@@ -15,6 +15,8 @@ from simulator.cli.comm import comm
 from simulator.cli.explain import explain
 from simulator.cli.listing import profiles, scenarios
 from simulator.cli.run import run, verify
+from simulator.cli.schema import schema
+from simulator.cli.sweep import sweep
 
 __all__ = ["app", "main"]
 
@@ -51,6 +53,8 @@ app.command("comm")(comm)
 app.command("explain")(explain)
 app.command("profiles")(profiles)
 app.command("scenarios")(scenarios)
+app.command("sweep")(sweep)
+app.command("schema")(schema)
 
 
 def main() -> None:

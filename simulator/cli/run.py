@@ -198,7 +198,10 @@ def verify(
         loaded, hw = load_checked(scenario, overrides or [])
         _check_work(loaded, estimate_verify(loaded.scenario), max_devices, "numpy devices to run",
                     "--max-devices")
-        res = _verify_with_progress(loaded.scenario, hw.software.fused_attention)
+        from simulator.framework.load import framework_for
+
+        fused = framework_for(loaded.scenario, hw).software.fused_attention
+        res = _verify_with_progress(loaded.scenario, fused)
         if res.shrunk_note:
             sys.stderr.write(f"note: {res.shrunk_note}\n")
         report = res.to_dict()

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from simulator.errors import InputError
+from simulator.framework.schema import Software
 
 __all__ = ["HardwareProfile", "Software", "PeakTflops", "IntraNode", "Nvls", "InterNode", "Host",
            "Efficiency", "DTYPES"]
@@ -133,23 +134,6 @@ class Efficiency(_Closed):
     sustained_compute_fraction: Fraction = 1.0
 
 
-class Software(_Closed):
-    """The reference training stack the profile's efficiency figures were validated with:
-    which kernels it fuses. Cited per profile; a scenario may override (model.attention)."""
-
-    # `model.attention: auto` runs attention as one fused (FlashAttention-style) kernel
-    fused_attention: StrictBool = False
-    # the wgrad GEMM accumulates into the fp32 main gradient (no separate add pass)
-    fused_grad_accumulation: StrictBool = False
-    # tensor-parallel collectives are chunked and pipelined against the GEMM that produces
-    # or consumes them (`parallel.overlap.tp_comm: auto`), their kernels taking tp_comm_sms
-    # of the compute units while they run
-    tp_comm_overlap: StrictBool = False
-    tp_comm_sms: Units = 16
-    # bf16 gradients are accumulated and reduced in fp32 (a 4-byte gradient buffer)
-    bf16_grads_fp32: StrictBool = False
-
-
 class HardwareProfile(_Closed):
     """A validated hardware profile. `source` is the file it came from (for messages)."""
 
@@ -168,7 +152,9 @@ class HardwareProfile(_Closed):
     host: Host
     kernel_launch_us: LaunchUs
     devices_per_node_default: Links
-    software: Software = Field(default_factory=lambda: Software())
+    # the training stack this profile's runs use when a scenario names none: a framework
+    # profile (framework_profiles/NAME.yaml) or a path
+    default_framework: StrictStr
     efficiency: Efficiency
     source: StrictStr = "<hardware>"
 
@@ -182,6 +168,14 @@ class HardwareProfile(_Closed):
                               f"device '{self.name}' has no peak for dtype '{dtype}'; "
                               f"it has: {', '.join(have)}")
         return value * 1e12
+
+    @property
+    def software(self) -> Software:
+        """The kernels and overlaps of the default framework (`default_framework`)."""
+        from simulator.framework.load import load_framework
+
+        return load_framework(self.default_framework, where=self.source,
+                              key="default_framework").software
 
     def has_dtype(self, dtype: str) -> bool:
         return dtype in DTYPES and getattr(self.peak_tflops, dtype) is not None

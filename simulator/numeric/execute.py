@@ -112,7 +112,7 @@ def _forward_op(ex: Execution, p: OpPlan, cache: dict) -> list[DistTensor]:
     ctxs = [_ctx(p, ex.plan, r, ex.batch_offset) for r in range(mesh.size)]
     local = [[t.blocks[r] for t in ins] for r in range(mesh.size)]
     groups = group_ranks(p, ex.plan.graph, ex.plan.mesh)
-    if groups is not None:
+    if groups is not None and fam.group is not None:
         ex.comm_log += ex.plan.internal_steps(p)
         blocks = tuple(fam.group.forward(local, p.op.attrs, ctxs, groups))
     else:
@@ -140,7 +140,7 @@ def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict) -
     ctxs = [_ctx(p, plan, r, ex.batch_offset) for r in range(mesh.size)]
     local = [[t.blocks[r] for t in ins] for r in range(mesh.size)]
     groups = group_ranks(p, plan.graph, mesh)
-    if groups is not None:
+    if groups is not None and fam.group is not None:
         per_rank = fam.group.vjp(local, list(y.blocks), list(dy.blocks), p.op.attrs, ctxs,
                                  groups)
     else:
@@ -150,10 +150,20 @@ def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict) -
     for i, name in enumerate(p.op.inputs):
         if not wants[i] or plan.graph.tensors[name].kind in ("input", "label"):
             continue
-        g = DistTensor(ins[i].shape, in_layouts[i],
-                       tuple(per_rank[r][i] for r in range(mesh.size)))
+        g = DistTensor(ins[i].shape, in_layouts[i], _blocks(per_rank, i))
         slot = grads.setdefault(name, {})
         slot[in_layouts[i]] = _add(slot.get(in_layouts[i]), g)
+
+
+def _blocks(per_rank: list, i: int) -> tuple[np.ndarray, ...]:
+    """Input i's gradient block of every rank (a family returns None only for inputs
+    that take no gradient, which are skipped before)."""
+    out = []
+    for grads in per_rank:
+        g = grads[i]
+        assert g is not None, "a VJP returned no gradient for a differentiable input"
+        out.append(g)
+    return tuple(out)
 
 
 def _collect(ex: Execution, name: str, grads: dict, target: Layout | None) -> DistTensor | None:
@@ -188,4 +198,9 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
     grads: dict = {plan.graph.loss: {seed_layout: seed}}
     for p, ins in zip(reversed(plan.ops), reversed(saved)):
         _backward_op(ex, p, ins, grads)
-    return {name: _collect(ex, name, grads, None) for name in params if name in grads}
+    out: dict[str, DistTensor] = {}
+    for name in params:
+        total = _collect(ex, name, grads, None) if name in grads else None
+        if total is not None:
+            out[name] = total
+    return out

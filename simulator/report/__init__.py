@@ -15,7 +15,8 @@ __all__ = ["summary", "format_table", "write_report"]
 
 
 def write_report(result: Any, out_dir: str | Path) -> list[Path]:
-    """Write summary.csv, summary.md, trace.json, timeline.png, breakdown.png, memory.png."""
+    """Write summary.csv, summary.md, trace.json, timeline.png, breakdown.png, memory.png,
+    report.html."""
     from simulator.report.files import write_report as _write
 
     return _write(result, out_dir)

@@ -1,6 +1,7 @@
 """`write_report(result, out_dir)`: summary.csv, summary.md, trace.json, timeline.png,
-breakdown.png and memory.png in out_dir. The only writer of files outside the CLI; pandas and
-matplotlib are imported here, when a report is asked for, never on the simulation path.
+breakdown.png, memory.png and report.html (the page that inlines them) in out_dir. The only
+writer of files outside the CLI; pandas and matplotlib are imported here, when a report is
+asked for, never on the simulation path.
 """
 
 from __future__ import annotations
@@ -53,4 +54,8 @@ def write_report(result: Any, out_dir: str | Path) -> list[Path]:
     plot_timeline(result, paths[3])
     plot_breakdown(result, paths[4])
     plot_memory(result, paths[5])
-    return paths
+    from simulator.report.html import run_page
+
+    page = out / "report.html"
+    page.write_text(run_page(s, {p.name: p for p in paths[3:6]}), encoding="utf-8")
+    return [*paths, page]

@@ -18,7 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.engine.trace import Trace
-from simulator.schedule.tasks import CATEGORIES, Plan, Task
+from simulator.schedule.tasks import CATEGORIES as TASK_CATEGORIES
+from simulator.schedule.tasks import Plan, Task
+
+# the tasks' categories and the stack's own constant memory (simulator.framework.apply)
+CATEGORIES: tuple[str, ...] = (*TASK_CATEGORIES, "framework_overhead")
 
 __all__ = ["BREAKDOWN_KEYS", "MemoryPeak", "iteration_time", "slowest_device", "breakdown",
            "by_device", "device_end", "memory_timeline", "memory_peak", "device_comm",

@@ -7,8 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from simulator.report.metrics import BREAKDOWN_KEYS, memory_timeline
-from simulator.schedule.tasks import CATEGORIES
+from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES, memory_timeline
 
 __all__ = ["plot_timeline", "plot_breakdown", "plot_memory"]
 

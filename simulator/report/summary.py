@@ -1,13 +1,13 @@
-"""`summary(result)`: the `run --json` object of CONTRACT.md section 3, exactly its keys; and
-`format_table(summary)`: the same as aligned text for people.
+"""`summary(result)`: the `run --json` object of CONTRACT.md section 3 (its keys, and
+`pipeline_layers`: the layers of each virtual pipeline stage); and `format_table(summary)`:
+the same as aligned text for people.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from simulator.report.metrics import BREAKDOWN_KEYS
-from simulator.schedule.tasks import CATEGORIES
+from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES
 
 __all__ = ["summary", "format_table"]
 
@@ -17,6 +17,8 @@ def _memory(result: Any) -> dict[str, Any]:
     return {"peak_bytes": int(round(peak.peak_bytes)),
             "capacity_bytes": int(round(result.capacity_bytes)),
             "fits": bool(peak.peak_bytes <= result.capacity_bytes),
+            # capacity left at the peak (negative: short by that much)
+            "headroom_bytes": int(round(result.capacity_bytes - peak.peak_bytes)),
             "by_category_bytes": {c: int(round(dict(peak.by_category).get(c, 0.0)))
                                   for c in CATEGORIES}}
 
@@ -47,6 +49,7 @@ def summary(result: Any) -> dict[str, Any]:
         "communication": {"bytes_per_device": int(round(sum(comm.values()))),
                           "by_collective": {k: int(round(v)) for k, v in comm.items()}},
         "simulation": {"events": int(result.trace.events), "wall_s": result.wall_s},
+        "pipeline_layers": list(result.plan.stage_layers),
     }
 
 
@@ -63,13 +66,15 @@ def format_table(s: dict[str, Any]) -> str:
                            f"{s['tokens_per_s']:.4g} tokens/s"),
             ("TFLOP/s per device", f"{s['tflops_per_device']:.1f}"),
             ("MFU / HFU", f"{s['mfu']:.1%} / {s['hfu']:.1%}")]
+    if len(s.get("pipeline_layers", ())) > 1:
+        rows.append(("layers per stage", "/".join(str(n) for n in s["pipeline_layers"])))
     for key, secs in s["breakdown_s"].items():
         share = secs / t if t > 0 else 0.0
         rows.append((f"  {key}", f"{secs:.4f} s ({share:.1%})"))
     mem = s["memory"]
     verdict = "fits" if mem["fits"] else "DOES NOT FIT"
     rows.append(("memory peak", f"{_gb(mem['peak_bytes'])} of {_gb(mem['capacity_bytes'])} "
-                                f"({verdict})"))
+                                f"({verdict}; headroom {_gb(mem['headroom_bytes'])})"))
     rows += [(f"  {k}", _gb(v)) for k, v in mem["by_category_bytes"].items()]
     comm = s["communication"]
     rows.append(("communication", f"{_gb(comm['bytes_per_device'])} per device"))

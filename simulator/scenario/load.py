@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from simulator.errors import InputError
 from simulator.resources import list_bundled, resolve_yaml
+from simulator.scenario.hf import expand_from_hf
 from simulator.scenario.rules import check_rules
 from simulator.scenario.schema import Scenario
 from simulator.validation import to_input_error
@@ -42,6 +43,10 @@ def parse_scenario(data: dict[str, Any], source: str, overrides: Sequence[str] =
     is to blame), the dotted key, what was found and what is allowed.
     """
     data = apply_overrides(data, list(overrides))
+    try:
+        data = expand_from_hf(data, source)  # model: {from_hf: config.json}
+    except InputError as err:
+        raise blame_override(err, overrides) from None
     data.setdefault("name", source)
     data["source"] = source
     try:

@@ -203,6 +203,11 @@ class ParallelSpec(_Closed):
     pipeline: Degree = 1
     schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     virtual_stages: Layers = 1
+    # Layers of each virtual pipeline stage, in stage order (MindSpore's per-cell
+    # pipeline_stage; Megatron's --decoder-first/last-pipeline-num-layers); default: an
+    # even split, the remainder going to the stages with the least other work.
+    pipeline_layers: Annotated[list[Annotated[StrictInt, Field(ge=0, le=10_000)]],
+                               Field(max_length=100_000)] | None = None
     sequence_parallel: StrictBool = False
     # An int with bounds, not Literal[0, 1, 2, 3]: a Literal would take `true` as 1.
     optimizer_shard: Annotated[StrictInt, Field(ge=0, le=3)] = 0
@@ -227,6 +232,9 @@ class Scenario(_Closed):
 
     name: StrictStr
     hardware: StrictStr
+    # the training stack (framework_profiles/NAME.yaml or a path); None: the hardware
+    # profile's `default_framework`
+    framework: StrictStr | None = None
     cluster: ClusterSpec = Field(default_factory=ClusterSpec)
     model: ModelSpec
     training: TrainingSpec = Field(default_factory=TrainingSpec)

@@ -7,12 +7,47 @@ soon as they are full (PyTorch DDP and Megatron-LM `bucket_size`; MindSpore
 
 Modes: 'size' and 'auto' cut buckets of `bucket_mb` MB (10^6 bytes); 'index' makes one
 bucket per piece (a fusion index per layer); 'none' reduces every parameter tensor alone
-(`tensors` per piece).
+(`tensors` per piece). `auto_fusion` turns 'auto' into the framework's own rule before the
+lowering reads (mode, bucket_mb).
 """
 
 from __future__ import annotations
 
-__all__ = ["grad_buckets"]
+import math
+from typing import Any
+
+__all__ = ["grad_buckets", "auto_fusion"]
+
+
+def auto_fusion(framework: Any, dp: int, bytes_per_param: float, shard: int,
+                bucket_mb: float = 25.0) -> tuple[str, float]:
+    """(mode, bucket_mb) of `comm_fusion.mode: auto` under a framework profile:
+
+    - parameters fully sharded (`optimizer_shard: 3`) by a stack with a wrap unit (FSDP,
+      ZeRO-3): one reduction per unit, i.e. per layer ('index'; FSDP reduce-scatters each
+      wrapped block's gradients in its post-backward hook);
+    - a byte rule (`grad_reduction.bucket_bytes`: PyTorch DDP bucket_cap_mb 25 -> 26,214,400,
+      NeMo distributed_fused_adam bucket_cap_mb): buckets of that size;
+    - a parameter rule: max(bucket_params, bucket_params_per_dp_rank x dp) elements of
+      `bytes_per_param` each (Megatron-Core distributed_data_parallel.py: 'bucket_size =
+      max(40000000, 1000000 * dp_group.size())'; DeepSpeed reduce_bucket_size 5e8);
+    - no rule and a reduction that does not overlap the backward (`overlap.grad_reduce:
+      false`; Megatron-LM 2021 local DDP): one reduction of the whole gradient buffer after
+      the backward;
+    - no rule found in public sources (MindSpore's default fusion threshold): the scenario's
+      `bucket_mb`.
+    """
+    g = framework.grad_reduction
+    if shard >= 3 and framework.sharding.wrap_unit is not None:
+        return "index", math.inf
+    if g.bucket_bytes is not None:
+        return "size", g.bucket_bytes / 1e6
+    if g.bucket_params is not None:
+        params = max(g.bucket_params, (g.bucket_params_per_dp_rank or 0) * dp)
+        return "size", params * bytes_per_param / 1e6
+    if framework.overlap.grad_reduce is False:
+        return "size", math.inf
+    return "size", bucket_mb
 
 
 def _by_size(piece_bytes: list[float], bucket: float) -> list[tuple[int, float]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
@@ -32,9 +33,15 @@ class CostModel:
         from simulator.cost import collective_time_s, compute_time_s, send_recv_time_s
 
         pcie = float(hw.pcie_bandwidth_bytes_per_s)
+
+        @lru_cache(maxsize=4096)
+        def collective(coll: str, nbytes: float, group: GroupSpec) -> float:
+            # pure in its arguments: gradient buckets repeat one size hundreds of times
+            return collective_time_s(coll, nbytes, group, hw)
+
         return cls(
             compute_s=lambda spec: compute_time_s(spec, hw),
-            collective_s=lambda coll, nbytes, group: collective_time_s(coll, nbytes, group, hw),
+            collective_s=collective,
             send_recv_s=lambda nbytes, intra: send_recv_time_s(nbytes, intra, hw),
             copy_s=lambda nbytes: nbytes / pcie,
         )
@@ -70,7 +77,8 @@ def _gemm_partner(ops: tuple[Op, ...], i: int) -> int | None:
     """Index of the GEMM a tensor-parallel collective at i pipelines against: the GEMM that
     consumes it (next op) or else the one that produced it (previous op)."""
     for j in (i + 1, i - 1):
-        if 0 <= j < len(ops) and isinstance(ops[j], ComputeSpec) and ops[j].kind == "gemm":
+        op = ops[j] if 0 <= j < len(ops) else None
+        if isinstance(op, ComputeSpec) and op.kind == "gemm":
             return j
     return None
 
@@ -96,7 +104,7 @@ def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec
         if isinstance(op, CommSpec):
             seconds = costs.collective_s(op.collective, op.bytes, groups[op.axis])
             partner = _gemm_partner(ops, i) if tp_overlap and op.axis == "tp" else None
-            if partner is not None:
+            if partner is not None and tp_overlap is not None:
                 slower, seconds = _overlapped(seconds, times[partner], tp_overlap)
                 compute += slower
             comm += seconds

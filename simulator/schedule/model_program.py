@@ -9,13 +9,15 @@ its neighbours are layers on both sides); its blocks are the embedding (ops befo
 layer), the layer and the head (final norm, LM head, cross-entropy and the loss). Operator
 graphs (mlp, resnet, graph): the whole graph is one block.
 
-What the reference training stack adds on top of the plan are cost annotations, each cited
-where it is made: fused attention (`model.attention`, the profile's `software`), the fp32
+What the training stack (the framework profile's `Software`) adds on top of the plan are cost
+annotations, each cited where it is made: fused attention (`model.attention`), the fp32
 main-gradient add of unfused stacks, fp32 gradient reduction of bf16 models, TP-comm
-overlap. Data-parallel gradient reductions (mesh axis `dp`) are left to the lowering, which
-buckets and overlaps them; reductions on the other axes run once per iteration before the
-optimizer, coalesced per collective (Megatron's finalize_model_grads all-reduces the
-sequence-parallel norm gradients as one flat buffer).
+overlap, and with `dtype: fp8` the framework's FP8 recipe (`schedule.fp8`: the recipe's
+GEMMs in FP8 with their casts, everything else in bf16). Data-parallel gradient reductions
+(mesh axis `dp`) are left to the lowering, which buckets and overlaps them; reductions on
+the other axes run once per iteration before the optimizer, coalesced per collective
+(Megatron's finalize_model_grads all-reduces the sequence-parallel norm gradients as one
+flat buffer).
 """
 
 from __future__ import annotations
@@ -24,10 +26,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
+from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.graph import Graph
 from simulator.hardware.schema import Software
 from simulator.scenario.schema import DTYPE_BYTES, GraphModel, Scenario, TransformerModel
+from simulator.schedule.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.schedule.program import Op, TpOverlap, TransformerProgram
 from simulator.sharding.lower import (
     Saved,
@@ -36,6 +39,7 @@ from simulator.sharding.lower import (
     gradient_steps,
     saved,
 )
+from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import ShardingPlan, build_plan
 from simulator.sharding.transformer_plan import gpt_dims, planned_transformer, uses_flash
 
@@ -116,16 +120,21 @@ def _layer_prefix(layers: int) -> str:
 
 
 def transformer_program(scenario: Scenario, software: Software | None = None,
-                        compute_units: int = 132) -> TransformerProgram:
+                        compute_units: int = 132, fp8: Fp8Recipe | None = None
+                        ) -> TransformerProgram:
     """One device's work for one micro-batch of `scenario` (a transformer model), derived
-    from its planned graph. `software` is the hardware profile's reference stack: it
+    from its planned graph. `software` is the framework profile's stack: it
     resolves `model.attention: auto`, says whether gradient accumulation into fp32 runs
     inside the wgrad GEMMs, whether bf16 gradients are kept and reduced in fp32, and whether
-    TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores)."""
+    TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores).
+    `fp8`: the framework's FP8 recipe for a `dtype: fp8` model: the model is bf16 except the
+    recipe's GEMMs (without one, every op runs in fp8)."""
     software = software or Software()
     p, m = scenario.parallel, scenario.model
     assert isinstance(m, TransformerModel)
-    e = DTYPE_BYTES[m.dtype]
+    recipe = fp8 if m.dtype == "fp8" else None
+    dtype = "bf16" if recipe is not None else m.dtype
+    e = DTYPE_BYTES[dtype]
     dims = gpt_dims(scenario, uses_flash(scenario, software.fused_attention), min(m.layers, 3))
     graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel)
     plan = build_plan(graph, mesh, e)
@@ -134,18 +143,23 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
     embed = _Block(lambda n: n.startswith("embed"))
     head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
     sv: Saved = saved(plan, e)
-    fwd = {k: forward_specs(plan, m.dtype, b.select, e, sv) for k, b in
+    if recipe is not None:
+        sv = fp8_saved(sv, plan, recipe, e)
+    fwd = {k: forward_specs(plan, dtype, b.select, e, sv) for k, b in
            (("layer", layer), ("embed", embed), ("head", head))}
-    bwd = {k: backward_specs(plan, m.dtype, b.select, e) for k, b in
+    bwd = {k: backward_specs(plan, dtype, b.select, e) for k, b in
            (("layer", layer), ("embed", embed), ("head", head))}
+    if recipe is not None:
+        fwd = {k: apply_fp8(v, recipe) for k, v in fwd.items()}
+        bwd = {k: apply_fp8(v, recipe) for k, v in bwd.items()}
     params, tensors = layer.params(plan, graph)
     embed_params = embed.params(plan, graph)[0]
     head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
     output_params = _Block(lambda n: n == "head").params(plan, graph)[0]
     if not software.fused_grad_accumulation:
-        bwd["layer"] += _main_grad(e, m.dtype, "main_grad_add", params)
-        bwd["embed"] += _main_grad(e, m.dtype, "main_grad_add_embed", embed_params)
-        bwd["head"] += _main_grad(e, m.dtype, "main_grad_add_head", head_params + output_params)
+        bwd["layer"] += _main_grad(e, dtype, "main_grad_add", params)
+        bwd["embed"] += _main_grad(e, dtype, "main_grad_add_embed", embed_params)
+        bwd["head"] += _main_grad(e, dtype, "main_grad_add_head", head_params + output_params)
     core = lambda n: n.startswith(prefix) and _role(n) in _CORE_ROLES  # noqa: E731
     region = {"full": layer.select, "selective": core}.get(p.recompute)
     recompute = () if region is None else _recomputed(
@@ -163,8 +177,8 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
         activation_bytes_per_layer=sv.total(layer.select, region),
         embed_activation_bytes=sv.total(embed.select), head_activation_bytes=sv.total(
             head.select), layer_working_bytes=sv.total(layer.select),
-        boundary_bytes=float(boundary), dtype=m.dtype,
-        grad_elem_bytes=4.0 if software.bf16_grads_fp32 and m.dtype == "bf16" else None,
+        boundary_bytes=float(boundary), dtype=dtype,
+        grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
         tp_overlap=_tp_overlap(scenario, software, compute_units),
         grad_sync_layer=_coalesce(_sync(plan, layer.select, skip), "grad_sync"),
         grad_sync_embed=_coalesce(_sync(plan, embed.select, skip), "grad_sync"),
@@ -175,7 +189,7 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
 @dataclass(frozen=True)
 class GraphProgram:
     program: TransformerProgram
-    groups: tuple[tuple[str, GroupSpec], ...]
+    mesh: Mesh  # the graph's own device mesh (the cluster mesh adds `pp` around it)
     model_flops: float
 
 
@@ -207,10 +221,8 @@ def graph_program(scenario: Scenario) -> GraphProgram:
         params_per_layer=params, params_embedding=0, params_head=0, params_output=0,
         param_tensors_per_layer=tensors, activation_bytes_per_layer=sv.total(),
         embed_activation_bytes=0.0, head_activation_bytes=0.0,
-        layer_working_bytes=sv.total(), boundary_bytes=0.0, dtype=dtype,
+        layer_working_bytes=sv.total(), boundary_bytes=0.0, dtype=dtype, single_block=True,
         grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"))
-    groups = tuple((name, GroupSpec(size, mesh.stride(a), scenario.cluster.devices_per_node))
-                   for a, (name, size) in enumerate(mesh.axes))
     micro = 1 if isinstance(scenario.model, GraphModel) else scenario.grad_accum_steps
-    return GraphProgram(prog, groups, graph_model_flops(graph, micro))
+    return GraphProgram(prog, mesh, graph_model_flops(graph, micro))
 

@@ -62,6 +62,8 @@ class TransformerProgram:
     grad_elem_bytes: bytes of one gradient element in the gradient buffer and the
     data-parallel reduction (None: the model dtype's). tp_overlap: how tensor-parallel
     collectives overlap their GEMMs (None: they run on the critical path).
+    single_block: the program is the whole model as one block (an operator graph), which a
+    pipeline cannot partition.
     grad_sync_*: gradient reductions on mesh axes other than `dp` (a layer's, the
     embedding's, the head's), run once per iteration before the optimizer step.
     """
@@ -86,6 +88,7 @@ class TransformerProgram:
     dtype: str
     grad_elem_bytes: float | None = None
     tp_overlap: TpOverlap | None = None
+    single_block: bool = False
     grad_sync_layer: tuple[CommSpec, ...] = ()
     grad_sync_embed: tuple[CommSpec, ...] = ()
     grad_sync_head: tuple[CommSpec, ...] = ()

@@ -10,11 +10,14 @@ master copy, so K drops by 4.
 
 from __future__ import annotations
 
+from typing import Any
+
 from simulator.cost.specs import ComputeSpec
 from simulator.scenario.schema import DTYPE_BYTES
 from simulator.schedule.tasks import Alloc
 
-__all__ = ["model_state_bytes", "optimizer_spec", "STATE_BYTES", "OPTIMIZER_FLOPS"]
+__all__ = ["model_state_bytes", "optimizer_spec", "STATE_BYTES", "OPTIMIZER_FLOPS",
+           "framework_overhead_bytes", "fp8_weight_copy_bytes"]
 
 STATE_BYTES = {"adam": 12, "momentum": 8, "sgd": 4}  # mixed precision: fp32 master + moments
 OPTIMIZER_FLOPS = {"adam": 12.0, "momentum": 4.0, "sgd": 2.0}  # per parameter per step
@@ -52,3 +55,25 @@ def optimizer_spec(params: int, dtype: str, optimizer: str, shard: int, dp: int,
     per_param = (grad_bytes or e) + 2 * k + e
     return ComputeSpec("optimizer_step", "optimizer", OPTIMIZER_FLOPS[optimizer] * local,
                        per_param * local, dtype, "optimizer")
+
+
+def framework_overhead_bytes(overheads: Any, communicators: int) -> float:
+    """Device memory a training stack takes besides the model's tensors (framework profile
+    `memory_overheads`): the CUDA/runtime context, the collective library's buffers
+    (`comm_buffer_bytes` x `comm_buffers_per_communicator` per communicator the device is
+    in: NCCL's 4 MiB Simple-protocol FIFO per channel per ring connection; HCCL's
+    2 x HCCL_BUFFSIZE), and the library workspaces. A figure the profile leaves null (not
+    found in public sources) counts 0. Allocator fragmentation is not counted: no public
+    figure states it as a rule."""
+    context = overheads.cuda_context_bytes or 0
+    per_comm = (overheads.comm_buffer_bytes or 0) * overheads.comm_buffers_per_communicator
+    return float(context + per_comm * communicators + (overheads.workspace_bytes or 0))
+
+
+def fp8_weight_copy_bytes(static: Alloc, copy_bytes_per_param: float, dtype_bytes: float,
+                          fp8_share: float) -> float:
+    """FP8 weight copies (the e4m3 weight and its transpose, `copy_bytes_per_param` each
+    parameter of an FP8 GEMM) of a device whose `parameters` category holds its
+    `dtype_bytes`-wide weights; `fp8_share` of them feed FP8 GEMMs."""
+    params = sum(b for cat, b in static if cat == "parameters") / dtype_bytes
+    return params * fp8_share * copy_bytes_per_param

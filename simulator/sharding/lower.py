@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.cost.specs import CommSpec, ComputeSpec
+from simulator.cost.specs import CommSpec, ComputeSpec, Phase
 from simulator.graph.ops.einsum import gemm_mnk
 from simulator.sharding.layout import Layout
 from simulator.sharding.plan import Item, OpPlan, ShardingPlan
@@ -158,7 +158,7 @@ def _backward_specs(plan: ShardingPlan, k: _Kernel, dtype: str, e: float) -> lis
                         executed_fraction=frac)]
 
 
-def _comm(plan: ShardingPlan, name: str, step, phase: str) -> CommSpec:
+def _comm(plan: ShardingPlan, name: str, step, phase: Phase) -> CommSpec:
     return CommSpec(f"{name}.{step.kind}", step.kind, step.bytes, plan.mesh.names[step.axis],
                     phase)
 
@@ -244,8 +244,7 @@ def gradient_steps(plan: ShardingPlan, skip_axes: tuple[str, ...] = ()
                 kept[a] = src.placements[a]
         for step in plan.move(t.name, src, Layout(tuple(kept)), keep=skip_axes):
             if step.is_comm and plan.mesh.names[step.axis] not in skip_axes:
-                out.append(CommSpec(f"{t.name}.grad.{step.kind}", step.kind, step.bytes,
-                                    plan.mesh.names[step.axis], "bwd"))
+                out.append(_comm(plan, f"{t.name}.grad", step, "bwd"))
     return tuple(c for c in out if c.axis not in skip_axes)
 
 

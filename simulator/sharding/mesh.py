@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 __all__ = ["Mesh"]
 
@@ -18,11 +19,11 @@ class Mesh:
     def of(cls, **sizes: int) -> Mesh:
         return cls(tuple(sizes.items()))
 
-    @property
+    @cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(n for n, _ in self.axes)
 
-    @property
+    @cached_property
     def shape(self) -> tuple[int, ...]:
         return tuple(s for _, s in self.axes)
 

@@ -163,11 +163,11 @@ class ShardingPlan:
                     grads.setdefault(name, {})[ins[i]] = None
         firsts: dict[str, Layout] = {}
         for t in self.graph.of_kind("parameter"):
-            slots = list(grads.get(t.name, {}))
-            if slots:
-                firsts[t.name] = slots[0]
-            out += [(t.name, s) for layout in slots[1:] for s in self.move(t.name, layout,
-                                                                           slots[0])]
+            layouts = list(grads.get(t.name, {}))
+            if layouts:
+                firsts[t.name] = layouts[0]
+            out += [(t.name, s) for layout in layouts[1:]
+                    for s in self.move(t.name, layout, layouts[0])]
         return tuple(out), firsts
 
 

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (data records and citations are kept one per line)
 """The published runs behind benchmarks/data/validation-pending/ (read by make_cases.py).
 
 One dict per run. Every figure is copied from the source named in `source`/`source_detail`;

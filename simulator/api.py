@@ -1,0 +1,82 @@
+"""The Python API: the functions behind `shardsim run`, `verify` and `sweep`, returning the
+objects the CLI prints (re-exported by `simulator/__init__.py`).
+
+    from simulator import load_scenario, simulate, sweep
+    sc = load_scenario("gpt3-175b-1024-a100", ["parallel.recompute=selective"])
+    print(simulate(sc).iteration_time_s)
+
+Bad input raises simulator.errors.InputError with the message the CLI prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load_scenario", "load_hardware", "simulate", "verify", "sweep"]
+
+
+def load_scenario(scenario: str, overrides: Sequence[str] = ()) -> Any:
+    """A scenario file or bundled name with `--set`-style overrides (`hardware.KEY=VALUE`
+    for profile fields): a LoadedScenario (`.scenario` is the validated Scenario)."""
+    from simulator.cli._common import load_scenario as _load
+
+    return _load(scenario, list(overrides))
+
+
+def load_hardware(loaded: Any) -> Any:
+    """The hardware profile of a LoadedScenario, with its `hardware.` overrides."""
+    from simulator.cli._common import load_hardware as _hw
+
+    return _hw(loaded)
+
+
+def _scenario_and_hw(scenario: Any, hw: Any) -> tuple[Any, Any]:
+    from simulator.cli._common import LoadedScenario
+
+    if isinstance(scenario, str):
+        scenario = load_scenario(scenario)
+    if isinstance(scenario, LoadedScenario):
+        return scenario.scenario, hw if hw is not None else load_hardware(scenario)
+    if hw is None:
+        from simulator.hardware.load import load_profile
+        from simulator.scenario import resolve_hardware
+
+        hw = load_profile(str(resolve_hardware(scenario)))
+    return scenario, hw
+
+
+def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") -> Any:
+    """One training iteration (`shardsim run`): a SimResult. `scenario` is a name, a path, a
+    LoadedScenario or a Scenario; `hw` defaults to the profile the scenario names.
+    `simulator.report.summary(result)` is the `run --json` object."""
+    from simulator.simulate import simulate as _simulate
+
+    sc, profile = _scenario_and_hw(scenario, hw)
+    return _simulate(sc, profile, fidelity)
+
+
+def verify(scenario: Any, hw: Any = None) -> Any:
+    """The numpy proof of `shardsim verify`: a VerifyResult (`.ok`, `.to_dict()`)."""
+    from simulator.numeric.verify import verify_scenario
+
+    sc, profile = _scenario_and_hw(scenario, hw)
+    return verify_scenario(sc, fused_attention=profile.software.fused_attention)
+
+
+def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[str] = (),
+          out: str | Path | None = None, executor: str = "local", resume: bool = False,
+          workers: int | None = None, address: str | None = None) -> list[dict[str, Any]]:
+    """Every combination of `grid` ({dotted key: values}) simulated (`shardsim sweep`): the
+    rows, sorted by index. With `out`, the folder gets sweep.parquet, sweep.csv, sweep.png
+    and report.html, and `resume=True` continues a sweep there."""
+    from simulator.cli._common import _scenario_path
+    from simulator.planner.sweep import SweepSpec, _yaml_scalar, parse_grid, sweep_into
+    from simulator.planner.sweep_exec import make_executor
+
+    path, shown = _scenario_path(scenario)
+    items = [f"{k}=" + ",".join(_yaml_scalar(v) for v in values) for k, values in grid.items()]
+    spec = SweepSpec(str(path), shown, parse_grid(items), tuple(overrides))
+    folder = Path(out) if out is not None else None
+    return sweep_into(spec, folder, make_executor(executor, address, workers), resume)

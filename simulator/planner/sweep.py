@@ -1,0 +1,272 @@
+"""Sweeps: every combination of a grid of `--set` overrides simulated, one row per combination.
+
+    grid {key: values} --expand--> configs (index, overrides) --executor--> rows --sink-->
+
+`simulate` is a black box: each configuration is the scenario with its overrides applied by
+the same mechanism as `shardsim run --set` (`simulator.yamlio.apply_overrides`), so a sweep
+row equals the `run --json` of that command line. A row whose configuration is rejected
+(bad combination, an internal error) records the message and the sweep goes on.
+
+Work shared across configurations is reused inside each worker process: the scenario file
+is read and parsed once, each hardware profile (with its overrides) is validated once, and
+the cost model of a profile memoises its pure functions (a collective of the same size on
+the same group is priced once for the whole sweep, not once per configuration).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.errors import InputError, ShardsimError
+
+__all__ = ["SweepSpec", "Config", "ROW_METRICS", "parse_grid", "expand", "evaluate",
+           "run_sweep", "sweep_into", "load_sweep_file"]
+
+# Metric columns of a row (floats; None when the configuration failed), after `index`,
+# `config`, one column per grid key, `status` and `error`.
+ROW_METRICS: tuple[str, ...] = (
+    "iteration_time_s", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
+    "peak_memory_bytes", "capacity_bytes", "compute_s", "recompute_s", "comm_exposed_s",
+    "bubble_s", "offload_exposed_s", "optimizer_s", "comm_bytes_per_device")
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What a sweep runs. `scenario_path` is the scenario file, `shown` how messages name it;
+    `grid` is ((dotted key, (value text, ...)), ...) in the order given; `fixed` are
+    overrides applied to every configuration (like `--set`)."""
+
+    scenario_path: str
+    shown: str
+    grid: tuple[tuple[str, tuple[str, ...]], ...]
+    fixed: tuple[str, ...] = ()
+    fidelity: str = "representative"
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(k for k, _ in self.grid)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for _, values in self.grid:
+            n *= len(values)
+        return n
+
+    def manifest(self) -> dict[str, Any]:
+        """What identifies the sweep (a resumed sweep must have the same)."""
+        return {"scenario": self.shown, "grid": {k: list(v) for k, v in self.grid},
+                "set": list(self.fixed), "fidelity": self.fidelity}
+
+
+@dataclass(frozen=True)
+class Config:
+    """One combination: its position in the grid and its `KEY=VALUE` overrides."""
+
+    index: int
+    overrides: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        return " ".join(self.overrides)
+
+
+def parse_grid(items: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """`['parallel.tensor=1,2,4', ...]` -> (('parallel.tensor', ('1', '2', '4')), ...).
+
+    Each value is parsed later as YAML, as `--set` parses it; a key may appear once."""
+    from simulator.yamlio import parse_override
+
+    grid: dict[str, tuple[str, ...]] = {}
+    for item in items:
+        parse_override(item)  # the same KEY=VALUE checks and messages as --set
+        key, _, text = item.partition("=")
+        key = key.strip()
+        values = tuple(v.strip() for v in text.split(","))
+        if not text.strip() or any(not v for v in values):
+            raise InputError("--grid", key, f"found {text!r}; expected comma-separated values "
+                             "such as parallel.tensor=1,2,4,8")
+        if key in grid:
+            raise InputError("--grid", key, "the key is given twice; give each key once")
+        grid[key] = values
+    return tuple(grid.items())
+
+
+def expand(spec: SweepSpec) -> list[Config]:
+    """Every combination, the last grid key varying fastest (itertools.product order)."""
+    keys = spec.keys
+    combos = itertools.product(*(values for _, values in spec.grid))
+    return [Config(i, spec.fixed + tuple(f"{k}={v}" for k, v in zip(keys, combo)))
+            for i, combo in enumerate(combos)]
+
+
+# ---- evaluation (runs in worker processes; caches live per process) ------------------------
+
+@functools.lru_cache(maxsize=8)
+def _scenario_data(path: str, shown: str) -> dict[str, Any]:
+    from simulator.yamlio import read_yaml_file
+
+    return read_yaml_file(Path(path), shown)
+
+
+@functools.lru_cache(maxsize=64)
+def _profile(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
+    from simulator.hardware.load import load_profile
+    from simulator.yamlio import blame_override
+
+    try:
+        return load_profile(hw_path, hw_overrides)
+    except InputError as err:
+        raise blame_override(err, hw_overrides, "hardware.") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _costs(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
+    """The profile's cost model with each pure function memoised across configurations."""
+    from simulator.schedule.costs import CostModel
+
+    base = CostModel.from_hardware(_profile(hw_path, hw_overrides))
+    return CostModel(compute_s=functools.lru_cache(maxsize=None)(base.compute_s),
+                     collective_s=functools.lru_cache(maxsize=None)(base.collective_s),
+                     send_recv_s=functools.lru_cache(maxsize=None)(base.send_recv_s),
+                     copy_s=base.copy_s)
+
+
+def _load(spec: SweepSpec, overrides: tuple[str, ...]) -> tuple[Any, str, tuple[str, ...]]:
+    """(validated scenario, profile path, hardware overrides) of one configuration."""
+    from simulator.scenario import parse_scenario, resolve_hardware, split_overrides
+
+    path = Path(spec.scenario_path)
+    scen_o, hw_o = split_overrides(overrides)
+    scenario = parse_scenario(_scenario_data(str(path), spec.shown), spec.shown, scen_o)
+    hw_path = resolve_hardware(scenario, path.parent, scen_o)
+    return scenario, str(hw_path), tuple(hw_o)
+
+
+def _metrics(summ: dict[str, Any]) -> dict[str, Any]:
+    parts = summ["breakdown_s"]
+    return {"iteration_time_s": summ["iteration_time_s"], "samples_per_s": summ["samples_per_s"],
+            "tokens_per_s": summ["tokens_per_s"], "tflops_per_device": summ["tflops_per_device"],
+            "mfu": summ["mfu"], "peak_memory_bytes": float(summ["memory"]["peak_bytes"]),
+            "capacity_bytes": float(summ["memory"]["capacity_bytes"]),
+            **{f"{k}_s": v for k, v in parts.items()},
+            "comm_bytes_per_device": float(summ["communication"]["bytes_per_device"])}
+
+
+def evaluate(spec: SweepSpec, config: Config) -> dict[str, Any]:
+    """The row of one configuration: `run --json` figures, or status 'error' and why."""
+    from simulator.report.summary import summary
+    from simulator.simulate import simulate
+
+    row: dict[str, Any] = {"index": config.index, "config": config.label}
+    row.update({k: v.partition("=")[2] for k, v in
+                zip(spec.keys, config.overrides[len(spec.fixed):])})
+    row.update(status="ok", error=None, **dict.fromkeys(ROW_METRICS))
+    try:
+        scenario, hw_path, hw_o = _load(spec, config.overrides)
+        result = simulate(scenario, _profile(hw_path, hw_o), spec.fidelity,
+                          costs=_costs(hw_path, hw_o))
+        row.update(_metrics(summary(result)))
+    except ShardsimError as exc:
+        row.update(status="error", error=str(exc))
+    except Exception as exc:  # an internal error of one configuration must not end the sweep
+        row.update(status="error", error=f"internal error: {type(exc).__name__}: {exc}")
+    return row
+
+
+def _evaluate_packed(job: tuple[SweepSpec, Config]) -> dict[str, Any]:
+    return evaluate(*job)
+
+
+def run_sweep(spec: SweepSpec, executor: Any, done: Iterable[int] = (),
+              on_row: Callable[[dict[str, Any]], None] = lambda row: None) -> int:
+    """Evaluate every configuration whose index is not in `done` on `executor` (see
+    sweep_exec), calling `on_row` with each row as it finishes (in completion order).
+    Returns the number of rows evaluated."""
+    skip = set(done)
+    jobs = [(spec, c) for c in expand(spec) if c.index not in skip]
+    count = 0
+    for row in executor.imap(_evaluate_packed, jobs):
+        on_row(row)
+        count += 1
+    return count
+
+
+def load_sweep_file(path: Path, data: dict[str, Any]) -> tuple[str, list[str], list[str]]:
+    """(scenario reference, grid items, fixed overrides) of a sweep file (a YAML mapping
+    with a `sweep:` block: scenario, grid {key: [values]}, optional set [KEY=VALUE])."""
+    src = str(path)
+    block = data.get("sweep")
+    if not isinstance(block, dict):
+        raise InputError(src, "sweep", "expected a mapping with scenario, grid and set")
+    unknown = sorted(set(block) - {"scenario", "grid", "set"})
+    if unknown:
+        raise InputError(src, f"sweep.{unknown[0]}", "unknown key; allowed: scenario, grid, set")
+    ref, grid, fixed = block.get("scenario"), block.get("grid"), block.get("set", [])
+    if not isinstance(ref, str):
+        raise InputError(src, "sweep.scenario", f"found {ref!r}; expected a scenario name or "
+                         "a path relative to this file")
+    if not isinstance(grid, dict) or not grid:
+        raise InputError(src, "sweep.grid", "expected a mapping of dotted keys to lists of "
+                         "values, such as {parallel.tensor: [1, 2, 4]}")
+    items = []
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise InputError(src, f"sweep.grid.{key}", f"found {values!r}; expected a "
+                             "non-empty list of values")
+        items.append(f"{key}=" + ",".join(_yaml_scalar(v) for v in values))
+    if not isinstance(fixed, list) or not all(isinstance(s, str) for s in fixed):
+        raise InputError(src, "sweep.set", "expected a list of KEY=VALUE strings")
+    local = path.parent / ref
+    return (str(local) if local.is_file() else ref), items, list(fixed)
+
+
+def _yaml_scalar(value: Any) -> str:
+    """A grid value as `--set` text (booleans as YAML writes them)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def sweep_into(spec: SweepSpec, folder: Path | None, executor: Any, resume: bool = False,
+               on_row: Callable[[dict[str, Any]], None] = lambda row: None,
+               on_start: Callable[[int, int], None] = lambda total, done: None,
+               ) -> list[dict[str, Any]]:
+    """Run `spec`, journaling rows into `folder` (None: in memory only), and write the final
+    table and plot there. `on_start(total, already_done)` is called once before the first
+    configuration runs. Returns every row, sorted by index."""
+    from simulator.report.sweep_table import SweepJournal, plot_sweep, write_final
+
+    if folder is None:
+        rows: list[dict[str, Any]] = []
+
+        def keep(row: dict[str, Any]) -> None:
+            rows.append(row)
+            on_row(row)
+
+        on_start(spec.size, 0)
+        run_sweep(spec, executor, on_row=keep)
+        return sorted(rows, key=lambda r: r["index"])
+    journal = SweepJournal(folder, spec.manifest(), spec.keys, resume)
+
+    def journaled(row: dict[str, Any]) -> None:
+        journal.add(row)
+        on_row(row)
+
+    on_start(spec.size, len(journal.done))
+    try:
+        run_sweep(spec, executor, set(journal.done), on_row=journaled)
+    finally:
+        journal.flush()
+    rows = write_final(folder, spec.keys)
+    plot_sweep(rows, spec.keys, folder / "sweep.png")
+    from simulator.report.html import sweep_page
+
+    page = sweep_page(rows, spec.keys, folder / "sweep.png", f"shardsim sweep: {spec.shown}")
+    (folder / "report.html").write_text(page, encoding="utf-8")
+    return rows

@@ -1,0 +1,112 @@
+"""FP8 as a per-GEMM precision (issue 9 item 3): the GEMMs a framework's recipe runs in FP8,
+and the casts it adds as memory-bound kernels. Everything else stays in bf16.
+
+Transformer Engine (Megatron-Core, NeMo, llm-foundry with fc_type 'te') and torchao Float8
+(torchtitan) run the linear layers of the transformer block in FP8 and keep the attention
+core (QK^T, softmax, PV), norms, embedding, LM head and the optimizer in bf16/fp32
+(framework profile `fp8.bf16_ops`). An FP8 GEMM needs its operands in FP8:
+
+- forward: the input X (m x k) is cast and transposed in one kernel (TE cast_transpose:
+  read 2 bytes, write the e4m3 X and X^T, 1 byte each, per element); X^T is the wgrad
+  operand of the backward;
+- backward: the output gradient dY (m x n) likewise (e5m2 in the HYBRID format), once per
+  GEMM: dgrad and wgrad share it;
+- the weight (k x n) likewise; with delayed scaling TE caches the FP8 weight across the
+  micro-batches of a step (Megatron passes is_first_microbatch), so its cast runs once per
+  step (its cost is spread over the micro-batches here); with dynamic (current) scaling
+  (torchao tensorwise) it is cast every time it is used;
+- the input an FP8 GEMM keeps for its backward is that FP8 copy (TE Linear saves the FP8
+  X^T for wgrad), 1 byte instead of 2 where only FP8 GEMMs keep the tensor (`fp8_saved`);
+- dynamic scaling reads each tensor once more for its amax before the cast (torchao
+  `tensor_to_amax`, then the cast); delayed scaling takes the amax inside the cast kernel
+  (TE fuses amax into cast_transpose) and updates the scales once per step (negligible).
+
+Sources: NVIDIA TransformerEngine docs (DelayedScaling, Format.HYBRID, fp8 weight caching);
+pytorch/ao torchao/float8 (float8_linear.py, float8_scaling_utils.py); framework profiles'
+`fp8` blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from simulator.cost.specs import ComputeSpec, Phase
+from simulator.sharding.lower import Saved, kernel_of
+from simulator.sharding.plan import ShardingPlan
+
+__all__ = ["Fp8Recipe", "apply_fp8", "fp8_saved", "FP8_OPS"]
+
+# kernels of the planned GPT graph per role of `fp8.gemm_roles`
+FP8_OPS = {"qkv": ("qkv",), "proj": ("proj",), "fc1": ("fc1", "fc_gate", "fc_up"),
+           "fc2": ("fc2",), "lm_head": ("lm_head",)}
+_CAST_T_BYTES = 4.0   # cast + transpose: read bf16 (2), write FP8 and its transpose (1 + 1)
+_AMAX_BYTES = 2.0     # a separate amax pass reads the bf16 tensor once more
+
+
+@dataclass(frozen=True)
+class Fp8Recipe:
+    """Which kernels run in FP8 and how the casts are paid."""
+
+    kernels: frozenset[str]
+    dynamic: bool            # current scaling: separate amax pass, weights cast per use
+    micro_batches: int = 1   # delayed scaling casts the weights once per step
+
+    @staticmethod
+    def of(roles: tuple[str, ...], dynamic: bool, micro_batches: int) -> Fp8Recipe:
+        kernels = frozenset(k for r in roles for k in FP8_OPS[r])
+        return Fp8Recipe(kernels, dynamic, max(1, micro_batches))
+
+
+def _cast(name: str, elems: float, per_elem: float, phase: Phase) -> ComputeSpec:
+    return ComputeSpec(name, "elementwise", float(elems), per_elem * elems, "bf16", phase)
+
+
+def _forward_casts(op: ComputeSpec, r: Fp8Recipe) -> tuple[ComputeSpec, ...]:
+    m, n, k = op.gemm_mnk or (0, 0, 0)
+    b = max(1, op.gemm_batch)
+    per = _CAST_T_BYTES + (_AMAX_BYTES if r.dynamic else 0.0)
+    weight_share = 1.0 if r.dynamic else 1.0 / r.micro_batches
+    return (_cast(f"{op.name}.fp8_cast_input", b * m * k, per, op.phase),
+            _cast(f"{op.name}.fp8_cast_weight", k * n * weight_share, per, op.phase))
+
+
+def _backward_casts(op: ComputeSpec, r: Fp8Recipe) -> tuple[ComputeSpec, ...]:
+    """Casts before a dgrad GEMM (m, k_fwd, n_fwd): dY is m x n_fwd."""
+    m, _, n = op.gemm_mnk or (0, 0, 0)
+    b = max(1, op.gemm_batch)
+    per = _CAST_T_BYTES + (_AMAX_BYTES if r.dynamic else 0.0)
+    out = [_cast(f"{op.name}.fp8_cast_grad", b * m * n, per, op.phase)]
+    if r.dynamic:  # the weight is cast again (transposed) for the dgrad GEMM
+        out.append(_cast(f"{op.name}.fp8_cast_weight", op.gemm_mnk[1] * n if op.gemm_mnk
+                         else 0.0, per, op.phase))
+    return tuple(out)
+
+
+def apply_fp8(ops: tuple, r: Fp8Recipe) -> tuple:
+    """`ops` (one block's forward or backward) with the recipe's GEMMs in FP8 and their
+    casts in front of them."""
+    out: list = []
+    for op in ops:
+        if not isinstance(op, ComputeSpec) or op.kind != "gemm":
+            out.append(op)
+            continue
+        base, _, part = op.name.partition(".")
+        if base not in r.kernels:
+            out.append(op)
+            continue
+        if part == "":
+            out += _forward_casts(op, r)
+        elif part == "dgrad":
+            out += _backward_casts(op, r)
+        out.append(replace(op, dtype="fp8"))
+    return tuple(out)
+
+
+def fp8_saved(sv: Saved, plan: ShardingPlan, r: Fp8Recipe, itemsize: float = 2.0) -> Saved:
+    """`sv` with the tensors kept only by FP8 GEMMs stored in FP8 (1 byte an element
+    instead of `itemsize`)."""
+    fp8_ops = {p.op.name for p in plan.ops if kernel_of(p) in r.kernels}
+    tensors = {name: ((nbytes / itemsize) if all(k in fp8_ops for k in keepers) else nbytes,
+                      producer, keepers)
+               for name, (nbytes, producer, keepers) in sv.tensors.items()}
+    return Saved(tensors, dict(sv.extra))

@@ -1,0 +1,49 @@
+"""The Python API: the README's example runs as written, and the API returns what the CLI
+prints; `shardsim schema` is pydantic's JSON Schema of the scenario."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+import simulator
+from simulator.cli import app
+from simulator.report import summary
+from simulator.scenario.schema import Scenario
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_example_runs(capsys):
+    section = README.read_text().split("## Python API", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"[0-9.]+ ms per iteration, peak [0-9.]+ MB", lines[0])
+    assert [ln.split()[:2] for ln in lines[1:]] == [["1", "ok"], ["2", "ok"], ["4", "ok"]]
+
+
+def test_api_simulate_equals_run_json():
+    sc = simulator.load_scenario("tiny-cpu", ["parallel.tensor=4", "parallel.data=1"])
+    res = CliRunner().invoke(app, ["run", "tiny-cpu", "--json", "--set", "parallel.tensor=4",
+                                   "--set", "parallel.data=1"])
+    cli = json.loads(res.stdout)
+    api = summary(simulator.simulate(sc))
+    assert api["iteration_time_s"] == cli["iteration_time_s"]
+    assert api["memory"] == cli["memory"]
+    assert simulator.simulate("tiny-cpu").iteration_time_s == \
+        simulator.simulate(simulator.load_scenario("tiny-cpu").scenario).iteration_time_s
+
+
+def test_schema_command_prints_the_scenario_json_schema():
+    res = CliRunner().invoke(app, ["schema"])
+    assert res.exit_code == 0
+    doc = json.loads(res.stdout)
+    want = Scenario.model_json_schema(mode="validation")
+    assert doc["properties"] == want["properties"] and doc["$defs"] == want["$defs"]
+    assert doc["title"] == "shardsim scenario" and "model" in doc["required"]
+    hw = json.loads(CliRunner().invoke(app, ["schema", "--hardware"]).stdout)
+    assert hw["title"] == "shardsim hardware profile"

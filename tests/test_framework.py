@@ -1,0 +1,223 @@
+"""Framework profiles: loading and errors, the hardware default, the Software value, the bucket
+rule of comm_fusion auto, the stack's memory, and FP8 as a per-GEMM precision."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import yaml
+
+from simulator.errors import InputError
+from simulator.framework import framework_for, list_frameworks, load_framework
+from simulator.framework.apply import communicators, fp8_recipe, with_auto_fusion
+from simulator.hardware.load import list_profiles, load_profile
+from simulator.report.summary import summary
+from simulator.resources import list_bundled
+from simulator.scenario import parse_scenario
+from simulator.schedule.buckets import auto_fusion
+from simulator.schedule.fp8 import Fp8Recipe, apply_fp8
+from simulator.schedule.model_program import transformer_program
+from simulator.schedule.state import framework_overhead_bytes
+from simulator.simulate import simulate
+
+MIB = 2**20
+
+
+def _scenario(hardware: str = "h100-sxm", dtype: str = "bf16", **top: Any):
+    data = {"name": "fw", "hardware": hardware,
+            "cluster": {"nodes": 1, "devices_per_node": 8},
+            "model": {"type": "transformer", "layers": 4, "hidden_size": 1024,
+                      "num_heads": 16, "seq_length": 1024, "vocab_size": 8192, "dtype": dtype},
+            "training": {"global_batch_size": 16, "micro_batch_size": 1},
+            "parallel": {"data": 4, "tensor": 2, "sequence_parallel": True}}
+    for key, value in top.items():
+        if key == "parallel":
+            data["parallel"] = {**data["parallel"], **value}
+        else:
+            data[key] = value
+    return parse_scenario(data, "fw.yaml")
+
+
+def test_every_bundled_profile_loads_and_every_hardware_default_exists() -> None:
+    names = {f.name for f in list_frameworks()}
+    assert names == set(list_bundled("framework_profiles"))
+    assert {"megatron-lm-2021", "megatron-core", "nemo", "megatron-deepspeed",
+            "deepspeed-zero", "pytorch-fsdp", "torchtitan", "llm-foundry", "mindspore",
+            "mindspeed"} <= names
+    for hw in list_profiles():
+        assert hw.default_framework in names
+
+
+def test_hardware_defaults_keep_the_reference_stacks() -> None:
+    a100, h100 = load_profile("a100-80gb").software, load_profile("h100-sxm").software
+    assert not (a100.fused_attention or a100.fused_grad_accumulation or a100.tp_comm_overlap
+                or a100.bf16_grads_fp32)
+    assert h100.fused_attention and h100.fused_grad_accumulation and h100.tp_comm_overlap
+    assert h100.bf16_grads_fp32 and h100.tp_comm_sms == 16
+
+
+def test_scenario_framework_overrides_the_hardware_default() -> None:
+    hw = load_profile("h100-sxm")
+    assert framework_for(_scenario(), hw).name == "megatron-core"
+    assert framework_for(_scenario(framework="nemo"), hw).name == "nemo"
+    # nemo reduces bf16 gradients in bf16 (grad_sync_dtype), Megatron-Core in fp32
+    mcore = transformer_program(_scenario(), hw.software, hw.compute_units)
+    nemo = transformer_program(_scenario(), load_framework("nemo").software, hw.compute_units)
+    assert mcore.grad_bytes == 4.0 and nemo.grad_bytes == 2.0
+
+
+def test_unknown_framework_names_key_and_bundled(write_file) -> None:
+    with pytest.raises(InputError) as info:
+        framework_for(_scenario(framework="megatron-cor"), load_profile("h100-sxm"))
+    msg = str(info.value)
+    assert msg.startswith("fw.yaml: framework: found 'megatron-cor', which is neither a "
+                          "bundled framework profile nor a file (did you mean 'megatron-core'?)")
+    assert "bundled: deepspeed-zero, " in msg
+
+
+def test_bad_profile_field_names_file_and_key(write_file) -> None:
+    data = _bundled_text("nemo")
+    data["overlap"]["tp_comm_enabled"] = "yes"
+    path = write_file("mine.yaml", data)
+    with pytest.raises(InputError) as info:
+        load_framework(str(path))
+    assert str(info.value) == (f"{path}: overlap.tp_comm_enabled: found 'yes'; "
+                               "expected true or false")
+
+
+def _bundled_text(name: str) -> dict:
+    from simulator.resources import bundled_dir
+
+    return yaml.safe_load((bundled_dir("framework_profiles") / f"{name}.yaml").read_text())
+
+
+def test_auto_bucket_rules_closed_forms() -> None:
+    mcore = load_framework("megatron-core")
+    # max(40e6, 1e6 x dp) parameters of 4 bytes
+    assert auto_fusion(mcore, 8, 4.0, 1) == ("size", 40e6 * 4 / 1e6)
+    assert auto_fusion(mcore, 64, 4.0, 1) == ("size", 64e6 * 4 / 1e6)
+    assert auto_fusion(load_framework("pytorch-fsdp"), 8, 2.0, 0) == ("size", 26.2144)
+    assert auto_fusion(load_framework("deepspeed-zero"), 8, 2.0, 2) == ("size", 1000.0)
+    assert auto_fusion(load_framework("torchtitan"), 8, 4.0, 3) == ("index", math.inf)
+    assert auto_fusion(load_framework("megatron-lm-2021"), 8, 2.0, 0) == ("size", math.inf)
+    assert auto_fusion(load_framework("mindspore"), 8, 2.0, 1, 7.0) == ("size", 7.0)
+
+
+def test_auto_fusion_only_replaces_auto() -> None:
+    fw = load_framework("megatron-core")
+    sc = _scenario(parallel={"comm_fusion": {"mode": "auto"}})
+    assert with_auto_fusion(sc, fw, 4.0).parallel.comm_fusion.bucket_mb == 160.0
+    fixed = _scenario(parallel={"comm_fusion": {"mode": "size", "bucket_mb": 7}})
+    assert with_auto_fusion(fixed, fw, 4.0) is fixed
+
+
+def test_framework_overhead_closed_form_in_the_report() -> None:
+    sc = _scenario()
+    fw = load_framework("megatron-core")
+    o = fw.memory_overheads
+    expected = o.cuda_context_bytes + 4 * MIB * o.comm_buffers_per_communicator * 2  # dp, tp
+    assert communicators(sc) == 2
+    assert framework_overhead_bytes(o, 2) == expected
+    s = summary(simulate(sc, load_profile("h100-sxm")))
+    mem = s["memory"]
+    assert mem["by_category_bytes"]["framework_overhead"] == expected
+    assert mem["headroom_bytes"] == mem["capacity_bytes"] - mem["peak_bytes"]
+
+
+def test_fp8_runs_the_recipe_gemms_in_fp8_with_casts() -> None:
+    sc = _scenario(dtype="fp8")
+    hw = load_profile("h100-sxm")
+    fw = framework_for(sc, hw)
+    prog = transformer_program(sc, fw.software, hw.compute_units, fp8_recipe(sc, fw))
+    gemms = {op.name: op.dtype for op in prog.layer_fwd + prog.head_fwd
+             if getattr(op, "kind", "") == "gemm"}
+    assert gemms == {"qkv": "fp8", "proj": "fp8", "fc1": "fp8", "fc2": "fp8",
+                     "lm_head": "bf16"}
+    assert prog.dtype == "bf16"  # weights, activations and states stay 16-bit
+    casts = [op for op in prog.layer_fwd if ".fp8_cast" in op.name]
+    assert len(casts) == 8  # input and weight of each of the 4 FP8 GEMMs
+    qkv = next(op for op in prog.layer_fwd if op.name == "qkv")
+    m, _, k = qkv.gemm_mnk
+    cast = next(op for op in casts if op.name == "qkv.fp8_cast_input")
+    assert cast.bytes_accessed == 4.0 * m * k  # read bf16, write FP8 and its transpose
+
+
+def test_fp8_weight_cast_once_per_step_with_delayed_scaling() -> None:
+    from simulator.cost.specs import ComputeSpec
+
+    gemm = ComputeSpec("fc1", "gemm", 1.0, 1.0, "bf16", "fwd", (64, 32, 16))
+    delayed = apply_fp8((gemm,), Fp8Recipe(frozenset({"fc1"}), False, 4))
+    dynamic = apply_fp8((gemm,), Fp8Recipe(frozenset({"fc1"}), True, 4))
+    w = {op.name: op.bytes_accessed for op in delayed}
+    assert w["fc1.fp8_cast_weight"] == 16 * 32 * 4.0 / 4
+    wd = {op.name: op.bytes_accessed for op in dynamic}
+    assert wd["fc1.fp8_cast_weight"] == 16 * 32 * 6.0  # plus the amax pass, every use
+    assert [op.dtype for op in delayed if op.name == "fc1"] == ["fp8"]
+    # torchao Float8 (torchtitan) scales from the current amax; TE recipes are delayed
+    assert load_framework("torchtitan").fp8.dynamic_scaling
+    assert not load_framework("nemo").fp8.dynamic_scaling
+
+
+def _layer_s(dtype: str, hidden: int, recipe: bool = True) -> float:
+    from simulator.cost.compute import compute_time_s
+
+    hw = load_profile("h100-sxm")
+    sc = _scenario(dtype=dtype, model={"type": "transformer", "layers": 2, "dtype": dtype,
+                                       "hidden_size": hidden, "num_heads": hidden // 128,
+                                       "seq_length": 4096, "vocab_size": 8192})
+    fw = framework_for(sc, hw)
+    prog = transformer_program(sc, fw.software, hw.compute_units,
+                               fp8_recipe(sc, fw) if recipe else None)
+    return sum(compute_time_s(op, hw) for op in prog.layer_fwd + prog.layer_bwd
+               if hasattr(op, "flops"))
+
+
+def test_fp8_recipe_sits_between_bf16_and_all_fp8() -> None:
+    """Large GEMMs gain from FP8 but less than 2x: the casts and the bf16 attention core
+    stay; with no recipe every op ran in fp8 (the old model, too fast)."""
+    bf16, fp8, every = _layer_s("bf16", 8192), _layer_s("fp8", 8192), _layer_s(
+        "fp8", 8192, recipe=False)
+    assert every < fp8 < bf16
+    assert fp8 > bf16 / 2
+
+
+def test_fp8_without_a_recipe_is_an_input_error() -> None:
+    with pytest.raises(InputError) as info:
+        simulate(_scenario(dtype="fp8", framework="pytorch-fsdp"), load_profile("h100-sxm"))
+    assert str(info.value).startswith(
+        "fw.yaml: model.dtype: fp8 needs a framework with an FP8 recipe; 'pytorch-fsdp' "
+        "(framework_profiles/pytorch-fsdp.yaml) has none (fp8.supported: false)")
+
+
+def test_fp8_weight_copies_are_counted_as_parameters() -> None:
+    hw = load_profile("h100-sxm")
+    bf16 = dict(simulate(_scenario(), hw).plan.static_memory[0])
+    fp8 = simulate(_scenario(dtype="fp8"), hw).plan.static_memory[0]
+    params = [b for cat, b in fp8 if cat == "parameters"]
+    assert params[0] == bf16["parameters"] and len(params) == 2
+    assert 0 < params[1] < bf16["parameters"]  # 2 B per layer parameter, not the embedding
+
+
+def test_fp8_gemm_inputs_are_kept_in_fp8() -> None:
+    """Tensors kept only by FP8 GEMMs are saved as their 1-byte FP8 copy: the layer keeps
+    less than in bf16, but not half (norm, attention and residual tensors stay bf16)."""
+    from simulator.schedule.fp8 import fp8_saved
+    from simulator.sharding.lower import Saved
+    from simulator.sharding.plan import build_plan
+    from simulator.sharding.transformer_plan import gpt_dims, planned_transformer
+
+    hw = load_profile("h100-sxm")
+    sc, sc8 = _scenario(), _scenario(dtype="fp8")
+    fw = framework_for(sc8, hw)
+    bf16 = transformer_program(sc, fw.software, hw.compute_units).activation_bytes_per_layer
+    fp8 = transformer_program(sc8, fw.software, hw.compute_units,
+                              fp8_recipe(sc8, fw)).activation_bytes_per_layer
+    assert bf16 / 2 < fp8 < bf16
+    graph, mesh = planned_transformer(gpt_dims(sc, True, 3), 4, 2, True)
+    plan = build_plan(graph, mesh, 2)
+    sv = Saved({"x": (8.0, "ln", ("l1.fc1_mm",)), "y": (8.0, "ln", ("l1.fc1_mm", "l1.ln2"))},
+               {})
+    out = fp8_saved(sv, plan, Fp8Recipe(frozenset({"fc1"}), False), 2.0)
+    assert out.tensors["x"][0] == 4.0 and out.tensors["y"][0] == 8.0
