@@ -92,6 +92,21 @@ def _stage_layers(layers: int, p) -> Iterator[Problem]:
             f"{given}: only the first and last stage may have 0 layers")
 
 
+def _graph(s: Scenario) -> Iterator[Problem]:
+    """An operator graph carries its own batch (its input tensors) and its own device mesh
+    (`model.mesh` and the strategies): the batch and degree keys do not apply."""
+    if not isinstance(s.model, GraphModel):
+        return
+    fixed = (("parallel.data", s.parallel.data), ("parallel.tensor", s.parallel.tensor),
+             ("training.micro_batch_size", s.training.micro_batch_size),
+             ("training.global_batch_size", s.training.global_batch_size))
+    for key, value in fixed:
+        if value != 1:
+            yield key, (f"{value} does not apply to model.type graph, whose batch is its "
+                        f"input tensors' first dim and whose split is model.mesh with the "
+                        f"operators' strategies (allowed: 1)")
+
+
 def _schedule(s: Scenario) -> Iterator[Problem]:
     p = s.parallel
     if p.virtual_stages > 1 and p.schedule != "interleaved_1f1b":
@@ -115,6 +130,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _devices,
     _batch,
     _transformer,
+    _graph,
     _schedule,
     _offload,
 )
