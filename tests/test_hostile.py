@@ -170,3 +170,13 @@ def test_table_is_printed_before_the_figures_are_drawn(invoke_cli, tmp_path, mon
     assert result.stdout.splitlines()[0].startswith("scenario ")
     assert result.stderr == (f"error: --out: {tmp_path}: cannot write the report files "
                              "(No space left on device)\n")
+
+
+def test_vocabulary_not_split_by_tensor_is_an_input_error(invoke_cli):
+    # found by the fuzz test (seed 7): exit 3 SignatureError from the embedding's plan
+    result = invoke_cli("run", "tiny-cpu", "--json", "--set", "model.vocab_size=50257")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: scenarios/tiny-cpu.yaml with --set model.vocab_size=50257: model.vocab_size: "
+        "50257 must be a multiple of parallel.tensor=2 (the embedding is split across "
+        "tensor-parallel ranks; Megatron-LM pads it to 50432)\n")

@@ -63,6 +63,14 @@ def _transformer(s: Scenario) -> Iterator[Problem]:
         yield from _must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
         yield from _must_divide("parallel.tensor", p.tensor, "model.num_kv_heads", m.kv_heads)
     yield from _must_divide("parallel.tensor", p.tensor, "model.ffn_hidden_size", m.ffn)
+    if m.vocab_size % p.tensor:
+        # the embedding and LM head split the vocabulary across tensor-parallel ranks;
+        # Megatron-LM pads it (--make-vocab-size-divisible-by, megatron/training/tokenizer)
+        padded = -(-m.vocab_size // (128 * p.tensor)) * 128 * p.tensor
+        yield "model.vocab_size", (
+            f"{m.vocab_size} must be a multiple of parallel.tensor={p.tensor} (the "
+            f"embedding is split across tensor-parallel ranks; Megatron-LM pads it to "
+            f"{padded})")
     yield from _stage_layers(m.layers, p)
     if p.sequence_parallel:
         yield from _must_divide("parallel.tensor", p.tensor, "model.seq_length", m.seq_length)
