@@ -113,7 +113,8 @@ def test_run_refuses_above_max_events_and_says_how_to_raise(invoke_cli):
 def test_verify_with_a_million_devices_is_refused(invoke_cli):
     sets = ["parallel.data=100000", "parallel.tensor=10", "cluster.nodes=1000",
             "cluster.devices_per_node=1000", "training.global_batch_size=100000",
-            "training.micro_batch_size=1", "model.num_heads=10", "model.hidden_size=640"]
+            "training.micro_batch_size=1", "model.num_heads=10", "model.hidden_size=640",
+            "model.vocab_size=1280"]
     result = invoke_cli("verify", "tiny-cpu", *[a for s in sets for a in ("--set", s)])
     assert result.exit_code == 2
     assert "about 1,000,000 numpy devices to run" in result.stderr
