@@ -88,13 +88,18 @@ def test_tasks_are_built_by_name():
     assert b.tasks()[tid].micro == -1
 
 
-def test_a_pipeline_over_a_one_block_model_is_refused():
-    path = resolve_yaml("seed-c-resnet-boundary", "scenarios")
-    sc = parse_scenario(yaml.safe_load(path.read_text()), str(path), ["parallel.pipeline=2"])
+@pytest.mark.parametrize("model", ["seed-c-resnet-boundary", "mlp"])
+def test_a_pipeline_over_a_one_block_model_is_refused(model):
+    """Refused when the scenario is read, so run and verify refuse it alike."""
+    path = resolve_yaml("seed-c-resnet-boundary" if model != "mlp" else "tiny-cpu",
+                        "scenarios")
+    extra = [] if model != "mlp" else [
+        "model={type: mlp, layers: 2, hidden_size: 64, input_size: 32, num_classes: 16}"]
     with pytest.raises(InputError) as err:
-        simulate(sc, load_profile(sc.hardware))
+        parse_scenario(yaml.safe_load(path.read_text()), str(path),
+                       extra + ["parallel.pipeline=2", "parallel.data=1"])
     assert err.value.key == "parallel.pipeline"
-    assert "one block (allowed: 1)" in str(err.value)
+    assert "is one block (allowed: 1)" in str(err.value)
 
 
 def _layers_run(**parallel: Any):

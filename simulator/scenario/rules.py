@@ -115,6 +115,17 @@ def _graph(s: Scenario) -> Iterator[Problem]:
                         f"operators' strategies (allowed: 1)")
 
 
+def _one_block(s: Scenario) -> Iterator[Problem]:
+    """mlp, resnet and graph models are one block of the program (the embedding / layer /
+    head split is the transformer's): a pipeline has nothing to partition. Shared by run
+    and verify."""
+    if isinstance(s.model, TransformerModel) or s.parallel.pipeline == 1:
+        return
+    yield "parallel.pipeline", (
+        f"{s.parallel.pipeline} needs a model the pipeline can partition into stages; a "
+        f"model of type '{s.model.type}' is one block (allowed: 1)")
+
+
 def _schedule(s: Scenario) -> Iterator[Problem]:
     p = s.parallel
     if p.virtual_stages > 1 and p.schedule != "interleaved_1f1b":
@@ -139,6 +150,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _batch,
     _transformer,
     _graph,
+    _one_block,
     _schedule,
     _offload,
 )

@@ -216,11 +216,8 @@ class Lowering:
 
 
 def _check(scenario: Scenario, prog: TransformerProgram) -> None:
-    off = scenario.parallel.offload
-    for key, on in (("parameters", off.parameters), ("activations", off.activations)):
-        if on:
-            raise InputError(scenario.source, f"parallel.offload.{key}",
-                             "true is not simulated yet (supported: offload.optimizer_states)")
+    """What the program cannot do (the scenario rules refuse it first; this guards callers
+    that lower a program of their own)."""
     if scenario.parallel.pipeline > 1 and prog.single_block:
         raise InputError(scenario.source, "parallel.pipeline",
                          f"{scenario.parallel.pipeline} needs a model the pipeline can "
