@@ -11,6 +11,7 @@ import typer
 
 from simulator.cli.comm import comm
 from simulator.cli.listing import profiles, scenarios
+from simulator.cli.plan import plan
 from simulator.cli.run import run, verify
 
 __all__ = ["app", "main"]
@@ -27,6 +28,7 @@ app = typer.Typer(
 app.command("run")(run)
 app.command("verify")(verify)
 app.command("comm")(comm)
+app.command("plan")(plan)
 app.command("profiles")(profiles)
 app.command("scenarios")(scenarios)
 

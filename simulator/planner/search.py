@@ -31,6 +31,7 @@ __all__ = ["Evaluation", "Candidate", "SearchOptions", "SearchResult", "search",
            "simulate_config", "OBJECTIVES", "Progress"]
 
 OBJECTIVES = ("time", "memory", "cost")
+_FRONT_SPAN = 1.5  # the front is drawn up to this multiple of the best time
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
 
 
@@ -71,6 +72,7 @@ class SearchOptions:
     top_k: int = 10
     margin: float = 0.03
     max_simulations: int = 120
+    pareto_points: int = 8  # configurations of the estimated time/memory front simulated
     limits: SpaceLimits = field(default_factory=SpaceLimits)
 
 
@@ -178,6 +180,40 @@ class _Search:
             self.progress("simulating", len(self.done), limit)
             self.record(cand, simulate_config(self.sc, self.hw, cand.config, self.per_node))
 
+    def front(self, cands: list[Candidate]) -> None:
+        """Simulate points spread along the estimated time/memory front (for the Pareto
+        plot), skipping what is already simulated."""
+        seen = {c.config for c in self.done}
+        best = min((c.evaluation.iteration_time_s for c in self.done
+                    if c.evaluation and c.evaluation.fits), default=None)
+        if best is None or self.opts.pareto_points <= 0:
+            return
+        near = [c for c in cands if self.score(c) <= best * _FRONT_SPAN]
+        todo = [c for c in _spread(_estimated_front(near, self.hw.memory_capacity_bytes),
+                                   self.opts.pareto_points) if c.config not in seen]
+        for k, cand in enumerate(todo):
+            self.progress("simulating the time/memory front", k, len(todo))
+            self.record(cand, simulate_config(self.sc, self.hw, cand.config, self.per_node))
+
+
+def _estimated_front(cands: list[Candidate], cap: float) -> list[Candidate]:
+    """Candidates likely to fit that no other beats on both estimates (time and memory),
+    by increasing memory."""
+    likely = sorted((c for c in cands if c.memory.peak_bytes <= cap),
+                    key=lambda c: (c.memory.peak_bytes, c.estimate_s, c.config))
+    front: list[Candidate] = []
+    for c in likely:
+        if not front or c.estimate_s < front[-1].estimate_s:
+            front.append(c)
+    return front
+
+
+def _spread(items: list[Candidate], k: int) -> list[Candidate]:
+    """k items evenly spaced along `items` (all of them when there are no more than k)."""
+    if len(items) <= k:
+        return items
+    return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)] if k > 1 else []
+
 
 def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | None = None,
            options: SearchOptions = SearchOptions(), progress: Progress | None = None
@@ -191,6 +227,7 @@ def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | No
     try:
         cands = run.estimate(run.survivors())
         run.run(cands)
+        run.front(cands)
     except KeyboardInterrupt:
         interrupted = True
     ranked = tuple(sorted(run.done, key=lambda c: c.key(options.objective)))
