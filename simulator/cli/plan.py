@@ -99,21 +99,25 @@ def _progress(quiet: bool) -> Iterator[Any]:
         yield update
 
 
-def _options(objective: str, top: int) -> Any:
+def _options(objective: str, top: int, max_mb: int, max_v: int) -> Any:
     from simulator.planner.search import SearchOptions
+    from simulator.planner.space import SpaceLimits
 
-    _positive("--top", top, "an integer >= 1")
-    return SearchOptions(objective=objective, top_k=top)
+    for flag, val in (("--top", top), ("--max-micro-batch", max_mb),
+                      ("--max-virtual-stages", max_v)):
+        _positive(flag, val, "an integer >= 1")
+    return SearchOptions(objective=objective, top_k=top, limits=SpaceLimits(max_mb, max_v))
 
 
-def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, objective: str, top: int,
+def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
                   price: float | None, out_dir: Path | None, quiet: bool) -> dict[str, Any]:
     from simulator.cli.plan_output import make_out_dir, pareto_png, row
     from simulator.planner.capacity import pareto_front
     from simulator.planner.search import search
 
     with _progress(quiet) as progress:
-        res = search(loaded.scenario, hw, n, per_node, _options(objective, top), progress)
+        res = search(loaded.scenario, hw, n, per_node, opts, progress)
+    objective, top = opts.objective, opts.top_k
     front = pareto_front(res.ranked)
     report: dict[str, Any] = {
         "scenario": loaded.scenario.name, "mode": "devices", "devices": n,
@@ -132,12 +136,12 @@ def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, objective: str, t
 
 
 def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices: int,
-                 objective: str, top: int, price: float | None, out_dir: Path | None,
+                 opts: Any, price: float | None, out_dir: Path | None,
                  quiet: bool) -> dict[str, Any]:
     from simulator.cli.plan_output import make_out_dir, row, scaling_png
     from simulator.planner.capacity import fewest_devices
 
-    opts = _options(objective, top)
+    objective, top = opts.objective, opts.top_k
     with _progress(quiet) as progress:
         cap = fewest_devices(loaded.scenario, hw, target, per_node, max_devices, opts,
                              progress)
@@ -219,6 +223,11 @@ def plan(
     top: Annotated[int, typer.Option("--top", metavar="K", help="Rows in the table.")] = 10,
     max_devices: Annotated[int, typer.Option(
         "--max-devices", metavar="N", help="Largest cluster a target search tries.")] = 16384,
+    max_micro_batch: Annotated[int, typer.Option(
+        "--max-micro-batch", metavar="B", help="Largest micro-batch size tried.")] = 8,
+    max_virtual_stages: Annotated[int, typer.Option(
+        "--max-virtual-stages", metavar="V", help="Most model chunks per device tried "
+        "(interleaved 1f1b).")] = 8,
     json_out: JsonOpt = False,
     out: Annotated[Path | None, typer.Option(
         "--out", metavar="DIR", help="Write the plots here. Default: reports/<stem>-plan/ "
@@ -230,6 +239,7 @@ def plan(
     with guarded() as stdout:
         _check(devices, nodes, target_time, tokens, days, objective)
         _positive("--price-per-device-hour", price)
+        opts = _options(objective, top, max_micro_batch, max_virtual_stages)
         loaded = load_scenario(scenario, overrides or [])
         _check_model(loaded.scenario)
         hw = load_hardware(loaded)
@@ -242,12 +252,11 @@ def plan(
                 target_time = target_time_s(tokens, days, sc.training.global_batch_size,
                                             sc.model.seq_length)
             per_node = loaded.scenario.cluster.devices_per_node
-            report = _target_mode(loaded, hw, target_time, per_node, max_devices, objective,
-                                  top, price, out_dir, False)
+            report = _target_mode(loaded, hw, target_time, per_node, max_devices, opts,
+                                  price, out_dir, False)
         else:
             n, per_node = _cluster(loaded.scenario, devices, nodes)
-            report = _devices_mode(loaded, hw, n, per_node, objective, top, price, out_dir,
-                                   False)
+            report = _devices_mode(loaded, hw, n, per_node, opts, price, out_dir, False)
         if json_out:
             emit_json(report, stdout)
         else:

@@ -35,7 +35,6 @@ CONTRACT.md section 3 states for `memory.by_category_bytes`:
 from __future__ import annotations
 
 from dataclasses import dataclass
-
 from typing import Any
 
 from simulator.planner.space import Config
