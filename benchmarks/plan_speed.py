@@ -3,13 +3,15 @@ simulating every configuration of the same space (issue 8: <= 60 s on 2 cores, w
 
     python benchmarks/plan_speed.py                         # plan wall time + exhaustive
     python benchmarks/plan_speed.py --no-exhaustive         # the wall time only
-    python benchmarks/plan_speed.py --max-micro-batch 2 --max-virtual-stages 2   # smaller
+    python benchmarks/plan_speed.py --max-micro-batch 2 --max-virtual-stages 2 \
+        --max-optimizer-shard 2        # a smaller space whose exhaustive part takes ~20 min
 
 The wall time is of the command itself (`python -m simulator plan SCENARIO --devices N
 --json`, a fresh process). The exhaustive part simulates every configuration that the
 closed-form memory floor keeps (the floor never drops one that fits, see
 tests/test_plan_search.py) with `--jobs` processes, and, with --include-pruned, the dropped
-ones too (to check the floor at scale). It can take an hour on 2 cores for the full space;
+ones too (to check the floor at scale). For the full GPT-3 space it takes hours on 2 cores
+(ZeRO-3 and tensor 1-2 configurations take seconds to a minute each to simulate);
 --save FILE keeps every simulated result as JSON lines (and --resume reads it back).
 """
 
@@ -38,7 +40,8 @@ _STATE: dict = {}
 def _plan(args: argparse.Namespace) -> tuple[float, dict]:
     cmd = [sys.executable, "-m", "simulator", "plan", args.scenario, "--devices",
            str(args.devices), "--json", "--max-micro-batch", str(args.max_micro_batch),
-           "--max-virtual-stages", str(args.max_virtual_stages)]
+           "--max-virtual-stages", str(args.max_virtual_stages), "--max-optimizer-shard",
+           str(args.max_optimizer_shard)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -63,7 +66,8 @@ def _space(args: argparse.Namespace) -> tuple[list[Config], list[Config]]:
     sc, hw = loaded.scenario, load_hardware(loaded)
     w = workload_of(sc, hw)
     space = enumerate_space(sc, args.devices, w.flash,
-                            SpaceLimits(args.max_micro_batch, args.max_virtual_stages))
+                            SpaceLimits(args.max_micro_batch, args.max_virtual_stages,
+                                        args.max_optimizer_shard))
     kept = [c for c in space if estimate_memory(w, c).floor_bytes <= hw.memory_capacity_bytes]
     return space, kept
 
@@ -103,6 +107,7 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=1024)
     ap.add_argument("--max-micro-batch", type=int, default=SpaceLimits().max_micro_batch)
     ap.add_argument("--max-virtual-stages", type=int, default=SpaceLimits().max_virtual_stages)
+    ap.add_argument("--max-optimizer-shard", type=int, default=3)
     ap.add_argument("--no-exhaustive", action="store_true")
     ap.add_argument("--include-pruned", action="store_true")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)

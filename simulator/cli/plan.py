@@ -99,14 +99,18 @@ def _progress(quiet: bool) -> Iterator[Any]:
         yield update
 
 
-def _options(objective: str, top: int, max_mb: int, max_v: int) -> Any:
+def _options(objective: str, top: int, max_mb: int, max_v: int, max_zero: int) -> Any:
     from simulator.planner.search import SearchOptions
     from simulator.planner.space import SpaceLimits
 
     for flag, val in (("--top", top), ("--max-micro-batch", max_mb),
                       ("--max-virtual-stages", max_v)):
         _positive(flag, val, "an integer >= 1")
-    return SearchOptions(objective=objective, top_k=top, limits=SpaceLimits(max_mb, max_v))
+    if max_zero not in range(4):
+        raise InputError("--max-optimizer-shard", "", f"found {max_zero}; expected 0, 1, 2 "
+                         "or 3 (the highest ZeRO stage tried)")
+    return SearchOptions(objective=objective, top_k=top,
+                         limits=SpaceLimits(max_mb, max_v, max_zero))
 
 
 def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
@@ -228,6 +232,8 @@ def plan(
     max_virtual_stages: Annotated[int, typer.Option(
         "--max-virtual-stages", metavar="V", help="Most model chunks per device tried "
         "(interleaved 1f1b).")] = 8,
+    max_optimizer_shard: Annotated[int, typer.Option(
+        "--max-optimizer-shard", metavar="Z", help="Highest ZeRO stage tried (0..3).")] = 3,
     json_out: JsonOpt = False,
     out: Annotated[Path | None, typer.Option(
         "--out", metavar="DIR", help="Write the plots here. Default: reports/<stem>-plan/ "
@@ -239,7 +245,8 @@ def plan(
     with guarded() as stdout:
         _check(devices, nodes, target_time, tokens, days, objective)
         _positive("--price-per-device-hour", price)
-        opts = _options(objective, top, max_micro_batch, max_virtual_stages)
+        opts = _options(objective, top, max_micro_batch, max_virtual_stages,
+                        max_optimizer_shard)
         loaded = load_scenario(scenario, overrides or [])
         _check_model(loaded.scenario)
         hw = load_hardware(loaded)

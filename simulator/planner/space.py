@@ -82,11 +82,12 @@ class Config:
 
 @dataclass(frozen=True)
 class SpaceLimits:
-    """Bounds on the open-ended knobs: the largest micro-batch size and the most model
-    chunks per device that are tried."""
+    """Bounds on the knobs: the largest micro-batch size, the most model chunks per device
+    and the highest ZeRO stage that are tried."""
 
     max_micro_batch: int = 8
     max_virtual_stages: int = 8
+    max_optimizer_shard: int = 3
 
 
 def divisors_of(n: int) -> list[int]:
@@ -109,11 +110,11 @@ def _schedules(m: TransformerModel, p: int, micro: int, limits: SpaceLimits
             yield "interleaved_1f1b", v
 
 
-def _memory_knobs(t: int, d: int, seq: int, flash: bool
+def _memory_knobs(t: int, d: int, seq: int, flash: bool, max_shard: int
                   ) -> Iterator[tuple[bool, str, int, bool]]:
     sps = (False, True) if t > 1 and seq % t == 0 else (False,)
     recomputes = tuple(r for r in RECOMPUTE if not (flash and r == "selective"))
-    shards = range(4) if d > 1 else range(1)
+    shards = range(min(max_shard, 3) + 1) if d > 1 else range(1)
     for sp in sps:
         for rc in recomputes:
             for z in shards:
@@ -138,7 +139,8 @@ def enumerate_space(scenario: Scenario, devices: int, flash: bool = False,
                 if b > limits.max_micro_batch:
                     break
                 for sched, v in _schedules(m, p, gb // (d * b), limits):
-                    for sp, rc, z, off in _memory_knobs(t, d, m.seq_length, flash):
+                    for sp, rc, z, off in _memory_knobs(t, d, m.seq_length, flash,
+                                                      limits.max_optimizer_shard):
                         out.append(Config(d, t, p, b, sched, v, sp, rc, z, off))
     return out
 
