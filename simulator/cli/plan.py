@@ -46,8 +46,8 @@ def _check(devices: int | None, nodes: int | None, target: float | None,
                          f"{', '.join(OBJECTIVES)}")
     if devices is not None and nodes is not None:
         raise InputError("--nodes", "", "cannot be combined with --devices; give one of them")
-    for flag, val in (("--devices", devices), ("--nodes", nodes)):
-        _positive(flag, val, "an integer >= 1")
+    for flag, count in (("--devices", devices), ("--nodes", nodes)):
+        _positive(flag, count, "an integer >= 1")
     for flag, val in (("--target-time", target), ("--tokens", tokens), ("--days", days)):
         _positive(flag, val)
     if (tokens is None) != (days is None):
@@ -149,24 +149,28 @@ def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices
     with _progress(quiet) as progress:
         cap = fewest_devices(loaded.scenario, hw, target, per_node, max_devices, opts,
                              progress)
-    scaling = []
+    scaling: list[dict[str, Any]] = []
+    pts: list[tuple[int, float | None]] = []
     for n, res in cap.points:
         best = res.best
+        time_s = best.ev.iteration_time_s if best else None
         scaling.append({"devices": n, "best": row(best, n, price) if best else None,
-                        "meets": bool(best and best.evaluation.iteration_time_s <= target)})
-    chosen = cap.result(cap.chosen) if cap.chosen else None
+                        "meets": time_s is not None and time_s <= target})
+        pts.append((n, time_s))
+    chosen_n = cap.chosen
+    chosen = cap.result(chosen_n) if chosen_n else None
     report: dict[str, Any] = {
         "scenario": loaded.scenario.name, "mode": "target", "objective": objective,
-        "target_iteration_time_s": target, "devices": cap.chosen,
+        "target_iteration_time_s": target, "devices": chosen_n,
         "interrupted": cap.interrupted,
-        "best": row(chosen.best, cap.chosen, price) if chosen and cap.chosen else None,
-        "top": [row(c, cap.chosen, price) for c in chosen.ranked[:top]] if chosen else [],
+        "best": row(chosen.best, chosen_n, price) if chosen_n and chosen and chosen.best
+        else None,
+        "top": [row(c, chosen_n, price) for c in chosen.ranked[:top]] if chosen_n and chosen
+        else [],
         "scaling": scaling, "files": {}}
     if out_dir is not None and cap.points:
         path = make_out_dir(out_dir) / "scaling.png"
-        pts = [(s["devices"], s["best"]["iteration_time_s"] if s["best"] else None)
-               for s in scaling]
-        scaling_png(pts, target, cap.chosen, f"{loaded.scenario.name}", path)
+        scaling_png(pts, target, chosen_n, f"{loaded.scenario.name}", path)
         report["files"]["scaling_png"] = str(path)
     return report
 
@@ -252,12 +256,13 @@ def plan(
         hw = load_hardware(loaded)
         out_dir = out if out is not None or json_out else Path("reports") / f"{loaded.stem}-plan"
         if target_time is not None or tokens is not None:
-            if tokens is not None:
+            if tokens is not None and days is not None:
                 from simulator.planner.capacity import target_time_s
 
                 sc = loaded.scenario
                 target_time = target_time_s(tokens, days, sc.training.global_batch_size,
                                             sc.model.seq_length)
+            assert target_time is not None
             per_node = loaded.scenario.cluster.devices_per_node
             report = _target_mode(loaded, hw, target_time, per_node, max_devices, opts,
                                   price, out_dir, False)

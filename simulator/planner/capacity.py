@@ -25,11 +25,10 @@ def pareto_front(cands: tuple[Candidate, ...] | list[Candidate]) -> list[Candida
     """The simulated candidates that fit and that no other beats on both iteration time
     and peak memory, by increasing peak memory."""
     fits = sorted((c for c in cands if c.evaluation and c.evaluation.fits),
-                  key=lambda c: (c.evaluation.peak_bytes, c.evaluation.iteration_time_s,
-                                 c.config))
+                  key=lambda c: (c.ev.peak_bytes, c.ev.iteration_time_s, c.config))
     front: list[Candidate] = []
     for c in fits:
-        if not front or c.evaluation.iteration_time_s < front[-1].evaluation.iteration_time_s:
+        if not front or c.ev.iteration_time_s < front[-1].ev.iteration_time_s:
             front.append(c)
     return front
 
@@ -60,7 +59,7 @@ class CapacityResult:
 
 def _meets(res: SearchResult, target_s: float) -> bool:
     best = res.best
-    return best is not None and best.evaluation.iteration_time_s <= target_s
+    return best is not None and best.ev.iteration_time_s <= target_s
 
 
 class _Sweep:
@@ -96,8 +95,11 @@ def _cheaper(sweep: _Sweep, devices: int, target_s: float, max_devices: int) -> 
     double = devices * 2
     if double > max_devices or not _meets(sweep.at(double), target_s):
         return devices
-    hours = {n: device_hours(n, sweep.at(n).best.evaluation.iteration_time_s)
-             for n in (devices, double)}
+    hours = {}
+    for n in (devices, double):
+        best = sweep.at(n).best
+        assert best is not None
+        hours[n] = device_hours(n, best.ev.iteration_time_s)
     return min(hours, key=lambda n: (hours[n], n))
 
 

@@ -127,7 +127,7 @@ def _send_s(w: Workload, cfg: Config, per_node: int, hw: Any) -> float:
     if cfg.pipeline == 1:
         return 0.0
     m = w.model
-    nbytes = DTYPE_BYTES[m.dtype] * m.seq_length * cfg.micro_batch_size * m.hidden_size
+    nbytes = float(DTYPE_BYTES[m.dtype] * m.seq_length * cfg.micro_batch_size * m.hidden_size)
     nbytes /= cfg.tensor if cfg.sequence_parallel else 1
     return send_recv_time_s(nbytes, cfg.tensor * cfg.data < per_node, hw, per_node)
 

@@ -56,6 +56,12 @@ class Candidate:
     memory: MemoryEstimate
     evaluation: Evaluation | None = None
 
+    @property
+    def ev(self) -> Evaluation:
+        """The evaluation of a simulated candidate."""
+        assert self.evaluation is not None, f"{self.config} was not simulated"
+        return self.evaluation
+
     def key(self, objective: str) -> tuple:
         """Sort key: fitting first, then the objective (cost ranks as time: on a fixed
         device count device-hours are proportional to it), then the configuration."""
