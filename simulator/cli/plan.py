@@ -154,7 +154,8 @@ def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices
     for n, res in cap.points:
         best = res.best
         time_s = best.ev.iteration_time_s if best else None
-        scaling.append({"devices": n, "best": row(best, n, price) if best else None,
+        scaling.append({"devices": n, "configurations": res.space,
+                        "best": row(best, n, price) if best else None,
                         "meets": time_s is not None and time_s <= target})
         pts.append((n, time_s))
     chosen_n = cap.chosen
@@ -181,7 +182,9 @@ def _print(report: dict[str, Any], out: IO[str]) -> None:
     if report["mode"] == "target":
         for s in report["scaling"]:
             best = s["best"]
-            text = f"{best['iteration_time_s']:.4g} s ({best['label']})" if best else "none fits"
+            text = (f"{best['iteration_time_s']:.4g} s ({best['label']})" if best else
+                    "none fits" if s["configurations"] else
+                    "no configuration (the model or global batch does not split that way)")
             out.write(f"{s['devices']:>7} devices: {text}{'  meets' if s['meets'] else ''}\n")
         n = report["devices"]
         out.write(f"target {report['target_iteration_time_s']:.4g} s/iteration: " +
