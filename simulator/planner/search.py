@@ -186,15 +186,24 @@ class _Search:
             self.progress("simulating", len(self.done), limit)
             self.record(cand, simulate_config(self.sc, self.hw, cand.config, self.per_node))
 
+    def tasks(self, cfg: Config) -> int:
+        """Compute tasks the engine runs for `cfg` (micro-batches x chunks x stages): what a
+        simulation of it costs, roughly."""
+        micro = self.w.global_batch // (cfg.micro_batch_size * cfg.data)
+        return micro * cfg.virtual_stages * cfg.pipeline
+
     def front(self, cands: list[Candidate]) -> None:
         """Simulate points spread along the estimated time/memory front (for the Pareto
-        plot), skipping what is already simulated."""
+        plot), skipping what is already simulated and what would cost more than twice
+        the dearest simulation of the search (in tasks, so the choice is deterministic)."""
         seen = {c.config for c in self.done}
+        dearest = 2 * max((self.tasks(c.config) for c in self.done), default=0)
         best = min((c.evaluation.iteration_time_s for c in self.done
                     if c.evaluation and c.evaluation.fits), default=None)
         if best is None or self.opts.pareto_points <= 0:
             return
-        near = [c for c in cands if self.score(c) <= best * _FRONT_SPAN]
+        near = [c for c in cands if self.score(c) <= best * _FRONT_SPAN
+                and self.tasks(c.config) <= dearest]
         todo = [c for c in _spread(_estimated_front(near, self.hw.memory_capacity_bytes),
                                    self.opts.pareto_points) if c.config not in seen]
         for k, cand in enumerate(todo):
