@@ -106,6 +106,9 @@ def test_plan_ctrl_c_prints_what_was_ranked(invoke_cli, monkeypatch):
     (["--target-time", "1", "--devices", "8"], "--devices: cannot be combined with a target "
      "(--target-time, --tokens/--days), which finds the devices"),
     (["--top", "0"], "--top: found 0; expected an integer >= 1"),
+    (["--max-micro-batch", "0"], "--max-micro-batch: found 0; expected an integer >= 1"),
+    (["--max-optimizer-shard", "4"], "--max-optimizer-shard: found 4; expected 0, 1, 2 or 3 "
+                                     "(the highest ZeRO stage tried)"),
     (["--price-per-device-hour", "0"], "--price-per-device-hour: found 0; expected a "
                                        "number > 0"),
     (["--set", "parallel.tensor=3"], "scenarios/tiny-cpu.yaml with --set parallel.tensor=3: "
