@@ -1,20 +1,22 @@
-"""Measured vs modelled all_reduce bus bandwidth on one 8 x A100 NVSwitch node.
+"""Measured vs modelled collective bus bandwidth, over every public nccl-tests figure we cite.
 
-Measurement: nccl-tests `all_reduce_perf -b 32k -e 16G -f 2 -g 8` from stas00/ml-engineering
-network/README.md (validation/nccl_allreduce_a100.csv). Model: `comm_benchmark`, the function
-the engine uses, on the a100-80gb profile. Prints one row per message size and the mean
-absolute percentage error (MAPE) of busbw over all sizes and over the ranges we claim.
+The measurements are the CSV files of benchmarks/data/ (each starts with comment lines that
+give its source, the system, the command and how each figure was read): one 8 x A100 node
+(stas00/ml-engineering), 8 x H100 / H200 nodes with and without NVLink SHARP (NVIDIA/nccl
+#1455, #2140, nccl-tests #212, #272), 8 x B300 (nccl #2140, priced on b200-sxm), two nodes
+of 8 x H100 over 8 x 200 Gb/s GPUDirect-TCPXO (GCP A3 Mega) and over 8 x 400 Gb/s InfiniBand
+(Nebius). Each row names the hardware profile, its `--set`-style overrides, the collective,
+the ranks, the algorithm the measurement forced (`auto` where NCCL chose) and whether the
+profile's own figure was read from that row (`calibration: yes`, not a prediction).
 
-    python -m benchmarks.comm_accuracy [path/to/nccl_allreduce_a100.csv]   (from the repo root)
+The model is `collective_choice`, the function `run` and `shardsim comm` use. For every row
+the script prints the measured and modelled busbw, the algorithm the model priced and the
+error; then the mean absolute error (MAPE) per file and over all predictions. For the A100
+node, which the a100 profiles carry as a measured curve (so 0% by construction), it also
+prints the alpha-beta model alone (the profile without its curve), which is what profiles
+without a measured curve get.
 
-Two models are printed. `alpha_beta` is the ring closed form alone (`algorithm="ring"`): one
-latency (3.13 us/step, from the 32 KiB time) and one bandwidth (the 16 GiB plateau); it is
-exact at both ends and overestimates busbw by 25-97% between ~512 KiB and 128 MiB, where NCCL
-pipelines chunks over a growing number of channels (MAPE 3.8% >= 256 MiB, 27% overall).
-`engine` is what `run` and `shardsim comm` use: since the a100 profiles carry this very
-measurement as `intra_node.allreduce_busbw_GBps`, inside a node it IS the measurement (0% by
-construction, not a prediction); the alpha-beta column is the model's own accuracy, which is
-what profiles without a measured curve get.
+    python -m benchmarks.comm_accuracy [CSV ...]          (from the repository root)
 """
 
 from __future__ import annotations
@@ -24,39 +26,86 @@ from pathlib import Path
 
 import pandas as pd
 
-from simulator.cost.collectives import busbw_factor, collective_time_s, comm_benchmark
+from simulator.cost.collectives import busbw_factor, collective_choice
 from simulator.cost.specs import GroupSpec
 from simulator.hardware import load_profile
+from simulator.hardware.schema import HardwareProfile
 
-DEFAULT_CSV = Path("/work/shared/validation/nccl_allreduce_a100.csv")
-RANGES = {"all sizes (32 KiB - 16 GiB)": (0, float("inf")),
-          "latency-bound (<= 256 KiB)": (0, 256 * 1024),
-          "bandwidth-bound (>= 256 MiB)": (256 * 2**20, float("inf"))}
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def _profile(name: str, overrides: str, curve: bool = True) -> HardwareProfile:
+    hw = load_profile(name, [o for o in overrides.split(";") if o])
+    if curve:
+        return hw
+    intra = hw.intra_node.model_copy(update={"allreduce_busbw_GBps": None})
+    return hw.model_copy(update={"intra_node": intra})
+
+
+def _busbw(rec: object, hw: HardwareProfile) -> tuple[str, float]:
+    """(algorithm/protocol, busbw GB/s) the model gives for one measured row."""
+    n, per_node, size = int(rec.num_gpus), int(rec.devices_per_node), float(rec.message_bytes)
+    group = GroupSpec(size=n, stride=1, devices_per_node=min(per_node, n))
+    choice = collective_choice(rec.collective, size, group, hw, rec.algorithm)
+    busbw = busbw_factor(rec.collective, n) * size / choice.time_s / 1e9
+    return f"{choice.algorithm}/{choice.protocol}", busbw
 
 
 def compare(csv: Path) -> pd.DataFrame:
-    """One row per measured size: measured and modelled busbw (GB/s) and the error (%)."""
-    hw = load_profile("a100-80gb")
-    measured = pd.read_csv(csv)
+    """One row per measurement: measured and modelled busbw (GB/s), the error (%)."""
+    table = pd.read_csv(csv, comment="#", keep_default_na=False)
     rows = []
-    for rec in measured.itertuples():
-        n, size = int(rec.num_gpus), float(rec.message_bytes)
-        res = comm_benchmark("all_reduce", size, n, n, hw)
-        ring = collective_time_s("all_reduce", size, GroupSpec(n, 1, n), hw, "ring")
-        ring_busbw = busbw_factor("all_reduce", n) * size / ring / 1e9
-        rows.append({"bytes": int(rec.message_bytes), "measured_busbw_GBps": rec.busbw_GBps,
-                     "engine_busbw_GBps": res["busbw_GBps"], "alpha_beta_busbw_GBps": ring_busbw,
-                     "error_pct": 100 * (ring_busbw / rec.busbw_GBps - 1)})
+    for rec in table.itertuples():
+        hw = _profile(rec.profile, str(rec.overrides))
+        priced, model = _busbw(rec, hw)
+        row = {"gpus": rec.num_gpus, "bytes": int(rec.message_bytes),
+               "asked": rec.algorithm, "priced": priced,
+               "measured_busbw": float(rec.busbw_GBps), "model_busbw": model,
+               "error_pct": 100 * (model / float(rec.busbw_GBps) - 1),
+               "calibration": rec.calibration == "yes"}
+        if hw.intra_node.allreduce_busbw_GBps:
+            _, alpha_beta = _busbw(rec, _profile(rec.profile, str(rec.overrides), False))
+            row["alpha_beta_busbw"] = alpha_beta
+            row["alpha_beta_error_pct"] = 100 * (alpha_beta / float(rec.busbw_GBps) - 1)
+        rows.append(row)
     return pd.DataFrame(rows)
 
 
+def _summary(label: str, table: pd.DataFrame) -> str:
+    predicted = table[~table["calibration"]]
+    line = f"{label}: "
+    if len(predicted):
+        line += (f"MAPE busbw {predicted['error_pct'].abs().mean():.1f}% over "
+                 f"{len(predicted)} predicted points")
+    else:
+        line += "no predicted points"
+    if "alpha_beta_error_pct" in table:
+        line += (f"; alpha-beta alone {table['alpha_beta_error_pct'].abs().mean():.1f}% over "
+                 f"{len(table)} (>= 256 MiB: "
+                 f"{table[table['bytes'] >= 2**28]['alpha_beta_error_pct'].abs().mean():.1f}%)")
+    calibrated = int(table["calibration"].sum())
+    return line + (f"; {calibrated} calibration points (not predictions)" if calibrated else "")
+
+
 def main(argv: list[str]) -> None:
-    table = compare(Path(argv[1]) if len(argv) > 1 else DEFAULT_CSV)
-    print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+    files = [Path(a) for a in argv[1:]] or sorted(DATA.glob("*.csv"))
+    tables = []
+    for csv in files:
+        table = compare(csv)
+        tables.append(table)
+        print(f"\n== {csv.name}")
+        print(table.to_string(index=False, float_format=lambda x: f"{x:.2f}"))
+        print(_summary(csv.name, table))
+    everything = pd.concat(tables, ignore_index=True)
+    everything = everything.drop(columns=[c for c in everything if c.startswith("alpha_beta")])
+    print()
     for label, (lo, hi) in RANGES.items():
-        part = table[(table["bytes"] >= lo) & (table["bytes"] <= hi)]
-        print(f"alpha-beta MAPE busbw, {label}: {part['error_pct'].abs().mean():.1f}% "
-              f"({len(part)} sizes)")
+        part = everything[(everything["bytes"] >= lo) & (everything["bytes"] < hi)]
+        print(_summary(f"all files, {label}", part))
+
+
+RANGES = {"all sizes": (0, float("inf")), "< 32 MiB": (0, 2**25),
+          "32 MiB - 1 GiB": (2**25, 2**30), ">= 1 GiB": (2**30, float("inf"))}
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """`simulate(scenario, hw)`: one training iteration, from a validated scenario and a hardware
 profile to a `SimResult` (the plan, the trace and the metrics the reports read).
 
-    scenario --transformer_program--> program --lower(costs)--> plan --engine.run--> trace
-                                                                         --metrics--> result
+    scenario --model_program--> program --lower(costs)--> plan --engine.run--> trace
+                                                               --metrics--> result
+
+The program is derived from the planned operator graph that `verify` executes.
 """
 
 from __future__ import annotations
@@ -26,9 +28,9 @@ from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel
 from simulator.schedule.flops import iteration_flops
 from simulator.schedule.lowering import FIDELITIES, lower
+from simulator.schedule.model_program import transformer_program
 from simulator.schedule.program import TransformerProgram
 from simulator.schedule.tasks import Plan
-from simulator.schedule.transformer import transformer_program
 
 __all__ = ["SimResult", "simulate"]
 
@@ -74,7 +76,7 @@ def _check(scenario: Scenario, fidelity: str) -> None:
 def _graph_program(scenario: Scenario):
     """The program of an mlp, resnet or graph model, from its sharding plan; plan errors
     become input errors naming the strategy."""
-    from simulator.schedule.graph_program import graph_program
+    from simulator.schedule.model_program import graph_program
     from simulator.sharding.layout import LayoutError
     from simulator.sharding.rules import SignatureError
 
@@ -97,12 +99,12 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     costs = costs or CostModel.from_hardware(hw)
     if isinstance(scenario.model, TransformerModel):
         prog = transformer_program(scenario, hw.software, hw.compute_units)
-        groups = ()
+        mesh = None
         model, hardware = iteration_flops(scenario, prog)
     else:
         gp = _graph_program(scenario)
-        prog, groups, model, hardware = gp.program, gp.groups, gp.model_flops, gp.model_flops
-    plan = lower(scenario, prog, costs, fidelity, groups)
+        prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
+    plan = lower(scenario, prog, costs, fidelity, mesh)
     trace = run(plan)
     grouped = by_device(plan)
     ends = device_end(plan, trace)

@@ -12,7 +12,7 @@ from simulator.hardware import list_profiles, load_profile, profile_summary
 from simulator.resources import bundled_dir, list_bundled
 
 REQUIRED = ("ascend-910a", "ascend-910b", "a100-40gb", "a100-80gb", "h100-sxm", "h200-sxm",
-            "cpu-x86")
+            "b200-sxm", "gb200-nvl72", "cpu-x86")
 
 
 @pytest.fixture
@@ -99,7 +99,7 @@ def test_unknown_key_has_did_you_mean(a100_yaml):
         load_profile(str(path))
     assert str(err.value) == (f"{path}: intra_node.bandwith_GBps: unknown key (did you mean "
                               "'bandwidth_GBps'?); allowed: allreduce_busbw_GBps, bandwidth_GBps, "
-                              "latency_us, mesh_links, topology")
+                              "latency_us, mesh_links, nvls, topology")
 
 
 def test_boolean_where_a_number_belongs(a100_yaml):
@@ -147,3 +147,18 @@ def test_bad_topology_lists_choices(a100_yaml):
         load_profile(str(path))
     assert err.value.message == ("found 'swich'; allowed: switch, ring, mesh "
                                  "(did you mean 'switch'?)")
+
+
+def test_nvlink_sharp_only_on_nvswitch_generations_that_have_it():
+    """NVSwitch gen 3 (H100/H200) and gen 4 (B200/GB200) reduce in the switch; A100's does not."""
+    with_nvls = {hw.name for hw in list_profiles() if hw.intra_node.nvls is not None}
+    assert with_nvls == {"h100-sxm", "h200-sxm", "b200-sxm", "gb200-nvl72"}
+    assert load_profile("h200-sxm").intra_node.nvls.latency_s == pytest.approx(25e-6)
+
+
+def test_nvls_efficiency_above_one_is_rejected(a100_yaml):
+    path = a100_yaml(lambda d: d["intra_node"].update(nvls={"efficiency": 1.5,
+                                                            "latency_us": 25.0}))
+    with pytest.raises(InputError) as err:
+        load_profile(str(path))
+    assert str(err.value).startswith(f"{path}: intra_node.nvls.efficiency: ")

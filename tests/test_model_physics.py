@@ -8,7 +8,7 @@ from simulator.cost.specs import ComputeSpec, GroupSpec
 from simulator.hardware import load_profile
 from simulator.resources import resolve_yaml
 from simulator.scenario import parse_scenario
-from simulator.schedule.transformer import transformer_program, uses_flash
+from simulator.schedule.model_program import transformer_program, uses_flash
 from simulator.simulate import simulate
 
 
@@ -118,7 +118,7 @@ def test_cross_node_rings_take_ll128_when_latency_dominates():
     group = GroupSpec(48, 8, 8)
     bw, alpha = _ring_link(group, hw)
     algorithm, auto = collective_cost("reduce_scatter", 25e6, group, hw)
-    simple = collective_time_s("reduce_scatter", 25e6, group, hw, "ring")
+    simple = collective_time_s("reduce_scatter", 25e6, group, hw, "ring", protocol="simple")
     ll128 = 47 / 48 * 25e6 / (bw * 120 / 128) + 47 * alpha * 4 / 14
     assert algorithm == "ring"
     assert auto == pytest.approx(ll128, rel=1e-12)

@@ -1,50 +1,190 @@
-"""The sharding algebra and the schedule's closed-form Megatron program agree: the same
-tensor-parallel collectives with the same bytes per layer, and the same GEMM FLOPs."""
+"""`run` times the plan `verify` proves: for every bundled transformer scenario, the
+collectives (kind, mesh axis, bytes) and the matrix FLOPs of the program `run` prices equal
+those the numeric backend executes on the same plan, for every layer, forward and backward,
+the head, and the optimizer step's gradient reductions; and mutating the plan changes both.
 
+Scenarios are compared at verify's shrunk dimensions (same parallel configuration), with
+data parallelism capped at 2 so that the numeric run stays small (the data-parallel
+reduction's bytes per device do not depend on its degree)."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+
+import numpy as np
 import pytest
 import yaml
 
 from simulator.cost.specs import CommSpec, ComputeSpec
-from simulator.graph.builders import GptDims, build_gpt
-from simulator.resources import resolve_yaml
+from simulator.graph.builders import GptDims
+from simulator.hardware import load_profile
+from simulator.numeric.cases import build_case
+from simulator.numeric.dist import distribute
+from simulator.numeric.execute import Execution, run_microbatch
+from simulator.numeric.verify import _opt_layout, reduce_grad
+from simulator.resources import list_bundled, resolve_yaml
 from simulator.scenario import DTYPE_BYTES, parse_scenario
-from simulator.schedule.transformer import transformer_program
-from simulator.sharding.lower import forward_specs
-from simulator.sharding.mesh import Mesh
+from simulator.schedule.model_program import transformer_program
+from simulator.sharding import transformer_plan
+from simulator.sharding.lower import local_shapes
 from simulator.sharding.plan import build_plan
-from simulator.sharding.transformer_plan import apply_transformer_plan
+
+TRANSFORMERS = [n for n in list_bundled("scenarios")
+                if yaml.safe_load(resolve_yaml(n, "scenarios").read_text())
+                .get("model", {}).get("type") == "transformer"]
 
 
-def _both(overrides):
-    path = resolve_yaml("verify-tiny-dp2-tp4-sp", "scenarios")
-    s = parse_scenario(yaml.safe_load(path.read_text()), str(path),
-                       ["model.dtype=bf16", "model.seq_length=16", *overrides])
-    m, p = s.model, s.parallel
-    dims = GptDims(m.layers, m.hidden_size, m.num_heads, m.kv_heads, m.ffn, m.seq_length,
-                   m.vocab_size, s.training.micro_batch_size * p.data,
-                   swiglu=m.ffn_activation == "swiglu")
-    graph = apply_transformer_plan(build_gpt(dims), p.sequence_parallel)
-    plan = build_plan(graph, Mesh.of(dp=p.data, tp=p.tensor), DTYPE_BYTES[m.dtype])
-    return forward_specs(plan, m.dtype, "l0."), transformer_program(s).layer_fwd
+def _raw(name: str) -> dict:
+    return yaml.safe_load(resolve_yaml(name, "scenarios").read_text())
 
 
-def _comms(ops):
-    return sorted((op.collective, op.bytes) for op in ops
-                  if isinstance(op, CommSpec) and op.axis == "tp")
+def _small(name: str) -> dict:
+    """The scenario with at most 2 data-parallel replicas and one pipeline stage."""
+    raw = _raw(name)
+    par = raw.setdefault("parallel", {})
+    par["data"] = min(par.get("data", 1), 2)
+    par["pipeline"] = 1
+    par.pop("virtual_stages", None)
+    par["schedule"] = "1f1b"
+    devices = par["data"] * par.get("tensor", 1)
+    raw["cluster"] = {"nodes": 1, "devices_per_node": devices}
+    mb = raw["training"].get("micro_batch_size", 1)
+    raw["training"]["global_batch_size"] = mb * par["data"] * 2
+    return raw
 
 
-def _gemm_flops(ops):
-    return sum(op.flops for op in ops if isinstance(op, ComputeSpec) and op.kind == "gemm")
+def _scenario(raw: dict, overrides=()):
+    return parse_scenario(raw, "test", list(overrides))
 
 
-@pytest.mark.parametrize("overrides", [
-    ["parallel.sequence_parallel=false"],
-    ["parallel.sequence_parallel=true"],
-    ["parallel.sequence_parallel=true", "model.num_kv_heads=4", "model.ffn_activation=swiglu"],
-    ["parallel.data=8", "parallel.tensor=1", "parallel.sequence_parallel=false",
-     "training.global_batch_size=8"],
-])
-def test_algebra_matches_megatron_program(overrides):
-    algebra, program = _both(overrides)
-    assert _comms(algebra) == _comms(program)
-    assert _gemm_flops(algebra) == pytest.approx(_gemm_flops(program), rel=1e-12)
+def _shrunk_like(raw: dict, dims) -> dict:
+    """The scenario at the verify case's dimensions."""
+    out = yaml.safe_load(yaml.safe_dump(raw))
+    out["model"].update(layers=dims.layers, hidden_size=dims.hidden, num_heads=dims.heads,
+                        num_kv_heads=dims.kv_heads, ffn_hidden_size=dims.ffn,
+                        seq_length=dims.seq, vocab_size=dims.vocab)
+    out["training"]["micro_batch_size"] = dims.batch
+    out["training"]["global_batch_size"] = dims.batch * out["parallel"]["data"] * 2
+    return out
+
+
+def _key(c, e: float) -> tuple[str, str, float]:
+    return c[0], c[1], round(c[2] / e, 6)
+
+
+def _executed(case, e: int, shard: bool):
+    """(one micro-batch's collectives, the optimizer step's) as the numeric backend runs
+    them, with bytes at the model dtype's size; and the plan's local matrix FLOPs."""
+    plan = build_plan(case.sharded, case.mesh, e)
+    rng = np.random.default_rng(0)
+    g = case.sharded
+    params = {t.name: distribute(rng.standard_normal(t.shape), plan.layouts[t.name], plan.mesh)
+              for t in g.of_kind("parameter")}
+    batch = {t.name: (rng.integers(0, 2, t.shape)) for t in g.tensors.values()
+             if t.kind in ("input", "label")}
+    ex = Execution(plan)
+    grads = run_microbatch(ex, params, batch, 1.0)
+    micro = [(s.kind, plan.mesh.names[s.axis], s.bytes) for s in ex.comm_log]
+    ex.comm_log = []
+    for name, grad in grads.items():
+        target = _opt_layout(plan, name, shard)
+        reduce_grad(ex, plan, grad, target)
+    step = [(s.kind, plan.mesh.names[s.axis], s.bytes) for s in ex.comm_log]
+    flops = 0.0
+    for p in plan.ops:
+        if p.op.family.kind in ("gemm", "attention"):
+            ins, out = local_shapes(plan, p)
+            flops += p.op.family.flops(ins, out, p.op.attrs)
+    return micro, step, flops
+
+
+def _timed(prog, layers: int):
+    fwd = prog.embed_fwd + prog.layer_fwd * layers + prog.head_fwd
+    bwd = prog.head_bwd + prog.layer_bwd * layers + prog.embed_bwd
+    comms = [(c.collective, c.axis, c.bytes) for c in fwd + bwd if isinstance(c, CommSpec)]
+    sync = prog.grad_sync_embed + prog.grad_sync_layer * layers + prog.grad_sync_head
+    flops = sum(c.flops for c in fwd if isinstance(c, ComputeSpec)
+                and c.kind in ("gemm", "attention"))
+    return comms, [(c.collective, c.axis, c.bytes) for c in sync], flops
+
+
+@functools.cache
+def _compare(name: str, mutated: bool = False):
+    raw = _small(name)
+    s = _scenario(raw)
+    hw = load_profile(s.hardware)
+    case = build_case(s, hw.software.fused_attention)
+    dims = _dims_of(case)
+    e = DTYPE_BYTES[s.model.dtype]
+    shard = s.parallel.optimizer_shard >= 1
+    micro, step, flops = _executed(case, e, shard)
+    small = _scenario(_shrunk_like(raw, dims))
+    prog = transformer_program(small, hw.software, hw.compute_units)
+    comms, sync, tflops = _timed(prog, dims.layers)
+    return micro, step, flops, comms, sync, tflops, prog, dims, e
+
+
+def _dims_of(case):
+    """The GPT dimensions the verify case was built with (per replica micro-batch)."""
+    g = case.micro_reference
+    wq = g.tensors["l0.wq"].shape
+    hidden, groups, r, hd = wq
+    dp = case.mesh.shape[case.mesh.names.index("dp")]
+    return GptDims(layers=sum(1 for op in g.ops if op.name.endswith(".ln1")), hidden=hidden,
+                   heads=groups * r, kv_heads=groups, ffn=g.tensors["l0.w1"].shape[1],
+                   seq=g.tensors["wpe"].shape[0], vocab=g.tensors["wte"].shape[0],
+                   batch=g.tensors["ids"].shape[0] // dp)
+
+
+@pytest.mark.parametrize("name", TRANSFORMERS)
+def test_run_prices_the_collectives_and_flops_verify_executes(name):
+    micro, step, flops, comms, sync, tflops, prog, dims, e = _compare(name)
+    assert Counter(_key(c, e) for c in comms) == Counter(_key(c, e) for c in micro)
+    assert tflops == pytest.approx(flops, rel=1e-12)
+    # the optimizer step: reductions on the non-dp axes are the program's grad_sync (one
+    # coalesced buffer per collective); on dp the lowering reduces every gradient element
+    executed, timed = Counter(), Counter()
+    for kind, axis, nbytes in step:
+        if axis != "dp":
+            executed[(kind, axis)] += nbytes
+    for kind, axis, nbytes in sync:
+        timed[(kind, axis)] += nbytes
+    assert executed == timed
+    dp_elems = sum(b for k, a, b in step if a == "dp" and k in ("all_reduce", "reduce_scatter"))
+    params = dims.layers * prog.params_per_layer + prog.params_embedding + prog.params_head
+    if any(a == "dp" for _, a, _ in step):
+        assert dp_elems == pytest.approx(params * e)
+
+
+def test_every_layer_and_the_lm_head_are_compared():
+    """The vocabulary-parallel cross-entropy is part of what is compared: three fp32
+    all-reduces of one value per token on tp, forward only, in both."""
+    micro, _, _, comms, _, _, _, dims, e = _compare("verify-tiny-tp8")
+    tokens = dims.batch * dims.seq
+    ce = [c for c in micro if c[0] == "all_reduce" and c[2] == 4 * tokens]
+    assert len(ce) == 3
+    per_layer = 4  # two all-reduces forward (Megatron's g), two backward (f)
+    embed_head = 1 + 1 + 3  # embedding all-reduce, LM-head f backward, cross-entropy stats
+    assert len(micro) == len(comms) == dims.layers * per_layer + embed_head
+
+
+def test_mutating_the_plan_changes_both(monkeypatch):
+    """Dropout on the row-parallel GEMM's Partial output, before its all-reduce: the bias
+    add still needs the whole value, so one more all-reduce appears, in both."""
+    before = _compare("verify-tiny-tp8")
+    monkeypatch.setitem(transformer_plan.TP_ROLES, "proj_drop", ("P0", "d1"))
+    _compare.cache_clear()
+    try:
+        micro, _, _, comms, *_rest, e = _compare("verify-tiny-tp8")
+    finally:
+        _compare.cache_clear()
+    assert Counter(_key(c, e) for c in comms) == Counter(_key(c, e) for c in micro)
+    assert len(micro) > len(before[0])
+    assert len(comms) > len(before[3])
+
+
+def test_transformer_list_covers_the_headline_and_published_runs():
+    assert {"gpt3-175b-1024-a100", "llama2-70b-64-h100", "tiny-cpu"} <= set(TRANSFORMERS)
+    assert sum(n.startswith("validation/") for n in TRANSFORMERS) >= 19
+    assert sum(n.startswith("calibration/") for n in TRANSFORMERS) >= 4

@@ -8,13 +8,14 @@ from simulator.hardware import load_profile
 from simulator.report import summary
 from simulator.resources import list_bundled, resolve_yaml
 from simulator.scenario import parse_scenario
-from simulator.schedule.graph_program import graph_program
+from simulator.schedule.model_program import graph_program
 from simulator.simulate import simulate
 
 KEYS = {"scenario", "devices", "iteration_time_s", "samples_per_s", "tokens_per_s",
         "model_flops_per_iteration", "tflops_per_device", "mfu", "hfu", "breakdown_s",
-        "memory", "communication", "simulation"}
-FAST = [n for n in list_bundled("scenarios") if not n.startswith("validation/")]
+        "memory", "communication", "simulation", "pipeline_layers"}
+FAST = [n for n in list_bundled("scenarios")
+        if not n.startswith("validation/")]
 
 
 def _load(name, overrides=()):
@@ -33,20 +34,27 @@ def test_run_contract_on_every_bundled_scenario(name):
 
 
 def test_graph_run_prices_the_plans_collectives():
-    """The SBP chain: one forward all-reduce (before the loss), its transpose in the
-    backward, and the reductions of V's and W's gradients; nothing else."""
+    """The SBP chain: one forward all-reduce on mp (the Partial Y made whole for the loss);
+    the replicated loss takes its gradient whole, so the backward moves nothing; once per
+    iteration V's gradient (Partial on dp) is all-reduced and W's (Partial on dp and mp)
+    takes the minimal route: reduce-scatter on mp, all-reduce of its half on dp, all-gather
+    on mp (576 B moved where two all-reduces move 768 B); coalesced per collective."""
     s = _load("seed-sbp-partial-chain")
     prog = graph_program(s).program
-    comms = sorted((op.name, op.collective, op.bytes) for op in prog.layer_fwd + prog.layer_bwd
+    comms = sorted((op.name, op.collective, op.bytes, op.axis)
+                   for op in prog.layer_fwd + prog.layer_bwd + prog.grad_sync_layer
                    if hasattr(op, "collective"))
     y = 4 * 6 * 4  # local Y block [8/2, 6] in float32
-    assert comms == [("V.grad.all_reduce", "all_reduce", 6 * 16 * 4),
-                     ("W.grad.all_reduce", "all_reduce", 16 * 6 * 4),
-                     ("W.grad.all_reduce", "all_reduce", 16 * 6 * 4),
-                     ("ce.all_reduce", "all_reduce", y),
-                     ("ce.all_reduce.bwd", "all_reduce", y)]
+    v, w = 12 * 16 // 2 * 4, 16 * 6 * 4  # V split on mp, W whole
+    assert comms == [("ce.all_reduce", "all_reduce", y, "mp"),
+                     ("grad_sync.all_gather", "all_gather", w, "mp"),
+                     ("grad_sync.all_reduce", "all_reduce", v + w / 2, "dp"),
+                     ("grad_sync.reduce_scatter", "reduce_scatter", w, "mp")]
     out = summary(simulate(s, load_profile(s.hardware)))
-    assert out["communication"]["by_collective"] == {"all_reduce": sum(c[2] for c in comms)}
+    volumes: dict[str, float] = {}
+    for _, kind, nbytes, _ in comms:
+        volumes[kind] = volumes.get(kind, 0.0) + nbytes
+    assert out["communication"]["by_collective"] == volumes
 
 
 def test_graph_model_flops_count_contractions_forward_and_backward():

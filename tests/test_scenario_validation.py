@@ -54,8 +54,8 @@ DATA_CASES = [
      "s.yaml: model.seq_length: found nothing (null); expected an integer"),
     ("unknown-key", ["parallel.tensr=2"],
      "s.yaml: parallel.tensr: unknown key (did you mean 'tensor'?); allowed: comm_fusion, "
-     "data, offload, optimizer_shard, overlap, pipeline, recompute, schedule, "
-     "sequence_parallel, tensor, virtual_stages"),
+     "data, mode, offload, optimizer_shard, overlap, pipeline, pipeline_layers, recompute, "
+     "schedule, search, sequence_parallel, tensor, virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
      "s.yaml: hardwre: unknown key (did you mean 'hardware'?); allowed: cluster, hardware, "
      "model, name, parallel, seed, training"),
@@ -85,9 +85,17 @@ DATA_CASES = [
      "s.yaml: training.global_batch_size: 6 must be a multiple of "
      "training.micro_batch_size*parallel.data = 2*2 = 4 (gradient-accumulation steps must "
      "be whole)"),
-    ("layers-by-pipeline", ["parallel.data=1", "parallel.pipeline=2", "model.layers=3"],
-     "s.yaml: model.layers: 3 must be a multiple of parallel.pipeline*virtual_stages = 2 "
-     "(uniform stages; valid pipeline degrees: 1, 3)"),
+    ("stage-layers-sum", ["parallel.data=1", "parallel.pipeline=2", "model.layers=3",
+                          "parallel.pipeline_layers=[1,1]"],
+     "s.yaml: parallel.pipeline_layers: adds up to 2 layers; expected model.layers = 3"),
+    ("stage-layers-count", ["parallel.data=1", "parallel.pipeline=2",
+                            "parallel.pipeline_layers=[1,1,2]"],
+     "s.yaml: parallel.pipeline_layers: has 3 entries; expected one per virtual stage, "
+     "parallel.pipeline*virtual_stages = 2"),
+    ("stages-without-layers", ["parallel.data=1", "parallel.tensor=1", "parallel.pipeline=4",
+                               "model.layers=3"],
+     "s.yaml: parallel.pipeline: 4 stages x 1 chunks need at least 4 layers; model.layers is "
+     "3"),
     ("seq-by-tensor-sp", ["parallel.sequence_parallel=true", "model.seq_length=33"],
      "s.yaml: parallel.tensor: 2 must divide model.seq_length=33 (valid: 1, 3, 11, 33)"),
     ("unknown-hardware", ["hardware=a100-80gbb"],
@@ -106,8 +114,9 @@ SET_CASES = [
      "--set: parallel.tensor.x: parallel.tensor is not a mapping"),
     ("set-unknown-key", ["parallel.tensr=2"],
      "s.yaml with --set parallel.tensr=2: parallel.tensr: unknown key (did you mean "
-     "'tensor'?); allowed: comm_fusion, data, offload, optimizer_shard, overlap, pipeline, "
-     "recompute, schedule, sequence_parallel, tensor, virtual_stages"),
+     "'tensor'?); allowed: comm_fusion, data, mode, offload, optimizer_shard, overlap, "
+     "pipeline, pipeline_layers, recompute, schedule, search, sequence_parallel, tensor, "
+     "virtual_stages"),
     ("set-breaks-rule", ["parallel.tensor=4"],
      "s.yaml with --set parallel.tensor=4: parallel: data*tensor*pipeline = 2*4*1 = 8 must "
      "equal cluster.nodes*cluster.devices_per_node = 1*4 = 4"),

@@ -10,8 +10,8 @@ import pytest
 from simulator.cost.specs import CommSpec
 from simulator.scenario import parse_scenario
 from simulator.schedule.flops import iteration_flops
+from simulator.schedule.model_program import transformer_program
 from simulator.schedule.program import comm_ops, compute_ops, saved_bytes, total_flops
-from simulator.schedule.transformer import transformer_program
 
 S, B, H, A = 512, 2, 1024, 16
 
@@ -58,7 +58,9 @@ def test_saved_bytes_of_layer_forward_are_the_no_recompute_activations():
 def test_layer_parameters_are_12h2_plus_13h_without_tensor_parallelism():
     prog = transformer_program(_scenario())
     assert prog.params_per_layer == 12 * H * H + 13 * H
-    assert prog.param_tensors_per_layer == 12
+    # q, k and v keep weights and biases of their own in the graph (Megatron fuses each
+    # trio into one tensor): 3 + 3 + proj 2 + fc1 2 + fc2 2 + two norms 4
+    assert prog.param_tensors_per_layer == 16
 
 
 def test_tensor_parallelism_shards_every_matrix():

@@ -76,8 +76,13 @@ def test_step_bytes_follow_nccl_tests():
 
 
 def test_layout_errors_name_the_split():
+    """Even splits are the default requirement (graph plans); `uneven=True` accepts
+    torch.chunk shards (the redistribution planner, the numeric backend)."""
     with pytest.raises(LayoutError, match=r"dim 0 of size 6 does not split 4 ways"):
         Layout((Shard(0),)).check((6, 2), Mesh.of(x=4))
+    Layout((Shard(0),)).check((6, 2), Mesh.of(x=4), uneven=True)
+    with pytest.raises(LayoutError, match=r"\(S\(2\)\) splits dim 2 of a 2-D tensor"):
+        Layout((Shard(2),)).check((6, 2), Mesh.of(x=4), uneven=True)
 
 
 _PLACEMENTS = st.sampled_from([B, P, Shard(0), Shard(1)])

@@ -15,9 +15,9 @@ from simulator.report import summary
 from simulator.report.chrome import chrome_trace
 from simulator.scenario import parse_scenario
 from simulator.schedule.costs import CostModel
+from simulator.schedule.model_program import transformer_program
 from simulator.schedule.program import compute_ops
 from simulator.schedule.state import optimizer_spec
-from simulator.schedule.transformer import transformer_program
 from simulator.simulate import simulate
 
 
@@ -171,9 +171,12 @@ def test_activation_peak_of_1f1b_holds_p_micro_batches_on_the_first_stage(a100):
 
 def test_summary_has_exactly_the_contract_keys(a100):
     s = summary(simulate(_scenario(tensor=2, data=2, micro=2), a100))
+    # the CONTRACT section 3 keys in order, then the extension: layers per pipeline stage
     assert list(s) == ["scenario", "devices", "iteration_time_s", "samples_per_s",
                        "tokens_per_s", "model_flops_per_iteration", "tflops_per_device",
-                       "mfu", "hfu", "breakdown_s", "memory", "communication", "simulation"]
+                       "mfu", "hfu", "breakdown_s", "memory", "communication", "simulation",
+                       "pipeline_layers"]
+    assert s["pipeline_layers"] == [8]
     assert list(s["breakdown_s"]) == ["compute", "recompute", "comm_exposed", "bubble",
                                       "offload_exposed", "optimizer"]
     assert list(s["memory"]) == ["peak_bytes", "capacity_bytes", "fits", "by_category_bytes"]

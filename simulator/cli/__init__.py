@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 from simulator.cli.comm import comm
+from simulator.cli.explain import explain
 from simulator.cli.listing import profiles, scenarios
 from simulator.cli.plan import plan
 from simulator.cli.run import run, verify
@@ -28,6 +29,7 @@ app = typer.Typer(
 app.command("run")(run)
 app.command("verify")(verify)
 app.command("comm")(comm)
+app.command("explain")(explain)
 app.command("plan")(plan)
 app.command("profiles")(profiles)
 app.command("scenarios")(scenarios)

@@ -71,6 +71,9 @@ def comm(
     devices_per_node: Annotated[int | None, typer.Option(
         "--devices-per-node", metavar="K", help="Devices per node (default: the profile's).",
         show_default=False)] = None,
+    algorithm: Annotated[str, typer.Option(
+        "--algorithm", metavar="NAME", help="auto (NCCL's choice: the fastest modelled), "
+        "ring, tree, hierarchical, nvls, nvls_tree or pat.")] = "auto",
     json_out: Annotated[bool, typer.Option(
         "--json", help="Print exactly one JSON object on stdout and nothing else.")] = False,
 ) -> None:
@@ -90,7 +93,7 @@ def comm(
 
         hw = load_profile(str(_profile_path(hardware)), [])
         per_node = _devices_per_node(devices, devices_per_node, hw)
-        res = comm_benchmark(collective, size, devices, per_node, hw)
+        res = comm_benchmark(collective, size, devices, per_node, hw, algorithm)
         if json_out:
             emit_json(res, stdout)
         else:

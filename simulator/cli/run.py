@@ -123,7 +123,8 @@ def verify(
         from simulator.numeric.verify import verify_scenario
 
         with stderr_console().status(f"verifying {loaded.scenario.name}"):
-            res = verify_scenario(loaded.scenario)
+            fused = load_hardware(loaded).software.fused_attention
+            res = verify_scenario(loaded.scenario, fused_attention=fused)
         if res.shrunk_note:
             sys.stderr.write(f"note: {res.shrunk_note}\n")
         report = res.to_dict()

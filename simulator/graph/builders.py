@@ -19,6 +19,10 @@ __all__ = ["GptDims", "build_gpt", "build_mlp", "build_resnet"]
 
 @dataclass(frozen=True)
 class GptDims:
+    """Shape of a GPT-style decoder. `bias`: GPT-2/3 style biases on every linear layer
+    (Llama-style models have none); `flash`: attention as one fused kernel; `tied`: the LM
+    head reuses the token embedding (Megatron-LM's default)."""
+
     layers: int
     hidden: int
     heads: int
@@ -29,49 +33,88 @@ class GptDims:
     batch: int
     swiglu: bool = False
     dropout: float = 0.1
+    bias: bool = False
+    flash: bool = False
+    tied: bool = True
 
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
 
 
+def _linear(g: GraphBuilder, x: str, w: str, name: str, eq: str, d: GptDims, kernel: str,
+            bias_shape: list[int]) -> str:
+    """x @ w (+ bias, GPT-style) as one kernel: the bias add is the GEMM's epilogue."""
+    y = g.op("Einsum", [x, w], name + "_mm", equation=eq, kernel=kernel)
+    if not d.bias:
+        return y
+    b = g.tensor(f"{name}.bias", bias_shape, "parameter")
+    return g.op("Add", [y, b], name, kernel=kernel)
+
+
+def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims) -> str:
+    """Scores, scaled-masked softmax, dropout, context: Megatron's unfused core attention
+    (its scale-mask-softmax is one fused kernel), or one FlashAttention kernel."""
+    if d.flash:
+        return g.op("FusedAttention", [q, k, v], f"{p}.attn", p=d.dropout,
+                    seed=hash_seed(p, 1), kernel="flash_attention")
+    sc = g.op("Einsum", [q, k], f"{p}.scores", equation="bsgrd,btgd->bgrst", kernel="scores")
+    sc = g.op("Scale", [sc], f"{p}.scale", factor=1.0 / math.sqrt(d.head_dim),
+              kernel="softmax")
+    sc = g.op("CausalMask", [sc], f"{p}.mask", kernel="softmax")
+    pr = g.op("Softmax", [sc], f"{p}.softmax", axis=-1, kernel="softmax")
+    pr = g.op("Dropout", [pr], f"{p}.attn_drop", p=d.dropout, seed=hash_seed(p, 1),
+              kernel="attn_dropout")
+    return g.op("Einsum", [pr, v], f"{p}.context", equation="bgrst,btgd->bsgrd",
+                kernel="context")
+
+
+def _bias_dropout_add(g: GraphBuilder, y: str, x: str, p: str, role: str, d: GptDims,
+                      k: int) -> str:
+    """Megatron's fused bias-dropout-add after a row-parallel GEMM: one kernel."""
+    kernel = f"dropout_residual{k}"
+    if d.bias:
+        y = g.op("Add", [y, g.tensor(f"{p}.{role}.bias", [d.hidden], "parameter")],
+                 f"{p}.{role}_bias", kernel=kernel)
+    y = g.op("Dropout", [y], f"{p}.{role}_drop", p=d.dropout, seed=hash_seed(p, 1 + k),
+             kernel=kernel)
+    return g.op("Add", [x, y], f"{p}.res{k}", kernel=kernel)
+
+
 def _attention(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
     grp, r, hd = d.kv_heads, d.heads // d.kv_heads, d.head_dim
     a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln1.g", [d.hidden], "parameter"),
-                           g.tensor(f"{p}.ln1.b", [d.hidden], "parameter")], f"{p}.ln1")
+                           g.tensor(f"{p}.ln1.b", [d.hidden], "parameter")], f"{p}.ln1",
+             kernel="ln1")
     wq = g.tensor(f"{p}.wq", [d.hidden, grp, r, hd], "parameter")
     wk = g.tensor(f"{p}.wk", [d.hidden, grp, hd], "parameter")
     wv = g.tensor(f"{p}.wv", [d.hidden, grp, hd], "parameter")
-    q = g.op("Einsum", [a, wq], f"{p}.q", equation="bsh,hgrd->bsgrd")
-    k = g.op("Einsum", [a, wk], f"{p}.k", equation="bsh,hgd->bsgd")
-    v = g.op("Einsum", [a, wv], f"{p}.v", equation="bsh,hgd->bsgd")
-    sc = g.op("Einsum", [q, k], f"{p}.scores", equation="bsgrd,btgd->bgrst")
-    sc = g.op("Scale", [sc], f"{p}.scale", factor=1.0 / math.sqrt(hd))
-    sc = g.op("CausalMask", [sc], f"{p}.mask")
-    pr = g.op("Softmax", [sc], f"{p}.softmax", axis=-1)
-    pr = g.op("Dropout", [pr], f"{p}.attn_drop", p=d.dropout, seed=hash_seed(p, 1))
-    c = g.op("Einsum", [pr, v], f"{p}.context", equation="bgrst,btgd->bsgrd")
+    q = _linear(g, a, wq, f"{p}.q", "bsh,hgrd->bsgrd", d, "qkv", [grp, r, hd])
+    k = _linear(g, a, wk, f"{p}.k", "bsh,hgd->bsgd", d, "qkv", [grp, hd])
+    v = _linear(g, a, wv, f"{p}.v", "bsh,hgd->bsgd", d, "qkv", [grp, hd])
+    c = _attention_core(g, q, k, v, p, d)
     wo = g.tensor(f"{p}.wo", [grp, r, hd, d.hidden], "parameter")
-    o = g.op("Einsum", [c, wo], f"{p}.proj", equation="bsgrd,grdh->bsh")
-    o = g.op("Dropout", [o], f"{p}.proj_drop", p=d.dropout, seed=hash_seed(p, 2))
-    return g.op("Add", [x, o], f"{p}.res1")
+    o = g.op("Einsum", [c, wo], f"{p}.proj", equation="bsgrd,grdh->bsh", kernel="proj")
+    return _bias_dropout_add(g, o, x, p, "proj", d, 1)
 
 
 def _ffn(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
     a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln2.g", [d.hidden], "parameter"),
-                           g.tensor(f"{p}.ln2.b", [d.hidden], "parameter")], f"{p}.ln2")
+                           g.tensor(f"{p}.ln2.b", [d.hidden], "parameter")], f"{p}.ln2",
+             kernel="ln2")
     w1 = g.tensor(f"{p}.w1", [d.hidden, d.ffn], "parameter")
-    u = g.op("Einsum", [a, w1], f"{p}.fc1", equation="bsh,hf->bsf")
     if d.swiglu:
+        u = _linear(g, a, w1, f"{p}.fc1", "bsh,hf->bsf", d, "fc_gate", [d.ffn])
         w3 = g.tensor(f"{p}.w3", [d.hidden, d.ffn], "parameter")
-        gate = g.op("Einsum", [a, w3], f"{p}.fc3", equation="bsh,hf->bsf")
-        u = g.op("Mul", [g.op("SiLU", [u], f"{p}.act"), gate], f"{p}.glu")
+        gate = _linear(g, a, w3, f"{p}.fc3", "bsh,hf->bsf", d, "fc_up", [d.ffn])
+        u = g.op("Mul", [g.op("SiLU", [u], f"{p}.act", kernel="swiglu"), gate], f"{p}.glu",
+                 kernel="swiglu")
     else:
-        u = g.op("GeLU", [u], f"{p}.act")
+        u = _linear(g, a, w1, f"{p}.fc1", "bsh,hf->bsf", d, "fc1", [d.ffn])
+        u = g.op("GeLU", [u], f"{p}.act", kernel="gelu")
     w2 = g.tensor(f"{p}.w2", [d.ffn, d.hidden], "parameter")
-    y = g.op("Einsum", [u, w2], f"{p}.fc2", equation="bsf,fh->bsh")
-    y = g.op("Dropout", [y], f"{p}.fc2_drop", p=d.dropout, seed=hash_seed(p, 3))
-    return g.op("Add", [x, y], f"{p}.res2")
+    y = g.op("Einsum", [u, w2], f"{p}.fc2", equation="bsf,fh->bsh", kernel="fc2")
+    return _bias_dropout_add(g, y, x, p, "fc2", d, 2)
 
 
 def hash_seed(prefix: str, k: int) -> int:
@@ -80,21 +123,30 @@ def hash_seed(prefix: str, k: int) -> int:
 
 
 def build_gpt(d: GptDims) -> Graph:
-    """Embedding (+ learned positions), `layers` pre-LN blocks, final LN, LM head, mean CE."""
+    """Embedding (+ learned positions), `layers` pre-LN blocks, final LN, LM head (tied to
+    the embedding unless `d.tied` is false), mean cross-entropy. Op names carry their role
+    (`l0.q`); `kernel` attrs name the fused kernels a Megatron-style stack runs."""
     g = GraphBuilder()
     ids = g.tensor("ids", [d.batch, d.seq], "input")
     labels = g.tensor("labels", [d.batch, d.seq], "label")
-    x = g.op("Gather", [g.tensor("wte", [d.vocab, d.hidden], "parameter"), ids], "embed")
-    x = g.op("Add", [x, g.tensor("wpe", [d.seq, d.hidden], "parameter")], "embed_pos")
-    x = g.op("Dropout", [x], "embed_drop", p=d.dropout, seed=hash_seed("embed", 0))
+    wte = g.tensor("wte", [d.vocab, d.hidden], "parameter")
+    x = g.op("Gather", [wte, ids], "embed", kernel="embed_lookup")
+    x = g.op("Add", [x, g.tensor("wpe", [d.seq, d.hidden], "parameter")], "embed_pos",
+             kernel="embed_dropout")
+    x = g.op("Dropout", [x], "embed_drop", p=d.dropout, seed=hash_seed("embed", 0),
+             kernel="embed_dropout")
     for layer in range(d.layers):
         x = _ffn(g, _attention(g, x, f"l{layer}", d), f"l{layer}", d)
     x = g.op("LayerNorm", [x, g.tensor("lnf.g", [d.hidden], "parameter"),
-                           g.tensor("lnf.b", [d.hidden], "parameter")], "lnf")
-    logits = g.op("Einsum", [x, g.tensor("w_head", [d.hidden, d.vocab], "parameter")],
-                  "head", equation="bsh,hv->bsv")
-    ce = g.op("SoftmaxCrossEntropy", [logits, labels], "ce")
-    g.op("ReduceMean", [ce], "loss", axes=[0, 1])
+                           g.tensor("lnf.b", [d.hidden], "parameter")], "lnf",
+             kernel="ln_final")
+    if d.tied:
+        logits = g.op("Einsum", [x, wte], "head", equation="bsh,vh->bsv", kernel="lm_head")
+    else:
+        w = g.tensor("w_head", [d.vocab, d.hidden], "parameter")
+        logits = g.op("Einsum", [x, w], "head", equation="bsh,vh->bsv", kernel="lm_head")
+    ce = g.op("SoftmaxCrossEntropy", [logits, labels], "ce", kernel="cross_entropy")
+    g.op("ReduceMean", [ce], "loss", axes=[0, 1], kernel="loss")
     return g.build()
 
 

@@ -6,6 +6,7 @@ was found and what is allowed, with a did-you-mean for misspelled names and keys
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -21,7 +22,8 @@ __all__ = ["load_profile", "parse_profile", "list_profiles", "profile_summary"]
 _KIND = "hardware_profiles"
 
 
-def parse_profile(data: dict[str, Any], source: str, overrides: list[str] = ()) -> HardwareProfile:
+def parse_profile(data: dict[str, Any], source: str,
+                  overrides: Sequence[str] = ()) -> HardwareProfile:
     """Validate a mapping (with `overrides`, dotted paths without `hardware.`) into a profile.
 
     An override of a key the schema does not know is reported against `--set hardware.KEY`.
@@ -35,7 +37,7 @@ def parse_profile(data: dict[str, Any], source: str, overrides: list[str] = ()) 
         raise to_input_error(exc, source, HardwareProfile) from None
 
 
-def load_profile(name_or_path: str, overrides: list[str] = ()) -> HardwareProfile:
+def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> HardwareProfile:
     """The profile `name_or_path` (a bundled name such as 'a100-80gb', or a YAML path) with
     `overrides` such as 'memory_GB=40' or 'intra_node.bandwidth_GBps=450' applied."""
     path = resolve_yaml(name_or_path, _KIND)
@@ -76,6 +78,7 @@ def profile_summary(hw: HardwareProfile) -> dict[str, Any]:
         "memory_bandwidth_GBps": hw.memory_bandwidth_GBps,
         "intra_node_GBps": hw.intra_node.bandwidth_GBps,
         "intra_node_topology": hw.intra_node.topology,
+        "nvls": hw.intra_node.nvls is not None,
         "nic_Gbps_per_node": hw.inter_node.nic_bandwidth_Gbps * hw.inter_node.nics_per_node,
         "devices_per_node": hw.devices_per_node_default,
     }

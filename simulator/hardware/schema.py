@@ -18,9 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 from simulator.errors import InputError
 
-__all__ = ["HardwareProfile", "Software", "PeakTflops", "IntraNode", "InterNode", "Host",
-           "Efficiency",
-           "DTYPES"]
+__all__ = ["HardwareProfile", "Software", "PeakTflops", "IntraNode", "Nvls", "InterNode", "Host",
+           "Efficiency", "DTYPES"]
 
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
@@ -44,6 +43,21 @@ class PeakTflops(_Closed):
     fp8: PosFloat | None = None
 
 
+class Nvls(_Closed):
+    """NVLink SHARP (NVLS): the NVSwitch reduces and multicasts in the switch (3rd-gen NVSwitch
+    on H100/H200, 4th-gen on B200/GB200). `efficiency` is the share of the ring's effective
+    NVLink bandwidth that NVLS transfers reach (NCCL's `nvlsEfficiency`); `latency_us` the
+    fixed time of one NVLS operation (NCCL's NVLink NVLS latency). See
+    `simulator.cost.algorithms` for how they price a collective."""
+
+    efficiency: Fraction
+    latency_us: PosFloat
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
 class IntraNode(_Closed):
     """The fabric between the devices of one node (NVLink/NVSwitch, HCCS, UPI).
 
@@ -61,11 +75,15 @@ class IntraNode(_Closed):
     # their time from it (NCCL's chunk pipelining and channel ramp-up make mid-size messages
     # slower than alpha-beta predicts); outside its range the ends hold.
     allreduce_busbw_GBps: tuple[tuple[PosFloat, PosFloat], ...] | None = None
+    # in-switch reduction (NVLink SHARP); absent where the switch has none
+    nvls: Nvls | None = None
 
 
 class InterNode(_Closed):
     """The network between nodes: `nics_per_node` NICs of `nic_bandwidth_Gbps` each (per
-    direction), shared by the devices of the node; `latency_us` is the per-step alpha."""
+    direction), shared by the devices of the node; `latency_us` is the per-step alpha.
+    With fewer NICs than devices, nics_per_node divides the devices into equal sets that
+    each share one NIC (a device uses its nearest NIC, as NCCL does without PXN)."""
 
     nics_per_node: PosInt
     nic_bandwidth_Gbps: PosFloat

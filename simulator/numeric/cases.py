@@ -17,7 +17,7 @@ from simulator.graph.graph import Graph
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.model_graph import planned_graph, unplanned_graph
-from simulator.sharding.transformer_plan import apply_transformer_plan
+from simulator.sharding.transformer_plan import gpt_dims, planned_transformer, uses_flash
 
 __all__ = ["VerifyCase", "build_case"]
 
@@ -41,21 +41,21 @@ def _fits(m: TransformerModel, s: Scenario) -> bool:
             m.vocab_size <= 256 and m.ffn <= 512 and s.training.micro_batch_size <= 4)
 
 
-def _small_gpt(m: TransformerModel, s: Scenario) -> tuple[GptDims, list[str]]:
-    """The scenario's own dims when small; else the smallest dims that keep every split of
-    the parallel configuration (heads and key/value groups divisible by tensor, and the
-    sequence by tensor under sequence parallel)."""
-    swiglu, p = m.ffn_activation == "swiglu", s.parallel
+def _small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, list[str]]:
+    """The scenario's own dims (as `run` plans them) when small; else the smallest dims that
+    keep every split of the parallel configuration (heads and key/value groups divisible by
+    tensor, and the sequence by tensor under sequence parallel)."""
+    p = s.parallel
+    own = dataclasses.replace(gpt_dims(s, flash), batch=s.training.micro_batch_size)
     if _fits(m, s):
-        return GptDims(m.layers, m.hidden_size, m.num_heads, m.kv_heads, m.ffn, m.seq_length,
-                       m.vocab_size, s.training.micro_batch_size, swiglu), []
+        return own, []
     t = p.tensor
     groups = max(t, 2)
     heads = groups * (2 if m.kv_heads < m.num_heads else 1)
     seq = -(-8 // t) * t
-    dims = GptDims(layers=min(m.layers, 2), hidden=heads * 4, heads=heads, kv_heads=groups,
-                   ffn=8 * t, seq=seq, vocab=8 * t, batch=min(s.training.micro_batch_size, 2),
-                   swiglu=swiglu)
+    dims = dataclasses.replace(own, layers=min(m.layers, 2), hidden=heads * 4, heads=heads,
+                               kv_heads=groups, ffn=8 * t, seq=seq, vocab=8 * t,
+                               batch=min(s.training.micro_batch_size, 2))
     return dims, [f"shrunk to layers={dims.layers} hidden={dims.hidden} heads={dims.heads} "
                   f"kv_heads={dims.kv_heads} ffn={dims.ffn} seq={dims.seq} "
                   f"vocab={dims.vocab} micro_batch={dims.batch} (same parallel "
@@ -63,16 +63,16 @@ def _small_gpt(m: TransformerModel, s: Scenario) -> tuple[GptDims, list[str]]:
                   f"sequence_parallel={str(p.sequence_parallel).lower()})"]
 
 
-def _transformer(s: Scenario, m: TransformerModel) -> VerifyCase:
+def _transformer(s: Scenario, m: TransformerModel, flash: bool) -> VerifyCase:
     p = s.parallel
-    dims, notes = _small_gpt(m, s)
+    dims, notes = _small_gpt(m, s, flash)
     micro = min(s.grad_accum_steps, 2)
     if micro < s.grad_accum_steps:
         notes.append(f"{micro} of {s.grad_accum_steps} gradient-accumulation steps run")
     per_micro = dims.batch * p.data
-    mesh = Mesh.of(dp=p.data, tp=p.tensor)
+    sharded, mesh = planned_transformer(dataclasses.replace(dims, batch=per_micro), p.data,
+                                        p.tensor, p.sequence_parallel)
     graph = build_gpt(dataclasses.replace(dims, batch=per_micro))
-    sharded = apply_transformer_plan(graph, p.sequence_parallel)
     whole = build_gpt(dataclasses.replace(dims, batch=per_micro * micro))
     return VerifyCase(sharded, whole, graph, mesh, micro, tuple(notes), np.float64)
 
@@ -81,15 +81,16 @@ def _dtype(s: Scenario) -> type:
     return np.float32 if s.model.dtype == "fp32" else np.float64
 
 
-def build_case(s: Scenario) -> VerifyCase:
-    """The verification case of a scenario; InputError for graphs that cannot be planned."""
+def build_case(s: Scenario, fused_attention: bool = False) -> VerifyCase:
+    """The verification case of a scenario; InputError for graphs that cannot be planned.
+    `fused_attention`: the hardware profile's default for `model.attention: auto`."""
     m = s.model
     notes: list[str] = []
     if s.parallel.pipeline > 1:
         notes.append(f"pipeline={s.parallel.pipeline} verified as the sequential composition "
                      "of its stages")
     if isinstance(m, TransformerModel):
-        case = _transformer(s, m)
+        case = _transformer(s, m, uses_flash(s, fused_attention))
     else:
         sharded, mesh = planned_graph(s)
         micro = 1 if isinstance(m, GraphModel) else min(s.grad_accum_steps, 2)

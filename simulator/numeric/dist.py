@@ -4,6 +4,8 @@ Every step is real data movement between device blocks addressed by global index
 nested splits (two mesh axes on one dim) and Partial values on other axes come out right
 without special cases: an all_gather copies the members' blocks into the new region, a
 reduce_scatter / all_reduce sums the members' blocks over it, a slice keeps a sub-block.
+Uneven (torch.chunk) splits need nothing more: a device's block is its region, shorter or
+empty on the last shards (`Layout.local_shape_at`).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def distribute(full: np.ndarray, layout: Layout, mesh: Mesh,
     wrong reduction cannot match by accident; the summands are drawn once per canonical rank
     and copied to its replicas along broadcast axes, which must hold identical blocks."""
     shape = tuple(full.shape)
-    layout.check(shape, mesh)
+    layout.check(shape, mesh, uneven=True)
     blocks = [full[_region(layout, shape, mesh, r)].copy() for r in range(mesh.size)]
     for axis in layout.partial_axes():
         for r in range(mesh.size):

@@ -1,10 +1,16 @@
 """Execute a sharding plan on virtual numpy devices: forward, backward, gradient reduction
 and the optimizer step, with faults that mutation tests inject.
 
-Backward runs on dual layouts: the gradient of a value laid out S(d) / B / P is laid out
-S(d) / P / B. Every local VJP is linear in the incoming gradient, so running it on local
-blocks under dual layouts computes the sharded transpose exactly; the redistributions of the
-backward pass are planned between dual layouts like any other.
+Backward runs on gradient layouts (`sharding.plan.grad_layouts`): along a mesh axis where
+an op's output is split or Partial, its gradient is laid out in the dual (S(d) -> S(d),
+P -> B) and its inputs' gradients come out dual (B -> P: each replica holds a summand);
+along an axis where the output is broadcast (the op is replicated there, or combines an
+internal label with its own collectives), every rank computes the whole gradient (Megatron's
+`f` operator: the activation gradient is all-reduced where it enters the replicated region).
+Every local VJP is linear in the incoming gradient, so running it on local blocks computes
+the sharded transpose exactly; the redistributions of the backward pass are planned between
+those layouts like any other, and `sharding.plan.backward_steps` lists the same steps
+without running them.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from simulator.graph.ops import KernelCtx
 from simulator.numeric.dist import DistTensor, apply_step, distribute
 from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.plan import OpPlan, ShardingPlan
+from simulator.sharding.plan import OpPlan, ShardingPlan, grad_layouts, group_ranks, keep_axes
 from simulator.sharding.redistribute import RedistStep, plan_redistribution
 from simulator.sharding.rules import Signature
 
@@ -47,9 +53,11 @@ class Execution:
     forward_comms: int = 0
     batch_offset: int = 0
 
-    def move(self, t: DistTensor, target: Layout, forward: bool) -> DistTensor:
+    def move(self, t: DistTensor, target: Layout, forward: bool,
+             keep: tuple[str, ...] = ()) -> DistTensor:
+        """Move `t` to `target` by the planner's steps (touching no axis named in `keep`)."""
         steps = plan_redistribution(t.layout, target, t.shape, self.plan.mesh,
-                                    self.plan.itemsize)
+                                    self.plan.itemsize, cost=keep_axes(self.plan.mesh, keep))
         for step in steps:
             t = self._step(t, step, forward)
         return t
@@ -101,8 +109,14 @@ def _forward_op(ex: Execution, p: OpPlan, cache: dict) -> list[DistTensor]:
             cache[key] = ex.move(ex.values[name], p.sig.input_layout(i), forward=True)
         ins.append(cache[key])
     fam, mesh = p.op.family, ex.plan.mesh
-    blocks = tuple(fam.forward([t.blocks[r] for t in ins], p.op.attrs,
-                               _ctx(p, ex.plan, r, ex.batch_offset)) for r in range(mesh.size))
+    ctxs = [_ctx(p, ex.plan, r, ex.batch_offset) for r in range(mesh.size)]
+    local = [[t.blocks[r] for t in ins] for r in range(mesh.size)]
+    groups = group_ranks(p, ex.plan.graph, ex.plan.mesh)
+    if groups is not None and fam.group is not None:
+        ex.comm_log += ex.plan.internal_steps(p)
+        blocks = tuple(fam.group.forward(local, p.op.attrs, ctxs, groups))
+    else:
+        blocks = tuple(fam.forward(local[r], p.op.attrs, ctxs[r]) for r in range(mesh.size))
     out = DistTensor(ex.plan.graph.tensors[p.op.output].shape, p.sig.output_layout, blocks)
     ex.values[p.op.output] = ex.move(out, p.out_layout, forward=True)
     return ins
@@ -117,28 +131,47 @@ def _add(a: DistTensor | None, b: DistTensor) -> DistTensor:
 
 def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict) -> None:
     plan, mesh = ex.plan, ex.plan.mesh
-    dy = _collect(ex, p.op.output, grads, p.out_layout.dual())
+    dy_layout, in_layouts = grad_layouts(p)
+    dy = _collect(ex, p.op.output, grads, dy_layout)
     if dy is None:
         return
-    dy = ex.move(dy, p.sig.output_layout.dual(), forward=False)
     y = ex.values[p.op.output]
-    per_rank = [p.op.family.vjp([t.blocks[r] for t in ins], y.blocks[r], dy.blocks[r],
-                                p.op.attrs, _ctx(p, plan, r, ex.batch_offset))
-                for r in range(mesh.size)]
-    wants = p.op.family.grads_for(len(ins))
+    fam = p.op.family
+    ctxs = [_ctx(p, plan, r, ex.batch_offset) for r in range(mesh.size)]
+    local = [[t.blocks[r] for t in ins] for r in range(mesh.size)]
+    groups = group_ranks(p, plan.graph, mesh)
+    if groups is not None and fam.group is not None:
+        per_rank = fam.group.vjp(local, list(y.blocks), list(dy.blocks), p.op.attrs, ctxs,
+                                 groups)
+    else:
+        per_rank = [fam.vjp(local[r], y.blocks[r], dy.blocks[r], p.op.attrs, ctxs[r])
+                    for r in range(mesh.size)]
+    wants = fam.grads_for(len(ins))
     for i, name in enumerate(p.op.inputs):
         if not wants[i] or plan.graph.tensors[name].kind in ("input", "label"):
             continue
-        layout = p.sig.input_layout(i).dual()
-        g = DistTensor(ins[i].shape, layout, tuple(per_rank[r][i] for r in range(mesh.size)))
+        g = DistTensor(ins[i].shape, in_layouts[i], _blocks(per_rank, i))
         slot = grads.setdefault(name, {})
-        slot[layout] = _add(slot.get(layout), g)
+        slot[in_layouts[i]] = _add(slot.get(in_layouts[i]), g)
 
 
-def _collect(ex: Execution, name: str, grads: dict, target: Layout) -> DistTensor | None:
-    """Sum a tensor's gradient contributions, each moved once to `target`."""
+def _blocks(per_rank: list, i: int) -> tuple[np.ndarray, ...]:
+    """Input i's gradient block of every rank (a family returns None only for inputs
+    that take no gradient, which are skipped before)."""
+    out = []
+    for grads in per_rank:
+        g = grads[i]
+        assert g is not None, "a VJP returned no gradient for a differentiable input"
+        out.append(g)
+    return tuple(out)
+
+
+def _collect(ex: Execution, name: str, grads: dict, target: Layout | None) -> DistTensor | None:
+    """Sum a tensor's gradient contributions, each moved once to `target` (None: to the
+    layout of the first contribution, as a parameter's gradient is kept)."""
     total = None
-    for g in grads.pop(name, {}).values():
+    for layout, g in grads.pop(name, {}).items():
+        target = target or layout
         total = _add(total, ex.move(g, target, forward=False))
     return total
 
@@ -160,10 +193,14 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         if on_op is not None:
             on_op(p.op.output, ex.values[p.op.output])
     loss = ex.values[plan.graph.loss]
-    seed = np.full(loss.shape, loss_scale)
-    grads: dict = {plan.graph.loss: {loss.layout.dual(): distribute(seed, loss.layout.dual(),
-                                                                      plan.mesh)}}
+    seed_layout = plan.loss_grad_layout()
+    seed = distribute(np.full(loss.shape, loss_scale), seed_layout, plan.mesh)
+    grads: dict = {plan.graph.loss: {seed_layout: seed}}
     for p, ins in zip(reversed(plan.ops), reversed(saved)):
         _backward_op(ex, p, ins, grads)
-    return {name: _collect(ex, name, grads, params[name].layout.dual())
-            for name in params if name in grads}
+    out: dict[str, DistTensor] = {}
+    for name in params:
+        total = _collect(ex, name, grads, None) if name in grads else None
+        if total is not None:
+            out[name] = total
+    return out

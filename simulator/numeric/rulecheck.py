@@ -15,8 +15,9 @@ import numpy as np
 from simulator.graph.graph import Graph
 from simulator.graph.ops import KernelCtx
 from simulator.numeric.dist import DistTensor, assemble, distribute
-from simulator.numeric.execute import kernel_ctx
+from simulator.numeric.execute import _blocks, kernel_ctx
 from simulator.sharding.mesh import Mesh
+from simulator.sharding.plan import OpPlan, grad_layouts, group_ranks
 from simulator.sharding.rules import Signature
 
 __all__ = ["RuleCheck", "check_signature", "random_inputs"]
@@ -35,7 +36,7 @@ class RuleCheck:
 def random_inputs(graph: Graph, rng: np.random.Generator) -> list[np.ndarray]:
     """Values for the single op's inputs: integer indices where the op reads indices."""
     op = graph.ops[0]
-    out = []
+    out: list[np.ndarray] = []
     for i, name in enumerate(op.inputs):
         shape = graph.tensors[name].shape
         if op.type == "Gather" and i == 1:
@@ -59,17 +60,24 @@ def check_signature(graph: Graph, mesh: Mesh, sig: Signature, seed: int = 0) -> 
     want = fam.vjp(xs, y, dy, op.attrs, whole)
     ins = [distribute(x, sig.input_layout(i), mesh, rng) for i, x in enumerate(xs)]
     ctxs = [kernel_ctx(graph, op, sig, mesh, r) for r in range(mesh.size)]
-    ys = [fam.forward([t.blocks[r] for t in ins], op.attrs, ctxs[r]) for r in range(mesh.size)]
+    local = [[t.blocks[r] for t in ins] for r in range(mesh.size)]
+    plan = OpPlan(op, sig, sig.output_layout)
+    groups = group_ranks(plan, graph, mesh)
+    group = fam.group if groups is not None else None
+    ys = (group.forward(local, op.attrs, ctxs, groups) if group is not None else
+          [fam.forward(local[r], op.attrs, ctxs[r]) for r in range(mesh.size)])
     fwd = float(np.max(np.abs(assemble(DistTensor(y.shape, sig.output_layout, tuple(ys)), mesh)
                               - y), initial=0.0))
-    dyd = distribute(dy, sig.output_layout.dual(), mesh, rng)
-    local = [fam.vjp([t.blocks[r] for t in ins], ys[r], dyd.blocks[r], op.attrs, ctxs[r])
-             for r in range(mesh.size)]
+    dy_layout, in_layouts = grad_layouts(plan)
+    dyd = distribute(dy, dy_layout, mesh, rng)
+    grads = (group.vjp(local, ys, list(dyd.blocks), op.attrs, ctxs, groups)
+             if group is not None else
+             [fam.vjp(local[r], ys[r], dyd.blocks[r], op.attrs, ctxs[r])
+              for r in range(mesh.size)])
     errs = []
     for i, g in enumerate(want):
         if g is None:
             continue
-        got = DistTensor(xs[i].shape, sig.input_layout(i).dual(),
-                         tuple(local[r][i] for r in range(mesh.size)))
+        got = DistTensor(xs[i].shape, in_layouts[i], _blocks(grads, i))
         errs.append(float(np.max(np.abs(assemble(got, mesh) - g), initial=0.0)))
     return RuleCheck(fwd, tuple(errs))

@@ -27,7 +27,8 @@ CONTRACT.md section 3 states for `memory.by_category_bytes`:
   warm-up of (p - i - 1) * 2 + (v - 1) * p chunk forwards). Under recompute one layer's
   full activation set is alive while it is recomputed for the backward.
 - the first stage also holds the embedding (vocabulary-parallel, V h / t, plus the
-  position table s h) and its dropout mask; the last stage the final norm, the output
+  position table s h, split over t with sequence parallelism as the simulator's planned
+  graph does) and its dropout mask; the last stage the final norm, the output
   layer (V h / t, tied to the embedding when there is one stage) and the fp32 logits its
   cross-entropy keeps (4 s b V / t, Megatron-LM's vocab_parallel_cross_entropy).
 """
@@ -163,8 +164,8 @@ def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool
     if cfg.recompute != "none":  # one layer's full set while it is recomputed
         full = layer_bytes(m, b, t, sp, "none", flash)
         acts += full - layer_bytes(m, b, t, sp, cfg.recompute, flash)
-    if stage == 0:
-        params += m.vocab_size // t * h + s * h
+    if stage == 0:  # the position table is split over t with sequence parallelism
+        params += m.vocab_size // t * h + s * h // (t if sp else 1)
         acts += min(flight, micro) * _MASK_BYTES * tokens * h
     if stage == p - 1:
         params += 2 * h + (m.vocab_size // t * h if p > 1 else 0)

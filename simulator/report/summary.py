@@ -1,5 +1,6 @@
-"""`summary(result)`: the `run --json` object of CONTRACT.md section 3, exactly its keys; and
-`format_table(summary)`: the same as aligned text for people.
+"""`summary(result)`: the `run --json` object of CONTRACT.md section 3 (its keys, and
+`pipeline_layers`: the layers of each virtual pipeline stage); and `format_table(summary)`:
+the same as aligned text for people.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def summary(result: Any) -> dict[str, Any]:
         "communication": {"bytes_per_device": int(round(sum(comm.values()))),
                           "by_collective": {k: int(round(v)) for k, v in comm.items()}},
         "simulation": {"events": int(result.trace.events), "wall_s": result.wall_s},
+        "pipeline_layers": list(result.plan.stage_layers),
     }
 
 
@@ -63,6 +65,8 @@ def format_table(s: dict[str, Any]) -> str:
                            f"{s['tokens_per_s']:.4g} tokens/s"),
             ("TFLOP/s per device", f"{s['tflops_per_device']:.1f}"),
             ("MFU / HFU", f"{s['mfu']:.1%} / {s['hfu']:.1%}")]
+    if len(s.get("pipeline_layers", ())) > 1:
+        rows.append(("layers per stage", "/".join(str(n) for n in s["pipeline_layers"])))
     for key, secs in s["breakdown_s"].items():
         share = secs / t if t > 0 else 0.0
         rows.append((f"  {key}", f"{secs:.4f} s ({share:.1%})"))

@@ -63,14 +63,33 @@ def _transformer(s: Scenario) -> Iterator[Problem]:
         yield from _must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
         yield from _must_divide("parallel.tensor", p.tensor, "model.num_kv_heads", m.kv_heads)
     yield from _must_divide("parallel.tensor", p.tensor, "model.ffn_hidden_size", m.ffn)
-    chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    if m.layers % chunks:
-        yield "model.layers", (
-            f"{m.layers} must be a multiple of parallel.pipeline*virtual_stages = {chunks} "
-            f"(uniform stages; valid pipeline degrees: {divisors(m.layers)})"
-        )
+    yield from _stage_layers(m.layers, p)
     if p.sequence_parallel:
         yield from _must_divide("parallel.tensor", p.tensor, "model.seq_length", m.seq_length)
+
+
+def _stage_layers(layers: int, p) -> Iterator[Problem]:
+    """Explicit per-stage layer counts: one per virtual stage, adding up to the model's
+    layers; only the first and last stage (which hold the embedding and the head) may have
+    none. Without them every stage needs at least one layer."""
+    chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
+    given = p.pipeline_layers
+    if given is None:
+        if layers < chunks:
+            yield "parallel.pipeline", (
+                f"{p.pipeline} stages x {chunks // p.pipeline} chunks need at least "
+                f"{chunks} layers; model.layers is {layers}")
+        return
+    if len(given) != chunks:
+        yield "parallel.pipeline_layers", (
+            f"has {len(given)} entries; expected one per virtual stage, "
+            f"parallel.pipeline*virtual_stages = {chunks}")
+    elif sum(given) != layers:
+        yield "parallel.pipeline_layers", (
+            f"adds up to {sum(given)} layers; expected model.layers = {layers}")
+    elif any(n == 0 for n in given[1:-1]):
+        yield "parallel.pipeline_layers", (
+            f"{given}: only the first and last stage may have 0 layers")
 
 
 def _schedule(s: Scenario) -> Iterator[Problem]:

@@ -186,6 +186,10 @@ class ParallelSpec(_Closed):
     pipeline: PosInt = 1
     schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     virtual_stages: PosInt = 1
+    # Layers of each virtual pipeline stage, in stage order (MindSpore's per-cell
+    # pipeline_stage; Megatron's --decoder-first/last-pipeline-num-layers); default: an
+    # even split, the remainder going to the stages with the least other work.
+    pipeline_layers: list[NonNegInt] | None = None
     sequence_parallel: StrictBool = False
     # An int with bounds, not Literal[0, 1, 2, 3]: a Literal would take `true` as 1.
     optimizer_shard: Annotated[StrictInt, Field(ge=0, le=3)] = 0
@@ -193,6 +197,12 @@ class ParallelSpec(_Closed):
     offload: OffloadSpec = Field(default_factory=OffloadSpec)
     comm_fusion: CommFusionSpec = Field(default_factory=CommFusionSpec)
     overlap: OverlapSpec = Field(default_factory=OverlapSpec)
+    # MindSpore's parallel_mode for operator graphs (graph, mlp, resnet): semi_auto runs the
+    # strategies as written and unconfigured operators data parallel; auto keeps the
+    # configured operators and lets `search` choose every other operator's signature
+    # (simulator/planner/propagate.py).
+    mode: Literal["semi_auto", "auto"] = "semi_auto"
+    search: Literal["sharding_propagation", "dynamic_programming", "ilp"] = "ilp"
 
     @property
     def devices(self) -> int:

@@ -70,7 +70,8 @@ def _gemm_partner(ops: tuple[Op, ...], i: int) -> int | None:
     """Index of the GEMM a tensor-parallel collective at i pipelines against: the GEMM that
     consumes it (next op) or else the one that produced it (previous op)."""
     for j in (i + 1, i - 1):
-        if 0 <= j < len(ops) and isinstance(ops[j], ComputeSpec) and ops[j].kind == "gemm":
+        op = ops[j] if 0 <= j < len(ops) else None
+        if isinstance(op, ComputeSpec) and op.kind == "gemm":
             return j
     return None
 
@@ -96,7 +97,7 @@ def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec
         if isinstance(op, CommSpec):
             seconds = costs.collective_s(op.collective, op.bytes, groups[op.axis])
             partner = _gemm_partner(ops, i) if tp_overlap and op.axis == "tp" else None
-            if partner is not None:
+            if partner is not None and tp_overlap is not None:
                 slower, seconds = _overlapped(seconds, times[partner], tp_overlap)
                 compute += slower
             comm += seconds

@@ -24,7 +24,7 @@ def _matrix(ops: tuple) -> float:
 def iteration_flops(scenario: Scenario, prog: TransformerProgram) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of one iteration over the global batch."""
     t = scenario.parallel.tensor
-    layers = scenario.model.layers
+    layers = getattr(scenario.model, "layers", 1)
     replicas = scenario.grad_accum_steps * scenario.parallel.data  # micro-batches per step
     per_micro = layers * _matrix(prog.layer_fwd + prog.layer_bwd) + _matrix(
         prog.embed_fwd + prog.embed_bwd + prog.head_fwd + prog.head_bwd)

@@ -1,9 +1,12 @@
-"""Where each rank sits: Megatron-LM's rank order (tensor fastest, then data, then pipeline),
-the communication groups of each axis, and which devices a simulation runs.
+"""Where each rank sits: ONE named-axis device mesh for the whole cluster, the pipeline axis
+`pp` outermost, then the model's own mesh (`dp`, `tp` for transformers, mlp and resnet; an
+operator graph's declared axes). Rank order is row-major (`sharding.mesh.Mesh`), which for
+(pp, dp, tp) is Megatron-LM's: tensor fastest, then data, then pipeline (Narayanan et al.
+2021, Sec. 3.3: tensor parallelism inside a node, pipeline across).
 
-rank = stage * (t * d) + dp_rank * t + tp_rank, so the tensor-parallel group has stride 1,
-the data-parallel group stride t, and consecutive pipeline stages are t * d ranks apart
-(Narayanan et al. 2021, Sec. 3.3: tensor parallelism inside a node, pipeline across).
+Each axis's communication group, and so the links it crosses, follows from the mesh: an axis
+of `size` devices `mesh.stride(axis)` ranks apart on nodes of `devices_per_node`
+(`cost.specs.GroupSpec`). A new parallel axis (expert, context) is one more mesh axis here.
 """
 
 from __future__ import annotations
@@ -12,43 +15,62 @@ from dataclasses import dataclass
 
 from simulator.cost.specs import GroupSpec
 from simulator.scenario.schema import Scenario
+from simulator.sharding.mesh import Mesh
 
-__all__ = ["Layout", "layout_of"]
+__all__ = ["RankMesh", "rank_mesh"]
+
+PIPELINE_AXIS = "pp"
 
 
 @dataclass(frozen=True)
-class Layout:
-    """The parallel degrees and node size of a scenario, with rank arithmetic."""
+class RankMesh:
+    """The cluster's device mesh with rank arithmetic. `data_axis` names the axis whose
+    gradient reduction the lowering buckets and overlaps (None: reduced with the others, as
+    part of the program's gradient synchronisation)."""
 
-    tensor: int
-    data: int
-    pipeline: int
+    mesh: Mesh
     chunks: int  # model chunks per device (virtual_stages of interleaved_1f1b)
     devices_per_node: int
-    extra_groups: tuple[tuple[str, GroupSpec], ...] = ()  # an operator graph's mesh axes
+    data_axis: str | None = "dp"
+
+    def size(self, axis: str | None) -> int:
+        return dict(self.mesh.axes).get(axis, 1) if axis else 1
+
+    @property
+    def pipeline(self) -> int:
+        return self.size(PIPELINE_AXIS)
+
+    @property
+    def data(self) -> int:
+        return self.size(self.data_axis)
 
     @property
     def devices(self) -> int:
-        return self.tensor * self.data * self.pipeline
+        return self.mesh.size
 
     @property
     def virtual_stages(self) -> int:
         return self.pipeline * self.chunks
 
     def groups(self) -> dict[str, GroupSpec]:
-        """GroupSpec of each mesh axis ('tp', 'dp', 'pp', and an operator graph's axes)."""
-        n, t, d = self.devices_per_node, self.tensor, self.data
-        return {"tp": GroupSpec(t, 1, n), "dp": GroupSpec(d, t, n),
-                "pp": GroupSpec(self.pipeline, t * d, n), **dict(self.extra_groups)}
+        """GroupSpec of every mesh axis, by name."""
+        return {name: GroupSpec(size, self.mesh.stride(a), self.devices_per_node)
+                for a, (name, size) in enumerate(self.mesh.axes)}
 
-    def rank(self, stage: int, dp_rank: int = 0, tp_rank: int = 0) -> int:
-        return stage * self.tensor * self.data + dp_rank * self.tensor + tp_rank
+    def stage(self, rank: int) -> int:
+        return self.mesh.coords(rank)[0]
 
-    def coords(self, rank: int) -> tuple[int, int, int]:
-        """(stage, dp_rank, tp_rank) of a global rank."""
-        stage, rest = divmod(rank, self.tensor * self.data)
-        dp_rank, tp_rank = divmod(rest, self.tensor)
-        return stage, dp_rank, tp_rank
+    def with_stage(self, rank: int, stage: int) -> int:
+        """The rank of pipeline stage `stage` with the same coordinates on every other axis."""
+        coords = list(self.mesh.coords(rank))
+        coords[0] = stage
+        return self.mesh.rank(tuple(coords))
+
+    def except_axis(self, rank: int, axis: str | None) -> tuple[int, ...]:
+        """The rank's coordinates on every axis but `axis`: what the members of one
+        `axis` group share."""
+        names = self.mesh.names
+        return tuple(c for n, c in zip(names, self.mesh.coords(rank)) if n != axis)
 
     def same_node(self, a: int, b: int) -> bool:
         return a // self.devices_per_node == b // self.devices_per_node
@@ -58,18 +80,24 @@ class Layout:
 
     def simulated(self, fidelity: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """(simulated ranks, how many real devices each stands for). 'representative' runs
-        rank (stage, 0, 0) of each stage for all t*d devices of that stage, which behave
+        the first rank of each stage for all devices of that stage, which behave
         identically: same work, and collectives costed for their whole group."""
         if fidelity == "full":
             return tuple(range(self.devices)), (1,) * self.devices
-        reps = tuple(self.rank(i) for i in range(self.pipeline))
-        return reps, (self.tensor * self.data,) * self.pipeline
+        per_stage = self.devices // self.pipeline
+        return (tuple(s * per_stage for s in range(self.pipeline)),
+                (per_stage,) * self.pipeline)
 
 
-def layout_of(scenario: Scenario, extra_groups: tuple[tuple[str, GroupSpec], ...] = ()
-              ) -> Layout:
+def rank_mesh(scenario: Scenario, model_mesh: Mesh | None = None) -> RankMesh:
+    """The cluster mesh of a scenario: (pp, dp, tp), or pp around an operator graph's mesh
+    (whose `dp` axis the lowering reduces only when `parallel.data` > 1)."""
     p = scenario.parallel
     chunks = p.virtual_stages if p.schedule == "interleaved_1f1b" else 1
-    return Layout(tensor=p.tensor, data=p.data, pipeline=p.pipeline, chunks=chunks,
-                  devices_per_node=scenario.cluster.devices_per_node,
-                  extra_groups=extra_groups)
+    if model_mesh is None:
+        model_mesh = Mesh.of(dp=p.data, tp=p.tensor)
+        data_axis: str | None = "dp"
+    else:
+        data_axis = "dp" if p.data > 1 and "dp" in model_mesh.names else None
+    mesh = Mesh(((PIPELINE_AXIS, p.pipeline),) + model_mesh.axes)
+    return RankMesh(mesh, chunks, scenario.cluster.devices_per_node, data_axis)

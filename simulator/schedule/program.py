@@ -5,9 +5,9 @@ A program is plain data: tuples of `ComputeSpec` / `CommSpec` (the shared curren
 pipeline stage) and the LM head with its loss (last stage), plus the per-device parameter
 counts and the activation bytes a micro-batch keeps alive for its backward pass.
 
-It is built either from the closed forms of `schedule.transformer` (Megatron-LM tensor
-parallelism) or, later, from an operator graph and its sharding plan; a test compares both,
-so the fields below are the whole interface: nothing else is read by the lowering.
+It is derived from the planned operator graph that `verify` executes
+(`schedule.model_program`); the fields below are the whole interface: nothing else is read
+by the lowering.
 """
 
 from __future__ import annotations
@@ -62,6 +62,10 @@ class TransformerProgram:
     grad_elem_bytes: bytes of one gradient element in the gradient buffer and the
     data-parallel reduction (None: the model dtype's). tp_overlap: how tensor-parallel
     collectives overlap their GEMMs (None: they run on the critical path).
+    single_block: the program is the whole model as one block (an operator graph), which a
+    pipeline cannot partition.
+    grad_sync_*: gradient reductions on mesh axes other than `dp` (a layer's, the
+    embedding's, the head's), run once per iteration before the optimizer step.
     """
 
     layer_fwd: tuple[Op, ...]
@@ -84,6 +88,10 @@ class TransformerProgram:
     dtype: str
     grad_elem_bytes: float | None = None
     tp_overlap: TpOverlap | None = None
+    single_block: bool = False
+    grad_sync_layer: tuple[CommSpec, ...] = ()
+    grad_sync_embed: tuple[CommSpec, ...] = ()
+    grad_sync_head: tuple[CommSpec, ...] = ()
 
     @property
     def grad_bytes(self) -> float:

@@ -1,7 +1,9 @@
 """The priced work of each virtual pipeline stage for one micro-batch.
 
-Stages are uniform: `layers / (pipeline * chunks)` layers each; the embedding joins the
-first virtual stage and the LM head with its loss the last (as in Megatron-LM).
+Each virtual stage holds `parallel.pipeline_layers[vs]` layers, or by default an even split
+whose remainder goes, layer by layer, to the stage with the least priced work so far (the
+embedding joins the first virtual stage and the LM head with its loss the last, as in
+Megatron-LM, so those two take extra layers last).
 
 Multi-copy (`overlap.copies = c`, MindSpore's multi-copy parallel) splits each micro-batch
 into c slices and runs one slice's tensor-parallel collectives under another slice's
@@ -13,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.cost.specs import GroupSpec
+from simulator.cost.specs import CommSpec, GroupSpec
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel, Priced, price_ops
-from simulator.schedule.layout import Layout
+from simulator.schedule.layout import RankMesh
 from simulator.schedule.program import TransformerProgram
 
-__all__ = ["StageWork", "stage_work"]
+__all__ = ["StageWork", "stage_work", "stage_layers"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,8 @@ class StageWork:
     parameters are piece_params reversed (for the overlapped parameter all-gather).
     activation_bytes: saved for backward per micro-batch; working_bytes: extra bytes alive
     while a recomputed micro-batch runs its backward (one layer's full saved set).
+    grad_sync: the stage's gradient reductions on non-dp axes, once per iteration, each
+    collective kind coalesced into one buffer.
     """
 
     fwd: Priced
@@ -45,6 +49,7 @@ class StageWork:
     activation_bytes: float
     working_bytes: float
     layers: int
+    grad_sync: Priced = Priced(0.0, 0.0, ())
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -75,7 +80,40 @@ def _pieces(prog: TransformerProgram, layer: Priced, head: Priced, embed: Priced
     return tuple(pieces), tuple(params)
 
 
-def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
+def _grad_sync(prog: TransformerProgram, n: int, first: bool, last: bool
+               ) -> tuple[CommSpec, ...]:
+    """The stage's non-dp gradient reductions, one buffer per (collective, axis)."""
+    parts = (prog.grad_sync_layer * n + (prog.grad_sync_embed if first else ())
+             + (prog.grad_sync_head if last else ()))
+    out: dict[tuple[str, str], float] = {}
+    for c in parts:
+        out[(c.collective, c.axis)] = out.get((c.collective, c.axis), 0.0) + c.bytes
+    return tuple(CommSpec(f"grad_sync.{k}", k, b, a, "bwd")  # type: ignore[arg-type]
+                 for (k, a), b in out.items())
+
+
+def stage_layers(scenario: Scenario, stages: int, layer_s: float, embed_s: float,
+                 head_s: float) -> tuple[int, ...]:
+    """Layers of each virtual stage: as given, or an even split with the remainder placed
+    one layer at a time on the stage whose work (seconds per micro-batch: its layers, plus
+    the embedding on the first and the head on the last) is least, earliest on ties."""
+    given = scenario.parallel.pipeline_layers
+    if given is not None:
+        return tuple(given)
+    total = getattr(scenario.model, "layers", 1)
+    if not isinstance(scenario.model, TransformerModel):
+        return (1,) * stages  # an operator graph's program is the whole model as one block
+    counts = [total // stages] * stages
+    extra = [0.0] * stages
+    extra[0] += embed_s
+    extra[-1] += head_s
+    for _ in range(total % stages):
+        k = min(range(stages), key=lambda i: (counts[i] * layer_s + extra[i], i))
+        counts[k] += 1
+    return tuple(counts)
+
+
+def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
                costs: CostModel) -> tuple[StageWork, ...]:
     """Priced work of every virtual stage, indexed by virtual stage."""
     groups: dict[str, GroupSpec] = layout.groups()
@@ -87,15 +125,15 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
     lf, lb, lr = price(prog.layer_fwd), price(prog.layer_bwd), price(prog.layer_recompute)
     ef, eb = price(prog.embed_fwd), price(prog.embed_bwd)
     hf, hb = price(prog.head_fwd), price(prog.head_bwd)
-    n = getattr(scenario.model, "layers", 1) // layout.virtual_stages
-    if not isinstance(scenario.model, TransformerModel):
-        n = 1  # an operator graph's program is the whole model as one block
+    seconds = lambda f, b: f.compute_s + f.comm_s + b.compute_s + b.comm_s  # noqa: E731
+    split = stage_layers(scenario, layout.virtual_stages, seconds(lf, lb), seconds(ef, eb),
+                         seconds(hf, hb))
     head_params = prog.params_head + (prog.params_output if layout.pipeline > 1 else 0)
     working = 0.0
     if scenario.parallel.recompute != "none":
         working = prog.layer_working_bytes - prog.activation_bytes_per_layer
     out = []
-    for vs in range(layout.virtual_stages):
+    for vs, n in enumerate(split):
         first, last = vs == 0, vs == layout.virtual_stages - 1
         fwd_pieces = ((ef,) if first else ()) + (lf,) * n + ((hf,) if last else ())
         fwd = lf.scaled(n)
@@ -105,8 +143,10 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: Layout,
         act = n * prog.activation_bytes_per_layer
         act += (prog.embed_activation_bytes if first else 0.0)
         act += (prog.head_activation_bytes if last else 0.0)
+        sync = price_ops(_grad_sync(prog, n, first, last), costs, groups)
         out.append(StageWork(fwd=fwd, fwd_pieces=fwd_pieces, bwd=_sum(pieces),
                              bwd_pieces=pieces, piece_params=params,
                              recompute=lr.scaled(n), params=sum(params),
-                             activation_bytes=act, working_bytes=working, layers=n))
+                             activation_bytes=act, working_bytes=working, layers=n,
+                             grad_sync=sync))
     return tuple(out)

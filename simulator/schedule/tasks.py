@@ -90,6 +90,7 @@ class Plan:
     static_memory: tuple[Alloc, ...]
     total_devices: int
     micro_batches: int
+    stage_layers: tuple[int, ...] = ()  # layers of each virtual pipeline stage
 
     def __str__(self) -> str:
         return (f"Plan({len(self.tasks)} tasks on {len(self.devices)} simulated of "

@@ -40,11 +40,12 @@ class Builder:
         self._tasks: dict[int, Task] = {}
         self.streams: dict[tuple[int, str], list[int]] = {}
 
-    def add(self, key: Hashable, device: int, stream: str, name: str, phase: str, micro: int,
-            chunk: int, duration_s: float, comm_s: float = 0.0, deps: tuple[int, ...] = (),
-            link: str = "", group: int = -1, group_size: int = 1,
+    def add(self, key: Hashable, *, device: int, stream: str, name: str, phase: str,
+            duration_s: float, micro: int = -1, chunk: int = -1, comm_s: float = 0.0,
+            deps: tuple[int, ...] = (), link: str = "", group: int = -1, group_size: int = 1,
             comm: tuple = (), alloc: tuple = (), free: tuple = ()) -> int:
-        """Append a task to the end of (device, stream); returns its tid."""
+        """Append a task to the end of (device, stream); returns its tid. Every field but
+        the key is named (see `Task` for their meaning)."""
         tid = self.ids[key]
         assert tid not in self._tasks, f"task {key} emitted twice"
         # positional tuple construction: several times cheaper than keyword arguments

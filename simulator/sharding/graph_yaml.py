@@ -18,7 +18,8 @@ __all__ = ["graph_from_model", "mesh_for_graph", "prime_mesh", "strategy_key"]
 
 
 def prime_mesh(devices: int) -> Mesh:
-    axes, n, p = [], devices, 2
+    axes: list[tuple[str, int]] = []
+    n, p = devices, 2
     while n > 1:
         while n % p == 0:
             axes.append((f"m{len(axes)}", p))

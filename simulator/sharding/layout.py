@@ -1,7 +1,12 @@
 """A tensor's layout on a mesh: one placement per mesh axis, and the block each device holds.
 
-When several mesh axes split the same tensor dim, the outer mesh axis splits first (mixed
-radix in mesh order), as in DTensor and in MindSpore's row-major device matrix.
+When several mesh axes split the same tensor dim, the outer mesh axis splits first and each
+inner axis splits the block the outer ones left (mesh order), as in DTensor and in
+MindSpore's row-major device matrix. A split that does not divide evenly follows
+`torch.chunk`, as DTensor does (`Shard._local_shard_size_and_offset` in
+torch/distributed/tensor/placement_types.py, applied axis by axis in
+`compute_local_shape_and_global_offset`, torch/distributed/tensor/_utils.py): chunks of
+ceil(n / parts), so the last chunks are shorter or empty.
 """
 
 from __future__ import annotations
@@ -11,11 +16,20 @@ from dataclasses import dataclass
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Partial, Placement, Shard, dual
 
-__all__ = ["Layout", "LayoutError"]
+__all__ = ["Layout", "LayoutError", "chunk"]
 
 
 class LayoutError(ValueError):
-    """A layout that cannot hold a tensor of the given shape (a split that does not divide)."""
+    """A layout that cannot hold a tensor of the given shape (a split dim that does not exist,
+    or, where even splits are required, a split that does not divide)."""
+
+
+def chunk(n: int, parts: int, index: int) -> tuple[int, int]:
+    """(start, size) of chunk `index` when `n` items split `parts` ways as torch.chunk does:
+    chunks of ceil(n / parts), the last ones shorter or empty (start clamped to n)."""
+    step = -(-n // parts)
+    start = min(index * step, n)
+    return start, min(n, start + step) - start
 
 
 @dataclass(frozen=True)
@@ -44,31 +58,48 @@ class Layout:
     def partial_axes(self) -> tuple[int, ...]:
         return tuple(i for i, p in enumerate(self.placements) if isinstance(p, Partial))
 
-    def check(self, shape: tuple[int, ...], mesh: Mesh) -> None:
-        """Raise LayoutError unless every split dim exists and divides evenly."""
+    def is_even(self, shape: tuple[int, ...], mesh: Mesh) -> bool:
+        """True when every split divides its dim evenly (all shards the same shape)."""
+        return all(n % self.split_factor(d, mesh) == 0 for d, n in enumerate(shape))
+
+    def check(self, shape: tuple[int, ...], mesh: Mesh, uneven: bool = False) -> None:
+        """Raise LayoutError unless every split dim exists and, unless `uneven`, divides
+        evenly. With `uneven`, torch.chunk shards are allowed (see the module doc)."""
         for p in self.placements:
             if isinstance(p, Shard) and not 0 <= p.dim < len(shape):
                 raise LayoutError(f"{self} splits dim {p.dim} of a {len(shape)}-D tensor")
+        if uneven:
+            return
         for d, n in enumerate(shape):
             f = self.split_factor(d, mesh)
             if n % f:
                 raise LayoutError(f"{self}: dim {d} of size {n} does not split {f} ways")
 
     def local_shape(self, shape: tuple[int, ...], mesh: Mesh) -> tuple[int, ...]:
-        return tuple(n // self.split_factor(d, mesh) for d, n in enumerate(shape))
+        """The LARGEST block any device holds (device 0's): it bounds time and memory.
+        Equal to every device's block when the splits are even."""
+        out = list(shape)
+        for p, size in zip(self.placements, mesh.shape):
+            if isinstance(p, Shard):
+                out[p.dim] = -(-out[p.dim] // size)
+        return tuple(out)
+
+    def local_shape_at(self, shape: tuple[int, ...], mesh: Mesh, rank: int
+                       ) -> tuple[int, ...]:
+        """The block device `rank` holds (shorter or empty on the last shards of an uneven
+        split)."""
+        return tuple(s.stop - s.start for s in self.region(shape, mesh, rank))
 
     def region(self, shape: tuple[int, ...], mesh: Mesh, rank: int) -> tuple[slice, ...]:
-        """The global index block held by device `rank`."""
+        """The global index block held by device `rank`: outer axes split first, each split
+        a torch.chunk of the block left by the axes before it."""
         coords = mesh.coords(rank)
-        out = []
-        for d, n in enumerate(shape):
-            index, parts = 0, 1
-            for p, c, size in zip(self.placements, coords, mesh.shape):
-                if isinstance(p, Shard) and p.dim == d:
-                    index, parts = index * size + c, parts * size
-            step = n // parts
-            out.append(slice(index * step, (index + 1) * step))
-        return tuple(out)
+        start, size = [0] * len(shape), list(shape)
+        for p, c, parts in zip(self.placements, coords, mesh.shape):
+            if isinstance(p, Shard):
+                offset, size[p.dim] = chunk(size[p.dim], parts, c)
+                start[p.dim] += offset
+        return tuple(slice(s, s + n) for s, n in zip(start, size))
 
     def offsets(self, shape: tuple[int, ...], mesh: Mesh, rank: int) -> tuple[int, ...]:
         return tuple(s.start for s in self.region(shape, mesh, rank))

@@ -1,17 +1,26 @@
 """The planned operator graph of a non-transformer scenario (mlp, resnet, graph): the graph
 with every op's strategy set, and the device mesh it runs on. Shared by `verify` (numeric)
-and `run` (schedule), so both see the same plan."""
+and `run` (schedule), so both see the same plan, propagated or as written."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import TYPE_CHECKING
+
+from simulator.errors import InputError
 from simulator.graph.builders import build_mlp, build_resnet
 from simulator.graph.graph import Graph
-from simulator.scenario.schema import GraphModel, MlpModel, ResnetModel, Scenario
-from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph
+from simulator.scenario.schema import DTYPE_BYTES, GraphModel, MlpModel, ResnetModel, Scenario
+from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph, strategy_key
+from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.model_plans import plan_mlp, plan_resnet
+from simulator.sharding.rules import SignatureError
 
-__all__ = ["planned_graph", "unplanned_graph"]
+if TYPE_CHECKING:
+    from simulator.planner.propagate import Propagation
+
+__all__ = ["planned_graph", "unplanned_graph", "written_graph", "propagated"]
 
 
 def unplanned_graph(s: Scenario, batch: int) -> Graph:
@@ -28,12 +37,45 @@ def unplanned_graph(s: Scenario, batch: int) -> Graph:
     raise TypeError(f"no operator graph for model type {m.type!r}")
 
 
-def planned_graph(s: Scenario) -> tuple[Graph, Mesh]:
-    """One micro-batch's graph (global across data parallel) with strategies, and the mesh:
-    (dp, tp) for mlp and resnet, the model's own mesh for graph."""
+def written_graph(s: Scenario) -> tuple[Graph, Mesh]:
+    """The graph with the strategies as written (graph) or built in (mlp, resnet; under
+    `parallel.mode: auto` only the weight operators keep theirs), and its mesh."""
     m, p = s.model, s.parallel
     if isinstance(m, GraphModel):
         return graph_from_model(m, s.source), mesh_for_graph(m, s.devices, s.source)
     graph = unplanned_graph(s, s.training.micro_batch_size * p.data)
     planned = plan_mlp(graph) if isinstance(m, MlpModel) else plan_resnet(graph)
+    if p.mode == "auto":  # the weight operators keep the built-in plan (key operators)
+        params = {t.name for t in graph.of_kind("parameter")}
+        planned = Graph(planned.tensors, tuple(
+            op if params & set(op.inputs) else dataclasses.replace(op, strategy=None)
+            for op in planned.ops))
     return planned, Mesh.of(dp=p.data, tp=p.tensor)
+
+
+def propagated(s: Scenario) -> Propagation:
+    """Sharding propagation over the scenario's graph with `parallel.search`; InputError for
+    a configured strategy no rule allows, or when dynamic_programming meets a graph that is
+    not chains and trees."""
+    from simulator.planner.propagate import propagate
+    from simulator.planner.propagate_solvers import NotATree
+
+    graph, mesh = written_graph(s)
+    try:
+        return propagate(graph, mesh, DTYPE_BYTES[s.model.dtype], s.parallel.search)
+    except NotATree as exc:
+        raise InputError(s.source, "parallel.search", f"dynamic_programming: {exc}; "
+                         "use ilp (exact on any graph) or sharding_propagation") from None
+    except (SignatureError, LayoutError) as exc:
+        raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
+
+
+def planned_graph(s: Scenario) -> tuple[Graph, Mesh]:
+    """One micro-batch's graph (global across data parallel) with strategies, and the mesh:
+    (dp, tp) for mlp and resnet, the model's own mesh for graph. With `parallel.mode: auto`
+    every operator without a strategy gets the signature sharding propagation chooses
+    (for mlp and resnet, every operator but the weight operators)."""
+    if s.parallel.mode == "auto":
+        prop = propagated(s)
+        return prop.graph(), prop.problem.mesh
+    return written_graph(s)

@@ -128,7 +128,7 @@ def mindspore_out_layout(view: LabelView, mesh: Mesh, sig: Signature,
     spare = [a for a, p in enumerate(natural) if isinstance(p, Partial)]
     placements = [B if isinstance(p, Partial) else p for p in natural]
     for d, (lab, want) in enumerate(zip(view.output, out_strategy[0])):
-        have = math.prod(mesh.shape[a] for a in taken.get(lab, []))
+        have = math.prod(mesh.shape[a] for a in (taken.get(lab, []) if lab else []))
         while have < want and spare:
             a = spare.pop(0)
             placements[a] = Shard(d)
@@ -177,7 +177,8 @@ def data_parallel_default(view: LabelView, mesh: Mesh, shapes: list[tuple[int, .
     size = label_size(view, shapes, batch) if batch else 1
     sigs, used = [], 1
     for axis_size in mesh.shape:
-        ok = (batch in view.splittable()) and size % (used * axis_size) == 0
-        sigs.append(split_label(view, batch) if ok else Sig1D((B,) * len(view.inputs), B))
+        ok = batch is not None and batch in view.splittable() and size % (used * axis_size) == 0
+        sigs.append(split_label(view, batch) if ok and batch is not None
+                    else Sig1D((B,) * len(view.inputs), B))
         used *= axis_size if ok else 1
     return Signature(tuple(sigs))

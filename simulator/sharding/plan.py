@@ -9,6 +9,7 @@ op's requested output layout). Every other mismatch is a redistribution planned 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from simulator.graph.graph import Graph, OpNode
@@ -21,11 +22,21 @@ from simulator.sharding.notation import (
     from_sbp,
     mindspore_out_layout,
 )
-from simulator.sharding.placement import B, Partial
-from simulator.sharding.redistribute import RedistStep, plan_redistribution
+from simulator.sharding.placement import B, Broadcast, Partial, Shard, dual
+from simulator.sharding.redistribute import (
+    RedistStep,
+    frozen,
+    moved_bytes,
+    plan_redistribution,
+)
 from simulator.sharding.rules import Signature, SignatureError
 
-__all__ = ["OpPlan", "ShardingPlan", "build_plan", "Strategy"]
+__all__ = ["OpPlan", "ShardingPlan", "build_plan", "Strategy", "grad_layouts", "group_ranks",
+           "Item", "keep_axes"]
+
+# One entry of a pass: (op name, a redistribution or internal collective step), or
+# (op name, None) where the op itself computes.
+Item = tuple[str, RedistStep | None]
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,9 @@ class Strategy:
     in_strategy: list[list[int]] | None = None
     out_strategy: list[list[int]] | None = None
     placements: dict[str, list[str]] | None = None
+    # Set by sharding propagation (simulator/planner/propagate.py): the N-D signature it
+    # chose, used as is.
+    signature: Signature | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,10 +88,18 @@ class ShardingPlan:
                                    self.itemsize)
 
     def forward_steps(self) -> list[tuple[str, RedistStep]]:
-        """Every redistribution step of the forward pass, labelled by op. A tensor already
-        brought to a layout is not moved again for a second consumer (q, k and v share one
-        all-gather)."""
-        out: list[tuple[str, RedistStep]] = []
+        """Every communication-or-slice step of the forward pass, labelled by op."""
+        return [(name, s) for name, s in self.forward_items() if s is not None]
+
+    def forward_items(self) -> list[Item]:
+        return list(self._forward_items)
+
+    @cached_property
+    def _forward_items(self) -> tuple[Item, ...]:
+        """The forward pass in order: each op's input redistributions (a tensor already
+        brought to a layout is not moved again for a second consumer: q, k and v share one
+        all-gather), the op, its internal collectives, its output re-layout."""
+        out: list[Item] = []
         made: set[tuple[str, Layout]] = set()
         for p in self.ops:
             for i, name in enumerate(p.op.inputs):
@@ -85,8 +107,120 @@ class ShardingPlan:
                 if key not in made:
                     made.add(key)
                     out += [(p.op.name, s) for s in self.input_steps(p, i)]
+            out.append((p.op.name, None))
+            out += [(p.op.name, s) for s in self.internal_steps(p)]
             out += [(p.op.name, s) for s in self.output_steps(p)]
-        return out
+        return tuple(out)
+
+    def move(self, name: str, src: Layout, dst: Layout, keep: tuple[str, ...] = ()
+             ) -> list[RedistStep]:
+        """Steps bringing tensor `name` from `src` to `dst`, touching no axis in `keep`."""
+        return plan_redistribution(src, dst, self.graph.tensors[name].shape, self.mesh,
+                                   self.itemsize, cost=keep_axes(self.mesh, keep))
+
+    def internal_steps(self, p: OpPlan) -> list[RedistStep]:
+        """The op's own collectives (GroupKernel.comm) on each axis that splits an internal
+        label, at the op's local output size."""
+        fam = p.op.family
+        if fam.group is None:
+            return []
+        out = p.sig.output_layout
+        local = out.local_shape(self.graph.tensors[p.op.output].shape, self.mesh)
+        return [RedistStep(kind, axis, out, out, nbytes)
+                for axis in _internal_axes(p, self.graph, self.mesh)
+                for kind, nbytes in fam.group.comm(local)]
+
+    def loss_grad_layout(self) -> Layout:
+        """Where the loss gradient is seeded: the loss's layout, Partial axes whole."""
+        return _whole(self.layouts[self.graph.loss])
+
+    def backward_items(self) -> list[Item]:
+        return list(self._backward[0])
+
+    def grad_layout(self, param: str) -> Layout | None:
+        """The layout a parameter's accumulated gradient is kept in before its reduction
+        (the layout of its first contribution), as `backward_items` ends."""
+        return self._backward[1].get(param)
+
+    @cached_property
+    def _backward(self) -> tuple[tuple[Item, ...], dict[str, Layout]]:
+        """The backward pass as `numeric.execute` runs it: per op in reverse, its output
+        gradient's contributions each moved to the op's gradient layout, then the op's VJP;
+        last, each parameter's contributions moved to the layout of its first."""
+        grads: dict[str, dict[Layout, None]] = {self.graph.loss: {self.loss_grad_layout(): None}}
+        out: list[Item] = []
+        for p in reversed(self.ops):
+            slots = grads.pop(p.op.output, {})
+            if not slots:
+                continue
+            dy, ins = grad_layouts(p)
+            for layout in slots:
+                out += [(p.op.name, s) for s in self.move(p.op.output, layout, dy)]
+            out.append((p.op.name, None))
+            wants = p.op.family.grads_for(len(ins))
+            for i, name in enumerate(p.op.inputs):
+                if wants[i] and self.graph.tensors[name].kind not in ("input", "label"):
+                    grads.setdefault(name, {})[ins[i]] = None
+        firsts: dict[str, Layout] = {}
+        for t in self.graph.of_kind("parameter"):
+            layouts = list(grads.get(t.name, {}))
+            if layouts:
+                firsts[t.name] = layouts[0]
+            out += [(t.name, s) for layout in layouts[1:]
+                    for s in self.move(t.name, layout, layouts[0])]
+        return tuple(out), firsts
+
+
+def keep_axes(mesh: Mesh, names: tuple[str, ...]):
+    """The planner's cost with the named axes left untouched."""
+    axes = tuple(mesh.axis_index(n) for n in names if n in mesh.names)
+    return frozen(axes) if axes else moved_bytes
+
+
+def _whole(layout: Layout) -> Layout:
+    return Layout(tuple(B if isinstance(q, Partial) else q for q in layout.placements))
+
+
+def grad_layouts(p: OpPlan) -> tuple[Layout, tuple[Layout, ...]]:
+    """(layout of the op's output gradient, layouts of its input gradients). Along an axis
+    where the output is split or Partial the gradients are the duals (S -> S, P -> B, and an
+    input broadcast there gets a Partial gradient); along an axis where the output is
+    broadcast every rank computes the whole gradient, so the input gradients keep the
+    inputs' placements (a replicated region, or a label combined by internal collectives)."""
+    out = p.sig.output_layout.placements
+    ins = []
+    for i in range(len(p.op.inputs)):
+        placed = p.sig.input_layout(i).placements
+        ins.append(Layout(tuple(q if isinstance(o, Broadcast) else dual(q)
+                                for q, o in zip(placed, out))))
+    return _whole(p.sig.output_layout), tuple(ins)
+
+
+def _internal_axes(p: OpPlan, graph: Graph, mesh: Mesh) -> list[int]:
+    """Mesh axes (of more than one device) along which the op splits an internal label."""
+    view = graph.labels(p.op)
+    axes = []
+    for a, sig in enumerate(p.sig.axes):
+        if mesh.shape[a] == 1:
+            continue
+        for labs, q in zip(view.inputs, sig.inputs):
+            if isinstance(q, Shard) and labs[q.dim] in view.internal:
+                axes.append(a)
+                break
+    return axes
+
+
+def group_ranks(p: OpPlan, graph: Graph, mesh: Mesh) -> list[list[int]] | None:
+    """For an op with internal collectives: the groups of ranks that hold the shards of one
+    row (ranks differing only on the internal axes). None for any other op."""
+    if p.op.family.group is None:
+        return None
+    axes = _internal_axes(p, graph, mesh)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for r in range(mesh.size):
+        key = tuple(c for a, c in enumerate(mesh.coords(r)) if a not in axes)
+        groups.setdefault(key, []).append(r)
+    return list(groups.values())
 
 
 def _resolve(op: OpNode, graph: Graph, mesh: Mesh) -> tuple[Signature, Layout | None]:
@@ -94,6 +228,8 @@ def _resolve(op: OpNode, graph: Graph, mesh: Mesh) -> tuple[Signature, Layout | 
     st: Any = op.strategy
     if st is None:
         return data_parallel_default(view, mesh, shapes), None
+    if st.signature is not None:
+        return st.signature, None
     if st.axes is not None:
         return from_axis_choices(view, mesh, st.axes), None
     if st.placements is not None:

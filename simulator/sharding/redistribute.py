@@ -1,30 +1,55 @@
-"""The redistribution planner: which collectives turn one layout into another.
+"""The redistribution planner: the cheapest per-axis steps that turn one layout into another.
 
-Per mesh axis, a placement change maps to one step:
+Along one mesh axis, a placement change is one step:
 
     P -> B     all_reduce            S(d) -> B     all_gather(d)     (any, on 1 device) relabel
     P -> S(d)  reduce_scatter(d)     S(d) -> S(e)  all_to_all(d -> e)
-    B -> S(d)  local slice           B | S -> P    local (keep the value on one rank)
+    B -> S(d)  local slice           B | S -> P    local (keep the value on one rank / pad)
 
-Two phases keep every step a collective inside one axis group: first, innermost axis
-outward, Partial values are reduced and splits undone (straight to the target split by
-reduce_scatter / all_to_all where that is legal); then, outermost inward, local slices.
-A split nested inside an outer split that changes is undone first, since the blocks below a
-changing outer split are not the members' blocks. `bytes` of a
-step follows nccl-tests (all_gather: the gathered buffer; reduce_scatter: the input; others:
-the buffer), for ONE device's local block. Moving a Partial value on to a slice of itself is
-never free: the planner reduces first.
+A step along axis `a` runs inside every group of devices that differ only in their
+coordinate on `a`. It is legal when `a` is the innermost axis (of more than one device)
+splitting each tensor dim the step gathers or splits, before and after: only then are the
+members' blocks the pieces of one block (the outer axes split first, see `layout`).
+
+On an N-D mesh the ORDER and choice of the steps matter: slicing on one axis before a
+collective on another shrinks the collective (`B,P -> S(0),B`), a reduce_scatter before an
+all_reduce shrinks it (`P,P -> S(0),B`), an all_to_all replaces all_gather + slice. The
+planner is a shortest-path search (Dijkstra) over layouts whose edges are the legal
+single-axis steps, priced by `cost`: by default `moved_bytes`, the bytes one device sends
+with a bandwidth-optimal algorithm; callers with a hardware profile pass `link_seconds`
+(one callable per profile: plans are cached on it). Ties go to fewer collectives, then
+fewer reductions, then fewer steps. Axes of one device are relabelled first (free).
+Partial intermediates are allowed on any axis: zero-padding a split into a Partial value is
+free and lets an outer axis slice the dim first, so a reduce_scatter re-nests the split
+(`B,S(0) -> S(0),S(0)` on 2 x 2: 32 B per device for an (8, 4) float32, not two
+all_to_alls' 48 B). `enable_alltoall=False` (MindSpore's
+`set_auto_parallel_context(enable_alltoall=False)`) forbids all_to_all, so S(d) -> S(e)
+becomes all_gather + slice.
+
+`bytes` of a step follows nccl-tests (all_gather: the gathered buffer; reduce_scatter: the
+input; others: the buffer) for ONE device's largest block; an uneven all_gather gathers
+shards padded to the full chunk, as DTensor does (`Shard._to_replicate_tensor`).
 """
 
 from __future__ import annotations
 
+import heapq
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
+from simulator.cost.collectives import busbw_factor
 from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.placement import B, Broadcast, Partial, Placement, Shard
+from simulator.sharding.placement import B, Broadcast, P, Partial, Placement, Shard
 
-__all__ = ["RedistStep", "plan_redistribution", "step_kind", "COMM_KINDS"]
+if TYPE_CHECKING:
+    from simulator.hardware.schema import HardwareProfile
+
+__all__ = ["RedistStep", "plan_redistribution", "step_kind", "COMM_KINDS", "StepCost",
+           "moved_bytes", "link_seconds", "plan_cost"]
 
 COMM_KINDS = ("all_reduce", "reduce_scatter", "all_to_all", "all_gather")
 
@@ -47,6 +72,51 @@ class RedistStep:
         return f"{self.kind}@{self.axis}: {self.src} -> {self.dst} ({self.bytes:.0f} B)"
 
 
+StepCost = Callable[[RedistStep, Mesh], float]
+"""The price of one step on a mesh (bytes, seconds, ...): pure, non-negative, additive."""
+
+
+def moved_bytes(step: RedistStep, mesh: Mesh) -> float:
+    """Bytes each device sends (and receives) in `step` with a bandwidth-optimal (ring)
+    algorithm: the nccl-tests bus-bandwidth factor times the buffer (2(n-1)/n for
+    all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all; nccl-tests
+    doc/PERFORMANCE.md; Thakur, Rabenseifner & Gropp 2005, section 4). 0 for local steps."""
+    if not step.is_comm:
+        return 0.0
+    return busbw_factor(step.kind, mesh.shape[step.axis]) * step.bytes
+
+
+def link_seconds(hw: HardwareProfile, devices_per_node: int) -> StepCost:
+    """A StepCost in seconds: each collective priced by `cost.collectives` on the links its
+    group crosses (a mesh axis of `size` devices, `mesh.stride(axis)` apart in rank order,
+    on nodes of `devices_per_node`); local steps are free."""
+    from simulator.cost.collectives import collective_time_s
+    from simulator.cost.specs import GroupSpec
+
+    def seconds(step: RedistStep, mesh: Mesh) -> float:
+        if not step.is_comm:
+            return 0.0
+        group = GroupSpec(mesh.shape[step.axis], mesh.stride(step.axis), devices_per_node)
+        return collective_time_s(step.kind, step.bytes, group, hw)
+
+    return seconds
+
+
+def frozen(axes: tuple[int, ...], base: StepCost = moved_bytes) -> StepCost:
+    """`base`, with every step on the given mesh axes impossible (infinite): a plan that
+    leaves those axes as they are (a gradient reduced on tp before its data-parallel
+    reduction, which runs elsewhere on the whole buffer)."""
+    def cost(step: RedistStep, mesh: Mesh) -> float:
+        return math.inf if step.axis in axes else base(step, mesh)
+
+    return cost
+
+
+def plan_cost(steps: Iterable[RedistStep], mesh: Mesh, cost: StepCost = moved_bytes) -> float:
+    """The total price of a plan."""
+    return sum(cost(s, mesh) for s in steps)
+
+
 def step_kind(src: Placement, dst: Placement) -> str | None:
     """The step that changes `src` into `dst` along one axis; None when they are equal."""
     if src == dst:
@@ -60,81 +130,133 @@ def step_kind(src: Placement, dst: Placement) -> str | None:
     return "all_gather" if isinstance(dst, Broadcast) else "all_to_all"
 
 
-def _bytes(kind: str, before: Layout, after: Layout, shape: tuple[int, ...], mesh: Mesh,
-           itemsize: int) -> float:
+@dataclass(frozen=True)
+class _Ctx:
+    """What the search needs besides the layouts (hashable: moves are cached on it)."""
+
+    shape: tuple[int, ...]
+    mesh: Mesh
+    itemsize: int
+    cost: StepCost
+    enable_alltoall: bool
+
+
+def _bytes(kind: str, axis: int, before: Layout, ctx: _Ctx) -> float:
     if kind not in COMM_KINDS:
         return 0.0
-    ref = after if kind == "all_gather" else before
-    n = 1
-    for size in ref.local_shape(shape, mesh):
-        n *= size
-    return float(n * itemsize)
+    n = math.prod(before.local_shape(ctx.shape, ctx.mesh)) * ctx.itemsize
+    return float(n * ctx.mesh.shape[axis] if kind == "all_gather" else n)
 
 
-def _splits_inner(cur: list[Placement], axis: int, dim: int) -> bool:
-    """True when an axis inside `axis` (a later mesh axis) splits `dim`."""
-    return any(isinstance(p, Shard) and p.dim == dim for p in cur[axis + 1 :])
+# Inside the search a layout is a tuple of small ints (hashed and compared in C):
+# Shard(d) -> d, B -> -1, P -> -2.
+_B, _P = -1, -2
+_REDUCING = ("all_reduce", "reduce_scatter")
 
 
-def _outer_change(src: Layout, dst: Layout, axis: int, dim: int) -> bool:
-    """True when an axis outside `axis` changes how `dim` is split, so the nested blocks
-    below it must be undone first."""
-    for b in range(axis):
-        s, d = src.placements[b], dst.placements[b]
-        if s != d and Shard(dim) in (s, d):
-            return True
-    return False
+def _code(p: Placement) -> int:
+    if isinstance(p, Shard):
+        return p.dim
+    return _B if isinstance(p, Broadcast) else _P
 
 
-class _Walk:
-    def __init__(self, src: Layout, shape: tuple[int, ...], mesh: Mesh, itemsize: int):
-        self.cur, self.shape, self.mesh, self.itemsize = list(src.placements), shape, mesh, \
-            itemsize
-        self.steps: list[RedistStep] = []
-
-    def to(self, axis: int, placement: Placement) -> None:
-        before = Layout(tuple(self.cur))
-        # Along an axis of one device every placement holds the same data: no collective.
-        kind = "relabel" if self.mesh.shape[axis] == 1 else step_kind(self.cur[axis],
-                                                                      placement)
-        self.cur[axis] = placement
-        after = Layout(tuple(self.cur))
-        after.check(self.shape, self.mesh)
-        self.steps.append(RedistStep(kind, axis, before, after, _bytes(
-            kind, before, after, self.shape, self.mesh, self.itemsize)))
+def _placement(c: int) -> Placement:
+    return Shard(c) if c >= 0 else (B if c == _B else P)
 
 
-def _undo(w: _Walk, src: Layout, dst: Layout) -> None:
-    """Phase 1, innermost axis first: reduce Partial values and undo splits that change or
-    that sit inside a changing outer split, moving straight to the target split where legal."""
-    for a in reversed(range(w.mesh.ndim)):
-        cur, want = w.cur[a], dst.placements[a]
-        nested = isinstance(cur, Shard) and _outer_change(src, dst, a, cur.dim)
-        if cur == want and not nested:
+def _innermost(state: tuple[int, ...], axis: int, c: int, sizes: tuple[int, ...]) -> bool:
+    """True unless `c` splits a dim that an axis inside `axis` (of >1 device) also splits."""
+    return c < 0 or not any(s == c and sizes[b] > 1
+                            for b, s in enumerate(state[axis + 1:], axis + 1))
+
+
+_Move = tuple[tuple[int, ...], RedistStep, float, int, int]
+
+
+@lru_cache(maxsize=1 << 16)
+def _moves(state: tuple[int, ...], ctx: _Ctx) -> tuple[_Move, ...]:
+    """Every legal single-axis step out of `state`, inner axes first: (next state, step,
+    price, 1 if a collective, 1 if a reduction)."""
+    out = []
+    sizes = ctx.mesh.shape
+    before = Layout(tuple(_placement(c) for c in state))
+    for a in reversed(range(len(sizes))):
+        if sizes[a] == 1 or not _innermost(state, a, state[a], sizes):
             continue
-        if isinstance(cur, Partial) and isinstance(want, Partial):
+        for c in (_B, *range(len(ctx.shape)), _P):
+            kind = step_kind(before.placements[a], _placement(c))
+            if kind is None or not _innermost(state, a, c, sizes) or (
+                    kind == "all_to_all" and not ctx.enable_alltoall):
+                continue
+            nxt = state[:a] + (c,) + state[a + 1:]
+            step = RedistStep(kind, a, before, Layout(tuple(_placement(x) for x in nxt)),
+                              _bytes(kind, a, before, ctx))
+            out.append((nxt, step, ctx.cost(step, ctx.mesh), int(step.is_comm),
+                        int(kind in _REDUCING)))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1 << 12)
+def _rounded(total: float) -> float:
+    # 12 significant digits: equal-cost orders summed in another order still tie.
+    return float(f"{total:.12g}")
+
+
+_Tree = dict[tuple[int, ...], tuple[tuple[int, ...], RedistStep]]
+
+
+@lru_cache(maxsize=1 << 9)
+def _tree(start: tuple[int, ...], ctx: _Ctx) -> _Tree:
+    """Dijkstra from `start` to every layout over legal steps (one search answers every
+    target of the same source). Keys: (cost, collectives, reductions, steps), so among
+    equal costs fewer collectives win, then fewer reducing ones (all_gather + slice over
+    to_partial + reduce_scatter), then fewer steps. Returns each layout's last step."""
+    best = {start: (0.0, 0, 0, 0)}
+    back: _Tree = {}
+    heap = [(best[start], 0, 0.0, start)]
+    seq = 0
+    while heap:
+        key, _, total, state = heapq.heappop(heap)
+        if key > best[state]:
             continue
-        direct = (isinstance(want, Shard) and not _splits_inner(w.cur, a, want.dim)
-                  and not _outer_change(src, dst, a, want.dim))
-        if isinstance(cur, Partial | Shard):
-            w.to(a, want if direct and not nested else B)
+        for nxt, step, price, comm, red in _moves(state, ctx):
+            k = (_rounded(total + price), key[1] + comm, key[2] + red, key[3] + 1)
+            old = best.get(nxt)
+            if old is None or k < old:
+                best[nxt], back[nxt], seq = k, (state, step), seq + 1
+                heapq.heappush(heap, (k, seq, total + price, nxt))
+    return back
 
 
-def _apply(w: _Walk, dst: Layout) -> None:
-    """Phase 2, outermost axis first: local slices and Partial conversions."""
-    for a in range(w.mesh.ndim):
-        if w.cur[a] != dst.placements[a]:
-            w.to(a, dst.placements[a])
+def _search(start: tuple[int, ...], goal: tuple[int, ...], ctx: _Ctx
+            ) -> tuple[RedistStep, ...]:
+    back, path, state = _tree(start, ctx), [], goal
+    while state != start:
+        state, step = back[state]
+        path.append(step)
+    return tuple(reversed(path))
+
+
+@lru_cache(maxsize=1 << 14)
+def _plan(src: Layout, dst: Layout, ctx: _Ctx) -> tuple[RedistStep, ...]:
+    steps, cur = [], list(src.placements)
+    for a, size in enumerate(ctx.mesh.shape):
+        if size == 1 and cur[a] != dst.placements[a]:
+            before = Layout(tuple(cur))
+            cur[a] = dst.placements[a]
+            steps.append(RedistStep("relabel", a, before, Layout(tuple(cur)), 0.0))
+    return tuple(steps) + _search(tuple(_code(p) for p in cur),
+                                  tuple(_code(p) for p in dst.placements), ctx)
 
 
 def plan_redistribution(src: Layout, dst: Layout, shape: tuple[int, ...], mesh: Mesh,
-                        itemsize: int = 4) -> list[RedistStep]:
-    """The steps from `src` to `dst` (empty when equal). LayoutError if a layout is invalid."""
-    src.check(shape, mesh)
-    dst.check(shape, mesh)
+                        itemsize: int = 4, *, cost: StepCost = moved_bytes,
+                        enable_alltoall: bool = True) -> list[RedistStep]:
+    """The cheapest steps from `src` to `dst` under `cost` (empty when equal). Uneven
+    (torch.chunk) splits are allowed; LayoutError if a layout splits a missing dim."""
+    src.check(shape, mesh, uneven=True)
+    dst.check(shape, mesh, uneven=True)
     if src == dst:
         return []
-    w = _Walk(src, shape, mesh, itemsize)
-    _undo(w, src, dst)
-    _apply(w, dst)
-    return w.steps
+    ctx = _Ctx(tuple(shape), mesh, itemsize, cost, enable_alltoall)
+    return list(_plan(src, dst, ctx))

@@ -1,7 +1,9 @@
 """Sharding signatures of an operator, derived from its dimension labels.
 
 On ONE mesh axis an op's valid signatures are: everything broadcast; one splittable label
-split (every tensor carrying it is S at that dim; the output is P if the label is reduced);
+split (every tensor carrying it is S at that dim; the output is P if the label is reduced,
+B if it is internal: combined by the op's own collectives, as in vocabulary-parallel
+cross-entropy);
 Partial in one linear input with the others broadcast; Partial everywhere for ops linear in
 all inputs jointly (Add). N-D signatures are the product over mesh axes (STYLE habit 6).
 """
@@ -63,8 +65,11 @@ def split_label(view: LabelView, label: str) -> Sig1D:
         raise SignatureError(f"dimension label {label!r} cannot be split (splittable: "
                              f"{', '.join(view.splittable()) or 'none'})")
     ins = tuple(Shard(labs.index(label)) if label in labs else B for labs in view.inputs)
-    out = Shard(view.output.index(label)) if label in view.output else P
-    return Sig1D(ins, out)
+    if label in view.output:
+        return Sig1D(ins, Shard(view.output.index(label)))
+    # a reduced label leaves a Partial sum; an internal one is combined by the op's own
+    # collectives (GroupKernel), so every shard holds the whole output
+    return Sig1D(ins, B if label in view.internal else P)
 
 
 def signatures_1d(view: LabelView, partial_inputs: bool = True) -> list[Sig1D]:

@@ -1,42 +1,53 @@
-"""Transformer parallel plans written in the sharding algebra, keyed on op roles.
+"""Transformer parallel plans written in the sharding algebra, keyed on op roles, and the
+planned transformer graph that both `run` (timing) and `verify` (numeric proof) use.
 
 - data parallel: the batch label split on `dp`; weights broadcast, so their gradients come
   out Partial on `dp` and need a reduction;
-- Megatron tensor parallel (Shoeybi et al. 2019): heads (g) and the FFN dim (f) split on
-  `tp`, the vocabulary split in the embedding and LM head; the row-parallel outputs stay
-  Partial until the residual add needs them whole (an all-reduce, inserted by the planner);
-- sequence parallel (Korthikanti et al. 2022): norms, dropouts and residual adds split on
-  the sequence on `tp`, so the planner inserts all-gathers before the column-parallel GEMMs
-  and reduce-scatters after the row-parallel ones in place of the all-reduces.
+- Megatron tensor parallel (Shoeybi et al. 2019, Sec. 3): heads (g) and the FFN dim (f)
+  split on `tp`, the vocabulary split in the embedding, the LM head and the cross-entropy
+  (vocabulary-parallel: its row statistics are all-reduced inside the op); the row-parallel
+  outputs are Partial and all-reduced before the bias-dropout-add (Megatron's `g`); the
+  replicated norms take their gradient whole, so it is all-reduced where it leaves the
+  column-parallel GEMMs (Megatron's `f`);
+- sequence parallel (Korthikanti et al. 2022, Sec. 4.2.2): norms, dropouts and residual adds
+  split on the sequence on `tp`, so the planner inserts all-gathers before the column-
+  parallel GEMMs and reduce-scatters after the row-parallel ones in place of the all-reduces.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from simulator.graph.builders import GptDims, build_gpt
 from simulator.graph.graph import Graph, OpNode
+from simulator.scenario.schema import Scenario, TransformerModel
+from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
-__all__ = ["transformer_choices", "apply_transformer_plan"]
+__all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
+           "TP_ROLES", "gpt_dims", "uses_flash"]
 
-_ROLE_TP: dict[str, tuple[str, str]] = {
-    # role: (tp choice without SP, with SP)
-    "embed": ("v", "v"), "q": ("g", "g"), "k": ("g", "g"), "v": ("g", "g"),
+TP_ROLES: dict[str, tuple[str, str]] = {
+    # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
+    "embed": ("v", "v"), "q": ("d2", "d2"), "k": ("d2", "d2"), "v": ("d2", "d2"),
+    "q_mm": ("g", "g"), "k_mm": ("g", "g"), "v_mm": ("g", "g"), "attn": ("g", "g"),
     "scores": ("g", "g"), "scale": ("d1", "d1"), "mask": ("d1", "d1"),
     "softmax": ("d1", "d1"), "attn_drop": ("d1", "d1"), "context": ("g", "g"),
-    "proj": ("g", "g"), "proj_drop": ("P0", "d1"), "fc1": ("f", "f"), "fc3": ("f", "f"),
-    "act": ("d2", "d2"), "glu": ("d2", "d2"), "fc2": ("f", "f"), "fc2_drop": ("P0", "d1"),
-    "head": ("v", "v"),
+    "proj": ("g", "g"), "fc1_mm": ("f", "f"), "fc3_mm": ("f", "f"), "fc1": ("d2", "d2"),
+    "fc3": ("d2", "d2"), "act": ("d2", "d2"), "glu": ("d2", "d2"), "fc2": ("f", "f"),
+    "head": ("v", "v"), "ce": ("c", "c"), "loss": ("B", "B"),
 }
-_SEQ_REGION = ("embed_pos", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2", "ce", "loss")
-_DP_LABEL = {"embed": "i0", "q": "b", "k": "b", "v": "b", "scores": "b", "context": "b",
-             "proj": "b", "fc1": "b", "fc3": "b", "fc2": "b", "head": "b"}
+_SEQ_REGION = ("embed_pos", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2",
+               "proj_bias", "proj_drop", "fc2_bias", "fc2_drop")
+_DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
+             "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
+             "fc2": "b", "head": "b"}
 
 
 def transformer_choices(role: str, sequence_parallel: bool) -> dict[str, str]:
     """The per-mesh-axis choice for an op of this role."""
-    if role in _ROLE_TP:
-        tp = _ROLE_TP[role][1 if sequence_parallel else 0]
+    if role in TP_ROLES:
+        tp = TP_ROLES[role][1 if sequence_parallel else 0]
     elif role in _SEQ_REGION:
         tp = "d1" if sequence_parallel else "B"
     else:
@@ -52,3 +63,30 @@ def apply_transformer_plan(graph: Graph, sequence_parallel: bool) -> Graph:
         choices = transformer_choices(role, sequence_parallel)
         ops.append(dataclasses.replace(op, strategy=Strategy(axes=choices)))
     return Graph(graph.tensors, tuple(ops))
+
+
+def planned_transformer(dims: GptDims, data: int, tensor: int, sequence_parallel: bool
+                        ) -> tuple[Graph, Mesh]:
+    """The Megatron plan of a GPT graph (one micro-batch of every data-parallel replica:
+    `dims.batch` is the global micro-batch) on the (dp, tp) mesh."""
+    graph = apply_transformer_plan(build_gpt(dims), sequence_parallel and tensor > 1)
+    return graph, Mesh.of(dp=data, tp=tensor)
+
+
+def uses_flash(scenario: Scenario, fused_default: bool = False) -> bool:
+    """Whether attention runs fused: `model.attention`, with `auto` taking the hardware
+    profile's `software.fused_attention`."""
+    mode = getattr(scenario.model, "attention", "standard")
+    return fused_default if mode == "auto" else mode == "flash"
+
+
+def gpt_dims(scenario: Scenario, flash: bool, layers: int | None = None) -> GptDims:
+    """The GPT graph dimensions of a transformer scenario: one micro-batch of every
+    data-parallel replica. GPT-style (gelu) models carry biases, Llama-style (swiglu) none."""
+    m = scenario.model
+    assert isinstance(m, TransformerModel), "gpt_dims needs a transformer model"
+    swiglu = m.ffn_activation == "swiglu"
+    return GptDims(layers=layers or m.layers, hidden=m.hidden_size, heads=m.num_heads,
+                   kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
+                   batch=scenario.training.micro_batch_size * scenario.parallel.data,
+                   swiglu=swiglu, bias=not swiglu, flash=flash)

@@ -1,7 +1,17 @@
 """Operator families, registered on import. `get_family(name)` looks one up."""
 
-from simulator.graph.ops import conv, einsum, elementwise, embedding, loss, norm, reduce, shape
+from simulator.graph.ops import (
+    attention,
+    conv,
+    einsum,
+    elementwise,
+    embedding,
+    loss,
+    norm,
+    reduce,
+    shape,
+)
 from simulator.graph.ops.base import KernelCtx, LabelView, OpError, OpFamily, families, get_family
 
 __all__ = ["KernelCtx", "LabelView", "OpError", "OpFamily", "families", "get_family"]
-_ = (conv, einsum, elementwise, embedding, loss, norm, reduce, shape)
+_ = (attention, conv, einsum, elementwise, embedding, loss, norm, reduce, shape)

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LabelView", "KernelCtx", "OpFamily", "register", "get_family", "families",
-           "OpError"]
+__all__ = ["LabelView", "KernelCtx", "OpFamily", "GroupKernel", "KernelCost", "register",
+           "get_family", "families", "OpError"]
 
 Shape = tuple[int, ...]
 Labels = tuple[str | None, ...]
@@ -37,6 +37,8 @@ class LabelView:
     reducible: frozenset[str] = frozenset()
     linear_inputs: frozenset[int] = frozenset()
     partial_all: bool = False
+    internal: frozenset[str] = frozenset()
+
 
     def labels(self) -> list[str]:
         seen: list[str] = []
@@ -48,7 +50,8 @@ class LabelView:
 
     def splittable(self) -> list[str]:
         return [lab for lab in self.labels()
-                if lab not in self.fixed and (lab in self.output or lab in self.reducible)]
+                if lab not in self.fixed and (lab in self.output or lab in self.reducible
+                                              or lab in self.internal)]
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,26 @@ class KernelCtx:
 Forward = Callable[[list[np.ndarray], dict[str, Any], KernelCtx], np.ndarray]
 Vjp = Callable[[list[np.ndarray], np.ndarray, np.ndarray, dict[str, Any], KernelCtx],
                list[np.ndarray | None]]
+# (local input shapes, local output shape, attrs, bytes per element, phase 'fwd' | 'bwd')
+#   -> (FLOPs, bytes accessed, executed fraction of the FLOPs)
+KernelCost = Callable[[list[Shape], Shape, dict[str, Any], float, str],
+                      tuple[float, float, float]]
+
+
+@dataclass(frozen=True)
+class GroupKernel:
+    """An op whose split `internal` label needs its own collectives (a label the output
+    lacks but that cannot be summed away: Megatron's vocabulary-parallel cross-entropy
+    all-reduces a max and two sums across the vocabulary shards).
+
+    forward/vjp take every rank's local inputs at once and `groups`, the lists of ranks that
+    hold the shards of one row (ranks differing only on the axes that split the label);
+    `comm(local out shape)` lists the (collective, bytes) one device runs per split axis.
+    """
+
+    forward: Callable[..., list[np.ndarray]]
+    vjp: Callable[..., list[list[np.ndarray | None]]]
+    comm: Callable[[Shape], tuple[tuple[str, float], ...]]
 
 
 @dataclass(frozen=True)
@@ -90,6 +113,13 @@ class OpFamily:
     kind: str = "elementwise"
     bwd_flops_factor: float = 1.0
     differentiable: tuple[bool, ...] = field(default=())
+    # What the backward reads, for activation memory: input indices, -1 for the output
+    # (None: every input); `saved_extra(local ins, local out)` adds bytes kept beside them
+    # (a dropout mask, a log-sum-exp per row).
+    saves: tuple[int, ...] | None = None
+    saved_extra: Callable[[list[Shape], Shape], float] | None = None
+    cost: KernelCost | None = None  # kernel FLOPs and bytes when not the generic count
+    group: GroupKernel | None = None  # collectives of a split internal label
 
     def check_arity(self, n: int) -> None:
         lo, hi = self.arity

@@ -12,7 +12,7 @@ import numpy as np
 
 from simulator.graph.ops.base import KernelCtx, LabelView, OpError, OpFamily, Shape, register
 
-__all__ = ["unbroadcast"]
+__all__ = ["unbroadcast", "dropout_mask"]
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 
@@ -65,7 +65,7 @@ def _uniform(seed: int, index: np.ndarray) -> np.ndarray:
     return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
-def _dropout_mask(attrs: dict[str, Any], ctx: KernelCtx, local: Shape) -> np.ndarray:
+def dropout_mask(attrs: dict[str, Any], ctx: KernelCtx, local: Shape) -> np.ndarray:
     """The scaled keep-mask of this block, a function of each element's global coordinates
     (Megatron's model-parallel RNG tracker serves the same purpose on real devices)."""
     p = float(attrs.get("p", 0.1))
@@ -95,20 +95,26 @@ def _causal_vjp(xs, y, dy, attrs, ctx):
     return [np.where(k > q, 0.0, dy)]
 
 
-def _unary(name, fwd, vjp, flops_per_elem, linear=False, *aliases):
+def _unary(name, fwd, vjp, flops_per_elem, linear=False, *aliases, saves=None,
+           saved_extra=None):
     register(OpFamily(name, (1, 1), _same, _unary_labels(linear), fwd, vjp,
-                      _count(flops_per_elem), kind="elementwise"), *aliases)
+                      _count(flops_per_elem), kind="elementwise", saves=saves,
+                      saved_extra=saved_extra), *aliases)
 
+
+_MASK_BYTES = 1.0  # a dropout keep-mask is stored as bytes (Korthikanti et al. 2022, 4.1)
 
 _unary("GeLU", _gelu, _gelu_vjp, 8.0, False, "Gelu")
 _unary("ReLU", lambda xs, a, c: np.maximum(xs[0], 0.0),
        lambda xs, y, dy, a, c: [dy * (xs[0] > 0)], 1.0)
 _unary("SiLU", lambda xs, a, c: xs[0] * _sigmoid(xs[0]), _silu_vjp, 4.0, False, "Swish")
-_unary("Dropout", lambda xs, a, c: xs[0] * _dropout_mask(a, c, xs[0].shape),
-       lambda xs, y, dy, a, c: [dy * _dropout_mask(a, c, dy.shape)], 2.0, True)
+_unary("Dropout", lambda xs, a, c: xs[0] * dropout_mask(a, c, xs[0].shape),
+       lambda xs, y, dy, a, c: [dy * dropout_mask(a, c, dy.shape)], 2.0, True, saves=(),
+       saved_extra=lambda ins, out: _MASK_BYTES * math.prod(out))
 _unary("Scale", lambda xs, a, c: xs[0] * float(a.get("factor", 1.0)),
-       lambda xs, y, dy, a, c: [dy * float(a.get("factor", 1.0))], 1.0, True, "Identity")
-_unary("CausalMask", _causal, _causal_vjp, 1.0)
+       lambda xs, y, dy, a, c: [dy * float(a.get("factor", 1.0))], 1.0, True, "Identity",
+       saves=())
+_unary("CausalMask", _causal, _causal_vjp, 1.0, saves=())
 
 
 def _broadcast_shape(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
@@ -153,8 +159,8 @@ def _mul_vjp(xs, y, dy, attrs, ctx):
 
 
 register(OpFamily("Add", (2, 2), _broadcast_shape, _binary_labels(True, False),
-                  lambda xs, a, c: xs[0] + xs[1], _add_vjp(1.0), _count(1.0)))
+                  lambda xs, a, c: xs[0] + xs[1], _add_vjp(1.0), _count(1.0), saves=()))
 register(OpFamily("Sub", (2, 2), _broadcast_shape, _binary_labels(True, False),
-                  lambda xs, a, c: xs[0] - xs[1], _add_vjp(-1.0), _count(1.0)))
+                  lambda xs, a, c: xs[0] - xs[1], _add_vjp(-1.0), _count(1.0), saves=()))
 register(OpFamily("Mul", (2, 2), _broadcast_shape, _binary_labels(False, True),
                   lambda xs, a, c: xs[0] * xs[1], _mul_vjp, _count(1.0)))

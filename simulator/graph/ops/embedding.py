@@ -47,6 +47,14 @@ def _vjp(xs, y, dy, attrs, ctx):
     return [grad, None]
 
 
+def _cost(ins: list[Shape], out: Shape, attrs: dict[str, Any], e: float, phase: str
+          ) -> tuple[float, float, float]:
+    """A lookup reads the rows it gathers, not the table: one read and one write per output
+    element; its backward scatters the gradient rows (twice the FLOPs, 1.5x the bytes)."""
+    n = float(math.prod(out))
+    return (n, 2.0 * e * n, 1.0) if phase == "fwd" else (2.0 * n, 3.0 * e * n, 1.0)
+
+
 register(OpFamily("Gather", (2, 2), _infer, _labels, _forward, _vjp,
                   lambda s, o, a: float(math.prod(o)), kind="gather",
-                  differentiable=(True, False)), "EmbeddingLookup")
+                  differentiable=(True, False), saves=(1,), cost=_cost), "EmbeddingLookup")

@@ -66,7 +66,8 @@ def _family(name: str, mean: bool) -> OpFamily:
     def vjp(xs, y, dy, attrs, ctx):
         return _vjp(xs, y, dy, {**attrs, "mean": mean}, ctx)
 
-    return OpFamily(name, (1, 1), _infer, _labels, fwd, vjp, _flops, kind="reduction")
+    return OpFamily(name, (1, 1), _infer, _labels, fwd, vjp, _flops, kind="reduction",
+                    saves=())
 
 
 register(_family("ReduceSum", False))

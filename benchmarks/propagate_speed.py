@@ -1,0 +1,53 @@
+"""Sharding propagation on the bundled propagation scenarios: the seconds to build the cost
+tables (cold: every redistribution planned once) and to solve them with each search, the
+plan's cost in bus + compute bytes, and whether each exact search agrees with the ILP.
+It measures and never asserts: the exit status is always 0.
+
+    python -m benchmarks.propagate_speed            (from the repo root)
+"""
+
+from __future__ import annotations
+
+import time
+
+import yaml
+
+from simulator.planner.propagate import build_problem
+from simulator.planner.propagate_solvers import NotATree, solve_dp, solve_greedy, solve_ilp
+from simulator.resources import resolve_yaml
+from simulator.scenario import parse_scenario
+from simulator.scenario.schema import DTYPE_BYTES
+from simulator.sharding.model_graph import written_graph
+
+NAMES = ("seed-a-propagate", "seed-b-propagate", "seed-c-propagate")
+SEARCHES = {"ilp": solve_ilp, "ilp (no elimination)": lambda p: solve_ilp(p, reduce=False),
+            "dynamic_programming": solve_dp, "sharding_propagation": solve_greedy}
+
+
+def _timed(fn, *args):
+    start = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - start
+
+
+def main() -> None:
+    print(f"{'scenario':<20} {'search':<22} {'seconds':>8} {'cost B':>10}  same as ilp")
+    for name in NAMES:
+        path = resolve_yaml(name, "scenarios")
+        s = parse_scenario(yaml.safe_load(path.read_text()), str(path), [])
+        graph, mesh = written_graph(s)
+        problem, build_s = _timed(build_problem, graph, mesh, DTYPE_BYTES[s.model.dtype])
+        print(f"{name:<20} {'(build tables)':<22} {build_s:8.3f}")
+        best = problem.objective(solve_ilp(problem))
+        for label, solver in SEARCHES.items():
+            try:
+                choice, secs = _timed(solver, problem)
+            except NotATree:
+                print(f"{'':<20} {label:<22} {'-':>8} {'-':>10}  (not chains or trees)")
+                continue
+            same = "yes" if problem.objective(choice) == best else "no"
+            print(f"{'':<20} {label:<22} {secs:8.3f} {problem.cost(choice):10.0f}  {same}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""`shardsim explain`: the plan sharding propagation chooses for an operator graph (graph,
+mlp, resnet), per operator: the signature, the two best alternatives and their costs, and
+the configured operator the choice came from (simulator/planner/propagate_explain.py)."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+from simulator.cli._common import emit_json, guarded, load_scenario, stderr_console
+from simulator.cli.run import JsonOpt, ScenarioArg, SetOpt
+from simulator.errors import InputError
+
+__all__ = ["explain"]
+
+
+def _report(s: Any) -> dict[str, Any]:
+    from simulator.planner.propagate_explain import explain as explain_plan
+    from simulator.sharding.model_graph import propagated
+
+    prop = propagated(s)
+    return {"scenario": s.name, "search": s.parallel.search, "mesh": str(prop.problem.mesh),
+            "total_cost_bytes": prop.cost,
+            "ops": [row.to_dict() for row in explain_plan(prop)]}
+
+
+def _fmt(cost: float) -> str:
+    return f"{cost:,.0f} B" if cost == int(cost) else f"{cost:,.1f} B"
+
+
+def _print(report: dict[str, Any], out: IO[str]) -> None:
+    out.write(f"{report['scenario']}\nsearch {report['search']} on mesh {report['mesh']}: "
+              f"total cost {_fmt(report['total_cost_bytes'])}\n")
+    for row in report["ops"]:
+        how = "configured" if row["configured"] else f"from {row['from'] or '-'}"
+        out.write(f"\n{row['op']} ({row['type']}), {how}\n")
+        out.write(f"  chosen  {row['signature']}  [{_fmt(row['cost_bytes'])}]\n")
+        for k, alt in enumerate(row["alternatives"], 1):
+            out.write(f"  alt {k}   {alt['signature']}  [{_fmt(alt['cost_bytes'])}]\n")
+
+
+def explain(
+    scenario: ScenarioArg,
+    json_out: JsonOpt = False,
+    overrides: SetOpt = None,
+) -> None:
+    """Show the plan sharding propagation chooses, operator by operator."""
+    with guarded() as stdout:
+        loaded = load_scenario(scenario, overrides or [])
+        s = loaded.scenario
+        if s.model.type == "transformer":
+            raise InputError(s.source, "model.type", "found 'transformer'; explain takes an "
+                             "operator graph: graph, mlp or resnet")
+        if s.parallel.mode != "auto":
+            stderr_console().print(f"note: parallel.mode is {s.parallel.mode}; showing what "
+                                   "parallel.mode=auto would choose")
+        report = _report(s)
+        if json_out:
+            emit_json(report, stdout)
+        else:
+            _print(report, stdout)

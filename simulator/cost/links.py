@@ -1,0 +1,101 @@
+"""The links a collective crosses: effective bandwidths (bytes/s) and the measured NVLink curve.
+
+B is the *effective* bus bandwidth of a link: the datasheet bandwidth times the profile's
+`intra_node_bus_fraction` or `inter_node_bus_fraction`, which is what nccl-tests reports as
+busbw for large messages (NCCL's protocol overhead, nccl-tests issue #212: "450GB/s is the
+line rate ... NCCL can get an effective NVLink bandwidth of 370GB/s").
+
+NIC sharing (contention). A device reaches the network through its nearest NIC(s): with at
+least as many NICs as devices each device owns nics/devices of them and never shares; with
+fewer, every NIC serves devices_per_node/nics devices, and the ones that use the network at
+the same time split it evenly (fair share, max-min over equal flows). How many devices of a
+node use the network at once is `active_per_node`; by default all of them (the SPMD case:
+every tensor-parallel rank runs its own data-parallel reduction at the same moment), which is
+also the worst case, so a caller that knows fewer are active may pass the smaller count.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simulator.cost.specs import GroupSpec
+from simulator.hardware.schema import HardwareProfile
+
+__all__ = ["intra_bus_bandwidth", "nic_share_bandwidth", "inter_bus_bandwidth",
+           "group_network_bandwidth", "ring_link", "measured_bus_time"]
+
+
+def intra_bus_bandwidth(hw: HardwareProfile, members: int | None = None) -> float:
+    """Effective intra-node bus bandwidth B per device, bytes/s (datasheet x bus fraction).
+
+    On a `mesh` fabric (HCCS full mesh: one direct link to each of the other devices of the
+    node) a group of `members` devices in the node uses only members-1 of the
+    devices_per_node_default-1 links, so it gets that share of the device's bandwidth; a
+    `switch` (NVSwitch) or `ring` gives each device its full bandwidth whatever the group.
+    (Measured on Ascend 910B: 8-card all_reduce busbw is ~7x the 2-card one, see its profile.)"""
+    bw = hw.intra_link_bandwidth_bytes_per_s * hw.efficiency.intra_node_bus_fraction
+    links = hw.intra_node.mesh_links or hw.devices_per_node_default - 1
+    if hw.intra_node.topology == "mesh" and members is not None and 1 < members <= links:
+        bw *= (members - 1) / links
+    return bw
+
+
+def nic_share_bandwidth(hw: HardwareProfile, devices_per_node: int,
+                        active_per_node: int | None = None) -> float:
+    """Datasheet network bandwidth one device gets, bytes/s, one direction, when
+    `active_per_node` devices of its node (default: all) use the network at once."""
+    nics = hw.inter_node.nics_per_node
+    everyone = hw.node_network_bandwidth_bytes_per_s / devices_per_node
+    if nics >= devices_per_node or active_per_node is None:
+        return everyone  # a NIC (or several) of its own, or all devices busy: an even split
+    sharing = math.ceil(max(1, active_per_node) / nics)  # active devices on one NIC
+    return max(everyone, hw.nic_bandwidth_bytes_per_s / sharing)
+
+
+def inter_bus_bandwidth(hw: HardwareProfile, devices_per_node: int,
+                        active_per_node: int | None = None) -> float:
+    """Effective network bandwidth per device, bytes/s: its NIC share x the bus fraction."""
+    share = nic_share_bandwidth(hw, devices_per_node, active_per_node)
+    return share * hw.efficiency.inter_node_bus_fraction
+
+
+def group_network_bandwidth(group: GroupSpec, hw: HardwareProfile,
+                            active_per_node: int | None = None) -> float:
+    """Effective bandwidth with which the group's members on one node reach the network
+    together: members_per_node NIC shares (NCCL spreads its channels over the NICs)."""
+    return group.members_per_node * inter_bus_bandwidth(hw, group.devices_per_node,
+                                                        active_per_node)
+
+
+def ring_link(group: GroupSpec, hw: HardwareProfile,
+              active_per_node: int | None = None) -> tuple[float, float]:
+    """(B, alpha) of the slowest hop of a ring over the whole group: the NVLink of a member
+    inside a node, or the node's exit through the members' NIC shares across nodes (alpha is
+    then the network step latency)."""
+    m = group.members_per_node
+    if not group.crosses_nodes:
+        return intra_bus_bandwidth(hw, m), hw.intra_link_latency_s
+    nic = group_network_bandwidth(group, hw, active_per_node)
+    bw = min(intra_bus_bandwidth(hw, m), nic) if m > 1 else nic
+    return bw, hw.inter_link_latency_s
+
+
+def measured_bus_time(hw: HardwareProfile, nbytes: float) -> float | None:
+    """`nbytes` / busbw in seconds inside a node, from the profile's measured all_reduce
+    curve: linear in log-log between its points, non-decreasing (a larger message never
+    goes faster than a smaller one plus more), constant bandwidth past its ends. A
+    collective of n ranks takes busbw_factor(collective, n) times this. None without one."""
+    curve = hw.intra_node.allreduce_busbw_GBps
+    if not curve or nbytes <= 0:
+        return None
+    pts, worst = [], 0.0
+    for size, gbps in curve:
+        worst = max(worst, size / (gbps * 1e9))
+        pts.append((math.log(size), math.log(worst)))
+    x = math.log(nbytes)
+    if x <= pts[0][0]:
+        return math.exp(pts[0][1]) * nbytes / curve[0][0]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x <= x1:
+            return math.exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    return math.exp(pts[-1][1]) * nbytes / curve[-1][0]

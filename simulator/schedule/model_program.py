@@ -1,0 +1,215 @@
+"""The program `run` times, derived from the planned operator graph that `verify` executes.
+
+    scenario --(planned_transformer | planned_graph)--> graph + mesh --build_plan--> plan
+             --sharding.lower (kernels, collectives, saved tensors)--> TransformerProgram
+
+Transformers: the Megatron plan of `sharding.transformer_plan` on a GPT graph of the
+scenario's own dimensions with up to three layers (the middle one stands for every layer:
+its neighbours are layers on both sides); its blocks are the embedding (ops before the first
+layer), the layer and the head (final norm, LM head, cross-entropy and the loss). Operator
+graphs (mlp, resnet, graph): the whole graph is one block.
+
+What the reference training stack adds on top of the plan are cost annotations, each cited
+where it is made: fused attention (`model.attention`, the profile's `software`), the fp32
+main-gradient add of unfused stacks, fp32 gradient reduction of bf16 models, TP-comm
+overlap. Data-parallel gradient reductions (mesh axis `dp`) are left to the lowering, which
+buckets and overlaps them; reductions on the other axes run once per iteration before the
+optimizer, coalesced per collective (Megatron's finalize_model_grads all-reduces the
+sequence-parallel norm gradients as one flat buffer).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from simulator.cost.specs import CommSpec, ComputeSpec
+from simulator.graph.graph import Graph
+from simulator.hardware.schema import Software
+from simulator.scenario.schema import DTYPE_BYTES, GraphModel, Scenario, TransformerModel
+from simulator.schedule.program import Op, TpOverlap, TransformerProgram
+from simulator.sharding.lower import (
+    Saved,
+    backward_specs,
+    forward_specs,
+    gradient_steps,
+    saved,
+)
+from simulator.sharding.mesh import Mesh
+from simulator.sharding.plan import ShardingPlan, build_plan
+from simulator.sharding.transformer_plan import gpt_dims, planned_transformer, uses_flash
+
+__all__ = ["transformer_program", "graph_program", "GraphProgram", "gpt_dims", "uses_flash",
+           "ATTENTION_CORE", "graph_model_flops"]
+
+ATTENTION_CORE = ("scores", "softmax", "attn_dropout", "context", "flash_attention")
+_CORE_ROLES = ("scores", "scale", "mask", "softmax", "attn_drop", "context", "attn")
+Select = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class _Block:
+    """Ops of one block (by name) and how they are selected."""
+
+    select: Select
+
+    def params(self, plan: ShardingPlan, graph: Graph) -> tuple[int, int]:
+        """(local elements, tensors) of the parameters the block's ops read."""
+        names = {n for p in plan.ops if self.select(p.op.name) for n in p.op.inputs
+                 if graph.tensors[n].kind == "parameter"}
+        elems = sum(math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, plan.mesh))
+                    for n in names)
+        return elems, len(names)
+
+
+def _coalesce(specs: tuple[CommSpec, ...], name: str) -> tuple[CommSpec, ...]:
+    """One collective per (kind, axis), bytes summed (a flat coalesced buffer)."""
+    out: dict[tuple[str, str], float] = {}
+    for c in specs:
+        out[(c.collective, c.axis)] = out.get((c.collective, c.axis), 0.0) + c.bytes
+    return tuple(CommSpec(f"{name}.{kind}", kind, nb, axis, "bwd")  # type: ignore[arg-type]
+                 for (kind, axis), nb in out.items())
+
+
+def _sync(plan: ShardingPlan, select: Select, skip: tuple[str, ...]) -> tuple[CommSpec, ...]:
+    params = {n for p in plan.ops if select(p.op.name) for n in p.op.inputs
+              if plan.graph.tensors[n].kind == "parameter"}
+    return tuple(c for c in gradient_steps(plan, skip) if c.name.split(".grad.")[0] in params
+                 or c.name.rsplit(".", 1)[0] in params)
+
+
+def _main_grad(e: int, dtype: str, name: str, params: float) -> tuple[Op, ...]:
+    """Mixed precision keeps fp32 main gradients (Micikevicius et al. 2018, Sec. 3.1): after
+    each micro-batch's backward the 16-bit weight gradients are added into them (Megatron-LM
+    LocalDDP's main_grad.add_, PyTorch AMP's AccumulateGrad): read e, read 4, write 4 bytes
+    per parameter. None in fp32 training, where the gradient is the main gradient."""
+    if e >= 4 or params <= 0:
+        return ()
+    return (ComputeSpec(name, "elementwise", float(params), (e + 8.0) * params, dtype,
+                        "bwd"),)
+
+
+def _tp_overlap(scenario: Scenario, software: Software, compute_units: int
+                ) -> TpOverlap | None:
+    """`parallel.overlap.tp_comm` (auto: the software stack's): each TP collective in
+    tensor-degree chunks (Transformer Engine's default ring-exchange method steps once per
+    peer), its kernels on software.tp_comm_sms of the compute units."""
+    mode = scenario.parallel.overlap.tp_comm
+    on = software.tp_comm_overlap if mode == "auto" else mode
+    t = scenario.parallel.tensor
+    if not on or t <= 1:
+        return None
+    return TpOverlap(chunks=t, sm_fraction=min(0.5, software.tp_comm_sms / compute_units))
+
+
+def _recomputed(ops: tuple[Op, ...], keep: Select) -> tuple[Op, ...]:
+    return tuple(replace(op, phase="recompute", saved_bytes=0.0) if isinstance(op, ComputeSpec)
+                 else replace(op, phase="recompute") for op in ops if keep(op.name))
+
+
+def _role(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def _layer_prefix(layers: int) -> str:
+    return "l1." if layers >= 3 else "l0."
+
+
+def transformer_program(scenario: Scenario, software: Software | None = None,
+                        compute_units: int = 132) -> TransformerProgram:
+    """One device's work for one micro-batch of `scenario` (a transformer model), derived
+    from its planned graph. `software` is the hardware profile's reference stack: it
+    resolves `model.attention: auto`, says whether gradient accumulation into fp32 runs
+    inside the wgrad GEMMs, whether bf16 gradients are kept and reduced in fp32, and whether
+    TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores)."""
+    software = software or Software()
+    p, m = scenario.parallel, scenario.model
+    assert isinstance(m, TransformerModel)
+    e = DTYPE_BYTES[m.dtype]
+    dims = gpt_dims(scenario, uses_flash(scenario, software.fused_attention), min(m.layers, 3))
+    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel)
+    plan = build_plan(graph, mesh, e)
+    prefix = _layer_prefix(dims.layers)
+    layer = _Block(lambda n: n.startswith(prefix))
+    embed = _Block(lambda n: n.startswith("embed"))
+    head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
+    sv: Saved = saved(plan, e)
+    fwd = {k: forward_specs(plan, m.dtype, b.select, e, sv) for k, b in
+           (("layer", layer), ("embed", embed), ("head", head))}
+    bwd = {k: backward_specs(plan, m.dtype, b.select, e) for k, b in
+           (("layer", layer), ("embed", embed), ("head", head))}
+    params, tensors = layer.params(plan, graph)
+    embed_params = embed.params(plan, graph)[0]
+    head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
+    output_params = _Block(lambda n: n == "head").params(plan, graph)[0]
+    if not software.fused_grad_accumulation:
+        bwd["layer"] += _main_grad(e, m.dtype, "main_grad_add", params)
+        bwd["embed"] += _main_grad(e, m.dtype, "main_grad_add_embed", embed_params)
+        bwd["head"] += _main_grad(e, m.dtype, "main_grad_add_head", head_params + output_params)
+    core = lambda n: n.startswith(prefix) and _role(n) in _CORE_ROLES  # noqa: E731
+    region = {"full": layer.select, "selective": core}.get(p.recompute)
+    recompute = () if region is None else _recomputed(
+        fwd["layer"], (lambda n: True) if p.recompute == "full" else
+        (lambda n: n in ATTENTION_CORE))
+    out_name = next(op.op.output for op in reversed(plan.ops) if layer.select(op.op.name))
+    boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
+                                                                mesh))
+    skip = ("dp",)
+    return TransformerProgram(
+        layer_fwd=fwd["layer"], layer_bwd=bwd["layer"], layer_recompute=recompute,
+        embed_fwd=fwd["embed"], embed_bwd=bwd["embed"], head_fwd=fwd["head"],
+        head_bwd=bwd["head"], params_per_layer=params, params_embedding=embed_params,
+        params_head=head_params, params_output=output_params, param_tensors_per_layer=tensors,
+        activation_bytes_per_layer=sv.total(layer.select, region),
+        embed_activation_bytes=sv.total(embed.select), head_activation_bytes=sv.total(
+            head.select), layer_working_bytes=sv.total(layer.select),
+        boundary_bytes=float(boundary), dtype=m.dtype,
+        grad_elem_bytes=4.0 if software.bf16_grads_fp32 and m.dtype == "bf16" else None,
+        tp_overlap=_tp_overlap(scenario, software, compute_units),
+        grad_sync_layer=_coalesce(_sync(plan, layer.select, skip), "grad_sync"),
+        grad_sync_embed=_coalesce(_sync(plan, embed.select, skip), "grad_sync"),
+        grad_sync_head=_coalesce(_sync(plan, head.select, skip), "grad_sync"),
+    )
+
+
+@dataclass(frozen=True)
+class GraphProgram:
+    program: TransformerProgram
+    mesh: Mesh  # the graph's own device mesh (the cluster mesh adds `pp` around it)
+    model_flops: float
+
+
+def graph_model_flops(graph: Graph, micro_batches: int) -> float:
+    """Contraction (GEMM, conv) FLOPs of forward and backward for the whole batch."""
+    total = 0.0
+    for op in graph.ops:
+        if op.family.kind == "gemm":
+            fwd = op.family.flops(graph.shapes(op), graph.tensors[op.output].shape, op.attrs)
+            total += fwd * (1.0 + op.family.bwd_flops_factor)
+    return total * micro_batches
+
+
+def graph_program(scenario: Scenario) -> GraphProgram:
+    """The program of an mlp, resnet or graph model: the whole planned graph as one block."""
+    from simulator.sharding.model_graph import planned_graph
+
+    graph, mesh = planned_graph(scenario)
+    dtype = scenario.model.dtype
+    e = DTYPE_BYTES[dtype]
+    plan = build_plan(graph, mesh, e)
+    skip = ("dp",) if scenario.parallel.data > 1 else ()
+    whole = _Block(lambda n: True)
+    params, tensors = whole.params(plan, graph)
+    sv = saved(plan, e)
+    prog = TransformerProgram(
+        layer_fwd=forward_specs(plan, dtype), layer_bwd=backward_specs(plan, dtype),
+        layer_recompute=(), embed_fwd=(), embed_bwd=(), head_fwd=(), head_bwd=(),
+        params_per_layer=params, params_embedding=0, params_head=0, params_output=0,
+        param_tensors_per_layer=tensors, activation_bytes_per_layer=sv.total(),
+        embed_activation_bytes=0.0, head_activation_bytes=0.0,
+        layer_working_bytes=sv.total(), boundary_bytes=0.0, dtype=dtype, single_block=True,
+        grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"))
+    micro = 1 if isinstance(scenario.model, GraphModel) else scenario.grad_accum_steps
+    return GraphProgram(prog, mesh, graph_model_flops(graph, micro))
+

@@ -1,0 +1,204 @@
+"""Data-parallel gradient reduction and parameter gathering: one strategy per optimizer-
+sharding level (ZeRO, Rajbhandari et al. 2020; MindSpore optimizer parallel), each emitting
+its collectives on a device's `dp` stream.
+
+- stage 0 (`Replicated`): the gradient buckets of the last micro-batch are all-reduced as
+  its backward produces them (PyTorch DDP, Megatron-LM `--overlap-grad-reduce`);
+- stage 1 (`ShardedStates`): the buckets are reduce-scattered; after the optimizer step the
+  updated parameters are all-gathered, or with `overlap.param_gather` bucket by bucket under
+  the next step's first forward, each forward piece waiting for the bucket holding its
+  parameters (Megatron-Core's forward pre-hook);
+- stage 2 (`ShardedGradients`): as stage 1, and the sharded gradients are reduce-scattered
+  after every micro-batch;
+- stage 3 (`ShardedParameters`): as stage 2, and each chunk's parameters are all-gathered
+  before each of its F, R and B tasks, prefetched one compute task ahead (no gather after
+  the step: parameters stay sharded).
+With one data-parallel rank nothing is emitted (`NoDataParallel`).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from simulator.cost.specs import GroupSpec
+from simulator.schedule.buckets import grad_buckets
+
+if TYPE_CHECKING:
+    from simulator.schedule.lowering import Lowering
+
+__all__ = ["DataParallel", "strategy_for", "Bucket"]
+
+Gates = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """A gradient bucket: the backward piece after which it is ready, bytes, seconds."""
+
+    piece: int
+    nbytes: float
+    seconds: float
+
+
+class DataParallel:
+    """Stage 0, and the shared machinery of the sharded stages."""
+
+    collective = "all_reduce"
+
+    def __init__(self, low: Lowering) -> None:
+        self.low = low
+        groups = low.ranks.groups()
+        self.group: GroupSpec = groups[low.ranks.data_axis or "dp"] if low.ranks.data_axis \
+            else GroupSpec(1, 1, low.ranks.devices_per_node)
+        self.link = "nic" if self.group.crosses_nodes else "fabric"
+        self.buckets = {vs: self._buckets(vs) for vs in range(len(low.work))}
+
+    def _buckets(self, vs: int) -> tuple[Bucket, ...]:
+        low, fusion = self.low, self.low.par.comm_fusion
+        raw = grad_buckets(low.work[vs].piece_params, low.ge, fusion.mode, fusion.bucket_mb,
+                           low.prog.param_tensors_per_layer)
+        return tuple(Bucket(i, nb, low.costs.collective_s(self.collective, nb, self.group))
+                     for i, nb in raw)
+
+    # ---- what the pipeline emitter calls -----------------------------------------------
+    def gather_before(self, dev: int, vs: int, key: tuple) -> tuple[int, ...]:
+        """Tasks a compute task of virtual stage vs waits for (stage 3's gather)."""
+        return ()
+
+    def early_gates(self, dev: int, vss: list[int]) -> dict[int, Gates]:
+        """Per virtual stage, the gather task each forward piece of micro-batch 0 waits for."""
+        return {}
+
+    def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
+        """The gradient reduction of micro-batch mb of virtual stage vs, after piece_tids:
+        the buckets of the last micro-batch, each after the piece that completes it."""
+        if mb < self.low.micro - 1:
+            return
+        for j, b in enumerate(self.buckets[vs]):
+            dep = piece_tids[min(b.piece, len(piece_tids) - 1)]
+            self.emit(dev, "grad_bucket", self.collective, b.nbytes, b.seconds, (dep,),
+                      (mb, vs, j))
+
+    def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
+        """Collectives after the optimizer step (or after the host's updated parameters)."""
+
+    # ---- helpers -----------------------------------------------------------------------
+    def emit(self, dev: int, name: str, coll: str, nbytes: float, seconds: float,
+             deps: tuple[int, ...], key: tuple, alloc_buffer: bool = True) -> int:
+        """One data-parallel collective on the dp stream of dev."""
+        low = self.low
+        group, size = -1, 1
+        if low.fidelity == "full":
+            members = low.ranks.except_axis(dev, low.ranks.data_axis)
+            group, size = low.b.groups[(members, name) + key], low.ranks.data
+        buf = (("communication_buffers", nbytes),) if alloc_buffer else ()
+        return low.b.add(("dp", dev, name) + key, device=dev, stream="dp", name=name,
+                         phase="comm", duration_s=seconds, deps=deps, link=self.link,
+                         group=group, group_size=size, comm=((coll, nbytes),), alloc=buf,
+                         free=buf)
+
+    def gather_s(self, vss: list[int]) -> float:
+        """Seconds to all-gather the parameters of virtual stages vss, bucket by bucket (the
+        gradient buckets rescaled from gradient to parameter bytes)."""
+        return sum(self.gather_bucket_s(b.nbytes) for vs in vss for b in self.buckets[vs])
+
+    def gather_bucket_s(self, grad_bytes: float) -> float:
+        """Seconds to all-gather the parameters of one gradient bucket of `grad_bytes`."""
+        low = self.low
+        return low.costs.collective_s("all_gather", grad_bytes * low.e / low.ge, self.group)
+
+
+class NoDataParallel(DataParallel):
+    """One data-parallel rank: nothing to reduce or gather."""
+
+    def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
+        return
+
+
+class ShardedStates(DataParallel):
+    """Stage 1: reduce-scatter, then all-gather the updated parameters."""
+
+    collective = "reduce_scatter"
+
+    def _overlapped(self) -> bool:
+        par = self.low.par
+        return par.overlap.param_gather and not par.offload.optimizer_states
+
+    def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
+        if self._overlapped():
+            return
+        params = sum(self.low.work[vs].params for vs in vss)
+        self.emit(dev, "param_gather", "all_gather", params * self.low.e, self.gather_s(vss),
+                  (step_tid,), ("final",), alloc_buffer=False)
+
+    def early_gates(self, dev: int, vss: list[int]) -> dict[int, Gates]:
+        """Megatron-Core --overlap-param-gather: the previous step's updated parameters are
+        all-gathered bucket by bucket, in forward order, while this step's first micro-batch
+        runs its forward; a forward piece (embedding, layer, head) waits for the bucket
+        holding its last parameter. When the gather is slower than the forward, the
+        difference is exposed."""
+        if not self._overlapped():
+            return {}
+        return {vs: self._gather_buckets(dev, vs) for vs in vss}
+
+    def _gather_buckets(self, dev: int, vs: int) -> Gates:
+        """All-gather tasks of virtual stage vs in forward order (the gradient buckets
+        reversed, rescaled to parameter bytes); per forward piece, the task it waits for."""
+        low = self.low
+        tids, ends, done = [], [], 0.0
+        for j, b in enumerate(reversed(self.buckets[vs])):
+            tids.append(self.emit(dev, "param_gather", "all_gather", b.nbytes * low.e / low.ge,
+                                  self.gather_bucket_s(b.nbytes), (), ("overlapped", vs, j),
+                                  alloc_buffer=False))
+            done += b.nbytes / low.ge
+            ends.append(done)  # parameters gathered once bucket j is done
+        gates, held = [], 0.0
+        for params in reversed(low.work[vs].piece_params):
+            held += params
+            j = min(bisect_left(ends, held * (1 - 1e-12)), len(ends) - 1)
+            gates.append((tids[j],) if params > 0 and tids else ())
+        return tuple(gates)
+
+
+class ShardedGradients(ShardedStates):
+    """Stage 2: gradients sharded too, so every micro-batch's are reduce-scattered."""
+
+    def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
+        if mb < self.low.micro - 1:
+            nbytes = self.low.work[vs].params * self.low.ge
+            seconds = sum(b.seconds for b in self.buckets[vs])
+            self.emit(dev, "grad_reduce", self.collective, nbytes, seconds, (piece_tids[-1],),
+                      (mb, vs))
+            return
+        super().reduce(dev, mb, vs, piece_tids)
+
+
+class ShardedParameters(ShardedGradients):
+    """Stage 3: parameters sharded too, gathered before every compute task that uses them."""
+
+    def gather_before(self, dev: int, vs: int, key: tuple) -> tuple[int, ...]:
+        low = self.low
+        nbytes = low.work[vs].params * low.e
+        compute = low.b.streams.get((dev, "compute"), [])
+        prefetch = (compute[-2],) if len(compute) >= 2 else ()
+        return (self.emit(dev, "param_gather", "all_gather", nbytes, self.gather_s([vs]),
+                          prefetch, key, alloc_buffer=False),)
+
+    def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
+        return
+
+    def early_gates(self, dev: int, vss: list[int]) -> dict[int, Gates]:
+        return {}
+
+
+STRATEGIES: dict[int, type[DataParallel]] = {0: DataParallel, 1: ShardedStates,
+                                             2: ShardedGradients, 3: ShardedParameters}
+
+
+def strategy_for(low: Lowering) -> DataParallel:
+    """The reduction strategy of the scenario's `parallel.optimizer_shard` level."""
+    if low.ranks.data == 1:
+        return NoDataParallel(low)
+    return STRATEGIES[low.par.optimizer_shard](low)
