@@ -14,6 +14,7 @@ import typer
 from simulator.cli.comm import comm
 from simulator.cli.explain import explain
 from simulator.cli.listing import profiles, scenarios
+from simulator.cli.plan import plan
 from simulator.cli.run import run, verify
 from simulator.cli.schema import schema
 from simulator.cli.sweep import sweep
@@ -51,6 +52,7 @@ app.command("run")(run)
 app.command("verify")(verify)
 app.command("comm")(comm)
 app.command("explain")(explain)
+app.command("plan")(plan)
 app.command("profiles")(profiles)
 app.command("scenarios")(scenarios)
 app.command("sweep")(sweep)

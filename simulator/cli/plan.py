@@ -1,0 +1,280 @@
+"""`shardsim plan`: the best configurations of a transformer scenario on a cluster, or the
+fewest devices that meet an iteration-time (or tokens-in-days) target.
+
+Exit status: 0 a configuration fits (and meets the target); 1 none fits or none meets the
+target up to --max-devices; 2 bad input; 130 interrupted (what was ranked is printed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+
+from simulator.cli._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    emit_json,
+    guarded,
+    load_hardware,
+    load_scenario,
+    stderr_console,
+)
+from simulator.cli.run import JsonOpt, ScenarioArg, SetOpt
+from simulator.errors import InputError
+
+__all__ = ["plan"]
+
+EXIT_INTERRUPTED = 130
+
+
+def _positive(flag: str, value: float | None, kind: str = "a number > 0") -> None:
+    if value is not None and not value > 0:
+        raise InputError(flag, "", f"found {value:g}; expected {kind}")
+
+
+def _check(devices: int | None, nodes: int | None, target: float | None,
+           tokens: float | None, days: float | None, objective: str) -> None:
+    """InputError for the first bad or conflicting option."""
+    from simulator.planner.search import OBJECTIVES
+
+    if objective not in OBJECTIVES:
+        raise InputError("--objective", "", f"found '{objective}'; expected one of "
+                         f"{', '.join(OBJECTIVES)}")
+    if devices is not None and nodes is not None:
+        raise InputError("--nodes", "", "cannot be combined with --devices; give one of them")
+    for flag, count in (("--devices", devices), ("--nodes", nodes)):
+        _positive(flag, count, "an integer >= 1")
+    for flag, val in (("--target-time", target), ("--tokens", tokens), ("--days", days)):
+        _positive(flag, val)
+    if (tokens is None) != (days is None):
+        given, other = ("--tokens", "--days") if days is None else ("--days", "--tokens")
+        raise InputError(given, "", f"needs {other} too (the target is tokens in days)")
+    if target is not None and tokens is not None:
+        raise InputError("--target-time", "", "cannot be combined with --tokens/--days; "
+                         "give one target")
+    if (target is not None or tokens is not None) and (devices or nodes):
+        raise InputError("--devices" if devices else "--nodes", "", "cannot be combined with "
+                         "a target (--target-time, --tokens/--days), which finds the devices")
+
+
+def _cluster(scenario: Any, devices: int | None, nodes: int | None) -> tuple[int, int]:
+    """(devices, devices per node) to plan for; InputError when they do not make nodes."""
+    per_node = scenario.cluster.devices_per_node
+    if nodes is not None:
+        return nodes * per_node, per_node
+    n = devices or scenario.devices
+    if n > per_node and n % per_node:
+        raise InputError("--devices", "", f"found {n}; expected at most or a multiple of "
+                         f"cluster.devices_per_node={per_node} (whole nodes)")
+    return n, min(per_node, n)
+
+
+def _check_model(scenario: Any) -> None:
+    if getattr(scenario.model, "type", "") != "transformer":
+        raise InputError(scenario.source, "model.type", f"found '{scenario.model.type}'; "
+                         "`plan` searches transformer models (supported: transformer)")
+
+
+@contextlib.contextmanager
+def _progress(quiet: bool) -> Iterator[Any]:
+    """A rich progress bar on stderr; yields the search's progress callback."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if quiet:
+        yield None
+        return
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
+                   "/{task.total}"), TimeElapsedColumn(), console=stderr_console(),
+                   transient=True)
+    with bar:
+        task = bar.add_task("planning", total=1)
+
+        def update(phase: str, done: int, total: int) -> None:
+            bar.update(task, description=phase, completed=done, total=max(total, 1))
+
+        yield update
+
+
+def _options(objective: str, top: int, max_mb: int, max_v: int, max_zero: int) -> Any:
+    from simulator.planner.search import SearchOptions
+    from simulator.planner.space import SpaceLimits
+
+    for flag, val in (("--top", top), ("--max-micro-batch", max_mb),
+                      ("--max-virtual-stages", max_v)):
+        _positive(flag, val, "an integer >= 1")
+    if max_zero not in range(4):
+        raise InputError("--max-optimizer-shard", "", f"found {max_zero}; expected 0, 1, 2 "
+                         "or 3 (the highest ZeRO stage tried)")
+    return SearchOptions(objective=objective, top_k=top,
+                         limits=SpaceLimits(max_mb, max_v, max_zero))
+
+
+def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
+                  price: float | None, out_dir: Path | None, quiet: bool) -> dict[str, Any]:
+    from simulator.cli.plan_output import make_out_dir, pareto_png, row
+    from simulator.planner.capacity import pareto_front
+    from simulator.planner.search import search
+
+    with _progress(quiet) as progress:
+        res = search(loaded.scenario, hw, n, per_node, opts, progress)
+    objective, top = opts.objective, opts.top_k
+    front = pareto_front(res.ranked)
+    report: dict[str, Any] = {
+        "scenario": loaded.scenario.name, "mode": "devices", "devices": n,
+        "objective": objective, "interrupted": res.interrupted,
+        "search": {"configurations": res.space, "pruned_by_memory": res.pruned,
+                   "simulated": res.simulations, "probe_simulations": res.probes,
+                   "wall_s": res.wall_s},
+        "best": row(res.best, n, price) if res.best else None,
+        "top": [row(c, n, price) for c in res.ranked[:top]],
+        "pareto": [row(c, n, price) for c in front], "files": {}}
+    if out_dir is not None and res.ranked:
+        path = make_out_dir(out_dir) / "pareto.png"
+        pareto_png(list(res.ranked), front, f"{loaded.scenario.name}: {n} devices", path)
+        report["files"]["pareto_png"] = str(path)
+    return report
+
+
+def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices: int,
+                 opts: Any, price: float | None, out_dir: Path | None,
+                 quiet: bool) -> dict[str, Any]:
+    from simulator.cli.plan_output import make_out_dir, row, scaling_png
+    from simulator.planner.capacity import fewest_devices
+
+    objective, top = opts.objective, opts.top_k
+    with _progress(quiet) as progress:
+        cap = fewest_devices(loaded.scenario, hw, target, per_node, max_devices, opts,
+                             progress)
+    scaling: list[dict[str, Any]] = []
+    pts: list[tuple[int, float | None]] = []
+    for n, res in cap.points:
+        best = res.best
+        time_s = best.ev.iteration_time_s if best else None
+        scaling.append({"devices": n, "configurations": res.space,
+                        "best": row(best, n, price) if best else None,
+                        "meets": time_s is not None and time_s <= target})
+        pts.append((n, time_s))
+    chosen_n = cap.chosen
+    chosen = cap.result(chosen_n) if chosen_n else None
+    report: dict[str, Any] = {
+        "scenario": loaded.scenario.name, "mode": "target", "objective": objective,
+        "target_iteration_time_s": target, "devices": chosen_n,
+        "interrupted": cap.interrupted,
+        "best": row(chosen.best, chosen_n, price) if chosen_n and chosen and chosen.best
+        else None,
+        "top": [row(c, chosen_n, price) for c in chosen.ranked[:top]] if chosen_n and chosen
+        else [],
+        "scaling": scaling, "files": {}}
+    if out_dir is not None and cap.points:
+        path = make_out_dir(out_dir) / "scaling.png"
+        scaling_png(pts, target, chosen_n, f"{loaded.scenario.name}", path)
+        report["files"]["scaling_png"] = str(path)
+    return report
+
+
+def _print(report: dict[str, Any], out: IO[str]) -> None:
+    from simulator.cli.plan_output import print_table
+
+    if report["mode"] == "target":
+        for s in report["scaling"]:
+            best = s["best"]
+            text = (f"{best['iteration_time_s']:.4g} s ({best['label']})" if best else
+                    "none fits" if s["configurations"] else
+                    "no configuration (the model or global batch does not split that way)")
+            out.write(f"{s['devices']:>7} devices: {text}{'  meets' if s['meets'] else ''}\n")
+        n = report["devices"]
+        out.write(f"target {report['target_iteration_time_s']:.4g} s/iteration: " +
+                  (f"fewest devices {n}\n" if n else "not met\n"))
+    title = f"{report['scenario']}: best configurations on {report['devices']} devices " \
+            f"(objective: {report['objective']})"
+    if report["top"]:
+        print_table(report["top"], title, out)
+    if report.get("search"):
+        s = report["search"]
+        out.write(f"searched {s['configurations']} configurations: {s['pruned_by_memory']} "
+                  f"pruned by the memory bound, {s['simulated']} simulated "
+                  f"(+{s['probe_simulations']} probes) in {s['wall_s']:.1f} s\n")
+    for name, path in report["files"].items():
+        out.write(f"{name}: {path}\n")
+
+
+def _exit_code(report: dict[str, Any]) -> int:
+    if report["interrupted"]:
+        stderr_console().print("[yellow]interrupted: showing what was ranked so far[/]")
+        return EXIT_INTERRUPTED
+    return EXIT_OK if report["best"] else EXIT_FAILED
+
+
+def plan(
+    scenario: ScenarioArg,
+    devices: Annotated[int | None, typer.Option(
+        "--devices", metavar="N", help="Plan for N devices (default: the scenario's).",
+        show_default=False)] = None,
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", metavar="N", help="Plan for N nodes of cluster.devices_per_node.",
+        show_default=False)] = None,
+    target_time: Annotated[float | None, typer.Option(
+        "--target-time", metavar="S", help="Find the fewest devices whose best "
+        "configuration takes at most S seconds per iteration.", show_default=False)] = None,
+    tokens: Annotated[float | None, typer.Option(
+        "--tokens", metavar="T", help="With --days: the target is T tokens in D days.",
+        show_default=False)] = None,
+    days: Annotated[float | None, typer.Option(
+        "--days", metavar="D", help="With --tokens.", show_default=False)] = None,
+    objective: Annotated[str, typer.Option(
+        "--objective", metavar="time|memory|cost", help="Rank by iteration time, peak "
+        "memory, or device-hours (with --price-per-device-hour: money).")] = "time",
+    price: Annotated[float | None, typer.Option(
+        "--price-per-device-hour", metavar="P", help="Price of one device for one hour, "
+        "for the cost column.", show_default=False)] = None,
+    top: Annotated[int, typer.Option("--top", metavar="K", help="Rows in the table.")] = 10,
+    max_devices: Annotated[int, typer.Option(
+        "--max-devices", metavar="N", help="Largest cluster a target search tries.")] = 16384,
+    max_micro_batch: Annotated[int, typer.Option(
+        "--max-micro-batch", metavar="B", help="Largest micro-batch size tried.")] = 8,
+    max_virtual_stages: Annotated[int, typer.Option(
+        "--max-virtual-stages", metavar="V", help="Most model chunks per device tried "
+        "(interleaved 1f1b).")] = 8,
+    max_optimizer_shard: Annotated[int, typer.Option(
+        "--max-optimizer-shard", metavar="Z", help="Highest ZeRO stage tried (0..3).")] = 3,
+    json_out: JsonOpt = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", metavar="DIR", help="Write the plots here. Default: reports/<stem>-plan/ "
+        "(with --json: none unless --out is given).", show_default=False)] = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Search parallel configurations: the best on a cluster, or the fewest devices for a
+    target."""
+    with guarded() as stdout:
+        _check(devices, nodes, target_time, tokens, days, objective)
+        _positive("--price-per-device-hour", price)
+        opts = _options(objective, top, max_micro_batch, max_virtual_stages,
+                        max_optimizer_shard)
+        loaded = load_scenario(scenario, overrides or [])
+        _check_model(loaded.scenario)
+        hw = load_hardware(loaded)
+        out_dir = out if out is not None or json_out else Path("reports") / f"{loaded.stem}-plan"
+        if target_time is not None or tokens is not None:
+            if tokens is not None and days is not None:
+                from simulator.planner.capacity import target_time_s
+
+                sc = loaded.scenario
+                target_time = target_time_s(tokens, days, sc.training.global_batch_size,
+                                            sc.model.seq_length)
+            assert target_time is not None
+            per_node = loaded.scenario.cluster.devices_per_node
+            report = _target_mode(loaded, hw, target_time, per_node, max_devices, opts,
+                                  price, out_dir, False)
+        else:
+            n, per_node = _cluster(loaded.scenario, devices, nodes)
+            report = _devices_mode(loaded, hw, n, per_node, opts, price, out_dir, False)
+        if json_out:
+            emit_json(report, stdout)
+        else:
+            _print(report, stdout)
+        code = _exit_code(report)
+    raise typer.Exit(code)

@@ -1,0 +1,237 @@
+"""Closed-form peak memory of one device under a parallel configuration, in bytes.
+
+Used to prune the search space before any simulation. The accounting is the one
+CONTRACT.md section 3 states for `memory.by_category_bytes`:
+
+- model states (Rajbhandari et al. 2020, "ZeRO", Sec. 3.1 and Fig. 1): mixed-precision
+  Adam keeps 2 + 2 + 12 bytes per parameter (16-bit weights, 16-bit gradients, fp32 master
+  copy + momentum + variance); ZeRO stage 1 divides the 12 by the data-parallel degree N,
+  stage 2 also the gradients, stage 3 also the weights: 16Psi, 4Psi + 12Psi/N,
+  2Psi + 14Psi/N, 16Psi/N. fp32 training has no master copy (K = 8 for Adam). Gradients
+  kept in fp32 (the profile's `software.bf16_grads_fp32`, as Megatron-LM) take 4 bytes.
+  ZeRO-Offload (Ren et al. 2021, Sec. 4) moves the optimizer states to the host.
+- activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+  Transformer Models", Sec. 4.1, Eq. 1 and Table 2): per layer and micro-batch of b
+  sequences of s tokens, hidden h, a heads, in 16-bit training sbh(34 + 5as/h) bytes
+  without parallelism; with tensor parallelism t sbh(10 + 24/t + 5as/(ht)); with sequence
+  parallelism sbh(34/t + 5as/(ht)); selective recompute drops the 5as/h term; full
+  recompute keeps only the layer input, 2sbh (/t with sequence parallelism). `layer_bytes`
+  below is the same count written per tensor for any element size e, FFN width f and
+  key/value heads kv, so that it reduces to those forms (a test checks it). A fused
+  attention kernel (Dao et al. 2022, FlashAttention, Sec. 3.1) keeps Q, K, V and the fp32
+  softmax statistics instead of the s x s score, probability and dropout tensors.
+- in flight: stage i of a p-stage 1f1b pipeline holds min(p - i, m) micro-batches
+  (Narayanan et al. 2021, Sec. 2.2.1), so the first stage holds p micro-batches of L/p
+  layers, L layers' worth in all (Korthikanti et al. 2022, Sec. 4.2.3); the interleaved
+  schedule with v chunks holds (1 + (p - 1)/(pv)) times that (same section; Megatron-LM's
+  warm-up of (p - i - 1) * 2 + (v - 1) * p chunk forwards). Under recompute one layer's
+  full activation set is alive while it is recomputed for the backward.
+- the first stage also holds the embedding (vocabulary-parallel, V h / t, plus the
+  position table s h, split over t with sequence parallelism as the simulator's planned
+  graph does) and its dropout mask; the last stage the final norm, the output
+  layer (V h / t, tied to the embedding when there is one stage) and the fp32 logits its
+  cross-entropy keeps (4 s b V / t, Megatron-LM's vocab_parallel_cross_entropy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.framework.load import framework_for
+from simulator.planner.space import Config
+from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
+from simulator.schedule.state import framework_overhead_bytes
+
+__all__ = ["Workload", "workload_of", "MemoryEstimate", "estimate_memory", "layer_bytes",
+           "layer_params", "STATE_BYTES_PER_PARAM"]
+
+# Optimizer state bytes per parameter in mixed precision: fp32 master weights + moments
+# (ZeRO, Sec. 3.1: K = 12 for Adam).
+STATE_BYTES_PER_PARAM = {"adam": 12, "momentum": 8, "sgd": 4}
+_MASK_BYTES = 1  # dropout masks are bytes (Korthikanti et al. 2022, Sec. 4.1)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained, independent of how it is parallelised: the model, the global batch,
+    the optimizer, whether attention runs fused, bytes per gradient element, and the
+    gradient bucketing (`parallel.comm_fusion`)."""
+
+    model: TransformerModel
+    global_batch: int
+    optimizer: str
+    flash: bool
+    grad_bytes: int
+    fusion_mode: str = "size"
+    bucket_bytes: float = 25e6
+    overheads: Any = None  # the framework profile's memory_overheads (None: none)
+
+
+def workload_of(scenario: Scenario, hw: Any) -> Workload:
+    """The workload of a transformer scenario on hardware profile `hw` (whose software
+    stack says whether `attention: auto` is fused and whether bf16 gradients are fp32)."""
+    m = scenario.model
+    assert isinstance(m, TransformerModel), "the planner searches transformer models"
+    fw = framework_for(scenario, hw)
+    sw = fw.software
+    flash = sw.fused_attention if m.attention == "auto" else m.attention == "flash"
+    e = DTYPE_BYTES[m.dtype]
+    ge = 4 if sw.bf16_grads_fp32 and m.dtype == "bf16" else e
+    fusion = scenario.parallel.comm_fusion
+    return Workload(m, scenario.training.global_batch_size, scenario.training.optimizer,
+                    bool(flash), ge, fusion.mode, fusion.bucket_mb * 1e6,
+                    fw.memory_overheads)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Peak bytes of the most loaded device and its parts (CONTRACT section 3 categories).
+
+    `floor_bytes` is what the device must hold at some moment whatever the timing: the
+    model states with the larger of the activations in flight and the data-parallel
+    buffer. The pruning uses it, so that it never drops a configuration that fits."""
+
+    parameters: float
+    gradients: float
+    optimizer_states: float
+    activations: float
+    communication_buffers: float
+    floor_bytes: float = 0.0
+    framework_overhead: float = 0.0  # the stack's context and collective buffers
+
+    @property
+    def peak_bytes(self) -> float:
+        return (self.parameters + self.gradients + self.optimizer_states + self.activations
+                + self.communication_buffers + self.framework_overhead)
+
+
+def layer_params(m: TransformerModel, t: int) -> float:
+    """Parameters of one transformer layer held by one of t tensor-parallel ranks: QKV
+    (a + 2kv heads of d) and output projection with biases, the FFN (gelu: two matrices
+    with biases; swiglu: three without), two layernorms (12h^2 + 13h at t = 1, kv = a,
+    f = 4h; Narayanan et al. 2021, Sec. 5.1 / Eq. 2)."""
+    h, d, f = m.hidden_size, m.head_dim, m.ffn // t
+    qkv = (m.num_heads + 2 * m.kv_heads) * d // t
+    attn = h * qkv + qkv + (h // t) * h + h
+    ffn = 3 * h * f if m.ffn_activation == "swiglu" else 2 * h * f + f + h
+    return float(attn + ffn + 4 * h)
+
+
+def layer_bytes(m: TransformerModel, b: int, t: int, sp: bool, recompute: str,
+                flash: bool) -> float:
+    """Activation bytes one layer saves for its backward, per micro-batch of b sequences
+    (Korthikanti et al. 2022, Sec. 4.1; see the module docstring)."""
+    s, h, a, e = m.seq_length, m.hidden_size, m.num_heads, DTYPE_BYTES[m.dtype]
+    sbh, f_ratio, kv = s * b * h, m.ffn / h, m.kv_heads / m.num_heads
+    if recompute == "full":
+        return e * sbh / (t if sp else 1)
+    # not split by t (split under sequence parallelism): the two layernorm inputs, the QKV
+    # and FC1 inputs and the two dropout masks: sbh(4e + 2) (= 10 sbh at e = 2)
+    replicated = (4 * e + 2 * _MASK_BYTES) * sbh
+    # split by t: Q, K, V, the projection input, FFN intermediates (gelu: its input and
+    # FC2's input, 2f; swiglu: gate, up, FC2 input, 3f): 24 sbh at e = 2, f = 4h, kv = a
+    ffn = (3 if m.ffn_activation == "swiglu" else 2) * f_ratio
+    split = e * sbh * (1 + 2 * kv + 1 + ffn)
+    if flash:  # fp32 row log-sum-exp per head and token instead of the s x s tensors
+        core = 4.0 * b * a * s
+    elif recompute == "selective":
+        core = 0.0
+    else:  # softmax output, dropout mask and dropout output: as^2b(2e + 1) = 5as^2b
+        core = (2 * e + _MASK_BYTES) * a * s * s * b
+    return replicated / (t if sp else 1) + (split + core) / t
+
+
+@dataclass(frozen=True)
+class _Stage:
+    params: float
+    activations: float
+
+
+def _in_flight(cfg: Config, micro: int, stage: int) -> float:
+    """Chunk-forwards alive on `stage` at its first backward, in units of a whole stage's
+    activations (a chunk holds 1/v of them)."""
+    p, v = cfg.pipeline, cfg.virtual_stages
+    if cfg.schedule != "interleaved_1f1b" or v == 1:
+        return float(min(p - stage, micro))
+    total = micro * v
+    warmup = total if micro == p else min((p - stage - 1) * 2 + (v - 1) * p, total)
+    return min(warmup + 1, total) / v
+
+
+def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool) -> _Stage:
+    t, p, b, sp = cfg.tensor, cfg.pipeline, cfg.micro_batch_size, cfg.sequence_parallel
+    s, h, e = m.seq_length, m.hidden_size, DTYPE_BYTES[m.dtype]
+    per_stage = m.layers // p
+    params = per_stage * layer_params(m, t)
+    tokens = s * b / (t if sp else 1)  # tokens in the norm / dropout regions
+    flight = _in_flight(cfg, micro, stage)
+    acts = flight * per_stage * layer_bytes(m, b, t, sp, cfg.recompute, flash)
+    if cfg.recompute != "none":  # one layer's full set while it is recomputed
+        full = layer_bytes(m, b, t, sp, "none", flash)
+        acts += full - layer_bytes(m, b, t, sp, cfg.recompute, flash)
+    if stage == 0:  # the position table is split over t with sequence parallelism
+        params += m.vocab_size // t * h + s * h // (t if sp else 1)
+        acts += min(flight, micro) * _MASK_BYTES * tokens * h
+    if stage == p - 1:
+        params += 2 * h + (m.vocab_size // t * h if p > 1 else 0)
+        logits = s * b * (m.vocab_size // t)
+        acts += e * tokens * h + e * s * b * h / (t if sp else 1) + 4.0 * logits
+    return _Stage(params, acts)
+
+
+def _dp_buffer(w: Workload, cfg: Config, stage_params: float, micro: int) -> float:
+    """The data-parallel stream's transfer buffer: with ZeRO >= 2 a model chunk's gradients
+    reduce-scattered after every micro-batch but the last, otherwise one gradient bucket
+    (`parallel.comm_fusion`: `bucket_mb`, one layer per bucket with `index`)."""
+    if cfg.data == 1:
+        return 0.0
+    chunk = stage_params / cfg.virtual_stages * w.grad_bytes
+    if cfg.optimizer_shard >= 2 and micro > 1:
+        return chunk
+    layer = layer_params(w.model, cfg.tensor) * w.grad_bytes
+    bucket = {"size": w.bucket_bytes, "auto": w.bucket_bytes, "index": layer}
+    return min(chunk, bucket.get(w.fusion_mode, layer / 6))
+
+
+def _pp_buffers(w: Workload, cfg: Config) -> float:
+    """A pipeline send each way: the boundary activation, s b h elements (/t with sequence
+    parallelism)."""
+    if cfg.pipeline == 1:
+        return 0.0
+    m = w.model
+    send = DTYPE_BYTES[m.dtype] * m.seq_length * cfg.micro_batch_size * m.hidden_size
+    return 2 * send / (cfg.tensor if cfg.sequence_parallel else 1)
+
+
+def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
+    """Peak memory of the most loaded device (the first or the last pipeline stage): model
+    states, the activations in flight, the pipeline send buffers and the data-parallel
+    buffer. That buffer adds to the activations only with ZeRO >= 2, whose per-micro-batch
+    reduce-scatter runs under the next forwards; the buckets of the last micro-batch leave
+    as its activations are freed, so otherwise the larger of the two counts."""
+    m = w.model
+    micro = w.global_batch // (cfg.micro_batch_size * cfg.data)
+    e = DTYPE_BYTES[m.dtype]
+    k = STATE_BYTES_PER_PARAM[w.optimizer] - (4 if e >= 4 else 0)
+    d, z = cfg.data, cfg.optimizer_shard
+    comms = sum(1 for n in (cfg.data, cfg.tensor, cfg.pipeline) if n > 1)
+    overhead = framework_overhead_bytes(w.overheads, comms) if w.overheads else 0.0
+    best = None
+    for stage in sorted({0, cfg.pipeline - 1}):
+        st = _stage(m, cfg, micro, stage, w.flash)
+        dp = _dp_buffer(w, cfg, st.params, micro)
+        states = 0.0 if cfg.offload_optimizer else st.params * k / (d if z >= 1 else 1)
+        params = st.params * e / (d if z >= 3 else 1)
+        grads = st.params * w.grad_bytes / (d if z >= 2 else 1)
+        overlap = z >= 2 and micro > 1
+        acts = st.activations if overlap else max(st.activations - dp, 0.0)
+        est = MemoryEstimate(
+            parameters=params, gradients=grads, optimizer_states=states, activations=acts,
+            communication_buffers=dp + _pp_buffers(w, cfg),
+            floor_bytes=params + grads + states + max(st.activations, dp) + overhead,
+            framework_overhead=overhead)
+        if best is None or est.peak_bytes > best.peak_bytes:
+            best = est
+    assert best is not None
+    return best
