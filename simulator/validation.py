@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -15,7 +15,7 @@ from pydantic.fields import FieldInfo
 from simulator.errors import InputError
 from simulator.yamlio import did_you_mean
 
-__all__ = ["to_input_error", "HIDDEN_FIELDS"]
+__all__ = ["to_input_error", "validate_profile", "HIDDEN_FIELDS"]
 
 HIDDEN_FIELDS = frozenset({"source"})
 _WANT = {"int_type": "an integer", "int_parsing": "an integer", "float_type": "a number",
@@ -170,3 +170,18 @@ def to_input_error(exc: ValidationError, source: str, root: type[BaseModel]) -> 
     if etype == "list_type":
         return InputError(source, key, f"found {_show(found)}; expected a list")
     return InputError(source, key, f"found {_show(found)}; {msg}")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate_profile(model: type[M], data: dict, source: str) -> M:
+    """A profile mapping validated into `model` (named after its file unless it names
+    itself, `source` recorded); pydantic errors become the InputError users read."""
+    data = dict(data)
+    data.setdefault("name", source)
+    data["source"] = source
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise to_input_error(exc, source, model) from None

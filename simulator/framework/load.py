@@ -12,12 +12,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from simulator.errors import InputError
 from simulator.framework.schema import FrameworkProfile
 from simulator.resources import bundled_dir, list_bundled, resolve_yaml
-from simulator.validation import to_input_error
+from simulator.validation import validate_profile
 from simulator.yamlio import did_you_mean, read_yaml_file
 
 __all__ = ["load_framework", "parse_framework", "list_frameworks", "framework_for"]
@@ -27,13 +25,7 @@ _KIND = "framework_profiles"
 
 def parse_framework(data: dict[str, Any], source: str) -> FrameworkProfile:
     """Validate a mapping into a framework profile."""
-    data = dict(data)
-    data.setdefault("name", source)
-    data["source"] = source
-    try:
-        return FrameworkProfile.model_validate(data)
-    except ValidationError as exc:
-        raise to_input_error(exc, source, FrameworkProfile) from None
+    return validate_profile(FrameworkProfile, data, source)
 
 
 def _display(path: Path) -> str:

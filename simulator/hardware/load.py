@@ -9,12 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
-
 from simulator.errors import InputError
 from simulator.hardware.schema import HardwareProfile
 from simulator.resources import bundled_dir, list_bundled, resolve_yaml
-from simulator.validation import to_input_error
+from simulator.validation import validate_profile
 from simulator.yamlio import apply_overrides, did_you_mean, read_yaml_file
 
 __all__ = ["load_profile", "parse_profile", "list_profiles", "profile_summary"]
@@ -28,13 +26,7 @@ def parse_profile(data: dict[str, Any], source: str,
 
     An override of a key the schema does not know is reported against `--set hardware.KEY`.
     """
-    data = apply_overrides(data, list(overrides))
-    data.setdefault("name", source)
-    data["source"] = source
-    try:
-        return HardwareProfile.model_validate(data)
-    except ValidationError as exc:
-        raise to_input_error(exc, source, HardwareProfile) from None
+    return validate_profile(HardwareProfile, apply_overrides(data, list(overrides)), source)
 
 
 def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> HardwareProfile:
