@@ -95,9 +95,11 @@ def divisors_of(n: int) -> list[int]:
 
 
 def _tensor_degrees(m: TransformerModel, devices: int) -> list[int]:
-    """Tensor degrees the model allows (scenario.rules: t | heads, kv heads, FFN width)."""
+    """Tensor degrees the model allows (scenario.rules: t | heads, kv heads, FFN width and
+    vocabulary)."""
     return [t for t in divisors_of(devices)
-            if m.num_heads % t == 0 and m.kv_heads % t == 0 and m.ffn % t == 0]
+            if m.num_heads % t == 0 and m.kv_heads % t == 0 and m.ffn % t == 0
+            and m.vocab_size % t == 0]
 
 
 def _schedules(m: TransformerModel, p: int, micro: int, limits: SpaceLimits
