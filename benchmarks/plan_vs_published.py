@@ -81,9 +81,9 @@ def main() -> None:
         rows.append(_one(path))
         print(f"{path.stem}: {rows[-1]['published_s']:.3f} s published, "
               f"{rows[-1]['planned_s'] or float('nan'):.3f} s planned", flush=True)
+        if args.json:  # written after every run: a long benchmark keeps what it measured
+            Path(args.json).write_text(json.dumps(rows, indent=2))
     _print(rows)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":
