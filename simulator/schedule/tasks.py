@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 __all__ = ["Task", "Plan", "STREAMS", "CATEGORIES", "Alloc"]
 
-STREAMS: tuple[str, ...] = ("compute", "pp_fwd", "pp_bwd", "dp", "offload")
+STREAMS: tuple[str, ...] = ("compute", "pp_fwd", "pp_bwd", "dp", "dp_reduce", "offload")
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_states", "activations",
                                "communication_buffers")
 Alloc = tuple[tuple[str, float], ...]  # (memory category, bytes) pairs
