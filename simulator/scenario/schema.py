@@ -52,6 +52,7 @@ Dim = Annotated[StrictInt, Field(ge=1, le=1 << 31)]      # one dimension of a gr
 LearningRate = Annotated[StrictFloat, Field(ge=1e-10, le=10.0, allow_inf_nan=False)]
 BucketMB = Annotated[StrictFloat, Field(ge=0.01, le=100_000.0, allow_inf_nan=False)]
 Seed = Annotated[StrictInt, Field(ge=0, le=2**32 - 1)]   # numpy's legacy seed range
+NicGbps = Annotated[StrictFloat, Field(ge=1e-3 * 8, le=1e5 * 8, allow_inf_nan=False)]
 
 
 class _Closed(BaseModel):
@@ -197,6 +198,21 @@ class OverlapSpec(_Closed):
     tp_comm: StrictBool | Literal["auto"] = "auto"
 
 
+class ParameterServerSpec(_Closed):
+    """`parallel.mode: parameter_server` (MindSpore's parameter server training, Li et al.
+    OSDI 2014): the devices are workers; `servers` server processes, each on a host of its
+    own (`server_hardware`, a hardware profile), hold the parameters and the optimizer
+    states split by key range, sum the workers' pushed gradients and update."""
+
+    servers: Degree = 1
+    # synchronous SGD (every worker's gradient summed, then one update) or asynchronous
+    # (each push applied on arrival; workers run on stale parameters)
+    sync: StrictBool = True
+    server_hardware: StrictStr = "cpu-x86"
+    # one server's network bandwidth; default: the server host's NICs (its profile)
+    server_nic_Gbps: NicGbps | None = None
+
+
 class ParallelSpec(_Closed):
     data: Degree = 1
     tensor: Degree = 1
@@ -219,7 +235,10 @@ class ParallelSpec(_Closed):
     # strategies as written and unconfigured operators data parallel; auto keeps the
     # configured operators and lets `search` choose every other operator's signature
     # (simulator/planner/propagate.py).
-    mode: Literal["semi_auto", "auto"] = "semi_auto"
+    # `parameter_server` replaces the data-parallel collectives by pushes to and pulls from
+    # the servers of `parameter_server` (simulator/schedule/reduction.py, ParameterServer).
+    mode: Literal["semi_auto", "auto", "parameter_server"] = "semi_auto"
+    parameter_server: ParameterServerSpec = Field(default_factory=ParameterServerSpec)
     search: Literal["sharding_propagation", "dynamic_programming", "ilp"] = "ilp"
 
     @property
