@@ -120,6 +120,7 @@ class OpFamily:
     saved_extra: Callable[[list[Shape], Shape], float] | None = None
     cost: KernelCost | None = None  # kernel FLOPs and bytes when not the generic count
     group: GroupKernel | None = None  # collectives of a split internal label
+    attrs: tuple[str, ...] = ()  # the attributes an operator of this family may carry
 
     def check_arity(self, n: int) -> None:
         lo, hi = self.arity
