@@ -7,7 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from simulator.errors import InputError
-from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.scenario.schema import (
+    CommFusionSpec,
+    GraphModel,
+    ParameterServerSpec,
+    Scenario,
+    TransformerModel,
+)
 
 __all__ = ["check_rules", "divisors"]
 
@@ -115,6 +121,25 @@ def _graph(s: Scenario) -> Iterator[Problem]:
                         f"operators' strategies (allowed: 1)")
 
 
+def _graph_reductions(s: Scenario) -> Iterator[Problem]:
+    """An operator graph's gradient reductions follow its operators' strategies on its own
+    mesh (some parameters split where others are replicated) and run coalesced once after
+    the backward: sharding the optimizer, bucketing and overlapping them per parameter is
+    not simulated yet, so those keys are refused rather than ignored."""
+    if not isinstance(s.model, GraphModel):
+        return
+    p = s.parallel
+    why = ("not simulated yet for model.type graph, whose gradient reductions follow its "
+           "operators' strategies on model.mesh and run once after the backward")
+    if p.optimizer_shard:
+        yield "parallel.optimizer_shard", f"{p.optimizer_shard}: {why} (allowed: 0)"
+    if p.comm_fusion != CommFusionSpec():
+        yield "parallel.comm_fusion", f"{why} (remove the key)"
+    for key in ("grad_reduce", "param_gather"):
+        if getattr(p.overlap, key) is not True:
+            yield f"parallel.overlap.{key}", f"false: {why} (allowed: true)"
+
+
 def _one_block(s: Scenario) -> Iterator[Problem]:
     """mlp, resnet and graph models are one block of the program (the embedding / layer /
     head split is the transformer's): a pipeline has nothing to partition. Shared by run
@@ -126,6 +151,37 @@ def _one_block(s: Scenario) -> Iterator[Problem]:
         f"model of type '{s.model.type}' is one block (allowed: 1)")
 
 
+def _one_block_overlap(s: Scenario) -> Iterator[Problem]:
+    """A one-block model's gradients are all ready when its single backward ends: the
+    data-parallel reduction cannot overlap it either way."""
+    if isinstance(s.model, (TransformerModel, GraphModel)):
+        return
+    if s.parallel.comm_fusion.mode == "index":
+        yield "parallel.comm_fusion.mode", (
+            f"index fuses each block's gradients into one bucket; a model of type "
+            f"'{s.model.type}' is one block, so that is one bucket of its whole gradient "
+            f"(allowed: size, auto, none)")
+    if s.parallel.overlap.grad_reduce:
+        return
+    yield "parallel.overlap.grad_reduce", (
+        f"false: a model of type '{s.model.type}' is one block, whose gradients are ready "
+        f"only when its whole backward ends, so the reduction runs after it either way "
+        f"(allowed: true)")
+
+
+def _one_block_recompute(s: Scenario) -> Iterator[Problem]:
+    """Recompute trades time for the activations of the blocks not being back-propagated
+    (Chen et al. 2016: checkpoints at block boundaries); a model the program keeps as one
+    block would recompute it whole right before its backward, holding the same peak for
+    more time, and has no attention core for `selective`. Refused rather than ignored."""
+    if isinstance(s.model, TransformerModel) or s.parallel.recompute == "none":
+        return
+    yield "parallel.recompute", (
+        f"{s.parallel.recompute} needs a model of several blocks to checkpoint between; a "
+        f"model of type '{s.model.type}' is one block, whose recompute would keep the same "
+        f"activation peak and only add time (allowed: none)")
+
+
 def _schedule(s: Scenario) -> Iterator[Problem]:
     p = s.parallel
     if p.virtual_stages > 1 and p.schedule != "interleaved_1f1b":
@@ -133,6 +189,47 @@ def _schedule(s: Scenario) -> Iterator[Problem]:
             f"{p.virtual_stages} needs parallel.schedule=interleaved_1f1b "
             f"(found {p.schedule})"
         )
+    if p.schedule == "interleaved_1f1b" and p.pipeline == 1:
+        yield "parallel.schedule", ("interleaved_1f1b interleaves the model chunks of a "
+                                    "pipeline and needs parallel.pipeline > 1 (found 1)")
+    elif p.schedule == "interleaved_1f1b" and p.virtual_stages == 1:
+        yield "parallel.schedule", ("interleaved_1f1b with parallel.virtual_stages 1 is 1f1b: "
+                                    "give virtual_stages > 1 or schedule 1f1b")
+    if isinstance(s.model, GraphModel) and p.schedule != "1f1b":
+        yield "parallel.schedule", (f"{p.schedule} orders micro-batches; an operator graph "
+                                    f"runs its batch as one (allowed: 1f1b)")
+
+
+def _transformer_knobs(s: Scenario) -> Iterator[Problem]:
+    """Keys that only a transformer's program uses: refused on other models (and the graph
+    search on a transformer, whose plan is Megatron's), never ignored."""
+    p = s.parallel
+    if isinstance(s.model, TransformerModel):
+        if p.mode == "auto":
+            yield "parallel.mode", ("auto searches the strategies of an operator graph (mlp, "
+                                    "resnet, graph); a transformer runs Megatron's plan with "
+                                    "parallel.tensor (allowed: semi_auto, parameter_server)")
+        return
+    kind = s.model.type
+    if p.sequence_parallel:
+        yield "parallel.sequence_parallel", (
+            f"true splits a transformer's norm and dropout regions along the sequence; a "
+            f"model of type '{kind}' has none (allowed: false)")
+    if p.overlap.tp_comm != "auto":
+        yield "parallel.overlap.tp_comm", (
+            f"{str(p.overlap.tp_comm).lower()}: not simulated yet for a model of type "
+            f"'{kind}' (chunked tensor-parallel overlap is modelled on the transformer's "
+            f"GEMMs; allowed: auto)")
+
+
+def _param_gather(s: Scenario) -> Iterator[Problem]:
+    p = s.parallel
+    if not p.overlap.param_gather and p.optimizer_shard not in (1, 2):
+        yield "parallel.overlap.param_gather", (
+            f"false applies to the all-gather of updated parameters after a sharded optimizer step "
+            f"(parallel.optimizer_shard 1 or 2; found {p.optimizer_shard}: "
+            + ("ZeRO-3 gathers each unit before use)" if p.optimizer_shard == 3
+               else "nothing is gathered)"))
 
 
 def _offload(s: Scenario) -> Iterator[Problem]:
@@ -145,14 +242,47 @@ def _offload(s: Scenario) -> Iterator[Problem]:
                    "true is not simulated yet (supported: offload.optimizer_states)")
 
 
+def _parameter_server(s: Scenario) -> Iterator[Problem]:
+    """Parameter server training is data parallel (MindSpore: workers run the whole model
+    and push gradients; the servers own the optimizer): no other split, no sharded or
+    offloaded optimizer, and the `parameter_server` block only in that mode."""
+    p = s.parallel
+    if p.mode != "parameter_server":
+        if p.parameter_server != ParameterServerSpec():
+            yield "parallel.parameter_server", (
+                f"applies only with parallel.mode: parameter_server (found mode {p.mode})")
+        return
+    if isinstance(s.model, GraphModel):
+        yield "parallel.mode", ("parameter_server needs a model the workers replicate "
+                                "(transformer, mlp, resnet); a graph model's split is its "
+                                "model.mesh and strategies (allowed: semi_auto, auto)")
+    for key, value, allowed in (("parallel.tensor", p.tensor, 1),
+                                ("parallel.pipeline", p.pipeline, 1),
+                                ("parallel.optimizer_shard", p.optimizer_shard, 0)):
+        if value != allowed:
+            yield key, (f"{value} does not apply with parallel.mode: parameter_server, whose "
+                        f"workers are data parallel and whose servers hold the optimizer "
+                        f"(allowed: {allowed})")
+    if p.offload.optimizer_states:
+        yield "parallel.offload.optimizer_states", (
+            "true does not apply with parallel.mode: parameter_server (the servers hold the "
+            "optimizer states; allowed: false)")
+
+
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _devices,
     _batch,
     _transformer,
     _graph,
+    _graph_reductions,
     _one_block,
+    _one_block_recompute,
+    _one_block_overlap,
     _schedule,
+    _transformer_knobs,
+    _param_gather,
     _offload,
+    _parameter_server,
 )
 
 
