@@ -56,8 +56,8 @@ def _small_moe(dims: GptDims, m: TransformerModel, s: Scenario) -> tuple[GptDims
         return dims, ""
     ep = s.parallel.expert
     experts = min(moe.experts, max(2, 2 * ep))
-    small = dataclasses.replace(moe, experts=experts, top_k=min(moe.top_k, experts),
-                                every=min(moe.every, dims.layers))
+    small = moe.model_copy(update={"experts": experts, "top_k": min(moe.top_k, experts),
+                                   "every": min(moe.every, dims.layers)})
     dims = with_moe(dims, small)
     return dims, (f" experts={dims.experts} top_k={dims.top_k} capacity={dims.capacity} "
                   f"every={dims.moe_every}")
