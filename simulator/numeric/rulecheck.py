@@ -41,8 +41,9 @@ def random_inputs(graph: Graph, rng: np.random.Generator) -> list[np.ndarray]:
              else [None] * len(op.inputs))
     for i, name in enumerate(op.inputs):
         shape = graph.tensors[name].shape
-        if given[i] is not None:
-            out.append(given[i])
+        value = given[i]
+        if value is not None:
+            out.append(value)
         elif op.type == "Gather" and i == 1:
             out.append(rng.integers(0, graph.tensors[op.inputs[0]].shape[0], shape))
         elif op.type == "SoftmaxCrossEntropy" and i == 1:

@@ -76,12 +76,13 @@ def _coalesce(specs: tuple[CommSpec, ...], name: str) -> tuple[CommSpec, ...]:
                  for (kind, axis), nb in out.items())
 
 
-def _sync(plan: ShardingPlan, select: Select, skip: tuple[str, ...],
+def _sync(plan: ShardingPlan, steps: tuple[CommSpec, ...], select: Select,
           besides: Select | None = None) -> tuple[CommSpec, ...]:
-    """Gradient reductions of the parameters the selected ops read, except those `besides`
-    also reads (a tied LM head's table is the embedding's: reduced once, with it)."""
+    """The gradient reductions (`steps`, from `gradient_steps`) of the parameters the
+    selected ops read, except those `besides` also reads (a tied LM head's table is the
+    embedding's: reduced once, with it)."""
     params = _param_names(plan, select) - (_param_names(plan, besides) if besides else set())
-    return tuple(c for c in gradient_steps(plan, skip) if c.name.split(".grad.")[0] in params
+    return tuple(c for c in steps if c.name.split(".grad.")[0] in params
                  or c.name.rsplit(".", 1)[0] in params)
 
 
@@ -219,7 +220,7 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
     out_name = next(op.op.output for op in reversed(plan.ops) if layer.select(op.op.name))
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
                                                                 mesh))
-    skip = ("dp",)
+    steps = gradient_steps(plan, ("dp",))
     return TransformerProgram(
         layer_fwd=fwd["layer"], layer_bwd=bwd["layer"], layer_recompute=recompute,
         embed_fwd=fwd["embed"], embed_bwd=bwd["embed"], head_fwd=fwd["head"],
@@ -231,9 +232,9 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
         boundary_bytes=float(boundary), dtype=dtype,
         grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
         tp_overlap=_tp_overlap(scenario, software, compute_units),
-        grad_sync_layer=_coalesce(_sync(plan, layer.select, skip), "grad_sync"),
-        grad_sync_embed=_coalesce(_sync(plan, embed.select, skip), "grad_sync"),
-        grad_sync_head=_coalesce(_sync(plan, head.select, skip, embed.select), "grad_sync"),
+        grad_sync_layer=_coalesce(_sync(plan, steps, layer.select), "grad_sync"),
+        grad_sync_embed=_coalesce(_sync(plan, steps, embed.select), "grad_sync"),
+        grad_sync_head=_coalesce(_sync(plan, steps, head.select, embed.select), "grad_sync"),
         layers_per_block=unit, expert_slot_fill=_slot_fill(dims),
         expert_load=imbalance,
     )

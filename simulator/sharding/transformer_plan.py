@@ -60,8 +60,9 @@ _SEQ_REGION = ("embed_pos", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2",
                "proj_bias", "proj_drop", "fc2_bias", "fc2_drop")
 _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
-             "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b", "dispatch": "b", "efc1": "b",
-             "efc3": "b", "eact": "d0", "eglu": "d0", "efc2": "b", "combine": "b"}
+             "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b",
+             "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
+             "efc2": "b", "combine": "b"}
 
 
 def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False
