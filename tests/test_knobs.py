@@ -31,7 +31,7 @@ KNOBS = ["parallel.data=4", "parallel.data=1", "parallel.tensor=4", "parallel.te
          "parallel.overlap.param_gather=false", "parallel.overlap.copies=2",
          "parallel.overlap.tp_comm=true", "parallel.mode=auto",
          "training.micro_batch_size=4", "training.global_batch_size=16",
-         "parallel.pipeline_layers=[1,1]"]
+         "parallel.pipeline_layers=[1,1]", "parallel.expert=2"]
 
 
 @pytest.mark.parametrize("kind", list(SCENARIOS))

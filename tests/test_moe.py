@@ -336,6 +336,16 @@ def test_bad_moe_settings_are_refused_by_name(override, message):
     assert str(err.value) == f"s.yaml with --set {override}: {message}"
 
 
+def test_imbalance_needs_expert_parallel_ranks():
+    """With one expert-parallel rank the knob would be inert: refused by name."""
+    with pytest.raises(InputError) as err:
+        _parse(_moe_data(imbalance=2.0), ["parallel.expert=1"])
+    assert str(err.value) == (
+        "s.yaml with --set parallel.expert=1: model.moe.imbalance: 2 needs parallel.expert "
+        "> 1: on one expert-parallel rank every device runs all experts on its own tokens, "
+        "so no rank is busier than another (allowed: 1.0)")
+
+
 KINDS = {
     "dense transformer": ("tiny-cpu", []),
     "mlp": ("tiny-cpu", ["model={type: mlp, layers: 2, hidden_size: 64, input_size: 32, "
@@ -378,3 +388,12 @@ def test_parallel_expert_changes_the_moe_result(invoke_cli):
     assert seen[1][0] == 0 and seen[2][0] > 0 and seen[8][0] > 0
     assert seen[1][1] > seen[2][1] > seen[8][1]
     assert len({t for _, _, t in seen.values()}) == 3
+
+
+def test_plan_refuses_a_mixture_of_experts_by_name(invoke_cli):
+    """`plan`'s search space has no expert degree: it says so instead of ranking wrongly."""
+    result = invoke_cli("plan", "moe-mixtral-8x7b-64-h100")
+    assert result.exit_code == 2, result.output
+    message = result.stderr if hasattr(result, "stderr") else result.output
+    assert message.startswith("error: ") and ": model.moe: a mixture of experts is not " \
+        "searched by `plan` yet" in message

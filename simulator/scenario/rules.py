@@ -129,6 +129,11 @@ def _expert(s: Scenario) -> Iterator[Problem]:
                                   f"(valid: {divisors(m.layers)})")
     yield from _must_divide("parallel.expert", p.expert, "parallel.data", p.data)
     yield from _must_divide("parallel.expert", p.expert, "model.moe.experts", moe.experts)
+    if moe.imbalance != 1.0 and p.expert == 1:
+        yield "model.moe.imbalance", (
+            f"{moe.imbalance:g} needs parallel.expert > 1: on one expert-parallel rank every "
+            f"device runs all experts on its own tokens, so no rank is busier than another "
+            f"(allowed: 1.0)")
 
 
 def _graph(s: Scenario) -> Iterator[Problem]:
