@@ -77,8 +77,8 @@ class MoeSpec(_Closed):
     is sent to; capacity_factor: slots per expert over an even share, per sample of
     seq_length tokens (Switch Sec. 2.2); imbalance: a what-if for `run`, the busiest
     expert-parallel rank's tokens over the mean (1: balanced routing), which scales that
-    rank's expert FFNs and its dispatch/combine all-to-alls (`verify` routes the real
-    tokens and ignores it)."""
+    rank's expert FFNs and its dispatch/combine all-to-alls as if the capacity did not bind
+    (a dropless router); `verify` routes the real tokens and ignores it."""
 
     experts: Annotated[StrictInt, Field(ge=2, le=100_000)]
     top_k: Annotated[StrictInt, Field(ge=1, le=1_000)] = 1

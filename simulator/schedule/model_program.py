@@ -134,22 +134,21 @@ def _layer_block(layers: int, unit: int) -> Select:
     return lambda n: n.startswith(prefixes)
 
 
-_EXPERT_KERNELS = ("expert_", "moe_dispatch", "moe_combine")
-
-
 def _imbalanced(ops: tuple[Op, ...], factor: float) -> tuple[Op, ...]:
-    """The busiest expert-parallel rank's share under load imbalance `factor` (max over mean
-    tokens per expert, model.moe.imbalance): its expert FFN kernels, its token dispatch and
-    combine, and its all-to-alls on `ep` carry `factor` times the balanced tokens (the
-    collective waits for its busiest member; DeepSpeed-MoE, Rajbhandari et al. 2022, and
-    Tutel, Hwang et al. 2023, Sec. 2, measure the step time as set by the busiest expert)."""
+    """The busiest expert-parallel rank's share under load imbalance `factor` (its tokens
+    over the mean, model.moe.imbalance): its expert FFN kernels (`expert_*`) and its
+    all-to-alls on `ep` (it receives, and sends back, `factor` times the balanced tokens)
+    carry `factor` times the work; its own tokens' dispatch and combine do not change.
+    An all-to-all, and the layer after it, end when their busiest member does: the load
+    GShard bounds with the expert capacity (Lepikhin et al. 2021, Sec. 2.2), here taken
+    as if the capacity did not bind (a dropless router, Megatron-Core's default)."""
     if factor == 1.0:
         return ops
     out: list[Op] = []
     for op in ops:
         if isinstance(op, CommSpec) and op.axis == "ep" and op.collective == "all_to_all":
             out.append(replace(op, bytes=op.bytes * factor))
-        elif isinstance(op, ComputeSpec) and op.name.startswith(_EXPERT_KERNELS):
+        elif isinstance(op, ComputeSpec) and op.name.startswith("expert_"):
             mnk = op.gemm_mnk and (math.ceil(op.gemm_mnk[0] * factor),) + op.gemm_mnk[1:]
             out.append(replace(op, flops=op.flops * factor,
                                bytes_accessed=op.bytes_accessed * factor, gemm_mnk=mnk))
