@@ -107,10 +107,12 @@ def _stage_layers(layers: int, p, unit: int = 1) -> Iterator[Problem]:
 
 def _expert(s: Scenario) -> Iterator[Problem]:
     """Mixture of experts and expert parallelism. Expert-parallel ranks are data-parallel
-    ranks that hold different experts (Megatron-LM --expert-model-parallel-size: the dense
-    layers stay data parallel over all of them, each expert over data/expert ranks;
-    DeepSpeed-MoE's ep_size likewise divides the data-parallel world), so `expert` divides
-    `data` and the experts, and the device count stays data*tensor*pipeline."""
+    ranks that hold different experts: Megatron-Core's initialize_model_parallel
+    (megatron/core/parallel_state.py) raises "data_parallel_size ... is not divisible by
+    expert_model_parallel_size" (--expert-model-parallel-size), the dense layers staying
+    data parallel over all of them and each expert over data/expert ranks; DeepSpeed-MoE's
+    ep_size likewise splits the data-parallel world. So `expert` divides `data` and the
+    experts, and the device count stays data*tensor*pipeline."""
     m, p = s.model, s.parallel
     moe = m.moe if isinstance(m, TransformerModel) else None
     if moe is None:
