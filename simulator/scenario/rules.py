@@ -77,23 +77,28 @@ def _transformer(s: Scenario) -> Iterator[Problem]:
             f"{m.vocab_size} must be a multiple of parallel.tensor={p.tensor} (the "
             f"embedding is split across tensor-parallel ranks; Megatron-LM pads it to "
             f"{padded})")
-    yield from _stage_layers(m.layers, p)
+    yield from _stage_layers(m.layers, p, m.moe.every if m.moe else 1)
     if p.sequence_parallel:
         yield from _must_divide("parallel.tensor", p.tensor, "model.seq_length", m.seq_length)
 
 
-def _stage_layers(layers: int, p) -> Iterator[Problem]:
+def _stage_layers(layers: int, p, unit: int = 1) -> Iterator[Problem]:
     """Explicit per-stage layer counts: one per virtual stage, adding up to the model's
     layers; only the first and last stage (which hold the embedding and the head) may have
-    none. Without them every stage needs at least one layer."""
+    none. Without them every stage needs at least one layer (one block of `unit` layers: a
+    mixture of experts every `unit` layers repeats in blocks of that many)."""
     chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
     given = p.pipeline_layers
     if given is None:
-        if layers < chunks:
+        if layers < chunks * unit:
             yield "parallel.pipeline", (
                 f"{p.pipeline} stages x {chunks // p.pipeline} chunks need at least "
-                f"{chunks} layers; model.layers is {layers}")
+                f"{chunks * unit} layers; model.layers is {layers}")
         return
+    if unit > 1 and any(n % unit for n in given):
+        yield "parallel.pipeline_layers", (
+            f"{given}: each stage's layers must be a multiple of model.moe.every={unit} "
+            f"(the block of dense layers and one MoE layer that repeats)")
     if len(given) != chunks:
         yield "parallel.pipeline_layers", (
             f"has {len(given)} entries; expected one per virtual stage, "
@@ -104,6 +109,39 @@ def _stage_layers(layers: int, p) -> Iterator[Problem]:
     elif any(n == 0 for n in given[1:-1]):
         yield "parallel.pipeline_layers", (
             f"{given}: only the first and last stage may have 0 layers")
+
+
+def _expert(s: Scenario) -> Iterator[Problem]:
+    """Mixture of experts and expert parallelism. Expert-parallel ranks are data-parallel
+    ranks that hold different experts: Megatron-Core's initialize_model_parallel
+    (megatron/core/parallel_state.py) raises "data_parallel_size ... is not divisible by
+    expert_model_parallel_size" (--expert-model-parallel-size), the dense layers staying
+    data parallel over all of them and each expert over data/expert ranks; DeepSpeed-MoE's
+    ep_size likewise splits the data-parallel world. So `expert` divides `data` and the
+    experts, and the device count stays data*tensor*pipeline."""
+    m, p = s.model, s.parallel
+    moe = m.moe if isinstance(m, TransformerModel) else None
+    if moe is None:
+        if p.expert != 1:
+            yield "parallel.expert", (
+                f"{p.expert} needs a mixture-of-experts transformer (model.moe: {{experts, "
+                f"top_k, capacity_factor, every}}); a model of type '{m.type}' without "
+                f"model.moe has no experts to split (allowed: 1)")
+        return
+    assert isinstance(m, TransformerModel)
+    if moe.top_k > moe.experts:
+        yield "model.moe.top_k", (f"{moe.top_k} must be at most model.moe.experts="
+                                  f"{moe.experts}")
+    if m.layers % moe.every:
+        yield "model.moe.every", (f"{moe.every} must divide model.layers={m.layers} "
+                                  f"(valid: {divisors(m.layers)})")
+    yield from _must_divide("parallel.expert", p.expert, "parallel.data", p.data)
+    yield from _must_divide("parallel.expert", p.expert, "model.moe.experts", moe.experts)
+    if moe.imbalance != 1.0 and p.expert == 1:
+        yield "model.moe.imbalance", (
+            f"{moe.imbalance:g} needs parallel.expert > 1: on one expert-parallel rank every "
+            f"device runs all experts on its own tokens, so no rank is busier than another "
+            f"(allowed: 1.0)")
 
 
 def _graph(s: Scenario) -> Iterator[Problem]:
@@ -258,6 +296,7 @@ def _parameter_server(s: Scenario) -> Iterator[Problem]:
                                 "model.mesh and strategies (allowed: semi_auto, auto)")
     for key, value, allowed in (("parallel.tensor", p.tensor, 1),
                                 ("parallel.pipeline", p.pipeline, 1),
+                                ("parallel.expert", p.expert, 1),
                                 ("parallel.optimizer_shard", p.optimizer_shard, 0)):
         if value != allowed:
             yield key, (f"{value} does not apply with parallel.mode: parameter_server, whose "
@@ -273,6 +312,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _devices,
     _batch,
     _transformer,
+    _expert,
     _graph,
     _graph_reductions,
     _one_block,

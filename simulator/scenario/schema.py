@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 __all__ = [
     "Dtype",
     "ClusterSpec",
+    "MoeSpec",
     "TransformerModel",
     "MlpModel",
     "ResnetModel",
@@ -68,6 +69,25 @@ class ClusterSpec(_Closed):
         return self.nodes * self.devices_per_node
 
 
+class MoeSpec(_Closed):
+    """Mixture of experts in the FFN of every `every`-th layer (GShard, Lepikhin et al. 2021:
+    every other layer; Switch Transformer, Fedus et al. 2022; Megatron-LM --num-experts,
+    --moe-router-topk, --moe-expert-capacity-factor, --moe-layer-freq).
+
+    experts: expert FFNs per MoE layer, each of ffn_hidden_size; top_k: experts each token
+    is sent to; capacity_factor: slots per expert over an even share, per sample of
+    seq_length tokens (Switch Sec. 2.2); imbalance: a what-if for `run`, the busiest
+    expert-parallel rank's tokens over the mean (1: balanced routing), which scales that
+    rank's expert FFNs and its dispatch/combine all-to-alls as if the capacity did not bind
+    (a dropless router); `verify` routes the real tokens and ignores it."""
+
+    experts: Annotated[StrictInt, Field(ge=2, le=100_000)]
+    top_k: Annotated[StrictInt, Field(ge=1, le=1_000)] = 1
+    capacity_factor: Annotated[StrictFloat, Field(gt=0, le=1_000.0, allow_inf_nan=False)] = 1.0
+    every: Layers = 1
+    imbalance: Annotated[StrictFloat, Field(ge=1.0, le=1_000.0, allow_inf_nan=False)] = 1.0
+
+
 class TransformerModel(_Closed):
     """A GPT-style decoder: embedding, `layers` blocks (attention + FFN), LM head and loss."""
 
@@ -85,6 +105,7 @@ class TransformerModel(_Closed):
     seq_length: SeqLength
     vocab_size: Vocab
     dtype: Dtype = "bf16"
+    moe: MoeSpec | None = None
 
     @property
     def ffn(self) -> int:
@@ -217,6 +238,11 @@ class ParallelSpec(_Closed):
     data: Degree = 1
     tensor: Degree = 1
     pipeline: Degree = 1
+    # Expert parallel (a mixture-of-experts transformer): the experts of each MoE layer split
+    # over this many of the data-parallel ranks, which exchange tokens by all-to-all. It
+    # divides `data` (Megatron-LM --expert-model-parallel-size; DeepSpeed-MoE ep_size):
+    # devices stay data * tensor * pipeline.
+    expert: Degree = 1
     schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     virtual_stages: Layers = 1
     # Layers of each virtual pipeline stage, in stage order (MindSpore's per-cell
