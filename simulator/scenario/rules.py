@@ -40,6 +40,30 @@ def _devices(s: Scenario) -> Iterator[Problem]:
         )
 
 
+_HETERO_MAX_DEVICES = 1_000_000  # per-device speeds are arrays of this length at most
+
+
+def _cluster(s: Scenario) -> Iterator[Problem]:
+    """node_types cover the nodes exactly; slow entries name devices and nodes that exist."""
+    c = s.cluster
+    if c.node_types is not None and sum(t.nodes for t in c.node_types) != c.nodes:
+        counts = "+".join(str(t.nodes) for t in c.node_types)
+        yield "cluster.node_types", (f"nodes add up to {counts} = "
+                                     f"{sum(t.nodes for t in c.node_types)}; expected "
+                                     f"cluster.nodes = {c.nodes}")
+    for i, slow in enumerate(c.slow):
+        where = f"cluster.slow[{i}]"
+        if not slow.devices and not slow.nodes:
+            yield where, "names no device; give devices: [ranks] or nodes: [indices]"
+        for key, ids, n in (("devices", slow.devices, c.devices), ("nodes", slow.nodes, c.nodes)):
+            bad = [x for x in ids if x >= n]
+            if bad:
+                yield f"{where}.{key}", f"{bad[0]} is out of range (allowed: 0..{n - 1})"
+    if not c.uniform and c.devices > _HETERO_MAX_DEVICES:
+        yield "cluster", (f"{c.devices} devices with node_types, slow or jitter; at most "
+                          f"{_HETERO_MAX_DEVICES} are simulated with per-device speeds")
+
+
 def _batch(s: Scenario) -> Iterator[Problem]:
     t, p = s.training, s.parallel
     per_step = t.micro_batch_size * p.data
@@ -147,6 +171,7 @@ def _offload(s: Scenario) -> Iterator[Problem]:
 
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _devices,
+    _cluster,
     _batch,
     _transformer,
     _graph,
