@@ -51,11 +51,21 @@ def _scenario_and_hw(scenario: Any, hw: Any) -> tuple[Any, Any]:
 def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") -> Any:
     """One training iteration (`shardsim run`): a SimResult. `scenario` is a name, a path, a
     LoadedScenario or a Scenario; `hw` defaults to the profile the scenario names.
-    `simulator.report.summary(result)` is the `run --json` object."""
+    `simulator.report.summary(result)` is the `run --json` object; `result.notes` says which
+    `hardware.` overrides of a LoadedScenario changed nothing, as `run` does."""
+    import dataclasses
+
+    from simulator.cli._common import LoadedScenario
+    from simulator.overrides import override_notes
     from simulator.simulate import simulate as _simulate
 
+    if isinstance(scenario, str):
+        scenario = load_scenario(scenario)
     sc, profile = _scenario_and_hw(scenario, hw)
-    return _simulate(sc, profile, fidelity)
+    result = _simulate(sc, profile, fidelity)
+    if isinstance(scenario, LoadedScenario) and hw is None and scenario.hardware_overrides:
+        result = dataclasses.replace(result, notes=override_notes(scenario, profile, result))
+    return result
 
 
 def verify(scenario: Any, hw: Any = None) -> Any:
