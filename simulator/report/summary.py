@@ -66,7 +66,7 @@ def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.2f} GB"
 
 
-def _pace_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+def pace_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     """Which device set the pace, and the jitter distribution."""
     rows = []
     c = s.get("critical_path")
@@ -107,7 +107,7 @@ def format_table(s: dict[str, Any]) -> str:
     comm = s["communication"]
     rows.append(("communication", f"{_gb(comm['bytes_per_device'])} per device"))
     rows += [(f"  {k}", _gb(v)) for k, v in comm["by_collective"].items()]
-    rows += _pace_rows(s)
+    rows += pace_rows(s)
     sim = s["simulation"]
     rows.append(("simulation", f"{sim['events']} events in {sim['wall_s']:.3f} s"))
     rows += [("note", note) for note in s.get("notes", ())]
