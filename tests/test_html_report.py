@@ -63,7 +63,8 @@ def test_report_opens_in_headless_chromium(report_dir, result):
         page.goto((report_dir / "report.html").as_uri())
         rows = page.locator("#summary-table tbody tr")
         assert rows.count() == 10  # the summary, with the device that set the pace
-        assert rows.nth(8).inner_text().startswith("pace set by\tdevice 0 (node 0, stage 0")
+        assert rows.nth(8).inner_text().startswith(
+            f"pace set by\tdevice {result.critical_path['device']} (node ")
         assert rows.nth(2).inner_text().split("\t")[1] == \
             f"{result.iteration_time_s:.4f} s"
         for fig_id, _ in FIGURES.values():
