@@ -116,6 +116,10 @@ def cluster_hardware(scenario: Any, hw: HardwareProfile,
     profile; `load` reads another profile by name (default: `hardware.load.load_profile`)."""
     from simulator.hardware.load import load_profile
 
+    from simulator.scenario.rules import cluster_problems
+
+    for key, message in cluster_problems(scenario):  # a scenario changed after validation
+        raise InputError(scenario.source, key, message)
     c = scenario.cluster
     profiles, node_kind = _kinds(scenario, hw, load or load_profile)
     n, per = c.devices, c.devices_per_node

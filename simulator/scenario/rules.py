@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from simulator.errors import InputError
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
 
-__all__ = ["check_rules", "divisors"]
+__all__ = ["check_rules", "divisors", "cluster_problems"]
 
 Problem = tuple[str, str]
 
@@ -43,7 +43,7 @@ def _devices(s: Scenario) -> Iterator[Problem]:
 _HETERO_MAX_DEVICES = 1_000_000  # per-device speeds are arrays of this length at most
 
 
-def _cluster(s: Scenario) -> Iterator[Problem]:
+def cluster_problems(s: Scenario) -> Iterator[Problem]:
     """node_types cover the nodes exactly; slow entries name devices and nodes that exist."""
     c = s.cluster
     if c.node_types is not None and sum(t.nodes for t in c.node_types) != c.nodes:
@@ -171,7 +171,7 @@ def _offload(s: Scenario) -> Iterator[Problem]:
 
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _devices,
-    _cluster,
+    cluster_problems,
     _batch,
     _transformer,
     _graph,
