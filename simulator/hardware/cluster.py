@@ -115,7 +115,6 @@ def cluster_hardware(scenario: Any, hw: HardwareProfile,
     """The per-device kinds and speeds of `scenario`'s cluster; `hw` is the scenario's own
     profile; `load` reads another profile by name (default: `hardware.load.load_profile`)."""
     from simulator.hardware.load import load_profile
-
     from simulator.scenario.rules import cluster_problems
 
     for key, message in cluster_problems(scenario):  # a scenario changed after validation
