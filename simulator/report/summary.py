@@ -107,9 +107,9 @@ def format_table(s: dict[str, Any]) -> str:
     comm = s["communication"]
     rows.append(("communication", f"{_gb(comm['bytes_per_device'])} per device"))
     rows += [(f"  {k}", _gb(v)) for k, v in comm["by_collective"].items()]
-    rows += pace_rows(s)
     sim = s["simulation"]
     rows.append(("simulation", f"{sim['events']} events in {sim['wall_s']:.3f} s"))
+    rows += pace_rows(s)  # after the CONTRACT figures, which scripts read line by line
     rows += [("note", note) for note in s.get("notes", ())]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
