@@ -47,7 +47,7 @@ _PROFILE_HEADERS = {
 
 
 NameArg = Annotated[str | None, typer.Argument(
-    metavar="[NAME]", help="A profile name or YAML path: print every field with its value and "
+    metavar="NAME", help="A profile name or YAML path: print every field with its value and "
     "source.", show_default=False)]
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", metavar="KEY=VALUE", help="With NAME: override a field (as `run --set "
