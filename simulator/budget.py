@@ -76,6 +76,14 @@ def _buckets(s: Scenario) -> int:
 
 def estimate_run(s: Scenario, fidelity: str = "representative") -> Estimate:
     """Tasks `run` will simulate, and the key that contributes most."""
+    jitter = s.cluster.jitter
+    if jitter is not None:  # the step, then each jitter sample, simulated in full
+        one = estimate_run(s.model_copy(update={"cluster": s.cluster.model_copy(
+            update={"jitter": None})}), fidelity)
+        steps = 1 + jitter.samples
+        return Estimate(one.count * steps, "cluster.jitter.samples",
+                        f"{steps} steps (1 + {jitter.samples} jitter samples) of "
+                        f"{one.count:,} tasks: {one.detail}")
     p = s.parallel
     if isinstance(s.model, GraphModel):
         return Estimate(len(s.model.ops) * 2 * (s.devices if fidelity == "full" else 1),

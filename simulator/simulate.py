@@ -22,6 +22,7 @@ from simulator.errors import InputError
 from simulator.framework.apply import fp8_recipe, with_auto_fusion, with_framework_memory
 from simulator.framework.load import framework_for
 from simulator.framework.schema import FrameworkProfile
+from simulator.heterogeneous import Cluster, jitter_report, pace_report
 from simulator.report.metrics import (
     MemoryPeak,
     breakdown,
@@ -49,6 +50,9 @@ class SimResult:
     stream (keys of report.metrics.BREAKDOWN_KEYS, summing to iteration_time_s).
     memory: the highest allocation peak over devices; comm_device communicates the most and
     comm_bytes are its bytes per collective. wall_s: seconds simulate() took.
+    critical_path: who set the pace (`heterogeneous.pace_report`); jitter: the distribution
+    of iteration times under `cluster.jitter` (None without); notes: what the caller should
+    know about the inputs (overrides that changed nothing, ...).
     """
 
     scenario: Scenario
@@ -68,6 +72,9 @@ class SimResult:
     peak_flops_per_s: float
     wall_s: float
     framework: FrameworkProfile | None = None
+    critical_path: dict[str, Any] | None = None
+    jitter: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         return (f"SimResult({self.scenario.name}: {self.iteration_time_s:.4g} s/iteration, "
@@ -103,6 +110,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     `fidelity='full'` simulates every device instead of one per pipeline stage."""
     t0 = time.perf_counter()
     _check(scenario, fidelity)
+    injected = costs
     costs = costs or CostModel.from_hardware(hw)
     fw = framework_for(scenario, hw)
     if isinstance(scenario.model, TransformerModel):
@@ -114,19 +122,26 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         gp = _graph_program(scenario)
         prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
     lowered = with_auto_fusion(scenario, fw, prog.grad_bytes)
-    plan = with_framework_memory(lower(lowered, prog, costs, fidelity, mesh), scenario, fw,
-                                 prog, mesh)
+    cluster = Cluster(scenario, hw, fidelity, mesh, injected)
+
+    def lower_with(device_costs: Any) -> Plan:
+        return lower(lowered, prog, costs, fidelity, mesh, device_costs)
+
+    plan = with_framework_memory(lower_with(cluster.device_costs), scenario, fw, prog, mesh)
     trace = run(plan)
     grouped = by_device(plan)
     ends = device_end(plan, trace)
     slowest = max(plan.devices, key=lambda d: (ends[d], -d))
     parts = breakdown(plan, trace, slowest, ends[slowest])
     comm_dev, comm = comm_volumes(plan, grouped)
+    peak = memory_peak(plan, trace, grouped, cluster.capacity_bytes)
     return SimResult(
         scenario=scenario, fidelity=fidelity, program=prog, plan=plan, trace=trace,
         iteration_time_s=ends[slowest], slowest_device=slowest,
-        breakdown_s=tuple(parts.items()), memory=memory_peak(plan, trace, grouped),
-        capacity_bytes=float(hw.memory_capacity_bytes), comm_device=comm_dev,
+        breakdown_s=tuple(parts.items()), memory=peak,
+        capacity_bytes=cluster.capacity_bytes(peak.device), comm_device=comm_dev,
         comm_bytes=tuple(comm.items()), model_flops=model, hardware_flops=hardware,
-        peak_flops_per_s=float(hw.peak_flops_per_s(scenario.model.dtype)),
-        wall_s=time.perf_counter() - t0, framework=fw)
+        peak_flops_per_s=cluster.mean_peak_flops_per_s(scenario.model.dtype),
+        wall_s=time.perf_counter() - t0, framework=fw,
+        critical_path=pace_report(cluster, plan, trace),
+        jitter=jitter_report(cluster, lower_with))

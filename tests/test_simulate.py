@@ -190,11 +190,12 @@ def test_activation_peak_of_1f1b_holds_p_micro_batches_on_the_first_stage(a100):
 
 def test_summary_has_exactly_the_contract_keys(a100):
     s = summary(simulate(_scenario(tensor=2, data=2, micro=2), a100))
-    # the CONTRACT section 3 keys in order, then the extension: layers per pipeline stage
+    # the CONTRACT section 3 keys in order, then the extensions: layers per pipeline stage,
+    # the device that set the pace, notes on the inputs (and `jitter` under cluster.jitter)
     assert list(s) == ["scenario", "devices", "iteration_time_s", "samples_per_s",
                        "tokens_per_s", "model_flops_per_iteration", "tflops_per_device",
                        "mfu", "hfu", "breakdown_s", "memory", "communication", "simulation",
-                       "pipeline_layers"]
+                       "pipeline_layers", "critical_path", "notes"]
     assert s["pipeline_layers"] == [8]
     assert list(s["breakdown_s"]) == ["compute", "recompute", "comm_exposed", "bubble",
                                       "offload_exposed", "optimizer"]

@@ -15,7 +15,7 @@ from simulator.scenario.schema import (
     TransformerModel,
 )
 
-__all__ = ["check_rules", "divisors"]
+__all__ = ["check_rules", "divisors", "cluster_problems"]
 
 Problem = tuple[str, str]
 
@@ -44,6 +44,30 @@ def _devices(s: Scenario) -> Iterator[Problem]:
             f"cluster.nodes*cluster.devices_per_node = {c.nodes}*{c.devices_per_node} = "
             f"{c.devices}"
         )
+
+
+_HETERO_MAX_DEVICES = 1_000_000  # per-device speeds are arrays of this length at most
+
+
+def cluster_problems(s: Scenario) -> Iterator[Problem]:
+    """node_types cover the nodes exactly; slow entries name devices and nodes that exist."""
+    c = s.cluster
+    if c.node_types is not None and sum(t.nodes for t in c.node_types) != c.nodes:
+        counts = "+".join(str(t.nodes) for t in c.node_types)
+        yield "cluster.node_types", (f"nodes add up to {counts} = "
+                                     f"{sum(t.nodes for t in c.node_types)}; expected "
+                                     f"cluster.nodes = {c.nodes}")
+    for i, slow in enumerate(c.slow):
+        where = f"cluster.slow[{i}]"
+        if not slow.devices and not slow.nodes:
+            yield where, "names no device; give devices: [ranks] or nodes: [indices]"
+        for key, ids, n in (("devices", slow.devices, c.devices), ("nodes", slow.nodes, c.nodes)):
+            bad = [x for x in ids if x >= n]
+            if bad:
+                yield f"{where}.{key}", f"{bad[0]} is out of range (allowed: 0..{n - 1})"
+    if not c.uniform and c.devices > _HETERO_MAX_DEVICES:
+        yield "cluster", (f"{c.devices} devices with node_types, slow or jitter; at most "
+                          f"{_HETERO_MAX_DEVICES} are simulated with per-device speeds")
 
 
 def _batch(s: Scenario) -> Iterator[Problem]:
@@ -310,6 +334,7 @@ def _parameter_server(s: Scenario) -> Iterator[Problem]:
 
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _devices,
+    cluster_problems,
     _batch,
     _transformer,
     _expert,

@@ -25,6 +25,8 @@ buffers while they run; model states are allocated before the iteration (`Plan.s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from simulator.errors import InputError
 from simulator.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.schedule.costs import CostModel
@@ -49,11 +51,14 @@ class Lowering:
     (`schedule.reduction`) adds its collectives. Used once by `lower`, then dropped."""
 
     def __init__(self, scenario: Scenario, prog: TransformerProgram, costs: CostModel,
-                 fidelity: str, ranks: RankMesh) -> None:
+                 fidelity: str, ranks: RankMesh, share: Lowering | None = None) -> None:
         self.sc, self.prog, self.costs, self.fidelity = scenario, prog, costs, fidelity
         self.ranks = ranks
-        self.work: tuple[StageWork, ...] = stage_work(scenario, prog, ranks, costs)
-        self.b = Builder()
+        # share: a view for devices priced by another cost model (schedule.device_costs),
+        # emitting into the same plan with the same layers per stage
+        layers = tuple(w.layers for w in share.work) if share else None
+        self.work: tuple[StageWork, ...] = stage_work(scenario, prog, ranks, costs, layers)
+        self.b: Builder = share.b if share else Builder()
         self.e = DTYPE_BYTES[prog.dtype]
         self.ge = prog.grad_bytes  # gradient elements: buffer and reduction
         self.par = scenario.parallel
@@ -100,9 +105,11 @@ class Lowering:
         nbytes = self.prog.boundary_bytes
         intra = self.ranks.same_node(dev, peer)
         buf = (("communication_buffers", nbytes),)
+        pair = self.costs.peer_send_s
+        seconds = pair(nbytes, intra, dev, peer) if pair else self.send_s[intra]
         self.b.add(("S", dev, direction, mb, vs), device=dev, stream="pp_" + direction,
                    name="send_" + direction, phase="comm", micro=mb, chunk=vs,
-                   duration_s=self.send_s[intra], deps=(after,),
+                   duration_s=seconds, deps=(after,),
                    link="fabric" if intra else "nic", comm=(("send_recv", nbytes),),
                    alloc=buf, free=buf)
 
@@ -230,14 +237,27 @@ def _check(scenario: Scenario, prog: TransformerProgram) -> None:
 
 
 def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
-          fidelity: str = "representative", model_mesh: Mesh | None = None) -> Plan:
+          fidelity: str = "representative", model_mesh: Mesh | None = None,
+          device_costs: Callable[[int], CostModel] | None = None) -> Plan:
     """The task streams of one training iteration of `scenario` (see the module docstring).
-    `model_mesh`: an operator graph's own device mesh (default: (dp, tp) of `parallel`)."""
+    `model_mesh`: an operator graph's own device mesh (default: (dp, tp) of `parallel`).
+    `device_costs(rank)`: the cost model of each simulated device where they differ
+    (`schedule.device_costs`; default `costs` for all)."""
     assert fidelity in FIDELITIES, f"fidelity must be one of {FIDELITIES}"
     _check(scenario, program)
     low = Lowering(scenario, program, costs, fidelity, rank_mesh(scenario, model_mesh))
     devices, represents = low.ranks.simulated(fidelity)
-    static = tuple(low.device(dev) for dev in devices)
+    views: dict[int, Lowering] = {}
+
+    def view(dev: int) -> Lowering:
+        if device_costs is None:
+            return low
+        c = device_costs(dev)
+        if id(c) not in views:
+            views[id(c)] = Lowering(scenario, program, c, fidelity, low.ranks, share=low)
+        return views[id(c)]
+
+    static = tuple(view(dev).device(dev) for dev in devices)
     tasks: tuple[Task, ...] = low.b.tasks()
     streams = tuple((dev, name, tuple(tids)) for (dev, name), tids in low.b.streams.items())
     return Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,

@@ -115,8 +115,10 @@ def stage_layers(scenario: Scenario, stages: int, layer_s: float, embed_s: float
 
 
 def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
-               costs: CostModel) -> tuple[StageWork, ...]:
-    """Priced work of every virtual stage, indexed by virtual stage."""
+               costs: CostModel, layers: tuple[int, ...] | None = None
+               ) -> tuple[StageWork, ...]:
+    """Priced work of every virtual stage, indexed by virtual stage; `layers`: the layers
+    of each virtual stage when already chosen (default: `stage_layers`)."""
     groups: dict[str, GroupSpec] = layout.groups()
     c = scenario.parallel.overlap.copies
 
@@ -127,8 +129,8 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
     ef, eb = price(prog.embed_fwd), price(prog.embed_bwd)
     hf, hb = price(prog.head_fwd), price(prog.head_bwd)
     seconds = lambda f, b: f.compute_s + f.comm_s + b.compute_s + b.comm_s  # noqa: E731
-    split = stage_layers(scenario, layout.virtual_stages, seconds(lf, lb), seconds(ef, eb),
-                         seconds(hf, hb), prog.layers_per_block)
+    split = layers or stage_layers(scenario, layout.virtual_stages, seconds(lf, lb),
+                                   seconds(ef, eb), seconds(hf, hb), prog.layers_per_block)
     head_params = prog.params_head + (prog.params_output if layout.pipeline > 1 else 0)
     working = 0.0
     if scenario.parallel.recompute != "none":
