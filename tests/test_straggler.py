@@ -185,3 +185,19 @@ def test_cluster_rules(value, key, message):
     assert res.exit_code == 2
     assert f"{key}: " in res.stderr and message in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_plan_keeps_the_stragglers_of_its_own_cluster():
+    """The planner's configurations keep `cluster.slow` (and node kinds, jitter) on the
+    scenario's own devices, and refuse a resized cluster by name rather than drop them."""
+    from simulator.cli._common import load_scenario
+    from simulator.errors import InputError
+    from simulator.planner.space import Config, apply_config, config_of
+
+    sc = load_scenario("straggler-dp16-a100", []).scenario
+    same = apply_config(sc, config_of(sc))
+    assert same.cluster.slow == sc.cluster.slow and same.cluster.slow
+    smaller = Config(8, 1, 1, 1, "1f1b", 1, False, "none", 0, False)
+    with pytest.raises(InputError) as err:
+        apply_config(sc, smaller)
+    assert err.value.key == "cluster" and "16 devices" in err.value.message
