@@ -16,7 +16,7 @@ from simulator.numeric.dist import DistTensor, assemble, distribute, replica_mis
 from simulator.numeric.execute import Execution, Faults, run_microbatch
 from simulator.numeric.optimizer import update
 from simulator.numeric.ps import PsRun, ps_step
-from simulator.scenario.schema import Scenario
+from simulator.scenario.schema import GraphModel, Scenario
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
@@ -252,12 +252,27 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
     """Verify a scenario's plan; InputError when its strategies cannot be planned.
     `fused_attention`: the hardware profile's default for `model.attention: auto`, so that
     verify proves the plan `run` times."""
+    copies = s.parallel.overlap.copies
+    if copies > 1 and not isinstance(s.model, GraphModel):
+        # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
+        # after another, their gradients summed: verify executes exactly those slices
+        s = s.model_copy(update={"training": s.training.model_copy(update={
+            "micro_batch_size": s.training.micro_batch_size // copies})})
     try:
         case = build_case(s, fused_attention)
         spec = s.parallel.parameter_server
         ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
-        return verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
-                           s.parallel.optimizer_shard >= 1, faults, s.name, ps)
+        result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
+                             s.parallel.optimizer_shard >= 1, faults, s.name, ps)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
+    if copies > 1 and not isinstance(s.model, GraphModel):
+        note = (f"multi-copy: each micro-batch ran as {copies} slices of "
+                f"{s.training.micro_batch_size}, one after another, gradients summed")
+        result = dataclasses.replace(result, notes=result.notes + (note,))
+    elif copies > 1:
+        result = dataclasses.replace(result, notes=result.notes + (
+            "multi-copy is not executed for an operator graph (its batch is its input "
+            "tensors): the plan was checked whole",))
+    return result
 
