@@ -21,18 +21,53 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Broadcast
 from simulator.sharding.redistribute import RedistStep
 
-__all__ = ["DistTensor", "distribute", "assemble", "replica_mismatch", "apply_step"]
+__all__ = ["DistTensor", "distribute", "assemble", "replica_mismatch", "apply_step", "Stack",
+           "stack_of", "add"]
 
 Region = tuple[slice, ...]
+Stack = tuple[tuple[int, ...], np.ndarray]
+"""Ranks and their blocks stacked along a leading axis (block i belongs to ranks[i])."""
 
 
 @dataclass(frozen=True, eq=False)
 class DistTensor:
-    """A logical tensor of `shape` held as one block per device rank under `layout`."""
+    """A logical tensor of `shape` held as one block per device rank under `layout`.
+    `stacks`, when given, cover every rank: `blocks` are views of them (numeric.local).
+    Blocks are never written in place, so replicas that received the same values may
+    share one array."""
 
     shape: tuple[int, ...]
     layout: Layout
     blocks: tuple[np.ndarray, ...]
+    stacks: tuple[Stack, ...] = ()
+
+
+def stack_of(t: DistTensor, ranks: tuple[int, ...]) -> np.ndarray:
+    """The blocks of `ranks` stacked along a new leading axis: a kept stack of the same
+    ranks as is, one array every rank shares as a stride-0 view, else a copy."""
+    for rs, arr in t.stacks:
+        if rs is ranks or rs == ranks:
+            return arr
+    first = t.blocks[ranks[0]]
+    if all(t.blocks[r] is first for r in ranks):
+        return np.broadcast_to(first, (len(ranks),) + first.shape)
+    return np.stack([t.blocks[r] for r in ranks])
+
+
+def add(a: DistTensor | None, b: DistTensor) -> DistTensor:
+    """Blockwise sum of two tensors in one layout (stack by stack where both have them)."""
+    if a is None:
+        return b
+    assert a.layout == b.layout, (a.layout, b.layout)
+    if a.stacks and [rs for rs, _ in a.stacks] == [rs for rs, _ in b.stacks]:
+        stacks = tuple((rs, x + y) for (rs, x), (_, y) in zip(a.stacks, b.stacks))
+        blocks: list[np.ndarray] = [np.empty(0)] * len(a.blocks)
+        for rs, arr in stacks:
+            arr.flags.writeable = False
+            for i, r in enumerate(rs):
+                blocks[r] = arr[i]
+        return DistTensor(a.shape, a.layout, tuple(blocks), stacks)
+    return DistTensor(a.shape, a.layout, tuple(x + y for x, y in zip(a.blocks, b.blocks)))
 
 
 def _region(layout: Layout, shape: tuple[int, ...], mesh: Mesh, rank: int) -> Region:
@@ -55,27 +90,30 @@ def distribute(full: np.ndarray, layout: Layout, mesh: Mesh,
     and copied to its replicas along broadcast axes, which must hold identical blocks."""
     shape = tuple(full.shape)
     layout.check(shape, mesh, uneven=True)
-    blocks = [full[reg].copy() for reg in regions(layout, shape, mesh)]
+    canon = _canonicals(layout, mesh)
+    blocks: list[np.ndarray | None] = [
+        full[reg].copy() if canon[r] == r else None
+        for r, reg in enumerate(regions(layout, shape, mesh))]
     for axis in layout.partial_axes():
         for r in range(mesh.size):
             group = _groups(mesh, axis)[r]
-            if group[0] != r or _canonical(layout, mesh, r) != r:
+            if group[0] != r or canon[r] != r:
                 continue
             for member, part in zip(group, _partial_split(blocks[r], len(group), rng)):
                 blocks[member] = part
-    for r in range(mesh.size):
-        blocks[r] = blocks[_canonical(layout, mesh, r)]
-    return DistTensor(shape, layout, tuple(b.copy() for b in blocks))
+    return DistTensor(shape, layout, tuple(_present(blocks[canon[r]])
+                                           for r in range(mesh.size)))
 
 
-def _canonical(layout: Layout, mesh: Mesh, rank: int) -> int:
-    """The rank holding the same data with coordinate 0 on every broadcast axis."""
-    return _canonicals(layout, mesh)[rank]
+def _present(block: np.ndarray | None) -> np.ndarray:
+    assert block is not None, "a canonical rank's block is always laid out"
+    return block
 
 
 @lru_cache(maxsize=256)
 def _canonicals(layout: Layout, mesh: Mesh) -> tuple[int, ...]:
-    """`_canonical` of every rank, computed once per (layout, mesh)."""
+    """Per rank, the rank holding the same data with coordinate 0 on every broadcast axis
+    (computed once per (layout, mesh))."""
     out = []
     for rank in range(mesh.size):
         coords = list(mesh.coords(rank))
@@ -88,6 +126,8 @@ def _canonicals(layout: Layout, mesh: Mesh) -> tuple[int, ...]:
 
 def assemble(t: DistTensor, mesh: Mesh) -> np.ndarray:
     """The logical value: disjoint blocks placed, Partial summands added, replicas once."""
+    if mesh.size == 1:
+        return np.asarray(t.blocks[0])
     full = np.zeros(t.shape, dtype=t.blocks[0].dtype if t.blocks else float)
     canon, regs = _canonicals(t.layout, mesh), regions(t.layout, t.shape, mesh)
     for r in range(mesh.size):
@@ -102,7 +142,7 @@ def replica_mismatch(t: DistTensor, mesh: Mesh) -> float:
     canon = _canonicals(t.layout, mesh)
     for r in range(mesh.size):
         c = canon[r]
-        if c != r and t.blocks[r].size:
+        if c != r and t.blocks[r].size and t.blocks[r] is not t.blocks[c]:
             worst = max(worst, float(np.max(np.abs(t.blocks[r] - t.blocks[c]))))
     return worst
 
@@ -215,7 +255,7 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
     dsts = regions(step.dst, t.shape, mesh)
     groups = _groups(mesh, step.axis)
     dtype = t.blocks[0].dtype
-    add = step.kind in ("all_reduce", "reduce_scatter")
+    summed = step.kind in ("all_reduce", "reduce_scatter")
     sources: dict[tuple[int, ...], _GroupSource] = {}
     done: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
     blocks = []
@@ -231,11 +271,9 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
         key = (group, _key(dst))
         if key not in done:
             if group not in sources:
-                sources[group] = _GroupSource(t, src, group, add)
-            done[key] = _gather_into(sources[group], dst, dtype, add)
-            blocks.append(done[key])
-        else:
-            blocks.append(done[key].copy())
+                sources[group] = _GroupSource(t, src, group, summed)
+            done[key] = _gather_into(sources[group], dst, dtype, summed)
+        blocks.append(done[key])
     return DistTensor(t.shape, step.dst, tuple(blocks))
 
 

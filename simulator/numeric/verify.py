@@ -12,7 +12,7 @@ import numpy as np
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.numeric.cases import VerifyCase, build_case
-from simulator.numeric.dist import DistTensor, assemble, distribute, replica_mismatch
+from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
 from simulator.numeric.execute import Execution, Faults, run_microbatch
 from simulator.numeric.optimizer import update
 from simulator.scenario.schema import Scenario
@@ -148,10 +148,23 @@ def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
         else:
             g = reduce_grad(ex, plan, g, target)
         local = ex.move(p, target, forward=False)
-        updated = DistTensor(p.shape, target, tuple(
-            update(kind, pb, gb, lr) for pb, gb in zip(local.blocks, g.blocks)))
+        updated = DistTensor(p.shape, target, _updated(kind, local, g, lr))
         new[name], reduced[name] = ex.move(updated, p.layout, forward=False), g
     return new, reduced
+
+
+def _updated(kind: str, param: DistTensor, grad: DistTensor, lr: float
+             ) -> tuple[np.ndarray, ...]:
+    """Each rank's updated block; ranks that hold the very same parameter and gradient
+    arrays (replicas after an all-reduce) get the one result of that pure update."""
+    done: dict[tuple[int, int], np.ndarray] = {}
+    out = []
+    for pb, gb in zip(param.blocks, grad.blocks):
+        key = (id(pb), id(gb))
+        if key not in done:
+            done[key] = update(kind, pb, gb, lr)
+        out.append(done[key])
+    return tuple(out)
 
 
 @dataclass
@@ -163,8 +176,9 @@ class _Outcome:
     collectives: dict[str, int]
 
 
-def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults) -> _Outcome:
-    mesh, ex = plan.mesh, Execution(plan, faults)
+def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
+         vectorised: bool = True) -> _Outcome:
+    mesh, ex = plan.mesh, Execution(plan, faults, vectorised=vectorised)
     params = {n: distribute(v, plan.layouts[n], mesh) for n, v in params0.items()}
     acts: dict[str, np.ndarray] = {}
     replica: dict[str, float] = {}
@@ -179,8 +193,7 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults) -> _Outc
         local = run_microbatch(ex, params, batch, 1.0 / len(batches),
                                record if i == 0 else None, batch_offset=i * rows)
         for n, g in local.items():
-            total[n] = g if n not in total else DistTensor(
-                g.shape, g.layout, tuple(a + b for a, b in zip(total[n].blocks, g.blocks)))
+            total[n] = add(total.get(n), g)
     new, reduced = _step(ex, plan, params, total, kind, lr, shard)
     counts: dict[str, int] = {}
     for s in ex.comm_log:
@@ -209,7 +222,8 @@ def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: float,
 
 def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, seed: int = 0,
                 shard_optimizer: bool = False, faults: Faults | None = None,
-                name: str = "") -> VerifyResult:
+                name: str = "", vectorised: bool = True) -> VerifyResult:
+    """`vectorised=False` runs every local kernel rank by rank (numeric.local)."""
     faults = faults or Faults()
     rng = np.random.default_rng(seed)
     dtype, m = case.dtype, case.micro_batches
@@ -217,7 +231,7 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     data = _data(case.whole, rng, dtype)
     batches = _split_batch(data, m)
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize)
-    got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults)
+    got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, vectorised)
     one = Mesh.of(single=1)
     ref = _run(build_plan(_unsharded(case.whole), one), params, [data], optimizer, lr, False,
                Faults())
