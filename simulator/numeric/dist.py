@@ -99,7 +99,7 @@ def distribute(full: np.ndarray, layout: Layout, mesh: Mesh,
             group = _groups(mesh, axis)[r]
             if group[0] != r or canon[r] != r:
                 continue
-            for member, part in zip(group, _partial_split(blocks[r], len(group), rng)):
+            for member, part in zip(group, _partial_split(_present(blocks[r]), len(group), rng)):
                 blocks[member] = part
     return DistTensor(shape, layout, tuple(_present(blocks[canon[r]])
                                            for r in range(mesh.size)))
