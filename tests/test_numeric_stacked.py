@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_rules_property import KINDS, _graph
 
+from simulator.graph.graph import GraphBuilder
 from simulator.numeric.cases import build_case
 from simulator.numeric.dist import DistTensor, distribute
 from simulator.numeric.execute import Execution, Faults, run_microbatch
@@ -43,6 +44,18 @@ def _same(got, want, what: str, dtype=np.float64) -> None:
     assert float(np.max(np.abs(got - want), initial=0.0)) <= tol * scale, what
 
 
+def _graph_of(kind: str, u: int):
+    """test_rules_property's one-op graphs, and FusedAttention (q [b,s,g,r,d], k, v
+    [b,t,g,d]) with dropout."""
+    if kind != "attention":
+        return _graph(kind, u)
+    g = GraphBuilder()
+    q = g.tensor("q", (u, 4, 2 * u, 2, 3))
+    k, v = g.tensor("k", (u, 4, 2 * u, 3)), g.tensor("v", (u, 4, 2 * u, 3))
+    g.op("FusedAttention", [q, k, v], "y", p=0.3, seed=5)
+    return g.build()
+
+
 def _one_op(graph, mesh, sig, seed):
     """(plan, distributed inputs, output gradient) of a one-op graph under `sig`."""
     op = graph.ops[0]
@@ -67,14 +80,14 @@ def _both_ways(plan, ins, dy):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(KINDS), sizes=st.lists(st.sampled_from([1, 2, 3]), min_size=1,
-                                                    max_size=2),
+@given(kind=st.sampled_from(KINDS + ["attention"]),
+       sizes=st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=2),
        unit=st.sampled_from([None, 2, 5]), data=st.data())
 def test_stacked_kernel_equals_rank_by_rank(kind, sizes, unit, data):
     """unit=None: every dim divides evenly; 2 or 5: torch.chunk splits, shards of unequal
     (or empty) size run as separate stacks."""
     mesh = Mesh(tuple((f"a{i}", s) for i, s in enumerate(sizes)))
-    graph = _graph(kind, unit or int(np.prod(sizes)))
+    graph = _graph_of(kind, unit or int(np.prod(sizes)))
     op = graph.ops[0]
     sig = data.draw(st.sampled_from(signatures(graph.labels(op), mesh)))
     plan, ins, dy = _one_op(graph, mesh, sig, data.draw(st.integers(0, 99)))

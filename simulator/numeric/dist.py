@@ -46,8 +46,9 @@ def stack_of(t: DistTensor, ranks: tuple[int, ...]) -> np.ndarray:
     """The blocks of `ranks` stacked along a new leading axis: a kept stack of the same
     ranks as is, one array every rank shares as a stride-0 view, else a copy."""
     for rs, arr in t.stacks:
-        if rs is ranks or rs == ranks:
-            return arr
+        if (rs is ranks or rs == ranks) and all(
+                np.may_share_memory(t.blocks[r], arr) for r in (ranks[0], ranks[-1])):
+            return arr  # (a tensor rebuilt with other blocks but the old stacks is not)
     first = t.blocks[ranks[0]]
     if all(t.blocks[r] is first for r in ranks):
         return np.broadcast_to(first, (len(ranks),) + first.shape)
@@ -128,12 +129,36 @@ def assemble(t: DistTensor, mesh: Mesh) -> np.ndarray:
     """The logical value: disjoint blocks placed, Partial summands added, replicas once."""
     if mesh.size == 1:
         return np.asarray(t.blocks[0])
+    whole = _stacked_whole(t, mesh)
+    if whole is not None:
+        return whole
     full = np.zeros(t.shape, dtype=t.blocks[0].dtype if t.blocks else float)
     canon, regs = _canonicals(t.layout, mesh), regions(t.layout, t.shape, mesh)
+    partial = bool(t.layout.partial_axes())
     for r in range(mesh.size):
         if canon[r] == r:
-            full[regs[r]] += t.blocks[r]
+            if partial:
+                full[regs[r]] += t.blocks[r]
+            else:  # canonical regions are disjoint
+                full[regs[r]] = t.blocks[r]
     return full
+
+
+def _stacked_whole(t: DistTensor, mesh: Mesh) -> np.ndarray | None:
+    """The logical value as one reshape of a stack that holds every rank in rank order,
+    where the ranks' regions are consecutive equal blocks of the first dim (data parallel
+    activations); None otherwise."""
+    if len(t.stacks) != 1 or not t.shape or t.layout.partial_axes():
+        return None
+    ranks, arr = t.stacks[0]
+    rows = arr.shape[1] if arr.ndim > 1 else 0
+    if ranks != tuple(range(mesh.size)) or rows * mesh.size != t.shape[0]:
+        return None
+    rest = tuple(slice(0, n) for n in t.shape[1:])
+    for r, reg in enumerate(regions(t.layout, t.shape, mesh)):
+        if reg[0] != slice(r * rows, (r + 1) * rows) or reg[1:] != rest:
+            return None
+    return arr.reshape(t.shape)
 
 
 def replica_mismatch(t: DistTensor, mesh: Mesh) -> float:
@@ -259,13 +284,10 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
     sources: dict[tuple[int, ...], _GroupSource] = {}
     done: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
     blocks = []
+    if step.kind == "to_partial":
+        return _to_partial(t, step, mesh, src, dsts)
     for r in range(mesh.size):
         dst, group = dsts[r], groups[r]
-        if step.kind == "to_partial":
-            keep = group[0] == r or not _is_broadcast(t.layout, step.axis)
-            own = _GroupSource(t, src, (r,) if keep else (), False)
-            blocks.append(_gather_into(own, dst, dtype, False))
-            continue
         if wrong_slice and step.kind == "slice":
             dst = dsts[group[(group.index(r) + 1) % len(group)]]
         key = (group, _key(dst))
@@ -275,6 +297,33 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
             done[key] = _gather_into(sources[group], dst, dtype, summed)
         blocks.append(done[key])
     return DistTensor(t.shape, step.dst, tuple(blocks))
+
+
+def _to_partial(t: DistTensor, step: RedistStep, mesh: Mesh, src: tuple[Region, ...],
+                dsts: tuple[Region, ...]) -> DistTensor:
+    """B | S -> P along the step's axis: from a broadcast axis the group's first member
+    keeps its block and the others hold zeros; from a split one every member keeps its
+    block, zero-padded to its new region. A block kept whole is kept as is (the same array),
+    and the members holding zeros share one read-only zero block per shape."""
+    groups, dtype = _groups(mesh, step.axis), t.blocks[0].dtype
+    broadcast = _is_broadcast(t.layout, step.axis)
+    zeros: dict[tuple[int, ...], np.ndarray] = {}
+    blocks = []
+    for r in range(mesh.size):
+        keep = groups[r][0] == r or not broadcast
+        if keep and dsts[r] == src[r]:
+            blocks.append(t.blocks[r])
+        elif keep:
+            blocks.append(_gather_into(_GroupSource(t, src, (r,), False), dsts[r], dtype,
+                                       False))
+        else:
+            shape = tuple(s.stop - s.start for s in dsts[r])
+            if shape not in zeros:
+                zeros[shape] = np.zeros(shape, dtype=dtype)
+                zeros[shape].flags.writeable = False
+            blocks.append(zeros[shape])
+    same = all(b is a for a, b in zip(t.blocks, blocks))
+    return DistTensor(t.shape, step.dst, tuple(blocks), t.stacks if same else ())
 
 
 def _is_broadcast(layout: Layout, axis: int) -> bool:

@@ -16,6 +16,7 @@ paths are compared in tests/test_numeric_stacked.py.
 from __future__ import annotations
 
 import dataclasses
+import math
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -351,3 +352,41 @@ def _ce_vjp(xs, y, dy, attrs, ctx):
 
 
 register_stacked(StackedKernel(_ce_forward, _ce_vjp), "SoftmaxCrossEntropy")
+
+
+# --- FusedAttention: `attention._probs` with a rank label and each rank's dropout offsets -
+
+def _attn_probs(q: np.ndarray, k: np.ndarray, attrs: dict[str, Any], ctx: StackCtx
+                ) -> tuple[np.ndarray, np.ndarray, float]:
+    """(softmax probabilities [R, b, g, r, s, t], scaled keep-mask, scale) of every rank."""
+    scale = float(attrs.get("scale", 1.0 / math.sqrt(q.shape[-1])))
+    z = np.einsum("nbsgrd,nbtgd->nbgrst", q, k) * scale
+    sq, tk = z.shape[-2], z.shape[-1]
+    z = np.where(np.arange(tk)[None, :] > np.arange(sq)[:, None], -1e9, z)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    probs = z / z.sum(axis=-1, keepdims=True)
+    (b, s, g, r, _), t = ctx.in_shapes[0], ctx.in_shapes[1][1]
+    starts = np.zeros((len(q), 5), dtype=np.int64)  # (b, g, r) offsets; s, t are whole
+    starts[:, :3] = ctx.in_offsets[0][:, [0, 2, 3]]
+    keep = _dropout_mask(attrs, (b, g, r, s, t), starts, ctx.batch_offset, probs.shape[1:])
+    return probs, keep, scale
+
+
+def _attn_forward(xs, attrs, ctx):
+    q, k, v = xs
+    probs, keep, _ = _attn_probs(q, k, attrs, ctx)
+    return np.einsum("nbgrst,nbtgd->nbsgrd", probs * keep, v)
+
+
+def _attn_vjp(xs, y, dy, attrs, ctx):
+    q, k, v = xs
+    probs, keep, scale = _attn_probs(q, k, attrs, ctx)
+    dv = np.einsum("nbgrst,nbsgrd->nbtgd", probs * keep, dy)
+    dp = np.einsum("nbsgrd,nbtgd->nbgrst", dy, v) * keep
+    ds = probs * (dp - (dp * probs).sum(axis=-1, keepdims=True)) * scale
+    dq = np.einsum("nbgrst,nbtgd->nbsgrd", ds, k)
+    dk = np.einsum("nbgrst,nbsgrd->nbtgd", ds, q)
+    return [dq, dk, dv]
+
+
+register_stacked(StackedKernel(_attn_forward, _attn_vjp), "FusedAttention")

@@ -5,6 +5,7 @@ single-device run of the whole global batch (CONTRACT.md section 5)."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +43,9 @@ class VerifyResult:
     notes: tuple[str, ...] = ()
     tolerance: float = 1e-5
     collectives: dict[str, int] = field(default_factory=dict)
+    # wall seconds of the sharded run and of the single-device references (benchmarks
+    # print them; not part of the JSON contract)
+    phases_s: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -231,12 +235,15 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     data = _data(case.whole, rng, dtype)
     batches = _split_batch(data, m)
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize)
+    t0 = time.perf_counter()
     got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, vectorised)
+    t1 = time.perf_counter()
     one = Mesh.of(single=1)
     ref = _run(build_plan(_unsharded(case.whole), one), params, [data], optimizer, lr, False,
                Faults())
     ref_mb = _run(build_plan(_unsharded(case.micro_reference), one), params, batches[:1],
                   optimizer, lr, False, Faults())
+    phases = {"sharded": t1 - t0, "reference": time.perf_counter() - t1}
     tol = 1e-4 if dtype == np.float32 else 1e-5
     checks = [_compare(n, got.activations[n], ref_mb.activations[n], tol)
               for n in ref_mb.activations]
@@ -247,7 +254,8 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     checks += [_compare(f"{n}.updated", got.updated[n], ref.updated[n], tol)
                for n in ref.updated]
     checks += [Check(f"{n} (replicas)", e, e, e <= tol) for n, e in got.replica.items() if e]
-    return VerifyResult(name, case.mesh.size, tuple(checks), case.notes, tol, got.collectives)
+    return VerifyResult(name, case.mesh.size, tuple(checks), case.notes, tol, got.collectives,
+                        phases)
 
 
 def verify_scenario(s: Scenario, faults: Faults | None = None,
