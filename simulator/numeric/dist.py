@@ -284,6 +284,8 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
     sources: dict[tuple[int, ...], _GroupSource] = {}
     done: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
     blocks = []
+    if mesh.shape[step.axis] == 1 and src == dsts:  # a relabel moves nothing
+        return DistTensor(t.shape, step.dst, t.blocks, t.stacks)
     if step.kind == "to_partial":
         return _to_partial(t, step, mesh, src, dsts)
     for r in range(mesh.size):
