@@ -145,20 +145,21 @@ def assemble(t: DistTensor, mesh: Mesh) -> np.ndarray:
 
 
 def _stacked_whole(t: DistTensor, mesh: Mesh) -> np.ndarray | None:
-    """The logical value as one reshape of a stack that holds every rank in rank order,
+    """The logical value as one reshape of stacks that hold every rank in rank order,
     where the ranks' regions are consecutive equal blocks of the first dim (data parallel
     activations); None otherwise."""
-    if len(t.stacks) != 1 or not t.shape or t.layout.partial_axes():
+    if not t.stacks or not t.shape or t.layout.partial_axes():
         return None
-    ranks, arr = t.stacks[0]
-    rows = arr.shape[1] if arr.ndim > 1 else 0
+    ranks = tuple(r for rs, _ in t.stacks for r in rs)
+    first = t.stacks[0][1]
+    rows = first.shape[1] if first.ndim > 1 else 0
     if ranks != tuple(range(mesh.size)) or rows * mesh.size != t.shape[0]:
         return None
     rest = tuple(slice(0, n) for n in t.shape[1:])
     for r, reg in enumerate(regions(t.layout, t.shape, mesh)):
         if reg[0] != slice(r * rows, (r + 1) * rows) or reg[1:] != rest:
             return None
-    return arr.reshape(t.shape)
+    return np.concatenate([arr for _, arr in t.stacks]).reshape(t.shape)
 
 
 def replica_mismatch(t: DistTensor, mesh: Mesh) -> float:
