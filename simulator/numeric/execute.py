@@ -157,9 +157,10 @@ def _collect(ex: Execution, name: str, grads: dict, target: Layout | None) -> Di
 
 def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str, np.ndarray],
                    loss_scale: float, on_op: Callable[[str, DistTensor], None] | None = None,
-                   batch_offset: int = 0) -> dict[str, DistTensor]:
+                   batch_offset: int = 0, backward: bool = True) -> dict[str, DistTensor]:
     """Forward and backward of one micro-batch; returns local parameter gradients in the dual
-    of each parameter's kept layout (not yet reduced)."""
+    of each parameter's kept layout (not yet reduced). `backward=False`: the forward only
+    (no gradients)."""
     plan = ex.plan
     ex.values = dict(params)
     ex.batch_offset = batch_offset
@@ -171,6 +172,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         saved.append(_forward_op(ex, p, cache))
         if on_op is not None:
             on_op(p.op.output, ex.values[p.op.output])
+    if not backward:
+        return {}
     loss = ex.values[plan.graph.loss]
     seed_layout = plan.loss_grad_layout()
     seed = distribute(np.full(loss.shape, loss_scale), seed_layout, plan.mesh)
