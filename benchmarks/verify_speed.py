@@ -23,7 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-# the blocks are tiny: BLAS threads only contend with each other (and with other processes)
+# one BLAS thread: the figures then measure verify's own work on one core, comparable from
+# run to run on a shared machine (numpy's elementwise kernels use one core anyway)
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parent.parent

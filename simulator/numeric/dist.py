@@ -159,7 +159,8 @@ def _stacked_whole(t: DistTensor, mesh: Mesh) -> np.ndarray | None:
     for r, reg in enumerate(regions(t.layout, t.shape, mesh)):
         if reg[0] != slice(r * rows, (r + 1) * rows) or reg[1:] != rest:
             return None
-    return np.concatenate([arr for _, arr in t.stacks]).reshape(t.shape)
+    arrs = [arr for _, arr in t.stacks]
+    return (arrs[0] if len(arrs) == 1 else np.concatenate(arrs)).reshape(t.shape)
 
 
 def replica_mismatch(t: DistTensor, mesh: Mesh) -> float:
