@@ -79,7 +79,7 @@ def _both_ways(plan, ins, dy):
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(KINDS + ["attention"]),
        sizes=st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=2),
        unit=st.sampled_from([None, 2, 5]), data=st.data())
@@ -132,7 +132,7 @@ def _outcomes(scenario, vectorised: bool):
     plan = build_plan(case.sharded, case.mesh, np.dtype(case.dtype).itemsize)
     shard = scenario.parallel.optimizer_shard >= 1
     return _run(plan, params, batches, scenario.training.optimizer, 1e-3, shard, Faults(),
-                vectorised), case.dtype
+                vectorised=vectorised), case.dtype
 
 
 @pytest.mark.parametrize("name,overrides", [
@@ -143,6 +143,7 @@ def _outcomes(scenario, vectorised: bool):
     ("verify-tiny-dp2-tp4-sp", ["model.attention=flash"]),
     ("seed-a-weight-ops", []),
     ("seed-c-resnet-boundary", []),
+    ("moe-tiny-verify", []),  # routing ops run rank by rank between stacked ones
 ])
 def test_plans_give_the_same_tensors_stacked_and_rank_by_rank(name, overrides):
     s = _scenario(name, overrides)
