@@ -5,14 +5,16 @@ single-device run of the whole global batch (CONTRACT.md section 5)."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.numeric.cases import VerifyCase, build_case
-from simulator.numeric.dist import DistTensor, assemble, distribute, replica_mismatch
+from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
 from simulator.numeric.execute import Execution, Faults, run_microbatch
 from simulator.numeric.optimizer import update
 from simulator.numeric.ps import PsRun, ps_step
@@ -43,6 +45,9 @@ class VerifyResult:
     notes: tuple[str, ...] = ()
     tolerance: float = 1e-5
     collectives: dict[str, int] = field(default_factory=dict)
+    # wall seconds of the sharded run and of the single-device references (benchmarks
+    # print them; not part of the JSON contract)
+    phases_s: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -149,10 +154,23 @@ def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
         else:
             g = reduce_grad(ex, plan, g, target)
         local = ex.move(p, target, forward=False)
-        updated = DistTensor(p.shape, target, tuple(
-            update(kind, pb, gb, lr) for pb, gb in zip(local.blocks, g.blocks)))
+        updated = DistTensor(p.shape, target, _updated(kind, local, g, lr))
         new[name], reduced[name] = ex.move(updated, p.layout, forward=False), g
     return new, reduced
+
+
+def _updated(kind: str, param: DistTensor, grad: DistTensor, lr: float
+             ) -> tuple[np.ndarray, ...]:
+    """Each rank's updated block; ranks that hold the very same parameter and gradient
+    arrays (replicas after an all-reduce) get the one result of that pure update."""
+    done: dict[tuple[int, int], np.ndarray] = {}
+    out = []
+    for pb, gb in zip(param.blocks, grad.blocks):
+        key = (id(pb), id(gb))
+        if key not in done:
+            done[key] = update(kind, pb, gb, lr)
+        out.append(done[key])
+    return tuple(out)
 
 
 @dataclass
@@ -165,8 +183,8 @@ class _Outcome:
 
 
 def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
-         ps: PsRun | None = None) -> _Outcome:
-    mesh, ex = plan.mesh, Execution(plan, faults)
+         ps: PsRun | None = None, vectorised: bool = True) -> _Outcome:
+    mesh, ex = plan.mesh, Execution(plan, faults, vectorised=vectorised)
     params = {n: distribute(v, plan.layouts[n], mesh) for n, v in params0.items()}
     acts: dict[str, np.ndarray] = {}
     replica: dict[str, float] = {}
@@ -181,8 +199,7 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
         local = run_microbatch(ex, params, batch, 1.0 / len(batches),
                                record if i == 0 else None, batch_offset=i * rows)
         for n, g in local.items():
-            total[n] = g if n not in total else DistTensor(
-                g.shape, g.layout, tuple(a + b for a, b in zip(total[n].blocks, g.blocks)))
+            total[n] = add(total.get(n), g)
     counts: dict[str, int] = {}
     if ps is not None:
         new, reduced, counts = ps_step(plan, params, total, kind, lr, ps)
@@ -194,6 +211,19 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
                     {n: assemble(t, mesh) for n, t in new.items()},
                     {**replica, **{f"{n}.updated": replica_mismatch(t, mesh)
                                    for n, t in new.items()}}, counts)
+
+
+def _activations(plan: ShardingPlan, params0: dict[str, np.ndarray],
+                 batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every op output of the first micro-batch (its forward pass only)."""
+    acts: dict[str, np.ndarray] = {}
+
+    def record(name: str, t: DistTensor) -> None:
+        acts[name] = assemble(t, plan.mesh)
+
+    params = {n: distribute(v, plan.layouts[n], plan.mesh) for n, v in params0.items()}
+    run_microbatch(Execution(plan), params, batch, 1.0, record, backward=False)
+    return acts
 
 
 def _unsharded(graph: Graph) -> Graph:
@@ -214,7 +244,20 @@ def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: float,
 
 def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, seed: int = 0,
                 shard_optimizer: bool = False, faults: Faults | None = None,
-                name: str = "", ps: PsRun | None = None) -> VerifyResult:
+                name: str = "", ps: PsRun | None = None, vectorised: bool = True
+                ) -> VerifyResult:
+    """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
+    one thread: verify's products are a device's blocks of small or shrunk models, where a
+    second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
+    OpenBLAS threads on 2 busy cores, 1.3 s with one)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
+                       vectorised)
+
+
+def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: bool,
+            faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool
+            ) -> VerifyResult:
     faults = faults or Faults()
     rng = np.random.default_rng(seed)
     dtype, m = case.dtype, case.micro_batches
@@ -222,15 +265,17 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     data = _data(case.whole, rng, dtype)
     batches = _split_batch(data, m)
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize)
-    got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps)
+    t0 = time.perf_counter()
+    got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps, vectorised)
+    t1 = time.perf_counter()
     one = Mesh.of(single=1)
     ref = _run(build_plan(_unsharded(case.whole), one), params, [data], optimizer, lr, False,
                Faults())
-    ref_mb = _run(build_plan(_unsharded(case.micro_reference), one), params, batches[:1],
-                  optimizer, lr, False, Faults())
+    ref_acts = _activations(build_plan(_unsharded(case.micro_reference), one), params,
+                            batches[0])
+    phases = {"sharded": t1 - t0, "reference": time.perf_counter() - t1}
     tol = 1e-4 if dtype == np.float32 else 1e-5
-    checks = [_compare(n, got.activations[n], ref_mb.activations[n], tol)
-              for n in ref_mb.activations]
+    checks = [_compare(n, got.activations[n], ref_acts[n], tol) for n in ref_acts]
     grad_scale = max((float(np.max(np.abs(g))) for g in ref.grads.values() if g.size),
                      default=0.0)
     checks += [_compare(f"{n}.grad", got.grads[n], ref.grads[n], tol, 1e-6 * grad_scale)
@@ -244,7 +289,8 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
                   "have moved since, so the updates are not the single-device step and were "
                   "not compared (forward and pushed gradients were)",)
     checks += [Check(f"{n} (replicas)", e, e, e <= tol) for n, e in got.replica.items() if e]
-    return VerifyResult(name, case.mesh.size, tuple(checks), notes, tol, got.collectives)
+    return VerifyResult(name, case.mesh.size, tuple(checks), notes, tol, got.collectives,
+                        phases)
 
 
 def verify_scenario(s: Scenario, faults: Faults | None = None,
