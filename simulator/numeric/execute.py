@@ -36,11 +36,14 @@ __all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx"]
 @dataclass(frozen=True)
 class Faults:
     """Deliberate bugs for mutation tests: skip the n-th forward collective (its layout is
-    relabelled without moving data), slice the wrong block, or skip gradient reduction."""
+    relabelled without moving data), slice the wrong block, skip gradient reduction, or
+    skip ZeRO-3's parameter all-gather."""
 
     drop_comm: int | None = None
     wrong_slice: bool = False
     skip_grad_reduction: bool = False
+    # ZeRO-3: every device computes with its own parameter shard and zeros elsewhere
+    skip_param_gather: bool = False
 
 
 @dataclass

@@ -140,23 +140,46 @@ def reduce_grad(ex: Execution, plan: ShardingPlan, g: DistTensor, target) -> Dis
     return ex.move(whole, target, forward=False)
 
 
+def _reduce(ex: Execution, plan: ShardingPlan, name: str, g: DistTensor, level: int
+            ) -> DistTensor:
+    """A gradient brought to its optimizer layout (or relabelled there, the mutation)."""
+    target = _opt_layout(plan, name, level >= 1)
+    if ex.faults.skip_grad_reduction:
+        return DistTensor(g.shape, target, g.blocks) if g.layout != target else g
+    return reduce_grad(ex, plan, g, target)
+
+
 def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
-          grads: dict[str, DistTensor], kind: str, lr: float, shard: bool
+          grads: dict[str, DistTensor], kind: str, lr: float, level: int
           ) -> tuple[dict[str, DistTensor], dict[str, DistTensor]]:
-    """Reduce each gradient to its parameter's optimizer layout, update there, and bring the
-    parameter back to its kept layout. Returns (new parameters, reduced gradients)."""
+    """Update each parameter at its optimizer layout. Below ZeRO-2 the accumulated gradient
+    is reduced there first (ZeRO-2 and 3 reduced every micro-batch's already); below ZeRO-3
+    the updated parameter is all-gathered back to its kept layout (ZeRO-3 keeps its shard).
+    Returns (new parameters, reduced gradients)."""
     new, reduced = {}, {}
     for name, p in params.items():
-        target = _opt_layout(plan, name, shard)
-        g = grads[name]
-        if ex.faults.skip_grad_reduction:
-            g = DistTensor(g.shape, target, g.blocks) if g.layout != target else g
-        else:
-            g = reduce_grad(ex, plan, g, target)
+        target = _opt_layout(plan, name, level >= 1)
+        g = grads[name] if level >= 2 else _reduce(ex, plan, name, grads[name], level)
         local = ex.move(p, target, forward=False)
         updated = DistTensor(p.shape, target, _updated(kind, local, g, lr))
-        new[name], reduced[name] = ex.move(updated, p.layout, forward=False), g
+        new[name] = updated if level >= 3 else ex.move(updated, plan.layouts[name],
+                                                        forward=False)
+        reduced[name] = g
     return new, reduced
+
+
+def _gather(ex: Execution, plan: ShardingPlan, name: str, shard: DistTensor) -> DistTensor:
+    """ZeRO-3: the parameter all-gathered from its shards before a micro-batch uses it; the
+    mutation leaves each device its own shard with zeros elsewhere."""
+    kept = plan.layouts[name]
+    if not ex.faults.skip_param_gather:
+        return ex.move(shard, kept, forward=False)
+    blocks = []
+    for rank, own in enumerate(shard.blocks):
+        whole = np.zeros(shard.shape, dtype=own.dtype)
+        whole[shard.layout.region(shard.shape, plan.mesh, rank)] = own
+        blocks.append(whole[kept.region(shard.shape, plan.mesh, rank)])
+    return DistTensor(shard.shape, kept, tuple(blocks))
 
 
 def _updated(kind: str, param: DistTensor, grad: DistTensor, lr: float
@@ -194,17 +217,25 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
         acts[name] = assemble(t, mesh)
         replica[name] = replica_mismatch(t, mesh)
 
+    level = int(shard)  # the optimizer-sharding level (ZeRO stage); True counts as 1
+    held = params
+    if level >= 3:  # parameters live as shards between uses (sliced locally: no transfer)
+        held = {n: ex.move(p, _opt_layout(plan, n, True), forward=False)
+                for n, p in params.items()}
     for i, batch in enumerate(batches):
         rows = next(iter(batch.values())).shape[0] if batch else 0
+        if level >= 3:
+            params = {n: _gather(ex, plan, n, t) for n, t in held.items()}
         local = run_microbatch(ex, params, batch, 1.0 / len(batches),
                                record if i == 0 else None, batch_offset=i * rows)
         for n, g in local.items():
-            total[n] = add(total.get(n), g)
+            # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
+            total[n] = add(total.get(n), _reduce(ex, plan, n, g, level) if level >= 2 else g)
     counts: dict[str, int] = {}
     if ps is not None:
         new, reduced, counts = ps_step(plan, params, total, kind, lr, ps)
     else:
-        new, reduced = _step(ex, plan, params, total, kind, lr, shard)
+        new, reduced = _step(ex, plan, held, total, kind, lr, level)
     for s in ex.comm_log:
         counts[s.kind] = counts.get(s.kind, 0) + 1
     return _Outcome(acts, {n: assemble(g, mesh) for n, g in reduced.items()},
@@ -243,7 +274,7 @@ def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: float,
 
 
 def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, seed: int = 0,
-                shard_optimizer: bool = False, faults: Faults | None = None,
+                shard_optimizer: int = 0, faults: Faults | None = None,
                 name: str = "", ps: PsRun | None = None, vectorised: bool = True
                 ) -> VerifyResult:
     """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
@@ -255,7 +286,7 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
                        vectorised)
 
 
-def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: bool,
+def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: int,
             faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool
             ) -> VerifyResult:
     faults = faults or Faults()
@@ -309,7 +340,7 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
         spec = s.parallel.parameter_server
         ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
         result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
-                             s.parallel.optimizer_shard >= 1, faults, s.name, ps)
+                             s.parallel.optimizer_shard, faults, s.name, ps)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not isinstance(s.model, GraphModel):
