@@ -30,7 +30,7 @@ from simulator.sharding.plan import OpPlan, ShardingPlan, grad_layouts, group_ra
 from simulator.sharding.redistribute import RedistStep, plan_redistribution
 from simulator.sharding.rules import Signature
 
-__all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx"]
+__all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx", "Recompute"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Execution:
     faults: Faults = field(default_factory=Faults)
     values: dict[str, DistTensor] = field(default_factory=dict)
     comm_log: list[RedistStep] = field(default_factory=list)
+    recomputed_ops: int = 0  # op forwards run again for the backward (Recompute)
     forward_comms: int = 0
     batch_offset: int = 0
     vectorised: bool = True  # stacked kernels where a family has them (numeric.local)
@@ -158,31 +159,73 @@ def _collect(ex: Execution, name: str, grads: dict, target: Layout | None) -> Di
     return total
 
 
+@dataclass(frozen=True)
+class Recompute:
+    """Activation recompute in the numeric run: the ops `select` picks keep nothing after
+    the forward; before the backward reaches the last op of a run of them, that run's
+    forward is executed again (Chen et al. 2016). `collectives`: the recomputed forward
+    redoes its redistributions (MindSpore `mp_comm_recompute: true`, Megatron's re-run of
+    the sequence-parallel all-gather); False keeps their results."""
+
+    select: Callable[[str], bool]
+    collectives: bool = True
+    # the checkpointed block an op belongs to (a run of selected ops never spans two)
+    block: Callable[[str], str] = lambda name: name.split(".", 1)[0]
+
+
+def _segments(plan: ShardingPlan, rc: Recompute) -> dict[int, list[int]]:
+    """{index of a run's last op: the run's op indices} for the runs of recomputed ops."""
+    out: dict[int, list[int]] = {}
+    run: list[int] = []
+    for k, p in enumerate(plan.ops):
+        name = p.op.name
+        if run and (not rc.select(name) or rc.block(name) != rc.block(plan.ops[run[-1]].op.name)):
+            out[run[-1]] = run
+            run = []
+        if rc.select(name):
+            run.append(k)
+    if run:
+        out[run[-1]] = run
+    return out
+
+
 def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str, np.ndarray],
                    loss_scale: float, on_op: Callable[[str, DistTensor], None] | None = None,
-                   batch_offset: int = 0, backward: bool = True) -> dict[str, DistTensor]:
+                   batch_offset: int = 0, backward: bool = True,
+                   recompute: Recompute | None = None) -> dict[str, DistTensor]:
     """Forward and backward of one micro-batch; returns local parameter gradients in the dual
     of each parameter's kept layout (not yet reduced). `backward=False`: the forward only
-    (no gradients)."""
+    (no gradients). `recompute`: drop and re-run the selected ops' forward (`Recompute`)."""
     plan = ex.plan
     ex.values = dict(params)
     ex.batch_offset = batch_offset
     for name, full in batch.items():
         ex.values[name] = distribute(full, plan.layouts[name], plan.mesh)
     cache: dict = {}
-    saved = []
+    saved: list[list[DistTensor] | None] = []
     for p in plan.ops:
         saved.append(_forward_op(ex, p, cache))
         if on_op is not None:
             on_op(p.op.output, ex.values[p.op.output])
     if not backward:
         return {}
+    segments = _segments(plan, recompute) if recompute is not None else {}
+    for run in segments.values():
+        for k in run:  # nothing of a recomputed op is kept for the backward
+            saved[k] = None
+    ex.recomputed_ops += sum(len(run) for run in segments.values())
     loss = ex.values[plan.graph.loss]
     seed_layout = plan.loss_grad_layout()
     seed = distribute(np.full(loss.shape, loss_scale), seed_layout, plan.mesh)
     grads: dict = {plan.graph.loss: {seed_layout: seed}}
-    for p, ins in zip(reversed(plan.ops), reversed(saved)):
-        _backward_op(ex, p, ins, grads)
+    for k in reversed(range(len(plan.ops))):
+        if k in segments:
+            again = {} if recompute is not None and recompute.collectives else cache
+            for j in segments[k]:
+                saved[j] = _forward_op(ex, plan.ops[j], again)
+        ins = saved[k]
+        assert ins is not None
+        _backward_op(ex, plan.ops[k], ins, grads)
     out: dict[str, DistTensor] = {}
     for name in params:
         total = _collect(ex, name, grads, None) if name in grads else None

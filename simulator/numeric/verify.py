@@ -15,10 +15,11 @@ from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.numeric.cases import VerifyCase, build_case
 from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
-from simulator.numeric.execute import Execution, Faults, run_microbatch
+from simulator.numeric.execute import Execution, Faults, Recompute, run_microbatch
 from simulator.numeric.optimizer import update
 from simulator.numeric.ps import PsRun, ps_step
-from simulator.scenario.schema import GraphModel, Scenario
+from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.schedule.model_program import recomputed_ops
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
@@ -203,10 +204,12 @@ class _Outcome:
     updated: dict[str, np.ndarray]
     replica: dict[str, float]
     collectives: dict[str, int]
+    recomputed: int = 0  # op forwards run again for the backward
 
 
 def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
-         ps: PsRun | None = None, vectorised: bool = True) -> _Outcome:
+         ps: PsRun | None = None, vectorised: bool = True,
+         recompute: Recompute | None = None) -> _Outcome:
     mesh, ex = plan.mesh, Execution(plan, faults, vectorised=vectorised)
     params = {n: distribute(v, plan.layouts[n], mesh) for n, v in params0.items()}
     acts: dict[str, np.ndarray] = {}
@@ -227,7 +230,8 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
         if level >= 3:
             params = {n: _gather(ex, plan, n, t) for n, t in held.items()}
         local = run_microbatch(ex, params, batch, 1.0 / len(batches),
-                               record if i == 0 else None, batch_offset=i * rows)
+                               record if i == 0 else None, batch_offset=i * rows,
+                               recompute=recompute)
         for n, g in local.items():
             # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
             total[n] = add(total.get(n), _reduce(ex, plan, n, g, level) if level >= 2 else g)
@@ -241,7 +245,7 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
     return _Outcome(acts, {n: assemble(g, mesh) for n, g in reduced.items()},
                     {n: assemble(t, mesh) for n, t in new.items()},
                     {**replica, **{f"{n}.updated": replica_mismatch(t, mesh)
-                                   for n, t in new.items()}}, counts)
+                                   for n, t in new.items()}}, counts, ex.recomputed_ops)
 
 
 def _activations(plan: ShardingPlan, params0: dict[str, np.ndarray],
@@ -275,20 +279,20 @@ def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: float,
 
 def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, seed: int = 0,
                 shard_optimizer: int = 0, faults: Faults | None = None,
-                name: str = "", ps: PsRun | None = None, vectorised: bool = True
-                ) -> VerifyResult:
+                name: str = "", ps: PsRun | None = None, vectorised: bool = True,
+                recompute: Recompute | None = None) -> VerifyResult:
     """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
     one thread: verify's products are a device's blocks of small or shrunk models, where a
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
     OpenBLAS threads on 2 busy cores, 1.3 s with one)."""
     with threadpool_limits(limits=1, user_api="blas"):
         return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
-                       vectorised)
+                       vectorised, recompute)
 
 
 def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: int,
-            faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool
-            ) -> VerifyResult:
+            faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool,
+            recompute: Recompute | None = None) -> VerifyResult:
     faults = faults or Faults()
     rng = np.random.default_rng(seed)
     dtype, m = case.dtype, case.micro_batches
@@ -297,7 +301,8 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
     batches = _split_batch(data, m)
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize)
     t0 = time.perf_counter()
-    got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps, vectorised)
+    got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps, vectorised,
+               recompute)
     t1 = time.perf_counter()
     one = Mesh.of(single=1)
     ref = _run(build_plan(_unsharded(case.whole), one), params, [data], optimizer, lr, False,
@@ -319,6 +324,9 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
         notes += ("asynchronous parameter server: each push updates parameters other workers "
                   "have moved since, so the updates are not the single-device step and were "
                   "not compared (forward and pushed gradients were)",)
+    if got.recomputed:
+        notes += (f"recompute: {got.recomputed} op forwards ran again before their backward, "
+                  f"from the kept block inputs",)
     checks += [Check(f"{n} (replicas)", e, e, e <= tol) for n, e in got.replica.items() if e]
     return VerifyResult(name, case.mesh.size, tuple(checks), notes, tol, got.collectives,
                         phases)
@@ -339,8 +347,11 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
         case = build_case(s, fused_attention)
         spec = s.parallel.parameter_server
         ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
+        select = recomputed_ops(s.parallel.recompute) \
+            if isinstance(s.model, TransformerModel) else None
         result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
-                             s.parallel.optimizer_shard, faults, s.name, ps)
+                             s.parallel.optimizer_shard, faults, s.name, ps,
+                             recompute=Recompute(select) if select else None)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not isinstance(s.model, GraphModel):
