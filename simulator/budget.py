@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from simulator.errors import InputError
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.schedule.pipeline import steady_window
 
-__all__ = ["Estimate", "estimate_run", "estimate_verify", "check_budget",
-           "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES"]
+__all__ = ["Estimate", "estimate_run", "estimate_every_micro_batch", "estimate_verify",
+           "check_budget", "shortened_run",
+           "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "STEADY_MIN_EVENTS"]
 
 # 5e5 events simulate in 10-20 s on one core (issue 13: 4.4e6 events in 135 s; 1.7e6 in
 # 59 s for gpt3-175b-1024-a100 --fidelity full on a loaded 2-core machine)
@@ -27,6 +29,11 @@ DEFAULT_MAX_EVENTS = 500_000
 # numpy devices of `verify`: each holds its own blocks of every tensor and runs every kernel;
 # 512 data-parallel devices take about a minute (benchmarks/verify_speed.py)
 DEFAULT_MAX_VERIFY_DEVICES = 1024
+
+# Above this many events for every micro-batch, `run` simulates a shortened steady state
+# twice and extends it (`shortened_run`, `simulator.simulate`); below, it simulates every
+# micro-batch, so the trace and timeline files show them all (a few seconds at most).
+STEADY_MIN_EVENTS = 100_000
 
 # Per micro-batch and simulated device: a forward and a backward task, and on a pipeline the
 # send and receive of the activation and of its gradient (Narayanan et al. 2021, sec. 2.2).
@@ -68,14 +75,51 @@ def _buckets(s: Scenario) -> int:
     return int(-(-grad_bytes // (p.comm_fusion.bucket_mb * 1e6)))
 
 
+def shortened_run(s: Scenario, fidelity: str = "representative") -> tuple[int, int] | None:
+    """(micro-batches of the shortened run, period in micro-batches) when `run` simulates
+    the steady state of the pipeline shortened (that run and one with a period more) and
+    extends it to the scenario's micro-batches: when the schedule has a steady period
+    (`schedule.pipeline.steady_window`) and every micro-batch would take more than
+    STEADY_MIN_EVENTS events. None: every micro-batch is simulated."""
+    p = s.parallel
+    window = steady_window(p.schedule, p.pipeline, s.grad_accum_steps, p.virtual_stages)
+    if window is None or _estimate(s, fidelity, s.grad_accum_steps).count <= STEADY_MIN_EVENTS:
+        return None
+    return window
+
+
 def estimate_run(s: Scenario, fidelity: str = "representative") -> Estimate:
-    """Tasks `run` will simulate, and the key that contributes most."""
+    """Events `run` will simulate, and the key that contributes most: every micro-batch, or
+    the two shortened runs of `shortened_run`."""
+    window = shortened_run(s, fidelity)
+    if window is None:
+        return _estimate(s, fidelity, s.grad_accum_steps)
+    short, period = window
+    first, second = _estimate(s, fidelity, short), _estimate(s, fidelity, short + period)
+    return Estimate(first.count + second.count, second.key,
+                    f"{second.detail}; the steady state of {s.grad_accum_steps:,} "
+                    f"micro-batches is simulated for {short} and {short + period} and "
+                    f"extended")
+
+
+def estimate_every_micro_batch(s: Scenario, fidelity: str = "representative") -> Estimate:
+    """Events of simulating every micro-batch (what `run` does when the shortened runs of
+    `shortened_run` do not repeat exactly)."""
+    est = _estimate(s, fidelity, s.grad_accum_steps)
+    return Estimate(est.count, est.key, f"{est.detail}; the steady state of the pipeline "
+                    f"does not repeat exactly (a queue that keeps growing, such as a "
+                    f"data-parallel stream slower than the compute), so every micro-batch "
+                    f"is simulated")
+
+
+def _estimate(s: Scenario, fidelity: str, micro: int) -> Estimate:
+    """Events of one simulated run of `micro` micro-batches per replica."""
     p = s.parallel
     if isinstance(s.model, GraphModel):
         return Estimate(len(s.model.ops) * 2 * (s.devices if fidelity == "full" else 1),
                         "model.ops", f"{len(s.model.ops)} operators")
     devices = s.devices if fidelity == "full" else p.pipeline
-    micro = max(1, s.grad_accum_steps)
+    micro = max(1, micro)
     per_micro = p.virtual_stages * (_TASKS_PER_MICRO + (_P2P_PER_MICRO if p.pipeline > 1
                                                         else 0))
     compute = devices * micro * per_micro

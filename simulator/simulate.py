@@ -8,25 +8,44 @@ The program is derived from the planned operator graph that `verify` executes. T
 framework profile (the scenario's `framework:`, else the hardware profile's
 `default_framework`) gives the program its kernels and FP8 recipe, `comm_fusion.mode: auto`
 its bucket rule, and the plan the stack's own memory (`simulator.framework.apply`).
+
+Repetition that changes nothing is simulated once (issue 13): when the pipeline schedule
+has a steady period of P micro-batches (`budget.shortened_run`), the iteration is simulated
+for a shortened run of m' micro-batches (warm-up, a few steady periods, cool-down) and for
+m' + P; when the second is exactly the first with one period inserted
+(`engine.steady.splice`), each further period adds the same time to every device, the same
+busy and idle time to every breakdown part, the same bytes to every collective and nothing
+to the memory peak, so the m-micro-batch result is the m' one plus (m - m')/P times the
+difference. Otherwise every micro-batch is simulated.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
+from simulator.budget import (
+    DEFAULT_MAX_EVENTS,
+    check_budget,
+    estimate_every_micro_batch,
+    shortened_run,
+)
 from simulator.engine.core import run
+from simulator.engine.steady import Splice, splice
 from simulator.engine.trace import Trace
 from simulator.errors import InputError
 from simulator.framework.apply import fp8_recipe, with_auto_fusion, with_framework_memory
 from simulator.framework.load import framework_for
 from simulator.framework.schema import FrameworkProfile
 from simulator.report.metrics import (
+    BREAKDOWN_KEYS,
     MemoryPeak,
     breakdown,
     by_device,
     comm_volumes,
+    device_comm,
     device_end,
     memory_peak,
 )
@@ -35,10 +54,24 @@ from simulator.schedule.costs import CostModel
 from simulator.schedule.flops import iteration_flops
 from simulator.schedule.lowering import FIDELITIES, lower
 from simulator.schedule.model_program import transformer_program
+from simulator.schedule.pipeline import steady_window
 from simulator.schedule.program import TransformerProgram
 from simulator.schedule.tasks import Plan
 
-__all__ = ["SimResult", "simulate"]
+__all__ = ["SimResult", "Steady", "simulate"]
+
+
+@dataclass(frozen=True)
+class Steady:
+    """How a result was extended from two shortened runs: `plan` and `trace` of the
+    SimResult are the run of `simulated` + `period` micro-batches; each of `repeats` more
+    periods of `period` micro-batches took `period_s` (the trace's `events` count both
+    runs)."""
+
+    simulated: int
+    period: int
+    period_s: float
+    repeats: int
 
 
 @dataclass(frozen=True)
@@ -68,6 +101,7 @@ class SimResult:
     peak_flops_per_s: float
     wall_s: float
     framework: FrameworkProfile | None = None
+    steady: Steady | None = None
 
     def __str__(self) -> str:
         return (f"SimResult({self.scenario.name}: {self.iteration_time_s:.4g} s/iteration, "
@@ -95,12 +129,117 @@ def _graph_program(scenario: Scenario):
         raise InputError(scenario.source, strategy_key(scenario, exc), str(exc)) from None
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """What a SimResult reads from a simulated (or extended) iteration."""
+
+    plan: Plan
+    trace: Trace
+    iteration_time_s: float
+    slowest: int
+    breakdown_s: dict[str, float]
+    memory: MemoryPeak
+    comm_device: int
+    comm_bytes: dict[str, float]
+    steady: Steady | None = None
+
+
+def _measure(plan: Plan, trace: Trace) -> _Measured:
+    grouped = by_device(plan)
+    ends = device_end(plan, trace)
+    slowest = max(plan.devices, key=lambda d: (ends[d], -d))
+    comm_dev, comm = comm_volumes(plan, grouped)
+    return _Measured(plan, trace, ends[slowest], slowest,
+                     breakdown(plan, trace, slowest, ends[slowest]),
+                     memory_peak(plan, trace, grouped), comm_dev, comm)
+
+
+def _line(a: dict[Any, float], b: dict[Any, float], n: int) -> dict[Any, float]:
+    """a + n (b - a), key by key: a quantity that grows by (b - a) per period."""
+    return {k: a.get(k, 0.0) + n * (b.get(k, 0.0) - a.get(k, 0.0)) for k in {**a, **b}}
+
+
+def _net_bytes(plan: Plan) -> dict[tuple[int, str], float]:
+    """Bytes each device still holds per category when its tasks are done."""
+    out: dict[tuple[int, str], float] = {}
+    for task in plan.tasks:
+        for cat, nbytes in task.alloc:
+            out[(task.device, cat)] = out.get((task.device, cat), 0.0) + nbytes
+        for cat, nbytes in task.free:
+            out[(task.device, cat)] = out.get((task.device, cat), 0.0) - nbytes
+    return out
+
+
+def _peak(a: _Measured, b: _Measured, sp: Splice, n: int) -> MemoryPeak | None:
+    """The memory peak of the extended run: the same as both short runs' when a period
+    leaves no memory behind (each repeats the same allocation levels); None otherwise."""
+    pa, pb = a.memory, b.memory
+    tol = 1e-9 * max(1.0, pa.peak_bytes)
+    net_a, net_b = _net_bytes(a.plan), _net_bytes(b.plan)
+    if any(abs(net_a.get(k, 0.0) - net_b.get(k, 0.0)) > tol for k in {**net_a, **net_b}):
+        return None
+    if pa.device != pb.device or abs(pa.peak_bytes - pb.peak_bytes) > tol:
+        return None
+    ttol = 1e-9 * max(1.0, b.iteration_time_s)
+    if abs(pb.time_s - pa.time_s) <= ttol:
+        return pa
+    if abs(pb.time_s - pa.time_s - sp.period_s) <= ttol:  # first reached in the cool-down
+        return replace(pa, time_s=pa.time_s + n * sp.period_s)
+    return None
+
+
+def _extend(a: _Measured, b: _Measured, sp: Splice, n: int) -> _Measured | None:
+    """The run of n more periods than A, from A and B = A with one period inserted."""
+    peak = _peak(a, b, sp, n)
+    if peak is None:
+        return None
+    ends_a, ends_b = device_end(a.plan, a.trace), device_end(b.plan, b.trace)
+    ends = _line(ends_a, ends_b, n)
+    slowest = max(b.plan.devices, key=lambda d: (ends[d], -d))
+    parts = _line(breakdown(a.plan, a.trace, slowest, ends_a[slowest]),
+                  breakdown(b.plan, b.trace, slowest, ends_b[slowest]), n)
+    ga, gb = by_device(a.plan), by_device(b.plan)
+    comm = {d: _line(device_comm(ga[d]), device_comm(gb[d]), n) for d in b.plan.devices}
+    comm_dev = max(b.plan.devices, key=lambda d: (sum(comm[d].values()), -d))
+    trace = replace(b.trace, events=a.trace.events + b.trace.events)
+    steady = Steady(a.plan.micro_batches, sp.micro_period, sp.period_s, n)
+    return _Measured(b.plan, trace, ends[slowest], slowest,
+                     {k: parts[k] for k in BREAKDOWN_KEYS}, peak, comm_dev,
+                     {k: comm[comm_dev][k] for k in device_comm(gb[comm_dev])}, steady)
+
+
+def _steady(lowered: Callable[[int | None], Plan], micro: int, short: int, period: int
+            ) -> _Measured | None:
+    """The iteration of `micro` micro-batches extended from shortened runs, or None when
+    no shortened run repeats exactly (see the module docstring). A run that has not reached
+    its steady state yet (a queue still filling) is retried with twice the micro-batches
+    while all tries together simulate less than half of `micro`."""
+    spent = 0
+    while short + period < micro and (spent == 0 or 2 * (spent + 2 * short + period) <= micro):
+        spent += 2 * short + period
+        a_plan = lowered(short)
+        a = _measure(a_plan, run(a_plan))
+        b_plan = lowered(short + period)
+        b = _measure(b_plan, run(b_plan))
+        sp = splice(a.plan, a.trace, b.plan, b.trace)
+        ext = None if sp is None else _extend(a, b, sp, (micro - short) // period)
+        if ext is not None:
+            return ext
+        short += period * -(-short // period)
+    return None
+
+
 def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
-             costs: CostModel | None = None) -> SimResult:
+             costs: CostModel | None = None, steady: bool | None = None,
+             max_events: int = DEFAULT_MAX_EVENTS) -> SimResult:
     """Simulate one training iteration of `scenario` on hardware profile `hw`.
 
     `costs` replaces the cost model of `simulator.cost` (tests inject closed forms);
-    `fidelity='full'` simulates every device instead of one per pipeline stage."""
+    `fidelity='full'` simulates every device instead of one per pipeline stage; `steady`:
+    extend a shortened steady state (True: whenever the schedule has one and the scenario
+    has micro-batches to spare; False: never; None: when `budget.shortened_run` says so).
+    When the shortened runs were chosen by the budget but do not repeat exactly, simulating
+    every micro-batch is refused (InputError) above `max_events` events."""
     t0 = time.perf_counter()
     _check(scenario, fidelity)
     costs = costs or CostModel.from_hardware(hw)
@@ -113,20 +252,37 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     else:
         gp = _graph_program(scenario)
         prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
-    lowered = with_auto_fusion(scenario, fw, prog.grad_bytes)
-    plan = with_framework_memory(lower(lowered, prog, costs, fidelity, mesh), scenario, fw,
-                                 prog, mesh)
-    trace = run(plan)
-    grouped = by_device(plan)
-    ends = device_end(plan, trace)
-    slowest = max(plan.devices, key=lambda d: (ends[d], -d))
-    parts = breakdown(plan, trace, slowest, ends[slowest])
-    comm_dev, comm = comm_volumes(plan, grouped)
+    fused = with_auto_fusion(scenario, fw, prog.grad_bytes)
+
+    def lowered(micro: int | None) -> Plan:
+        return with_framework_memory(lower(fused, prog, costs, fidelity, mesh, micro),
+                                     scenario, fw, prog, mesh)
+
+    got = None
+    window = _window(scenario, fidelity, steady)
+    if window is not None:
+        got = _steady(lowered, scenario.grad_accum_steps, *window)
+        if got is None and steady is None:
+            check_budget(estimate_every_micro_batch(scenario, fidelity), max_events,
+                         scenario.source, "events to simulate", "--max-events")
+    if got is None:
+        plan = lowered(None)
+        got = _measure(plan, run(plan))
     return SimResult(
-        scenario=scenario, fidelity=fidelity, program=prog, plan=plan, trace=trace,
-        iteration_time_s=ends[slowest], slowest_device=slowest,
-        breakdown_s=tuple(parts.items()), memory=memory_peak(plan, trace, grouped),
-        capacity_bytes=float(hw.memory_capacity_bytes), comm_device=comm_dev,
-        comm_bytes=tuple(comm.items()), model_flops=model, hardware_flops=hardware,
+        scenario=scenario, fidelity=fidelity, program=prog, plan=got.plan, trace=got.trace,
+        iteration_time_s=got.iteration_time_s, slowest_device=got.slowest,
+        breakdown_s=tuple(got.breakdown_s.items()), memory=got.memory,
+        capacity_bytes=float(hw.memory_capacity_bytes), comm_device=got.comm_device,
+        comm_bytes=tuple(got.comm_bytes.items()), model_flops=model, hardware_flops=hardware,
         peak_flops_per_s=float(hw.peak_flops_per_s(scenario.model.dtype)),
-        wall_s=time.perf_counter() - t0, framework=fw)
+        wall_s=time.perf_counter() - t0, framework=fw, steady=got.steady)
+
+
+def _window(scenario: Scenario, fidelity: str, steady: bool | None) -> tuple[int, int] | None:
+    """(shortened micro-batches, period) to try, per the `steady` argument of simulate."""
+    if steady is False:
+        return None
+    if steady is None:
+        return shortened_run(scenario, fidelity)
+    p = scenario.parallel
+    return steady_window(p.schedule, p.pipeline, scenario.grad_accum_steps, p.virtual_stages)

@@ -49,7 +49,7 @@ class Lowering:
     (`schedule.reduction`) adds its collectives. Used once by `lower`, then dropped."""
 
     def __init__(self, scenario: Scenario, prog: TransformerProgram, costs: CostModel,
-                 fidelity: str, ranks: RankMesh) -> None:
+                 fidelity: str, ranks: RankMesh, micro: int | None = None) -> None:
         self.sc, self.prog, self.costs, self.fidelity = scenario, prog, costs, fidelity
         self.ranks = ranks
         self.work: tuple[StageWork, ...] = stage_work(scenario, prog, ranks, costs)
@@ -57,7 +57,7 @@ class Lowering:
         self.e = DTYPE_BYTES[prog.dtype]
         self.ge = prog.grad_bytes  # gradient elements: buffer and reduction
         self.par = scenario.parallel
-        self.micro = scenario.grad_accum_steps
+        self.micro = scenario.grad_accum_steps if micro is None else micro
         self.dp: DataParallel = strategy_for(self)
         self.gates: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self.send_s = {intra: costs.send_recv_s(prog.boundary_bytes, intra)
@@ -226,12 +226,15 @@ def _check(scenario: Scenario, prog: TransformerProgram) -> None:
 
 
 def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
-          fidelity: str = "representative", model_mesh: Mesh | None = None) -> Plan:
+          fidelity: str = "representative", model_mesh: Mesh | None = None,
+          micro: int | None = None) -> Plan:
     """The task streams of one training iteration of `scenario` (see the module docstring).
-    `model_mesh`: an operator graph's own device mesh (default: (dp, tp) of `parallel`)."""
+    `model_mesh`: an operator graph's own device mesh (default: (dp, tp) of `parallel`);
+    `micro`: micro-batches per replica instead of the scenario's (a shortened run of the
+    steady state, `simulator.simulate`)."""
     assert fidelity in FIDELITIES, f"fidelity must be one of {FIDELITIES}"
     _check(scenario, program)
-    low = Lowering(scenario, program, costs, fidelity, rank_mesh(scenario, model_mesh))
+    low = Lowering(scenario, program, costs, fidelity, rank_mesh(scenario, model_mesh), micro)
     devices, represents = low.ranks.simulated(fidelity)
     static = tuple(low.device(dev) for dev in devices)
     tasks: tuple[Task, ...] = low.b.tasks()
