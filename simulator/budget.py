@@ -79,13 +79,17 @@ def shortened_run(s: Scenario, fidelity: str = "representative") -> tuple[int, i
     """(micro-batches of the shortened run, period in micro-batches) when `run` simulates
     the steady state of the pipeline shortened (that run and one with a period more) and
     extends it to the scenario's micro-batches: when the schedule has a steady period
-    (`schedule.pipeline.steady_window`) and every micro-batch would take more than
-    STEADY_MIN_EVENTS events. None: every micro-batch is simulated."""
+    (`schedule.pipeline.steady_window`), every micro-batch would take more than
+    STEADY_MIN_EVENTS events, and the two shortened runs fewer. None: every micro-batch is
+    simulated."""
     p = s.parallel
     window = steady_window(p.schedule, p.pipeline, s.grad_accum_steps, p.virtual_stages)
-    if window is None or _estimate(s, fidelity, s.grad_accum_steps).count <= STEADY_MIN_EVENTS:
+    if window is None:
         return None
-    return window
+    every = _estimate(s, fidelity, s.grad_accum_steps).count
+    short, period = window
+    both = (_estimate(s, fidelity, short).count + _estimate(s, fidelity, short + period).count)
+    return window if both < every and every > STEADY_MIN_EVENTS else None
 
 
 def estimate_run(s: Scenario, fidelity: str = "representative") -> Estimate:

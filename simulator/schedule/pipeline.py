@@ -85,14 +85,15 @@ def steady_window(name: str, stages: int, micro: int, chunks: int) -> tuple[int,
     steady state repeats: the shortened run keeps the warm-up, STEADY_PERIODS_KEPT periods
     on every stage and the cool-down, and `micro` differs from it by whole periods. None
     when the schedule has no steady period or `micro` is too small to gain anything (the
-    shortened run and one more period would not be fewer micro-batches than `micro`)."""
+    shortened run and the one with a period more would not simulate fewer micro-batches
+    than `micro`)."""
     rule = STEADY_PERIODS.get(name)
     if rule is None:
         return None
     period, warmup = rule(stages, chunks)
     need = -(-(warmup + STEADY_PERIODS_KEPT * period * chunks) // chunks)  # micro-batches
     reduced = need + (micro - need) % period
-    return (reduced, period) if reduced + period < micro else None
+    return (reduced, period) if 2 * reduced + period < micro else None
 
 
 def schedule_steps(name: str, stage: int, stages: int, micro: int, chunks: int,
