@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from simulator.errors import InputError
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.schedule.buckets import COLLAPSE_MIN
 from simulator.schedule.pipeline import steady_window
 
 __all__ = ["Estimate", "estimate_run", "estimate_every_micro_batch", "estimate_verify",
@@ -75,6 +76,21 @@ def _buckets(s: Scenario) -> int:
     return int(-(-grad_bytes // (p.comm_fusion.bucket_mb * 1e6)))
 
 
+def _bucket_tasks(s: Scenario, fidelity: str) -> tuple[int, int, bool]:
+    """(tasks of the data-parallel collectives per simulated device, gradient buckets,
+    whether identical buckets run as one task): a reduction per bucket, or about three per
+    backward piece when its buckets are collapsed (COLLAPSE_MIN, `schedule.lowering`);
+    with optimizer sharding, a parameter gather per bucket as well."""
+    n, p = _buckets(s), s.parallel
+    pieces = (s.model.layers // p.pipeline or 1) + 1 if isinstance(s.model, TransformerModel) \
+        else 1
+    gathers = n if p.optimizer_shard else 0
+    if (fidelity == "representative" and p.comm_fusion.mode in ("size", "auto")
+            and n >= COLLAPSE_MIN * pieces):
+        return 3 * pieces + gathers, n, True
+    return n + gathers, n, False
+
+
 def shortened_run(s: Scenario, fidelity: str = "representative") -> tuple[int, int] | None:
     """(micro-batches of the shortened run, period in micro-batches) when `run` simulates
     the steady state of the pipeline shortened (that run and one with a period more) and
@@ -127,13 +143,17 @@ def _estimate(s: Scenario, fidelity: str, micro: int) -> Estimate:
     per_micro = p.virtual_stages * (_TASKS_PER_MICRO + (_P2P_PER_MICRO if p.pipeline > 1
                                                         else 0))
     compute = devices * micro * per_micro
-    buckets = devices * _buckets(s) * (2 if p.optimizer_shard else 1)
+    tasks, n, collapsed = _bucket_tasks(s, fidelity)
+    buckets = devices * tasks
+    # collapsed buckets: one simulation finds where other transfers cut them, one runs
+    total = (compute + buckets) * (2 if collapsed else 1)
     where = "all devices (--fidelity full)" if fidelity == "full" else "pipeline stages"
     if buckets > compute:
-        return Estimate(compute + buckets, "parallel.comm_fusion.bucket_mb",
-                        f"{_buckets(s)} gradient buckets of {p.comm_fusion.bucket_mb:g} MB "
-                        f"on each of {devices} simulated devices ({where})")
-    return Estimate(compute + buckets, "training.global_batch_size",
+        return Estimate(total, "parallel.comm_fusion.bucket_mb",
+                        f"{n} gradient buckets of {p.comm_fusion.bucket_mb:g} MB on each of "
+                        f"{devices} simulated devices ({where})"
+                        + ("; identical ones run as one task" if collapsed else ""))
+    return Estimate(total, "training.global_batch_size",
                     f"{micro} micro-batches x {per_micro} tasks on each of {devices} "
                     f"simulated devices ({where})")
 

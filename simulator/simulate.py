@@ -32,6 +32,7 @@ from simulator.budget import (
     estimate_every_micro_batch,
     shortened_run,
 )
+from simulator.engine.blocks import cuts_needed
 from simulator.engine.core import run
 from simulator.engine.steady import Splice, splice
 from simulator.engine.trace import Trace
@@ -52,7 +53,7 @@ from simulator.report.metrics import (
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel
 from simulator.schedule.flops import iteration_flops
-from simulator.schedule.lowering import FIDELITIES, lower
+from simulator.schedule.lowering import FIDELITIES, Cuts, lower
 from simulator.schedule.model_program import transformer_program
 from simulator.schedule.pipeline import steady_window
 from simulator.schedule.program import TransformerProgram
@@ -65,8 +66,7 @@ __all__ = ["SimResult", "Steady", "simulate"]
 class Steady:
     """How a result was extended from two shortened runs: `plan` and `trace` of the
     SimResult are the run of `simulated` + `period` micro-batches; each of `repeats` more
-    periods of `period` micro-batches took `period_s` (the trace's `events` count both
-    runs)."""
+    periods of `period` micro-batches took `period_s`."""
 
     simulated: int
     period: int
@@ -81,7 +81,8 @@ class SimResult:
     slowest_device: the simulated rank that finishes last; breakdown_s is along its compute
     stream (keys of report.metrics.BREAKDOWN_KEYS, summing to iteration_time_s).
     memory: the highest allocation peak over devices; comm_device communicates the most and
-    comm_bytes are its bytes per collective. wall_s: seconds simulate() took.
+    comm_bytes are its bytes per collective. wall_s: seconds simulate() took; trace.events
+    counts the events of every simulation it ran (shortened runs, collapsed buckets cut).
     """
 
     scenario: Scenario
@@ -201,9 +202,8 @@ def _extend(a: _Measured, b: _Measured, sp: Splice, n: int) -> _Measured | None:
     ga, gb = by_device(a.plan), by_device(b.plan)
     comm = {d: _line(device_comm(ga[d]), device_comm(gb[d]), n) for d in b.plan.devices}
     comm_dev = max(b.plan.devices, key=lambda d: (sum(comm[d].values()), -d))
-    trace = replace(b.trace, events=a.trace.events + b.trace.events)
     steady = Steady(a.plan.micro_batches, sp.micro_period, sp.period_s, n)
-    return _Measured(b.plan, trace, ends[slowest], slowest,
+    return _Measured(b.plan, b.trace, ends[slowest], slowest,
                      {k: parts[k] for k in BREAKDOWN_KEYS}, peak, comm_dev,
                      {k: comm[comm_dev][k] for k in device_comm(gb[comm_dev])}, steady)
 
@@ -211,8 +211,10 @@ def _extend(a: _Measured, b: _Measured, sp: Splice, n: int) -> _Measured | None:
 STEADY_TRIES = 4  # shortened runs tried at most (19 to 152 micro-batches for GPT-3 175B)
 
 
-def _steady(lowered: Callable[[int | None], Plan], micro: int, short: int, period: int
-            ) -> _Measured | None:
+Simulated = Callable[[int | None], tuple[Plan, Trace]]
+
+
+def _steady(simulated: Simulated, micro: int, short: int, period: int) -> _Measured | None:
     """The iteration of `micro` micro-batches extended from shortened runs, or None when
     no shortened run repeats exactly (see the module docstring). A run that has not reached
     its steady state yet (a queue still filling) is retried with twice the micro-batches
@@ -222,10 +224,8 @@ def _steady(lowered: Callable[[int | None], Plan], micro: int, short: int, perio
         if short + period >= micro or (spent and 2 * (spent + 2 * short + period) > micro):
             return None
         spent += 2 * short + period
-        a_plan = lowered(short)
-        a = _measure(a_plan, run(a_plan))
-        b_plan = lowered(short + period)
-        b = _measure(b_plan, run(b_plan))
+        a = _measure(*simulated(short))
+        b = _measure(*simulated(short + period))
         sp = splice(a.plan, a.trace, b.plan, b.trace)
         ext = None if sp is None else _extend(a, b, sp, (micro - short) // period)
         if ext is not None:
@@ -234,9 +234,34 @@ def _steady(lowered: Callable[[int | None], Plan], micro: int, short: int, perio
     return None
 
 
+COLLAPSE_ROUNDS = 8  # simulations that may cut collapsed buckets before giving up on them
+
+
+def _collapsed(lowered: Callable[[int | None, Cuts | None], Plan], micro: int | None,
+               events: list[int]) -> tuple[Plan, Trace]:
+    """Plan and trace of `micro` micro-batches with identical consecutive buckets collapsed,
+    cut until no other transfer asks for the link inside a block (`engine.blocks`); one task
+    per bucket when that does not settle. `events` adds up the events of every simulation."""
+    cuts: Cuts = {}
+    for _ in range(COLLAPSE_ROUNDS):
+        plan = lowered(micro, cuts)
+        trace = run(plan)
+        events[0] += trace.events
+        more = cuts_needed(plan, trace)
+        if more == {}:
+            return plan, trace
+        if more is None:
+            break
+        cuts = {k: tuple(sorted({*cuts.get(k, ()), *more.get(k, ())})) for k in {**cuts, **more}}
+    plan = lowered(micro, None)
+    trace = run(plan)
+    events[0] += trace.events
+    return plan, trace
+
+
 def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
              costs: CostModel | None = None, steady: bool | None = None,
-             max_events: int = DEFAULT_MAX_EVENTS) -> SimResult:
+             max_events: int = DEFAULT_MAX_EVENTS, collapse: bool = True) -> SimResult:
     """Simulate one training iteration of `scenario` on hardware profile `hw`.
 
     `costs` replaces the cost model of `simulator.cost` (tests inject closed forms);
@@ -244,7 +269,8 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     extend a shortened steady state (True: whenever the schedule has one and the scenario
     has micro-batches to spare; False: never; None: when `budget.shortened_run` says so).
     When the shortened runs were chosen by the budget but do not repeat exactly, simulating
-    every micro-batch is refused (InputError) above `max_events` events."""
+    every micro-batch is refused (InputError) above `max_events` events. `collapse`: run
+    identical consecutive gradient buckets as one task (`_collapsed`); False: one each."""
     t0 = time.perf_counter()
     _check(scenario, fidelity)
     costs = costs or CostModel.from_hardware(hw)
@@ -259,20 +285,25 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
     fused = with_auto_fusion(scenario, fw, prog.grad_bytes)
 
-    def lowered(micro: int | None) -> Plan:
-        return with_framework_memory(lower(fused, prog, costs, fidelity, mesh, micro),
+    def lowered(micro: int | None, cuts: Cuts | None) -> Plan:
+        cuts = cuts if collapse else None
+        return with_framework_memory(lower(fused, prog, costs, fidelity, mesh, micro, cuts),
                                      scenario, fw, prog, mesh)
 
+    def simulated(micro: int | None) -> tuple[Plan, Trace]:
+        return _collapsed(lowered, micro, events)
+
+    events = [0]
     got = None
     window = _window(scenario, fidelity, steady)
     if window is not None:
-        got = _steady(lowered, scenario.grad_accum_steps, *window)
+        got = _steady(simulated, scenario.grad_accum_steps, *window)
         if got is None and steady is None:
             check_budget(estimate_every_micro_batch(scenario, fidelity), max_events,
                          scenario.source, "events to simulate", "--max-events")
     if got is None:
-        plan = lowered(None)
-        got = _measure(plan, run(plan))
+        got = _measure(*simulated(None))
+    got = replace(got, trace=replace(got.trace, events=events[0]))
     return SimResult(
         scenario=scenario, fidelity=fidelity, program=prog, plan=got.plan, trace=got.trace,
         iteration_time_s=got.iteration_time_s, slowest_device=got.slowest,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from simulator.cost.specs import GroupSpec
-from simulator.schedule.buckets import grad_buckets
+from simulator.schedule.buckets import grad_bucket_runs
 
 if TYPE_CHECKING:
     from simulator.schedule.lowering import Lowering
@@ -41,11 +41,13 @@ Gates = tuple[tuple[int, ...], ...]
 
 @dataclass(frozen=True)
 class Bucket:
-    """A gradient bucket: the backward piece after which it is ready, bytes, seconds."""
+    """`count` identical consecutive gradient buckets: the backward piece after which they
+    are ready, bytes and seconds of each."""
 
     piece: int
     nbytes: float
     seconds: float
+    count: int = 1
 
 
 class DataParallel:
@@ -64,10 +66,10 @@ class DataParallel:
 
     def _buckets(self, vs: int) -> tuple[Bucket, ...]:
         low, fusion = self.low, self.low.par.comm_fusion
-        raw = grad_buckets(low.work[vs].piece_params, low.ge, fusion.mode, fusion.bucket_mb,
-                           low.prog.param_tensors_per_layer)
-        return tuple(Bucket(i, nb, low.costs.collective_s(self.collective, nb, self.group))
-                     for i, nb in raw)
+        raw = grad_bucket_runs(low.work[vs].piece_params, low.ge, fusion.mode,
+                               fusion.bucket_mb, low.prog.param_tensors_per_layer)
+        return tuple(Bucket(i, nb, low.costs.collective_s(self.collective, nb, self.group), n)
+                     for i, nb, n in raw)
 
     # ---- what the pipeline emitter calls -----------------------------------------------
     def gather_before(self, dev: int, vs: int, key: tuple) -> tuple[int, ...]:
@@ -91,8 +93,11 @@ class DataParallel:
             return
         for j, b in enumerate(self.buckets[vs]):
             dep = piece_tids[min(b.piece, len(piece_tids) - 1)]
-            self.emit(dev, "grad_bucket", self.collective, b.nbytes, b.seconds, (dep,),
-                      (mb, vs, j))
+            for first, units in self.low.blocks(b.count, (dev, vs, j)):
+                tid = self.emit(dev, "grad_bucket", self.collective, b.nbytes, b.seconds,
+                                (dep,), (mb, vs, j, first), units=units)
+                if units > 1:
+                    self.low.block_of.append((tid, (dev, vs, j, first)))
 
     def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
         """Collectives after the optimizer step (or after the host's updated parameters)."""
@@ -100,10 +105,11 @@ class DataParallel:
     # ---- helpers -----------------------------------------------------------------------
     def emit(self, dev: int, name: str, coll: str, nbytes: float, seconds: float,
              deps: tuple[int, ...], key: tuple, alloc_buffer: bool = True,
-             alloc: tuple = (), stream: str = "dp") -> int:
+             alloc: tuple = (), stream: str = "dp", units: int = 1) -> int:
         """One data-parallel collective on a dp stream of dev (both streams share the
         device's link); `alloc`: memory it allocates that a later task frees (gathered
-        parameters)."""
+        parameters); `units`: that many identical collectives back to back, each with its
+        own buffer in turn."""
         low = self.low
         group, size = -1, 1
         if low.fidelity == "full":
@@ -111,14 +117,15 @@ class DataParallel:
             group, size = low.b.groups[(members, name) + key], low.ranks.data
         buf = (("communication_buffers", nbytes),) if alloc_buffer else ()
         return low.b.add(("dp", dev, name) + key, device=dev, stream=stream, name=name,
-                         phase="comm", duration_s=seconds, deps=deps, link=self.link,
-                         group=group, group_size=size, comm=((coll, nbytes),),
-                         alloc=buf + alloc, free=buf)
+                         phase="comm", duration_s=seconds * units, deps=deps, link=self.link,
+                         group=group, group_size=size, comm=((coll, nbytes * units),),
+                         alloc=buf + alloc, free=buf, units=units)
 
     def gather_s(self, vss: list[int]) -> float:
         """Seconds to all-gather the parameters of virtual stages vss, bucket by bucket (the
         gradient buckets rescaled from gradient to parameter bytes)."""
-        return sum(self.gather_bucket_s(b.nbytes) for vs in vss for b in self.buckets[vs])
+        return sum(self.gather_bucket_s(b.nbytes) * b.count for vs in vss
+                   for b in self.buckets[vs])
 
     def gather_bucket_s(self, grad_bytes: float) -> float:
         """Seconds to all-gather the parameters of one gradient bucket of `grad_bytes`."""
@@ -164,7 +171,8 @@ class ShardedStates(DataParallel):
         reversed, rescaled to parameter bytes); per forward piece, the task it waits for."""
         low = self.low
         tids, ends, done = [], [], 0.0
-        for j, b in enumerate(reversed(self.buckets[vs])):
+        each = [b for b in self.buckets[vs] for _ in range(b.count)]  # one task per bucket
+        for j, b in enumerate(reversed(each)):
             tids.append(self.emit(dev, "param_gather", "all_gather", b.nbytes * low.e / low.ge,
                                   self.gather_bucket_s(b.nbytes), (), ("overlapped", vs, j),
                                   alloc_buffer=False))
@@ -184,7 +192,7 @@ class ShardedGradients(ShardedStates):
     def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
         if mb < self.low.micro - 1:
             nbytes = self.low.work[vs].params * self.low.ge
-            seconds = sum(b.seconds for b in self.buckets[vs])
+            seconds = sum(b.seconds * b.count for b in self.buckets[vs])
             self.emit(dev, "grad_reduce", self.collective, nbytes, seconds, (piece_tids[-1],),
                       (mb, vs))
             return
