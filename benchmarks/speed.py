@@ -3,7 +3,8 @@ A100-80GB and the 1T model on 3072 A100-80GB (Narayanan et al. 2021, Table 1 row
 the event count and the bare SimPy event rate measured in the same run; then events and
 wall time against micro-batches per replica for GPT-3 175B (`--set
 training.global_batch_size=8*m`), where the steady state of the 1F1B pipeline is simulated
-shortened and extended (issue 13).
+shortened and extended, and against the gradient bucket size, where identical buckets run
+as one task (issue 13).
 
 Targets (DESIGN.md): 175B <= 1 s, 1T <= 5 s on two cores; 196,608 micro-batches (global
 batch 1,572,864) <= 5 s with the same time per added micro-batch as the 1536 run. Run:
@@ -118,11 +119,31 @@ def micro_batch_scaling(repeat: int) -> bool:
     return ok
 
 
+BUCKET_MB = (25.0, 1.0, 0.1, 0.01)
+
+
+def bucket_scaling(repeat: int) -> bool:
+    """Events and whole-process wall time against the gradient bucket size (GPT-3 175B,
+    192 micro-batches): identical buckets run as one task, cut where a send needs the
+    link (issue 13: 0.01 MB buckets took 135 s and 4.4 M events)."""
+    print(f"\n{GPT3}: gradient bucket size vs events and wall time")
+    print(f"{'bucket MB':>10} {'events':>7} {'process s':>9} {'simulate s':>10} "
+          f"{'iteration s':>12} {'comm_exposed s':>14}")
+    ok = True
+    for mb in BUCKET_MB:
+        wall, out = whole_process(GPT3, repeat, f"parallel.comm_fusion.bucket_mb={mb}")
+        sim = out["simulation"]
+        print(f"{mb:>10g} {sim['events']:>7,} {wall:>9.3f} {sim['wall_s']:>10.3f} "
+              f"{out['iteration_time_s']:>12.3f} {out['breakdown_s']['comm_exposed']:>14.3f}")
+        ok &= wall <= DONE_WHEN[1]
+    return ok
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--micro-only", action="store_true",
-                    help="only the micro-batch scaling of GPT-3 175B")
+                    help="only the micro-batch and bucket-size scaling of GPT-3 175B")
     args = ap.parse_args()
     from simulator.engine.core import simpy_event_rate
 
@@ -130,7 +151,8 @@ def main() -> None:
     print(f"cores: {os.cpu_count()}  bare SimPy: {rate:,.0f} events/s")
     ok = True
     if args.micro_only:
-        raise SystemExit(0 if micro_batch_scaling(args.repeat) else 1)
+        ok = micro_batch_scaling(args.repeat) & bucket_scaling(args.repeat)
+        raise SystemExit(0 if ok else 1)
     with tempfile.TemporaryDirectory() as tmp:
         for name, case in CASES.items():
             path = Path(tmp) / f"{name}.yaml"
@@ -144,6 +166,7 @@ def main() -> None:
                   f"({sim['events'] / sim['wall_s']:,.0f}/s incl. lowering and metrics); "
                   f"iteration {out['iteration_time_s']:.3f} s, MFU {out['mfu']:.1%}")
     ok &= micro_batch_scaling(args.repeat)
+    ok &= bucket_scaling(args.repeat)
     raise SystemExit(0 if ok else 1)
 
 

@@ -237,26 +237,34 @@ def _steady(simulated: Simulated, micro: int, short: int, period: int) -> _Measu
 COLLAPSE_ROUNDS = 8  # simulations that may cut collapsed buckets before giving up on them
 
 
-def _collapsed(lowered: Callable[[int | None, Cuts | None], Plan], micro: int | None,
-               events: list[int]) -> tuple[Plan, Trace]:
-    """Plan and trace of `micro` micro-batches with identical consecutive buckets collapsed,
-    cut until no other transfer asks for the link inside a block (`engine.blocks`); one task
-    per bucket when that does not settle. `events` adds up the events of every simulation."""
-    cuts: Cuts = {}
-    for _ in range(COLLAPSE_ROUNDS):
-        plan = lowered(micro, cuts)
+class _Runs:
+    """Simulates the scenario's iteration for a number of micro-batches (None: the
+    scenario's), identical consecutive buckets collapsed and cut until no other transfer
+    asks for the link inside a block (`engine.blocks`), or one task per bucket when that
+    does not settle; `events` adds up the events of every simulation it ran."""
+
+    def __init__(self, lowered: Callable[[int | None, Cuts | None], Plan]) -> None:
+        self.lowered = lowered
+        self.events = 0
+
+    def _run(self, micro: int | None, cuts: Cuts | None) -> tuple[Plan, Trace]:
+        plan = self.lowered(micro, cuts)
         trace = run(plan)
-        events[0] += trace.events
-        more = cuts_needed(plan, trace)
-        if more == {}:
-            return plan, trace
-        if more is None:
-            break
-        cuts = {k: tuple(sorted({*cuts.get(k, ()), *more.get(k, ())})) for k in {**cuts, **more}}
-    plan = lowered(micro, None)
-    trace = run(plan)
-    events[0] += trace.events
-    return plan, trace
+        self.events += trace.events
+        return plan, trace
+
+    def __call__(self, micro: int | None) -> tuple[Plan, Trace]:
+        cuts: Cuts = {}
+        for _ in range(COLLAPSE_ROUNDS):
+            plan, trace = self._run(micro, cuts)
+            more = cuts_needed(plan, trace)
+            if more == {}:
+                return plan, trace
+            if more is None:
+                break
+            cuts = {k: tuple(sorted({*cuts.get(k, ()), *more.get(k, ())}))
+                    for k in {**cuts, **more}}
+        return self._run(micro, None)
 
 
 def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
@@ -270,7 +278,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     has micro-batches to spare; False: never; None: when `budget.shortened_run` says so).
     When the shortened runs were chosen by the budget but do not repeat exactly, simulating
     every micro-batch is refused (InputError) above `max_events` events. `collapse`: run
-    identical consecutive gradient buckets as one task (`_collapsed`); False: one each."""
+    identical consecutive gradient buckets as one task (`_Runs`); False: one each."""
     t0 = time.perf_counter()
     _check(scenario, fidelity)
     costs = costs or CostModel.from_hardware(hw)
@@ -290,10 +298,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         return with_framework_memory(lower(fused, prog, costs, fidelity, mesh, micro, cuts),
                                      scenario, fw, prog, mesh)
 
-    def simulated(micro: int | None) -> tuple[Plan, Trace]:
-        return _collapsed(lowered, micro, events)
-
-    events = [0]
+    simulated = _Runs(lowered)
     got = None
     window = _window(scenario, fidelity, steady)
     if window is not None:
@@ -303,7 +308,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
                          scenario.source, "events to simulate", "--max-events")
     if got is None:
         got = _measure(*simulated(None))
-    got = replace(got, trace=replace(got.trace, events=events[0]))
+    got = replace(got, trace=replace(got.trace, events=simulated.events))
     return SimResult(
         scenario=scenario, fidelity=fidelity, program=prog, plan=got.plan, trace=got.trace,
         iteration_time_s=got.iteration_time_s, slowest_device=got.slowest,
