@@ -120,12 +120,21 @@ def test_cuts_needed_names_the_bucket_a_send_would_follow(ask_at, cuts):
     assert cuts_needed(plan, run(plan)) == cuts
 
 
-def test_tiny_buckets_on_gpt3_are_estimated_collapsed():
+def test_tiny_buckets_on_gpt3_answer_and_are_estimated_collapsed(invoke_cli):
+    """Issue 13: 0.01 MB buckets on GPT-3 175B took 135 s and 4.4 M events."""
+    import json
+
     from simulator.api import load_scenario
+
+    out = invoke_cli("run", "gpt3-175b-1024-a100", "--json", "--set",
+                     "parallel.comm_fusion.bucket_mb=0.01")
+    assert out.exit_code == 0, out.stderr
+    events = json.loads(out.stdout)["simulation"]["events"]
 
     sc = load_scenario("gpt3-175b-1024-a100", ["parallel.comm_fusion.bucket_mb=0.01"]).scenario
     est = estimate_run(sc)
     assert est.count < DEFAULT_MAX_EVENTS / 10
+    assert 0.5 <= est.count / events <= 2.0
     # 545,548 buckets per device in runs of thousands: about three tasks per piece
     pieces = 96 // 16 + 1
     assert est.count <= 2 * 16 * (192 * 6 + 3 * pieces)

@@ -220,6 +220,8 @@ def test_done_when_command_runs_and_extends_the_1536_run(invoke_cli):
     assert big["iteration_time_s"] == pytest.approx(base.iteration_time_s + added, rel=1e-9)
     assert big["memory"]["peak_bytes"] == summary(base)["memory"]["peak_bytes"]
     assert big["simulation"]["events"] < base.trace.events
+    estimated = estimate_run(load_scenario("gpt3-175b-1024-a100", DONE_WHEN[1::2]).scenario)
+    assert 0.5 <= estimated.count / big["simulation"]["events"] <= 2.0
 
 
 def test_refuses_every_micro_batch_when_the_shortened_runs_do_not_repeat():
