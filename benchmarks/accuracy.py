@@ -12,7 +12,7 @@ in-process with `simulate()` and prints, per run, the prediction, the target, th
 run fits in device memory (every published run ran, so each should) and the simulated peak.
 It measures and never asserts: the exit status is always 0.
 
-    python -m benchmarks.accuracy [--json] [--csv PATH] [--dir DIR]     (from the repo root)
+    python -m benchmarks.accuracy [--json | --markdown] [--csv PATH] [--dir DIR]   (repo root)
 
 Targets come from `published_runs.csv` (matched on source, model name and GPU count) when that
 file exists, else from the scenario's `# target_iteration_time_s:` header comment, so the
@@ -160,9 +160,22 @@ def _print(rows: Sequence[Row], out: TextIO | None = None) -> None:
             print(f"  {name}: MAPE {mape(part):.1f}% over {len(part)} runs", file=out)
 
 
+def _markdown(rows: Sequence[Row], out: TextIO | None = None) -> None:
+    """The per-run table as Markdown (the README's accuracy table is this output)."""
+    out = out or sys.stdout
+    print("| run | framework | hardware | devices | measured s | predicted s | error | fits "
+          "| peak GiB |", file=out)
+    print("|---|---|---|---:|---:|---:|---:|---|---:|", file=out)
+    for r in rows:
+        print(f"| {r.run} | {r.framework} | {r.hardware} | {r.devices} | {r.target_s:.4g} "
+              f"| {r.predicted_s:.4g} | {r.error_pct:+.1f}% | {str(r.fits).lower()} "
+              f"| {r.peak_gib:.1f} |", file=out)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--markdown", action="store_true", help="print the per-run Markdown table")
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="published_runs.csv")
     ap.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="folder of case files")
     args = ap.parse_args(argv)
@@ -179,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "not_fitting": [r.run for r in rows if not r.fits],
                           "worst": asdict(worst) if worst else None,
                           "targets_from": str(args.csv) if table else "case headers"}))
+    elif args.markdown:
+        _markdown(rows)
     elif rows:
         _print(rows)
     else:

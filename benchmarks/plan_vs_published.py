@@ -35,7 +35,7 @@ def _one(path: Path) -> dict:
     res = search(sc, hw, sc.devices, sc.cluster.devices_per_node, SearchOptions(top_k=3))
     wall = time.perf_counter() - t0
     best = res.best
-    row = {"run": path.stem.split("-")[0], "devices": sc.devices, "published": str(published),
+    row = {"run": path.stem, "devices": sc.devices, "published": str(published),
            "published_s": pub.iteration_time_s, "published_fits": pub.fits,
            "planned": str(best.config) if best else None,
            "planned_s": best.evaluation.iteration_time_s if best else None,
@@ -61,21 +61,26 @@ def _print(rows: list[dict]) -> None:
         table.add_row(r["run"], str(r["devices"]), r["published"] + fits,
                       f"{r['published_s']:.3f}", f"{planned:.3f}" if planned else "-",
                       f"{r['published_s'] / planned:.2f}x" if planned else "-",
-                      "yes" if r["at_least_as_fast"] else "NO", r["planned"] or "-",
+                      ("same" if r["planned"] == r["published"] else "yes")
+                      if r["at_least_as_fast"] else "NO", r["planned"] or "-",
                       f"{r['plan_wall_s']:.1f}")
     Console(width=220).print(table)
     ok = sum(r["at_least_as_fast"] for r in rows)
-    print(f"planner at least as fast on {ok} of {len(rows)} published runs")
+    same = sum(r["planned"] == r["published"] for r in rows)
+    unfit = sum(not r["published_fits"] for r in rows)
+    print(f"planner at least as fast on {ok} of {len(rows)} published runs ({same} of them: "
+          f"the published configuration is the best found; {unfit} published configurations "
+          f"do not fit in simulation)")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", help="run ids (r001 ...) to keep")
+    ap.add_argument("--only", nargs="*", help="run names or their prefixes (r001 ...) to keep")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     args = ap.parse_args()
     paths = sorted((ROOT / "scenarios" / "validation").glob("*.yaml"))
     if args.only:
-        paths = [p for p in paths if p.stem.split("-")[0] in args.only]
+        paths = [p for p in paths if any(p.stem.startswith(o) for o in args.only)]
     rows = []
     for path in paths:
         rows.append(_one(path))

@@ -55,10 +55,16 @@ class Estimate:
     detail: str
 
 
-def _transformer_params(m: TransformerModel) -> int:
+def _transformer_params(m: TransformerModel, expert: int = 1) -> int:
+    """Parameters one tensor-and-pipeline shard's worth of devices holds: with a mixture
+    of experts, every `every`-th layer's FFN is `experts / expert` FFNs per device."""
     ffn_mats = 3 if m.ffn_activation == "swiglu" else 2
     attn = m.hidden_size * (m.hidden_size + 2 * m.kv_heads * m.head_dim) + m.hidden_size ** 2
-    return m.layers * (attn + ffn_mats * m.hidden_size * m.ffn) + m.vocab_size * m.hidden_size
+    ffn = ffn_mats * m.hidden_size * m.ffn
+    moe_layers = m.layers // m.moe.every if m.moe else 0
+    experts = ffn * m.moe.experts // expert if m.moe else 0
+    return (m.layers * (attn + ffn) + moe_layers * (experts - ffn)
+            + m.vocab_size * m.hidden_size)
 
 
 def _buckets(s: Scenario) -> int:
@@ -72,7 +78,7 @@ def _buckets(s: Scenario) -> int:
         return layers + 1
     if mode == "none":
         return (layers + 1) * _TENSORS_PER_LAYER
-    grad_bytes = _transformer_params(m) * _GRAD_BYTES / (p.tensor * p.pipeline)
+    grad_bytes = _transformer_params(m, p.expert) * _GRAD_BYTES / (p.tensor * p.pipeline)
     return int(-(-grad_bytes // (p.comm_fusion.bucket_mb * 1e6)))
 
 

@@ -1,6 +1,6 @@
 """Models from Hugging Face config.json: every bundled config loads and its parameter count
 equals the published one within 1% (sources: scenarios/models/SOURCES.md); the mapped
-transformer simulates; a mixture of experts is refused naming the key."""
+transformer simulates; a mixture of experts maps to model.moe."""
 
 from __future__ import annotations
 
@@ -70,14 +70,15 @@ def test_from_hf_path_relative_to_scenario(tmp_path):
     assert (sc.model.hidden_size, sc.model.kv_heads, sc.model.seq_length) == (256, 8, 128)
 
 
-def test_mixture_of_experts_is_refused_naming_the_key():
-    assert load_hf("mixtral-8x7b").experts == 8
-    with pytest.raises(InputError) as err:
-        _scenario({"from_hf": "mixtral-8x7b"})
-    assert str(err.value) == (
-        "s.yaml: model.from_hf: mixtral-8x7b: num_local_experts is 8 (a mixture of experts); "
-        "the simulator has no expert layers yet; allowed: dense models (num_local_experts "
-        "absent or 1)")
+def test_mixture_of_experts_maps_to_model_moe():
+    """Mixtral's num_local_experts / num_experts_per_tok are model.moe's experts / top_k; a
+    moe written beside from_hf is merged into them."""
+    assert (load_hf("mixtral-8x7b").experts, load_hf("mixtral-8x7b").top_k) == (8, 2)
+    moe = _scenario({"from_hf": "mixtral-8x7b", "seq_length": 512}).model.moe
+    assert (moe.experts, moe.top_k, moe.capacity_factor, moe.every) == (8, 2, 1.0, 1)
+    moe = _scenario({"from_hf": "mixtral-8x7b", "seq_length": 512,
+                     "moe": {"capacity_factor": 4.0}}).model.moe
+    assert (moe.experts, moe.top_k, moe.capacity_factor) == (8, 2, 4.0)
 
 
 def test_unknown_model_and_override_are_blamed():

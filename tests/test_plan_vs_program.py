@@ -10,6 +10,7 @@ reduction's bytes per device do not depend on its degree)."""
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
 
 import numpy as np
@@ -45,7 +46,8 @@ def _small(name: str) -> dict:
     """The scenario with at most 2 data-parallel replicas and one pipeline stage."""
     raw = _raw(name)
     par = raw.setdefault("parallel", {})
-    par["data"] = min(par.get("data", 1), 2)
+    # at least the expert-parallel degree, which divides the data-parallel one
+    par["data"] = min(par.get("data", 1), max(2, par.get("expert", 1)))
     par["pipeline"] = 1
     par.pop("virtual_stages", None)
     par["schedule"] = "1f1b"
@@ -66,6 +68,9 @@ def _shrunk_like(raw: dict, dims) -> dict:
     out["model"].update(layers=dims.layers, hidden_size=dims.hidden, num_heads=dims.heads,
                         num_kv_heads=dims.kv_heads, ffn_hidden_size=dims.ffn,
                         seq_length=dims.seq, vocab_size=dims.vocab)
+    if dims.experts:
+        out["model"]["moe"].update(experts=dims.experts, top_k=dims.top_k,
+                                   every=dims.moe_every)
     out["training"]["micro_batch_size"] = dims.batch
     out["training"]["global_batch_size"] = dims.batch * out["parallel"]["data"] * 2
     return out
@@ -102,6 +107,7 @@ def _executed(case, e: int, shard: bool):
 
 
 def _timed(prog, layers: int):
+    layers //= prog.layers_per_block  # the program's layer is a block (MoE every k layers)
     fwd = prog.embed_fwd + prog.layer_fwd * layers + prog.head_fwd
     bwd = prog.head_bwd + prog.layer_bwd * layers + prog.embed_bwd
     comms = [(c.collective, c.axis, c.bytes) for c in fwd + bwd if isinstance(c, CommSpec)]
@@ -122,7 +128,8 @@ def _compare(name: str):
     key = (s.hardware, fw.name, m.dtype, m.ffn_activation, m.kv_heads < m.num_heads,
            fw.software.fused_attention if m.attention == "auto" else m.attention,
            p.data, p.tensor, p.sequence_parallel, p.optimizer_shard,
-           s.training.micro_batch_size, yaml.safe_dump(raw["model"]) if _fits(s) else "")
+           s.training.micro_batch_size, p.expert, yaml.safe_dump(raw["model"].get("moe")),
+           yaml.safe_dump(raw["model"]) if _fits(s) else "")
     return _compare_case(name, key)
 
 
@@ -153,11 +160,20 @@ def _dims_of(case):
     g = case.micro_reference
     wq = g.tensors["l0.wq"].shape
     hidden, groups, r, hd = wq
-    dp = case.mesh.shape[case.mesh.names.index("dp")]
-    return GptDims(layers=sum(1 for op in g.ops if op.name.endswith(".ln1")), hidden=hidden,
-                   heads=groups * r, kv_heads=groups, ffn=g.tensors["l0.w1"].shape[1],
-                   seq=g.tensors["wpe"].shape[0], vocab=g.tensors["wte"].shape[0],
-                   batch=g.tensors["ids"].shape[0] // dp)
+    dp = math.prod(n for a, n in case.mesh.axes if a in ("dp", "ep"))
+    layers = sum(1 for op in g.ops if op.name.endswith(".ln1"))
+    routes = [op for op in g.ops if op.type == "MoeRoute"]
+    moe = {}
+    if routes:
+        first = int(routes[0].name.split(".")[0][1:])
+        moe = dict(experts=g.tensors[routes[0].name.replace("route", "router.w")].shape[1],
+                   top_k=routes[0].attrs["top_k"], capacity=routes[0].attrs["capacity"],
+                   moe_every=first + 1)
+    w1 = "l0.w1" if "l0.w1" in g.tensors else "l0.experts.w1"
+    return GptDims(layers=layers, hidden=hidden, heads=groups * r, kv_heads=groups,
+                   ffn=g.tensors[w1].shape[-1], seq=g.tensors["wpe"].shape[0],
+                   vocab=g.tensors["wte"].shape[0], batch=g.tensors["ids"].shape[0] // dp,
+                   **moe)
 
 
 @pytest.mark.parametrize("name", TRANSFORMERS)
@@ -175,7 +191,8 @@ def test_run_prices_the_collectives_and_flops_verify_executes(name):
         timed[(kind, axis)] += nbytes
     assert executed == timed
     dp_elems = sum(b for k, a, b in step if a == "dp" and k in ("all_reduce", "reduce_scatter"))
-    params = dims.layers * prog.params_per_layer + prog.params_embedding + prog.params_head
+    params = (dims.layers // prog.layers_per_block * prog.params_per_layer
+              + prog.params_embedding + prog.params_head)
     if any(a == "dp" for _, a, _ in step):
         assert dp_elems == pytest.approx(params * e)
 

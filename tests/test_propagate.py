@@ -107,7 +107,7 @@ def test_dynamic_programming_solves_the_chain_of_seed_b():
 
 
 @pytest.mark.parametrize("key,value,allowed", [
-    ("parallel.mode", "manual", "semi_auto, auto"),
+    ("parallel.mode", "manual", "semi_auto, auto, parameter_server"),
     ("parallel.search", "greedy", "sharding_propagation, dynamic_programming, ilp")])
 def test_bad_mode_and_search_exit_2(invoke_cli, key, value, allowed):
     result = invoke_cli("verify", "seed-b-propagate", "--set", f"{key}={value}")

@@ -148,6 +148,19 @@ def test_same_scenario_twice_gives_the_identical_trace(a100):
     assert chrome_trace(first) == chrome_trace(second)
 
 
+@pytest.mark.parametrize("shard", [0, 1, 2, 3])
+def test_every_task_stream_has_a_trace_thread(a100, shard: int):
+    """ZeRO-3 reduce-scatters on their own stream ('dp_reduce'); the Chrome trace must have a
+    thread for it (it raised KeyError on every FSDP scenario's report)."""
+    result = simulate(_scenario(data=4, micro=2, optimizer_shard=shard), a100)
+    trace = chrome_trace(result)
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    used = {t.stream for t in result.plan.tasks}
+    assert used <= set(names.values())
+    assert ("dp_reduce" in used) == (shard == 3)
+
+
 @pytest.mark.parametrize("shard,per_param", [(0, 16.0), (1, 4 + 12 / 4), (2, 2 + 14 / 4),
                                              (3, 16 / 4)])
 def test_zero_model_states_in_the_memory_timeline(a100, shard: int, per_param: float):

@@ -77,6 +77,13 @@ def _check_model(scenario: Any) -> None:
     if getattr(scenario.model, "type", "") != "transformer":
         raise InputError(scenario.source, "model.type", f"found '{scenario.model.type}'; "
                          "`plan` searches transformer models (supported: transformer)")
+    if getattr(scenario.model, "moe", None) is not None:
+        # the search space (planner/space.py) has no expert degree and its memory and time
+        # estimates count dense layers: refuse rather than rank configurations wrongly
+        raise InputError(scenario.source, "model.moe", "a mixture of experts is not searched "
+                         "by `plan` yet (its space has no expert-parallel degree); compare "
+                         "configurations with `shardsim sweep` over parallel.expert "
+                         "(supported: dense transformers)")
 
 
 @contextlib.contextmanager

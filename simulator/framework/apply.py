@@ -56,11 +56,14 @@ def with_auto_fusion(scenario: Scenario, fw: FrameworkProfile, grad_bytes: float
 
 def communicators(scenario: Scenario, mesh: Mesh | None = None) -> int:
     """Communicators a device is a member of: one per parallel axis of more than one
-    device (data, tensor, pipeline; an operator graph's own mesh axes and pipeline)."""
+    device (data, tensor, pipeline; with expert parallelism the expert group and the
+    experts' data-parallel group, Megatron-Core's expert-data-parallel group; an operator
+    graph's own mesh axes and pipeline)."""
     p = scenario.parallel
     if mesh is not None:
         return sum(1 for _, n in mesh.axes if n > 1) + (1 if p.pipeline > 1 else 0)
-    return sum(1 for n in (p.data, p.tensor, p.pipeline) if n > 1)
+    expert = (p.expert > 1) + (1 < p.expert < p.data)  # ep, and the experts' own dp
+    return sum(1 for n in (p.data, p.tensor, p.pipeline) if n > 1) + expert
 
 
 def _fp8_share(prog: TransformerProgram, scenario: Scenario, fw: FrameworkProfile) -> float:
@@ -68,7 +71,7 @@ def _fp8_share(prog: TransformerProgram, scenario: Scenario, fw: FrameworkProfil
     when the recipe runs it in FP8), over all parameters of the model."""
     m = scenario.model
     assert isinstance(m, TransformerModel)
-    layers = prog.params_per_layer * m.layers
+    layers = prog.params_per_layer * (m.layers // prog.layers_per_block)
     head = prog.params_output if "lm_head" in fw.fp8.gemm_roles else 0
     total = layers + prog.params_embedding + prog.params_head + prog.params_output
     return (layers + head) / total if total > 0 else 0.0

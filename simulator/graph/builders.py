@@ -36,10 +36,21 @@ class GptDims:
     bias: bool = False
     flash: bool = False
     tied: bool = True
+    # mixture of experts (0 experts: none): the FFN of every `moe_every`-th layer is
+    # `experts` expert FFNs, each token routed to `top_k` of them, `capacity` slots each
+    experts: int = 0
+    top_k: int = 1
+    capacity: int = 0
+    moe_every: int = 1
 
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether layer `layer` (from 0) has experts: every `moe_every`-th layer, the last of
+        each block (GShard's every other layer: 1, 3, 5, ...; Megatron-LM --moe-layer-freq)."""
+        return self.experts > 0 and (layer + 1) % self.moe_every == 0
 
 
 def _linear(g: GraphBuilder, x: str, w: str, name: str, eq: str, d: GptDims, kernel: str,
@@ -117,6 +128,40 @@ def _ffn(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
     return _bias_dropout_add(g, y, x, p, "fc2", d, 2)
 
 
+def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
+    """The FFN as a mixture of experts (GShard Sec. 2.2, Switch Sec. 2.1; the routing ops are
+    simulator/graph/ops/moe.py): a router GEMM to one logit per expert, top-k routing with
+    capacity, dispatch of each token to its experts' slots [b, E, C, h], the expert FFNs as
+    GEMMs batched over the expert dim (no biases, as in Switch and Mixtral), and the combine
+    weighted by the gates, then the residual."""
+    a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln2.g", [d.hidden], "parameter"),
+                           g.tensor(f"{p}.ln2.b", [d.hidden], "parameter")], f"{p}.ln2",
+             kernel="ln2")
+    wg = g.tensor(f"{p}.router.w", [d.hidden, d.experts], "parameter")
+    logits = g.op("Einsum", [a, wg], f"{p}.router", equation="bsh,he->bse", kernel="router")
+    route = g.op("MoeRoute", [logits], f"{p}.route", top_k=d.top_k, capacity=d.capacity,
+                 kernel="moe_route")
+    gates = g.op("MoeGateWeights", [logits, route], f"{p}.gate", kernel="moe_route")
+    xe = g.op("MoeDispatch", [route, a], f"{p}.dispatch", experts=d.experts,
+              capacity=d.capacity, kernel="moe_dispatch")
+    w1 = g.tensor(f"{p}.experts.w1", [d.experts, d.hidden, d.ffn], "parameter")
+    u = g.op("Einsum", [xe, w1], f"{p}.efc1", equation="bech,ehf->becf", kernel="expert_fc1")
+    if d.swiglu:
+        w3 = g.tensor(f"{p}.experts.w3", [d.experts, d.hidden, d.ffn], "parameter")
+        up = g.op("Einsum", [xe, w3], f"{p}.efc3", equation="bech,ehf->becf",
+                  kernel="expert_fc1")
+        u = g.op("Mul", [g.op("SiLU", [u], f"{p}.eact", kernel="expert_act"), up],
+                 f"{p}.eglu", kernel="expert_act")
+    else:
+        u = g.op("GeLU", [u], f"{p}.eact", kernel="expert_act")
+    w2 = g.tensor(f"{p}.experts.w2", [d.experts, d.ffn, d.hidden], "parameter")
+    y = g.op("Einsum", [u, w2], f"{p}.efc2", equation="becf,efh->bech", kernel="expert_fc2")
+    y = g.op("MoeCombine", [route, gates, y], f"{p}.combine", kernel="moe_combine")
+    y = g.op("Dropout", [y], f"{p}.fc2_drop", p=d.dropout, seed=hash_seed(p, 3),
+             kernel="dropout_residual2")
+    return g.op("Add", [x, y], f"{p}.res2", kernel="dropout_residual2")
+
+
 def hash_seed(prefix: str, k: int) -> int:
     """A seed that depends only on the op's name (deterministic across runs and ranks)."""
     return (sum(ord(c) * (i + 1) for i, c in enumerate(prefix)) * 31 + k) % (2**31)
@@ -136,7 +181,8 @@ def build_gpt(d: GptDims) -> Graph:
     x = g.op("Dropout", [x], "embed_drop", p=d.dropout, seed=hash_seed("embed", 0),
              kernel="embed_dropout")
     for layer in range(d.layers):
-        x = _ffn(g, _attention(g, x, f"l{layer}", d), f"l{layer}", d)
+        ffn = _moe_ffn if d.is_moe(layer) else _ffn
+        x = ffn(g, _attention(g, x, f"l{layer}", d), f"l{layer}", d)
     x = g.op("LayerNorm", [x, g.tensor("lnf.g", [d.hidden], "parameter"),
                            g.tensor("lnf.b", [d.hidden], "parameter")], "lnf",
              kernel="ln_final")

@@ -17,7 +17,12 @@ from simulator.graph.graph import Graph
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.model_graph import planned_graph, unplanned_graph
-from simulator.sharding.transformer_plan import gpt_dims, planned_transformer, uses_flash
+from simulator.sharding.transformer_plan import (
+    gpt_dims,
+    planned_transformer,
+    uses_flash,
+    with_moe,
+)
 
 __all__ = ["VerifyCase", "build_case"]
 
@@ -38,7 +43,24 @@ class VerifyCase:
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
     return (m.hidden_size <= 128 and m.layers <= 4 and m.seq_length <= 32 and
-            m.vocab_size <= 256 and m.ffn <= 512 and s.training.micro_batch_size <= 4)
+            m.vocab_size <= 256 and m.ffn <= 512 and s.training.micro_batch_size <= 4
+            and (m.moe is None or m.moe.experts <= 16))
+
+
+def _small_moe(dims: GptDims, m: TransformerModel, s: Scenario) -> tuple[GptDims, str]:
+    """A shrunk model's experts: as many as the scenario's up to 2 per expert-parallel rank
+    (at least 2), with the same top_k, capacity factor and MoE layer frequency (at most
+    every 2nd layer, so that the 2 layers kept hold one MoE layer)."""
+    moe = m.moe
+    if moe is None:
+        return dims, ""
+    ep = s.parallel.expert
+    experts = min(moe.experts, max(2, 2 * ep))
+    small = moe.model_copy(update={"experts": experts, "top_k": min(moe.top_k, experts),
+                                   "every": min(moe.every, dims.layers)})
+    dims = with_moe(dims, small)
+    return dims, (f" experts={dims.experts} top_k={dims.top_k} capacity={dims.capacity} "
+                  f"every={dims.moe_every}")
 
 
 def _small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, list[str]]:
@@ -56,10 +78,12 @@ def _small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, 
     dims = dataclasses.replace(own, layers=min(m.layers, 2), hidden=heads * 4, heads=heads,
                                kv_heads=groups, ffn=8 * t, seq=seq, vocab=8 * t,
                                batch=min(s.training.micro_batch_size, 2))
+    dims, experts = _small_moe(dims, m, s)
+    ep = f" expert={p.expert}" if m.moe else ""
     return dims, [f"shrunk to layers={dims.layers} hidden={dims.hidden} heads={dims.heads} "
                   f"kv_heads={dims.kv_heads} ffn={dims.ffn} seq={dims.seq} "
-                  f"vocab={dims.vocab} micro_batch={dims.batch} (same parallel "
-                  f"configuration: data={p.data} tensor={p.tensor} "
+                  f"vocab={dims.vocab} micro_batch={dims.batch}{experts} (same parallel "
+                  f"configuration: data={p.data} tensor={p.tensor}{ep} "
                   f"sequence_parallel={str(p.sequence_parallel).lower()})"]
 
 
@@ -71,7 +95,7 @@ def _transformer(s: Scenario, m: TransformerModel, flash: bool) -> VerifyCase:
         notes.append(f"{micro} of {s.grad_accum_steps} gradient-accumulation steps run")
     per_micro = dims.batch * p.data
     sharded, mesh = planned_transformer(dataclasses.replace(dims, batch=per_micro), p.data,
-                                        p.tensor, p.sequence_parallel)
+                                        p.tensor, p.sequence_parallel, p.expert)
     graph = build_gpt(dataclasses.replace(dims, batch=per_micro))
     whole = build_gpt(dataclasses.replace(dims, batch=per_micro * micro))
     return VerifyCase(sharded, whole, graph, mesh, micro, tuple(notes), np.float64)

@@ -37,9 +37,14 @@ def random_inputs(graph: Graph, rng: np.random.Generator) -> list[np.ndarray]:
     """Values for the single op's inputs: integer indices where the op reads indices."""
     op = graph.ops[0]
     out: list[np.ndarray] = []
+    given = (op.family.sample(graph.shapes(op), op.attrs, rng) if op.family.sample
+             else [None] * len(op.inputs))
     for i, name in enumerate(op.inputs):
         shape = graph.tensors[name].shape
-        if op.type == "Gather" and i == 1:
+        value = given[i]
+        if value is not None:
+            out.append(value)
+        elif op.type == "Gather" and i == 1:
             out.append(rng.integers(0, graph.tensors[op.inputs[0]].shape[0], shape))
         elif op.type == "SoftmaxCrossEntropy" and i == 1:
             out.append(rng.integers(0, graph.tensors[op.inputs[0]].shape[-1], shape))

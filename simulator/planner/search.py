@@ -5,7 +5,9 @@
    the floor is held at some moment whatever the timing, so nothing that fits is dropped);
 3. estimate every survivor's iteration time (`estimate.estimate_time`: closed forms fed
    with per-layer costs from tiny probe simulations);
-4. simulate with the event engine in order of estimate, most promising first, until the
+4. simulate the scenario's own configuration first (when the space holds it: the plan is
+   then never slower than what the user has, and says by how much it is faster), then the
+   others in order of estimate, most promising first, until the
    next estimate is more than `margin` above the best simulated time that fits (and at
    least `top_k` fit). Each simulation corrects the estimates of its family (same ZeRO
    stage, offload and schedule kind) by the smallest simulated / estimated ratio seen in
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simulator.planner.estimate import Probes, estimate_time
@@ -80,6 +82,7 @@ class SearchOptions:
     max_simulations: int = 120
     pareto_points: int = 8  # configurations of the estimated time/memory front simulated
     limits: SpaceLimits = field(default_factory=SpaceLimits)
+    include_current: bool = True  # simulate the scenario's own configuration first
 
 
 @dataclass(frozen=True)
@@ -170,11 +173,25 @@ class _Search:
         ratio = ev.iteration_time_s / cand.estimate_s if cand.estimate_s > 0 else 1.0
         self.ratio[fam] = min(self.ratio.get(fam, ratio), ratio)
 
+    def current(self, cands: list[Candidate]) -> None:
+        """Simulate the scenario's own configuration, when the space holds it."""
+        from simulator.planner.space import config_of
+
+        mine = config_of(self.sc)
+        for cand in cands:
+            if cand.config == mine:
+                self.progress("simulating the scenario's configuration", 0, 1)
+                self.record(cand, simulate_config(self.sc, self.hw, cand.config,
+                                                  self.per_node))
+                return
+
     def run(self, cands: list[Candidate]) -> None:
         """Simulate in order of (corrected) estimate until the stop rule holds. The order
         is recomputed after each simulation (a family's correction changes its scores)."""
         cap = self.hw.memory_capacity_bytes * (1 + self.opts.margin)
-        left = [c for c in cands if c.memory.peak_bytes <= cap] or cands
+        seen = {c.config for c in self.done}
+        left = [c for c in cands if c.memory.peak_bytes <= cap and c.config not in seen] or \
+            [c for c in cands if c.config not in seen]
         limit = self.opts.max_simulations
         while left and len(self.done) < limit:
             scores = [self.score(c) for c in left]
@@ -237,10 +254,17 @@ def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | No
     profile `hw` (nodes of `devices_per_node`, default the scenario's)."""
     t0 = time.perf_counter()
     per_node = min(devices_per_node or scenario.cluster.devices_per_node, devices)
+    limits = options.limits
+    if options.include_current and limits.max_micro_batch < scenario.training.micro_batch_size:
+        # the space holds the scenario's own micro-batch size
+        options = replace(options, limits=replace(
+            limits, max_micro_batch=scenario.training.micro_batch_size))
     run = _Search(scenario, hw, devices, per_node, options, progress)
     interrupted = False
     try:
         cands = run.estimate(run.survivors())
+        if options.include_current and scenario.devices == devices:
+            run.current(cands)
         run.run(cands)
         run.front(cands)
     except KeyboardInterrupt:

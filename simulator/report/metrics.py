@@ -63,7 +63,9 @@ def slowest_device(plan: Plan, trace: Trace) -> int:
 
 
 def _kind(task: Task) -> str:
-    return "offload_exposed" if task.phase == "offload" else "comm_exposed"
+    """What a wait for `task` is charged to (a server's update is the optimizer's time)."""
+    return {"offload": "offload_exposed", "optimizer": "optimizer"}.get(task.phase,
+                                                                      "comm_exposed")
 
 
 def _charge_wait(parts: dict[str, float], plan: Plan, trace: Trace, prev: dict[int, int],

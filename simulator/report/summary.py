@@ -50,6 +50,7 @@ def summary(result: Any) -> dict[str, Any]:
                           "by_collective": {k: int(round(v)) for k, v in comm.items()}},
         "simulation": {"events": int(result.trace.events), "wall_s": result.wall_s},
         "pipeline_layers": list(result.plan.stage_layers),
+        **dict(result.plan.extras),
     }
 
 
@@ -68,6 +69,12 @@ def format_table(s: dict[str, Any]) -> str:
             ("MFU / HFU", f"{s['mfu']:.1%} / {s['hfu']:.1%}")]
     if len(s.get("pipeline_layers", ())) > 1:
         rows.append(("layers per stage", "/".join(str(n) for n in s["pipeline_layers"])))
+    ps = s.get("parameter_server")
+    if ps:
+        rows.append(("parameter server",
+                     f"{ps['workers']} workers, {ps['servers']} servers, "
+                     f"{'sync' if ps['sync'] else 'async'}, bottleneck {ps['bottleneck']}, "
+                     f"staleness {ps['staleness_updates']} updates"))
     for key, secs in s["breakdown_s"].items():
         share = secs / t if t > 0 else 0.0
         rows.append((f"  {key}", f"{secs:.4f} s ({share:.1%})"))

@@ -7,15 +7,19 @@ transformers class reads (transformers/models/*/configuration_*.py):
     llama, mistral, mixtral, qwen2   hidden_size, num_hidden_layers, num_attention_heads,
                                      num_key_value_heads, intermediate_size, hidden_act
                                      (silu: a SwiGLU FFN), vocab_size, tie_word_embeddings,
-                                     max_position_embeddings, head_dim, num_local_experts
+                                     max_position_embeddings, head_dim, num_local_experts,
+                                     num_experts_per_tok (Mixtral: experts, top_k)
     gpt2                             n_embd, n_layer, n_head, n_inner (None: 4 n_embd),
                                      activation_function, vocab_size, n_positions (tied)
     gpt_neox                         hidden_size, num_hidden_layers, num_attention_heads,
                                      intermediate_size, hidden_act, vocab_size,
                                      tie_word_embeddings, max_position_embeddings
 
-What the simulator's transformer (graph/builders.build_gpt) cannot express is not hidden:
-a mixture of experts (num_local_experts > 1) is refused with a message naming the key; the
+A mixture of experts (num_local_experts > 1) becomes `model.moe` with `experts` and `top_k`
+(num_experts_per_tok) in every layer (transformers' MixtralSparseMoeBlock); its capacity
+factor is the scenario's (`capacity_factor` of `model.moe`, default 1.0): Hugging Face's
+Mixtral routes without dropping tokens, which a capacity of `experts / top_k` reproduces.
+What the simulator's transformer (graph/builders.build_gpt) cannot express is not hidden: the
 simulated model always ties the LM head to the embedding and adds a learned position table,
 and carries biases exactly when its FFN is gelu (so RoPE, RMSNorm, an untied head and
 Qwen2's q/k/v biases are approximated; `param_count` here counts the real model). Keys
@@ -58,6 +62,7 @@ class HfModel:
     tied: bool
     experts: int
     max_positions: int
+    top_k: int = 1
     norm: str = "rms"
     bias: bool = False
     qkv_bias: bool = False
@@ -79,10 +84,13 @@ class HfModel:
 
     def model_fields(self) -> dict[str, Any]:
         """The `model:` keys of the simulator's transformer."""
-        return {"type": "transformer", "layers": self.layers, "hidden_size": self.hidden,
-                "num_heads": self.heads, "num_kv_heads": self.kv_heads,
-                "ffn_hidden_size": self.ffn, "ffn_activation": self.activation,
-                "vocab_size": self.vocab, "seq_length": self.max_positions}
+        fields = {"type": "transformer", "layers": self.layers, "hidden_size": self.hidden,
+                  "num_heads": self.heads, "num_kv_heads": self.kv_heads,
+                  "ffn_hidden_size": self.ffn, "ffn_activation": self.activation,
+                  "vocab_size": self.vocab, "seq_length": self.max_positions}
+        if self.experts > 1:
+            fields["moe"] = {"experts": self.experts, "top_k": self.top_k}
+        return fields
 
 
 def _get(cfg: dict[str, Any], key: str, src: str) -> Any:
@@ -112,6 +120,7 @@ def _llama(cfg: dict[str, Any], src: str) -> HfModel:
         activation=_activation(cfg.get("hidden_act", "silu"), True, src),
         vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", False)),
         experts=int(cfg.get("num_local_experts") or 1),
+        top_k=int(cfg.get("num_experts_per_tok") or 1),
         max_positions=_get(cfg, "max_position_embeddings", src),
         qkv_bias=cfg["model_type"] == "qwen2" or bool(cfg.get("attention_bias", False)))
 
@@ -183,7 +192,7 @@ def load_hf(ref: str, source: str = "<scenario>") -> HfModel:
 
 def expand_from_hf(data: dict[str, Any], source: str) -> dict[str, Any]:
     """`data` with `model.from_hf` replaced by the model keys it reads (keys written beside
-    it win). A mixture of experts is refused: the simulator has no expert layers yet."""
+    it win; a `moe` written beside it is merged into the config's experts)."""
     model = data.get("model")
     if not isinstance(model, dict) or "from_hf" not in model:
         return data
@@ -192,10 +201,9 @@ def expand_from_hf(data: dict[str, Any], source: str) -> dict[str, Any]:
         raise InputError(source, _KEY, f"found {ref!r}; expected a config.json path or a "
                          f"bundled model name ({', '.join(bundled_models())})")
     hf = load_hf(ref, source)
-    if hf.experts > 1:
-        raise InputError(source, _KEY, f"{ref}: num_local_experts is {hf.experts} (a mixture "
-                         "of experts); the simulator has no expert layers yet; allowed: "
-                         "dense models (num_local_experts absent or 1)")
     fields = hf.model_fields()
+    moe = model.get("moe")
+    if isinstance(moe, dict) and isinstance(fields.get("moe"), dict):
+        model = {**model, "moe": {**fields["moe"], **moe}}
     fields.update({k: v for k, v in model.items() if k != "from_hf"})
     return {**data, "model": fields}

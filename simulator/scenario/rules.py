@@ -7,7 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from simulator.errors import InputError
-from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.scenario.schema import (
+    CommFusionSpec,
+    GraphModel,
+    ParameterServerSpec,
+    Scenario,
+    TransformerModel,
+)
 
 __all__ = ["check_rules", "divisors"]
 
@@ -71,23 +77,28 @@ def _transformer(s: Scenario) -> Iterator[Problem]:
             f"{m.vocab_size} must be a multiple of parallel.tensor={p.tensor} (the "
             f"embedding is split across tensor-parallel ranks; Megatron-LM pads it to "
             f"{padded})")
-    yield from _stage_layers(m.layers, p)
+    yield from _stage_layers(m.layers, p, m.moe.every if m.moe else 1)
     if p.sequence_parallel:
         yield from _must_divide("parallel.tensor", p.tensor, "model.seq_length", m.seq_length)
 
 
-def _stage_layers(layers: int, p) -> Iterator[Problem]:
+def _stage_layers(layers: int, p, unit: int = 1) -> Iterator[Problem]:
     """Explicit per-stage layer counts: one per virtual stage, adding up to the model's
     layers; only the first and last stage (which hold the embedding and the head) may have
-    none. Without them every stage needs at least one layer."""
+    none. Without them every stage needs at least one layer (one block of `unit` layers: a
+    mixture of experts every `unit` layers repeats in blocks of that many)."""
     chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
     given = p.pipeline_layers
     if given is None:
-        if layers < chunks:
+        if layers < chunks * unit:
             yield "parallel.pipeline", (
                 f"{p.pipeline} stages x {chunks // p.pipeline} chunks need at least "
-                f"{chunks} layers; model.layers is {layers}")
+                f"{chunks * unit} layers; model.layers is {layers}")
         return
+    if unit > 1 and any(n % unit for n in given):
+        yield "parallel.pipeline_layers", (
+            f"{given}: each stage's layers must be a multiple of model.moe.every={unit} "
+            f"(the block of dense layers and one MoE layer that repeats)")
     if len(given) != chunks:
         yield "parallel.pipeline_layers", (
             f"has {len(given)} entries; expected one per virtual stage, "
@@ -98,6 +109,39 @@ def _stage_layers(layers: int, p) -> Iterator[Problem]:
     elif any(n == 0 for n in given[1:-1]):
         yield "parallel.pipeline_layers", (
             f"{given}: only the first and last stage may have 0 layers")
+
+
+def _expert(s: Scenario) -> Iterator[Problem]:
+    """Mixture of experts and expert parallelism. Expert-parallel ranks are data-parallel
+    ranks that hold different experts: Megatron-Core's initialize_model_parallel
+    (megatron/core/parallel_state.py) raises "data_parallel_size ... is not divisible by
+    expert_model_parallel_size" (--expert-model-parallel-size), the dense layers staying
+    data parallel over all of them and each expert over data/expert ranks; DeepSpeed-MoE's
+    ep_size likewise splits the data-parallel world. So `expert` divides `data` and the
+    experts, and the device count stays data*tensor*pipeline."""
+    m, p = s.model, s.parallel
+    moe = m.moe if isinstance(m, TransformerModel) else None
+    if moe is None:
+        if p.expert != 1:
+            yield "parallel.expert", (
+                f"{p.expert} needs a mixture-of-experts transformer (model.moe: {{experts, "
+                f"top_k, capacity_factor, every}}); a model of type '{m.type}' without "
+                f"model.moe has no experts to split (allowed: 1)")
+        return
+    assert isinstance(m, TransformerModel)
+    if moe.top_k > moe.experts:
+        yield "model.moe.top_k", (f"{moe.top_k} must be at most model.moe.experts="
+                                  f"{moe.experts}")
+    if m.layers % moe.every:
+        yield "model.moe.every", (f"{moe.every} must divide model.layers={m.layers} "
+                                  f"(valid: {divisors(m.layers)})")
+    yield from _must_divide("parallel.expert", p.expert, "parallel.data", p.data)
+    yield from _must_divide("parallel.expert", p.expert, "model.moe.experts", moe.experts)
+    if moe.imbalance != 1.0 and p.expert == 1:
+        yield "model.moe.imbalance", (
+            f"{moe.imbalance:g} needs parallel.expert > 1: on one expert-parallel rank every "
+            f"device runs all experts on its own tokens, so no rank is busier than another "
+            f"(allowed: 1.0)")
 
 
 def _graph(s: Scenario) -> Iterator[Problem]:
@@ -115,6 +159,25 @@ def _graph(s: Scenario) -> Iterator[Problem]:
                         f"operators' strategies (allowed: 1)")
 
 
+def _graph_reductions(s: Scenario) -> Iterator[Problem]:
+    """An operator graph's gradient reductions follow its operators' strategies on its own
+    mesh (some parameters split where others are replicated) and run coalesced once after
+    the backward: sharding the optimizer, bucketing and overlapping them per parameter is
+    not simulated yet, so those keys are refused rather than ignored."""
+    if not isinstance(s.model, GraphModel):
+        return
+    p = s.parallel
+    why = ("not simulated yet for model.type graph, whose gradient reductions follow its "
+           "operators' strategies on model.mesh and run once after the backward")
+    if p.optimizer_shard:
+        yield "parallel.optimizer_shard", f"{p.optimizer_shard}: {why} (allowed: 0)"
+    if p.comm_fusion != CommFusionSpec():
+        yield "parallel.comm_fusion", f"{why} (remove the key)"
+    for key in ("grad_reduce", "param_gather"):
+        if getattr(p.overlap, key) is not True:
+            yield f"parallel.overlap.{key}", f"false: {why} (allowed: true)"
+
+
 def _one_block(s: Scenario) -> Iterator[Problem]:
     """mlp, resnet and graph models are one block of the program (the embedding / layer /
     head split is the transformer's): a pipeline has nothing to partition. Shared by run
@@ -126,6 +189,37 @@ def _one_block(s: Scenario) -> Iterator[Problem]:
         f"model of type '{s.model.type}' is one block (allowed: 1)")
 
 
+def _one_block_overlap(s: Scenario) -> Iterator[Problem]:
+    """A one-block model's gradients are all ready when its single backward ends: the
+    data-parallel reduction cannot overlap it either way."""
+    if isinstance(s.model, (TransformerModel, GraphModel)):
+        return
+    if s.parallel.comm_fusion.mode == "index":
+        yield "parallel.comm_fusion.mode", (
+            f"index fuses each block's gradients into one bucket; a model of type "
+            f"'{s.model.type}' is one block, so that is one bucket of its whole gradient "
+            f"(allowed: size, auto, none)")
+    if s.parallel.overlap.grad_reduce:
+        return
+    yield "parallel.overlap.grad_reduce", (
+        f"false: a model of type '{s.model.type}' is one block, whose gradients are ready "
+        f"only when its whole backward ends, so the reduction runs after it either way "
+        f"(allowed: true)")
+
+
+def _one_block_recompute(s: Scenario) -> Iterator[Problem]:
+    """Recompute trades time for the activations of the blocks not being back-propagated
+    (Chen et al. 2016: checkpoints at block boundaries); a model the program keeps as one
+    block would recompute it whole right before its backward, holding the same peak for
+    more time, and has no attention core for `selective`. Refused rather than ignored."""
+    if isinstance(s.model, TransformerModel) or s.parallel.recompute == "none":
+        return
+    yield "parallel.recompute", (
+        f"{s.parallel.recompute} needs a model of several blocks to checkpoint between; a "
+        f"model of type '{s.model.type}' is one block, whose recompute would keep the same "
+        f"activation peak and only add time (allowed: none)")
+
+
 def _schedule(s: Scenario) -> Iterator[Problem]:
     p = s.parallel
     if p.virtual_stages > 1 and p.schedule != "interleaved_1f1b":
@@ -133,6 +227,47 @@ def _schedule(s: Scenario) -> Iterator[Problem]:
             f"{p.virtual_stages} needs parallel.schedule=interleaved_1f1b "
             f"(found {p.schedule})"
         )
+    if p.schedule == "interleaved_1f1b" and p.pipeline == 1:
+        yield "parallel.schedule", ("interleaved_1f1b interleaves the model chunks of a "
+                                    "pipeline and needs parallel.pipeline > 1 (found 1)")
+    elif p.schedule == "interleaved_1f1b" and p.virtual_stages == 1:
+        yield "parallel.schedule", ("interleaved_1f1b with parallel.virtual_stages 1 is 1f1b: "
+                                    "give virtual_stages > 1 or schedule 1f1b")
+    if isinstance(s.model, GraphModel) and p.schedule != "1f1b":
+        yield "parallel.schedule", (f"{p.schedule} orders micro-batches; an operator graph "
+                                    f"runs its batch as one (allowed: 1f1b)")
+
+
+def _transformer_knobs(s: Scenario) -> Iterator[Problem]:
+    """Keys that only a transformer's program uses: refused on other models (and the graph
+    search on a transformer, whose plan is Megatron's), never ignored."""
+    p = s.parallel
+    if isinstance(s.model, TransformerModel):
+        if p.mode == "auto":
+            yield "parallel.mode", ("auto searches the strategies of an operator graph (mlp, "
+                                    "resnet, graph); a transformer runs Megatron's plan with "
+                                    "parallel.tensor (allowed: semi_auto, parameter_server)")
+        return
+    kind = s.model.type
+    if p.sequence_parallel:
+        yield "parallel.sequence_parallel", (
+            f"true splits a transformer's norm and dropout regions along the sequence; a "
+            f"model of type '{kind}' has none (allowed: false)")
+    if p.overlap.tp_comm != "auto":
+        yield "parallel.overlap.tp_comm", (
+            f"{str(p.overlap.tp_comm).lower()}: not simulated yet for a model of type "
+            f"'{kind}' (chunked tensor-parallel overlap is modelled on the transformer's "
+            f"GEMMs; allowed: auto)")
+
+
+def _param_gather(s: Scenario) -> Iterator[Problem]:
+    p = s.parallel
+    if not p.overlap.param_gather and p.optimizer_shard not in (1, 2):
+        yield "parallel.overlap.param_gather", (
+            f"false applies to the all-gather of updated parameters after a sharded optimizer step "
+            f"(parallel.optimizer_shard 1 or 2; found {p.optimizer_shard}: "
+            + ("ZeRO-3 gathers each unit before use)" if p.optimizer_shard == 3
+               else "nothing is gathered)"))
 
 
 def _offload(s: Scenario) -> Iterator[Problem]:
@@ -145,14 +280,49 @@ def _offload(s: Scenario) -> Iterator[Problem]:
                    "true is not simulated yet (supported: offload.optimizer_states)")
 
 
+def _parameter_server(s: Scenario) -> Iterator[Problem]:
+    """Parameter server training is data parallel (MindSpore: workers run the whole model
+    and push gradients; the servers own the optimizer): no other split, no sharded or
+    offloaded optimizer, and the `parameter_server` block only in that mode."""
+    p = s.parallel
+    if p.mode != "parameter_server":
+        if p.parameter_server != ParameterServerSpec():
+            yield "parallel.parameter_server", (
+                f"applies only with parallel.mode: parameter_server (found mode {p.mode})")
+        return
+    if isinstance(s.model, GraphModel):
+        yield "parallel.mode", ("parameter_server needs a model the workers replicate "
+                                "(transformer, mlp, resnet); a graph model's split is its "
+                                "model.mesh and strategies (allowed: semi_auto, auto)")
+    for key, value, allowed in (("parallel.tensor", p.tensor, 1),
+                                ("parallel.pipeline", p.pipeline, 1),
+                                ("parallel.expert", p.expert, 1),
+                                ("parallel.optimizer_shard", p.optimizer_shard, 0)):
+        if value != allowed:
+            yield key, (f"{value} does not apply with parallel.mode: parameter_server, whose "
+                        f"workers are data parallel and whose servers hold the optimizer "
+                        f"(allowed: {allowed})")
+    if p.offload.optimizer_states:
+        yield "parallel.offload.optimizer_states", (
+            "true does not apply with parallel.mode: parameter_server (the servers hold the "
+            "optimizer states; allowed: false)")
+
+
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _devices,
     _batch,
     _transformer,
+    _expert,
     _graph,
+    _graph_reductions,
     _one_block,
+    _one_block_recompute,
+    _one_block_overlap,
     _schedule,
+    _transformer_knobs,
+    _param_gather,
     _offload,
+    _parameter_server,
 )
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 __all__ = [
     "Dtype",
     "ClusterSpec",
+    "MoeSpec",
     "TransformerModel",
     "MlpModel",
     "ResnetModel",
@@ -52,6 +53,7 @@ Dim = Annotated[StrictInt, Field(ge=1, le=1 << 31)]      # one dimension of a gr
 LearningRate = Annotated[StrictFloat, Field(ge=1e-10, le=10.0, allow_inf_nan=False)]
 BucketMB = Annotated[StrictFloat, Field(ge=0.01, le=100_000.0, allow_inf_nan=False)]
 Seed = Annotated[StrictInt, Field(ge=0, le=2**32 - 1)]   # numpy's legacy seed range
+NicGbps = Annotated[StrictFloat, Field(ge=1e-3 * 8, le=1e5 * 8, allow_inf_nan=False)]
 
 
 class _Closed(BaseModel):
@@ -65,6 +67,25 @@ class ClusterSpec(_Closed):
     @property
     def devices(self) -> int:
         return self.nodes * self.devices_per_node
+
+
+class MoeSpec(_Closed):
+    """Mixture of experts in the FFN of every `every`-th layer (GShard, Lepikhin et al. 2021:
+    every other layer; Switch Transformer, Fedus et al. 2022; Megatron-LM --num-experts,
+    --moe-router-topk, --moe-expert-capacity-factor, --moe-layer-freq).
+
+    experts: expert FFNs per MoE layer, each of ffn_hidden_size; top_k: experts each token
+    is sent to; capacity_factor: slots per expert over an even share, per sample of
+    seq_length tokens (Switch Sec. 2.2); imbalance: a what-if for `run`, the busiest
+    expert-parallel rank's tokens over the mean (1: balanced routing), which scales that
+    rank's expert FFNs and its dispatch/combine all-to-alls as if the capacity did not bind
+    (a dropless router); `verify` routes the real tokens and ignores it."""
+
+    experts: Annotated[StrictInt, Field(ge=2, le=100_000)]
+    top_k: Annotated[StrictInt, Field(ge=1, le=1_000)] = 1
+    capacity_factor: Annotated[StrictFloat, Field(gt=0, le=1_000.0, allow_inf_nan=False)] = 1.0
+    every: Layers = 1
+    imbalance: Annotated[StrictFloat, Field(ge=1.0, le=1_000.0, allow_inf_nan=False)] = 1.0
 
 
 class TransformerModel(_Closed):
@@ -84,6 +105,7 @@ class TransformerModel(_Closed):
     seq_length: SeqLength
     vocab_size: Vocab
     dtype: Dtype = "bf16"
+    moe: MoeSpec | None = None
 
     @property
     def ffn(self) -> int:
@@ -197,10 +219,30 @@ class OverlapSpec(_Closed):
     tp_comm: StrictBool | Literal["auto"] = "auto"
 
 
+class ParameterServerSpec(_Closed):
+    """`parallel.mode: parameter_server` (MindSpore's parameter server training, Li et al.
+    OSDI 2014): the devices are workers; `servers` server processes, each on a host of its
+    own (`server_hardware`, a hardware profile), hold the parameters and the optimizer
+    states split by key range, sum the workers' pushed gradients and update."""
+
+    servers: Degree = 1
+    # synchronous SGD (every worker's gradient summed, then one update) or asynchronous
+    # (each push applied on arrival; workers run on stale parameters)
+    sync: StrictBool = True
+    server_hardware: StrictStr = "cpu-x86"
+    # one server's network bandwidth; default: the server host's NICs (its profile)
+    server_nic_Gbps: NicGbps | None = None
+
+
 class ParallelSpec(_Closed):
     data: Degree = 1
     tensor: Degree = 1
     pipeline: Degree = 1
+    # Expert parallel (a mixture-of-experts transformer): the experts of each MoE layer split
+    # over this many of the data-parallel ranks, which exchange tokens by all-to-all. It
+    # divides `data` (Megatron-LM --expert-model-parallel-size; DeepSpeed-MoE ep_size):
+    # devices stay data * tensor * pipeline.
+    expert: Degree = 1
     schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     virtual_stages: Layers = 1
     # Layers of each virtual pipeline stage, in stage order (MindSpore's per-cell
@@ -219,7 +261,10 @@ class ParallelSpec(_Closed):
     # strategies as written and unconfigured operators data parallel; auto keeps the
     # configured operators and lets `search` choose every other operator's signature
     # (simulator/planner/propagate.py).
-    mode: Literal["semi_auto", "auto"] = "semi_auto"
+    # `parameter_server` replaces the data-parallel collectives by pushes to and pulls from
+    # the servers of `parameter_server` (simulator/schedule/reduction.py, ParameterServer).
+    mode: Literal["semi_auto", "auto", "parameter_server"] = "semi_auto"
+    parameter_server: ParameterServerSpec = Field(default_factory=ParameterServerSpec)
     search: Literal["sharding_propagation", "dynamic_programming", "ilp"] = "ilp"
 
     @property

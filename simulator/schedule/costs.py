@@ -26,6 +26,7 @@ class CostModel:
     collective_s: Callable[[str, float, GroupSpec], float]
     send_recv_s: Callable[[float, bool], float]
     copy_s: Callable[[float], float] = lambda nbytes: 0.0  # host <-> device, one direction
+    hardware: Any = None  # the profile priced (for costs outside the device: servers)
 
     @classmethod
     def from_hardware(cls, hw: Any) -> CostModel:
@@ -44,6 +45,7 @@ class CostModel:
             collective_s=collective,
             send_recv_s=lambda nbytes, intra: send_recv_time_s(nbytes, intra, hw),
             copy_s=lambda nbytes: nbytes / pcie,
+            hardware=hw,
         )
 
 

@@ -17,7 +17,7 @@ from simulator.cost.specs import GroupSpec
 from simulator.scenario.schema import Scenario
 from simulator.sharding.mesh import Mesh
 
-__all__ = ["RankMesh", "rank_mesh"]
+__all__ = ["RankMesh", "rank_mesh", "transformer_mesh"]
 
 PIPELINE_AXIS = "pp"
 
@@ -89,13 +89,26 @@ class RankMesh:
                 (per_stage,) * self.pipeline)
 
 
+def transformer_mesh(scenario: Scenario) -> Mesh:
+    """A transformer's model mesh: (dp, tp), or for a mixture of experts (dp, ep, tp) with
+    data = dp * ep, expert ranks contiguous inside each data-parallel group (Megatron-Core's
+    order tp-cp-ep-dp-pp, megatron/core/parallel_state.py)."""
+    p = scenario.parallel
+    if getattr(scenario.model, "moe", None) is None:
+        return Mesh.of(dp=p.data, tp=p.tensor)
+    return Mesh.of(dp=p.data // p.expert, ep=p.expert, tp=p.tensor)
+
+
 def rank_mesh(scenario: Scenario, model_mesh: Mesh | None = None) -> RankMesh:
-    """The cluster mesh of a scenario: (pp, dp, tp), or pp around an operator graph's mesh
-    (whose `dp` axis the lowering reduces only when `parallel.data` > 1)."""
+    """The cluster mesh of a scenario: (pp, dp, tp) or (pp, dp, ep, tp), or pp around an
+    operator graph's mesh (whose `dp` axis the lowering reduces only when `parallel.data` >
+    1). With experts the lowering's bucketed reduction runs on `dp` (the experts'
+    data-parallel group); the dense gradients' reduction over `ep` is part of the
+    program's gradient synchronisation."""
     p = scenario.parallel
     chunks = p.virtual_stages if p.schedule == "interleaved_1f1b" else 1
     if model_mesh is None:
-        model_mesh = Mesh.of(dp=p.data, tp=p.tensor)
+        model_mesh = transformer_mesh(scenario)
         data_axis: str | None = "dp"
     else:
         data_axis = "dp" if p.data > 1 and "dp" in model_mesh.names else None

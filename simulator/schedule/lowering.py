@@ -176,7 +176,10 @@ class Lowering:
                           if self.b.streams.get((dev, s)))
         params = sum(self.work[vs].params for vs in vss)
         deps = last_comm + self._grad_sync(dev, vss)
-        if self.par.offload.optimizer_states:
+        remote = self.dp.remote_step(dev, params, deps)
+        if remote is not None:
+            step = remote
+        elif self.par.offload.optimizer_states:
             step = self._host_optimizer(dev, params, deps)
         else:
             spec = optimizer_spec(params, self.prog.dtype, self.sc.training.optimizer,
@@ -229,7 +232,8 @@ class Lowering:
         params = sum(self.work[vs].params for vs in vss)
         return model_state_bytes(params, self.prog.dtype, self.sc.training.optimizer,
                                  self.par.optimizer_shard, self.ranks.data,
-                                 self.par.offload.optimizer_states, self.ge)
+                                 self.par.offload.optimizer_states or self.dp.remote_optimizer,
+                                 self.ge)
 
 
 def _check(scenario: Scenario, prog: TransformerProgram) -> None:
@@ -260,4 +264,5 @@ def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
     return Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,
                 stage_of=tuple(low.ranks.stage(d) for d in devices), static_memory=static,
                 total_devices=low.ranks.devices, micro_batches=low.micro,
-                stage_layers=tuple(w.layers for w in low.work), blocks=tuple(low.block_of))
+                stage_layers=tuple(w.layers for w in low.work), extras=low.dp.extras(),
+                blocks=tuple(low.block_of))

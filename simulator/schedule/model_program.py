@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from simulator.cost.specs import CommSpec, ComputeSpec
+from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.hardware.schema import Software
 from simulator.scenario.schema import DTYPE_BYTES, GraphModel, Scenario, TransformerModel
@@ -75,11 +76,19 @@ def _coalesce(specs: tuple[CommSpec, ...], name: str) -> tuple[CommSpec, ...]:
                  for (kind, axis), nb in out.items())
 
 
-def _sync(plan: ShardingPlan, select: Select, skip: tuple[str, ...]) -> tuple[CommSpec, ...]:
-    params = {n for p in plan.ops if select(p.op.name) for n in p.op.inputs
-              if plan.graph.tensors[n].kind == "parameter"}
-    return tuple(c for c in gradient_steps(plan, skip) if c.name.split(".grad.")[0] in params
+def _sync(plan: ShardingPlan, steps: tuple[CommSpec, ...], select: Select,
+          besides: Select | None = None) -> tuple[CommSpec, ...]:
+    """The gradient reductions (`steps`, from `gradient_steps`) of the parameters the
+    selected ops read, except those `besides` also reads (a tied LM head's table is the
+    embedding's: reduced once, with it)."""
+    params = _param_names(plan, select) - (_param_names(plan, besides) if besides else set())
+    return tuple(c for c in steps if c.name.split(".grad.")[0] in params
                  or c.name.rsplit(".", 1)[0] in params)
+
+
+def _param_names(plan: ShardingPlan, select: Select) -> set[str]:
+    return {n for p in plan.ops if select(p.op.name) for n in p.op.inputs
+            if plan.graph.tensors[n].kind == "parameter"}
 
 
 def _main_grad(e: int, dtype: str, name: str, params: float) -> tuple[Op, ...]:
@@ -115,8 +124,46 @@ def _role(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def _layer_prefix(layers: int) -> str:
-    return "l1." if layers >= 3 else "l0."
+def _layer_block(layers: int, unit: int) -> Select:
+    """The ops of the block of `unit` layers that stands for every block: the middle one of
+    three (its neighbours are blocks on both sides), else the first. A block is one layer,
+    or with a mixture of experts every `unit` layers, its `unit - 1` dense layers and the
+    MoE layer that ends it."""
+    first = unit if layers >= 3 * unit else 0
+    prefixes = tuple(f"l{i}." for i in range(first, first + unit))
+    return lambda n: n.startswith(prefixes)
+
+
+def _imbalanced(ops: tuple[Op, ...], factor: float) -> tuple[Op, ...]:
+    """The busiest expert-parallel rank's share under load imbalance `factor` (its tokens
+    over the mean, model.moe.imbalance): its expert FFN kernels (`expert_*`) and its
+    all-to-alls on `ep` (it receives, and sends back, `factor` times the balanced tokens)
+    carry `factor` times the work; its own tokens' dispatch and combine do not change.
+    An all-to-all, and the layer after it, end when their busiest member does: the load
+    GShard bounds with the expert capacity (Lepikhin et al. 2021, Sec. 2.2), here taken
+    as if the capacity did not bind (a dropless router, Megatron-Core's default)."""
+    if factor == 1.0:
+        return ops
+    out: list[Op] = []
+    for op in ops:
+        if isinstance(op, CommSpec) and op.axis == "ep" and op.collective == "all_to_all":
+            out.append(replace(op, bytes=op.bytes * factor))
+        elif isinstance(op, ComputeSpec) and op.name.startswith("expert_"):
+            mnk = op.gemm_mnk and (math.ceil(op.gemm_mnk[0] * factor),) + op.gemm_mnk[1:]
+            out.append(replace(op, flops=op.flops * factor,
+                               bytes_accessed=op.bytes_accessed * factor, gemm_mnk=mnk))
+        else:
+            out.append(op)
+    return tuple(out)
+
+
+def _slot_fill(dims: GptDims) -> float:
+    """Share of the expert slots a balanced routing fills: top_k * seq / (experts *
+    capacity), the capacity factor's padding left out of the model FLOPs (1 without
+    experts)."""
+    if dims.experts == 0:
+        return 1.0
+    return dims.top_k * dims.seq / (dims.experts * dims.capacity)
 
 
 def transformer_program(scenario: Scenario, software: Software | None = None,
@@ -135,11 +182,12 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
     recipe = fp8 if m.dtype == "fp8" else None
     dtype = "bf16" if recipe is not None else m.dtype
     e = DTYPE_BYTES[dtype]
-    dims = gpt_dims(scenario, uses_flash(scenario, software.fused_attention), min(m.layers, 3))
-    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel)
+    unit = m.moe.every if m.moe else 1
+    dims = gpt_dims(scenario, uses_flash(scenario, software.fused_attention),
+                    min(m.layers, 3 * unit))
+    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert)
     plan = build_plan(graph, mesh, e)
-    prefix = _layer_prefix(dims.layers)
-    layer = _Block(lambda n: n.startswith(prefix))
+    layer = _Block(_layer_block(m.layers, unit))
     embed = _Block(lambda n: n.startswith("embed"))
     head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
     sv: Saved = saved(plan, e)
@@ -152,6 +200,9 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
     if recipe is not None:
         fwd = {k: apply_fp8(v, recipe) for k, v in fwd.items()}
         bwd = {k: apply_fp8(v, recipe) for k, v in bwd.items()}
+    imbalance = m.moe.imbalance if m.moe else 1.0
+    fwd["layer"], bwd["layer"] = (_imbalanced(fwd["layer"], imbalance),
+                                  _imbalanced(bwd["layer"], imbalance))
     params, tensors = layer.params(plan, graph)
     embed_params = embed.params(plan, graph)[0]
     head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
@@ -160,7 +211,7 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
         bwd["layer"] += _main_grad(e, dtype, "main_grad_add", params)
         bwd["embed"] += _main_grad(e, dtype, "main_grad_add_embed", embed_params)
         bwd["head"] += _main_grad(e, dtype, "main_grad_add_head", head_params + output_params)
-    core = lambda n: n.startswith(prefix) and _role(n) in _CORE_ROLES  # noqa: E731
+    core = lambda n: layer.select(n) and _role(n) in _CORE_ROLES  # noqa: E731
     region = {"full": layer.select, "selective": core}.get(p.recompute)
     recompute = () if region is None else _recomputed(
         fwd["layer"], (lambda n: True) if p.recompute == "full" else
@@ -168,7 +219,7 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
     out_name = next(op.op.output for op in reversed(plan.ops) if layer.select(op.op.name))
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
                                                                 mesh))
-    skip = ("dp",)
+    steps = gradient_steps(plan, ("dp",))
     return TransformerProgram(
         layer_fwd=fwd["layer"], layer_bwd=bwd["layer"], layer_recompute=recompute,
         embed_fwd=fwd["embed"], embed_bwd=bwd["embed"], head_fwd=fwd["head"],
@@ -180,9 +231,11 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
         boundary_bytes=float(boundary), dtype=dtype,
         grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
         tp_overlap=_tp_overlap(scenario, software, compute_units),
-        grad_sync_layer=_coalesce(_sync(plan, layer.select, skip), "grad_sync"),
-        grad_sync_embed=_coalesce(_sync(plan, embed.select, skip), "grad_sync"),
-        grad_sync_head=_coalesce(_sync(plan, head.select, skip), "grad_sync"),
+        grad_sync_layer=_coalesce(_sync(plan, steps, layer.select), "grad_sync"),
+        grad_sync_embed=_coalesce(_sync(plan, steps, embed.select), "grad_sync"),
+        grad_sync_head=_coalesce(_sync(plan, steps, head.select, embed.select), "grad_sync"),
+        layers_per_block=unit, expert_slot_fill=_slot_fill(dims),
+        expert_load=imbalance,
     )
 
 

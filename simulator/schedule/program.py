@@ -66,6 +66,13 @@ class TransformerProgram:
     pipeline cannot partition.
     grad_sync_*: gradient reductions on mesh axes other than `dp` (a layer's, the
     embedding's, the head's), run once per iteration before the optimizer step.
+    layers_per_block: model layers one "layer" of the program stands for (a mixture of
+    experts every k layers repeats in blocks of k: k - 1 dense layers and one MoE layer);
+    the per-layer fields above are per block. expert_slot_fill: share of the expert GEMMs'
+    slots that carry tokens under balanced routing (the rest is the capacity factor's
+    padding: hardware FLOPs, not model FLOPs). expert_load: how many times the mean tokens
+    the program's expert kernels and all-to-alls carry (model.moe.imbalance: the busiest
+    expert-parallel rank's share, which sets the step time).
     """
 
     layer_fwd: tuple[Op, ...]
@@ -92,6 +99,9 @@ class TransformerProgram:
     grad_sync_layer: tuple[CommSpec, ...] = ()
     grad_sync_embed: tuple[CommSpec, ...] = ()
     grad_sync_head: tuple[CommSpec, ...] = ()
+    layers_per_block: int = 1
+    expert_slot_fill: float = 1.0
+    expert_load: float = 1.0
 
     @property
     def grad_bytes(self) -> float:

@@ -20,6 +20,11 @@ its collectives on a device's `dp` stream.
   own (FSDP's post-backward stream) that shares the device's link with the gathers. A
   recompute pass gathers its whole chunk first.
 With one data-parallel rank nothing is emitted (`NoDataParallel`).
+
+`parallel.mode: parameter_server` (`ParameterServer`) replaces the collectives: the last
+micro-batch's gradient buckets are pushed to the servers as the backward produces them, the
+servers sum and update (the workers run no optimizer and hold no optimizer states), and the
+workers pull the updated parameters (closed forms: simulator/cost/parameter_server.py).
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from simulator.cost.parameter_server import PsLinks, ps_links, server_update_s, transfer_s
 from simulator.cost.specs import GroupSpec
+from simulator.errors import InputError
 from simulator.schedule.buckets import grad_bucket_runs
 
 if TYPE_CHECKING:
@@ -55,6 +62,7 @@ class DataParallel:
 
     collective = "all_reduce"
     per_unit = False  # compute runs unit by unit (pieces) in every micro-batch
+    remote_optimizer = False  # the optimizer and its states live off the device
 
     def __init__(self, low: Lowering) -> None:
         self.low = low
@@ -101,6 +109,15 @@ class DataParallel:
 
     def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
         """Collectives after the optimizer step (or after the host's updated parameters)."""
+
+    def remote_step(self, dev: int, params: int, deps: tuple[int, ...]) -> int | None:
+        """The optimizer step when it runs off the device (the task after which the device
+        has its updated parameters); None: the device runs it."""
+        return None
+
+    def extras(self) -> tuple[tuple[str, object], ...]:
+        """Figures the strategy reports beside the run's summary."""
+        return ()
 
     # ---- helpers -----------------------------------------------------------------------
     def emit(self, dev: int, name: str, coll: str, nbytes: float, seconds: float,
@@ -257,12 +274,103 @@ class ShardedParameters(ShardedGradients):
         return {}
 
 
+class ParameterServer(DataParallel):
+    """`parallel.mode: parameter_server`: push the last micro-batch's gradient buckets to
+    the servers under the backward, the servers sum and update, the workers pull the
+    parameters. Synchronous: every worker transfers at once (the servers' NICs take n/k of
+    everything) and waits for the sum of all n pushes. Asynchronous: a worker's transfers
+    see its own NIC and the servers' share of one worker, its pull waits for its own update
+    only, and the servers serving all n workers once per period bound the period (a task
+    on the `ps_server` stream from the start of the iteration)."""
+
+    collective = "ps_push"
+    remote_optimizer = True
+
+    def __init__(self, low: Lowering) -> None:
+        spec = low.par.parameter_server
+        self.workers, self.servers, self.sync = low.ranks.data, spec.servers, spec.sync
+        self.links: PsLinks = ps_links(low.costs.hardware, low.ranks.devices_per_node,
+                                       _server_profile(low), spec.server_nic_Gbps)
+        super().__init__(low)
+        self.link = "nic"
+
+    def _buckets(self, vs: int) -> tuple[Bucket, ...]:
+        low, fusion = self.low, self.low.par.comm_fusion
+        raw = grad_bucket_runs(low.work[vs].piece_params, low.ge, fusion.mode,
+                               fusion.bucket_mb, low.prog.param_tensors_per_layer)
+        return tuple(Bucket(i, nb, self._transfer_s(nb), n) for i, nb, n in raw)
+
+    def _transfer_s(self, nbytes: float) -> float:
+        return transfer_s(nbytes, self.workers, self.servers, self.links, self.sync)
+
+    def _update_s(self, params: float, pushes: int) -> float:
+        return server_update_s(params, pushes, self.servers, self.low.sc.training.optimizer,
+                               self.low.ge, self.links)
+
+    def server_round_s(self, params: float) -> float:
+        """Asynchronous: seconds the servers need per period to take every worker's push,
+        answer every pull and apply every update (the slowest of their NIC directions and
+        their memory, each serving all n workers)."""
+        n, k, low = self.workers, self.servers, self.low
+        nic_in = n * params * low.ge / (k * self.links.server_Bps)
+        nic_out = n * params * low.e / (k * self.links.server_Bps)
+        return max(nic_in, nic_out, n * self._update_s(params, 1))
+
+    def remote_step(self, dev: int, params: int, deps: tuple[int, ...]) -> int:
+        low = self.low
+        pushes = self.workers if self.sync else 1
+        update = low.b.add(("dp", dev, "ps_update"), device=dev, stream="dp", name="ps_update",
+                           phase="optimizer", duration_s=self._update_s(params, pushes),
+                           deps=deps, link=self.link)
+        pull = self.emit(dev, "ps_pull", "ps_pull", params * low.e,
+                         self._transfer_s(params * low.e), (update,), ("pull",))
+        waits: tuple[int, ...] = (pull,)
+        if not self.sync:
+            waits += (low.b.add(("dp", dev, "ps_serve"), device=dev, stream="ps_server",
+                                name="ps_serve", phase="comm",
+                                duration_s=self.server_round_s(params)),)
+        return low.b.add(("O", dev), device=dev, stream="compute", name="opt",
+                         phase="optimizer", duration_s=0.0, deps=waits)
+
+    def extras(self) -> tuple[tuple[str, object], ...]:
+        low = self.low
+        params = sum(w.params for w in low.work)
+        push, pull = params * low.ge, params * low.e
+        return (("parameter_server", {
+            "workers": self.workers, "servers": self.servers, "sync": self.sync,
+            "push_bytes_per_worker": push, "pull_bytes_per_worker": pull,
+            "bytes_in_per_server": self.workers * push / self.servers,
+            "bytes_out_per_server": self.workers * pull / self.servers,
+            "server_update_s": self._update_s(params, self.workers if self.sync else 1),
+            "server_round_s": None if self.sync else self.server_round_s(params),
+            "bottleneck": "server_nic" if self.workers * self.links.worker_Bps
+            > self.servers * self.links.server_Bps else "worker_nic",
+            # Li et al. 2014 Sec. 4.3: with n workers at one rate, the other n-1 push once
+            # between a worker's pull and its push
+            "staleness_updates": 0 if self.sync else self.workers - 1}),)
+
+
+def _server_profile(low: Lowering):
+    """The hardware profile of the server hosts (`parallel.parameter_server.server_hardware`)."""
+    from simulator.hardware import load_profile
+
+    name = low.par.parameter_server.server_hardware
+    try:
+        return load_profile(name)
+    except InputError as exc:
+        raise InputError(low.sc.source, "parallel.parameter_server.server_hardware",
+                         exc.message) from None
+
+
 STRATEGIES: dict[int, type[DataParallel]] = {0: DataParallel, 1: ShardedStates,
                                              2: ShardedGradients, 3: ShardedParameters}
 
 
 def strategy_for(low: Lowering) -> DataParallel:
-    """The reduction strategy of the scenario's `parallel.optimizer_shard` level."""
+    """The reduction strategy of the scenario's `parallel.optimizer_shard` level (or of
+    its parameter servers)."""
+    if low.par.mode == "parameter_server":
+        return ParameterServer(low)
     if low.ranks.data == 1:
         return NoDataParallel(low)
     return STRATEGIES[low.par.optimizer_shard](low)

@@ -93,14 +93,15 @@ def _grad_sync(prog: TransformerProgram, n: int, first: bool, last: bool
 
 
 def stage_layers(scenario: Scenario, stages: int, layer_s: float, embed_s: float,
-                 head_s: float) -> tuple[int, ...]:
-    """Layers of each virtual stage: as given, or an even split with the remainder placed
-    one layer at a time on the stage whose work (seconds per micro-batch: its layers, plus
-    the embedding on the first and the head on the last) is least, earliest on ties."""
+                 head_s: float, unit: int = 1) -> tuple[int, ...]:
+    """Layer blocks of each virtual stage (a block: `unit` layers, the program's layer):
+    as given, or an even split with the remainder placed one block at a time on the stage
+    whose work (seconds per micro-batch: its blocks, plus the embedding on the first and the
+    head on the last) is least, earliest on ties."""
     given = scenario.parallel.pipeline_layers
     if given is not None:
-        return tuple(given)
-    total = getattr(scenario.model, "layers", 1)
+        return tuple(n // unit for n in given)
+    total = getattr(scenario.model, "layers", 1) // unit
     if not isinstance(scenario.model, TransformerModel):
         return (1,) * stages  # an operator graph's program is the whole model as one block
     counts = [total // stages] * stages
@@ -127,7 +128,7 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
     hf, hb = price(prog.head_fwd), price(prog.head_bwd)
     seconds = lambda f, b: f.compute_s + f.comm_s + b.compute_s + b.comm_s  # noqa: E731
     split = stage_layers(scenario, layout.virtual_stages, seconds(lf, lb), seconds(ef, eb),
-                         seconds(hf, hb))
+                         seconds(hf, hb), prog.layers_per_block)
     head_params = prog.params_head + (prog.params_output if layout.pipeline > 1 else 0)
     working = 0.0
     if scenario.parallel.recompute != "none":
@@ -147,6 +148,7 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
         out.append(StageWork(fwd=fwd, fwd_pieces=fwd_pieces, bwd=_sum(pieces),
                              bwd_pieces=pieces, piece_params=params,
                              recompute=lr.scaled(n), params=sum(params),
-                             activation_bytes=act, working_bytes=working, layers=n,
+                             activation_bytes=act, working_bytes=working,
+                             layers=n * prog.layers_per_block,
                              grad_sync=sync))
     return tuple(out)

@@ -13,11 +13,12 @@ immutability and exact repr.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = ["Task", "Plan", "STREAMS", "CATEGORIES", "Alloc"]
 
-STREAMS: tuple[str, ...] = ("compute", "pp_fwd", "pp_bwd", "dp", "offload")
+STREAMS: tuple[str, ...] = ("compute", "pp_fwd", "pp_bwd", "dp", "dp_reduce", "offload",
+                             "ps_server")
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_states", "activations",
                                "communication_buffers")
 Alloc = tuple[tuple[str, float], ...]  # (memory category, bytes) pairs
@@ -98,6 +99,7 @@ class Plan:
     total_devices: int
     micro_batches: int
     stage_layers: tuple[int, ...] = ()  # layers of each virtual pipeline stage
+    extras: tuple[tuple[str, Any], ...] = ()  # strategy figures for the summary (run --json)
     blocks: tuple[tuple[int, tuple[int, int, int, int]], ...] = ()
 
     def __str__(self) -> str:

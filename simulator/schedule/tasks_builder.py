@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from simulator.schedule.tasks import Task
+from simulator.schedule.tasks import STREAMS, Task
 
 __all__ = ["Ids", "Builder"]
 
@@ -54,6 +54,7 @@ class Builder:
                                                 group_size, comm, alloc, free, units))
         stream_tids = self.streams.get((device, stream))
         if stream_tids is None:
+            assert stream in STREAMS, f"stream {stream!r} is not one of {STREAMS}"
             stream_tids = self.streams[(device, stream)] = []
         stream_tids.append(tid)
         return tid

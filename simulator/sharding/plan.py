@@ -9,7 +9,7 @@ op's requested output layout). Every other mismatch is a redistribution planned 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any
 
 from simulator.graph.graph import Graph, OpNode
@@ -171,8 +171,10 @@ class ShardingPlan:
         return tuple(out), firsts
 
 
+@lru_cache(maxsize=256)
 def keep_axes(mesh: Mesh, names: tuple[str, ...]):
-    """The planner's cost with the named axes left untouched."""
+    """The planner's cost with the named axes left untouched (one callable per (mesh,
+    names): the planner caches its searches on the cost function)."""
     axes = tuple(mesh.axis_index(n) for n in names if n in mesh.names)
     return frozen(axes) if axes else moved_bytes
 

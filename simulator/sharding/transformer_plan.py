@@ -11,7 +11,18 @@ planned transformer graph that both `run` (timing) and `verify` (numeric proof) 
   column-parallel GEMMs (Megatron's `f`);
 - sequence parallel (Korthikanti et al. 2022, Sec. 4.2.2): norms, dropouts and residual adds
   split on the sequence on `tp`, so the planner inserts all-gathers before the column-
-  parallel GEMMs and reduce-scatters after the row-parallel ones in place of the all-reduces.
+  parallel GEMMs and reduce-scatters after the row-parallel ones in place of the all-reduces;
+- expert parallel (a mixture-of-experts model): the data-parallel ranks are the mesh axes
+  (`dp`, `ep`), `ep` inner, as Megatron-Core orders its groups (tp-cp-ep-dp-pp,
+  megatron/core/parallel_state.py); every op but the experts splits the batch on both, so
+  the dense weights' gradients are reduced over all data-parallel ranks; the expert GEMMs
+  split the expert dim on `ep` (each rank holds experts/ep experts, their gradients reduced
+  over `dp` alone: Megatron's expert-data-parallel group). Dispatch leaves the token slots
+  split on the batch and the expert GEMMs want them split on the experts: the planner's
+  S(batch) -> S(expert) on `ep` is GShard's dispatch all-to-all, and the way back before the
+  combine its combine all-to-all (Lepikhin et al. 2021, Sec. 3.2). On `tp` the routing is
+  replicated and the expert FFN dim is split (Megatron's expert tensor parallel, by default
+  the tensor-parallel size), the combine taking the Partial expert outputs.
 """
 
 from __future__ import annotations
@@ -20,12 +31,13 @@ import dataclasses
 
 from simulator.graph.builders import GptDims, build_gpt
 from simulator.graph.graph import Graph, OpNode
-from simulator.scenario.schema import Scenario, TransformerModel
+from simulator.graph.ops.moe import expert_capacity
+from simulator.scenario.schema import MoeSpec, Scenario, TransformerModel
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
 __all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
-           "TP_ROLES", "gpt_dims", "uses_flash"]
+           "TP_ROLES", "EP_ROLES", "gpt_dims", "uses_flash", "with_moe"]
 
 TP_ROLES: dict[str, tuple[str, str]] = {
     # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
@@ -36,41 +48,59 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "proj": ("g", "g"), "fc1_mm": ("f", "f"), "fc3_mm": ("f", "f"), "fc1": ("d2", "d2"),
     "fc3": ("d2", "d2"), "act": ("d2", "d2"), "glu": ("d2", "d2"), "fc2": ("f", "f"),
     "head": ("v", "v"), "ce": ("c", "c"), "loss": ("B", "B"),
+    # mixture of experts: routing replicated, expert FFN dim split, Partial into the combine
+    "router": ("B", "B"), "route": ("B", "B"), "gate": ("B", "B"), "dispatch": ("B", "B"),
+    "efc1": ("f", "f"), "efc3": ("f", "f"), "eact": ("d3", "d3"), "eglu": ("d3", "d3"),
+    "efc2": ("f", "f"), "combine": ("P2", "P2"),
 }
+# on `ep` the experts split the expert dim; every other op splits the batch as on `dp`
+EP_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
+                            "efc2": "e"}
 _SEQ_REGION = ("embed_pos", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2",
                "proj_bias", "proj_drop", "fc2_bias", "fc2_drop")
 _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
-             "fc2": "b", "head": "b"}
+             "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b",
+             "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
+             "efc2": "b", "combine": "b"}
 
 
-def transformer_choices(role: str, sequence_parallel: bool) -> dict[str, str]:
-    """The per-mesh-axis choice for an op of this role."""
+def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False
+                        ) -> dict[str, str]:
+    """The per-mesh-axis choice for an op of this role (with `expert`: on (dp, ep, tp))."""
     if role in TP_ROLES:
         tp = TP_ROLES[role][1 if sequence_parallel else 0]
     elif role in _SEQ_REGION:
         tp = "d1" if sequence_parallel else "B"
     else:
         raise KeyError(f"no transformer plan for op role {role!r}")
-    return {"dp": _DP_LABEL.get(role, "d0"), "tp": tp}
+    dp = _DP_LABEL.get(role, "d0")
+    if not expert:
+        return {"dp": dp, "tp": tp}
+    return {"dp": dp, "ep": EP_ROLES.get(role, dp), "tp": tp}
 
 
-def apply_transformer_plan(graph: Graph, sequence_parallel: bool) -> Graph:
-    """The graph with every op's strategy set for a (dp, tp) mesh."""
+def apply_transformer_plan(graph: Graph, sequence_parallel: bool, expert: bool = False
+                           ) -> Graph:
+    """The graph with every op's strategy set for a (dp, tp) mesh, or (dp, ep, tp)."""
     ops: list[OpNode] = []
     for op in graph.ops:
         role = op.name.split(".")[-1]
-        choices = transformer_choices(role, sequence_parallel)
+        choices = transformer_choices(role, sequence_parallel, expert)
         ops.append(dataclasses.replace(op, strategy=Strategy(axes=choices)))
     return Graph(graph.tensors, tuple(ops))
 
 
-def planned_transformer(dims: GptDims, data: int, tensor: int, sequence_parallel: bool
-                        ) -> tuple[Graph, Mesh]:
+def planned_transformer(dims: GptDims, data: int, tensor: int, sequence_parallel: bool,
+                        expert: int = 1) -> tuple[Graph, Mesh]:
     """The Megatron plan of a GPT graph (one micro-batch of every data-parallel replica:
-    `dims.batch` is the global micro-batch) on the (dp, tp) mesh."""
-    graph = apply_transformer_plan(build_gpt(dims), sequence_parallel and tensor > 1)
-    return graph, Mesh.of(dp=data, tp=tensor)
+    `dims.batch` is the global micro-batch) on the (dp, tp) mesh; a mixture of experts on
+    (dp, ep, tp) with data = dp * ep."""
+    moe = dims.experts > 0
+    graph = apply_transformer_plan(build_gpt(dims), sequence_parallel and tensor > 1, moe)
+    if not moe:
+        return graph, Mesh.of(dp=data, tp=tensor)
+    return graph, Mesh.of(dp=data // expert, ep=expert, tp=tensor)
 
 
 def uses_flash(scenario: Scenario, fused_default: bool = False) -> bool:
@@ -86,7 +116,18 @@ def gpt_dims(scenario: Scenario, flash: bool, layers: int | None = None) -> GptD
     m = scenario.model
     assert isinstance(m, TransformerModel), "gpt_dims needs a transformer model"
     swiglu = m.ffn_activation == "swiglu"
-    return GptDims(layers=layers or m.layers, hidden=m.hidden_size, heads=m.num_heads,
+    dims = GptDims(layers=layers or m.layers, hidden=m.hidden_size, heads=m.num_heads,
                    kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
                    batch=scenario.training.micro_batch_size * scenario.parallel.data,
                    swiglu=swiglu, bias=not swiglu, flash=flash)
+    return with_moe(dims, m.moe)
+
+
+def with_moe(dims: GptDims, moe: MoeSpec | None) -> GptDims:
+    """`dims` with the scenario's mixture of experts (capacity per sample of dims.seq
+    tokens, simulator/graph/ops/moe.py)."""
+    if moe is None:
+        return dims
+    capacity = expert_capacity(moe.experts, moe.top_k, moe.capacity_factor, dims.seq)
+    return dataclasses.replace(dims, experts=moe.experts, top_k=moe.top_k, capacity=capacity,
+                               moe_every=moe.every)

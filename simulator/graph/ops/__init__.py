@@ -7,6 +7,7 @@ from simulator.graph.ops import (
     elementwise,
     embedding,
     loss,
+    moe,
     norm,
     reduce,
     shape,
@@ -14,4 +15,4 @@ from simulator.graph.ops import (
 from simulator.graph.ops.base import KernelCtx, LabelView, OpError, OpFamily, families, get_family
 
 __all__ = ["KernelCtx", "LabelView", "OpError", "OpFamily", "families", "get_family"]
-_ = (attention, conv, einsum, elementwise, embedding, loss, norm, reduce, shape)
+_ = (attention, conv, einsum, elementwise, embedding, loss, moe, norm, reduce, shape)

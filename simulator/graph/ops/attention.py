@@ -99,4 +99,4 @@ def _cost(ins: list[Shape], out: Shape, attrs: dict[str, Any], e: float, phase: 
 register(OpFamily("FusedAttention", (3, 3), _infer, _labels, _forward, _vjp, _flops,
                   kind="attention", saves=(0, 1, 2, -1),
                   saved_extra=lambda ins, out: _LSE_BYTES * math.prod(out[:-1]),
-                  cost=_cost), "FlashAttention")
+                  cost=_cost, attrs=("scale",)), "FlashAttention")

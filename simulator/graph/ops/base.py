@@ -120,6 +120,11 @@ class OpFamily:
     saved_extra: Callable[[list[Shape], Shape], float] | None = None
     cost: KernelCost | None = None  # kernel FLOPs and bytes when not the generic count
     group: GroupKernel | None = None  # collectives of a split internal label
+    attrs: tuple[str, ...] = ()  # the attributes an operator of this family may carry
+    # valid values for inputs a random normal draw cannot stand for (indices, routes), for
+    # rule checks: (input shapes, attrs, rng) -> per input an array or None (draw normal)
+    sample: Callable[[list[Shape], dict[str, Any], np.random.Generator],
+                     list[np.ndarray | None]] | None = None
 
     def check_arity(self, n: int) -> None:
         lo, hi = self.arity

@@ -109,7 +109,9 @@ def _flops(shapes: list[Shape], out: Shape, attrs: dict[str, Any]) -> float:
 
 
 EINSUM = register(OpFamily("Einsum", (2, 2), _infer, _labels, _forward, _vjp, _flops,
-                           kind="gemm", bwd_flops_factor=2.0), "MatMul", "BatchMatMul")
+                           kind="gemm", bwd_flops_factor=2.0,
+                           attrs=("equation", "transpose_a", "transpose_b", "batch")),
+                  "MatMul", "BatchMatMul")
 
 
 def gemm_mnk(shapes: list[Shape], attrs: dict[str, Any]) -> tuple[int, tuple[int, int, int]]:

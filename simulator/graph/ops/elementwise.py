@@ -96,10 +96,10 @@ def _causal_vjp(xs, y, dy, attrs, ctx):
 
 
 def _unary(name, fwd, vjp, flops_per_elem, linear=False, *aliases, saves=None,
-           saved_extra=None):
+           saved_extra=None, attrs=()):
     register(OpFamily(name, (1, 1), _same, _unary_labels(linear), fwd, vjp,
                       _count(flops_per_elem), kind="elementwise", saves=saves,
-                      saved_extra=saved_extra), *aliases)
+                      saved_extra=saved_extra, attrs=attrs), *aliases)
 
 
 _MASK_BYTES = 1.0  # a dropout keep-mask is stored as bytes (Korthikanti et al. 2022, 4.1)
@@ -110,10 +110,10 @@ _unary("ReLU", lambda xs, a, c: np.maximum(xs[0], 0.0),
 _unary("SiLU", lambda xs, a, c: xs[0] * _sigmoid(xs[0]), _silu_vjp, 4.0, False, "Swish")
 _unary("Dropout", lambda xs, a, c: xs[0] * dropout_mask(a, c, xs[0].shape),
        lambda xs, y, dy, a, c: [dy * dropout_mask(a, c, dy.shape)], 2.0, True, saves=(),
-       saved_extra=lambda ins, out: _MASK_BYTES * math.prod(out))
+       saved_extra=lambda ins, out: _MASK_BYTES * math.prod(out), attrs=("p", "seed"))
 _unary("Scale", lambda xs, a, c: xs[0] * float(a.get("factor", 1.0)),
        lambda xs, y, dy, a, c: [dy * float(a.get("factor", 1.0))], 1.0, True, "Identity",
-       saves=())
+       saves=(), attrs=("factor",))
 _unary("CausalMask", _causal, _causal_vjp, 1.0, saves=())
 
 

@@ -37,7 +37,7 @@ def _softmax_vjp(xs, y, dy, attrs, ctx):
 
 register(OpFamily("Softmax", (1, 1), lambda s, a: tuple(s[0]), _softmax_labels, _softmax,
                   _softmax_vjp, lambda s, o, a: 5.0 * math.prod(o), kind="softmax",
-                  saves=(-1,)))
+                  saves=(-1,), attrs=("axis",)))
 
 
 def _ln_shape(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
@@ -83,4 +83,5 @@ def _ln_vjp(xs, y, dy, attrs, ctx):
 
 
 register(OpFamily("LayerNorm", (1, 3), _ln_shape, _ln_labels, _ln, _ln_vjp,
-                  lambda s, o, a: 8.0 * math.prod(o), kind="norm", saves=(0, 1)))
+                  lambda s, o, a: 8.0 * math.prod(o), kind="norm", saves=(0, 1),
+                  attrs=("eps",)))

@@ -67,7 +67,7 @@ def _family(name: str, mean: bool) -> OpFamily:
         return _vjp(xs, y, dy, {**attrs, "mean": mean}, ctx)
 
     return OpFamily(name, (1, 1), _infer, _labels, fwd, vjp, _flops, kind="reduction",
-                    saves=())
+                    saves=(), attrs=("axes", "axis", "keep_dims"))
 
 
 register(_family("ReduceSum", False))

@@ -30,7 +30,7 @@ register(OpFamily(
     lambda s, a: tuple(s[0][p] for p in _perm(s[0], a)), _t_labels,
     lambda xs, a, c: np.transpose(xs[0], _perm(xs[0].shape, a)),
     lambda xs, y, dy, a, c: [np.transpose(dy, np.argsort(_perm(xs[0].shape, a)))],
-    lambda s, o, a: 0.0, kind="copy", saves=()))
+    lambda s, o, a: 0.0, kind="copy", saves=(), attrs=("perm",)))
 
 
 def _target(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
@@ -71,4 +71,4 @@ register(OpFamily(
     "Reshape", (1, 1), _target, _r_labels,
     lambda xs, a, c: xs[0].reshape(c.out_local_shape),
     lambda xs, y, dy, a, c: [dy.reshape(xs[0].shape)],
-    lambda s, o, a: 0.0, kind="copy", saves=()), "Flatten")
+    lambda s, o, a: 0.0, kind="copy", saves=(), attrs=("shape",)), "Flatten")
