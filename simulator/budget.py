@@ -91,8 +91,10 @@ def _bucket_tasks(s: Scenario, fidelity: str) -> tuple[int, int, bool]:
     pieces = (s.model.layers // p.pipeline or 1) + 1 if isinstance(s.model, TransformerModel) \
         else 1
     gathers = n if p.optimizer_shard else 0
+    overlapped_gather = (p.optimizer_shard in (1, 2) and p.overlap.param_gather
+                         and not p.offload.optimizer_states)  # one task per bucket
     if (fidelity == "representative" and p.comm_fusion.mode in ("size", "auto")
-            and n >= COLLAPSE_MIN * pieces):
+            and n >= COLLAPSE_MIN * pieces and not overlapped_gather):
         return 3 * pieces + gathers, n, True
     return n + gathers, n, False
 

@@ -19,8 +19,10 @@ from typing import Any
 __all__ = ["grad_buckets", "grad_bucket_runs", "auto_fusion", "COLLAPSE_MIN"]
 
 # identical buckets of one piece run as one task from this many on (`schedule.lowering`):
-# fewer stay one task each (the trace shows them), more would only repeat one transfer
-COLLAPSE_MIN = 64
+# collapsing costs a second simulation where a send cuts a run (about the plan's own
+# events), which fewer buckets than this per piece would not repay; they stay one task
+# each, as the trace shows them
+COLLAPSE_MIN = 1000
 
 
 def auto_fusion(framework: Any, dp: int, bytes_per_param: float, shard: int,

@@ -75,7 +75,7 @@ class Lowering:
     def blocks(self, count: int, where: tuple[int, int, int]) -> list[tuple[int, int]]:
         """(first unit, units) of the tasks that run `count` identical buckets: one each,
         or, collapsing, one block between consecutive cuts."""
-        if self.cuts is None or count < COLLAPSE_MIN:
+        if self.cuts is None or count < COLLAPSE_MIN or not self.dp.collapsible():
             return [(u, 1) for u in range(count)]
         edges = (0, *self.cuts.get(where, ()), count)
         return [(a, b - a) for a, b in zip(edges, edges[1:])]

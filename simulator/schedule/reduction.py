@@ -62,6 +62,10 @@ class DataParallel:
 
     collective = "all_reduce"
     per_unit = False  # compute runs unit by unit (pieces) in every micro-batch
+
+    def collapsible(self) -> bool:
+        """Whether identical gradient buckets may run as one task (`Lowering.blocks`)."""
+        return True
     remote_optimizer = False  # the optimizer and its states live off the device
 
     def __init__(self, low: Lowering) -> None:
@@ -161,6 +165,11 @@ class ShardedStates(DataParallel):
     """Stage 1: reduce-scatter, then all-gather the updated parameters."""
 
     collective = "reduce_scatter"
+
+    def collapsible(self) -> bool:
+        """Not under the overlapped parameter gather: it runs one task per bucket, and the
+        simulation that cuts collapsed buckets would run all of those again."""
+        return not self._overlapped()
 
     def _overlapped(self) -> bool:
         par = self.low.par
