@@ -82,11 +82,13 @@ def _buckets(s: Scenario) -> int:
     return int(-(-grad_bytes // (p.comm_fusion.bucket_mb * 1e6)))
 
 
-def _bucket_tasks(s: Scenario, fidelity: str) -> tuple[int, int, bool]:
+def _bucket_tasks(s: Scenario, fidelity: str, other_tasks: int) -> tuple[int, int, bool]:
     """(tasks of the data-parallel collectives per simulated device, gradient buckets,
     whether identical buckets run as one task): a reduction per bucket, or about three per
-    backward piece when its buckets are collapsed (COLLAPSE_MIN, `schedule.lowering`);
-    with optimizer sharding, a parameter gather per bucket as well."""
+    backward piece when its buckets are collapsed (COLLAPSE_MIN, `schedule.lowering`, and
+    only when that saves more tasks than the device's `other_tasks` plus the collapsed
+    ones, the cost of the second simulation that cuts them, as `simulator.simulate`
+    decides); with optimizer sharding, a parameter gather per bucket as well."""
     n, p = _buckets(s), s.parallel
     pieces = (s.model.layers // p.pipeline or 1) + 1 if isinstance(s.model, TransformerModel) \
         else 1
@@ -94,7 +96,8 @@ def _bucket_tasks(s: Scenario, fidelity: str) -> tuple[int, int, bool]:
     overlapped_gather = (p.optimizer_shard in (1, 2) and p.overlap.param_gather
                          and not p.offload.optimizer_states)  # one task per bucket
     if (fidelity == "representative" and p.comm_fusion.mode in ("size", "auto")
-            and n >= COLLAPSE_MIN * pieces and not overlapped_gather):
+            and n >= COLLAPSE_MIN * pieces and not overlapped_gather
+            and n - 3 * pieces > other_tasks + 3 * pieces):
         return 3 * pieces + gathers, n, True
     return n + gathers, n, False
 
@@ -151,7 +154,7 @@ def _estimate(s: Scenario, fidelity: str, micro: int) -> Estimate:
     per_micro = p.virtual_stages * (_TASKS_PER_MICRO + (_P2P_PER_MICRO if p.pipeline > 1
                                                         else 0))
     compute = devices * micro * per_micro
-    tasks, n, collapsed = _bucket_tasks(s, fidelity)
+    tasks, n, collapsed = _bucket_tasks(s, fidelity, micro * per_micro)
     buckets = devices * tasks
     # collapsed buckets: one simulation finds where other transfers cut them, one runs
     total = (compute + buckets) * (2 if collapsed else 1)

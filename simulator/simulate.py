@@ -241,22 +241,29 @@ class _Runs:
     """Simulates the scenario's iteration for a number of micro-batches (None: the
     scenario's), identical consecutive buckets collapsed and cut until no other transfer
     asks for the link inside a block (`engine.blocks`), or one task per bucket when that
-    does not settle; `events` adds up the events of every simulation it ran."""
+    does not settle or saves fewer tasks than the collapsed plan has (the cutting takes a
+    second simulation); `events` adds up the events of every simulation it ran."""
 
     def __init__(self, lowered: Callable[[int | None, Cuts | None], Plan]) -> None:
         self.lowered = lowered
         self.events = 0
 
     def _run(self, micro: int | None, cuts: Cuts | None) -> tuple[Plan, Trace]:
-        plan = self.lowered(micro, cuts)
+        return self._run_plan(self.lowered(micro, cuts))
+
+    def _run_plan(self, plan: Plan) -> tuple[Plan, Trace]:
         trace = run(plan)
         self.events += trace.events
         return plan, trace
 
     def __call__(self, micro: int | None) -> tuple[Plan, Trace]:
         cuts: Cuts = {}
+        plan = self.lowered(micro, cuts)
+        saved = sum(plan.tasks[tid].units - 1 for tid, _ in plan.blocks)
+        if saved <= len(plan.tasks):  # a cutting simulation would cost more than it saves
+            return self._run(micro, None) if saved else self._run_plan(plan)
         for _ in range(COLLAPSE_ROUNDS):
-            plan, trace = self._run(micro, cuts)
+            plan, trace = self._run_plan(plan) if not cuts else self._run(micro, cuts)
             more = cuts_needed(plan, trace)
             if more == {}:
                 return plan, trace

@@ -18,11 +18,10 @@ from typing import Any
 
 __all__ = ["grad_buckets", "grad_bucket_runs", "auto_fusion", "COLLAPSE_MIN"]
 
-# identical buckets of one piece run as one task from this many on (`schedule.lowering`):
-# collapsing costs a second simulation where a send cuts a run (about the plan's own
-# events), which fewer buckets than this per piece would not repay; they stay one task
-# each, as the trace shows them
-COLLAPSE_MIN = 1000
+# identical buckets of one piece run as one task from this many on (`schedule.lowering`;
+# `simulator.simulate` still simulates one task per bucket when collapsing saves fewer
+# tasks than a second simulation, to cut the runs, would cost); fewer stay one task each
+COLLAPSE_MIN = 64
 
 
 def auto_fusion(framework: Any, dp: int, bytes_per_param: float, shard: int,
