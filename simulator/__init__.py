@@ -7,7 +7,7 @@ imports a higher one.
 The Python API (simulator/api.py) is imported lazily, so that `import simulator` and the
 `shardsim` command stay cheap:
 
-    from simulator import load_scenario, simulate, verify, sweep
+    from simulator import load_scenario, simulate, verify, sweep, plan
 """
 
 import sys
@@ -15,7 +15,7 @@ import types
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "load_scenario", "load_hardware", "simulate", "verify", "sweep"]
+__all__ = ["__version__", "load_scenario", "load_hardware", "simulate", "verify", "sweep", "plan"]
 
 _API = frozenset(__all__[1:])
 

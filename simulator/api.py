@@ -1,9 +1,10 @@
-"""The Python API: the functions behind `shardsim run`, `verify` and `sweep`, returning the
+"""The Python API: the functions behind `shardsim run`, `verify`, `sweep` and `plan`, returning the
 objects the CLI prints (re-exported by `simulator/__init__.py`).
 
-    from simulator import load_scenario, simulate, sweep
+    from simulator import load_scenario, plan, simulate, sweep
     sc = load_scenario("gpt3-175b-1024-a100", ["parallel.recompute=selective"])
     print(simulate(sc).iteration_time_s)
+    print(plan("llama2-7b-8-ascend910b").best.config)
 
 Bad input raises simulator.errors.InputError with the message the CLI prints.
 """
@@ -14,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_scenario", "load_hardware", "simulate", "verify", "sweep"]
+__all__ = ["load_scenario", "load_hardware", "simulate", "verify", "sweep", "plan"]
 
 
 def load_scenario(scenario: str, overrides: Sequence[str] = ()) -> Any:
@@ -50,11 +51,21 @@ def _scenario_and_hw(scenario: Any, hw: Any) -> tuple[Any, Any]:
 def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") -> Any:
     """One training iteration (`shardsim run`): a SimResult. `scenario` is a name, a path, a
     LoadedScenario or a Scenario; `hw` defaults to the profile the scenario names.
-    `simulator.report.summary(result)` is the `run --json` object."""
+    `simulator.report.summary(result)` is the `run --json` object; `result.notes` says which
+    `hardware.` overrides of a LoadedScenario changed nothing, as `run` does."""
+    import dataclasses
+
+    from simulator.cli._common import LoadedScenario
+    from simulator.overrides import override_notes
     from simulator.simulate import simulate as _simulate
 
+    if isinstance(scenario, str):
+        scenario = load_scenario(scenario)
     sc, profile = _scenario_and_hw(scenario, hw)
-    return _simulate(sc, profile, fidelity)
+    result = _simulate(sc, profile, fidelity)
+    if isinstance(scenario, LoadedScenario) and hw is None and scenario.hardware_overrides:
+        result = dataclasses.replace(result, notes=override_notes(scenario, profile, result))
+    return result
 
 
 def verify(scenario: Any, hw: Any = None) -> Any:
@@ -80,3 +91,33 @@ def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[
     spec = SweepSpec(str(path), shown, parse_grid(items), tuple(overrides))
     folder = Path(out) if out is not None else None
     return sweep_into(spec, folder, make_executor(executor, address, workers), resume)
+
+
+def plan(scenario: Any, devices: int | None = None, *, nodes: int | None = None,
+         target_time_s: float | None = None, objective: str = "time", top: int = 10,
+         max_devices: int = 16384, options: Any = None, progress: Any = None) -> Any:
+    """The strategy search of `shardsim plan` on a transformer scenario (a name, a path, a
+    LoadedScenario or a Scenario).
+
+    Without a target: `planner.search.SearchResult` on `devices` devices (or `nodes` whole
+    nodes; default the scenario's cluster): `.best` and `.ranked` are `Candidate`s, each
+    with `.config` (a `planner.space.Config`) and `.evaluation` (iteration time, tokens/s,
+    MFU, peak memory, fits), exactly what the CLI's table and `--json` rows are made of.
+    With `target_time_s`: `planner.capacity.CapacityResult`, the fewest devices (up to
+    `max_devices`) whose best configuration meets the target (`.chosen`, `.points`).
+    `options` (a `planner.search.SearchOptions`) replaces `objective` and `top`;
+    `progress(phase, done, total)` is called as the search goes. Bad input raises InputError
+    with the message the CLI prints."""
+    from simulator.cli.plan import _check, _check_model, _cluster, _options
+    from simulator.planner.capacity import fewest_devices
+    from simulator.planner.search import search
+
+    sc, hw = _scenario_and_hw(scenario, None)
+    _check(devices, nodes, target_time_s, None, None, objective)
+    _check_model(sc)
+    opts = options if options is not None else _options(objective, top, 8, 8, 3)
+    if target_time_s is not None:
+        return fewest_devices(sc, hw, target_time_s, sc.cluster.devices_per_node,
+                              max_devices, opts, progress)
+    n, per_node = _cluster(sc, devices, nodes)
+    return search(sc, hw, n, per_node, opts, progress)

@@ -121,7 +121,22 @@ def shortened_run(s: Scenario, fidelity: str = "representative") -> tuple[int, i
 
 def estimate_run(s: Scenario, fidelity: str = "representative") -> Estimate:
     """Events `run` will simulate, and the key that contributes most: every micro-batch, or
-    the two shortened runs of `shortened_run`."""
+    the two shortened runs of `shortened_run`; under `cluster.jitter`, each jitter sample
+    simulated in full besides."""
+    jitter = s.cluster.jitter
+    if jitter is not None:
+        calm = s.model_copy(update={"cluster": s.cluster.model_copy(update={"jitter": None})})
+        one, every = estimate_run(calm, fidelity), _estimate(calm, fidelity,
+                                                             calm.grad_accum_steps)
+        if one.count == every.count:  # the step, then each jitter sample, in full
+            steps = 1 + jitter.samples
+            return Estimate(one.count * steps, "cluster.jitter.samples",
+                            f"{steps} steps (1 + {jitter.samples} jitter samples) of "
+                            f"{one.count:,} tasks: {one.detail}")
+        return Estimate(one.count + every.count * jitter.samples, "cluster.jitter.samples",
+                        f"the step ({one.count:,} tasks: {one.detail}) and "
+                        f"{jitter.samples} jitter samples of {every.count:,} tasks each, "
+                        f"every micro-batch simulated")
     window = shortened_run(s, fidelity)
     if window is None:
         return _estimate(s, fidelity, s.grad_accum_steps)

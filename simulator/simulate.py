@@ -40,6 +40,7 @@ from simulator.errors import InputError
 from simulator.framework.apply import fp8_recipe, with_auto_fusion, with_framework_memory
 from simulator.framework.load import framework_for
 from simulator.framework.schema import FrameworkProfile
+from simulator.heterogeneous import Cluster, jitter_report, pace_report
 from simulator.report.metrics import (
     BREAKDOWN_KEYS,
     MemoryPeak,
@@ -83,6 +84,10 @@ class SimResult:
     memory: the highest allocation peak over devices; comm_device communicates the most and
     comm_bytes are its bytes per collective. wall_s: seconds simulate() took; trace.events
     counts the events of every simulation it ran (shortened runs, collapsed buckets cut).
+    critical_path: who set the pace (`heterogeneous.pace_report`); jitter: the distribution
+    of iteration times under `cluster.jitter` (None without); notes: what the caller should
+    know about the inputs (overrides that changed nothing, ...); steady: how the steady
+    state was extended (None: every micro-batch simulated).
     """
 
     scenario: Scenario
@@ -102,6 +107,9 @@ class SimResult:
     peak_flops_per_s: float
     wall_s: float
     framework: FrameworkProfile | None = None
+    critical_path: dict[str, Any] | None = None
+    jitter: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
     steady: Steady | None = None
 
     def __str__(self) -> str:
@@ -142,17 +150,33 @@ class _Measured:
     memory: MemoryPeak
     comm_device: int
     comm_bytes: dict[str, float]
+    pace: dict[str, Any]
     steady: Steady | None = None
 
 
-def _measure(plan: Plan, trace: Trace) -> _Measured:
+def _measure(plan: Plan, trace: Trace, cluster: Cluster) -> _Measured:
     grouped = by_device(plan)
     ends = device_end(plan, trace)
     slowest = max(plan.devices, key=lambda d: (ends[d], -d))
     comm_dev, comm = comm_volumes(plan, grouped)
     return _Measured(plan, trace, ends[slowest], slowest,
                      breakdown(plan, trace, slowest, ends[slowest]),
-                     memory_peak(plan, trace, grouped), comm_dev, comm)
+                     memory_peak(plan, trace, grouped, cluster.capacity_bytes), comm_dev,
+                     comm, pace_report(cluster, plan, trace))
+
+
+def _pace(a: _Measured, b: _Measured, n: int, time_s: float) -> dict[str, Any] | None:
+    """Who set the pace of the extended run: the same device as in both short runs, its
+    kernel time and the transfer time on the critical path growing by one period's each
+    period; None when the short runs disagree on the device."""
+    pa, pb = a.pace, b.pace
+    if pa["simulated_device"] != pb["simulated_device"]:
+        return None
+    out = dict(pb)
+    for key in ("compute_on_path_s", "comm_on_path_s"):
+        out[key] = pa[key] + n * (pb[key] - pa[key])
+    out["share_of_iteration"] = out["compute_on_path_s"] / time_s if time_s > 0 else 0.0
+    return out
 
 
 def _line(a: dict[Any, float], b: dict[Any, float], n: int) -> dict[Any, float]:
@@ -192,11 +216,12 @@ def _peak(a: _Measured, b: _Measured, sp: Splice, n: int) -> MemoryPeak | None:
 def _extend(a: _Measured, b: _Measured, sp: Splice, n: int) -> _Measured | None:
     """The run of n more periods than A, from A and B = A with one period inserted."""
     peak = _peak(a, b, sp, n)
-    if peak is None:
-        return None
     ends_a, ends_b = device_end(a.plan, a.trace), device_end(b.plan, b.trace)
     ends = _line(ends_a, ends_b, n)
     slowest = max(b.plan.devices, key=lambda d: (ends[d], -d))
+    pace = _pace(a, b, n, ends[slowest])
+    if peak is None or pace is None:
+        return None
     parts = _line(breakdown(a.plan, a.trace, slowest, ends_a[slowest]),
                   breakdown(b.plan, b.trace, slowest, ends_b[slowest]), n)
     ga, gb = by_device(a.plan), by_device(b.plan)
@@ -205,16 +230,13 @@ def _extend(a: _Measured, b: _Measured, sp: Splice, n: int) -> _Measured | None:
     steady = Steady(a.plan.micro_batches, sp.micro_period, sp.period_s, n)
     return _Measured(b.plan, b.trace, ends[slowest], slowest,
                      {k: parts[k] for k in BREAKDOWN_KEYS}, peak, comm_dev,
-                     {k: comm[comm_dev][k] for k in device_comm(gb[comm_dev])}, steady)
+                     {k: comm[comm_dev][k] for k in device_comm(gb[comm_dev])}, pace, steady)
 
 
 STEADY_TRIES = 4  # shortened runs tried at most (19 to 152 micro-batches for GPT-3 175B)
 
 
-Simulated = Callable[[int | None], tuple[Plan, Trace]]
-
-
-def _steady(simulated: Simulated, micro: int, short: int, period: int) -> _Measured | None:
+def _steady(simulated: _Runs, micro: int, short: int, period: int) -> _Measured | None:
     """The iteration of `micro` micro-batches extended from shortened runs, or None when
     no shortened run repeats exactly (see the module docstring). A run that has not reached
     its steady state yet (a queue still filling) is retried with twice the micro-batches
@@ -224,8 +246,8 @@ def _steady(simulated: Simulated, micro: int, short: int, period: int) -> _Measu
         if short + period >= micro or (spent and 2 * (spent + 2 * short + period) > micro):
             return None
         spent += 2 * short + period
-        a = _measure(*simulated(short))
-        b = _measure(*simulated(short + period))
+        a = simulated.measure(*simulated(short))
+        b = simulated.measure(*simulated(short + period))
         sp = splice(a.plan, a.trace, b.plan, b.trace)
         ext = None if sp is None else _extend(a, b, sp, (micro - short) // period)
         if ext is not None:
@@ -244,9 +266,13 @@ class _Runs:
     does not settle or saves fewer tasks than the collapsed plan has (the cutting takes a
     second simulation); `events` adds up the events of every simulation it ran."""
 
-    def __init__(self, lowered: Callable[[int | None, Cuts | None], Plan]) -> None:
-        self.lowered = lowered
+    def __init__(self, lowered: Callable[[int | None, Cuts | None], Plan],
+                 cluster: Cluster) -> None:
+        self.lowered, self.cluster = lowered, cluster
         self.events = 0
+
+    def measure(self, plan: Plan, trace: Trace) -> _Measured:
+        return _measure(plan, trace, self.cluster)
 
     def _run(self, micro: int | None, cuts: Cuts | None) -> tuple[Plan, Trace]:
         return self._run_plan(self.lowered(micro, cuts))
@@ -288,6 +314,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     identical consecutive gradient buckets as one task (`_Runs`); False: one each."""
     t0 = time.perf_counter()
     _check(scenario, fidelity)
+    injected = costs
     costs = costs or CostModel.from_hardware(hw)
     fw = framework_for(scenario, hw)
     if isinstance(scenario.model, TransformerModel):
@@ -299,13 +326,18 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         gp = _graph_program(scenario)
         prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
     fused = with_auto_fusion(scenario, fw, prog.grad_bytes)
+    cluster = Cluster(scenario, hw, fidelity, mesh, injected)
+
+    def lower_with(device_costs: Any, micro: int | None = None,
+                   cuts: Cuts | None = None) -> Plan:
+        return lower(fused, prog, costs, fidelity, mesh, device_costs, micro, cuts)
 
     def lowered(micro: int | None, cuts: Cuts | None) -> Plan:
-        cuts = cuts if collapse else None
-        return with_framework_memory(lower(fused, prog, costs, fidelity, mesh, micro, cuts),
-                                     scenario, fw, prog, mesh)
+        return with_framework_memory(
+            lower_with(cluster.device_costs, micro, cuts if collapse else None),
+            scenario, fw, prog, mesh)
 
-    simulated = _Runs(lowered)
+    simulated = _Runs(lowered, cluster)
     got = None
     window = _window(scenario, fidelity, steady)
     if window is not None:
@@ -314,16 +346,18 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
             check_budget(estimate_every_micro_batch(scenario, fidelity), max_events,
                          scenario.source, "events to simulate", "--max-events")
     if got is None:
-        got = _measure(*simulated(None))
+        got = simulated.measure(*simulated(None))
     got = replace(got, trace=replace(got.trace, events=simulated.events))
     return SimResult(
         scenario=scenario, fidelity=fidelity, program=prog, plan=got.plan, trace=got.trace,
         iteration_time_s=got.iteration_time_s, slowest_device=got.slowest,
         breakdown_s=tuple(got.breakdown_s.items()), memory=got.memory,
-        capacity_bytes=float(hw.memory_capacity_bytes), comm_device=got.comm_device,
-        comm_bytes=tuple(got.comm_bytes.items()), model_flops=model, hardware_flops=hardware,
-        peak_flops_per_s=float(hw.peak_flops_per_s(scenario.model.dtype)),
-        wall_s=time.perf_counter() - t0, framework=fw, steady=got.steady)
+        capacity_bytes=cluster.capacity_bytes(got.memory.device),
+        comm_device=got.comm_device, comm_bytes=tuple(got.comm_bytes.items()),
+        model_flops=model, hardware_flops=hardware,
+        peak_flops_per_s=cluster.mean_peak_flops_per_s(scenario.model.dtype),
+        wall_s=time.perf_counter() - t0, framework=fw, critical_path=got.pace,
+        jitter=jitter_report(cluster, lower_with), steady=got.steady)
 
 
 def _window(scenario: Scenario, fidelity: str, steady: bool | None) -> tuple[int, int] | None:

@@ -47,3 +47,27 @@ def test_schema_command_prints_the_scenario_json_schema():
     assert doc["title"] == "shardsim scenario" and "model" in doc["required"]
     hw = json.loads(CliRunner().invoke(app, ["schema", "--hardware"]).stdout)
     assert hw["title"] == "shardsim hardware profile"
+
+
+def test_api_plan_returns_the_search_the_cli_prints():
+    from simulator.planner.search import SearchOptions, SearchResult
+    from simulator.planner.space import SpaceLimits
+
+    opts = SearchOptions(top_k=3, limits=SpaceLimits(1, 1, 0))
+    res = simulator.plan("tiny-cpu", options=opts)
+    assert isinstance(res, SearchResult) and res.devices == 4
+    cli = CliRunner().invoke(app, ["plan", "tiny-cpu", "--json", "--top", "3",
+                                   "--max-micro-batch", "1", "--max-virtual-stages", "1",
+                                   "--max-optimizer-shard", "0"])
+    best = json.loads(cli.stdout)["best"]
+    assert best["label"] == str(res.best.config)
+    assert best["iteration_time_s"] == res.best.ev.iteration_time_s
+
+
+def test_api_plan_refuses_what_the_cli_refuses():
+    import pytest
+
+    from simulator.errors import InputError
+
+    with pytest.raises(InputError, match="cannot be combined with --devices"):
+        simulator.plan("tiny-cpu", devices=4, nodes=1)

@@ -62,7 +62,9 @@ def test_report_opens_in_headless_chromium(report_dir, result):
             ("file:", "data:")) else route.continue_())  # offline: any fetch would fail
         page.goto((report_dir / "report.html").as_uri())
         rows = page.locator("#summary-table tbody tr")
-        assert rows.count() == 9
+        assert rows.count() == 10  # the summary, with the device that set the pace
+        assert rows.nth(8).inner_text().startswith(
+            f"pace set by\tdevice {result.critical_path['device']} (node ")
         assert rows.nth(2).inner_text().split("\t")[1] == \
             f"{result.iteration_time_s:.4f} s"
         for fig_id, _ in FIGURES.values():

@@ -34,6 +34,22 @@ def test_floor_never_above_simulated_peak(tiny, exhaustive):
         assert estimate_memory(w, cfg).floor_bytes <= ev.peak_bytes * (1 + 1e-9), cfg
 
 
+def test_floor_never_above_simulated_peak_when_parameters_dominate():
+    """A wide, short model (gradients far above activations): under ZeRO-3 / FSDP the
+    gradients are reduce-scattered one unit at a time, so the floor holds one unit's buffer,
+    not the whole chunk's (it used to prune published FSDP runs that fit)."""
+    loaded = load_scenario("tiny-cpu", ["model.hidden_size=512", "model.seq_length=8",
+                                        "model.layers=4", "parallel.tensor=1",
+                                        "parallel.data=4"])
+    sc, hw = loaded.scenario, load_hardware(loaded)
+    w = workload_of(sc, hw)
+    for cfg in enumerate_space(sc, 4):
+        if cfg.optimizer_shard < 2 or cfg.data < 4:
+            continue
+        peak = simulate_config(sc, hw, cfg).peak_bytes
+        assert estimate_memory(w, cfg).floor_bytes <= peak * (1 + 1e-9), cfg
+
+
 def test_pruning_keeps_every_fitting_configuration(tiny, exhaustive):
     """With the device memory set to the median simulated peak, about half fit; the search
     prunes some configurations but none of those that fit."""

@@ -27,7 +27,7 @@ def a100():
 
 
 def _scenario(tensor: int = 1, data: int = 1, pipeline: int = 1, micro: int = 1,
-              devices_per_node: int = 8, **parallel: Any):
+              devices_per_node: int = 8, mbs: int = 1, **parallel: Any):
     devices = tensor * data * pipeline
     return parse_scenario({
         "name": "sim", "hardware": "a100-80gb",
@@ -35,7 +35,7 @@ def _scenario(tensor: int = 1, data: int = 1, pipeline: int = 1, micro: int = 1,
                     "devices_per_node": min(devices, devices_per_node)},
         "model": {"type": "transformer", "layers": 8, "hidden_size": 1024, "num_heads": 16,
                   "seq_length": 1024, "vocab_size": 8192, "dtype": "bf16"},
-        "training": {"global_batch_size": micro * data, "micro_batch_size": 1},
+        "training": {"global_batch_size": micro * data * mbs, "micro_batch_size": mbs},
         "parallel": {"tensor": tensor, "data": data, "pipeline": pipeline, **parallel},
     }, "test")
 
@@ -114,8 +114,8 @@ CASES = [
     {"data": 4, "pipeline": 2, "micro": 4, "schedule": "interleaved_1f1b",
      "virtual_stages": 2, "optimizer_shard": 1},
     {"data": 4, "pipeline": 2, "micro": 2, "optimizer_shard": 3, "recompute": "selective"},
-    {"data": 4, "micro": 2, "optimizer_shard": 2, "overlap": {"grad_reduce": False,
-                                                              "copies": 2}},
+    {"data": 4, "micro": 2, "mbs": 2, "tensor": 2, "optimizer_shard": 2,
+     "overlap": {"grad_reduce": False, "copies": 2}},
     {"tensor": 2, "data": 4, "pipeline": 2, "micro": 4, "devices_per_node": 4,
      "schedule": "gpipe"},
 ]
@@ -190,11 +190,12 @@ def test_activation_peak_of_1f1b_holds_p_micro_batches_on_the_first_stage(a100):
 
 def test_summary_has_exactly_the_contract_keys(a100):
     s = summary(simulate(_scenario(tensor=2, data=2, micro=2), a100))
-    # the CONTRACT section 3 keys in order, then the extension: layers per pipeline stage
+    # the CONTRACT section 3 keys in order, then the extensions: layers per pipeline stage,
+    # the device that set the pace, notes on the inputs (and `jitter` under cluster.jitter)
     assert list(s) == ["scenario", "devices", "iteration_time_s", "samples_per_s",
                        "tokens_per_s", "model_flops_per_iteration", "tflops_per_device",
                        "mfu", "hfu", "breakdown_s", "memory", "communication", "simulation",
-                       "pipeline_layers"]
+                       "pipeline_layers", "critical_path", "notes"]
     assert s["pipeline_layers"] == [8]
     assert list(s["breakdown_s"]) == ["compute", "recompute", "comm_exposed", "bubble",
                                       "offload_exposed", "optimizer"]

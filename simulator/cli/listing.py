@@ -7,6 +7,7 @@ from typing import IO, Annotated, Any
 import typer
 
 from simulator.cli._common import emit_json, guarded, stdout_console
+from simulator.errors import InputError
 
 __all__ = ["profiles", "scenarios"]
 
@@ -45,10 +46,53 @@ _PROFILE_HEADERS = {
 }
 
 
-def profiles(json_out: JsonOpt = False) -> None:
-    """List the bundled hardware profiles with their key figures."""
+NameArg = Annotated[str | None, typer.Argument(
+    metavar="NAME", help="A profile name or YAML path: print every field with its value and "
+    "source.", show_default=False)]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", metavar="KEY=VALUE", help="With NAME: override a field (as `run --set "
+    "hardware.KEY=VALUE`, without `hardware.`). Repeatable.", show_default=False)]
+
+
+def _profile_fields(name: str, overrides: list[str], json_out: bool, out: IO[str]) -> None:
+    """Every field of one profile: value, source (file, default, --set), what reads it."""
+    from simulator.cli._common import check_overrides
+    from simulator.hardware.load import load_profile, raw_profile
+    from simulator.hardware.usage import field_rows
+    from simulator.yamlio import blame_override
+
+    check_overrides(overrides)
+    try:
+        hw = load_profile(name, overrides)
+    except InputError as err:
+        raise blame_override(err, overrides) from None
+    keys = {item.partition("=")[0].strip() for item in overrides}
+    rows = field_rows(hw, raw_profile(name), keys)
+    if json_out:
+        emit_json({"profile": hw.name, "source": hw.source, "fields": rows}, out)
+        return
+    for row in rows:
+        value = row["value"]
+        if isinstance(value, tuple) and len(value) > 4:
+            row["value"] = f"{len(value)} points: {value[0]} .. {value[-1]}"
+    _table(f"{hw.name} ({hw.source}): every field, its value and where it came from",
+           [{k: v for k, v in r.items() if k != "note"} for r in rows], out)
+    for row in rows:
+        if row["note"]:
+            out.write(f"note: {row['field']}: {row['note']}\n")
+
+
+def profiles(name: NameArg = None, json_out: JsonOpt = False, overrides: SetOpt = None) -> None:
+    """List the bundled hardware profiles with their key figures; with NAME, every field of
+    that profile with its source."""
     with guarded() as stdout:
         from simulator.hardware.load import list_profiles, profile_summary
+
+        if name is not None:
+            _profile_fields(name, overrides or [], json_out, stdout)
+            return
+        if overrides:
+            raise InputError("--set", overrides[0], "needs a profile NAME to override")
 
         rows = [profile_summary(hw) for hw in list_profiles()]
         if json_out:

@@ -98,6 +98,27 @@ def _simulate(scenario: Any, hw: Any, fidelity: str, max_events: int = DEFAULT_M
         return result, summary(result)
 
 
+def _with_notes(loaded: Any, hw: Any, result: Any, summ: dict[str, Any]
+                ) -> tuple[Any, dict[str, Any]]:
+    """The result with notes on `--set hardware.` overrides that change nothing (or whose
+    role another field takes), each also printed on stderr."""
+    if not loaded.hardware_overrides:
+        return result, summ
+    import dataclasses
+
+    from simulator.overrides import override_notes
+    from simulator.report import summary
+
+    with stderr_console().status("checking the --set hardware. overrides"):
+        notes = override_notes(loaded, hw, result)
+    for note in notes:
+        sys.stderr.write(f"note: {note}\n")
+    if not notes:
+        return result, summ
+    result = dataclasses.replace(result, notes=notes)
+    return result, {**summary(result), "simulation": summ["simulation"]}
+
+
 def _make_dir(out_dir: Path) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -154,6 +175,7 @@ def run(
         if out_dir is not None:
             _make_dir(out_dir)  # before simulating: a bad --out fails at once
         result, summ = _simulate(loaded.scenario, hw, fidelity.value, max_events)
+        result, summ = _with_notes(loaded, hw, result, summ)
         if not json_out:
             _print_table(summ, stdout)  # before the figures, which take seconds to draw
             stdout.flush()

@@ -15,7 +15,7 @@ from simulator.resources import bundled_dir, list_bundled, resolve_yaml
 from simulator.validation import validate_profile
 from simulator.yamlio import apply_overrides, did_you_mean, read_yaml_file
 
-__all__ = ["load_profile", "parse_profile", "list_profiles", "profile_summary"]
+__all__ = ["load_profile", "parse_profile", "list_profiles", "profile_summary", "raw_profile"]
 
 _KIND = "hardware_profiles"
 
@@ -39,6 +39,14 @@ def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> HardwarePr
         raise InputError("hardware", "", f"unknown hardware profile '{name_or_path}'{hint}; "
                          f"bundled: {', '.join(names)} (or give a path to a YAML file)")
     return parse_profile(read_yaml_file(path), _display(path), overrides)
+
+
+def raw_profile(name_or_path: str) -> dict[str, Any]:
+    """The profile's YAML mapping as written (for telling file values from defaults)."""
+    path = resolve_yaml(name_or_path, _KIND)
+    if path is None:
+        return {}  # load_profile, called first, has said what is wrong
+    return read_yaml_file(path)
 
 
 def _display(path: Any) -> str:

@@ -187,9 +187,11 @@ def _dp_buffer(w: Workload, cfg: Config, stage_params: float, micro: int) -> flo
     if cfg.data == 1:
         return 0.0
     chunk = stage_params / cfg.virtual_stages * w.grad_bytes
+    layer = layer_params(w.model, cfg.tensor) * w.grad_bytes
+    if cfg.optimizer_shard >= 3:
+        return layer  # ZeRO-3 / FSDP reduce-scatters one unit at a time
     if cfg.optimizer_shard >= 2 and micro > 1:
         return chunk
-    layer = layer_params(w.model, cfg.tensor) * w.grad_bytes
     bucket = {"size": w.bucket_bytes, "auto": w.bucket_bytes, "index": layer}
     return min(chunk, bucket.get(w.fusion_mode, layer / 6))
 
@@ -223,12 +225,16 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
         dp = _dp_buffer(w, cfg, st.params, micro)
         states = 0.0 if cfg.offload_optimizer else st.params * k / (d if z >= 1 else 1)
         params = st.params * e / (d if z >= 3 else 1)
+        # ZeRO-3 / FSDP holds the unit it computes whole and prefetches the next one
+        # (simulator/schedule/reduction.py, ShardedParameters): in the estimate, not in the
+        # floor (a unit is freed when its compute ends, not always at the activation peak)
+        unit = layer_params(m, cfg.tensor) * e if z >= 3 and d > 1 else 0.0
         grads = st.params * w.grad_bytes / (d if z >= 2 else 1)
         overlap = z >= 2 and micro > 1
         acts = st.activations if overlap else max(st.activations - dp, 0.0)
         est = MemoryEstimate(
-            parameters=params, gradients=grads, optimizer_states=states, activations=acts,
-            communication_buffers=dp + _pp_buffers(w, cfg),
+            parameters=params + 2 * unit, gradients=grads, optimizer_states=states,
+            activations=acts, communication_buffers=dp + _pp_buffers(w, cfg),
             floor_bytes=params + grads + states + max(st.activations, dp) + overhead,
             framework_overhead=overhead)
         if best is None or est.peak_bytes > best.peak_bytes:

@@ -157,7 +157,18 @@ def apply_config(scenario: Scenario, cfg: Config, devices_per_node: int | None =
     devices = cfg.data * cfg.tensor * cfg.pipeline
     per_node = min(per_node, devices)
     data = scenario.model_dump()
-    data["cluster"] = {"nodes": max(1, devices // per_node), "devices_per_node": per_node}
+    cluster = {"nodes": max(1, devices // per_node), "devices_per_node": per_node}
+    same = cluster == {"nodes": scenario.cluster.nodes,
+                       "devices_per_node": scenario.cluster.devices_per_node}
+    if not scenario.cluster.uniform and not same:
+        from simulator.errors import InputError
+
+        raise InputError(scenario.source, "cluster", "node_types, slow and jitter describe "
+                         f"this cluster's {scenario.cluster.devices} devices; a plan on "
+                         f"{devices} devices in nodes of {per_node} cannot keep them (plan "
+                         f"on the scenario's own devices and nodes, or remove them)")
+    # the same cluster keeps its device kinds, stragglers and jitter
+    data["cluster"] = data["cluster"] if same else cluster
     data["training"]["micro_batch_size"] = cfg.micro_batch_size
     par = data["parallel"]
     par.update(data=cfg.data, tensor=cfg.tensor, pipeline=cfg.pipeline, schedule=cfg.schedule,

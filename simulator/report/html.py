@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from simulator.report.summary import pace_rows
+
 __all__ = ["run_page", "sweep_page", "FIGURES"]
 
 # report figure file -> (element id, section heading)
@@ -73,7 +75,9 @@ def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
             ("memory peak", f"{_gb(mem['peak_bytes'])} of {_gb(mem['capacity_bytes'])} "
                             f"({fits})"),
             ("communication", f"{_gb(s['communication']['bytes_per_device'])} per device"),
-            ("simulation", f"{s['simulation']['events']} events")]
+            *((k, _esc(v)) for k, v in pace_rows(s)),
+            ("simulation", f"{s['simulation']['events']} events"),
+            *(("note", _esc(n)) for n in s.get("notes", ()))]
 
 
 def _share_rows(parts: dict[str, float], total: float, fmt: Any) -> list[tuple[str, ...]]:

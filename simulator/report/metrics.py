@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.engine.trace import Trace
@@ -175,13 +176,18 @@ def _device_peak(plan: Plan, trace: Trace, device: int, tasks: list[Task]) -> Me
     return MemoryPeak(device, best_time, best, tuple(zip(CATEGORIES, best_state)))
 
 
-def memory_peak(plan: Plan, trace: Trace, grouped: dict[int, list[Task]]) -> MemoryPeak:
-    """The highest allocation peak over the simulated devices (lowest rank among equals)."""
+def memory_peak(plan: Plan, trace: Trace, grouped: dict[int, list[Task]],
+                capacity: Callable[[int], float] | None = None) -> MemoryPeak:
+    """The highest allocation peak over the simulated devices (lowest rank among equals);
+    with `capacity` (bytes of each device, where they differ), the peak that fills its
+    device the most."""
     best: MemoryPeak | None = None
+    best_fill = 0.0
     for device in plan.devices:
         peak = _device_peak(plan, trace, device, grouped[device])
-        if best is None or peak.peak_bytes > best.peak_bytes:
-            best = peak
+        fill = peak.peak_bytes / capacity(device) if capacity else peak.peak_bytes
+        if best is None or fill > best_fill:
+            best, best_fill = peak, fill
     assert best is not None
     return best
 

@@ -50,12 +50,40 @@ def summary(result: Any) -> dict[str, Any]:
                           "by_collective": {k: int(round(v)) for k, v in comm.items()}},
         "simulation": {"events": int(result.trace.events), "wall_s": result.wall_s},
         "pipeline_layers": list(result.plan.stage_layers),
+        "critical_path": _critical(result),
+        **({"jitter": result.jitter} if result.jitter else {}),
+        "notes": list(getattr(result, "notes", ())),
         **dict(result.plan.extras),
     }
 
 
+def _critical(result: Any) -> dict[str, Any] | None:
+    """Who set the pace (simulator.heterogeneous.pace_report), rounded for reading."""
+    path = getattr(result, "critical_path", None)
+    return dict(path) if path else None
+
+
 def _gb(nbytes: float) -> str:
     return f"{nbytes / 1e9:.2f} GB"
+
+
+def pace_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    """Which device set the pace, and the jitter distribution."""
+    rows = []
+    c = s.get("critical_path")
+    if c:
+        slowed = [f"{k.split('_')[0]} x{c[k]:g}" for k in ("compute_factor", "nic_factor")
+                  if c[k] != 1.0]
+        rows.append(("pace set by", f"device {c['device']} (node {c['node']}, stage "
+                     f"{c['stage']}, {c['hardware']}{', ' if slowed else ''}"
+                     f"{', '.join(slowed)}): {c['share_of_iteration']:.0%} of the "
+                     f"iteration is its kernels on the critical path"))
+    j = s.get("jitter")
+    if j:
+        rows.append(("jitter", f"{j['samples']} samples (cv {j['compute_cv']:g}, seed "
+                     f"{j['seed']}): mean {j['mean_s']:.4f} s, p50 {j['p50_s']:.4f} s, "
+                     f"p99 {j['p99_s']:.4f} s"))
+    return rows
 
 
 def format_table(s: dict[str, Any]) -> str:
@@ -88,5 +116,7 @@ def format_table(s: dict[str, Any]) -> str:
     rows += [(f"  {k}", _gb(v)) for k, v in comm["by_collective"].items()]
     sim = s["simulation"]
     rows.append(("simulation", f"{sim['events']} events in {sim['wall_s']:.3f} s"))
+    rows += pace_rows(s)  # after the CONTRACT figures, which scripts read line by line
+    rows += [("note", note) for note in s.get("notes", ())]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

@@ -15,7 +15,7 @@ from simulator.scenario.schema import (
     TransformerModel,
 )
 
-__all__ = ["check_rules", "divisors"]
+__all__ = ["check_rules", "divisors", "cluster_problems"]
 
 Problem = tuple[str, str]
 
@@ -44,6 +44,30 @@ def _devices(s: Scenario) -> Iterator[Problem]:
             f"cluster.nodes*cluster.devices_per_node = {c.nodes}*{c.devices_per_node} = "
             f"{c.devices}"
         )
+
+
+_HETERO_MAX_DEVICES = 1_000_000  # per-device speeds are arrays of this length at most
+
+
+def cluster_problems(s: Scenario) -> Iterator[Problem]:
+    """node_types cover the nodes exactly; slow entries name devices and nodes that exist."""
+    c = s.cluster
+    if c.node_types is not None and sum(t.nodes for t in c.node_types) != c.nodes:
+        counts = "+".join(str(t.nodes) for t in c.node_types)
+        yield "cluster.node_types", (f"nodes add up to {counts} = "
+                                     f"{sum(t.nodes for t in c.node_types)}; expected "
+                                     f"cluster.nodes = {c.nodes}")
+    for i, slow in enumerate(c.slow):
+        where = f"cluster.slow[{i}]"
+        if not slow.devices and not slow.nodes:
+            yield where, "names no device; give devices: [ranks] or nodes: [indices]"
+        for key, ids, n in (("devices", slow.devices, c.devices), ("nodes", slow.nodes, c.nodes)):
+            bad = [x for x in ids if x >= n]
+            if bad:
+                yield f"{where}.{key}", f"{bad[0]} is out of range (allowed: 0..{n - 1})"
+    if not c.uniform and c.devices > _HETERO_MAX_DEVICES:
+        yield "cluster", (f"{c.devices} devices with node_types, slow or jitter; at most "
+                          f"{_HETERO_MAX_DEVICES} are simulated with per-device speeds")
 
 
 def _batch(s: Scenario) -> Iterator[Problem]:
@@ -260,6 +284,16 @@ def _transformer_knobs(s: Scenario) -> Iterator[Problem]:
             f"GEMMs; allowed: auto)")
 
 
+def _copies(s: Scenario) -> Iterator[Problem]:
+    """Multi-copy parallel splits a micro-batch into `copies` slices along the batch."""
+    c = s.parallel.overlap.copies
+    if c > 1 and not isinstance(s.model, GraphModel) and s.training.micro_batch_size % c:
+        yield "parallel.overlap.copies", (
+            f"{c} must divide training.micro_batch_size={s.training.micro_batch_size} (the "
+            f"copies are slices of the micro-batch; valid: "
+            f"{divisors(s.training.micro_batch_size)})")
+
+
 def _param_gather(s: Scenario) -> Iterator[Problem]:
     p = s.parallel
     if not p.overlap.param_gather and p.optimizer_shard not in (1, 2):
@@ -310,6 +344,7 @@ def _parameter_server(s: Scenario) -> Iterator[Problem]:
 
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _devices,
+    cluster_problems,
     _batch,
     _transformer,
     _expert,
@@ -321,6 +356,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _schedule,
     _transformer_knobs,
     _param_gather,
+    _copies,
     _offload,
     _parameter_server,
 )

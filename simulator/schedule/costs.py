@@ -27,6 +27,9 @@ class CostModel:
     send_recv_s: Callable[[float, bool], float]
     copy_s: Callable[[float], float] = lambda nbytes: 0.0  # host <-> device, one direction
     hardware: Any = None  # the profile priced (for costs outside the device: servers)
+    # a point-to-point message between two given ranks (nbytes, intra, sender, receiver),
+    # where the two ends may differ (schedule.device_costs); None: send_recv_s
+    peer_send_s: Callable[[float, bool, int, int], float] | None = None
 
     @classmethod
     def from_hardware(cls, hw: Any) -> CostModel:

@@ -29,6 +29,8 @@ where `cuts` says another transfer on the link must run between two of its bucke
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from simulator.errors import InputError
 from simulator.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.schedule.buckets import COLLAPSE_MIN
@@ -55,18 +57,24 @@ class Lowering:
     (`schedule.reduction`) adds its collectives. Used once by `lower`, then dropped."""
 
     def __init__(self, scenario: Scenario, prog: TransformerProgram, costs: CostModel,
-                 fidelity: str, ranks: RankMesh, micro: int | None = None,
-                 cuts: Cuts | None = None) -> None:
+                 fidelity: str, ranks: RankMesh, share: Lowering | None = None,
+                 micro: int | None = None, cuts: Cuts | None = None) -> None:
         self.sc, self.prog, self.costs, self.fidelity = scenario, prog, costs, fidelity
         self.ranks = ranks
-        self.work: tuple[StageWork, ...] = stage_work(scenario, prog, ranks, costs)
-        self.b = Builder()
+        # share: a view for devices priced by another cost model (schedule.device_costs),
+        # emitting into the same plan with the same layers per stage
+        layers = tuple(w.layers for w in share.work) if share else None
+        self.work: tuple[StageWork, ...] = stage_work(scenario, prog, ranks, costs, layers)
+        self.b: Builder = share.b if share else Builder()
         self.e = DTYPE_BYTES[prog.dtype]
         self.ge = prog.grad_bytes  # gradient elements: buffer and reduction
         self.par = scenario.parallel
-        self.micro = scenario.grad_accum_steps if micro is None else micro
-        self.cuts = cuts if fidelity == "representative" else None
-        self.block_of: list[tuple[int, tuple[int, int, int, int]]] = []
+        self.micro: int = share.micro if share else (
+            scenario.grad_accum_steps if micro is None else micro)
+        self.cuts: Cuts | None = share.cuts if share else (
+            cuts if fidelity == "representative" else None)
+        self.block_of: list[tuple[int, tuple[int, int, int, int]]] = (
+            share.block_of if share else [])
         self.dp: DataParallel = strategy_for(self)
         self.gates: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self.send_s = {intra: costs.send_recv_s(prog.boundary_bytes, intra)
@@ -117,9 +125,11 @@ class Lowering:
         nbytes = self.prog.boundary_bytes
         intra = self.ranks.same_node(dev, peer)
         buf = (("communication_buffers", nbytes),)
+        pair = self.costs.peer_send_s
+        seconds = pair(nbytes, intra, dev, peer) if pair else self.send_s[intra]
         self.b.add(("S", dev, direction, mb, vs), device=dev, stream="pp_" + direction,
                    name="send_" + direction, phase="comm", micro=mb, chunk=vs,
-                   duration_s=self.send_s[intra], deps=(after,),
+                   duration_s=seconds, deps=(after,),
                    link="fabric" if intra else "nic", comm=(("send_recv", nbytes),),
                    alloc=buf, free=buf)
 
@@ -248,17 +258,30 @@ def _check(scenario: Scenario, prog: TransformerProgram) -> None:
 
 def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
           fidelity: str = "representative", model_mesh: Mesh | None = None,
-          micro: int | None = None, cuts: Cuts | None = None) -> Plan:
+          device_costs: Callable[[int], CostModel] | None = None, micro: int | None = None,
+          cuts: Cuts | None = None) -> Plan:
     """The task streams of one training iteration of `scenario` (see the module docstring).
-    `model_mesh`: an operator graph's own device mesh (default: (dp, tp) of `parallel`);
-    `micro`: micro-batches per replica instead of the scenario's (a shortened run of the
-    steady state, `simulator.simulate`); `cuts`: collapse identical buckets, cut there."""
+    `model_mesh`: an operator graph's own device mesh (default: (dp, tp) of `parallel`).
+    `device_costs(rank)`: the cost model of each simulated device where they differ
+    (`schedule.device_costs`; default `costs` for all). `micro`: micro-batches per replica
+    instead of the scenario's (a shortened run of the steady state, `simulator.simulate`);
+    `cuts`: collapse identical buckets, cut there."""
     assert fidelity in FIDELITIES, f"fidelity must be one of {FIDELITIES}"
     _check(scenario, program)
-    low = Lowering(scenario, program, costs, fidelity, rank_mesh(scenario, model_mesh), micro,
-                   cuts)
+    low = Lowering(scenario, program, costs, fidelity, rank_mesh(scenario, model_mesh),
+                   micro=micro, cuts=cuts)
     devices, represents = low.ranks.simulated(fidelity)
-    static = tuple(low.device(dev) for dev in devices)
+    views: dict[int, Lowering] = {}
+
+    def view(dev: int) -> Lowering:
+        if device_costs is None:
+            return low
+        c = device_costs(dev)
+        if id(c) not in views:
+            views[id(c)] = Lowering(scenario, program, c, fidelity, low.ranks, share=low)
+        return views[id(c)]
+
+    static = tuple(view(dev).device(dev) for dev in devices)
     tasks: tuple[Task, ...] = low.b.tasks()
     streams = tuple((dev, name, tuple(tids)) for (dev, name), tids in low.b.streams.items())
     return Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,
