@@ -277,3 +277,15 @@ def test_random_plans_extend_exactly_or_not_at_all(a100, seed):
         except InputError:
             continue
     _assert_equal_results(full, simulate(sc, a100, steady=True))
+
+
+@pytest.mark.parametrize("name", ["mixed-a100-h100-pp2", "straggler-dp16-a100"])
+def test_mixed_and_slowed_devices_extend_exactly(name):
+    """Per-device cost models (an A100 stage and an H100 stage; one slowed replica): the
+    shortened runs carry them, and critical_path (who set the pace) extends too."""
+    from simulator.api import load_hardware, load_scenario
+
+    loaded = load_scenario(name, ["training.global_batch_size=512"])
+    full, ext = _both(loaded.scenario, load_hardware(loaded))
+    assert ext.steady is not None and full.critical_path is not None
+    _assert_equal_results(full, ext)
