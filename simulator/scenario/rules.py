@@ -294,6 +294,36 @@ def _copies(s: Scenario) -> Iterator[Problem]:
             f"{divisors(s.training.micro_batch_size)})")
 
 
+def _comm_fusion(s: Scenario) -> Iterator[Problem]:
+    """Fusion index lists (MindSpore's `all_reduce_fusion_config`): increasing layer numbers
+    inside the model, with mode index; nothing to fuse under ZeRO-3's per-unit reductions."""
+    f, layers = s.parallel.comm_fusion, getattr(s.model, "layers", 1)
+    entries = [("parallel.comm_fusion", f.mode, f.index)] + [
+        (f"parallel.comm_fusion.{k}", e.mode, e.index)
+        for k in ("all_reduce", "reduce_scatter", "all_gather")
+        if (e := getattr(f, k)) is not None]
+    for key, mode, index in entries:
+        if index is None:
+            continue
+        if mode != "index":
+            yield f"{key}.index", f"needs {key}.mode: index (found {mode})"
+        elif any(b <= a for a, b in zip(index, index[1:])) or index[-1] >= layers:
+            yield f"{key}.index", (f"{index}: layer numbers that start a fusion group must "
+                                   f"increase and stay below model.layers={layers}")
+    z = s.parallel.optimizer_shard
+    applies = {"all_reduce": z == 0, "reduce_scatter": z in (1, 2), "all_gather": z in (1, 2)}
+    for kind, ok in applies.items():
+        if getattr(f, kind) is not None and not ok:
+            yield f"parallel.comm_fusion.{kind}", (
+                f"fuses no collective with parallel.optimizer_shard {z} (the gradients are "
+                + ("all-reduced" if z == 0 else "reduce-scattered" if z < 3 else
+                   "reduced unit by unit") + "; remove the entry)")
+    if z == 3 and f != CommFusionSpec() and f.mode != "auto":
+        yield "parallel.comm_fusion", (
+            "does not apply with parallel.optimizer_shard 3: ZeRO-3 / FSDP gathers and "
+            "reduce-scatters one unit (layer) at a time (allowed: mode auto or the default)")
+
+
 def _param_gather(s: Scenario) -> Iterator[Problem]:
     p = s.parallel
     if not p.overlap.param_gather and p.optimizer_shard not in (1, 2):
@@ -356,6 +386,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _schedule,
     _transformer_knobs,
     _param_gather,
+    _comm_fusion,
     _copies,
     _offload,
     _parameter_server,

@@ -251,9 +251,39 @@ class OffloadSpec(_Closed):
     activations: StrictBool = False
 
 
+FusionIndex = Annotated[list[Annotated[StrictInt, Field(ge=1, le=10_000)]],
+                        Field(max_length=10_000)]
+
+
+class FusionKindSpec(_Closed):
+    """Fusion of one collective kind (MindSpore `comm_fusion={"allreduce": {"mode": ...,
+    "config": ...}, "allgather": ..., "reducescatter": ...}`); `auto`: the top-level rule."""
+
+    mode: Literal["none", "size", "index", "auto"] = "auto"
+    bucket_mb: BucketMB | None = None
+    index: FusionIndex | None = None
+
+
 class CommFusionSpec(_Closed):
     mode: Literal["none", "size", "index", "auto"] = "size"
     bucket_mb: BucketMB = 25
+    # with mode index: the layers (0-based, forward order) that start a new fusion group
+    # (MindSpore all_reduce_fusion_config / comm_fusion "index" config); without it, one
+    # group per layer. The embedding joins the first group, the head the last.
+    index: FusionIndex | None = None
+    all_reduce: FusionKindSpec | None = None
+    reduce_scatter: FusionKindSpec | None = None
+    all_gather: FusionKindSpec | None = None
+
+    def of(self, kind: str) -> tuple[str, float, tuple[int, ...] | None]:
+        """(mode, bucket_mb, index) for collective `kind`: its own entry where given and
+        not `auto`, else the top level."""
+        own = getattr(self, kind, None) if kind in ("all_reduce", "reduce_scatter",
+                                                   "all_gather") else None
+        if own is None or own.mode == "auto":
+            return self.mode, self.bucket_mb, tuple(self.index) if self.index else None
+        return (own.mode, own.bucket_mb if own.bucket_mb is not None else self.bucket_mb,
+                tuple(own.index) if own.index else None)
 
 
 class OverlapSpec(_Closed):

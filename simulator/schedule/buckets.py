@@ -75,15 +75,33 @@ def _by_size(piece_bytes: list[float], bucket: float) -> list[tuple[int, float, 
     return out
 
 
+def _by_group(piece_bytes: list[float], starts: tuple[int, ...]) -> list[tuple[int, float, int]]:
+    """One bucket per group of consecutive pieces; a group starts at each piece in
+    `starts` (backward positions), and is ready after its last piece."""
+    out: list[tuple[int, float, int]] = []
+    total = 0.0
+    for i, nbytes in enumerate(piece_bytes):
+        if i in starts and total > 0:
+            out.append((i - 1, total, 1))
+            total = 0.0
+        total += nbytes
+    if total > 0:
+        out.append((len(piece_bytes) - 1, total, 1))
+    return out
+
+
 def grad_bucket_runs(piece_params: tuple[int, ...], bytes_per_param: float, mode: str,
-                     bucket_mb: float, tensors: int = 1
+                     bucket_mb: float, tensors: int = 1, starts: tuple[int, ...] | None = None
                      ) -> tuple[tuple[int, float, int], ...]:
     """Consecutive identical gradient buckets as runs (index of the backward piece after
     which they are ready, bytes of each, how many), in launch order. The bytes add up to
-    all gradients of the pieces."""
+    all gradients of the pieces. `starts`: with mode 'index', the backward positions of
+    the pieces that start a fusion group (None: every piece is its own group)."""
     piece_bytes = [n * bytes_per_param for n in piece_params]
     if mode in ("size", "auto"):
         return tuple(_by_size(piece_bytes, bucket_mb * 1e6))
+    if mode == "index" and starts is not None:
+        return tuple(_by_group(piece_bytes, starts))
     if mode == "index":
         return tuple((i, b, 1) for i, b in enumerate(piece_bytes) if b > 0)
     k = max(1, tensors)

@@ -76,12 +76,27 @@ class DataParallel:
         self.link = "nic" if self.group.crosses_nodes else "fabric"
         self.buckets = {vs: self._buckets(vs) for vs in range(len(low.work))}
 
+    def _runs(self, vs: int, kind: str) -> tuple[tuple[int, float, int], ...]:
+        """Gradient-byte buckets of virtual stage vs under the fusion rule of collective
+        `kind` (`parallel.comm_fusion`, its per-kind entry where given)."""
+        low = self.low
+        mode, mb, index = low.par.comm_fusion.of(kind)
+        starts = _group_starts(low, vs, index) if mode == "index" and index else None
+        return grad_bucket_runs(low.work[vs].piece_params, low.ge, mode, mb,
+                                low.prog.param_tensors_per_layer, starts)
+
     def _buckets(self, vs: int) -> tuple[Bucket, ...]:
-        low, fusion = self.low, self.low.par.comm_fusion
-        raw = grad_bucket_runs(low.work[vs].piece_params, low.ge, fusion.mode,
-                               fusion.bucket_mb, low.prog.param_tensors_per_layer)
+        low = self.low
         return tuple(Bucket(i, nb, low.costs.collective_s(self.collective, nb, self.group), n)
-                     for i, nb, n in raw)
+                     for i, nb, n in self._runs(vs, self.collective))
+
+    def gather_buckets(self, vs: int) -> tuple[Bucket, ...]:
+        """The parameter all-gather's buckets (in gradient bytes, launch order): the
+        gradient buckets, unless `comm_fusion.all_gather` fuses the gathers its own way."""
+        own = self.low.par.comm_fusion.all_gather
+        if own is None or own.mode == "auto":
+            return self.buckets[vs]
+        return tuple(Bucket(i, nb, 0.0, n) for i, nb, n in self._runs(vs, "all_gather"))
 
     # ---- what the pipeline emitter calls -----------------------------------------------
     def gather_before(self, dev: int, vs: int, key: tuple) -> tuple[int, ...]:
@@ -146,7 +161,7 @@ class DataParallel:
         """Seconds to all-gather the parameters of virtual stages vss, bucket by bucket (the
         gradient buckets rescaled from gradient to parameter bytes)."""
         return sum(self.gather_bucket_s(b.nbytes) * b.count for vs in vss
-                   for b in self.buckets[vs])
+                   for b in self.gather_buckets(vs))
 
     def gather_bucket_s(self, grad_bytes: float) -> float:
         """Seconds to all-gather the parameters of one gradient bucket of `grad_bytes`."""
@@ -197,7 +212,7 @@ class ShardedStates(DataParallel):
         reversed, rescaled to parameter bytes); per forward piece, the task it waits for."""
         low = self.low
         tids, ends, done = [], [], 0.0
-        each = [b for b in self.buckets[vs] for _ in range(b.count)]  # one task per bucket
+        each = [b for b in self.gather_buckets(vs) for _ in range(b.count)]  # one per bucket
         for j, b in enumerate(reversed(each)):
             tids.append(self.emit(dev, "param_gather", "all_gather", b.nbytes * low.e / low.ge,
                                   self.gather_bucket_s(b.nbytes), (), ("overlapped", vs, j),
@@ -304,10 +319,8 @@ class ParameterServer(DataParallel):
         self.link = "nic"
 
     def _buckets(self, vs: int) -> tuple[Bucket, ...]:
-        low, fusion = self.low, self.low.par.comm_fusion
-        raw = grad_bucket_runs(low.work[vs].piece_params, low.ge, fusion.mode,
-                               fusion.bucket_mb, low.prog.param_tensors_per_layer)
-        return tuple(Bucket(i, nb, self._transfer_s(nb), n) for i, nb, n in raw)
+        return tuple(Bucket(i, nb, self._transfer_s(nb), n)
+                     for i, nb, n in self._runs(vs, "all_reduce"))
 
     def _transfer_s(self, nbytes: float) -> float:
         return transfer_s(nbytes, self.workers, self.servers, self.links, self.sync)
@@ -357,6 +370,25 @@ class ParameterServer(DataParallel):
             # Li et al. 2014 Sec. 4.3: with n workers at one rate, the other n-1 push once
             # between a worker's pull and its push
             "staleness_updates": 0 if self.sync else self.workers - 1}),)
+
+
+def _group_starts(low: Lowering, vs: int, index: tuple[int, ...]) -> tuple[int, ...]:
+    """Backward positions of virtual stage vs's pieces that start a fusion group, for
+    `index` (the layers, in forward order, that start a group; MindSpore's fusion index
+    list). Pieces run head, the stage's layers (blocks) last to first, embedding; the
+    head joins the last layer's group and the embedding the first's."""
+    per = low.prog.layers_per_block
+    params = low.work[vs].piece_params
+    head = 1 if vs == len(low.work) - 1 else 0
+    embed = 1 if vs == 0 else 0
+    n = len(params) - head - embed
+    first = sum(low.work[k].layers for k in range(vs)) // per
+
+    def group(block: int) -> int:
+        return sum(1 for layer in index if layer // per <= block)
+
+    blocks = [first + n - 1 - j for j in range(n)]  # backward order
+    return tuple(head + j for j in range(1, n) if group(blocks[j]) != group(blocks[j - 1]))
 
 
 def _server_profile(low: Lowering):
