@@ -141,6 +141,7 @@ def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict) -
     local = [[t.blocks[r] for t in ins] for r in range(mesh.size)]
     groups = group_ranks(p, plan.graph, mesh)
     if groups is not None and fam.group is not None:
+        ex.comm_log += plan.internal_steps(p, "bwd")
         per_rank = fam.group.vjp(local, list(y.blocks), list(dy.blocks), p.op.attrs, ctxs,
                                  groups)
     else:
