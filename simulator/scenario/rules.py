@@ -366,12 +366,12 @@ def _context(s: Scenario) -> Iterator[Problem]:
 
 
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
+    _context,
     _devices,
     cluster_problems,
     _batch,
     _transformer,
     _expert,
-    _context,
     _graph,
     _graph_reductions,
     _one_block,

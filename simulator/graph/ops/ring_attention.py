@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from simulator.graph.ops.attention import _LSE_BYTES, _cost as _flash_cost
+from simulator.graph.ops.attention import _LSE_BYTES
+from simulator.graph.ops.attention import _cost as _flash_cost
 from simulator.graph.ops.attention import _forward as _flash_forward
 from simulator.graph.ops.attention import _infer as _flash_infer
 from simulator.graph.ops.attention import _vjp as _flash_vjp
