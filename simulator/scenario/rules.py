@@ -10,6 +10,7 @@ from simulator.errors import InputError
 from simulator.scenario.schema import (
     CommFusionSpec,
     GraphModel,
+    ParallelSpec,
     ParameterServerSpec,
     Scenario,
     TransformerModel,
@@ -40,11 +41,17 @@ def _devices(s: Scenario) -> Iterator[Problem]:
         return
     if p.devices != c.devices:
         yield "parallel", (
-            f"data*tensor*pipeline*context = {p.data}*{p.tensor}*{p.pipeline}*{p.context} = "
-            f"{p.devices} must equal "
+            f"{_product(p)} = {p.devices} must equal "
             f"cluster.nodes*cluster.devices_per_node = {c.nodes}*{c.devices_per_node} = "
             f"{c.devices}"
         )
+
+
+def _product(p: ParallelSpec) -> str:
+    """'data*tensor*pipeline = 2*4*1', with `*context` when the sequence is split."""
+    if p.context == 1:
+        return f"data*tensor*pipeline = {p.data}*{p.tensor}*{p.pipeline}"
+    return f"data*tensor*pipeline*context = {p.data}*{p.tensor}*{p.pipeline}*{p.context}"
 
 
 _HETERO_MAX_DEVICES = 1_000_000  # per-device speeds are arrays of this length at most
