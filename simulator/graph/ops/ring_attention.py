@@ -23,8 +23,10 @@ cp-1 send/recv steps; TE overlaps them with the blockwise compute, not modelled 
 Cost: causal load balancing (Megatron-Core's `get_batch_on_this_cp_rank`: the sequence in
 2n chunks, rank i holding chunks i and 2n-1-i) gives every rank the same causal work, 1/n
 of the whole: the model FLOPs over the full key length, half of them executed. The numeric
-proof keeps contiguous chunks (a fixed permutation of tokens does not change attention's
-value); the timing prices the balanced ranks. `ring`: the ring size the op was built for.
+proof keeps contiguous chunks (the balanced split reorders tokens while the causal mask
+keeps their original positions, so no token's value changes); the timing prices the
+balanced ranks. `ring`: the size of the ring the op is built for, the key/value blocks its
+FLOPs and cost count per rank (ring * the local key length: the whole sequence).
 """
 
 from __future__ import annotations
