@@ -17,9 +17,12 @@ from dataclasses import dataclass
 
 from simulator.errors import InputError
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.schedule.buckets import COLLAPSE_MIN
+from simulator.schedule.pipeline import steady_window
 
-__all__ = ["Estimate", "estimate_run", "estimate_verify", "check_budget",
-           "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES"]
+__all__ = ["Estimate", "estimate_run", "estimate_every_micro_batch", "estimate_verify",
+           "check_budget", "shortened_run",
+           "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "STEADY_MIN_EVENTS"]
 
 # 5e5 events simulate in 10-20 s on one core (issue 13: 4.4e6 events in 135 s; 1.7e6 in
 # 59 s for gpt3-175b-1024-a100 --fidelity full on a loaded 2-core machine)
@@ -27,6 +30,11 @@ DEFAULT_MAX_EVENTS = 500_000
 # numpy devices of `verify`: each holds its own blocks of every tensor and runs every kernel;
 # 512 data-parallel devices take about a minute (benchmarks/verify_speed.py)
 DEFAULT_MAX_VERIFY_DEVICES = 1024
+
+# Above this many events for every micro-batch, `run` simulates a shortened steady state
+# twice and extends it (`shortened_run`, `simulator.simulate`); below, it simulates every
+# micro-batch, so the trace and timeline files show them all (a few seconds at most).
+STEADY_MIN_EVENTS = 100_000
 
 # Per micro-batch and simulated device: a forward and a backward task, and on a pipeline the
 # send and receive of the activation and of its gradient (Narayanan et al. 2021, sec. 2.2).
@@ -74,32 +82,104 @@ def _buckets(s: Scenario) -> int:
     return int(-(-grad_bytes // (p.comm_fusion.bucket_mb * 1e6)))
 
 
+def _bucket_tasks(s: Scenario, fidelity: str, other_tasks: int) -> tuple[int, int, bool]:
+    """(tasks of the data-parallel collectives per simulated device, gradient buckets,
+    whether identical buckets run as one task): a reduction per bucket, or about three per
+    backward piece when its buckets are collapsed (COLLAPSE_MIN, `schedule.lowering`, and
+    only when that saves more tasks than the device's `other_tasks` plus the collapsed
+    ones, the cost of the second simulation that cuts them, as `simulator.simulate`
+    decides); with optimizer sharding, a parameter gather per bucket as well."""
+    n, p = _buckets(s), s.parallel
+    pieces = (s.model.layers // p.pipeline or 1) + 1 if isinstance(s.model, TransformerModel) \
+        else 1
+    gathers = n if p.optimizer_shard else 0
+    overlapped_gather = (p.optimizer_shard in (1, 2) and p.overlap.param_gather
+                         and not p.offload.optimizer_states)  # one task per bucket
+    if (fidelity == "representative" and p.comm_fusion.mode in ("size", "auto")
+            and n >= COLLAPSE_MIN * pieces and not overlapped_gather
+            and n - 3 * pieces > other_tasks + 3 * pieces):
+        return 3 * pieces + gathers, n, True
+    return n + gathers, n, False
+
+
+def shortened_run(s: Scenario, fidelity: str = "representative") -> tuple[int, int] | None:
+    """(micro-batches of the shortened run, period in micro-batches) when `run` simulates
+    the steady state of the pipeline shortened (that run and one with a period more) and
+    extends it to the scenario's micro-batches: when the schedule has a steady period
+    (`schedule.pipeline.steady_window`), every micro-batch would take more than
+    STEADY_MIN_EVENTS events, and the two shortened runs fewer. None: every micro-batch is
+    simulated."""
+    p = s.parallel
+    window = steady_window(p.schedule, p.pipeline, s.grad_accum_steps, p.virtual_stages)
+    if window is None:
+        return None
+    every = _estimate(s, fidelity, s.grad_accum_steps).count
+    short, period = window
+    both = (_estimate(s, fidelity, short).count + _estimate(s, fidelity, short + period).count)
+    return window if both < every and every > STEADY_MIN_EVENTS else None
+
+
 def estimate_run(s: Scenario, fidelity: str = "representative") -> Estimate:
-    """Tasks `run` will simulate, and the key that contributes most."""
+    """Events `run` will simulate, and the key that contributes most: every micro-batch, or
+    the two shortened runs of `shortened_run`; under `cluster.jitter`, each jitter sample
+    simulated in full besides."""
     jitter = s.cluster.jitter
-    if jitter is not None:  # the step, then each jitter sample, simulated in full
-        one = estimate_run(s.model_copy(update={"cluster": s.cluster.model_copy(
-            update={"jitter": None})}), fidelity)
-        steps = 1 + jitter.samples
-        return Estimate(one.count * steps, "cluster.jitter.samples",
-                        f"{steps} steps (1 + {jitter.samples} jitter samples) of "
-                        f"{one.count:,} tasks: {one.detail}")
+    if jitter is not None:
+        calm = s.model_copy(update={"cluster": s.cluster.model_copy(update={"jitter": None})})
+        one, every = estimate_run(calm, fidelity), _estimate(calm, fidelity,
+                                                             calm.grad_accum_steps)
+        if one.count == every.count:  # the step, then each jitter sample, in full
+            steps = 1 + jitter.samples
+            return Estimate(one.count * steps, "cluster.jitter.samples",
+                            f"{steps} steps (1 + {jitter.samples} jitter samples) of "
+                            f"{one.count:,} tasks: {one.detail}")
+        return Estimate(one.count + every.count * jitter.samples, "cluster.jitter.samples",
+                        f"the step ({one.count:,} tasks: {one.detail}) and "
+                        f"{jitter.samples} jitter samples of {every.count:,} tasks each, "
+                        f"every micro-batch simulated")
+    window = shortened_run(s, fidelity)
+    if window is None:
+        return _estimate(s, fidelity, s.grad_accum_steps)
+    short, period = window
+    first, second = _estimate(s, fidelity, short), _estimate(s, fidelity, short + period)
+    return Estimate(first.count + second.count, second.key,
+                    f"{second.detail}; the steady state of {s.grad_accum_steps:,} "
+                    f"micro-batches is simulated for {short} and {short + period} and "
+                    f"extended")
+
+
+def estimate_every_micro_batch(s: Scenario, fidelity: str = "representative") -> Estimate:
+    """Events of simulating every micro-batch (what `run` does when the shortened runs of
+    `shortened_run` do not repeat exactly)."""
+    est = _estimate(s, fidelity, s.grad_accum_steps)
+    return Estimate(est.count, est.key, f"{est.detail}; the steady state of the pipeline "
+                    f"does not repeat exactly (a queue that keeps growing, such as a "
+                    f"data-parallel stream slower than the compute), so every micro-batch "
+                    f"is simulated")
+
+
+def _estimate(s: Scenario, fidelity: str, micro: int) -> Estimate:
+    """Events of one simulated run of `micro` micro-batches per replica."""
     p = s.parallel
     if isinstance(s.model, GraphModel):
         return Estimate(len(s.model.ops) * 2 * (s.devices if fidelity == "full" else 1),
                         "model.ops", f"{len(s.model.ops)} operators")
     devices = s.devices if fidelity == "full" else p.pipeline
-    micro = max(1, s.grad_accum_steps)
+    micro = max(1, micro)
     per_micro = p.virtual_stages * (_TASKS_PER_MICRO + (_P2P_PER_MICRO if p.pipeline > 1
                                                         else 0))
     compute = devices * micro * per_micro
-    buckets = devices * _buckets(s) * (2 if p.optimizer_shard else 1)
+    tasks, n, collapsed = _bucket_tasks(s, fidelity, micro * per_micro)
+    buckets = devices * tasks
+    # collapsed buckets: one simulation finds where other transfers cut them, one runs
+    total = (compute + buckets) * (2 if collapsed else 1)
     where = "all devices (--fidelity full)" if fidelity == "full" else "pipeline stages"
     if buckets > compute:
-        return Estimate(compute + buckets, "parallel.comm_fusion.bucket_mb",
-                        f"{_buckets(s)} gradient buckets of {p.comm_fusion.bucket_mb:g} MB "
-                        f"on each of {devices} simulated devices ({where})")
-    return Estimate(compute + buckets, "training.global_batch_size",
+        return Estimate(total, "parallel.comm_fusion.bucket_mb",
+                        f"{n} gradient buckets of {p.comm_fusion.bucket_mb:g} MB on each of "
+                        f"{devices} simulated devices ({where})"
+                        + ("; identical ones run as one task" if collapsed else ""))
+    return Estimate(total, "training.global_batch_size",
                     f"{micro} micro-batches x {per_micro} tasks on each of {devices} "
                     f"simulated devices ({where})")
 

@@ -8,15 +8,33 @@ The program is derived from the planned operator graph that `verify` executes. T
 framework profile (the scenario's `framework:`, else the hardware profile's
 `default_framework`) gives the program its kernels and FP8 recipe, `comm_fusion.mode: auto`
 its bucket rule, and the plan the stack's own memory (`simulator.framework.apply`).
+
+Repetition that changes nothing is simulated once (issue 13): when the pipeline schedule
+has a steady period of P micro-batches (`budget.shortened_run`), the iteration is simulated
+for a shortened run of m' micro-batches (warm-up, a few steady periods, cool-down) and for
+m' + P; when the second is exactly the first with one period inserted
+(`engine.steady.splice`), each further period adds the same time to every device, the same
+busy and idle time to every breakdown part, the same bytes to every collective and nothing
+to the memory peak, so the m-micro-batch result is the m' one plus (m - m')/P times the
+difference. Otherwise every micro-batch is simulated.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
+from simulator.budget import (
+    DEFAULT_MAX_EVENTS,
+    check_budget,
+    estimate_every_micro_batch,
+    shortened_run,
+)
+from simulator.engine.blocks import cuts_needed
 from simulator.engine.core import run
+from simulator.engine.steady import Splice, splice
 from simulator.engine.trace import Trace
 from simulator.errors import InputError
 from simulator.framework.apply import fp8_recipe, with_auto_fusion, with_framework_memory
@@ -24,22 +42,37 @@ from simulator.framework.load import framework_for
 from simulator.framework.schema import FrameworkProfile
 from simulator.heterogeneous import Cluster, jitter_report, pace_report
 from simulator.report.metrics import (
+    BREAKDOWN_KEYS,
     MemoryPeak,
     breakdown,
     by_device,
     comm_volumes,
+    device_comm,
     device_end,
     memory_peak,
 )
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel
 from simulator.schedule.flops import iteration_flops
-from simulator.schedule.lowering import FIDELITIES, lower
+from simulator.schedule.lowering import FIDELITIES, Cuts, lower
 from simulator.schedule.model_program import transformer_program
+from simulator.schedule.pipeline import steady_window
 from simulator.schedule.program import TransformerProgram
 from simulator.schedule.tasks import Plan
 
-__all__ = ["SimResult", "simulate"]
+__all__ = ["SimResult", "Steady", "simulate"]
+
+
+@dataclass(frozen=True)
+class Steady:
+    """How a result was extended from two shortened runs: `plan` and `trace` of the
+    SimResult are the run of `simulated` + `period` micro-batches; each of `repeats` more
+    periods of `period` micro-batches took `period_s`."""
+
+    simulated: int
+    period: int
+    period_s: float
+    repeats: int
 
 
 @dataclass(frozen=True)
@@ -49,10 +82,12 @@ class SimResult:
     slowest_device: the simulated rank that finishes last; breakdown_s is along its compute
     stream (keys of report.metrics.BREAKDOWN_KEYS, summing to iteration_time_s).
     memory: the highest allocation peak over devices; comm_device communicates the most and
-    comm_bytes are its bytes per collective. wall_s: seconds simulate() took.
+    comm_bytes are its bytes per collective. wall_s: seconds simulate() took; trace.events
+    counts the events of every simulation it ran (shortened runs, collapsed buckets cut).
     critical_path: who set the pace (`heterogeneous.pace_report`); jitter: the distribution
     of iteration times under `cluster.jitter` (None without); notes: what the caller should
-    know about the inputs (overrides that changed nothing, ...).
+    know about the inputs (overrides that changed nothing, ...); steady: how the steady
+    state was extended (None: every micro-batch simulated).
     """
 
     scenario: Scenario
@@ -75,6 +110,7 @@ class SimResult:
     critical_path: dict[str, Any] | None = None
     jitter: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    steady: Steady | None = None
 
     def __str__(self) -> str:
         return (f"SimResult({self.scenario.name}: {self.iteration_time_s:.4g} s/iteration, "
@@ -102,12 +138,180 @@ def _graph_program(scenario: Scenario):
         raise InputError(scenario.source, strategy_key(scenario, exc), str(exc)) from None
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """What a SimResult reads from a simulated (or extended) iteration."""
+
+    plan: Plan
+    trace: Trace
+    iteration_time_s: float
+    slowest: int
+    breakdown_s: dict[str, float]
+    memory: MemoryPeak
+    comm_device: int
+    comm_bytes: dict[str, float]
+    pace: dict[str, Any]
+    steady: Steady | None = None
+
+
+def _measure(plan: Plan, trace: Trace, cluster: Cluster) -> _Measured:
+    grouped = by_device(plan)
+    ends = device_end(plan, trace)
+    slowest = max(plan.devices, key=lambda d: (ends[d], -d))
+    comm_dev, comm = comm_volumes(plan, grouped)
+    return _Measured(plan, trace, ends[slowest], slowest,
+                     breakdown(plan, trace, slowest, ends[slowest]),
+                     memory_peak(plan, trace, grouped, cluster.capacity_bytes), comm_dev,
+                     comm, pace_report(cluster, plan, trace))
+
+
+def _pace(a: _Measured, b: _Measured, n: int, time_s: float) -> dict[str, Any] | None:
+    """Who set the pace of the extended run: the same device as in both short runs, its
+    kernel time and the transfer time on the critical path growing by one period's each
+    period; None when the short runs disagree on the device."""
+    pa, pb = a.pace, b.pace
+    if pa["simulated_device"] != pb["simulated_device"]:
+        return None
+    out = dict(pb)
+    for key in ("compute_on_path_s", "comm_on_path_s"):
+        out[key] = pa[key] + n * (pb[key] - pa[key])
+    out["share_of_iteration"] = out["compute_on_path_s"] / time_s if time_s > 0 else 0.0
+    return out
+
+
+def _line(a: dict[Any, float], b: dict[Any, float], n: int) -> dict[Any, float]:
+    """a + n (b - a), key by key: a quantity that grows by (b - a) per period."""
+    return {k: a.get(k, 0.0) + n * (b.get(k, 0.0) - a.get(k, 0.0)) for k in {**a, **b}}
+
+
+def _net_bytes(plan: Plan) -> dict[tuple[int, str], float]:
+    """Bytes each device still holds per category when its tasks are done."""
+    out: dict[tuple[int, str], float] = {}
+    for task in plan.tasks:
+        for cat, nbytes in task.alloc:
+            out[(task.device, cat)] = out.get((task.device, cat), 0.0) + nbytes
+        for cat, nbytes in task.free:
+            out[(task.device, cat)] = out.get((task.device, cat), 0.0) - nbytes
+    return out
+
+
+def _peak(a: _Measured, b: _Measured, sp: Splice, n: int) -> MemoryPeak | None:
+    """The memory peak of the extended run: the same as both short runs' when a period
+    leaves no memory behind (each repeats the same allocation levels); None otherwise."""
+    pa, pb = a.memory, b.memory
+    tol = 1e-9 * max(1.0, pa.peak_bytes)
+    net_a, net_b = _net_bytes(a.plan), _net_bytes(b.plan)
+    if any(abs(net_a.get(k, 0.0) - net_b.get(k, 0.0)) > tol for k in {**net_a, **net_b}):
+        return None
+    if pa.device != pb.device or abs(pa.peak_bytes - pb.peak_bytes) > tol:
+        return None
+    ttol = 1e-9 * max(1.0, b.iteration_time_s)
+    if abs(pb.time_s - pa.time_s) <= ttol:
+        return pa
+    if abs(pb.time_s - pa.time_s - sp.period_s) <= ttol:  # first reached in the cool-down
+        return replace(pa, time_s=pa.time_s + n * sp.period_s)
+    return None
+
+
+def _extend(a: _Measured, b: _Measured, sp: Splice, n: int) -> _Measured | None:
+    """The run of n more periods than A, from A and B = A with one period inserted."""
+    peak = _peak(a, b, sp, n)
+    ends_a, ends_b = device_end(a.plan, a.trace), device_end(b.plan, b.trace)
+    ends = _line(ends_a, ends_b, n)
+    slowest = max(b.plan.devices, key=lambda d: (ends[d], -d))
+    pace = _pace(a, b, n, ends[slowest])
+    if peak is None or pace is None:
+        return None
+    parts = _line(breakdown(a.plan, a.trace, slowest, ends_a[slowest]),
+                  breakdown(b.plan, b.trace, slowest, ends_b[slowest]), n)
+    ga, gb = by_device(a.plan), by_device(b.plan)
+    comm = {d: _line(device_comm(ga[d]), device_comm(gb[d]), n) for d in b.plan.devices}
+    comm_dev = max(b.plan.devices, key=lambda d: (sum(comm[d].values()), -d))
+    steady = Steady(a.plan.micro_batches, sp.micro_period, sp.period_s, n)
+    return _Measured(b.plan, b.trace, ends[slowest], slowest,
+                     {k: parts[k] for k in BREAKDOWN_KEYS}, peak, comm_dev,
+                     {k: comm[comm_dev][k] for k in device_comm(gb[comm_dev])}, pace, steady)
+
+
+STEADY_TRIES = 4  # shortened runs tried at most (19 to 152 micro-batches for GPT-3 175B)
+
+
+def _steady(simulated: _Runs, micro: int, short: int, period: int) -> _Measured | None:
+    """The iteration of `micro` micro-batches extended from shortened runs, or None when
+    no shortened run repeats exactly (see the module docstring). A run that has not reached
+    its steady state yet (a queue still filling) is retried with twice the micro-batches
+    while all tries together simulate less than half of `micro`, STEADY_TRIES at most."""
+    spent = 0
+    for _ in range(STEADY_TRIES):
+        if short + period >= micro or (spent and 2 * (spent + 2 * short + period) > micro):
+            return None
+        spent += 2 * short + period
+        a = simulated.measure(*simulated(short))
+        b = simulated.measure(*simulated(short + period))
+        sp = splice(a.plan, a.trace, b.plan, b.trace)
+        ext = None if sp is None else _extend(a, b, sp, (micro - short) // period)
+        if ext is not None:
+            return ext
+        short += period * -(-short // period)
+    return None
+
+
+COLLAPSE_ROUNDS = 8  # simulations that may cut collapsed buckets before giving up on them
+
+
+class _Runs:
+    """Simulates the scenario's iteration for a number of micro-batches (None: the
+    scenario's), identical consecutive buckets collapsed and cut until no other transfer
+    asks for the link inside a block (`engine.blocks`), or one task per bucket when that
+    does not settle or saves fewer tasks than the collapsed plan has (the cutting takes a
+    second simulation); `events` adds up the events of every simulation it ran."""
+
+    def __init__(self, lowered: Callable[[int | None, Cuts | None], Plan],
+                 cluster: Cluster) -> None:
+        self.lowered, self.cluster = lowered, cluster
+        self.events = 0
+
+    def measure(self, plan: Plan, trace: Trace) -> _Measured:
+        return _measure(plan, trace, self.cluster)
+
+    def _run(self, micro: int | None, cuts: Cuts | None) -> tuple[Plan, Trace]:
+        return self._run_plan(self.lowered(micro, cuts))
+
+    def _run_plan(self, plan: Plan) -> tuple[Plan, Trace]:
+        trace = run(plan)
+        self.events += trace.events
+        return plan, trace
+
+    def __call__(self, micro: int | None) -> tuple[Plan, Trace]:
+        cuts: Cuts = {}
+        plan = self.lowered(micro, cuts)
+        saved = sum(plan.tasks[tid].units - 1 for tid, _ in plan.blocks)
+        if saved <= len(plan.tasks):  # a cutting simulation would cost more than it saves
+            return self._run(micro, None) if saved else self._run_plan(plan)
+        for _ in range(COLLAPSE_ROUNDS):
+            plan, trace = self._run_plan(plan) if not cuts else self._run(micro, cuts)
+            more = cuts_needed(plan, trace)
+            if more == {}:
+                return plan, trace
+            if more is None:
+                break
+            cuts = {k: tuple(sorted({*cuts.get(k, ()), *more.get(k, ())}))
+                    for k in {**cuts, **more}}
+        return self._run(micro, None)
+
+
 def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
-             costs: CostModel | None = None) -> SimResult:
+             costs: CostModel | None = None, steady: bool | None = None,
+             max_events: int = DEFAULT_MAX_EVENTS, collapse: bool = True) -> SimResult:
     """Simulate one training iteration of `scenario` on hardware profile `hw`.
 
     `costs` replaces the cost model of `simulator.cost` (tests inject closed forms);
-    `fidelity='full'` simulates every device instead of one per pipeline stage."""
+    `fidelity='full'` simulates every device instead of one per pipeline stage; `steady`:
+    extend a shortened steady state (True: whenever the schedule has one and the scenario
+    has micro-batches to spare; False: never; None: when `budget.shortened_run` says so).
+    When the shortened runs were chosen by the budget but do not repeat exactly, simulating
+    every micro-batch is refused (InputError) above `max_events` events. `collapse`: run
+    identical consecutive gradient buckets as one task (`_Runs`); False: one each."""
     t0 = time.perf_counter()
     _check(scenario, fidelity)
     injected = costs
@@ -121,27 +325,46 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     else:
         gp = _graph_program(scenario)
         prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
-    lowered = with_auto_fusion(scenario, fw, prog.grad_bytes)
+    fused = with_auto_fusion(scenario, fw, prog.grad_bytes)
     cluster = Cluster(scenario, hw, fidelity, mesh, injected)
 
-    def lower_with(device_costs: Any) -> Plan:
-        return lower(lowered, prog, costs, fidelity, mesh, device_costs)
+    def lower_with(device_costs: Any, micro: int | None = None,
+                   cuts: Cuts | None = None) -> Plan:
+        return lower(fused, prog, costs, fidelity, mesh, device_costs, micro, cuts)
 
-    plan = with_framework_memory(lower_with(cluster.device_costs), scenario, fw, prog, mesh)
-    trace = run(plan)
-    grouped = by_device(plan)
-    ends = device_end(plan, trace)
-    slowest = max(plan.devices, key=lambda d: (ends[d], -d))
-    parts = breakdown(plan, trace, slowest, ends[slowest])
-    comm_dev, comm = comm_volumes(plan, grouped)
-    peak = memory_peak(plan, trace, grouped, cluster.capacity_bytes)
+    def lowered(micro: int | None, cuts: Cuts | None) -> Plan:
+        return with_framework_memory(
+            lower_with(cluster.device_costs, micro, cuts if collapse else None),
+            scenario, fw, prog, mesh)
+
+    simulated = _Runs(lowered, cluster)
+    got = None
+    window = _window(scenario, fidelity, steady)
+    if window is not None:
+        got = _steady(simulated, scenario.grad_accum_steps, *window)
+        if got is None and steady is None:
+            check_budget(estimate_every_micro_batch(scenario, fidelity), max_events,
+                         scenario.source, "events to simulate", "--max-events")
+    if got is None:
+        got = simulated.measure(*simulated(None))
+    got = replace(got, trace=replace(got.trace, events=simulated.events))
     return SimResult(
-        scenario=scenario, fidelity=fidelity, program=prog, plan=plan, trace=trace,
-        iteration_time_s=ends[slowest], slowest_device=slowest,
-        breakdown_s=tuple(parts.items()), memory=peak,
-        capacity_bytes=cluster.capacity_bytes(peak.device), comm_device=comm_dev,
-        comm_bytes=tuple(comm.items()), model_flops=model, hardware_flops=hardware,
+        scenario=scenario, fidelity=fidelity, program=prog, plan=got.plan, trace=got.trace,
+        iteration_time_s=got.iteration_time_s, slowest_device=got.slowest,
+        breakdown_s=tuple(got.breakdown_s.items()), memory=got.memory,
+        capacity_bytes=cluster.capacity_bytes(got.memory.device),
+        comm_device=got.comm_device, comm_bytes=tuple(got.comm_bytes.items()),
+        model_flops=model, hardware_flops=hardware,
         peak_flops_per_s=cluster.mean_peak_flops_per_s(scenario.model.dtype),
-        wall_s=time.perf_counter() - t0, framework=fw,
-        critical_path=pace_report(cluster, plan, trace),
-        jitter=jitter_report(cluster, lower_with))
+        wall_s=time.perf_counter() - t0, framework=fw, critical_path=got.pace,
+        jitter=jitter_report(cluster, lower_with), steady=got.steady)
+
+
+def _window(scenario: Scenario, fidelity: str, steady: bool | None) -> tuple[int, int] | None:
+    """(shortened micro-batches, period) to try, per the `steady` argument of simulate."""
+    if steady is False:
+        return None
+    if steady is None:
+        return shortened_run(scenario, fidelity)
+    p = scenario.parallel
+    return steady_window(p.schedule, p.pipeline, scenario.grad_accum_steps, p.virtual_stages)

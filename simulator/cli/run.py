@@ -84,7 +84,8 @@ def _verify_with_progress(scenario: Any, fused: bool) -> Any:
         return verify_scenario(scenario, fused_attention=fused)
 
 
-def _simulate(scenario: Any, hw: Any, fidelity: str) -> tuple[Any, dict[str, Any]]:
+def _simulate(scenario: Any, hw: Any, fidelity: str, max_events: int = DEFAULT_MAX_EVENTS
+              ) -> tuple[Any, dict[str, Any]]:
     """Simulate and summarise, with a progress bar on stderr."""
     from simulator.budget import estimate_run
     from simulator.report import summary
@@ -93,7 +94,7 @@ def _simulate(scenario: Any, hw: Any, fidelity: str) -> tuple[Any, dict[str, Any
     events = estimate_run(scenario, fidelity).count
     with _progress(f"simulating {scenario.name} on {scenario.devices} devices "
                    f"(about {events:,} events)"):
-        result = simulate(scenario, hw, fidelity=fidelity)
+        result = simulate(scenario, hw, fidelity=fidelity, max_events=max_events)
         return result, summary(result)
 
 
@@ -173,7 +174,7 @@ def run(
         out_dir = out if out is not None or json_out else Path("reports") / loaded.stem
         if out_dir is not None:
             _make_dir(out_dir)  # before simulating: a bad --out fails at once
-        result, summ = _simulate(loaded.scenario, hw, fidelity.value)
+        result, summ = _simulate(loaded.scenario, hw, fidelity.value, max_events)
         result, summ = _with_notes(loaded, hw, result, summ)
         if not json_out:
             _print_table(summ, stdout)  # before the figures, which take seconds to draw

@@ -16,7 +16,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["grad_buckets", "auto_fusion"]
+__all__ = ["grad_buckets", "grad_bucket_runs", "auto_fusion", "COLLAPSE_MIN"]
+
+# identical buckets of one piece run as one task from this many on (`schedule.lowering`;
+# `simulator.simulate` still simulates one task per bucket when collapsing saves fewer
+# tasks than a second simulation, to cut the runs, would cost); fewer stay one task each
+COLLAPSE_MIN = 64
 
 
 def auto_fusion(framework: Any, dp: int, bytes_per_param: float, shard: int,
@@ -50,29 +55,44 @@ def auto_fusion(framework: Any, dp: int, bytes_per_param: float, shard: int,
     return "size", bucket_mb
 
 
-def _by_size(piece_bytes: list[float], bucket: float) -> list[tuple[int, float]]:
-    out: list[tuple[int, float]] = []
+def _by_size(piece_bytes: list[float], bucket: float) -> list[tuple[int, float, int]]:
+    """Runs of (piece, bytes, count): a bucket is cut whenever `bucket` bytes are filled; the
+    full buckets of one piece are counted, not listed (0.01 MB buckets of a 175B model are
+    half a million per device)."""
+    out: list[tuple[int, float, int]] = []
     filled = 0.0
     for i, nbytes in enumerate(piece_bytes):
         left = nbytes
-        while filled + left >= bucket:
+        if filled + left >= bucket:
             left -= bucket - filled
-            out.append((i, bucket))
+            full = 1 + int(left // bucket)
+            left -= (full - 1) * bucket
+            out.append((i, bucket, full))
             filled = 0.0
         filled += left
     if filled > 0.0:
-        out.append((len(piece_bytes) - 1, filled))
+        out.append((len(piece_bytes) - 1, filled, 1))
     return out
+
+
+def grad_bucket_runs(piece_params: tuple[int, ...], bytes_per_param: float, mode: str,
+                     bucket_mb: float, tensors: int = 1
+                     ) -> tuple[tuple[int, float, int], ...]:
+    """Consecutive identical gradient buckets as runs (index of the backward piece after
+    which they are ready, bytes of each, how many), in launch order. The bytes add up to
+    all gradients of the pieces."""
+    piece_bytes = [n * bytes_per_param for n in piece_params]
+    if mode in ("size", "auto"):
+        return tuple(_by_size(piece_bytes, bucket_mb * 1e6))
+    if mode == "index":
+        return tuple((i, b, 1) for i, b in enumerate(piece_bytes) if b > 0)
+    k = max(1, tensors)
+    return tuple((i, b / k, k) for i, b in enumerate(piece_bytes) if b > 0)
 
 
 def grad_buckets(piece_params: tuple[int, ...], bytes_per_param: float, mode: str,
                  bucket_mb: float, tensors: int = 1) -> tuple[tuple[int, float], ...]:
     """(index of the backward piece after which the bucket is ready, bucket bytes), in launch
-    order. The bytes add up to all gradients of the pieces."""
-    piece_bytes = [n * bytes_per_param for n in piece_params]
-    if mode in ("size", "auto"):
-        return tuple(_by_size(piece_bytes, bucket_mb * 1e6))
-    if mode == "index":
-        return tuple((i, b) for i, b in enumerate(piece_bytes) if b > 0)
-    k = max(1, tensors)
-    return tuple((i, b / k) for i, b in enumerate(piece_bytes) if b > 0 for _ in range(k))
+    order, one per bucket (`grad_bucket_runs` expanded)."""
+    runs = grad_bucket_runs(piece_params, bytes_per_param, mode, bucket_mb, tensors)
+    return tuple((i, b) for i, b, n in runs for _ in range(n))

@@ -21,6 +21,10 @@ offload_exposed. Offloading parameters or activations is not simulated yet (Inpu
 nor a pipeline over a model the program keeps as one block (operator graphs).
 Memory: F allocates the micro-batch's activations, B frees them; transfers hold their
 buffers while they run; model states are allocated before the iteration (`Plan.static_memory`).
+With `cuts` given (representative fidelity), a run of at least COLLAPSE_MIN identical
+gradient buckets of one piece becomes one task of that many units (`Task.units`), cut
+where `cuts` says another transfer on the link must run between two of its buckets
+(`engine.blocks`, `simulator.simulate`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections.abc import Callable
 
 from simulator.errors import InputError
 from simulator.scenario.schema import DTYPE_BYTES, Scenario
+from simulator.schedule.buckets import COLLAPSE_MIN
 from simulator.schedule.costs import CostModel
 from simulator.schedule.layout import RankMesh, rank_mesh
 from simulator.schedule.pipeline import schedule_steps
@@ -40,9 +45,10 @@ from simulator.schedule.tasks import Alloc, Plan, Task
 from simulator.schedule.tasks_builder import Builder
 from simulator.sharding.mesh import Mesh
 
-__all__ = ["lower", "FIDELITIES", "Lowering"]
+__all__ = ["lower", "FIDELITIES", "Lowering", "COLLAPSE_MIN", "Cuts"]
 
 FIDELITIES = ("representative", "full")
+Cuts = dict[tuple[int, int, int], tuple[int, ...]]  # (device, vs, bucket run) -> unit offsets
 
 
 class Lowering:
@@ -51,7 +57,8 @@ class Lowering:
     (`schedule.reduction`) adds its collectives. Used once by `lower`, then dropped."""
 
     def __init__(self, scenario: Scenario, prog: TransformerProgram, costs: CostModel,
-                 fidelity: str, ranks: RankMesh, share: Lowering | None = None) -> None:
+                 fidelity: str, ranks: RankMesh, share: Lowering | None = None,
+                 micro: int | None = None, cuts: Cuts | None = None) -> None:
         self.sc, self.prog, self.costs, self.fidelity = scenario, prog, costs, fidelity
         self.ranks = ranks
         # share: a view for devices priced by another cost model (schedule.device_costs),
@@ -62,11 +69,24 @@ class Lowering:
         self.e = DTYPE_BYTES[prog.dtype]
         self.ge = prog.grad_bytes  # gradient elements: buffer and reduction
         self.par = scenario.parallel
-        self.micro = scenario.grad_accum_steps
+        self.micro: int = share.micro if share else (
+            scenario.grad_accum_steps if micro is None else micro)
+        self.cuts: Cuts | None = share.cuts if share else (
+            cuts if fidelity == "representative" else None)
+        self.block_of: list[tuple[int, tuple[int, int, int, int]]] = (
+            share.block_of if share else [])
         self.dp: DataParallel = strategy_for(self)
         self.gates: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self.send_s = {intra: costs.send_recv_s(prog.boundary_bytes, intra)
                        for intra in (True, False)}
+
+    def blocks(self, count: int, where: tuple[int, int, int]) -> list[tuple[int, int]]:
+        """(first unit, units) of the tasks that run `count` identical buckets: one each,
+        or, collapsing, one block between consecutive cuts."""
+        if self.cuts is None or count < COLLAPSE_MIN or not self.dp.collapsible():
+            return [(u, 1) for u in range(count)]
+        edges = (0, *self.cuts.get(where, ()), count)
+        return [(a, b - a) for a, b in zip(edges, edges[1:])]
 
     def _peer(self, dev: int, vs: int) -> int:
         """The rank holding virtual stage vs with the same coordinates as dev elsewhere."""
@@ -238,14 +258,18 @@ def _check(scenario: Scenario, prog: TransformerProgram) -> None:
 
 def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
           fidelity: str = "representative", model_mesh: Mesh | None = None,
-          device_costs: Callable[[int], CostModel] | None = None) -> Plan:
+          device_costs: Callable[[int], CostModel] | None = None, micro: int | None = None,
+          cuts: Cuts | None = None) -> Plan:
     """The task streams of one training iteration of `scenario` (see the module docstring).
     `model_mesh`: an operator graph's own device mesh (default: (dp, tp) of `parallel`).
     `device_costs(rank)`: the cost model of each simulated device where they differ
-    (`schedule.device_costs`; default `costs` for all)."""
+    (`schedule.device_costs`; default `costs` for all). `micro`: micro-batches per replica
+    instead of the scenario's (a shortened run of the steady state, `simulator.simulate`);
+    `cuts`: collapse identical buckets, cut there."""
     assert fidelity in FIDELITIES, f"fidelity must be one of {FIDELITIES}"
     _check(scenario, program)
-    low = Lowering(scenario, program, costs, fidelity, rank_mesh(scenario, model_mesh))
+    low = Lowering(scenario, program, costs, fidelity, rank_mesh(scenario, model_mesh),
+                   micro=micro, cuts=cuts)
     devices, represents = low.ranks.simulated(fidelity)
     views: dict[int, Lowering] = {}
 
@@ -263,4 +287,5 @@ def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
     return Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,
                 stage_of=tuple(low.ranks.stage(d) for d in devices), static_memory=static,
                 total_devices=low.ranks.devices, micro_batches=low.micro,
-                stage_layers=tuple(w.layers for w in low.work), extras=low.dp.extras())
+                stage_layers=tuple(w.layers for w in low.work), extras=low.dp.extras(),
+                blocks=tuple(low.block_of))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from simulator.errors import InputError
 
-__all__ = ["Step", "SCHEDULES", "schedule_steps"]
+__all__ = ["Step", "SCHEDULES", "schedule_steps", "steady_window", "STEADY_PERIODS"]
 
 Step = tuple[str, int, int]  # (kind 'F' | 'B', micro-batch, virtual stage)
 Schedule = Callable[[int, int, int, int], list[Step]]
@@ -57,6 +57,43 @@ def _interleaved(stage: int, stages: int, micro: int, chunks: int) -> list[Step]
 
 SCHEDULES: dict[str, Schedule] = {"gpipe": _gpipe, "1f1b": _one_f_one_b,
                                   "interleaved_1f1b": _interleaved}
+
+
+def _warmup_1f1b(stages: int, chunks: int) -> tuple[int, int]:
+    """(period in micro-batches, most warm-up steps of any stage) of 1F1B: every stage
+    repeats (F, B) once per micro-batch after at most p - 1 warm-up forwards."""
+    return 1, stages - 1
+
+
+def _warmup_interleaved(stages: int, chunks: int) -> tuple[int, int]:
+    """Interleaved 1F1B repeats its pattern every p micro-batches (p * v forward steps, as
+    `_interleaved` numbers them) after at most 2(p - 1) + (v - 1)p warm-up forwards."""
+    return stages, 2 * (stages - 1) + (chunks - 1) * stages
+
+
+# schedules whose steps, past the warm-up and before the cool-down, repeat one period:
+# adding `period` micro-batches inserts one more period on every stage and changes nothing
+# else. GPipe has no such period: its backward phase starts after every forward, so each
+# added micro-batch moves all of the backwards (two insertion points).
+STEADY_PERIODS: dict[str, Callable[[int, int], tuple[int, int]]] = {
+    "1f1b": _warmup_1f1b, "interleaved_1f1b": _warmup_interleaved}
+STEADY_PERIODS_KEPT = 4  # steady periods the shortened run keeps on every stage
+
+
+def steady_window(name: str, stages: int, micro: int, chunks: int) -> tuple[int, int] | None:
+    """(micro-batches of a shortened run, period in micro-batches) for a schedule whose
+    steady state repeats: the shortened run keeps the warm-up, STEADY_PERIODS_KEPT periods
+    on every stage and the cool-down, and `micro` differs from it by whole periods. None
+    when the schedule has no steady period or `micro` is too small to gain anything (the
+    shortened run and the one with a period more would not simulate fewer micro-batches
+    than `micro`)."""
+    rule = STEADY_PERIODS.get(name)
+    if rule is None:
+        return None
+    period, warmup = rule(stages, chunks)
+    need = -(-(warmup + STEADY_PERIODS_KEPT * period * chunks) // chunks)  # micro-batches
+    reduced = need + (micro - need) % period
+    return (reduced, period) if 2 * reduced + period < micro else None
 
 
 def schedule_steps(name: str, stage: int, stages: int, micro: int, chunks: int,

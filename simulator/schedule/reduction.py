@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from simulator.cost.parameter_server import PsLinks, ps_links, server_update_s, transfer_s
 from simulator.cost.specs import GroupSpec
 from simulator.errors import InputError
-from simulator.schedule.buckets import grad_buckets
+from simulator.schedule.buckets import grad_bucket_runs
 
 if TYPE_CHECKING:
     from simulator.schedule.lowering import Lowering
@@ -48,11 +48,13 @@ Gates = tuple[tuple[int, ...], ...]
 
 @dataclass(frozen=True)
 class Bucket:
-    """A gradient bucket: the backward piece after which it is ready, bytes, seconds."""
+    """`count` identical consecutive gradient buckets: the backward piece after which they
+    are ready, bytes and seconds of each."""
 
     piece: int
     nbytes: float
     seconds: float
+    count: int = 1
 
 
 class DataParallel:
@@ -60,6 +62,10 @@ class DataParallel:
 
     collective = "all_reduce"
     per_unit = False  # compute runs unit by unit (pieces) in every micro-batch
+
+    def collapsible(self) -> bool:
+        """Whether identical gradient buckets may run as one task (`Lowering.blocks`)."""
+        return True
     remote_optimizer = False  # the optimizer and its states live off the device
 
     def __init__(self, low: Lowering) -> None:
@@ -72,10 +78,10 @@ class DataParallel:
 
     def _buckets(self, vs: int) -> tuple[Bucket, ...]:
         low, fusion = self.low, self.low.par.comm_fusion
-        raw = grad_buckets(low.work[vs].piece_params, low.ge, fusion.mode, fusion.bucket_mb,
-                           low.prog.param_tensors_per_layer)
-        return tuple(Bucket(i, nb, low.costs.collective_s(self.collective, nb, self.group))
-                     for i, nb in raw)
+        raw = grad_bucket_runs(low.work[vs].piece_params, low.ge, fusion.mode,
+                               fusion.bucket_mb, low.prog.param_tensors_per_layer)
+        return tuple(Bucket(i, nb, low.costs.collective_s(self.collective, nb, self.group), n)
+                     for i, nb, n in raw)
 
     # ---- what the pipeline emitter calls -----------------------------------------------
     def gather_before(self, dev: int, vs: int, key: tuple) -> tuple[int, ...]:
@@ -99,8 +105,11 @@ class DataParallel:
             return
         for j, b in enumerate(self.buckets[vs]):
             dep = piece_tids[min(b.piece, len(piece_tids) - 1)]
-            self.emit(dev, "grad_bucket", self.collective, b.nbytes, b.seconds, (dep,),
-                      (mb, vs, j))
+            for first, units in self.low.blocks(b.count, (dev, vs, j)):
+                tid = self.emit(dev, "grad_bucket", self.collective, b.nbytes, b.seconds,
+                                (dep,), (mb, vs, j, first), units=units)
+                if units > 1:
+                    self.low.block_of.append((tid, (dev, vs, j, first)))
 
     def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
         """Collectives after the optimizer step (or after the host's updated parameters)."""
@@ -117,10 +126,11 @@ class DataParallel:
     # ---- helpers -----------------------------------------------------------------------
     def emit(self, dev: int, name: str, coll: str, nbytes: float, seconds: float,
              deps: tuple[int, ...], key: tuple, alloc_buffer: bool = True,
-             alloc: tuple = (), stream: str = "dp") -> int:
+             alloc: tuple = (), stream: str = "dp", units: int = 1) -> int:
         """One data-parallel collective on a dp stream of dev (both streams share the
         device's link); `alloc`: memory it allocates that a later task frees (gathered
-        parameters)."""
+        parameters); `units`: that many identical collectives back to back, each with its
+        own buffer in turn."""
         low = self.low
         group, size = -1, 1
         if low.fidelity == "full":
@@ -128,14 +138,15 @@ class DataParallel:
             group, size = low.b.groups[(members, name) + key], low.ranks.data
         buf = (("communication_buffers", nbytes),) if alloc_buffer else ()
         return low.b.add(("dp", dev, name) + key, device=dev, stream=stream, name=name,
-                         phase="comm", duration_s=seconds, deps=deps, link=self.link,
-                         group=group, group_size=size, comm=((coll, nbytes),),
-                         alloc=buf + alloc, free=buf)
+                         phase="comm", duration_s=seconds * units, deps=deps, link=self.link,
+                         group=group, group_size=size, comm=((coll, nbytes * units),),
+                         alloc=buf + alloc, free=buf, units=units)
 
     def gather_s(self, vss: list[int]) -> float:
         """Seconds to all-gather the parameters of virtual stages vss, bucket by bucket (the
         gradient buckets rescaled from gradient to parameter bytes)."""
-        return sum(self.gather_bucket_s(b.nbytes) for vs in vss for b in self.buckets[vs])
+        return sum(self.gather_bucket_s(b.nbytes) * b.count for vs in vss
+                   for b in self.buckets[vs])
 
     def gather_bucket_s(self, grad_bytes: float) -> float:
         """Seconds to all-gather the parameters of one gradient bucket of `grad_bytes`."""
@@ -154,6 +165,11 @@ class ShardedStates(DataParallel):
     """Stage 1: reduce-scatter, then all-gather the updated parameters."""
 
     collective = "reduce_scatter"
+
+    def collapsible(self) -> bool:
+        """Not under the overlapped parameter gather: it runs one task per bucket, and the
+        simulation that cuts collapsed buckets would run all of those again."""
+        return not self._overlapped()
 
     def _overlapped(self) -> bool:
         par = self.low.par
@@ -181,7 +197,8 @@ class ShardedStates(DataParallel):
         reversed, rescaled to parameter bytes); per forward piece, the task it waits for."""
         low = self.low
         tids, ends, done = [], [], 0.0
-        for j, b in enumerate(reversed(self.buckets[vs])):
+        each = [b for b in self.buckets[vs] for _ in range(b.count)]  # one task per bucket
+        for j, b in enumerate(reversed(each)):
             tids.append(self.emit(dev, "param_gather", "all_gather", b.nbytes * low.e / low.ge,
                                   self.gather_bucket_s(b.nbytes), (), ("overlapped", vs, j),
                                   alloc_buffer=False))
@@ -201,7 +218,7 @@ class ShardedGradients(ShardedStates):
     def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
         if mb < self.low.micro - 1:
             nbytes = self.low.work[vs].params * self.low.ge
-            seconds = sum(b.seconds for b in self.buckets[vs])
+            seconds = sum(b.seconds * b.count for b in self.buckets[vs])
             self.emit(dev, "grad_reduce", self.collective, nbytes, seconds, (piece_tids[-1],),
                       (mb, vs))
             return
@@ -288,9 +305,9 @@ class ParameterServer(DataParallel):
 
     def _buckets(self, vs: int) -> tuple[Bucket, ...]:
         low, fusion = self.low, self.low.par.comm_fusion
-        raw = grad_buckets(low.work[vs].piece_params, low.ge, fusion.mode, fusion.bucket_mb,
-                           low.prog.param_tensors_per_layer)
-        return tuple(Bucket(i, nb, self._transfer_s(nb)) for i, nb in raw)
+        raw = grad_bucket_runs(low.work[vs].piece_params, low.ge, fusion.mode,
+                               fusion.bucket_mb, low.prog.param_tensors_per_layer)
+        return tuple(Bucket(i, nb, self._transfer_s(nb), n) for i, nb, n in raw)
 
     def _transfer_s(self, nbytes: float) -> float:
         return transfer_s(nbytes, self.workers, self.servers, self.links, self.sync)

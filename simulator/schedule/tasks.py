@@ -44,6 +44,9 @@ class Task(NamedTuple):
     comm        (collective, bytes) pairs this task performs, for communication counters
     alloc       memory (category, bytes) allocated when the task starts
     free        memory (category, bytes) freed when the task ends
+    units       identical transfers this task runs back to back (consecutive gradient
+                buckets collapsed into one task: duration, bytes per unit x units; its
+                buffer holds one unit's bytes at a time)
     """
 
     tid: int
@@ -62,6 +65,7 @@ class Task(NamedTuple):
     comm: tuple[tuple[str, float], ...] = ()
     alloc: Alloc = ()
     free: Alloc = ()
+    units: int = 1
 
     def __str__(self) -> str:
         mb = f"{self.micro}" if self.micro >= 0 else ""
@@ -81,6 +85,9 @@ class Plan:
     static_memory  for each simulated device, bytes allocated before the iteration starts
     total_devices  devices in the cluster
     micro_batches  micro-batches per data-parallel replica per iteration
+    blocks         (tid, where) of each task that collapses several identical gradient
+                   buckets: where = (device, virtual stage, bucket run, first unit), the
+                   key the lowering cuts a block at when another transfer must run inside it
     """
 
     tasks: tuple[Task, ...]
@@ -93,6 +100,7 @@ class Plan:
     micro_batches: int
     stage_layers: tuple[int, ...] = ()  # layers of each virtual pipeline stage
     extras: tuple[tuple[str, Any], ...] = ()  # strategy figures for the summary (run --json)
+    blocks: tuple[tuple[int, tuple[int, int, int, int]], ...] = ()
 
     def __str__(self) -> str:
         return (f"Plan({len(self.tasks)} tasks on {len(self.devices)} simulated of "
