@@ -192,6 +192,10 @@ def estimate_verify(s: Scenario) -> Estimate:
             n *= size
         return Estimate(n, "model.mesh", "devices of the graph's mesh")
     p = s.parallel
+    if p.context > 1:  # each context rank is a numpy device with its sequence chunk
+        return Estimate(p.data * p.tensor * p.context, "parallel.data",
+                        f"parallel.data*tensor*context = {p.data}*{p.tensor}*{p.context} "
+                        f"numpy devices")
     return Estimate(p.data * p.tensor, "parallel.data",
                     f"parallel.data*tensor = {p.data}*{p.tensor} numpy devices")
 

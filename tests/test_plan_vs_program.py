@@ -51,7 +51,7 @@ def _small(name: str) -> dict:
     par["pipeline"] = 1
     par.pop("virtual_stages", None)
     par["schedule"] = "1f1b"
-    devices = par["data"] * par.get("tensor", 1)
+    devices = par["data"] * par.get("tensor", 1) * par.get("context", 1)
     raw["cluster"] = {"nodes": 1, "devices_per_node": devices}
     mb = raw["training"].get("micro_batch_size", 1)
     raw["training"]["global_batch_size"] = mb * par["data"] * 2
@@ -128,7 +128,8 @@ def _compare(name: str):
     key = (s.hardware, fw.name, m.dtype, m.ffn_activation, m.kv_heads < m.num_heads,
            fw.software.fused_attention if m.attention == "auto" else m.attention,
            p.data, p.tensor, p.sequence_parallel, p.optimizer_shard,
-           s.training.micro_batch_size, p.expert, yaml.safe_dump(raw["model"].get("moe")),
+           s.training.micro_batch_size, p.expert, p.context,
+           yaml.safe_dump(raw["model"].get("moe")),
            yaml.safe_dump(raw["model"]) if _fits(s) else "")
     return _compare_case(name, key)
 

@@ -55,7 +55,7 @@ DATA_CASES = [
      "s.yaml: model.seq_length: found nothing (null); expected an integer"),
     ("unknown-key", ["parallel.tensr=2"],
      "s.yaml: parallel.tensr: unknown key (did you mean 'tensor'?); allowed: comm_fusion, "
-     "data, expert, mode, offload, optimizer_shard, overlap, parameter_server, pipeline, "
+     "context, data, expert, mode, offload, optimizer_shard, overlap, parameter_server, pipeline, "
      "pipeline_layers, recompute, schedule, search, sequence_parallel, tensor, virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
      "s.yaml: hardwre: unknown key (did you mean 'hardware'?); allowed: cluster, framework, "
@@ -115,7 +115,7 @@ SET_CASES = [
      "--set: parallel.tensor.x: parallel.tensor is not a mapping"),
     ("set-unknown-key", ["parallel.tensr=2"],
      "s.yaml with --set parallel.tensr=2: parallel.tensr: unknown key (did you mean "
-     "'tensor'?); allowed: comm_fusion, data, expert, mode, offload, optimizer_shard, "
+     "'tensor'?); allowed: comm_fusion, context, data, expert, mode, offload, optimizer_shard, "
      "overlap, parameter_server, pipeline, pipeline_layers, recompute, schedule, search, "
      "sequence_parallel, tensor, virtual_stages"),
     ("set-breaks-rule", ["parallel.tensor=4"],

@@ -84,6 +84,13 @@ def _check_model(scenario: Any) -> None:
                          "by `plan` yet (its space has no expert-parallel degree); compare "
                          "configurations with `shardsim sweep` over parallel.expert "
                          "(supported: dense transformers)")
+    if scenario.parallel.context > 1:
+        # likewise no context-parallel degree in the space: refuse rather than rank
+        # configurations of another device count
+        raise InputError(scenario.source, "parallel.context", f"{scenario.parallel.context} "
+                         "is not searched by `plan` yet (its space has no context-parallel "
+                         "degree); compare configurations with `shardsim sweep` over "
+                         "parallel.context (supported: 1)")
 
 
 @contextlib.contextmanager

@@ -42,6 +42,8 @@ class GptDims:
     top_k: int = 1
     capacity: int = 0
     moe_every: int = 1
+    # context parallel: attention as ring attention over `context` sequence blocks
+    context: int = 1
 
     @property
     def head_dim(self) -> int:
@@ -65,7 +67,11 @@ def _linear(g: GraphBuilder, x: str, w: str, name: str, eq: str, d: GptDims, ker
 
 def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims) -> str:
     """Scores, scaled-masked softmax, dropout, context: Megatron's unfused core attention
-    (its scale-mask-softmax is one fused kernel), or one FlashAttention kernel."""
+    (its scale-mask-softmax is one fused kernel), or one FlashAttention kernel; with context
+    parallelism one ring-attention kernel (simulator/graph/ops/ring_attention.py)."""
+    if d.context > 1:
+        return g.op("RingAttention", [q, k, v], f"{p}.attn", p=d.dropout,
+                    seed=hash_seed(p, 1), ring=d.context, kernel="flash_attention")
     if d.flash:
         return g.op("FusedAttention", [q, k, v], f"{p}.attn", p=d.dropout,
                     seed=hash_seed(p, 1), kernel="flash_attention")

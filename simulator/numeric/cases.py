@@ -66,7 +66,8 @@ def _small_moe(dims: GptDims, m: TransformerModel, s: Scenario) -> tuple[GptDims
 def _small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, list[str]]:
     """The scenario's own dims (as `run` plans them) when small; else the smallest dims that
     keep every split of the parallel configuration (heads and key/value groups divisible by
-    tensor, and the sequence by tensor under sequence parallel)."""
+    tensor, and the sequence by tensor under sequence parallel and into two chunks per
+    context-parallel rank)."""
     p = s.parallel
     own = dataclasses.replace(gpt_dims(s, flash), batch=s.training.micro_batch_size)
     if _fits(m, s):
@@ -74,12 +75,14 @@ def _small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, 
     t = p.tensor
     groups = max(t, 2)
     heads = groups * (2 if m.kv_heads < m.num_heads else 1)
-    seq = -(-8 // t) * t
+    unit = t * (2 * p.context if p.context > 1 else 1)  # two chunks per context rank
+    seq = -(-8 // unit) * unit
     dims = dataclasses.replace(own, layers=min(m.layers, 2), hidden=heads * 4, heads=heads,
                                kv_heads=groups, ffn=8 * t, seq=seq, vocab=8 * t,
                                batch=min(s.training.micro_batch_size, 2))
     dims, experts = _small_moe(dims, m, s)
     ep = f" expert={p.expert}" if m.moe else ""
+    ep += f" context={p.context}" if p.context > 1 else ""
     return dims, [f"shrunk to layers={dims.layers} hidden={dims.hidden} heads={dims.heads} "
                   f"kv_heads={dims.kv_heads} ffn={dims.ffn} seq={dims.seq} "
                   f"vocab={dims.vocab} micro_batch={dims.batch}{experts} (same parallel "

@@ -126,6 +126,8 @@ def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict) -
     if dy is None:
         return
     y = ex.values[p.op.output]
+    if group_ranks(p, plan.graph, plan.mesh) is not None:
+        ex.comm_log += plan.internal_steps(p, "bwd")
     per_input = vjp_blocks(plan, p, ins, y, dy, ex.batch_offset, ex.vectorised)
     wants = p.op.family.grads_for(len(ins))
     for i, name in enumerate(p.op.inputs):

@@ -10,6 +10,7 @@ from simulator.errors import InputError
 from simulator.scenario.schema import (
     CommFusionSpec,
     GraphModel,
+    ParallelSpec,
     ParameterServerSpec,
     Scenario,
     TransformerModel,
@@ -40,10 +41,17 @@ def _devices(s: Scenario) -> Iterator[Problem]:
         return
     if p.devices != c.devices:
         yield "parallel", (
-            f"data*tensor*pipeline = {p.data}*{p.tensor}*{p.pipeline} = {p.devices} must equal "
+            f"{_product(p)} = {p.devices} must equal "
             f"cluster.nodes*cluster.devices_per_node = {c.nodes}*{c.devices_per_node} = "
             f"{c.devices}"
         )
+
+
+def _product(p: ParallelSpec) -> str:
+    """'data*tensor*pipeline = 2*4*1', with `*context` when the sequence is split."""
+    if p.context == 1:
+        return f"data*tensor*pipeline = {p.data}*{p.tensor}*{p.pipeline}"
+    return f"data*tensor*pipeline*context = {p.data}*{p.tensor}*{p.pipeline}*{p.context}"
 
 
 _HETERO_MAX_DEVICES = 1_000_000  # per-device speeds are arrays of this length at most
@@ -361,6 +369,7 @@ def _parameter_server(s: Scenario) -> Iterator[Problem]:
     for key, value, allowed in (("parallel.tensor", p.tensor, 1),
                                 ("parallel.pipeline", p.pipeline, 1),
                                 ("parallel.expert", p.expert, 1),
+                                ("parallel.context", p.context, 1),
                                 ("parallel.optimizer_shard", p.optimizer_shard, 0)):
         if value != allowed:
             yield key, (f"{value} does not apply with parallel.mode: parameter_server, whose "
@@ -372,7 +381,39 @@ def _parameter_server(s: Scenario) -> Iterator[Problem]:
             "optimizer states; allowed: false)")
 
 
+def _context(s: Scenario) -> Iterator[Problem]:
+    """Context parallelism splits a transformer's sequence and runs ring attention, a fused
+    attention kernel (Megatron-Core implements it only in Transformer Engine's
+    DotProductAttention, `attn_forward_func_with_cp`). The sequence splits into 2 * context
+    chunks, two per rank, for causal load balancing (Megatron-Core
+    `get_batch_on_this_cp_rank`: seq_length % (2 * context_parallel_size) == 0)."""
+    p, m = s.parallel, s.model
+    if p.context == 1:
+        return
+    if not isinstance(m, TransformerModel):
+        yield "parallel.context", (
+            f"{p.context} needs a transformer: context parallelism splits the sequence of "
+            f"attention layers, which a {m.type} model has none of (allowed: 1)")
+        return
+    if m.moe is not None:
+        yield "parallel.context", (f"{p.context} with model.moe is not simulated yet "
+                                   f"(allowed with experts: 1)")
+    if m.attention == "standard":
+        yield "model.attention", (
+            f"standard cannot run with parallel.context={p.context}: ring attention is a "
+            f"fused kernel (allowed: flash, auto)")
+    if m.seq_length % (2 * p.context):
+        yield "parallel.context", (
+            f"{p.context}: 2*context = {2 * p.context} must divide model.seq_length="
+            f"{m.seq_length} (two chunks per rank for causal load balancing)")
+    elif p.sequence_parallel and (m.seq_length // p.context) % p.tensor:
+        yield "parallel.context", (
+            f"{p.context}: each rank's {m.seq_length // p.context} tokens must split over "
+            f"parallel.tensor={p.tensor} for sequence parallel")
+
+
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
+    _context,
     _devices,
     cluster_problems,
     _batch,

@@ -322,6 +322,10 @@ class ParallelSpec(_Closed):
     # divides `data` (Megatron-LM --expert-model-parallel-size; DeepSpeed-MoE ep_size):
     # devices stay data * tensor * pipeline.
     expert: Degree = 1
+    # Context parallel: the sequence of every sample split over this many devices, attention
+    # exchanging key/value blocks around a ring (Megatron-LM --context-parallel-size;
+    # simulator/graph/ops/ring_attention.py): devices are data * tensor * pipeline * context.
+    context: Degree = 1
     schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
     virtual_stages: Layers = 1
     # Layers of each virtual pipeline stage, in stage order (MindSpore's per-cell
@@ -348,7 +352,7 @@ class ParallelSpec(_Closed):
 
     @property
     def devices(self) -> int:
-        return self.data * self.tensor * self.pipeline
+        return self.data * self.tensor * self.pipeline * self.context
 
 
 class Scenario(_Closed):

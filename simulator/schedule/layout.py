@@ -90,10 +90,13 @@ class RankMesh:
 
 
 def transformer_mesh(scenario: Scenario) -> Mesh:
-    """A transformer's model mesh: (dp, tp), or for a mixture of experts (dp, ep, tp) with
+    """A transformer's model mesh: (dp, tp), with context parallel (dp, cp, tp), or for a
+    mixture of experts (dp, ep, tp) with
     data = dp * ep, expert ranks contiguous inside each data-parallel group (Megatron-Core's
     order tp-cp-ep-dp-pp, megatron/core/parallel_state.py)."""
     p = scenario.parallel
+    if p.context > 1:
+        return Mesh.of(dp=p.data, cp=p.context, tp=p.tensor)
     if getattr(scenario.model, "moe", None) is None:
         return Mesh.of(dp=p.data, tp=p.tensor)
     return Mesh.of(dp=p.data // p.expert, ep=p.expert, tp=p.tensor)

@@ -118,9 +118,9 @@ class ShardingPlan:
         return plan_redistribution(src, dst, self.graph.tensors[name].shape, self.mesh,
                                    self.itemsize, cost=keep_axes(self.mesh, keep))
 
-    def internal_steps(self, p: OpPlan) -> list[RedistStep]:
-        """The op's own collectives (GroupKernel.comm) on each axis that splits an internal
-        label, at the op's local output size."""
+    def internal_steps(self, p: OpPlan, phase: str = "fwd") -> list[RedistStep]:
+        """The op's own collectives (GroupKernel.steps) on each axis that splits an internal
+        label, at the op's local output size, in the forward or the backward pass."""
         fam = p.op.family
         if fam.group is None:
             return []
@@ -128,7 +128,8 @@ class ShardingPlan:
         local = out.local_shape(self.graph.tensors[p.op.output].shape, self.mesh)
         return [RedistStep(kind, axis, out, out, nbytes)
                 for axis in _internal_axes(p, self.graph, self.mesh)
-                for kind, nbytes in fam.group.comm(local)]
+                for kind, nbytes in fam.group.steps(local, self.mesh.shape[axis],
+                                                    float(self.itemsize), phase)]
 
     def loss_grad_layout(self) -> Layout:
         """Where the loss gradient is seeded: the loss's layout, Partial axes whole."""
@@ -157,6 +158,7 @@ class ShardingPlan:
             for layout in slots:
                 out += [(p.op.name, s) for s in self.move(p.op.output, layout, dy)]
             out.append((p.op.name, None))
+            out += [(p.op.name, s) for s in self.internal_steps(p, "bwd")]
             wants = p.op.family.grads_for(len(ins))
             for i, name in enumerate(p.op.inputs):
                 if wants[i] and self.graph.tensors[name].kind not in ("input", "label"):

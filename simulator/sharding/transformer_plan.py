@@ -23,6 +23,14 @@ planned transformer graph that both `run` (timing) and `verify` (numeric proof) 
   combine its combine all-to-all (Lepikhin et al. 2021, Sec. 3.2). On `tp` the routing is
   replicated and the expert FFN dim is split (Megatron's expert tensor parallel, by default
   the tensor-parallel size), the combine taking the Partial expert outputs.
+- context parallel (Megatron-Core --context-parallel-size; Liu et al. 2023, Ring
+  Attention): a `cp` axis between `dp` and `tp` (Megatron-Core's order tp-cp-ep-dp-pp)
+  on which every op splits the sequence: token-wise ops and GEMMs their `s` dim, the
+  attention its sequence with the ring's key/value exchange inside the op
+  (simulator/graph/ops/ring_attention.py), the cross-entropy and the loss mean their token
+  dim (a Partial mean, summed with the weight gradients). Weights are broadcast on `cp`, so
+  their gradients come out Partial on `cp` as on `dp` and are reduced over both (Megatron
+  reduces over its combined data-and-context-parallel group).
 """
 
 from __future__ import annotations
@@ -64,10 +72,15 @@ _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
              "efc2": "b", "combine": "b"}
 
+# on `cp` the sequence: an einsum's `s`, the embedding lookup's token index, else dim 1
+_CP_LABEL = {"embed": "i1", "q_mm": "s", "k_mm": "s", "v_mm": "s", "attn": "s",
+             "proj": "s", "fc1_mm": "s", "fc3_mm": "s", "fc2": "s", "head": "s"}
 
-def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False
-                        ) -> dict[str, str]:
-    """The per-mesh-axis choice for an op of this role (with `expert`: on (dp, ep, tp))."""
+
+def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False,
+                        context: bool = False) -> dict[str, str]:
+    """The per-mesh-axis choice for an op of this role (with `expert`: on (dp, ep, tp);
+    with `context`: on (dp, cp, tp))."""
     if role in TP_ROLES:
         tp = TP_ROLES[role][1 if sequence_parallel else 0]
     elif role in _SEQ_REGION:
@@ -75,18 +88,21 @@ def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False
     else:
         raise KeyError(f"no transformer plan for op role {role!r}")
     dp = _DP_LABEL.get(role, "d0")
+    if context:
+        return {"dp": dp, "cp": _CP_LABEL.get(role, "d1"), "tp": tp}
     if not expert:
         return {"dp": dp, "tp": tp}
     return {"dp": dp, "ep": EP_ROLES.get(role, dp), "tp": tp}
 
 
-def apply_transformer_plan(graph: Graph, sequence_parallel: bool, expert: bool = False
-                           ) -> Graph:
-    """The graph with every op's strategy set for a (dp, tp) mesh, or (dp, ep, tp)."""
+def apply_transformer_plan(graph: Graph, sequence_parallel: bool, expert: bool = False,
+                           context: bool = False) -> Graph:
+    """The graph with every op's strategy set for a (dp, tp) mesh, (dp, ep, tp) or
+    (dp, cp, tp)."""
     ops: list[OpNode] = []
     for op in graph.ops:
         role = op.name.split(".")[-1]
-        choices = transformer_choices(role, sequence_parallel, expert)
+        choices = transformer_choices(role, sequence_parallel, expert, context)
         ops.append(dataclasses.replace(op, strategy=Strategy(axes=choices)))
     return Graph(graph.tensors, tuple(ops))
 
@@ -95,9 +111,12 @@ def planned_transformer(dims: GptDims, data: int, tensor: int, sequence_parallel
                         expert: int = 1) -> tuple[Graph, Mesh]:
     """The Megatron plan of a GPT graph (one micro-batch of every data-parallel replica:
     `dims.batch` is the global micro-batch) on the (dp, tp) mesh; a mixture of experts on
-    (dp, ep, tp) with data = dp * ep."""
+    (dp, ep, tp) with data = dp * ep; context parallel (dims.context > 1) on (dp, cp, tp)."""
     moe = dims.experts > 0
-    graph = apply_transformer_plan(build_gpt(dims), sequence_parallel and tensor > 1, moe)
+    cp = dims.context > 1
+    graph = apply_transformer_plan(build_gpt(dims), sequence_parallel and tensor > 1, moe, cp)
+    if cp:
+        return graph, Mesh.of(dp=data, cp=dims.context, tp=tensor)
     if not moe:
         return graph, Mesh.of(dp=data, tp=tensor)
     return graph, Mesh.of(dp=data // expert, ep=expert, tp=tensor)
@@ -119,7 +138,8 @@ def gpt_dims(scenario: Scenario, flash: bool, layers: int | None = None) -> GptD
     dims = GptDims(layers=layers or m.layers, hidden=m.hidden_size, heads=m.num_heads,
                    kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
                    batch=scenario.training.micro_batch_size * scenario.parallel.data,
-                   swiglu=swiglu, bias=not swiglu, flash=flash)
+                   swiglu=swiglu, bias=not swiglu, flash=flash,
+                   context=scenario.parallel.context)
     return with_moe(dims, m.moe)
 
 

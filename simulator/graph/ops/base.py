@@ -90,12 +90,25 @@ class GroupKernel:
 
     forward/vjp take every rank's local inputs at once and `groups`, the lists of ranks that
     hold the shards of one row (ranks differing only on the axes that split the label);
-    `comm(local out shape)` lists the (collective, bytes) one device runs per split axis.
+    `comm(local out shape)` lists the (collective, bytes) one device runs per split axis,
+    forward only; `axis_comm(local out shape, axis size, bytes per element, phase 'fwd' |
+    'bwd')` in its place for an op whose exchange depends on the axis size and runs in both
+    passes (ring attention's key/value ring).
     """
 
     forward: Callable[..., list[np.ndarray]]
     vjp: Callable[..., list[list[np.ndarray | None]]]
-    comm: Callable[[Shape], tuple[tuple[str, float], ...]]
+    comm: Callable[[Shape], tuple[tuple[str, float], ...]] | None = None
+    axis_comm: Callable[[Shape, int, float, str], tuple[tuple[str, float], ...]] | None = None
+
+    def steps(self, out_local: Shape, n: int, e: float, phase: str
+              ) -> tuple[tuple[str, float], ...]:
+        """The (collective, bytes) one device runs on a split axis of `n` devices."""
+        if self.axis_comm is not None:
+            return self.axis_comm(out_local, n, e, phase)
+        if self.comm is None or phase != "fwd":
+            return ()
+        return self.comm(out_local)
 
 
 @dataclass(frozen=True)
