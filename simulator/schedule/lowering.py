@@ -66,7 +66,7 @@ class Lowering:
         self.par = scenario.parallel
         self.micro = scenario.grad_accum_steps
         self.dp: DataParallel = strategy_for(self)
-        self.off = Offload(self, share.off if share else None)
+        self.off: Offload = Offload(self, share.off if share else None)
         self.gates: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self.send_s = {intra: costs.send_recv_s(prog.boundary_bytes, intra)
                        for intra in (True, False)}

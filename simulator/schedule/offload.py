@@ -87,24 +87,34 @@ class Offload:
                               alloc=alloc, free=free)
 
     def before(self, dev: int, kind: str, mb: int, vs: int, k: int) -> PieceIO:
-        """The H2D prefetch of piece k of `kind` ('F' or 'B'): parameters (both passes) and
-        offloaded activations (backward); gated on the compute task two before the piece."""
+        """What piece k of `kind` ('F' or 'B') waits for and holds: its H2D prefetch of
+        parameters (both passes) and offloaded activations (backward), gated on the compute
+        task two before the piece; in the forward, a free staging buffer (`_buffer`)."""
         w = self.low.work[vs]
         par = self._param_bytes(w, kind, k)
         act = self._act_bytes(w, kind, k) if kind == "B" else 0.0
-        own = self._own_acts(w, kind, k)
+        alloc, free = self._own_acts(w, kind, k)
+        waits = self._buffer(dev, kind, mb, vs, k)
         if par + act == 0.0:
-            return PieceIO(alloc=own[0], free=own[1])
+            return PieceIO(deps=waits, alloc=alloc, free=free)
         compute = self.low.b.streams.get((dev, "compute"), [])
-        gate = (compute[-2],) if len(compute) >= 2 else ()
+        gate: tuple[int, ...] = (compute[-2],) if len(compute) >= 2 else ()
         if act:  # after its own trip down
-            n = len(w.act_pieces)
-            gate += (self.low.b.ids[("X", dev, "F", mb, vs, n - 1 - k, "d2h")],)
-        alloc = tuple((c, b) for c, b in (("parameters", par), ("activations", act)) if b)
+            gate += (self.low.b.ids[("X", dev, "F", mb, vs, len(w.act_pieces) - 1 - k, "d2h")],)
+        held = tuple((c, b) for c, b in (("parameters", par), ("activations", act)) if b)
         tid = self._copy((dev, kind, mb, vs, k, "h2d"), dev, f"{kind.lower()}_h2d", par + act,
-                         gate, mb, vs, alloc=alloc)
-        free = tuple((c, b) for c, b in (("parameters", par),) if b) + own[1]
-        return PieceIO(deps=(tid,), alloc=own[0], free=free)
+                         gate, mb, vs, alloc=held)
+        params = (("parameters", par),) if par else ()
+        return PieceIO(deps=waits + (tid,), alloc=alloc, free=params + free)
+
+    def _buffer(self, dev: int, kind: str, mb: int, vs: int, k: int) -> tuple[int, ...]:
+        """Double buffering of the activation D2H (Transformer Engine's CPU offload keeps
+        two layers' buffers in flight): forward piece k starts once piece k - 2's copy is
+        done, so a slow link stalls the forward rather than piling up device memory."""
+        w = self.low.work[vs]
+        if kind != "F" or k < 2 or not self._act_bytes(w, "F", k - 2):
+            return ()
+        return (self.low.b.ids[("X", dev, "F", mb, vs, k - 2, "d2h")],)
 
     def _own_acts(self, w: StageWork, kind: str, k: int) -> tuple[Alloc, Alloc]:
         """Activations piece k allocates (forward) or frees (backward) itself."""
