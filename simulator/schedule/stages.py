@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from simulator.cost.specs import CommSpec, GroupSpec
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel, Priced, price_ops
+from simulator.schedule.host import host_costs
 from simulator.schedule.layout import RankMesh
 from simulator.schedule.program import TransformerProgram
 
@@ -133,6 +134,7 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
     of each virtual stage when already chosen (default: `stage_layers`)."""
     groups: dict[str, GroupSpec] = layout.groups()
     c = scenario.parallel.overlap.copies
+    costs = host_costs(costs, prog.host_kernels)  # operators on the host CPU (schedule.host)
 
     def price(ops: tuple) -> Priced:
         return _exposed(price_ops(ops, costs, groups, prog.tp_overlap), c)
