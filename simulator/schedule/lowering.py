@@ -213,10 +213,14 @@ class Lowering:
         updated 16-bit parameters come back; the device waits for them. Returns the task
         after which the parameters are back."""
         local = params / (self.ranks.data if self.par.optimizer_shard >= 1 else 1)
+        # after the backward too (without data-parallel reductions nothing else orders it)
+        deps += (self.b.streams[(dev, "compute")][-1],)
+        back = 0.0 if self.off.params else local * self.e  # ZeRO-Infinity: stays on the host
+        self.off.count(dev, "d2h", local * self.ge)
+        self.off.count(dev, "h2d", back)
         d2h = self.b.add(("H", dev, "d2h"), device=dev, stream="offload", name="grad_d2h",
                          phase="offload", duration_s=self.costs.copy_s(local * self.ge),
                          deps=deps)
-        back = 0.0 if self.off.params else local * self.e  # ZeRO-Infinity: stays on the host
         h2d = self.b.add(("H", dev, "h2d"), device=dev, stream="offload", name="param_h2d",
                          phase="offload", duration_s=self.costs.copy_s(back),
                          deps=(d2h,))

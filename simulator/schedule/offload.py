@@ -79,12 +79,16 @@ class Offload:
     def _copy(self, key: tuple, dev: int, name: str, nbytes: float, deps: tuple[int, ...],
               mb: int, vs: int, alloc: Alloc = (), free: Alloc = ()) -> int:
         way = "h2d" if name.endswith("h2d") else "d2h"
-        self.bytes[(dev, way)] = self.bytes.get((dev, way), 0.0) + nbytes
+        self.count(dev, way, nbytes)
         stream = "offload" if way == "h2d" else "offload_d2h"
         return self.low.b.add(("X",) + key, device=dev, stream=stream, name=name,
                               phase="offload", micro=mb, chunk=vs,
                               duration_s=self.low.costs.copy_s(nbytes), deps=deps,
                               alloc=alloc, free=free)
+
+    def count(self, dev: int, way: str, nbytes: float) -> None:
+        """Bytes over the host link this iteration ('h2d' or 'd2h'), also ZeRO-Offload's."""
+        self.bytes[(dev, way)] = self.bytes.get((dev, way), 0.0) + nbytes
 
     def before(self, dev: int, kind: str, mb: int, vs: int, k: int) -> PieceIO:
         """What piece k of `kind` ('F' or 'B') waits for and holds: its H2D prefetch of
