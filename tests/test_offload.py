@@ -5,6 +5,7 @@ host-link bytes up, time up when the copies cannot hide)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -172,3 +173,23 @@ def test_non_transformer_models_are_refused_by_name():
     assert str(err.value) == (
         "test: parallel.offload.parameters: true needs a model the program runs layer by "
         "layer (type transformer); a model of type 'mlp' is not simulated yet (allowed: false)")
+
+
+def test_host_optimizer_copies_wait_for_the_backward_without_data_parallel(a100):
+    """ZeRO-Offload on one device: the gradient D2H starts after the backward, then the
+    updated parameters come up: T = compute + 2 P e / PCIe (it used to start at time 0)."""
+    result = simulate(_scenario(micro=2, **_offload(states=True)), a100)
+    grads = dict(result.plan.static_memory[0])["gradients"]
+    parts = dict(result.breakdown_s)
+    assert parts["offload_exposed"] == pytest.approx(2 * grads / a100.pcie_bandwidth_bytes_per_s)
+    assert result.iteration_time_s == pytest.approx(parts["compute"] + parts["offload_exposed"])
+
+
+def test_verify_passes_with_offload_and_says_what_it_checked(invoke_cli):
+    result = invoke_cli("verify", "tiny-cpu", "--json", "--set", "parallel.offload.parameters=true",
+                        "--set", "parallel.offload.activations=true")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["tensors_checked"] > 0
+    assert ("parallel.offload.parameters, activations: host copies leave the values unchanged; "
+            "checked the tensors they move") in report["notes"][-1]

@@ -31,7 +31,7 @@ H2D (P local parameters of e bytes, forward and backward).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from simulator.schedule.tasks import Alloc
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from simulator.schedule.lowering import Lowering
     from simulator.schedule.stages import StageWork
 
-__all__ = ["Offload", "PieceIO"]
+__all__ = ["Offload", "PieceIO", "verify_note"]
 
 
 @dataclass(frozen=True)
@@ -156,3 +156,24 @@ class Offload:
         most = {way: max((b for (_, w), b in self.bytes.items() if w == way), default=0.0)
                 for way in ("h2d", "d2h")}
         return (("offload_bytes_per_device", {k: round(v) for k, v in most.items()}),)
+
+
+def verify_note(scenario: Any) -> str | None:
+    """What `verify` proves for offloaded tensors and host-placed operators: copies between
+    device and host memory and a kernel run by the host leave every value as it is, so the
+    numpy run checks the same tensors the placement moves (said in the verify report)."""
+    from simulator.schedule.host import host_placed
+
+    off = scenario.parallel.offload
+    moved = [k for k in ("optimizer_states", "parameters", "activations") if getattr(off, k)]
+    ops = getattr(scenario.model, "ops", None) or ()
+    hosted = [f"model.ops[{i}] ({op.name})" for i, op in enumerate(ops) if host_placed(op)]
+    parts = []
+    if moved:
+        parts.append(f"parallel.offload.{', '.join(moved)}: host copies leave the values "
+                     f"unchanged; checked the tensors they move (parameters, activations, "
+                     f"gradients and optimizer states of the sharded run)")
+    if hosted:
+        parts.append(f"primitive_target CPU on {', '.join(hosted)}: the host computes the "
+                     f"same kernel; checked its outputs and gradients against one device")
+    return "; ".join(parts) or None
