@@ -14,7 +14,7 @@ from simulator.cost import compute_time_s
 from simulator.hardware import load_profile
 from simulator.resources import resolve_yaml
 from simulator.scenario import parse_scenario
-from simulator.schedule.host import HOST_PROFILE
+from simulator.schedule.host import HOST_PROFILE, host_optimizer_s
 from simulator.schedule.model_program import graph_program
 from simulator.simulate import simulate
 
@@ -71,3 +71,13 @@ def test_verify_passes_with_the_lookup_on_the_host(invoke_cli):
     report = json.loads(result.stdout)
     assert report["ok"] and report["tensors_checked"] > 0
     assert any("primitive_target" in note for note in report["notes"])
+
+
+def test_the_hosts_optimizer_step_over_the_table_precedes_the_devices(runs):
+    """Dense Adam over the 200k x 16 table on the host (cpu-x86 roofline), then the device's
+    step over the MLP: the optimizer part is their sum."""
+    result = runs["CPU"]
+    host = host_optimizer_s(200_000 * 16, "fp32", "adam")
+    device = next(t.duration_s for t in result.plan.tasks if t.name == "opt")
+    assert host > 0 and dict(result.breakdown_s)["optimizer"] == pytest.approx(host + device)
+    assert graph_program(_scenario("CPU")).program.host_params == 200_000 * 16

@@ -15,9 +15,10 @@ Priced here: the host kernel with the bundled `cpu-x86` hardware profile (HOST_P
 roofline of `simulator.cost`, in fp32 where the host has no matrix unit for the model's
 dtype) plus the copies at the device profile's `host.pcie_bandwidth_GBps`
 (`CostModel.copy_s`), serial with the device's work: the device waits for the host's result,
-as a graph with a CPU operator in its middle does. Not modelled: the host's optimizer step
-for those parameters (host time, off the device's path as in ZeRO-Offload) and a data-parallel
-reduction of their gradients on the host (still priced as the device's).
+as a graph with a CPU operator in its middle does. The host's optimizer step over those
+parameters runs beside the device's (`host_optimizer_s`, a task on the device's offload lane
+the iteration waits for). Not modelled: a data-parallel reduction of their gradients between
+hosts (still priced as the device's collective).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from typing import Any
 from simulator.cost.specs import ComputeSpec
 from simulator.schedule.costs import CostModel
 
-__all__ = ["HOST_PROFILE", "HOST_TARGET", "host_placed", "host_kernels", "host_costs"]
+__all__ = ["HOST_PROFILE", "HOST_TARGET", "host_placed", "host_kernels", "host_costs",
+           "host_optimizer_s"]
 
 HOST_PROFILE = "cpu-x86"  # hardware_profiles/cpu-x86.yaml: one socket of a 2-socket Xeon server
 HOST_TARGET = "CPU"       # MindSpore's primitive_target value for the host
@@ -70,6 +72,18 @@ def _host() -> Any:
     from simulator.hardware import load_profile
 
     return load_profile(HOST_PROFILE)
+
+
+def host_optimizer_s(params: int, dtype: str, optimizer: str) -> float:
+    """The host's optimizer step over the parameters it keeps (dense: every row of a table,
+    as MindSpore's Adam; its LazyAdam/FTRL sparse updates would touch fewer), priced on the
+    host profile like the device's step (`schedule.state.optimizer_spec`)."""
+    from simulator.cost import compute_time_s
+    from simulator.schedule.state import optimizer_spec
+
+    host = _host()
+    spec = optimizer_spec(params, dtype if host.has_dtype(dtype) else "fp32", optimizer, 0, 1)
+    return compute_time_s(spec, host)
 
 
 def host_costs(costs: CostModel, kernels: tuple[tuple[str, float], ...]) -> CostModel:

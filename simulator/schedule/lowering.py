@@ -31,6 +31,7 @@ from collections.abc import Callable
 from simulator.errors import InputError
 from simulator.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.schedule.costs import CostModel
+from simulator.schedule.host import host_optimizer_s
 from simulator.schedule.layout import RankMesh, rank_mesh
 from simulator.schedule.offload import Offload
 from simulator.schedule.pipeline import schedule_steps
@@ -179,6 +180,7 @@ class Lowering:
                           if self.b.streams.get((dev, s)))
         params = sum(self.work[vs].params for vs in vss)
         deps = last_comm + self._grad_sync(dev, vss)
+        deps += self._host_ops_step(dev, deps + (compute[-1],))
         remote = self.dp.remote_step(dev, params, deps)
         if remote is not None:
             step = remote
@@ -192,6 +194,17 @@ class Lowering:
                               deps=deps)
             step = self.off.after_step(dev, params, step)
         self.dp.after_step(dev, vss, step)
+
+    def _host_ops_step(self, dev: int, deps: tuple[int, ...]) -> tuple[int, ...]:
+        """The optimizer step of the parameters operators on the host CPU keep there
+        (`schedule.host`), after the backward; the device's step follows it (the iteration
+        ends when both have), so a wait for it is charged to the optimizer."""
+        if not self.prog.host_params:
+            return ()
+        seconds = host_optimizer_s(self.prog.host_params, self.prog.dtype,
+                                   self.sc.training.optimizer)
+        return (self.b.add(("HO", dev), device=dev, stream="offload", name="host_opt",
+                           phase="optimizer", duration_s=seconds, deps=deps),)
 
     def _grad_sync(self, dev: int, vss: list[int]) -> tuple[int, ...]:
         """Gradient reductions on non-dp axes (tensor-parallel replicas of sequence-parallel

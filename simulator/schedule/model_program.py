@@ -279,7 +279,8 @@ def graph_program(scenario: Scenario) -> GraphProgram:
         embed_activation_bytes=0.0, head_activation_bytes=0.0,
         layer_working_bytes=kept, boundary_bytes=0.0, dtype=dtype, single_block=True,
         grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"),
-        host_kernels=host_kernels(plan, e))
+        host_kernels=host_kernels(plan, e),
+        host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0)
     micro = 1 if isinstance(scenario.model, GraphModel) else scenario.grad_accum_steps
     return GraphProgram(prog, mesh, graph_model_flops(graph, micro))
 

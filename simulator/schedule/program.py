@@ -105,6 +105,7 @@ class TransformerProgram:
     # (kernel name, bytes over the host link) of operators placed on the host CPU
     # (`schedule.host`: a graph's `primitive_target: CPU`); priced on the host profile
     host_kernels: tuple[tuple[str, float], ...] = ()
+    host_params: int = 0  # parameters those operators keep in host memory
 
     @property
     def grad_bytes(self) -> float:
