@@ -193,3 +193,21 @@ def test_verify_passes_with_offload_and_says_what_it_checked(invoke_cli):
     assert report["ok"] and report["tensors_checked"] > 0
     assert ("parallel.offload.parameters, activations: host copies leave the values unchanged; "
             "checked the tensors they move") in report["notes"][-1]
+
+
+def test_the_planner_searches_only_what_runs_with_the_scenarios_offload():
+    from simulator.planner.memory import Workload, estimate_memory
+    from simulator.planner.space import enumerate_space
+
+    sc = _scenario(data=8, **_offload(params=True, acts=True))
+    space = enumerate_space(sc, 8)
+    assert space and all(c.recompute == "none" and c.optimizer_shard == 0 for c in space)
+    cfg = space[0]
+    model = sc.model
+    kept = estimate_memory(Workload(model, 8, "adam", False, 2), cfg)
+    moved = estimate_memory(Workload(model, 8, "adam", False, 2, offload_parameters=True,
+                                     offload_activations=True), cfg)
+    # the floor stays a lower bound: the offloaded weights and activations count nothing
+    states = kept.gradients + kept.optimizer_states
+    assert kept.floor_bytes >= kept.parameters + states + kept.activations
+    assert states <= moved.floor_bytes <= kept.floor_bytes - kept.parameters - kept.activations
