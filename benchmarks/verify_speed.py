@@ -2,8 +2,13 @@
 
 The tiny transformer of scenarios/tiny-cpu.yaml, data parallel on 16 to 2048 numpy devices
 (tensor=1, pipeline=1, one sequence per device and micro-batch), verified in-process. Prints
-the wall time per device count and the growth exponent between successive counts
-(log(t2/t1) / log(n2/n1): 1 is linear, n log n shows as slightly above 1).
+the wall time per device count, the growth exponent between successive counts
+(log(t2/t1) / log(n2/n1): 1 is linear, n log n shows as slightly above 1), the process's
+CPU time (on a shared machine the wall time also counts other processes' turns), and how the
+time splits between the sharded run on the n devices (`sharded_s`) and the single-device
+reference runs it is compared with (`one_dev_s`: the whole global batch, and its first
+micro-batch). The reference computes as much as all devices together, so it grows linearly
+with n too and bounds how fast verify can be.
 
 Target (issue 13): 1024 devices in <= 10 s, growth no worse than n log n. Run:
 
@@ -14,13 +19,9 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 from pathlib import Path
-
-# the blocks are tiny: BLAS threads only contend with each other (and with other processes)
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -41,16 +42,20 @@ def scenario(devices: int):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--max", type=int, default=2048, help="largest device count (power of 2)")
+    ap.add_argument("--min", type=int, default=16, help="smallest device count (power of 2)")
     args = ap.parse_args()
-    print(f"{'devices':>8} {'verify_s':>9} {'growth':>7}  ok")
+    print(f"{'devices':>8} {'verify_s':>9} {'growth':>7} {'cpu_s':>7} {'sharded_s':>10} "
+          f"{'one_dev_s':>10}  ok")
     prev: tuple[int, float] | None = None
-    n = 16
+    n = args.min
     while n <= args.max:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         res = verify_scenario(scenario(n))
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         growth = f"{math.log(dt / prev[1]) / math.log(n / prev[0]):7.2f}" if prev else " " * 7
-        print(f"{n:>8} {dt:>9.2f} {growth}  {res.ok}", flush=True)
+        ph = res.phases_s
+        print(f"{n:>8} {dt:>9.2f} {growth} {cpu:>7.2f} {ph['sharded']:>10.2f} "
+              f"{ph['reference']:>10.2f}  {res.ok}", flush=True)
         prev, n = (n, dt), n * 2
 
 

@@ -27,7 +27,7 @@ def a100():
 
 
 def _scenario(tensor: int = 1, data: int = 1, pipeline: int = 1, micro: int = 1,
-              devices_per_node: int = 8, **parallel: Any):
+              devices_per_node: int = 8, mbs: int = 1, **parallel: Any):
     devices = tensor * data * pipeline
     return parse_scenario({
         "name": "sim", "hardware": "a100-80gb",
@@ -35,7 +35,7 @@ def _scenario(tensor: int = 1, data: int = 1, pipeline: int = 1, micro: int = 1,
                     "devices_per_node": min(devices, devices_per_node)},
         "model": {"type": "transformer", "layers": 8, "hidden_size": 1024, "num_heads": 16,
                   "seq_length": 1024, "vocab_size": 8192, "dtype": "bf16"},
-        "training": {"global_batch_size": micro * data, "micro_batch_size": 1},
+        "training": {"global_batch_size": micro * data * mbs, "micro_batch_size": mbs},
         "parallel": {"tensor": tensor, "data": data, "pipeline": pipeline, **parallel},
     }, "test")
 
@@ -114,8 +114,8 @@ CASES = [
     {"data": 4, "pipeline": 2, "micro": 4, "schedule": "interleaved_1f1b",
      "virtual_stages": 2, "optimizer_shard": 1},
     {"data": 4, "pipeline": 2, "micro": 2, "optimizer_shard": 3, "recompute": "selective"},
-    {"data": 4, "micro": 2, "optimizer_shard": 2, "overlap": {"grad_reduce": False,
-                                                              "copies": 2}},
+    {"data": 4, "micro": 2, "mbs": 2, "tensor": 2, "optimizer_shard": 2,
+     "overlap": {"grad_reduce": False, "copies": 2}},
     {"tensor": 2, "data": 4, "pipeline": 2, "micro": 4, "devices_per_node": 4,
      "schedule": "gpipe"},
 ]

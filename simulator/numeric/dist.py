@@ -21,18 +21,54 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Broadcast
 from simulator.sharding.redistribute import RedistStep
 
-__all__ = ["DistTensor", "distribute", "assemble", "replica_mismatch", "apply_step"]
+__all__ = ["DistTensor", "distribute", "assemble", "replica_mismatch", "apply_step", "Stack",
+           "stack_of", "add"]
 
 Region = tuple[slice, ...]
+Stack = tuple[tuple[int, ...], np.ndarray]
+"""Ranks and their blocks stacked along a leading axis (block i belongs to ranks[i])."""
 
 
 @dataclass(frozen=True, eq=False)
 class DistTensor:
-    """A logical tensor of `shape` held as one block per device rank under `layout`."""
+    """A logical tensor of `shape` held as one block per device rank under `layout`.
+    `stacks`, when given, cover every rank: `blocks` are views of them (numeric.local).
+    Blocks are never written in place, so replicas that received the same values may
+    share one array."""
 
     shape: tuple[int, ...]
     layout: Layout
     blocks: tuple[np.ndarray, ...]
+    stacks: tuple[Stack, ...] = ()
+
+
+def stack_of(t: DistTensor, ranks: tuple[int, ...]) -> np.ndarray:
+    """The blocks of `ranks` stacked along a new leading axis: a kept stack of the same
+    ranks as is, one array every rank shares as a stride-0 view, else a copy."""
+    for rs, arr in t.stacks:
+        if (rs is ranks or rs == ranks) and all(
+                np.may_share_memory(t.blocks[r], arr) for r in (ranks[0], ranks[-1])):
+            return arr  # (a tensor rebuilt with other blocks but the old stacks is not)
+    first = t.blocks[ranks[0]]
+    if all(t.blocks[r] is first for r in ranks):
+        return np.broadcast_to(first, (len(ranks),) + first.shape)
+    return np.stack([t.blocks[r] for r in ranks])
+
+
+def add(a: DistTensor | None, b: DistTensor) -> DistTensor:
+    """Blockwise sum of two tensors in one layout (stack by stack where both have them)."""
+    if a is None:
+        return b
+    assert a.layout == b.layout, (a.layout, b.layout)
+    if a.stacks and [rs for rs, _ in a.stacks] == [rs for rs, _ in b.stacks]:
+        stacks = tuple((rs, x + y) for (rs, x), (_, y) in zip(a.stacks, b.stacks))
+        blocks: list[np.ndarray] = [np.empty(0)] * len(a.blocks)
+        for rs, arr in stacks:
+            arr.flags.writeable = False
+            for i, r in enumerate(rs):
+                blocks[r] = arr[i]
+        return DistTensor(a.shape, a.layout, tuple(blocks), stacks)
+    return DistTensor(a.shape, a.layout, tuple(x + y for x, y in zip(a.blocks, b.blocks)))
 
 
 def _region(layout: Layout, shape: tuple[int, ...], mesh: Mesh, rank: int) -> Region:
@@ -55,27 +91,30 @@ def distribute(full: np.ndarray, layout: Layout, mesh: Mesh,
     and copied to its replicas along broadcast axes, which must hold identical blocks."""
     shape = tuple(full.shape)
     layout.check(shape, mesh, uneven=True)
-    blocks = [full[reg].copy() for reg in regions(layout, shape, mesh)]
+    canon = _canonicals(layout, mesh)
+    blocks: list[np.ndarray | None] = [
+        full[reg].copy() if canon[r] == r else None
+        for r, reg in enumerate(regions(layout, shape, mesh))]
     for axis in layout.partial_axes():
         for r in range(mesh.size):
             group = _groups(mesh, axis)[r]
-            if group[0] != r or _canonical(layout, mesh, r) != r:
+            if group[0] != r or canon[r] != r:
                 continue
-            for member, part in zip(group, _partial_split(blocks[r], len(group), rng)):
+            for member, part in zip(group, _partial_split(_present(blocks[r]), len(group), rng)):
                 blocks[member] = part
-    for r in range(mesh.size):
-        blocks[r] = blocks[_canonical(layout, mesh, r)]
-    return DistTensor(shape, layout, tuple(b.copy() for b in blocks))
+    return DistTensor(shape, layout, tuple(_present(blocks[canon[r]])
+                                           for r in range(mesh.size)))
 
 
-def _canonical(layout: Layout, mesh: Mesh, rank: int) -> int:
-    """The rank holding the same data with coordinate 0 on every broadcast axis."""
-    return _canonicals(layout, mesh)[rank]
+def _present(block: np.ndarray | None) -> np.ndarray:
+    assert block is not None, "a canonical rank's block is always laid out"
+    return block
 
 
 @lru_cache(maxsize=256)
 def _canonicals(layout: Layout, mesh: Mesh) -> tuple[int, ...]:
-    """`_canonical` of every rank, computed once per (layout, mesh)."""
+    """Per rank, the rank holding the same data with coordinate 0 on every broadcast axis
+    (computed once per (layout, mesh))."""
     out = []
     for rank in range(mesh.size):
         coords = list(mesh.coords(rank))
@@ -88,12 +127,40 @@ def _canonicals(layout: Layout, mesh: Mesh) -> tuple[int, ...]:
 
 def assemble(t: DistTensor, mesh: Mesh) -> np.ndarray:
     """The logical value: disjoint blocks placed, Partial summands added, replicas once."""
+    if mesh.size == 1:
+        return np.asarray(t.blocks[0])
+    whole = _stacked_whole(t, mesh)
+    if whole is not None:
+        return whole
     full = np.zeros(t.shape, dtype=t.blocks[0].dtype if t.blocks else float)
     canon, regs = _canonicals(t.layout, mesh), regions(t.layout, t.shape, mesh)
+    partial = bool(t.layout.partial_axes())
     for r in range(mesh.size):
         if canon[r] == r:
-            full[regs[r]] += t.blocks[r]
+            if partial:
+                full[regs[r]] += t.blocks[r]
+            else:  # canonical regions are disjoint
+                full[regs[r]] = t.blocks[r]
     return full
+
+
+def _stacked_whole(t: DistTensor, mesh: Mesh) -> np.ndarray | None:
+    """The logical value as one reshape of stacks that hold every rank in rank order,
+    where the ranks' regions are consecutive equal blocks of the first dim (data parallel
+    activations); None otherwise."""
+    if not t.stacks or not t.shape or t.layout.partial_axes():
+        return None
+    ranks = tuple(r for rs, _ in t.stacks for r in rs)
+    first = t.stacks[0][1]
+    rows = first.shape[1] if first.ndim > 1 else 0
+    if ranks != tuple(range(mesh.size)) or rows * mesh.size != t.shape[0]:
+        return None
+    rest = tuple(slice(0, n) for n in t.shape[1:])
+    for r, reg in enumerate(regions(t.layout, t.shape, mesh)):
+        if reg[0] != slice(r * rows, (r + 1) * rows) or reg[1:] != rest:
+            return None
+    arrs = [arr for _, arr in t.stacks]
+    return (arrs[0] if len(arrs) == 1 else np.concatenate(arrs)).reshape(t.shape)
 
 
 def replica_mismatch(t: DistTensor, mesh: Mesh) -> float:
@@ -102,7 +169,7 @@ def replica_mismatch(t: DistTensor, mesh: Mesh) -> float:
     canon = _canonicals(t.layout, mesh)
     for r in range(mesh.size):
         c = canon[r]
-        if c != r and t.blocks[r].size:
+        if c != r and t.blocks[r].size and t.blocks[r] is not t.blocks[c]:
             worst = max(worst, float(np.max(np.abs(t.blocks[r] - t.blocks[c]))))
     return worst
 
@@ -215,28 +282,52 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
     dsts = regions(step.dst, t.shape, mesh)
     groups = _groups(mesh, step.axis)
     dtype = t.blocks[0].dtype
-    add = step.kind in ("all_reduce", "reduce_scatter")
+    summed = step.kind in ("all_reduce", "reduce_scatter")
     sources: dict[tuple[int, ...], _GroupSource] = {}
     done: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
     blocks = []
+    if mesh.shape[step.axis] == 1 and src == dsts:  # a relabel moves nothing
+        return DistTensor(t.shape, step.dst, t.blocks, t.stacks)
+    if step.kind == "to_partial":
+        return _to_partial(t, step, mesh, src, dsts)
     for r in range(mesh.size):
         dst, group = dsts[r], groups[r]
-        if step.kind == "to_partial":
-            keep = group[0] == r or not _is_broadcast(t.layout, step.axis)
-            own = _GroupSource(t, src, (r,) if keep else (), False)
-            blocks.append(_gather_into(own, dst, dtype, False))
-            continue
         if wrong_slice and step.kind == "slice":
             dst = dsts[group[(group.index(r) + 1) % len(group)]]
         key = (group, _key(dst))
         if key not in done:
             if group not in sources:
-                sources[group] = _GroupSource(t, src, group, add)
-            done[key] = _gather_into(sources[group], dst, dtype, add)
-            blocks.append(done[key])
-        else:
-            blocks.append(done[key].copy())
+                sources[group] = _GroupSource(t, src, group, summed)
+            done[key] = _gather_into(sources[group], dst, dtype, summed)
+        blocks.append(done[key])
     return DistTensor(t.shape, step.dst, tuple(blocks))
+
+
+def _to_partial(t: DistTensor, step: RedistStep, mesh: Mesh, src: tuple[Region, ...],
+                dsts: tuple[Region, ...]) -> DistTensor:
+    """B | S -> P along the step's axis: from a broadcast axis the group's first member
+    keeps its block and the others hold zeros; from a split one every member keeps its
+    block, zero-padded to its new region. A block kept whole is kept as is (the same array),
+    and the members holding zeros share one read-only zero block per shape."""
+    groups, dtype = _groups(mesh, step.axis), t.blocks[0].dtype
+    broadcast = _is_broadcast(t.layout, step.axis)
+    zeros: dict[tuple[int, ...], np.ndarray] = {}
+    blocks = []
+    for r in range(mesh.size):
+        keep = groups[r][0] == r or not broadcast
+        if keep and dsts[r] == src[r]:
+            blocks.append(t.blocks[r])
+        elif keep:
+            blocks.append(_gather_into(_GroupSource(t, src, (r,), False), dsts[r], dtype,
+                                       False))
+        else:
+            shape = tuple(s.stop - s.start for s in dsts[r])
+            if shape not in zeros:
+                zeros[shape] = np.zeros(shape, dtype=dtype)
+                zeros[shape].flags.writeable = False
+            blocks.append(zeros[shape])
+    same = all(b is a for a, b in zip(t.blocks, blocks))
+    return DistTensor(t.shape, step.dst, tuple(blocks), t.stacks if same else ())
 
 
 def _is_broadcast(layout: Layout, axis: int) -> bool:

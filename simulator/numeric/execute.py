@@ -22,24 +22,28 @@ import numpy as np
 
 from simulator.graph.graph import Graph, OpNode
 from simulator.graph.ops import KernelCtx
-from simulator.numeric.dist import DistTensor, apply_step, distribute
+from simulator.numeric.dist import DistTensor, add, apply_step, distribute
+from simulator.numeric.local import forward_blocks, vjp_blocks
 from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import OpPlan, ShardingPlan, grad_layouts, group_ranks, keep_axes
 from simulator.sharding.redistribute import RedistStep, plan_redistribution
 from simulator.sharding.rules import Signature
 
-__all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx"]
+__all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx", "Recompute"]
 
 
 @dataclass(frozen=True)
 class Faults:
     """Deliberate bugs for mutation tests: skip the n-th forward collective (its layout is
-    relabelled without moving data), slice the wrong block, or skip gradient reduction."""
+    relabelled without moving data), slice the wrong block, skip gradient reduction, or
+    skip ZeRO-3's parameter all-gather."""
 
     drop_comm: int | None = None
     wrong_slice: bool = False
     skip_grad_reduction: bool = False
+    # ZeRO-3: every device computes with its own parameter shard and zeros elsewhere
+    skip_param_gather: bool = False
 
 
 @dataclass
@@ -50,8 +54,10 @@ class Execution:
     faults: Faults = field(default_factory=Faults)
     values: dict[str, DistTensor] = field(default_factory=dict)
     comm_log: list[RedistStep] = field(default_factory=list)
+    recomputed_ops: int = 0  # op forwards run again for the backward (Recompute)
     forward_comms: int = 0
     batch_offset: int = 0
+    vectorised: bool = True  # stacked kernels where a family has them (numeric.local)
 
     def move(self, t: DistTensor, target: Layout, forward: bool,
              keep: tuple[str, ...] = ()) -> DistTensor:
@@ -97,10 +103,6 @@ def kernel_ctx(graph: Graph, op: OpNode, sig: Signature, mesh: Mesh, rank: int,
                      out_layout.local_shape(out_shape, mesh), batch_offset)
 
 
-def _ctx(p: OpPlan, plan: ShardingPlan, rank: int, batch_offset: int = 0) -> KernelCtx:
-    return kernel_ctx(plan.graph, p.op, p.sig, plan.mesh, rank, batch_offset)
-
-
 def _forward_op(ex: Execution, p: OpPlan, cache: dict) -> list[DistTensor]:
     ins = []
     for i, name in enumerate(p.op.inputs):
@@ -108,51 +110,32 @@ def _forward_op(ex: Execution, p: OpPlan, cache: dict) -> list[DistTensor]:
         if key not in cache:
             cache[key] = ex.move(ex.values[name], p.sig.input_layout(i), forward=True)
         ins.append(cache[key])
-    fam, mesh = p.op.family, ex.plan.mesh
-    ctxs = [_ctx(p, ex.plan, r, ex.batch_offset) for r in range(mesh.size)]
-    local = [[t.blocks[r] for t in ins] for r in range(mesh.size)]
-    groups = group_ranks(p, ex.plan.graph, ex.plan.mesh)
-    if groups is not None and fam.group is not None:
+    if group_ranks(p, ex.plan.graph, ex.plan.mesh) is not None:
         ex.comm_log += ex.plan.internal_steps(p)
-        blocks = tuple(fam.group.forward(local, p.op.attrs, ctxs, groups))
-    else:
-        blocks = tuple(fam.forward(local[r], p.op.attrs, ctxs[r]) for r in range(mesh.size))
-    out = DistTensor(ex.plan.graph.tensors[p.op.output].shape, p.sig.output_layout, blocks)
+    blocks, stacks = forward_blocks(ex.plan, p, ins, ex.batch_offset, ex.vectorised)
+    out = DistTensor(ex.plan.graph.tensors[p.op.output].shape, p.sig.output_layout, blocks,
+                     stacks)
     ex.values[p.op.output] = ex.move(out, p.out_layout, forward=True)
     return ins
 
 
-def _add(a: DistTensor | None, b: DistTensor) -> DistTensor:
-    if a is None:
-        return b
-    assert a.layout == b.layout, (a.layout, b.layout)
-    return DistTensor(a.shape, a.layout, tuple(x + y for x, y in zip(a.blocks, b.blocks)))
-
-
 def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict) -> None:
-    plan, mesh = ex.plan, ex.plan.mesh
+    plan = ex.plan
     dy_layout, in_layouts = grad_layouts(p)
     dy = _collect(ex, p.op.output, grads, dy_layout)
     if dy is None:
         return
     y = ex.values[p.op.output]
-    fam = p.op.family
-    ctxs = [_ctx(p, plan, r, ex.batch_offset) for r in range(mesh.size)]
-    local = [[t.blocks[r] for t in ins] for r in range(mesh.size)]
-    groups = group_ranks(p, plan.graph, mesh)
-    if groups is not None and fam.group is not None:
-        per_rank = fam.group.vjp(local, list(y.blocks), list(dy.blocks), p.op.attrs, ctxs,
-                                 groups)
-    else:
-        per_rank = [fam.vjp(local[r], y.blocks[r], dy.blocks[r], p.op.attrs, ctxs[r])
-                    for r in range(mesh.size)]
-    wants = fam.grads_for(len(ins))
+    per_input = vjp_blocks(plan, p, ins, y, dy, ex.batch_offset, ex.vectorised)
+    wants = p.op.family.grads_for(len(ins))
     for i, name in enumerate(p.op.inputs):
         if not wants[i] or plan.graph.tensors[name].kind in ("input", "label"):
             continue
-        g = DistTensor(ins[i].shape, in_layouts[i], _blocks(per_rank, i))
+        got = per_input[i]
+        assert got is not None, "a VJP returned no gradient for a differentiable input"
+        g = DistTensor(ins[i].shape, in_layouts[i], *got)
         slot = grads.setdefault(name, {})
-        slot[in_layouts[i]] = _add(slot.get(in_layouts[i]), g)
+        slot[in_layouts[i]] = add(slot.get(in_layouts[i]), g)
 
 
 def _blocks(per_rank: list, i: int) -> tuple[np.ndarray, ...]:
@@ -172,32 +155,77 @@ def _collect(ex: Execution, name: str, grads: dict, target: Layout | None) -> Di
     total = None
     for layout, g in grads.pop(name, {}).items():
         target = target or layout
-        total = _add(total, ex.move(g, target, forward=False))
+        total = add(total, ex.move(g, target, forward=False))
     return total
+
+
+@dataclass(frozen=True)
+class Recompute:
+    """Activation recompute in the numeric run: the ops `select` picks keep nothing after
+    the forward; before the backward reaches the last op of a run of them, that run's
+    forward is executed again (Chen et al. 2016). `collectives`: the recomputed forward
+    redoes its redistributions (MindSpore `mp_comm_recompute: true`, Megatron's re-run of
+    the sequence-parallel all-gather); False keeps their results."""
+
+    select: Callable[[str], bool]
+    collectives: bool = True
+    # the checkpointed block an op belongs to (a run of selected ops never spans two)
+    block: Callable[[str], str] = lambda name: name.split(".", 1)[0]
+
+
+def _segments(plan: ShardingPlan, rc: Recompute) -> dict[int, list[int]]:
+    """{index of a run's last op: the run's op indices} for the runs of recomputed ops."""
+    out: dict[int, list[int]] = {}
+    run: list[int] = []
+    for k, p in enumerate(plan.ops):
+        name = p.op.name
+        if run and (not rc.select(name) or rc.block(name) != rc.block(plan.ops[run[-1]].op.name)):
+            out[run[-1]] = run
+            run = []
+        if rc.select(name):
+            run.append(k)
+    if run:
+        out[run[-1]] = run
+    return out
 
 
 def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str, np.ndarray],
                    loss_scale: float, on_op: Callable[[str, DistTensor], None] | None = None,
-                   batch_offset: int = 0) -> dict[str, DistTensor]:
+                   batch_offset: int = 0, backward: bool = True,
+                   recompute: Recompute | None = None) -> dict[str, DistTensor]:
     """Forward and backward of one micro-batch; returns local parameter gradients in the dual
-    of each parameter's kept layout (not yet reduced)."""
+    of each parameter's kept layout (not yet reduced). `backward=False`: the forward only
+    (no gradients). `recompute`: drop and re-run the selected ops' forward (`Recompute`)."""
     plan = ex.plan
     ex.values = dict(params)
     ex.batch_offset = batch_offset
     for name, full in batch.items():
         ex.values[name] = distribute(full, plan.layouts[name], plan.mesh)
     cache: dict = {}
-    saved = []
+    saved: list[list[DistTensor] | None] = []
     for p in plan.ops:
         saved.append(_forward_op(ex, p, cache))
         if on_op is not None:
             on_op(p.op.output, ex.values[p.op.output])
+    if not backward:
+        return {}
+    segments = _segments(plan, recompute) if recompute is not None else {}
+    for run in segments.values():
+        for k in run:  # nothing of a recomputed op is kept for the backward
+            saved[k] = None
+    ex.recomputed_ops += sum(len(run) for run in segments.values())
     loss = ex.values[plan.graph.loss]
     seed_layout = plan.loss_grad_layout()
     seed = distribute(np.full(loss.shape, loss_scale), seed_layout, plan.mesh)
     grads: dict = {plan.graph.loss: {seed_layout: seed}}
-    for p, ins in zip(reversed(plan.ops), reversed(saved)):
-        _backward_op(ex, p, ins, grads)
+    for k in reversed(range(len(plan.ops))):
+        if k in segments:
+            again = {} if recompute is not None and recompute.collectives else cache
+            for j in segments[k]:
+                saved[j] = _forward_op(ex, plan.ops[j], again)
+        ins = saved[k]
+        assert ins is not None
+        _backward_op(ex, plan.ops[k], ins, grads)
     out: dict[str, DistTensor] = {}
     for name in params:
         total = _collect(ex, name, grads, None) if name in grads else None

@@ -5,18 +5,21 @@ single-device run of the whole global batch (CONTRACT.md section 5)."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.numeric.cases import VerifyCase, build_case
-from simulator.numeric.dist import DistTensor, assemble, distribute, replica_mismatch
-from simulator.numeric.execute import Execution, Faults, run_microbatch
+from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
+from simulator.numeric.execute import Execution, Faults, Recompute, run_microbatch
 from simulator.numeric.optimizer import update
 from simulator.numeric.ps import PsRun, ps_step
-from simulator.scenario.schema import Scenario
+from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.schedule.model_program import recomputed_ops
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
@@ -43,6 +46,9 @@ class VerifyResult:
     notes: tuple[str, ...] = ()
     tolerance: float = 1e-5
     collectives: dict[str, int] = field(default_factory=dict)
+    # wall seconds of the sharded run and of the single-device references (benchmarks
+    # print them; not part of the JSON contract)
+    phases_s: dict[str, float] = field(default_factory=dict, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -135,24 +141,60 @@ def reduce_grad(ex: Execution, plan: ShardingPlan, g: DistTensor, target) -> Dis
     return ex.move(whole, target, forward=False)
 
 
+def _reduce(ex: Execution, plan: ShardingPlan, name: str, g: DistTensor, level: int
+            ) -> DistTensor:
+    """A gradient brought to its optimizer layout (or relabelled there, the mutation)."""
+    target = _opt_layout(plan, name, level >= 1)
+    if ex.faults.skip_grad_reduction:
+        return DistTensor(g.shape, target, g.blocks) if g.layout != target else g
+    return reduce_grad(ex, plan, g, target)
+
+
 def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
-          grads: dict[str, DistTensor], kind: str, lr: float, shard: bool
+          grads: dict[str, DistTensor], kind: str, lr: float, level: int
           ) -> tuple[dict[str, DistTensor], dict[str, DistTensor]]:
-    """Reduce each gradient to its parameter's optimizer layout, update there, and bring the
-    parameter back to its kept layout. Returns (new parameters, reduced gradients)."""
+    """Update each parameter at its optimizer layout. Below ZeRO-2 the accumulated gradient
+    is reduced there first (ZeRO-2 and 3 reduced every micro-batch's already); below ZeRO-3
+    the updated parameter is all-gathered back to its kept layout (ZeRO-3 keeps its shard).
+    Returns (new parameters, reduced gradients)."""
     new, reduced = {}, {}
     for name, p in params.items():
-        target = _opt_layout(plan, name, shard)
-        g = grads[name]
-        if ex.faults.skip_grad_reduction:
-            g = DistTensor(g.shape, target, g.blocks) if g.layout != target else g
-        else:
-            g = reduce_grad(ex, plan, g, target)
+        target = _opt_layout(plan, name, level >= 1)
+        g = grads[name] if level >= 2 else _reduce(ex, plan, name, grads[name], level)
         local = ex.move(p, target, forward=False)
-        updated = DistTensor(p.shape, target, tuple(
-            update(kind, pb, gb, lr) for pb, gb in zip(local.blocks, g.blocks)))
-        new[name], reduced[name] = ex.move(updated, p.layout, forward=False), g
+        updated = DistTensor(p.shape, target, _updated(kind, local, g, lr))
+        new[name] = updated if level >= 3 else ex.move(updated, plan.layouts[name],
+                                                        forward=False)
+        reduced[name] = g
     return new, reduced
+
+
+def _gather(ex: Execution, plan: ShardingPlan, name: str, shard: DistTensor) -> DistTensor:
+    """ZeRO-3: the parameter all-gathered from its shards before a micro-batch uses it; the
+    mutation leaves each device its own shard with zeros elsewhere."""
+    kept = plan.layouts[name]
+    if not ex.faults.skip_param_gather:
+        return ex.move(shard, kept, forward=False)
+    blocks = []
+    for rank, own in enumerate(shard.blocks):
+        whole = np.zeros(shard.shape, dtype=own.dtype)
+        whole[shard.layout.region(shard.shape, plan.mesh, rank)] = own
+        blocks.append(whole[kept.region(shard.shape, plan.mesh, rank)])
+    return DistTensor(shard.shape, kept, tuple(blocks))
+
+
+def _updated(kind: str, param: DistTensor, grad: DistTensor, lr: float
+             ) -> tuple[np.ndarray, ...]:
+    """Each rank's updated block; ranks that hold the very same parameter and gradient
+    arrays (replicas after an all-reduce) get the one result of that pure update."""
+    done: dict[tuple[int, int], np.ndarray] = {}
+    out = []
+    for pb, gb in zip(param.blocks, grad.blocks):
+        key = (id(pb), id(gb))
+        if key not in done:
+            done[key] = update(kind, pb, gb, lr)
+        out.append(done[key])
+    return tuple(out)
 
 
 @dataclass
@@ -162,11 +204,13 @@ class _Outcome:
     updated: dict[str, np.ndarray]
     replica: dict[str, float]
     collectives: dict[str, int]
+    recomputed: int = 0  # op forwards run again for the backward
 
 
 def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
-         ps: PsRun | None = None) -> _Outcome:
-    mesh, ex = plan.mesh, Execution(plan, faults)
+         ps: PsRun | None = None, vectorised: bool = True,
+         recompute: Recompute | None = None) -> _Outcome:
+    mesh, ex = plan.mesh, Execution(plan, faults, vectorised=vectorised)
     params = {n: distribute(v, plan.layouts[n], mesh) for n, v in params0.items()}
     acts: dict[str, np.ndarray] = {}
     replica: dict[str, float] = {}
@@ -176,24 +220,45 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
         acts[name] = assemble(t, mesh)
         replica[name] = replica_mismatch(t, mesh)
 
+    level = int(shard)  # the optimizer-sharding level (ZeRO stage); True counts as 1
+    held = params
+    if level >= 3:  # parameters live as shards between uses (sliced locally: no transfer)
+        held = {n: ex.move(p, _opt_layout(plan, n, True), forward=False)
+                for n, p in params.items()}
     for i, batch in enumerate(batches):
         rows = next(iter(batch.values())).shape[0] if batch else 0
+        if level >= 3:
+            params = {n: _gather(ex, plan, n, t) for n, t in held.items()}
         local = run_microbatch(ex, params, batch, 1.0 / len(batches),
-                               record if i == 0 else None, batch_offset=i * rows)
+                               record if i == 0 else None, batch_offset=i * rows,
+                               recompute=recompute)
         for n, g in local.items():
-            total[n] = g if n not in total else DistTensor(
-                g.shape, g.layout, tuple(a + b for a, b in zip(total[n].blocks, g.blocks)))
+            # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
+            total[n] = add(total.get(n), _reduce(ex, plan, n, g, level) if level >= 2 else g)
     counts: dict[str, int] = {}
     if ps is not None:
         new, reduced, counts = ps_step(plan, params, total, kind, lr, ps)
     else:
-        new, reduced = _step(ex, plan, params, total, kind, lr, shard)
+        new, reduced = _step(ex, plan, held, total, kind, lr, level)
     for s in ex.comm_log:
         counts[s.kind] = counts.get(s.kind, 0) + 1
     return _Outcome(acts, {n: assemble(g, mesh) for n, g in reduced.items()},
                     {n: assemble(t, mesh) for n, t in new.items()},
                     {**replica, **{f"{n}.updated": replica_mismatch(t, mesh)
-                                   for n, t in new.items()}}, counts)
+                                   for n, t in new.items()}}, counts, ex.recomputed_ops)
+
+
+def _activations(plan: ShardingPlan, params0: dict[str, np.ndarray],
+                 batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every op output of the first micro-batch (its forward pass only)."""
+    acts: dict[str, np.ndarray] = {}
+
+    def record(name: str, t: DistTensor) -> None:
+        acts[name] = assemble(t, plan.mesh)
+
+    params = {n: distribute(v, plan.layouts[n], plan.mesh) for n, v in params0.items()}
+    run_microbatch(Execution(plan), params, batch, 1.0, record, backward=False)
+    return acts
 
 
 def _unsharded(graph: Graph) -> Graph:
@@ -213,8 +278,21 @@ def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: float,
 
 
 def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, seed: int = 0,
-                shard_optimizer: bool = False, faults: Faults | None = None,
-                name: str = "", ps: PsRun | None = None) -> VerifyResult:
+                shard_optimizer: int = 0, faults: Faults | None = None,
+                name: str = "", ps: PsRun | None = None, vectorised: bool = True,
+                recompute: Recompute | None = None) -> VerifyResult:
+    """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
+    one thread: verify's products are a device's blocks of small or shrunk models, where a
+    second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
+    OpenBLAS threads on 2 busy cores, 1.3 s with one)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
+                       vectorised, recompute)
+
+
+def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: int,
+            faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool,
+            recompute: Recompute | None = None) -> VerifyResult:
     faults = faults or Faults()
     rng = np.random.default_rng(seed)
     dtype, m = case.dtype, case.micro_batches
@@ -222,15 +300,18 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     data = _data(case.whole, rng, dtype)
     batches = _split_batch(data, m)
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize)
-    got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps)
+    t0 = time.perf_counter()
+    got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps, vectorised,
+               recompute)
+    t1 = time.perf_counter()
     one = Mesh.of(single=1)
     ref = _run(build_plan(_unsharded(case.whole), one), params, [data], optimizer, lr, False,
                Faults())
-    ref_mb = _run(build_plan(_unsharded(case.micro_reference), one), params, batches[:1],
-                  optimizer, lr, False, Faults())
+    ref_acts = _activations(build_plan(_unsharded(case.micro_reference), one), params,
+                            batches[0])
+    phases = {"sharded": t1 - t0, "reference": time.perf_counter() - t1}
     tol = 1e-4 if dtype == np.float32 else 1e-5
-    checks = [_compare(n, got.activations[n], ref_mb.activations[n], tol)
-              for n in ref_mb.activations]
+    checks = [_compare(n, got.activations[n], ref_acts[n], tol) for n in ref_acts]
     grad_scale = max((float(np.max(np.abs(g))) for g in ref.grads.values() if g.size),
                      default=0.0)
     checks += [_compare(f"{n}.grad", got.grads[n], ref.grads[n], tol, 1e-6 * grad_scale)
@@ -243,8 +324,12 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
         notes += ("asynchronous parameter server: each push updates parameters other workers "
                   "have moved since, so the updates are not the single-device step and were "
                   "not compared (forward and pushed gradients were)",)
+    if got.recomputed:
+        notes += (f"recompute: {got.recomputed} op forwards ran again before their backward, "
+                  f"from the kept block inputs",)
     checks += [Check(f"{n} (replicas)", e, e, e <= tol) for n, e in got.replica.items() if e]
-    return VerifyResult(name, case.mesh.size, tuple(checks), notes, tol, got.collectives)
+    return VerifyResult(name, case.mesh.size, tuple(checks), notes, tol, got.collectives,
+                        phases)
 
 
 def verify_scenario(s: Scenario, faults: Faults | None = None,
@@ -252,12 +337,30 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
     """Verify a scenario's plan; InputError when its strategies cannot be planned.
     `fused_attention`: the hardware profile's default for `model.attention: auto`, so that
     verify proves the plan `run` times."""
+    copies = s.parallel.overlap.copies
+    if copies > 1 and not isinstance(s.model, GraphModel):
+        # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
+        # after another, their gradients summed: verify executes exactly those slices
+        s = s.model_copy(update={"training": s.training.model_copy(update={
+            "micro_batch_size": s.training.micro_batch_size // copies})})
     try:
         case = build_case(s, fused_attention)
         spec = s.parallel.parameter_server
         ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
-        return verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
-                           s.parallel.optimizer_shard >= 1, faults, s.name, ps)
+        select = recomputed_ops(s.parallel.recompute) \
+            if isinstance(s.model, TransformerModel) else None
+        result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
+                             s.parallel.optimizer_shard, faults, s.name, ps,
+                             recompute=Recompute(select) if select else None)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
+    if copies > 1 and not isinstance(s.model, GraphModel):
+        note = (f"multi-copy: each micro-batch ran as {copies} slices of "
+                f"{s.training.micro_batch_size}, one after another, gradients summed")
+        result = dataclasses.replace(result, notes=result.notes + (note,))
+    elif copies > 1:
+        result = dataclasses.replace(result, notes=result.notes + (
+            "multi-copy is not executed for an operator graph (its batch is its input "
+            "tensors): the plan was checked whole",))
+    return result
 

@@ -284,6 +284,16 @@ def _transformer_knobs(s: Scenario) -> Iterator[Problem]:
             f"GEMMs; allowed: auto)")
 
 
+def _copies(s: Scenario) -> Iterator[Problem]:
+    """Multi-copy parallel splits a micro-batch into `copies` slices along the batch."""
+    c = s.parallel.overlap.copies
+    if c > 1 and not isinstance(s.model, GraphModel) and s.training.micro_batch_size % c:
+        yield "parallel.overlap.copies", (
+            f"{c} must divide training.micro_batch_size={s.training.micro_batch_size} (the "
+            f"copies are slices of the micro-batch; valid: "
+            f"{divisors(s.training.micro_batch_size)})")
+
+
 def _param_gather(s: Scenario) -> Iterator[Problem]:
     p = s.parallel
     if not p.overlap.param_gather and p.optimizer_shard not in (1, 2):
@@ -360,6 +370,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _schedule,
     _transformer_knobs,
     _param_gather,
+    _copies,
     _offload,
     _parameter_server,
 )

@@ -23,6 +23,7 @@ flat buffer).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -45,8 +46,8 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import ShardingPlan, build_plan
 from simulator.sharding.transformer_plan import gpt_dims, planned_transformer, uses_flash
 
-__all__ = ["transformer_program", "graph_program", "GraphProgram", "gpt_dims", "uses_flash",
-           "ATTENTION_CORE", "graph_model_flops"]
+__all__ = ["recomputed_ops", "transformer_program", "graph_program", "GraphProgram",
+           "gpt_dims", "uses_flash", "ATTENTION_CORE", "graph_model_flops"]
 
 ATTENTION_CORE = ("scores", "softmax", "attn_dropout", "context", "flash_attention")
 _CORE_ROLES = ("scores", "scale", "mask", "softmax", "attn_drop", "context", "attn")
@@ -123,6 +124,21 @@ def _recomputed(ops: tuple[Op, ...], keep: Select) -> tuple[Op, ...]:
 
 def _role(name: str) -> str:
     return name.rsplit(".", 1)[-1]
+
+
+def recomputed_ops(mode: str) -> Select | None:
+    """The GPT graph's ops (by name) that `parallel.recompute` drops after the forward and
+    runs again before the backward: every op of a layer (`full`, Megatron-LM's
+    --recompute-granularity full), the attention core (`selective`, Korthikanti et al.
+    2022, Sec. 5); None for `none`. `run` times and `verify` executes the same set."""
+    def layer(n: str) -> bool:
+        return re.match(r"l\d+\.", n) is not None
+
+    if mode == "full":
+        return layer
+    if mode == "selective":
+        return lambda n: layer(n) and _role(n) in _CORE_ROLES
+    return None
 
 
 def _layer_block(layers: int, unit: int) -> Select:

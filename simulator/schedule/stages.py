@@ -6,20 +6,21 @@ embedding joins the first virtual stage and the LM head with its loss the last, 
 Megatron-LM, so those two take extra layers last).
 
 Multi-copy (`overlap.copies = c`, MindSpore's multi-copy parallel) splits each micro-batch
-into c slices and runs one slice's tensor-parallel collectives under another slice's
-compute, so only max(comm / c, comm - compute * (c - 1) / c) of the collectives stays
-exposed: the first (or last) slice's, or whatever compute cannot cover.
+into c slices whose tensor-parallel collectives run under the other slices' kernels: each
+op sequence is priced by an event simulation of the c interleaved copies
+(`simulator.schedule.multicopy`), which replaces the chunked TP-comm overlap.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from simulator.cost.specs import CommSpec, GroupSpec
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel, Priced, price_ops
 from simulator.schedule.host import host_costs
 from simulator.schedule.layout import RankMesh
+from simulator.schedule.multicopy import multi_copy
 from simulator.schedule.program import TransformerProgram
 
 __all__ = ["StageWork", "stage_work", "stage_layers"]
@@ -62,13 +63,6 @@ def _sum(pieces: tuple[Priced, ...]) -> Priced:
     for piece in pieces[1:]:
         total = total + piece
     return total
-
-
-def _exposed(priced: Priced, copies: int) -> Priced:
-    if copies <= 1 or priced.comm_s == 0.0:
-        return priced
-    hidden = priced.compute_s * (copies - 1) / copies
-    return replace(priced, comm_s=max(priced.comm_s / copies, priced.comm_s - hidden))
 
 
 def _pieces(prog: TransformerProgram, layer: Priced, head: Priced, embed: Priced,
@@ -137,7 +131,9 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
     costs = host_costs(costs, prog.host_kernels)  # operators on the host CPU (schedule.host)
 
     def price(ops: tuple) -> Priced:
-        return _exposed(price_ops(ops, costs, groups, prog.tp_overlap), c)
+        if c > 1:
+            return multi_copy(ops, costs, groups, c)
+        return price_ops(ops, costs, groups, prog.tp_overlap)
 
     lf, lb, lr = price(prog.layer_fwd), price(prog.layer_bwd), price(prog.layer_recompute)
     ef, eb = price(prog.embed_fwd), price(prog.embed_bwd)

@@ -34,12 +34,12 @@ def _count(k: float):
 
 def _gelu(xs, attrs, ctx):
     x = xs[0]
-    return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * (x * x * x))))
 
 
 def _gelu_vjp(xs, y, dy, attrs, ctx):
     x = xs[0]
-    u = _GELU_C * (x + 0.044715 * x**3)
+    u = _GELU_C * (x + 0.044715 * (x * x * x))  # x * x * x: x**3 is a 10x slower pow
     t = np.tanh(u)
     du = _GELU_C * (1.0 + 3 * 0.044715 * x**2)
     return [dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)]
@@ -71,10 +71,11 @@ def dropout_mask(attrs: dict[str, Any], ctx: KernelCtx, local: Shape) -> np.ndar
     p = float(attrs.get("p", 0.1))
     starts = list(ctx.out_offset)
     starts[0] += ctx.batch_offset if starts else 0
-    coords = np.indices(local, dtype=np.int64)
-    flat = np.zeros(local, dtype=np.int64)
+    flat = np.zeros((1,) * len(local), dtype=np.int64)
     for axis, (start, full) in enumerate(zip(starts, ctx.out_shape)):
-        flat = flat * (full if axis else 1) + coords[axis] + start
+        coord = np.arange(local[axis], dtype=np.int64).reshape(
+            (1,) * axis + (local[axis],) + (1,) * (len(local) - axis - 1))  # broadcasts
+        flat = flat * (full if axis else 1) + coord + start
     keep = _uniform(int(attrs.get("seed", 0)), flat) >= p
     return keep / (1.0 - p)
 
