@@ -1,6 +1,7 @@
 """Operator attributes in a `type: graph` model: an attribute the operator's family does not
-read is an input error naming it (it used to be accepted and ignored: `primitive_target:
-CPU` changed nothing), and MindSpore's attributes the simulator does not model yet say so."""
+read is an input error naming it (`primitive_target: CPU` used to be accepted and ignored;
+tests/test_host_placement.py now pins what it does), and MindSpore's attributes the simulator
+does not model yet say so."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ def _with_attrs(tmp_path, op_index: int, attrs: dict) -> str:
 
 
 @pytest.mark.parametrize("index,attrs,message", [
-    (0, {"primitive_target": "CPU"}, "model.ops[0].attrs.primitive_target: 'CPU': host/device "
-     "heterogeneous placement (an operator on the CPU) is not simulated yet"),
+    (0, {"primitive_target": "NPU"}, "model.ops[0].attrs.primitive_target: 'NPU': not a "
+     "placement (allowed: CPU, GPU, Ascend)"),
     (2, {"recompute": True}, "model.ops[2].attrs.recompute: True: per-operator recompute "
      "(parallel.recompute applies to the whole model) is not simulated yet"),
     (2, {"transpose_c": True}, "model.ops[2].attrs.transpose_c: unknown attribute of Einsum "

@@ -65,7 +65,7 @@ def test_out_of_range_values_name_key_value_and_range(invoke_cli, item, expected
 
 
 @pytest.mark.parametrize("sets", [
-    ["parallel.offload.activations=true"],
+    ["parallel.offload.activations=true", "parallel.recompute=full"],
     ["hardware=ascend-910a", "model.dtype=bf16"],
 ])
 def test_run_and_verify_refuse_the_same_way(invoke_cli, sets):

@@ -29,6 +29,9 @@ def test_run_contract_on_every_bundled_scenario(name):
     out = summary(simulate(s, load_profile(s.hardware)))
     # a parameter-server run adds its figures (servers, bytes, staleness)
     ps = {"parameter_server"} if s.parallel.mode == "parameter_server" else set()
+    # offloaded parameters / activations add the host-link bytes per device
+    off = s.parallel.offload
+    ps |= {"offload_bytes_per_device"} if off.parameters or off.activations else set()
     assert set(out) == KEYS | ps
     assert out["iteration_time_s"] > 0
     assert sum(out["breakdown_s"].values()) == pytest.approx(out["iteration_time_s"], rel=0.01)

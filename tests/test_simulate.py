@@ -222,8 +222,8 @@ def test_optimizer_offload_moves_states_to_the_host_and_exposes_the_copies(a100)
     assert sum(parts.values()) == pytest.approx(result.iteration_time_s)
 
 
-def test_activation_offload_is_refused_with_the_key(a100):
+def test_activation_offload_with_recompute_is_refused_with_the_key(a100):
     from simulator.errors import InputError
 
     with pytest.raises(InputError, match="parallel.offload.activations"):
-        simulate(_scenario(offload={"activations": True}), a100)
+        simulate(_scenario(recompute="full", offload={"activations": True}), a100)

@@ -228,6 +228,12 @@ def verify(
         if res.shrunk_note:
             sys.stderr.write(f"note: {res.shrunk_note}\n")
         report = res.to_dict()
+        from simulator.schedule.offload import verify_note
+
+        placed = verify_note(loaded.scenario)  # offload / host placement: what was checked
+        if placed:
+            report["notes"].append(placed)
+            sys.stderr.write(f"note: {placed}\n")
         if json_out:
             emit_json(report, stdout)
         else:

@@ -66,6 +66,10 @@ class Workload:
     fusion_mode: str = "size"
     bucket_bytes: float = 25e6
     overheads: Any = None  # the framework profile's memory_overheads (None: none)
+    # parallel.offload.parameters / activations (simulator/schedule/offload.py): a layer's
+    # weights or saved activations are on the device only around its compute
+    offload_parameters: bool = False
+    offload_activations: bool = False
 
 
 def workload_of(scenario: Scenario, hw: Any) -> Workload:
@@ -79,9 +83,10 @@ def workload_of(scenario: Scenario, hw: Any) -> Workload:
     e = DTYPE_BYTES[m.dtype]
     ge = 4 if sw.bf16_grads_fp32 and m.dtype == "bf16" else e
     fusion = scenario.parallel.comm_fusion
+    off = scenario.parallel.offload
     return Workload(m, scenario.training.global_batch_size, scenario.training.optimizer,
                     bool(flash), ge, fusion.mode, fusion.bucket_mb * 1e6,
-                    fw.memory_overheads)
+                    fw.memory_overheads, off.parameters, off.activations)
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,12 @@ def _pp_buffers(w: Workload, cfg: Config) -> float:
     return 2 * send / (cfg.tensor if cfg.sequence_parallel else 1)
 
 
+def _floor(w: Workload, params: float, rest: float, acts: float, dp: float) -> float:
+    """The floor: what offloading moves to the host counts nothing (a lower bound)."""
+    return ((0.0 if w.offload_parameters else params) + rest
+            + max(0.0 if w.offload_activations else acts, dp))
+
+
 def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
     """Peak memory of the most loaded device (the first or the last pipeline stage): model
     states, the activations in flight, the pipeline send buffers and the data-parallel
@@ -235,7 +246,7 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
         est = MemoryEstimate(
             parameters=params + 2 * unit, gradients=grads, optimizer_states=states,
             activations=acts, communication_buffers=dp + _pp_buffers(w, cfg),
-            floor_bytes=params + grads + states + max(st.activations, dp) + overhead,
+            floor_bytes=_floor(w, params, grads + states + overhead, st.activations, dp),
             framework_overhead=overhead)
         if best is None or est.peak_bytes > best.peak_bytes:
             best = est

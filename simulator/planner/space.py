@@ -124,6 +124,15 @@ def _memory_knobs(t: int, d: int, seq: int, flash: bool, max_shard: int
                     yield sp, rc, z, off
 
 
+def _offload_allows(scenario: Scenario, recompute: str, shard: int) -> bool:
+    """The scenario's parameter / activation offload runs without recompute, and parameter
+    offload without optimizer sharding (scenario.rules `_offload`)."""
+    off = scenario.parallel.offload
+    if (off.parameters or off.activations) and recompute != "none":
+        return False
+    return not (off.parameters and shard != 0)
+
+
 def enumerate_space(scenario: Scenario, devices: int, flash: bool = False,
                     limits: SpaceLimits = SpaceLimits()) -> list[Config]:
     """Every configuration of `scenario`'s model and global batch on `devices` devices, in
@@ -143,7 +152,8 @@ def enumerate_space(scenario: Scenario, devices: int, flash: bool = False,
                 for sched, v in _schedules(m, p, gb // (d * b), limits):
                     for sp, rc, z, off in _memory_knobs(t, d, m.seq_length, flash,
                                                       limits.max_optimizer_shard):
-                        out.append(Config(d, t, p, b, sched, v, sp, rc, z, off))
+                        if _offload_allows(scenario, rc, z):
+                            out.append(Config(d, t, p, b, sched, v, sp, rc, z, off))
     return out
 
 

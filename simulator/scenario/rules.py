@@ -343,13 +343,27 @@ def _param_gather(s: Scenario) -> Iterator[Problem]:
 
 
 def _offload(s: Scenario) -> Iterator[Problem]:
-    """Offloads the simulator does not model: refused here, for `run` and `verify` alike
-    (the lowering, simulator/schedule/lowering.py, refuses them with the same words)."""
-    off = s.parallel.offload
+    """Offloading parameters / activations (simulator/schedule/offload.py) moves them layer
+    by layer: a transformer's; the combinations not modelled are refused, for `run` and
+    `verify` alike."""
+    p, off = s.parallel, s.parallel.offload
     for key, on in (("parameters", off.parameters), ("activations", off.activations)):
-        if on:
-            yield (f"parallel.offload.{key}",
-                   "true is not simulated yet (supported: offload.optimizer_states)")
+        if not on:
+            continue
+        where = f"parallel.offload.{key}"
+        if not isinstance(s.model, TransformerModel):
+            yield where, (f"true needs a model the program runs layer by layer (type "
+                          f"transformer); a model of type '{s.model.type}' is not simulated "
+                          f"yet (allowed: false)")
+        elif p.recompute != "none":
+            yield where, (f"true with parallel.recompute {p.recompute} is not simulated yet "
+                          f"(allowed: recompute none)")
+        elif key == "parameters" and p.optimizer_shard != 0:
+            yield where, (f"true with parallel.optimizer_shard {p.optimizer_shard} is not "
+                          f"simulated yet (allowed: optimizer_shard 0)")
+        elif key == "parameters" and p.mode == "parameter_server":
+            yield where, ("true with parallel.mode parameter_server is not simulated yet "
+                          "(the servers hold the parameters; allowed: false)")
 
 
 def _parameter_server(s: Scenario) -> Iterator[Problem]:

@@ -17,8 +17,9 @@ Per simulated device (one per pipeline stage, or every rank under full fidelity)
   Gradient reductions on the other mesh axes run once, before the optimizer step.
 With offload.optimizer_states the optimizer runs on the host (ZeRO-Offload): gradients go
 down and parameters come back over PCIe on the offload stream, and the wait is
-offload_exposed. Offloading parameters or activations is not simulated yet (InputError),
-nor a pipeline over a model the program keeps as one block (operator graphs).
+offload_exposed. Offloading parameters or activations (`schedule.offload`) runs compute
+piece by piece with host copies on the offload streams. A pipeline over a model the program
+keeps as one block (operator graphs) is refused (InputError).
 Memory: F allocates the micro-batch's activations, B frees them; transfers hold their
 buffers while they run; model states are allocated before the iteration (`Plan.static_memory`).
 With `cuts` given (representative fidelity), a run of at least COLLAPSE_MIN identical
@@ -35,7 +36,9 @@ from simulator.errors import InputError
 from simulator.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.schedule.buckets import COLLAPSE_MIN
 from simulator.schedule.costs import CostModel
+from simulator.schedule.host import host_optimizer_s
 from simulator.schedule.layout import RankMesh, rank_mesh
+from simulator.schedule.offload import Offload
 from simulator.schedule.pipeline import schedule_steps
 from simulator.schedule.program import TransformerProgram
 from simulator.schedule.reduction import DataParallel, strategy_for
@@ -76,6 +79,7 @@ class Lowering:
         self.block_of: list[tuple[int, tuple[int, int, int, int]]] = (
             share.block_of if share else [])
         self.dp: DataParallel = strategy_for(self)
+        self.off: Offload = Offload(self, share.off if share else None)
         self.gates: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self.send_s = {intra: costs.send_recv_s(prog.boundary_bytes, intra)
                        for intra in (True, False)}
@@ -106,16 +110,23 @@ class Lowering:
         units = self.dp.unit_gates(dev, "F", mb, vs)
         if units is not None:
             gates, held = units
+        if not gates and self.off.split:
+            gates = ((),) * len(w.fwd_pieces)
         pieces, gates = (w.fwd_pieces, gates) if gates else ((w.fwd,), ((),))
         for k, (piece, gate) in enumerate(zip(pieces, gates)):
             first, last = k == 0, k == len(pieces) - 1
             key = ("C", dev, "F", mb, vs) if last else ("C", dev, "F", mb, vs, k)
+            io = self.off.before(dev, "F", mb, vs, k) if self.off.split else None
+            alloc = (("activations", w.activation_bytes),) if first else ()
             tid = self.b.add(key, device=dev, stream="compute", name="F", phase="fwd",
                              micro=mb, chunk=vs, duration_s=piece.compute_s + piece.comm_s,
-                             comm_s=piece.comm_s, deps=(deps if first else ()) + gate,
-                             comm=piece.comm,
-                             alloc=(("activations", w.activation_bytes),) if first else (),
-                             free=(("parameters", held[k]),) if held and held[k] else ())
+                             comm_s=piece.comm_s,
+                             deps=(deps if first else ()) + gate + (io.deps if io else ()),
+                             comm=piece.comm, alloc=io.alloc if io else alloc,
+                             free=((("parameters", held[k]),) if held and held[k] else ())
+                             + (io.free if io else ()))
+            if io:
+                self.off.after_forward(dev, mb, vs, k, tid)
         if vs < self.ranks.virtual_stages - 1:
             self._send(dev, self._peer(dev, vs + 1), "fwd", mb, vs, tid)
 
@@ -153,8 +164,8 @@ class Lowering:
             deps, free = (), (("activations", w.activation_bytes + w.working_bytes),)
         deps += self.dp.gather_before(dev, vs, ("B", mb, vs))
         units = None if self.par.recompute != "none" else self.dp.unit_gates(dev, "B", mb, vs)
-        split = units is not None or (mb == self.micro - 1 and self.ranks.data > 1
-                                      and self.par.overlap.grad_reduce)
+        split = units is not None or self.off.split or (
+            mb == self.micro - 1 and self.ranks.data > 1 and self.par.overlap.grad_reduce)
         pieces = w.bwd_pieces if split else (w.bwd,)
         gates, held = units if units is not None else (((),) * len(pieces), ())
         tids = []
@@ -162,12 +173,15 @@ class Lowering:
             last = k == len(pieces) - 1
             key = ("C", dev, "B", mb, vs) if last else ("C", dev, "B", mb, vs, k)
             gathered = (("parameters", held[k]),) if held and held[k] else ()
+            io = self.off.before(dev, "B", mb, vs, k) if self.off.split else None
+            own = io.free if io else (free if last else ())
             tids.append(self.b.add(key, device=dev, stream="compute", name="B", phase="bwd",
                                    micro=mb, chunk=vs,
                                    duration_s=piece.compute_s + piece.comm_s,
                                    comm_s=piece.comm_s,
-                                   deps=(deps if k == 0 else ()) + gates[k], comm=piece.comm,
-                                   free=(free if last else ()) + gathered))
+                                   deps=(deps if k == 0 else ()) + gates[k]
+                                   + (io.deps if io else ()), comm=piece.comm,
+                                   free=own + gathered))
         if vs > 0:
             self._send(dev, self._peer(dev, vs - 1), "bwd", mb, vs, tids[-1])
         if self.par.overlap.grad_reduce or self.dp.per_unit:
@@ -186,6 +200,7 @@ class Lowering:
                           if self.b.streams.get((dev, s)))
         params = sum(self.work[vs].params for vs in vss)
         deps = last_comm + self._grad_sync(dev, vss)
+        deps += self._host_ops_step(dev, deps + (compute[-1],))
         remote = self.dp.remote_step(dev, params, deps)
         if remote is not None:
             step = remote
@@ -197,7 +212,19 @@ class Lowering:
             step = self.b.add(("O", dev), device=dev, stream="compute", name="opt",
                               phase="optimizer", duration_s=self.costs.compute_s(spec),
                               deps=deps)
+            step = self.off.after_step(dev, params, step)
         self.dp.after_step(dev, vss, step)
+
+    def _host_ops_step(self, dev: int, deps: tuple[int, ...]) -> tuple[int, ...]:
+        """The optimizer step of the parameters operators on the host CPU keep there
+        (`schedule.host`), after the backward; the device's step follows it (the iteration
+        ends when both have), so a wait for it is charged to the optimizer."""
+        if not self.prog.host_params:
+            return ()
+        seconds = host_optimizer_s(self.prog.host_params, self.prog.dtype,
+                                   self.sc.training.optimizer)
+        return (self.b.add(("HO", dev), device=dev, stream="offload", name="host_opt",
+                           phase="optimizer", duration_s=seconds, deps=deps),)
 
     def _grad_sync(self, dev: int, vss: list[int]) -> tuple[int, ...]:
         """Gradient reductions on non-dp axes (tensor-parallel replicas of sequence-parallel
@@ -219,11 +246,16 @@ class Lowering:
         updated 16-bit parameters come back; the device waits for them. Returns the task
         after which the parameters are back."""
         local = params / (self.ranks.data if self.par.optimizer_shard >= 1 else 1)
+        # after the backward too (without data-parallel reductions nothing else orders it)
+        deps += (self.b.streams[(dev, "compute")][-1],)
+        back = 0.0 if self.off.params else local * self.e  # ZeRO-Infinity: stays on the host
+        self.off.count(dev, "d2h", local * self.ge)
+        self.off.count(dev, "h2d", back)
         d2h = self.b.add(("H", dev, "d2h"), device=dev, stream="offload", name="grad_d2h",
                          phase="offload", duration_s=self.costs.copy_s(local * self.ge),
                          deps=deps)
         h2d = self.b.add(("H", dev, "h2d"), device=dev, stream="offload", name="param_h2d",
-                         phase="offload", duration_s=self.costs.copy_s(local * self.e),
+                         phase="offload", duration_s=self.costs.copy_s(back),
                          deps=(d2h,))
         self.b.add(("O", dev), device=dev, stream="compute", name="opt", phase="optimizer",
                    duration_s=0.0, deps=(h2d,))
@@ -240,10 +272,10 @@ class Lowering:
             (self.forward if kind == "F" else self.backward)(dev, mb, vs)
         self.finish(dev, vss)
         params = sum(self.work[vs].params for vs in vss)
-        return model_state_bytes(params, self.prog.dtype, self.sc.training.optimizer,
-                                 self.par.optimizer_shard, self.ranks.data,
-                                 self.par.offload.optimizer_states or self.dp.remote_optimizer,
-                                 self.ge)
+        return self.off.static(model_state_bytes(
+            params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
+            self.ranks.data, self.par.offload.optimizer_states or self.dp.remote_optimizer,
+            self.ge))
 
 
 def _check(scenario: Scenario, prog: TransformerProgram) -> None:
@@ -287,5 +319,5 @@ def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
     return Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,
                 stage_of=tuple(low.ranks.stage(d) for d in devices), static_memory=static,
                 total_devices=low.ranks.devices, micro_batches=low.micro,
-                stage_layers=tuple(w.layers for w in low.work), extras=low.dp.extras(),
-                blocks=tuple(low.block_of))
+                stage_layers=tuple(w.layers for w in low.work),
+                extras=low.dp.extras() + low.off.extras(), blocks=tuple(low.block_of))

@@ -33,6 +33,7 @@ from simulator.graph.graph import Graph
 from simulator.hardware.schema import Software
 from simulator.scenario.schema import DTYPE_BYTES, GraphModel, Scenario, TransformerModel
 from simulator.schedule.fp8 import Fp8Recipe, apply_fp8, fp8_saved
+from simulator.schedule.host import host_kernels, host_placed
 from simulator.schedule.program import Op, TpOverlap, TransformerProgram
 from simulator.sharding.lower import (
     Saved,
@@ -281,17 +282,21 @@ def graph_program(scenario: Scenario) -> GraphProgram:
     e = DTYPE_BYTES[dtype]
     plan = build_plan(graph, mesh, e)
     skip = ("dp",) if scenario.parallel.data > 1 else ()
-    whole = _Block(lambda n: True)
+    on_host = {op.name for op in graph.ops if host_placed(op)}
+    whole = _Block(lambda n: n not in on_host)  # host operators' tables stay in host memory
     params, tensors = whole.params(plan, graph)
     sv = saved(plan, e)
+    kept = sv.total(lambda n: n not in on_host)
     prog = TransformerProgram(
         layer_fwd=forward_specs(plan, dtype), layer_bwd=backward_specs(plan, dtype),
         layer_recompute=(), embed_fwd=(), embed_bwd=(), head_fwd=(), head_bwd=(),
         params_per_layer=params, params_embedding=0, params_head=0, params_output=0,
-        param_tensors_per_layer=tensors, activation_bytes_per_layer=sv.total(),
+        param_tensors_per_layer=tensors, activation_bytes_per_layer=kept,
         embed_activation_bytes=0.0, head_activation_bytes=0.0,
-        layer_working_bytes=sv.total(), boundary_bytes=0.0, dtype=dtype, single_block=True,
-        grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"))
+        layer_working_bytes=kept, boundary_bytes=0.0, dtype=dtype, single_block=True,
+        grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"),
+        host_kernels=host_kernels(plan, e),
+        host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0)
     micro = 1 if isinstance(scenario.model, GraphModel) else scenario.grad_accum_steps
     return GraphProgram(prog, mesh, graph_model_flops(graph, micro))
 

@@ -102,6 +102,10 @@ class TransformerProgram:
     layers_per_block: int = 1
     expert_slot_fill: float = 1.0
     expert_load: float = 1.0
+    # (kernel name, bytes over the host link) of operators placed on the host CPU
+    # (`schedule.host`: a graph's `primitive_target: CPU`); priced on the host profile
+    host_kernels: tuple[tuple[str, float], ...] = ()
+    host_params: int = 0  # parameters those operators keep in host memory
 
     @property
     def grad_bytes(self) -> float:

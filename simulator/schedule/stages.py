@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from simulator.cost.specs import CommSpec, GroupSpec
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel, Priced, price_ops
+from simulator.schedule.host import host_costs
 from simulator.schedule.layout import RankMesh
 from simulator.schedule.multicopy import multi_copy
 from simulator.schedule.program import TransformerProgram
@@ -38,6 +39,8 @@ class StageWork:
     while a recomputed micro-batch runs its backward (one layer's full saved set).
     grad_sync: the stage's gradient reductions on non-dp axes, once per iteration, each
     collective kind coalesced into one buffer.
+    act_pieces / offloadable: activation_bytes split by forward piece, and which pieces are
+    layers (the ones `parallel.offload.activations` moves to the host, `schedule.offload`).
     """
 
     fwd: Priced
@@ -51,6 +54,8 @@ class StageWork:
     working_bytes: float
     layers: int
     grad_sync: Priced = Priced(0.0, 0.0, ())
+    act_pieces: tuple[float, ...] = ()  # activation_bytes by fwd piece ([embed], layers, [head])
+    offloadable: tuple[bool, ...] = ()  # per fwd piece: a layer (offload.activations moves it)
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -72,6 +77,14 @@ def _pieces(prog: TransformerProgram, layer: Priced, head: Priced, embed: Priced
         pieces.append(embed)
         params.append(prog.params_embedding)
     return tuple(pieces), tuple(params)
+
+
+def _act_pieces(prog: TransformerProgram, n: int, first: bool, last: bool
+                ) -> tuple[float, ...]:
+    """Saved activation bytes of each forward piece."""
+    return (((prog.embed_activation_bytes,) if first else ())
+            + (prog.activation_bytes_per_layer,) * n
+            + ((prog.head_activation_bytes,) if last else ()))
 
 
 def _grad_sync(prog: TransformerProgram, n: int, first: bool, last: bool
@@ -115,6 +128,7 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
     of each virtual stage when already chosen (default: `stage_layers`)."""
     groups: dict[str, GroupSpec] = layout.groups()
     c = scenario.parallel.overlap.copies
+    costs = host_costs(costs, prog.host_kernels)  # operators on the host CPU (schedule.host)
 
     def price(ops: tuple) -> Priced:
         if c > 1:
@@ -148,5 +162,6 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
                              recompute=lr.scaled(n), params=sum(params),
                              activation_bytes=act, working_bytes=working,
                              layers=n * prog.layers_per_block,
-                             grad_sync=sync))
+                             grad_sync=sync, act_pieces=_act_pieces(prog, n, first, last),
+                             offloadable=(False,) * first + (True,) * n + (False,) * last))
     return tuple(out)

@@ -17,8 +17,10 @@ from typing import Any, NamedTuple
 
 __all__ = ["Task", "Plan", "STREAMS", "CATEGORIES", "Alloc"]
 
+# offload: host-to-device copies (and ZeRO-Offload's); offload_d2h: device-to-host copies
+# of offloaded activations and parameters (PCIe is full duplex: each direction has its lanes)
 STREAMS: tuple[str, ...] = ("compute", "pp_fwd", "pp_bwd", "dp", "dp_reduce", "offload",
-                             "ps_server")
+                             "ps_server", "offload_d2h")
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_states", "activations",
                                "communication_buffers")
 Alloc = tuple[tuple[str, float], ...]  # (memory category, bytes) pairs

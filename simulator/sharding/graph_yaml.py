@@ -57,10 +57,21 @@ def _strategy(op, i: int, source: str) -> Strategy | None:
 # MindSpore operator attributes (shared/seeds) that the simulator does not model yet: refused
 # by name rather than accepted and ignored
 NOT_SIMULATED = {
-    "primitive_target": "host/device heterogeneous placement (an operator on the CPU)",
     "recompute": "per-operator recompute (parallel.recompute applies to the whole model)",
     "pipeline_stage": "pipeline stages of an operator graph",
 }
+
+
+# Where an operator runs (MindSpore `primitive_target`, shared/seeds/mindspore-other-features.md):
+# 'CPU' places it on the host (simulator/schedule/host.py); the device's own names keep it there
+PLACEMENT = {"primitive_target": ("CPU", "GPU", "Ascend")}
+
+
+def _check_placement(value: object, where: str, source: str) -> None:
+    allowed = PLACEMENT["primitive_target"]
+    if value not in allowed:
+        raise InputError(source, where, f"{value!r}: not a placement (allowed: "
+                                        f"{', '.join(allowed)})")
 
 
 def _check_attrs(op, i: int, source: str) -> None:
@@ -73,6 +84,9 @@ def _check_attrs(op, i: int, source: str) -> None:
         if key in family.attrs:
             continue
         where = f"model.ops[{i}].attrs.{key}"
+        if key in PLACEMENT:
+            _check_placement(op.attrs[key], where, source)
+            continue
         if key in NOT_SIMULATED:
             raise InputError(source, where, f"{op.attrs[key]!r}: {NOT_SIMULATED[key]} is "
                                             f"not simulated yet")
