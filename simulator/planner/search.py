@@ -112,7 +112,7 @@ def simulate_config(scenario: Scenario, hw: Any, cfg: Config,
     from simulator.report import summary
     from simulator.simulate import simulate
 
-    s = summary(simulate(apply_config(scenario, cfg, devices_per_node), hw))
+    s = summary(simulate(apply_config(scenario, cfg, devices_per_node), hw, steady=True))
     mem = s["memory"]
     return Evaluation(s["iteration_time_s"], s["tokens_per_s"], s["mfu"],
                       float(mem["peak_bytes"]), float(mem["capacity_bytes"]), mem["fits"])

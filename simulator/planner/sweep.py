@@ -169,8 +169,10 @@ def evaluate(spec: SweepSpec, config: Config) -> dict[str, Any]:
     row.update(status="ok", error=None, **dict.fromkeys(ROW_METRICS))
     try:
         scenario, hw_path, hw_o = _load(spec, config.overrides)
+        # a sweep extends every steady state it can (exact, or simulated in full), not only
+        # the runs too long to simulate: thousands of configurations are its routine
         result = simulate(scenario, _profile(hw_path, hw_o), spec.fidelity,
-                          costs=_costs(hw_path, hw_o))
+                          costs=_costs(hw_path, hw_o), steady=True)
         row.update(_metrics(summary(result)))
     except ShardsimError as exc:
         row.update(status="error", error=str(exc))
