@@ -19,7 +19,7 @@ from simulator.numeric.execute import Execution, Faults, Recompute, run_microbat
 from simulator.numeric.optimizer import update
 from simulator.numeric.ps import PsRun, ps_step
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
-from simulator.schedule.model_program import recomputed_ops
+from simulator.schedule.model_program import layer_role, recomputed_ops, unsharded_roles
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
@@ -151,7 +151,7 @@ def _reduce(ex: Execution, plan: ShardingPlan, name: str, g: DistTensor, level: 
 
 
 def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
-          grads: dict[str, DistTensor], kind: str, lr: float, level: int
+          grads: dict[str, DistTensor], kind: str, lr: float, levels: dict[str, int]
           ) -> tuple[dict[str, DistTensor], dict[str, DistTensor]]:
     """Update each parameter at its optimizer layout. Below ZeRO-2 the accumulated gradient
     is reduced there first (ZeRO-2 and 3 reduced every micro-batch's already); below ZeRO-3
@@ -159,6 +159,7 @@ def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
     Returns (new parameters, reduced gradients)."""
     new, reduced = {}, {}
     for name, p in params.items():
+        level = levels[name]
         target = _opt_layout(plan, name, level >= 1)
         g = grads[name] if level >= 2 else _reduce(ex, plan, name, grads[name], level)
         local = ex.move(p, target, forward=False)
@@ -209,7 +210,8 @@ class _Outcome:
 
 def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
          ps: PsRun | None = None, vectorised: bool = True,
-         recompute: Recompute | None = None) -> _Outcome:
+         recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset()
+         ) -> _Outcome:
     mesh, ex = plan.mesh, Execution(plan, faults, vectorised=vectorised)
     params = {n: distribute(v, plan.layouts[n], mesh) for n, v in params0.items()}
     acts: dict[str, np.ndarray] = {}
@@ -220,26 +222,28 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
         acts[name] = assemble(t, mesh)
         replica[name] = replica_mismatch(t, mesh)
 
-    level = int(shard)  # the optimizer-sharding level (ZeRO stage); True counts as 1
-    held = params
-    if level >= 3:  # parameters live as shards between uses (sliced locally: no transfer)
-        held = {n: ex.move(p, _opt_layout(plan, n, True), forward=False)
-                for n, p in params.items()}
+    # the optimizer-sharding level (ZeRO stage; True counts as 1) of each parameter: 0 for
+    # those the threshold keeps whole
+    levels = {n: 0 if layer_role(n) in unsharded else int(shard) for n in params}
+    held = {n: ex.move(p, _opt_layout(plan, n, True), forward=False) if levels[n] >= 3 else p
+            for n, p in params.items()}  # ZeRO-3 keeps shards (sliced locally: no transfer)
     for i, batch in enumerate(batches):
         rows = next(iter(batch.values())).shape[0] if batch else 0
-        if level >= 3:
-            params = {n: _gather(ex, plan, n, t) for n, t in held.items()}
+        if any(v >= 3 for v in levels.values()):
+            params = {n: _gather(ex, plan, n, t) if levels[n] >= 3 else t
+                      for n, t in held.items()}
         local = run_microbatch(ex, params, batch, 1.0 / len(batches),
                                record if i == 0 else None, batch_offset=i * rows,
                                recompute=recompute)
         for n, g in local.items():
             # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
-            total[n] = add(total.get(n), _reduce(ex, plan, n, g, level) if level >= 2 else g)
+            total[n] = add(total.get(n),
+                           _reduce(ex, plan, n, g, levels[n]) if levels[n] >= 2 else g)
     counts: dict[str, int] = {}
     if ps is not None:
         new, reduced, counts = ps_step(plan, params, total, kind, lr, ps)
     else:
-        new, reduced = _step(ex, plan, held, total, kind, lr, level)
+        new, reduced = _step(ex, plan, held, total, kind, lr, levels)
     for s in ex.comm_log:
         counts[s.kind] = counts.get(s.kind, 0) + 1
     return _Outcome(acts, {n: assemble(g, mesh) for n, g in reduced.items()},
@@ -280,19 +284,21 @@ def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: float,
 def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, seed: int = 0,
                 shard_optimizer: int = 0, faults: Faults | None = None,
                 name: str = "", ps: PsRun | None = None, vectorised: bool = True,
-                recompute: Recompute | None = None) -> VerifyResult:
+                recompute: Recompute | None = None,
+                unsharded: frozenset[str] = frozenset()) -> VerifyResult:
     """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
     one thread: verify's products are a device's blocks of small or shrunk models, where a
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
     OpenBLAS threads on 2 busy cores, 1.3 s with one)."""
     with threadpool_limits(limits=1, user_api="blas"):
         return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
-                       vectorised, recompute)
+                       vectorised, recompute, unsharded)
 
 
 def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: int,
             faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool,
-            recompute: Recompute | None = None) -> VerifyResult:
+            recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset()
+            ) -> VerifyResult:
     faults = faults or Faults()
     rng = np.random.default_rng(seed)
     dtype, m = case.dtype, case.micro_batches
@@ -302,7 +308,7 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize)
     t0 = time.perf_counter()
     got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps, vectorised,
-               recompute)
+               recompute, unsharded)
     t1 = time.perf_counter()
     one = Mesh.of(single=1)
     ref = _run(build_plan(_unsharded(case.whole), one), params, [data], optimizer, lr, False,
@@ -351,7 +357,9 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
             if isinstance(s.model, TransformerModel) else None
         result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
                              s.parallel.optimizer_shard, faults, s.name, ps,
-                             recompute=Recompute(select) if select else None)
+                             recompute=Recompute(select) if select else None,
+                             unsharded=unsharded_roles(s, fused_attention)
+                             if isinstance(s.model, TransformerModel) else frozenset())
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not isinstance(s.model, GraphModel):

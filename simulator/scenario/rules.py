@@ -332,6 +332,22 @@ def _comm_fusion(s: Scenario) -> Iterator[Problem]:
             "reduce-scatters one unit (layer) at a time (allowed: mode auto or the default)")
 
 
+def _optimizer_threshold(s: Scenario) -> Iterator[Problem]:
+    """MindSpore's parallel_optimizer_threshold applies to a sharded optimizer, and is
+    judged on the transformer's planned parameters."""
+    p = s.parallel
+    if p.optimizer_threshold_kb <= 0:
+        return
+    if not p.optimizer_shard:
+        yield "parallel.optimizer_threshold_kb", (
+            f"{p.optimizer_threshold_kb:g} applies to a sharded optimizer (parallel."
+            f"optimizer_shard 1, 2 or 3; found 0)")
+    elif not isinstance(s.model, TransformerModel):
+        yield "parallel.optimizer_threshold_kb", (
+            f"{p.optimizer_threshold_kb:g}: not simulated yet for a model of type "
+            f"'{s.model.type}' (allowed: 0)")
+
+
 def _param_gather(s: Scenario) -> Iterator[Problem]:
     p = s.parallel
     if not p.overlap.param_gather and p.optimizer_shard not in (1, 2):
@@ -441,6 +457,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _schedule,
     _transformer_knobs,
     _param_gather,
+    _optimizer_threshold,
     _comm_fusion,
     _copies,
     _offload,

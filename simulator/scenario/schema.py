@@ -336,6 +336,12 @@ class ParallelSpec(_Closed):
     sequence_parallel: StrictBool = False
     # An int with bounds, not Literal[0, 1, 2, 3]: a Literal would take `true` as 1.
     optimizer_shard: Annotated[StrictInt, Field(ge=0, le=3)] = 0
+    # MindSpore parallel_optimizer_config's parallel_optimizer_threshold (KB; MindSpore's
+    # default 64): a parameter whose local size is at most this is not sharded by the
+    # optimizer (its gradient is all-reduced, its states kept whole). 0: every parameter is
+    # sharded (ZeRO, Megatron's distributed optimizer).
+    optimizer_threshold_kb: Annotated[StrictFloat, Field(ge=0.0, le=1e9,
+                                                         allow_inf_nan=False)] = 0.0
     recompute: Literal["none", "selective", "full"] = "none"
     offload: OffloadSpec = Field(default_factory=OffloadSpec)
     comm_fusion: CommFusionSpec = Field(default_factory=CommFusionSpec)

@@ -126,6 +126,46 @@ def _role(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
+def small_params(plan: ShardingPlan, select: Select, threshold_bytes: float,
+                 e: float) -> int:
+    """Elements of the parameters read by the selected ops whose local size is at most
+    `threshold_bytes` (MindSpore's parallel_optimizer_threshold: not sharded)."""
+    if threshold_bytes <= 0:
+        return 0
+    graph, mesh = plan.graph, plan.mesh
+    names = {n for p in plan.ops if select(p.op.name) for n in p.op.inputs
+             if graph.tensors[n].kind == "parameter"}
+    sizes = [math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, mesh))
+             for n in names]
+    return sum(n for n in sizes if n * e <= threshold_bytes)
+
+
+def unsharded_roles(scenario: Scenario, fused_attention: bool = False) -> frozenset[str]:
+    """The parameters (by name, a layer's without its `lN.` prefix) the optimizer keeps
+    whole under `parallel.optimizer_threshold_kb`, judged at the scenario's own sizes (a
+    shrunk verify case keeps the decision of the model it stands for)."""
+    p, m = scenario.parallel, scenario.model
+    assert isinstance(m, TransformerModel)
+    if not p.optimizer_shard or p.optimizer_threshold_kb <= 0:
+        return frozenset()
+    e = DTYPE_BYTES["bf16" if m.dtype == "fp8" else m.dtype]
+    dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
+                    min(m.layers, 3 * (m.moe.every if m.moe else 1)))
+    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert)
+    plan = build_plan(graph, mesh, e)
+    out = set()
+    for name, t in graph.tensors.items():
+        local = math.prod(plan.layouts[name].local_shape(t.shape, mesh))
+        if t.kind == "parameter" and local * e <= p.optimizer_threshold_kb * 1024:
+            out.add(layer_role(name))
+    return frozenset(out)
+
+
+def layer_role(name: str) -> str:
+    """A tensor's name without its layer prefix (`l3.ln1.g` -> `ln1.g`)."""
+    return re.sub(r"^l\d+\.", "", name)
+
+
 def recomputed_ops(mode: str) -> Select | None:
     """The GPT graph's ops (by name) that `parallel.recompute` drops after the forward and
     runs again before the backward: every op of a layer (`full`, Megatron-LM's
@@ -237,6 +277,7 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
                                                                 mesh))
     steps = gradient_steps(plan, ("dp",))
+    threshold = p.optimizer_threshold_kb * 1024 if p.optimizer_shard else 0.0
     return TransformerProgram(
         layer_fwd=fwd["layer"], layer_bwd=bwd["layer"], layer_recompute=recompute,
         embed_fwd=fwd["embed"], embed_bwd=bwd["embed"], head_fwd=fwd["head"],
@@ -253,6 +294,9 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
         grad_sync_head=_coalesce(_sync(plan, steps, head.select, embed.select), "grad_sync"),
         layers_per_block=unit, expert_slot_fill=_slot_fill(dims),
         expert_load=imbalance,
+        unsharded_per_layer=small_params(plan, layer.select, threshold, e),
+        unsharded_embedding=small_params(plan, embed.select, threshold, e),
+        unsharded_head=small_params(plan, lambda n: n == "lnf", threshold, e),
     )
 
 

@@ -100,6 +100,11 @@ class TransformerProgram:
     grad_sync_embed: tuple[CommSpec, ...] = ()
     grad_sync_head: tuple[CommSpec, ...] = ()
     layers_per_block: int = 1
+    # parameter elements the optimizer keeps whole (`parallel.optimizer_threshold_kb`): of
+    # one layer (block), of the embedding, of the head
+    unsharded_per_layer: int = 0
+    unsharded_embedding: int = 0
+    unsharded_head: int = 0
     expert_slot_fill: float = 1.0
     expert_load: float = 1.0
     # (kernel name, bytes over the host link) of operators placed on the host CPU

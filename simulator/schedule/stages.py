@@ -56,6 +56,7 @@ class StageWork:
     grad_sync: Priced = Priced(0.0, 0.0, ())
     act_pieces: tuple[float, ...] = ()  # activation_bytes by fwd piece ([embed], layers, [head])
     offloadable: tuple[bool, ...] = ()  # per fwd piece: a layer (offload.activations moves it)
+    unsharded: int = 0  # parameter elements the optimizer keeps whole (threshold)
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -163,5 +164,8 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
                              activation_bytes=act, working_bytes=working,
                              layers=n * prog.layers_per_block,
                              grad_sync=sync, act_pieces=_act_pieces(prog, n, first, last),
-                             offloadable=(False,) * first + (True,) * n + (False,) * last))
+                             offloadable=(False,) * first + (True,) * n + (False,) * last,
+                             unsharded=n * prog.unsharded_per_layer
+                             + (prog.unsharded_embedding if first else 0)
+                             + (prog.unsharded_head if last else 0)))
     return tuple(out)

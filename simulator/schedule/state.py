@@ -29,18 +29,24 @@ def _state_bytes_per_param(optimizer: str, dtype: str) -> int:
 
 
 def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: int,
-                      offload_states: bool = False, grad_bytes: float | None = None) -> Alloc:
+                      offload_states: bool = False, grad_bytes: float | None = None,
+                      unsharded: float = 0.0) -> Alloc:
     """Bytes of model states of a device holding `params` parameters (before optimizer
     sharding), as (category, bytes) pairs: ZeRO stage `shard` over `dp` ranks. Gradients
     take `grad_bytes` per element (default: the dtype's; 4 where bf16 gradients are kept
-    in fp32, as Megatron-LM does)."""
+    in fp32, as Megatron-LM does). `unsharded` of the parameters stay whole whatever the
+    stage (MindSpore's parallel_optimizer_threshold)."""
     e = DTYPE_BYTES[dtype]
     ge = grad_bytes or e
     k = _state_bytes_per_param(optimizer, dtype)
+
+    def held(per: float, sharded: bool) -> float:
+        return (params - unsharded) * per / (dp if sharded else 1) + unsharded * per
+
     return (
-        ("parameters", params * e / (dp if shard >= 3 else 1)),
-        ("gradients", params * ge / (dp if shard >= 2 else 1)),
-        ("optimizer_states", 0.0 if offload_states else params * k / (dp if shard >= 1 else 1)),
+        ("parameters", held(e, shard >= 3)),
+        ("gradients", held(ge, shard >= 2)),
+        ("optimizer_states", 0.0 if offload_states else held(k, shard >= 1)),
     )
 
 
