@@ -23,6 +23,18 @@ def _memory(result: Any) -> dict[str, Any]:
                                   for c in CATEGORIES}}
 
 
+def _steady_note(result: Any) -> list[str]:
+    """Say when the figures were extended from a shortened steady state (the trace and
+    timeline then show the shortened run)."""
+    st = getattr(result, "steady", None)
+    if st is None:
+        return []
+    total = result.scenario.grad_accum_steps
+    return [f"steady state extended: simulated {st.simulated + st.period} of {total} "
+            f"micro-batches per replica, each further period of {st.period} adding "
+            f"{st.period_s:.6g} s exactly; the trace and timeline show the simulated run"]
+
+
 def summary(result: Any) -> dict[str, Any]:
     """The CONTRACT section 3 result of a SimResult, as a JSON-ready dict."""
     sc = result.scenario
@@ -52,7 +64,7 @@ def summary(result: Any) -> dict[str, Any]:
         "pipeline_layers": list(result.plan.stage_layers),
         "critical_path": _critical(result),
         **({"jitter": result.jitter} if result.jitter else {}),
-        "notes": list(getattr(result, "notes", ())),
+        "notes": list(getattr(result, "notes", ())) + _steady_note(result),
         **dict(result.plan.extras),
     }
 
