@@ -56,19 +56,15 @@ class _Model:
         self.link_free: dict[tuple[int, str], float] = {}
         self.arrivals: dict[int, list] = {}
 
-    def _wait_deps(self, task: Task) -> Generator:
+    def _pending(self, deps: tuple[int, ...]) -> Generator:
+        """Wait for every dependency that has not finished yet."""
         done = self.done
-        for dep in task.deps:
+        for dep in deps:
             if done[dep] is None:
                 event = self.waiters.get(dep)
                 if event is None:
                     event = self.waiters[dep] = self.env.event()
                 yield event
-        latest, ready = self.ready[task.tid], -1
-        for dep in task.deps:
-            if done[dep] > latest:  # type: ignore[operator]
-                latest, ready = done[dep], dep  # type: ignore[assignment]
-        self.blocker[task.tid] = ready
 
     def _rendezvous(self, task: Task) -> Generator:
         """Wait until all group_size members of the collective have arrived."""
@@ -81,25 +77,39 @@ class _Model:
             yield entry[1]
 
     def stream(self, tids: tuple[int, ...]) -> Generator:
-        env, tasks = self.env, self.plan.tasks
+        # the hot loop of every simulation: attributes bound to locals, no helper call
+        # where nothing waits (each task records when it was ready and which dependency,
+        # finishing last after that, held it back: -1 for none)
+        env, tasks, done, ready = self.env, self.plan.tasks, self.done, self.ready
+        link_free, waiters, blocker = self.link_free, self.waiters, self.blocker
         for tid in tids:
             task = tasks[tid]
-            self.ready[tid] = env.now
-            if task.deps:
-                yield from self._wait_deps(task)
+            latest = ready[tid] = env.now
+            deps = task.deps
+            if deps:
+                for dep in deps:
+                    if done[dep] is None:
+                        yield from self._pending(deps)
+                        break
+                held = -1
+                for dep in deps:
+                    if done[dep] > latest:  # type: ignore[operator]
+                        latest, held = done[dep], dep  # type: ignore[assignment]
+                blocker[tid] = held
             if task.group >= 0:
                 yield from self._rendezvous(task)
-            start = env.now
+            now = start = env.now
+            duration = task.duration_s
             if task.link:
                 key = (task.device, task.link)
-                start = max(start, self.link_free.get(key, 0.0))
-                self.link_free[key] = start + task.duration_s
+                start = max(start, link_free.get(key, 0.0))
+                link_free[key] = start + duration
             self.start[tid] = start
-            end = start + task.duration_s
-            if end > env.now:
-                yield env.timeout(end - env.now)
-            self.done[tid] = end
-            event = self.waiters.pop(tid, None)
+            end = start + duration
+            if end > now:
+                yield env.timeout(end - now)
+            done[tid] = end
+            event = waiters.pop(tid, None)
             if event is not None:
                 event.succeed()
 

@@ -8,9 +8,11 @@ row equals the `run --json` of that command line. A row whose configuration is r
 (bad combination, an internal error) records the message and the sweep goes on.
 
 Work shared across configurations is reused inside each worker process: the scenario file
-is read and parsed once, each hardware profile (with its overrides) is validated once, and
-the cost model of a profile memoises its pure functions (a collective of the same size on
-the same group is priced once for the whole sweep, not once per configuration).
+is read and parsed once, each hardware profile (with its overrides) is validated once, the
+cost model of a profile memoises its pure functions (a collective of the same size on
+the same group is priced once for the whole sweep, not once per configuration), and the
+model program (`schedule.model_program.memoised_programs`) is derived once per distinct
+model, parallel layout and micro-batch size, not once per configuration.
 """
 
 from __future__ import annotations
@@ -125,6 +127,9 @@ def _profile(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
         raise blame_override(err, hw_overrides, "hardware.") from None
 
 
+_PROGRAMS: dict[Any, Any] = {}  # this process's memoised model programs
+
+
 @functools.lru_cache(maxsize=64)
 def _costs(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
     """The profile's cost model with each pure function memoised across configurations."""
@@ -161,6 +166,7 @@ def _metrics(summ: dict[str, Any]) -> dict[str, Any]:
 def evaluate(spec: SweepSpec, config: Config) -> dict[str, Any]:
     """The row of one configuration: `run --json` figures, or status 'error' and why."""
     from simulator.report.summary import summary
+    from simulator.schedule.model_program import memoised_programs
     from simulator.simulate import simulate
 
     row: dict[str, Any] = {"index": config.index, "config": config.label}
@@ -171,8 +177,9 @@ def evaluate(spec: SweepSpec, config: Config) -> dict[str, Any]:
         scenario, hw_path, hw_o = _load(spec, config.overrides)
         # a sweep extends every steady state it can (exact, or simulated in full), not only
         # the runs too long to simulate: thousands of configurations are its routine
-        result = simulate(scenario, _profile(hw_path, hw_o), spec.fidelity,
-                          costs=_costs(hw_path, hw_o), steady=True)
+        with memoised_programs(_PROGRAMS):
+            result = simulate(scenario, _profile(hw_path, hw_o), spec.fidelity,
+                              costs=_costs(hw_path, hw_o), steady=True)
         row.update(_metrics(summary(result)))
     except ShardsimError as exc:
         row.update(status="error", error=str(exc))
@@ -191,6 +198,7 @@ def run_sweep(spec: SweepSpec, executor: Any, done: Iterable[int] = (),
     sweep_exec), calling `on_row` with each row as it finishes (in completion order).
     Returns the number of rows evaluated."""
     skip = set(done)
+    _PROGRAMS.clear()  # derived by this code (a forked worker inherits the empty store)
     jobs = [(spec, c) for c in expand(spec) if c.index not in skip]
     count = 0
     for row in executor.imap(_evaluate_packed, jobs):
