@@ -18,8 +18,10 @@ model, parallel layout and micro-batch size, not once per configuration.
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,24 +165,47 @@ def _metrics(summ: dict[str, Any]) -> dict[str, Any]:
             "comm_bytes_per_device": float(summ["communication"]["bytes_per_device"])}
 
 
-def evaluate(spec: SweepSpec, config: Config) -> dict[str, Any]:
-    """The row of one configuration: `run --json` figures, or status 'error' and why."""
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while one configuration runs: a simulation
+    allocates hundreds of thousands of tuples (tasks, events) that reference counting
+    frees on its own, and the collector's passes over them took a quarter of a
+    configuration's time (benchmarks/sweep_speed.py). Whatever cycles it leaves are
+    collected once the collector runs again, after the configuration."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _simulated(spec: SweepSpec, config: Config) -> dict[str, Any]:
+    """The metrics of one configuration's simulation (its plan and trace are dropped on
+    return, before the collector runs again: it then finds little left to scan)."""
     from simulator.report.summary import summary
     from simulator.schedule.model_program import memoised_programs
     from simulator.simulate import simulate
 
+    scenario, hw_path, hw_o = _load(spec, config.overrides)
+    # a sweep extends every steady state it can (exact, or simulated in full), not only
+    # the runs too long to simulate: thousands of configurations are its routine
+    with memoised_programs(_PROGRAMS):
+        result = simulate(scenario, _profile(hw_path, hw_o), spec.fidelity,
+                          costs=_costs(hw_path, hw_o), steady=True)
+    return _metrics(summary(result))
+
+
+def evaluate(spec: SweepSpec, config: Config) -> dict[str, Any]:
+    """The row of one configuration: `run --json` figures, or status 'error' and why."""
     row: dict[str, Any] = {"index": config.index, "config": config.label}
     row.update({k: v.partition("=")[2] for k, v in
                 zip(spec.keys, config.overrides[len(spec.fixed):])})
     row.update(status="ok", error=None, **dict.fromkeys(ROW_METRICS))
     try:
-        scenario, hw_path, hw_o = _load(spec, config.overrides)
-        # a sweep extends every steady state it can (exact, or simulated in full), not only
-        # the runs too long to simulate: thousands of configurations are its routine
-        with memoised_programs(_PROGRAMS):
-            result = simulate(scenario, _profile(hw_path, hw_o), spec.fidelity,
-                              costs=_costs(hw_path, hw_o), steady=True)
-        row.update(_metrics(summary(result)))
+        with _collector_paused():
+            row.update(_simulated(spec, config))
     except ShardsimError as exc:
         row.update(status="error", error=str(exc))
     except Exception as exc:  # an internal error of one configuration must not end the sweep

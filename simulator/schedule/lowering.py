@@ -88,6 +88,12 @@ class Lowering:
         self.data = ranks.data
         self.peers: dict[tuple[int, int], int] = share.peers if share else {}
 
+    def release(self) -> None:
+        """Drop the emitters' references back to this lowering once the plan is built:
+        without that cycle the builder is freed as soon as the lowering is, not by a pass
+        of the cyclic garbage collector (which a sweep pauses, `planner.sweep`)."""
+        del self.dp, self.off
+
     def blocks(self, count: int, where: tuple[int, int, int]) -> list[tuple[int, int]]:
         """(first unit, units) of the tasks that run `count` identical buckets: one each,
         or, collapsing, one block between consecutive cuts."""
@@ -324,8 +330,11 @@ def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
     static = tuple(view(dev).device(dev) for dev in devices)
     tasks: tuple[Task, ...] = low.b.tasks()
     streams = tuple((dev, name, tuple(tids)) for (dev, name), tids in low.b.streams.items())
-    return Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,
+    plan = Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,
                 stage_of=tuple(low.ranks.stage(d) for d in devices), static_memory=static,
                 total_devices=low.ranks.devices, micro_batches=low.micro,
                 stage_layers=tuple(w.layers for w in low.work),
                 extras=low.dp.extras() + low.off.extras(), blocks=tuple(low.block_of))
+    for each in (low, *views.values()):
+        each.release()
+    return plan
