@@ -217,6 +217,21 @@ def _evaluate_packed(job: tuple[SweepSpec, Config]) -> dict[str, Any]:
     return evaluate(*job)
 
 
+def _warm(spec: SweepSpec, first: Config) -> None:
+    """Import the simulator and load the scenario file and the first configuration's
+    hardware profile in this process, before a process pool forks: its workers inherit
+    them instead of each importing (most of a second) and loading its own. A failure is
+    left to the configuration's row to report."""
+    import simulator.report.summary  # noqa: F401
+    import simulator.simulate  # noqa: F401
+
+    try:
+        _, hw_path, hw_o = _load(spec, first.overrides)
+        _costs(hw_path, hw_o)
+    except Exception:  # evaluate records it in the row
+        return
+
+
 def run_sweep(spec: SweepSpec, executor: Any, done: Iterable[int] = (),
               on_row: Callable[[dict[str, Any]], None] = lambda row: None) -> int:
     """Evaluate every configuration whose index is not in `done` on `executor` (see
@@ -225,6 +240,8 @@ def run_sweep(spec: SweepSpec, executor: Any, done: Iterable[int] = (),
     skip = set(done)
     _PROGRAMS.clear()  # derived by this code (a forked worker inherits the empty store)
     jobs = [(spec, c) for c in expand(spec) if c.index not in skip]
+    if jobs:
+        _warm(spec, jobs[0][1])
     count = 0
     for row in executor.imap(_evaluate_packed, jobs):
         on_row(row)
