@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import os
 import pstats
+import resource
 import tempfile
 import time
 from pathlib import Path
@@ -56,18 +58,36 @@ def _where(spec: SweepSpec, n: int = 10) -> None:
               if total else "")
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished children (the pool's workers)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args()
     spec = _spec()
+    workers = args.workers or len(os.sched_getaffinity(0))
+    load = os.getloadavg()[0]
+    last_row: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        start = time.perf_counter()
-        rows = sweep_into(spec, Path(tmp) / "sweep", make_executor("local", None, args.workers))
-        wall = time.perf_counter() - start
+        cpu, start = _cpu_s(), time.perf_counter()
+        rows = sweep_into(spec, Path(tmp) / "sweep", make_executor("local", None, workers),
+                          on_row=lambda row: last_row.append(time.perf_counter()))
+        wall, cpu = time.perf_counter() - start, _cpu_s() - cpu
     ok = sum(r["status"] == "ok" for r in rows)
     print(f"{SCENARIO}: {len(rows)} configurations ({ok} ran, {len(rows) - ok} rejected) "
           f"in {wall:.1f} s: {len(rows) / wall:.2f} configurations per second")
+    # the machine may be shared: the CPU time says what idle cores would reach
+    per = cpu / len(rows)
+    print(f"  rows in {last_row[-1] - start:.1f} s, then table, plot and report in "
+          f"{start + wall - last_row[-1]:.1f} s; load average before {load:.2f}")
+    print(f"  CPU {cpu:.1f} s (workers and this process): {per * 1e3:.0f} ms per "
+          f"configuration, {workers / per:.1f} configurations per second on {workers} "
+          f"idle cores")
     _where(spec)
 
 

@@ -93,13 +93,20 @@ def test_folder_of_another_sweep_is_refused(tmp_path):
         sweep_into(_spec(fixed=("seed=1",)), tmp_path, SerialExecutor(), resume=True)
 
 
-_KILL_GRID = ["--grid", "parallel.comm_fusion.bucket_mb=" + ",".join(str(i) for i in range(1, 11)),
+# rows that take tens of milliseconds each (GPT-3 175B on 4 pipeline stages), so that the
+# journal's first part file (flushed every 0.5 s) lands well before the last row: tiny-cpu's
+# rows now take about a millisecond once its model program is memoised
+_KILL_SCENARIO = "gpt3-175b-1024-a100"
+_KILL_ROWS = 24
+_KILL_GRID = ["--grid", "parallel.comm_fusion.bucket_mb=10,20,30,40",
               "--grid", "training.micro_batch_size=1,2,4",
               "--grid", "parallel.overlap.grad_reduce=true,false"]
+_KILL_SET = ("parallel.pipeline=4", "parallel.data=32", "training.global_batch_size=256")
 
 
 def _cli(out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "simulator", "sweep", "tiny-cpu", *_KILL_GRID,
+    sets = [a for s in _KILL_SET for a in ("--set", s)]
+    return [sys.executable, "-m", "simulator", "sweep", _KILL_SCENARIO, *_KILL_GRID, *sets,
             "--executor", "serial", "--out", str(out), *extra]
 
 
@@ -116,15 +123,15 @@ def test_kill_midway_then_resume(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed = pq.read_table(out / "rows").num_rows
-    assert 0 < killed < 60 and not (out / "sweep.parquet").exists()
+    assert 0 < killed < _KILL_ROWS and not (out / "sweep.parquet").exists()
     done = subprocess.run(_cli(out, "--resume"), env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     rows = pq.read_table(out / "sweep.parquet").to_pylist()
-    assert [r["index"] for r in rows] == list(range(60))
+    assert [r["index"] for r in rows] == list(range(_KILL_ROWS))
     grid = [g for g in _KILL_GRID if g != "--grid"]
-    whole = sweep_into(SweepSpec(str(resolve_yaml("tiny-cpu", "scenarios")),
-                                 "scenarios/tiny-cpu.yaml", parse_grid(grid)),
-                       None, SerialExecutor())
+    whole = sweep_into(SweepSpec(str(resolve_yaml(_KILL_SCENARIO, "scenarios")),
+                                 f"scenarios/{_KILL_SCENARIO}.yaml", parse_grid(grid),
+                                 _KILL_SET), None, SerialExecutor())
     assert _comparable(rows) == _comparable(whole)
 
 

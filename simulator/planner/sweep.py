@@ -8,16 +8,20 @@ row equals the `run --json` of that command line. A row whose configuration is r
 (bad combination, an internal error) records the message and the sweep goes on.
 
 Work shared across configurations is reused inside each worker process: the scenario file
-is read and parsed once, each hardware profile (with its overrides) is validated once, and
-the cost model of a profile memoises its pure functions (a collective of the same size on
-the same group is priced once for the whole sweep, not once per configuration).
+is read and parsed once, each hardware profile (with its overrides) is validated once, the
+cost model of a profile memoises its pure functions (a collective of the same size on
+the same group is priced once for the whole sweep, not once per configuration), and the
+model program (`schedule.model_program.memoised_programs`) is derived once per distinct
+model, parallel layout and micro-batch size, not once per configuration.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,6 +129,9 @@ def _profile(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
         raise blame_override(err, hw_overrides, "hardware.") from None
 
 
+_PROGRAMS: dict[Any, Any] = {}  # this process's memoised model programs
+
+
 @functools.lru_cache(maxsize=64)
 def _costs(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
     """The profile's cost model with each pure function memoised across configurations."""
@@ -158,22 +165,47 @@ def _metrics(summ: dict[str, Any]) -> dict[str, Any]:
             "comm_bytes_per_device": float(summ["communication"]["bytes_per_device"])}
 
 
-def evaluate(spec: SweepSpec, config: Config) -> dict[str, Any]:
-    """The row of one configuration: `run --json` figures, or status 'error' and why."""
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while one configuration runs: a simulation
+    allocates hundreds of thousands of tuples (tasks, events) that reference counting
+    frees on its own, and the collector's passes over them took a quarter of a
+    configuration's time (benchmarks/sweep_speed.py). Whatever cycles it leaves are
+    collected once the collector runs again, after the configuration."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _simulated(spec: SweepSpec, config: Config) -> dict[str, Any]:
+    """The metrics of one configuration's simulation (its plan and trace are dropped on
+    return, before the collector runs again: it then finds little left to scan)."""
     from simulator.report.summary import summary
+    from simulator.schedule.model_program import memoised_programs
     from simulator.simulate import simulate
 
+    scenario, hw_path, hw_o = _load(spec, config.overrides)
+    # a sweep extends every steady state it can (exact, or simulated in full), not only
+    # the runs too long to simulate: thousands of configurations are its routine
+    with memoised_programs(_PROGRAMS):
+        result = simulate(scenario, _profile(hw_path, hw_o), spec.fidelity,
+                          costs=_costs(hw_path, hw_o), steady=True)
+    return _metrics(summary(result))
+
+
+def evaluate(spec: SweepSpec, config: Config) -> dict[str, Any]:
+    """The row of one configuration: `run --json` figures, or status 'error' and why."""
     row: dict[str, Any] = {"index": config.index, "config": config.label}
     row.update({k: v.partition("=")[2] for k, v in
                 zip(spec.keys, config.overrides[len(spec.fixed):])})
     row.update(status="ok", error=None, **dict.fromkeys(ROW_METRICS))
     try:
-        scenario, hw_path, hw_o = _load(spec, config.overrides)
-        # a sweep extends every steady state it can (exact, or simulated in full), not only
-        # the runs too long to simulate: thousands of configurations are its routine
-        result = simulate(scenario, _profile(hw_path, hw_o), spec.fidelity,
-                          costs=_costs(hw_path, hw_o), steady=True)
-        row.update(_metrics(summary(result)))
+        with _collector_paused():
+            row.update(_simulated(spec, config))
     except ShardsimError as exc:
         row.update(status="error", error=str(exc))
     except Exception as exc:  # an internal error of one configuration must not end the sweep
@@ -185,13 +217,31 @@ def _evaluate_packed(job: tuple[SweepSpec, Config]) -> dict[str, Any]:
     return evaluate(*job)
 
 
+def _warm(spec: SweepSpec, first: Config) -> None:
+    """Import the simulator and load the scenario file and the first configuration's
+    hardware profile in this process, before a process pool forks: its workers inherit
+    them instead of each importing (most of a second) and loading its own. A failure is
+    left to the configuration's row to report."""
+    import simulator.report.summary  # noqa: F401
+    import simulator.simulate  # noqa: F401
+
+    try:
+        _, hw_path, hw_o = _load(spec, first.overrides)
+        _costs(hw_path, hw_o)
+    except Exception:  # evaluate records it in the row
+        return
+
+
 def run_sweep(spec: SweepSpec, executor: Any, done: Iterable[int] = (),
               on_row: Callable[[dict[str, Any]], None] = lambda row: None) -> int:
     """Evaluate every configuration whose index is not in `done` on `executor` (see
     sweep_exec), calling `on_row` with each row as it finishes (in completion order).
     Returns the number of rows evaluated."""
     skip = set(done)
+    _PROGRAMS.clear()  # derived by this code (a forked worker inherits the empty store)
     jobs = [(spec, c) for c in expand(spec) if c.index not in skip]
+    if jobs:
+        _warm(spec, jobs[0][1])
     count = 0
     for row in executor.imap(_evaluate_packed, jobs):
         on_row(row)

@@ -83,6 +83,16 @@ class Lowering:
         self.gates: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
         self.send_s = {intra: costs.send_recv_s(prog.boundary_bytes, intra)
                        for intra in (True, False)}
+        # rank arithmetic asked for once per task, computed once per plan
+        self.vstages = ranks.virtual_stages
+        self.data = ranks.data
+        self.peers: dict[tuple[int, int], int] = share.peers if share else {}
+
+    def release(self) -> None:
+        """Drop the emitters' references back to this lowering once the plan is built:
+        without that cycle the builder is freed as soon as the lowering is, not by a pass
+        of the cyclic garbage collector (which a sweep pauses, `planner.sweep`)."""
+        del self.dp, self.off
 
     def blocks(self, count: int, where: tuple[int, int, int]) -> list[tuple[int, int]]:
         """(first unit, units) of the tasks that run `count` identical buckets: one each,
@@ -94,7 +104,11 @@ class Lowering:
 
     def _peer(self, dev: int, vs: int) -> int:
         """The rank holding virtual stage vs with the same coordinates as dev elsewhere."""
-        return self.ranks.with_stage(dev, self.ranks.stage_of_virtual(vs))
+        peer = self.peers.get((dev, vs))
+        if peer is None:
+            peer = self.peers[(dev, vs)] = self.ranks.with_stage(
+                dev, self.ranks.stage_of_virtual(vs))
+        return peer
 
     # ---- compute tasks -------------------------------------------------------------------
     def forward(self, dev: int, mb: int, vs: int) -> None:
@@ -127,7 +141,7 @@ class Lowering:
                              + (io.free if io else ()))
             if io:
                 self.off.after_forward(dev, mb, vs, k, tid)
-        if vs < self.ranks.virtual_stages - 1:
+        if vs < self.vstages - 1:
             self._send(dev, self._peer(dev, vs + 1), "fwd", mb, vs, tid)
 
     def _send(self, dev: int, peer: int, direction: str, mb: int, vs: int, after: int) -> None:
@@ -145,7 +159,7 @@ class Lowering:
                    alloc=buf, free=buf)
 
     def _grad_dep(self, dev: int, mb: int, vs: int) -> tuple[int, ...]:
-        if vs == self.ranks.virtual_stages - 1:
+        if vs == self.vstages - 1:
             return ()
         nxt = self._peer(dev, vs + 1)
         key = ("S", nxt, "bwd", mb, vs + 1) if nxt != dev else ("C", dev, "B", mb, vs + 1)
@@ -165,7 +179,7 @@ class Lowering:
         deps += self.dp.gather_before(dev, vs, ("B", mb, vs))
         units = None if self.par.recompute != "none" else self.dp.unit_gates(dev, "B", mb, vs)
         split = units is not None or self.off.split or (
-            mb == self.micro - 1 and self.ranks.data > 1 and self.par.overlap.grad_reduce)
+            mb == self.micro - 1 and self.data > 1 and self.par.overlap.grad_reduce)
         pieces = w.bwd_pieces if split else (w.bwd,)
         gates, held = units if units is not None else (((),) * len(pieces), ())
         tids = []
@@ -316,8 +330,11 @@ def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
     static = tuple(view(dev).device(dev) for dev in devices)
     tasks: tuple[Task, ...] = low.b.tasks()
     streams = tuple((dev, name, tuple(tids)) for (dev, name), tids in low.b.streams.items())
-    return Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,
+    plan = Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,
                 stage_of=tuple(low.ranks.stage(d) for d in devices), static_memory=static,
                 total_devices=low.ranks.devices, micro_batches=low.micro,
                 stage_layers=tuple(w.layers for w in low.work),
                 extras=low.dp.extras() + low.off.extras(), blocks=tuple(low.block_of))
+    for each in (low, *views.values()):
+        each.release()
+    return plan

@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
@@ -47,7 +49,8 @@ from simulator.sharding.plan import ShardingPlan, build_plan
 from simulator.sharding.transformer_plan import gpt_dims, planned_transformer, uses_flash
 
 __all__ = ["recomputed_ops", "transformer_program", "graph_program", "GraphProgram",
-           "gpt_dims", "uses_flash", "ATTENTION_CORE", "graph_model_flops"]
+           "gpt_dims", "uses_flash", "ATTENTION_CORE", "graph_model_flops",
+           "memoised_programs"]
 
 ATTENTION_CORE = ("scores", "softmax", "attn_dropout", "context", "flash_attention")
 _CORE_ROLES = ("scores", "scale", "mask", "softmax", "attn_drop", "context", "attn")
@@ -223,9 +226,54 @@ def _slot_fill(dims: GptDims) -> float:
     return dims.top_k * dims.seq / (dims.experts * dims.capacity)
 
 
+# Scenario fields `_derive` provably never reads (pydantic `exclude` form): a memoised
+# program is keyed on the scenario's JSON without them, so configurations of a sweep that
+# differ only there (buckets, schedule, pipeline, batch size, optimizer) share one program.
+# A field not listed here is part of the key: a field read later can only cost hits.
+_UNREAD: dict[str, Any] = {
+    "name": True, "source": True, "hardware": True, "framework": True, "cluster": True,
+    "seed": True, "training": {"global_batch_size": True, "optimizer": True,
+                               "learning_rate": True},
+    "parallel": {k: True for k in ("pipeline", "schedule", "virtual_stages", "pipeline_layers",
+                                   "optimizer_shard", "offload", "comm_fusion", "mode",
+                                   "parameter_server", "search")}
+    | {"overlap": {"grad_reduce": True, "param_gather": True, "copies": True}}}
+_MEMO: list[dict[Any, TransformerProgram]] = []  # the active store (innermost last)
+MEMO_SIZE = 256  # programs kept at most, the store emptied when full (0: not memoised)
+
+
+@contextmanager
+def memoised_programs(store: dict[Any, TransformerProgram]) -> Iterator[None]:
+    """Within the block, `transformer_program` returns the program it derived before for
+    the same inputs from `store` (programs are frozen: sharing one is safe) and adds the
+    ones it derives. A sweep keeps one store per worker process (`planner.sweep`)."""
+    _MEMO.append(store)
+    try:
+        yield
+    finally:
+        _MEMO.pop()
+
+
 def transformer_program(scenario: Scenario, software: Software | None = None,
                         compute_units: int = 132, fp8: Fp8Recipe | None = None
                         ) -> TransformerProgram:
+    """`_derive`, or inside `memoised_programs` the stored program of the same inputs."""
+    software = software or Software()
+    if not _MEMO or MEMO_SIZE <= 0:
+        return _derive(scenario, software, compute_units, fp8)
+    store = _MEMO[-1]
+    key = (scenario.model_dump_json(exclude=_UNREAD), software, compute_units, fp8)
+    prog = store.get(key)
+    if prog is None:
+        prog = _derive(scenario, software, compute_units, fp8)
+        if len(store) >= MEMO_SIZE:
+            store.clear()
+        store[key] = prog
+    return prog
+
+
+def _derive(scenario: Scenario, software: Software, compute_units: int,
+            fp8: Fp8Recipe | None) -> TransformerProgram:
     """One device's work for one micro-batch of `scenario` (a transformer model), derived
     from its planned graph. `software` is the framework profile's stack: it
     resolves `model.attention: auto`, says whether gradient accumulation into fp32 runs
@@ -233,7 +281,6 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
     TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores).
     `fp8`: the framework's FP8 recipe for a `dtype: fp8` model: the model is bf16 except the
     recipe's GEMMs (without one, every op runs in fp8)."""
-    software = software or Software()
     p, m = scenario.parallel, scenario.model
     assert isinstance(m, TransformerModel)
     recipe = fp8 if m.dtype == "fp8" else None

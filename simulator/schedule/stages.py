@@ -122,11 +122,42 @@ def stage_layers(scenario: Scenario, stages: int, layer_s: float, embed_s: float
     return tuple(counts)
 
 
+# (id(program), id(cost model), what else stage_work reads) -> (program, cost model, work):
+# the entry holds both objects, so their ids cannot be reused while it is stored
+_PRICED: dict[tuple, tuple[TransformerProgram, CostModel, tuple[StageWork, ...]]] = {}
+PRICED_SIZE = 64  # entries kept at most, emptied when full (0: not memoised)
+
+
 def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
                costs: CostModel, layers: tuple[int, ...] | None = None
                ) -> tuple[StageWork, ...]:
     """Priced work of every virtual stage, indexed by virtual stage; `layers`: the layers
-    of each virtual stage when already chosen (default: `stage_layers`)."""
+    of each virtual stage when already chosen (default: `stage_layers`).
+
+    Memoised on the program and cost model objects themselves (both frozen) and the
+    scenario fields read here: a simulation lowers the same program with the same costs
+    several times (shortened runs, runs that cut collapsed buckets), and a sweep's
+    configurations share both where only buckets, overlaps or the schedule differ."""
+    if PRICED_SIZE <= 0:
+        return _price_stages(scenario, prog, layout, costs, layers)
+    p, m = scenario.parallel, scenario.model
+    key = (id(prog), id(costs), layout, layers, p.overlap.copies, p.recompute,
+           None if p.pipeline_layers is None else tuple(p.pipeline_layers),
+           isinstance(m, TransformerModel), getattr(m, "layers", 1))
+    hit = _PRICED.get(key)
+    if hit is not None and hit[0] is prog and hit[1] is costs:
+        return hit[2]
+    work = _price_stages(scenario, prog, layout, costs, layers)
+    if len(_PRICED) >= PRICED_SIZE:
+        _PRICED.clear()
+    _PRICED[key] = (prog, costs, work)
+    return work
+
+
+def _price_stages(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
+                  costs: CostModel, layers: tuple[int, ...] | None
+                  ) -> tuple[StageWork, ...]:
+    """`stage_work` derived."""
     groups: dict[str, GroupSpec] = layout.groups()
     c = scenario.parallel.overlap.copies
     costs = host_costs(costs, prog.host_kernels)  # operators on the host CPU (schedule.host)

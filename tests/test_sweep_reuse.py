@@ -1,0 +1,77 @@
+"""A sweep reuses work across configurations (issue 11): the model program is derived once
+per distinct model, layout and micro-batch size (`model_program.memoised_programs`) and
+stage pricing once per program and cost model (`stages.stage_work`). Both must leave every
+row exactly as a sweep that derives and prices everything afresh for each configuration."""
+
+from __future__ import annotations
+
+import pytest
+
+import simulator.planner.sweep as sweep_mod
+from simulator.planner.sweep import SweepSpec, parse_grid, sweep_into
+from simulator.planner.sweep_exec import SerialExecutor
+from simulator.resources import resolve_yaml
+from simulator.schedule import model_program, stages
+
+# GPT-3 175B on pipeline 4 x data 32, 512 samples: 16 or 8 micro-batches, so 1F1B with 16
+# is extended from shortened steady states, the other runs simulated in full
+FIXED = ("parallel.pipeline=4", "parallel.data=32", "training.global_batch_size=512")
+GRID = ("training.micro_batch_size=1,2", "parallel.schedule=gpipe,1f1b",
+        "parallel.sequence_parallel=false,true")
+
+
+def _spec() -> SweepSpec:
+    path = resolve_yaml("gpt3-175b-1024-a100", "scenarios")
+    return SweepSpec(str(path), "scenarios/gpt3-175b-1024-a100.yaml", parse_grid(GRID), FIXED)
+
+
+def _fresh_caches() -> None:
+    sweep_mod._PROGRAMS.clear()
+    stages._PRICED.clear()
+    for cached in (sweep_mod._scenario_data, sweep_mod._profile, sweep_mod._costs):
+        cached.cache_clear()
+
+
+def test_rows_with_reuse_equal_rows_without(monkeypatch):
+    _fresh_caches()
+    reused = sweep_into(_spec(), None, SerialExecutor())
+    # one program per (micro-batch size, sequence parallel): the schedules share it
+    assert len(sweep_mod._PROGRAMS) == 4
+    assert all(r["status"] == "ok" for r in reused)
+    monkeypatch.setattr(model_program, "MEMO_SIZE", 0)
+    monkeypatch.setattr(stages, "PRICED_SIZE", 0)
+    fresh = []
+    for index in range(len(reused)):  # every configuration from cold caches
+        _fresh_caches()
+        fresh += sweep_into(_spec(), None, _Only(index))
+    assert len(sweep_mod._PROGRAMS) == 0 and len(stages._PRICED) == 0
+    assert fresh == reused
+
+
+class _Only:
+    """An executor that runs only the job at position `index` (one configuration)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def imap(self, fn, jobs):
+        yield fn(jobs[self.index])
+
+
+@pytest.mark.parametrize("other", ["parallel.schedule=gpipe", "parallel.overlap.grad_reduce=false",
+                                   "parallel.comm_fusion.bucket_mb=400",
+                                   "training.global_batch_size=768"])
+def test_a_program_is_shared_only_where_its_inputs_agree(other):
+    from simulator.cli._common import load_scenario
+
+    base = load_scenario("gpt3-175b-1024-a100", []).scenario
+    same = load_scenario("gpt3-175b-1024-a100", [other]).scenario
+    differs = load_scenario("gpt3-175b-1024-a100", ["parallel.sequence_parallel=true"]).scenario
+    store: dict = {}
+    with model_program.memoised_programs(store):
+        first = model_program.transformer_program(base)
+        assert model_program.transformer_program(same) is first
+        assert model_program.transformer_program(differs) is not first
+    assert len(store) == 2
+    assert first == model_program.transformer_program(base)  # outside: derived afresh
+    assert model_program.transformer_program(differs) != first
