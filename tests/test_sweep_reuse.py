@@ -75,3 +75,21 @@ def test_a_program_is_shared_only_where_its_inputs_agree(other):
     assert len(store) == 2
     assert first == model_program.transformer_program(base)  # outside: derived afresh
     assert model_program.transformer_program(differs) != first
+
+
+def test_the_optimizer_threshold_is_part_of_the_program_key():
+    """The program reads optimizer_shard (the threshold applies only to a sharded
+    optimizer): configurations that differ there must not share a program."""
+    from simulator.cli._common import load_hardware, load_scenario
+    from simulator.schedule.model_program import memoised_programs, transformer_program
+
+    store: dict = {}
+    progs = []
+    with memoised_programs(store):
+        for shard in (0, 1):
+            loaded = load_scenario("tiny-cpu", [f"parallel.optimizer_shard={shard}"]
+                                   + (["parallel.optimizer_threshold_kb=1"] if shard else []))
+            hw = load_hardware(loaded)
+            progs.append(transformer_program(loaded.scenario, compute_units=hw.compute_units))
+    assert len(store) == 2
+    assert progs[0].unsharded_per_layer == 0 < progs[1].unsharded_per_layer

@@ -235,8 +235,8 @@ _UNREAD: dict[str, Any] = {
     "seed": True, "training": {"global_batch_size": True, "optimizer": True,
                                "learning_rate": True},
     "parallel": {k: True for k in ("pipeline", "schedule", "virtual_stages", "pipeline_layers",
-                                   "optimizer_shard", "offload", "comm_fusion", "mode",
-                                   "parameter_server", "search")}
+                                   "offload", "comm_fusion", "mode", "parameter_server",
+                                   "search")}
     | {"overlap": {"grad_reduce": True, "param_gather": True, "copies": True}}}
 _MEMO: list[dict[Any, TransformerProgram]] = []  # the active store (innermost last)
 MEMO_SIZE = 256  # programs kept at most, the store emptied when full (0: not memoised)
