@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.graph.ops.einsum import contract
 from simulator.graph.ops.elementwise import _uniform
 from simulator.numeric.stacked import (
     Shape,
@@ -151,7 +152,7 @@ def _attn_probs(q: np.ndarray, k: np.ndarray, attrs: dict[str, Any], ctx: StackC
                 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(softmax probabilities [R, b, g, r, s, t], scaled keep-mask, scale) of every rank."""
     scale = float(attrs.get("scale", 1.0 / math.sqrt(q.shape[-1])))
-    z = np.einsum("nbsgrd,nbtgd->nbgrst", q, k) * scale
+    z = contract("nbsgrd,nbtgd->nbgrst", q, k) * scale
     sq, tk = z.shape[-2], z.shape[-1]
     z = np.where(np.arange(tk)[None, :] > np.arange(sq)[:, None], -1e9, z)
     z = np.exp(z - z.max(axis=-1, keepdims=True))
@@ -166,17 +167,17 @@ def _attn_probs(q: np.ndarray, k: np.ndarray, attrs: dict[str, Any], ctx: StackC
 def _attn_forward(xs, attrs, ctx):
     q, k, v = xs
     probs, keep, _ = _attn_probs(q, k, attrs, ctx)
-    return np.einsum("nbgrst,nbtgd->nbsgrd", probs * keep, v)
+    return contract("nbgrst,nbtgd->nbsgrd", probs * keep, v)
 
 
 def _attn_vjp(xs, y, dy, attrs, ctx):
     q, k, v = xs
     probs, keep, scale = _attn_probs(q, k, attrs, ctx)
-    dv = np.einsum("nbgrst,nbsgrd->nbtgd", probs * keep, dy)
-    dp = np.einsum("nbsgrd,nbtgd->nbgrst", dy, v) * keep
+    dv = contract("nbgrst,nbsgrd->nbtgd", probs * keep, dy)
+    dp = contract("nbsgrd,nbtgd->nbgrst", dy, v) * keep
     ds = probs * (dp - (dp * probs).sum(axis=-1, keepdims=True)) * scale
-    dq = np.einsum("nbgrst,nbtgd->nbsgrd", ds, k)
-    dk = np.einsum("nbgrst,nbsgrd->nbtgd", ds, q)
+    dq = contract("nbgrst,nbtgd->nbsgrd", ds, k)
+    dk = contract("nbgrst,nbsgrd->nbtgd", ds, q)
     return [dq, dk, dv]
 
 
