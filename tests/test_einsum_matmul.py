@@ -120,3 +120,12 @@ def test_gelu_vjp_in_place_equals_the_closed_form():
     _close(_gelu_vjp([x], None, dy, {}, None)[0], want)
     got32 = _gelu_vjp([x.astype(np.float32)], None, dy.astype(np.float32), {}, None)[0]
     assert got32.dtype == np.float32
+
+
+def test_both_operand_orders_are_exercised():
+    """A weight gradient (out = batch, n, m) is computed as B^T A^T, so that it comes out
+    contiguous; a forward product as A B."""
+    plans = [_gemm_plan(f) for f in FORMS]
+    assert any(p.swap for p in plans) and any(not p.swap for p in plans)
+    x, dy = np.ones((3, 2, 5, 4)), np.ones((3, 2, 5, 6))
+    assert contract("nbsh,nbsf->nfh", x, dy).flags.c_contiguous

@@ -141,6 +141,7 @@ class _Gemm:
     perm_b: tuple[int, ...]
     counts: tuple[int, int, int, int]  # labels in batch, m, n, k
     perm_out: tuple[int, ...]
+    swap: bool  # computed as (B^T A^T): the output (batch, n, m) is then in its own order
 
 
 @lru_cache(maxsize=1024)
@@ -166,10 +167,11 @@ def _gemm_plan(spec: str) -> _Gemm | None:
     k = [x for x in a if x in b and x not in out]
     if not m and not n:
         return None
-    mid = batch + m + n
+    swap = list(out) == batch + n + m and bool(m) and bool(n)
+    mid = batch + n + m if swap else batch + m + n
     return _Gemm(tuple(a.index(x) for x in batch + m + k),
                  tuple(b.index(x) for x in batch + k + n),
-                 (len(batch), len(m), len(n), len(k)), tuple(mid.index(x) for x in out))
+                 (len(batch), len(m), len(n), len(k)), tuple(mid.index(x) for x in out), swap)
 
 
 def _blas_ready(x: np.ndarray) -> np.ndarray:
@@ -197,6 +199,9 @@ def contract(spec: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     rows, inner, cols = math.prod(ms), math.prod(ks), math.prod(ns)
     am = _blas_ready(at.reshape(bs + (rows, inner)))
     bm = _blas_ready(bt.reshape(bs + (inner, cols)))
+    if plan.swap:
+        y = np.matmul(bm.swapaxes(-1, -2), am.swapaxes(-1, -2))
+        return y.reshape(bs + ns + ms).transpose(plan.perm_out)
     y = np.matmul(am, bm)
     return y.reshape(bs + ms + ns).transpose(plan.perm_out)
 
