@@ -274,7 +274,7 @@ def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: float,
     rounding noise of the size of the other gradients' rounding)."""
     if not want.size:
         return Check(name, 0.0, 0.0, True)
-    diff = np.subtract(got, want)
+    diff = np.asarray(np.subtract(got, want))  # (a 0-d difference comes as a scalar)
     err = float(np.max(np.abs(diff, out=diff)))  # one temporary, not two
     scale = max(float(np.max(want)), -float(np.min(want)), floor)
     return Check(name, err, err / scale, err / scale <= tol)
