@@ -67,6 +67,11 @@ def _keep(seed: int, p: float, out_shape: Shape, starts: bytes, ranks: int,
     return keep
 
 
+def clear_dropout_masks() -> None:
+    """Drop the memoised keep-masks (at the end of a verify run)."""
+    _keep.cache_clear()
+
+
 def _dropped(x: np.ndarray, attrs: dict[str, Any], ctx: StackCtx) -> np.ndarray:
     """x * the scaled keep-mask, as x * keep * (1 / (1 - p)): the same products."""
     keep = _keep_of(attrs, ctx.out_shape, ctx.out_offset, ctx.batch_offset, x.shape[1:])

@@ -18,6 +18,7 @@ from simulator.numeric.dist import DistTensor, add, assemble, distribute, replic
 from simulator.numeric.execute import Execution, Faults, Recompute, run_microbatch
 from simulator.numeric.optimizer import update
 from simulator.numeric.ps import PsRun, ps_step
+from simulator.numeric.stacked_offsets import clear_dropout_masks
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
 from simulator.schedule.model_program import recomputed_ops
 from simulator.sharding.graph_yaml import strategy_key
@@ -288,9 +289,12 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     one thread: verify's products are a device's blocks of small or shrunk models, where a
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
     OpenBLAS threads on 2 busy cores, 1.3 s with one)."""
-    with threadpool_limits(limits=1, user_api="blas"):
-        return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
-                       vectorised, recompute)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
+                           vectorised, recompute)
+    finally:
+        clear_dropout_masks()  # the memoised keep-masks are this run's only
 
 
 def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: int,
