@@ -34,13 +34,14 @@ def _scenario(name: str, overrides=()):
     return parse_scenario(yaml.safe_load(path.read_text()), str(path), list(overrides))
 
 
-def _same(got, want, what: str, dtype=np.float64) -> None:
+def _same(got, want, what: str, dtype=np.float64, floor: float = 1e-300,
+          ulps: float = 64) -> None:
     """Equal up to the summation order of a batched GEMM: 64 units in the last place of
     the largest value of the computation's `dtype` (BLAS sums a stacked product in other
     blocks than one rank's)."""
     assert got.shape == want.shape and got.dtype == want.dtype, what
-    scale = max(float(np.max(np.abs(want), initial=0.0)), 1e-300)
-    tol = 64 * float(np.finfo(dtype).eps)
+    scale = max(float(np.max(np.abs(want), initial=0.0)), floor)
+    tol = ulps * float(np.finfo(dtype).eps)
     assert float(np.max(np.abs(got - want), initial=0.0)) <= tol * scale, what
 
 
@@ -148,11 +149,21 @@ def _outcomes(scenario, vectorised: bool):
 def test_plans_give_the_same_tensors_stacked_and_rank_by_rank(name, overrides):
     s = _scenario(name, overrides)
     (fast, dtype), (slow, _) = _outcomes(s, True), _outcomes(s, False)
+    top = max(float(np.max(np.abs(g), initial=0.0)) for g in slow.grads.values())
+    noise = {n for n, g in slow.grads.items() if float(np.max(np.abs(g), initial=0.0))
+             <= 1e-9 * top}  # gradients that are zero in exact arithmetic
     for field in ("activations", "grads", "updated"):
         a, b = getattr(fast, field), getattr(slow, field)
         assert a.keys() == b.keys() and a
+        # a gradient that is zero in exact arithmetic (a key bias's, under softmax) holds
+        # rounding noise of the other gradients' size, summed in another order by BLAS
+        floor = max(float(np.max(np.abs(v), initial=0.0)) for v in a.values()) \
+            if field == "grads" else 1e-300
         for n in a:
-            _same(a[n], b[n], f"{name} {field} {n}", dtype)
+            # Adam divides such a noise gradient by its own size: the update it makes is
+            # rounding noise amplified (1e-12 of the parameter), compared to 1e-9
+            ulps = 64 if field != "updated" or n not in noise else 1e-9 / np.finfo(dtype).eps
+            _same(a[n], b[n], f"{name} {field} {n}", dtype, floor, ulps)
     assert fast.replica == slow.replica
     assert fast.collectives == slow.collectives
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from simulator.graph.ops import KernelCtx, get_family
-from simulator.graph.ops.einsum import _equation, parse_equation
+from simulator.graph.ops.einsum import _equation, contract, parse_equation
 from simulator.graph.ops.norm import _axis, _ln_stats
 from simulator.graph.ops.reduce import _axes
 from simulator.graph.ops.shape import _perm
@@ -177,13 +177,18 @@ def _ln_forward(xs, attrs, ctx):
 
 
 def _ln_vjp(xs, y, dy, attrs, ctx):
+    """`norm._ln_vjp` with the statistics computed once and the scale and shift gradients
+    summed over each rank's own rows (not over all ranks, which the family's would)."""
     x, nd = xs[0], xs[0].ndim - 1
-    dx = _LN.vjp([x] + [_lead(g, nd) for g in xs[1:]], y, dy, attrs, ctx.first)[0]
     mu, rstd = _ln_stats(x, float(attrs.get("eps", 1e-5)))
+    xhat = (x - mu) * rstd
+    g = dy * _lead(xs[1], nd) if len(xs) > 1 else dy
+    dx = rstd * (g - g.mean(axis=-1, keepdims=True)
+                 - xhat * (g * xhat).mean(axis=-1, keepdims=True))
     rows = tuple(range(1, x.ndim - 1))
     grads: list[np.ndarray | None] = [dx]
     if len(xs) > 1:
-        grads.append((dy * ((x - mu) * rstd)).sum(axis=rows))
+        grads.append((dy * xhat).sum(axis=rows))
     if len(xs) > 2:
         grads.append(dy.sum(axis=rows))
     return grads
@@ -208,10 +213,10 @@ def _einsum_forward(xs, attrs, ctx):
     r = _rank_label(eq)
     ops = [_operand(x, labs, r) for x, labs in zip(xs, ins)]
     if all(is_shared(x) for x in xs):  # every rank computes the same block
-        y = np.einsum(eq, *(x[0] for x in xs), optimize=True)
+        y = contract(eq, xs[0][0], xs[1][0])
         return np.broadcast_to(y, (len(xs[0]),) + y.shape)
     spec = ",".join(labs for _, labs in ops) + "->" + r + out
-    return np.einsum(spec, *(x for x, _ in ops), optimize=True)
+    return contract(spec, ops[0][0], ops[1][0])
 
 
 def _einsum_vjp(xs, y, dy, attrs, ctx):
@@ -222,7 +227,7 @@ def _einsum_vjp(xs, y, dy, attrs, ctx):
     for i in range(len(xs)):
         ops = [_operand(xs[j], ins[j], r) for j in range(len(xs)) if j != i]
         spec = ",".join([r + out] + [labs for _, labs in ops]) + "->" + r + ins[i]
-        grads.append(np.einsum(spec, dy, *(x for x, _ in ops), optimize=True))
+        grads.append(contract(spec, dy, ops[0][0]))
     return grads
 
 

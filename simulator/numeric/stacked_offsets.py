@@ -6,11 +6,13 @@ row or class, FusedAttention's dropout over the probabilities it never stores)."
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from simulator.graph.ops.elementwise import _uniform
+from simulator.graph.ops.einsum import contract
+from simulator.graph.ops.elementwise import keep_draws
 from simulator.numeric.stacked import (
     Shape,
     StackCtx,
@@ -38,23 +40,52 @@ def _dropout_mask(attrs: dict[str, Any], out_shape: Shape, starts: np.ndarray,
                   batch_offset: int, local: Shape) -> np.ndarray:
     """`elementwise.dropout_mask` of every stacked rank: the same splitmix64 draw of each
     element's global coordinates (the batch dim shifted by the micro-batch's offset)."""
-    p = float(attrs.get("p", 0.1))
-    starts = starts.copy()
+    return _keep_of(attrs, out_shape, starts, batch_offset, local) / (1.0 - _p(attrs))
+
+
+def _p(attrs: dict[str, Any]) -> float:
+    return float(attrs.get("p", 0.1))
+
+
+def _keep_of(attrs: dict[str, Any], out_shape: Shape, starts: np.ndarray, batch_offset: int,
+             local: Shape) -> np.ndarray:
+    return _keep(int(attrs.get("seed", 0)), _p(attrs), tuple(out_shape),
+                 starts.astype(np.int64).tobytes(), len(starts), batch_offset, tuple(local))
+
+
+@lru_cache(maxsize=16)
+def _keep(seed: int, p: float, out_shape: Shape, starts: bytes, ranks: int,
+          batch_offset: int, local: Shape) -> np.ndarray:
+    """The keep-mask (bool) of every stacked rank, memoised: a pure function of its
+    arguments, drawn once for an op's forward and reused by its backward (frameworks keep
+    the mask from the forward too: Korthikanti et al. 2022, 4.1)."""
+    first = np.frombuffer(starts, dtype=np.int64).reshape(ranks, -1).copy()
     if len(local):
-        starts[:, 0] += batch_offset
-    keep = _uniform(int(attrs.get("seed", 0)), _global_index(out_shape, starts, local)) >= p
-    return keep / (1.0 - p)
+        first[:, 0] += batch_offset
+    keep = keep_draws(seed, _global_index(out_shape, first, local), p)
+    keep.flags.writeable = False
+    return keep
+
+
+def clear_dropout_masks() -> None:
+    """Drop the memoised keep-masks (at the end of a verify run)."""
+    _keep.cache_clear()
+
+
+def _dropped(x: np.ndarray, attrs: dict[str, Any], ctx: StackCtx) -> np.ndarray:
+    """x * the scaled keep-mask, as x * keep * (1 / (1 - p)): the same products."""
+    keep = _keep_of(attrs, ctx.out_shape, ctx.out_offset, ctx.batch_offset, x.shape[1:])
+    y = np.multiply(x, keep, dtype=np.result_type(x, np.float64))
+    y *= 1.0 / (1.0 - _p(attrs))
+    return y
 
 
 def _drop_forward(xs, attrs, ctx):
-    x = xs[0]
-    return x * _dropout_mask(attrs, ctx.out_shape, ctx.out_offset, ctx.batch_offset,
-                             x.shape[1:])
+    return _dropped(xs[0], attrs, ctx)
 
 
 def _drop_vjp(xs, y, dy, attrs, ctx):
-    return [dy * _dropout_mask(attrs, ctx.out_shape, ctx.out_offset, ctx.batch_offset,
-                               dy.shape[1:])]
+    return [_dropped(dy, attrs, ctx)]
 
 
 register_stacked(StackedKernel(_drop_forward, _drop_vjp), "Dropout")
@@ -151,7 +182,7 @@ def _attn_probs(q: np.ndarray, k: np.ndarray, attrs: dict[str, Any], ctx: StackC
                 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(softmax probabilities [R, b, g, r, s, t], scaled keep-mask, scale) of every rank."""
     scale = float(attrs.get("scale", 1.0 / math.sqrt(q.shape[-1])))
-    z = np.einsum("nbsgrd,nbtgd->nbgrst", q, k) * scale
+    z = contract("nbsgrd,nbtgd->nbgrst", q, k) * scale
     sq, tk = z.shape[-2], z.shape[-1]
     z = np.where(np.arange(tk)[None, :] > np.arange(sq)[:, None], -1e9, z)
     z = np.exp(z - z.max(axis=-1, keepdims=True))
@@ -166,17 +197,17 @@ def _attn_probs(q: np.ndarray, k: np.ndarray, attrs: dict[str, Any], ctx: StackC
 def _attn_forward(xs, attrs, ctx):
     q, k, v = xs
     probs, keep, _ = _attn_probs(q, k, attrs, ctx)
-    return np.einsum("nbgrst,nbtgd->nbsgrd", probs * keep, v)
+    return contract("nbgrst,nbtgd->nbsgrd", probs * keep, v)
 
 
 def _attn_vjp(xs, y, dy, attrs, ctx):
     q, k, v = xs
     probs, keep, scale = _attn_probs(q, k, attrs, ctx)
-    dv = np.einsum("nbgrst,nbsgrd->nbtgd", probs * keep, dy)
-    dp = np.einsum("nbsgrd,nbtgd->nbgrst", dy, v) * keep
+    dv = contract("nbgrst,nbsgrd->nbtgd", probs * keep, dy)
+    dp = contract("nbsgrd,nbtgd->nbgrst", dy, v) * keep
     ds = probs * (dp - (dp * probs).sum(axis=-1, keepdims=True)) * scale
-    dq = np.einsum("nbgrst,nbtgd->nbsgrd", ds, k)
-    dk = np.einsum("nbgrst,nbsgrd->nbtgd", ds, q)
+    dq = contract("nbgrst,nbtgd->nbsgrd", ds, k)
+    dk = contract("nbgrst,nbsgrd->nbtgd", ds, q)
     return [dq, dk, dv]
 
 

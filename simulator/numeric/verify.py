@@ -18,6 +18,7 @@ from simulator.numeric.dist import DistTensor, add, assemble, distribute, replic
 from simulator.numeric.execute import Execution, Faults, Recompute, run_microbatch
 from simulator.numeric.optimizer import update
 from simulator.numeric.ps import PsRun, ps_step
+from simulator.numeric.stacked_offsets import clear_dropout_masks
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
 from simulator.schedule.model_program import layer_role, recomputed_ops, unsharded_roles
 from simulator.sharding.graph_yaml import strategy_key
@@ -276,8 +277,11 @@ def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: float,
     """Error relative to the largest reference value, or to `floor` where that is smaller
     (a gradient that is zero in exact arithmetic, such as a key bias's under softmax, holds
     rounding noise of the size of the other gradients' rounding)."""
-    err = float(np.max(np.abs(got - want))) if want.size else 0.0
-    scale = max(float(np.max(np.abs(want))) if want.size else 0.0, floor)
+    if not want.size:
+        return Check(name, 0.0, 0.0, True)
+    diff = np.asarray(np.subtract(got, want))  # (a 0-d difference comes as a scalar)
+    err = float(np.max(np.abs(diff, out=diff)))  # one temporary, not two
+    scale = max(float(np.max(want)), -float(np.min(want)), floor)
     return Check(name, err, err / scale, err / scale <= tol)
 
 
@@ -290,9 +294,12 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     one thread: verify's products are a device's blocks of small or shrunk models, where a
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
     OpenBLAS threads on 2 busy cores, 1.3 s with one)."""
-    with threadpool_limits(limits=1, user_api="blas"):
-        return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
-                       vectorised, recompute, unsharded)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
+                           vectorised, recompute, unsharded)
+    finally:
+        clear_dropout_masks()  # the memoised keep-masks are this run's only
 
 
 def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: int,

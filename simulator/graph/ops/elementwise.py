@@ -12,7 +12,7 @@ import numpy as np
 
 from simulator.graph.ops.base import KernelCtx, LabelView, OpError, OpFamily, Shape, register
 
-__all__ = ["unbroadcast", "dropout_mask"]
+__all__ = ["unbroadcast", "dropout_mask", "keep_draws"]
 
 _GELU_C = math.sqrt(2.0 / math.pi)
 
@@ -32,17 +32,44 @@ def _count(k: float):
     return lambda shapes, out, attrs: k * math.prod(out)
 
 
+def _exp_neg2u(x: np.ndarray) -> np.ndarray:
+    """exp(-2u), u = c (x + 0.044715 x^3) the tanh-GeLU's argument, in one fresh array
+    updated in place (each temporary of a plain expression is a pass over memory). It
+    overflows to inf for x below about -19, where GeLU is -0 and its slope 0: no warning."""
+    e = x * x
+    e *= -2.0 * _GELU_C * 0.044715
+    e += -2.0 * _GELU_C
+    e *= x
+    with np.errstate(over="ignore"):
+        return np.exp(e, out=e)
+
+
 def _gelu(xs, attrs, ctx):
+    """0.5 x (1 + tanh u) = x sigmoid(2u) = x / (1 + exp(-2u)) (Hendrycks and Gimpel 2016,
+    eq. 2's tanh form): exp is a vectorised ufunc, 2.5x faster than numpy's tanh."""
     x = xs[0]
-    return 0.5 * x * (1.0 + np.tanh(_GELU_C * (x + 0.044715 * (x * x * x))))
+    e = _exp_neg2u(x)
+    e += 1.0
+    return np.divide(x, e, out=e)
 
 
 def _gelu_vjp(xs, y, dy, attrs, ctx):
+    """dy (s + 2 x s (1 - s) u'), s = sigmoid(2u) = 0.5 (1 + tanh u), u' = c (1 + 3 *
+    0.044715 x^2): the tanh form's derivative, since 1 - tanh^2 u = 4 s (1 - s)."""
     x = xs[0]
-    u = _GELU_C * (x + 0.044715 * (x * x * x))  # x * x * x: x**3 is a 10x slower pow
-    t = np.tanh(u)
-    du = _GELU_C * (1.0 + 3 * 0.044715 * x**2)
-    return [dy * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du)]
+    s = _exp_neg2u(x)
+    s += 1.0
+    np.reciprocal(s, out=s)
+    d = x * x
+    d *= 6.0 * 0.044715 * _GELU_C
+    d += 2.0 * _GELU_C
+    d *= x  # 2 x u'
+    d *= s
+    d *= 1.0 - s
+    d += s
+    if d.shape == np.shape(dy) and np.result_type(dy, d) == d.dtype:
+        return [np.multiply(dy, d, out=d)]
+    return [dy * d]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -54,15 +81,33 @@ def _silu_vjp(xs, y, dy, attrs, ctx):
     return [dy * (s + xs[0] * s * (1.0 - s))]
 
 
+def _hash53(seed: int, index: np.ndarray) -> np.ndarray:
+    """The top 53 bits of a splitmix64 hash of (seed, global index), as uint64, in one
+    array updated in place."""
+    with np.errstate(over="ignore"):
+        z = index.astype(np.uint64)
+        z += np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        z ^= z >> np.uint64(30)
+        z *= np.uint64(0xBF58476D1CE4E5B9)
+        z ^= z >> np.uint64(27)
+        z *= np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+        z >>= np.uint64(11)
+    return z
+
+
 def _uniform(seed: int, index: np.ndarray) -> np.ndarray:
     """Counter-based uniform numbers in [0, 1): a splitmix64 hash of (seed, global index), so
     any block of any micro-batch draws exactly what one device would for those elements."""
-    with np.errstate(over="ignore"):
-        z = index.astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return _hash53(seed, index).astype(np.float64) / float(1 << 53)
+
+
+def keep_draws(seed: int, index: np.ndarray, p: float) -> np.ndarray:
+    """`_uniform(seed, index) >= p` without the floats: u = k / 2^53 exactly, and p * 2^53
+    is exact, so u >= p exactly when the integer k >= ceil(p * 2^53)."""
+    if math.isnan(p):
+        return np.zeros(index.shape, dtype=bool)  # u >= nan is never true
+    return _hash53(seed, index) >= np.uint64(max(0, min(math.ceil(p * (1 << 53)), 1 << 53)))
 
 
 def dropout_mask(attrs: dict[str, Any], ctx: KernelCtx, local: Shape) -> np.ndarray:
@@ -76,7 +121,7 @@ def dropout_mask(attrs: dict[str, Any], ctx: KernelCtx, local: Shape) -> np.ndar
         coord = np.arange(local[axis], dtype=np.int64).reshape(
             (1,) * axis + (local[axis],) + (1,) * (len(local) - axis - 1))  # broadcasts
         flat = flat * (full if axis else 1) + coord + start
-    keep = _uniform(int(attrs.get("seed", 0)), flat) >= p
+    keep = keep_draws(int(attrs.get("seed", 0)), flat, p)
     return keep / (1.0 - p)
 
 
