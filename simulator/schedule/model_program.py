@@ -129,39 +129,55 @@ def _role(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-def small_params(plan: ShardingPlan, select: Select, threshold_bytes: float,
-                 e: float) -> int:
-    """Elements of the parameters read by the selected ops whose local size is at most
+def _small(plan: ShardingPlan, threshold_bytes: float, e: float) -> dict[str, int]:
+    """{parameter: local elements} of the parameters whose local size is at most
     `threshold_bytes` (MindSpore's parallel_optimizer_threshold: not sharded)."""
     if threshold_bytes <= 0:
-        return 0
+        return {}
     graph, mesh = plan.graph, plan.mesh
-    names = {n for p in plan.ops if select(p.op.name) for n in p.op.inputs
-             if graph.tensors[n].kind == "parameter"}
-    sizes = [math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, mesh))
-             for n in names]
-    return sum(n for n in sizes if n * e <= threshold_bytes)
+    out = {}
+    for name, t in graph.tensors.items():
+        local = math.prod(plan.layouts[name].local_shape(t.shape, mesh))
+        if t.kind == "parameter" and local * e <= threshold_bytes:
+            out[name] = local
+    return out
+
+
+def _threshold(scenario: Scenario) -> tuple[float, int]:
+    """(threshold bytes, bytes per stored parameter element) of `optimizer_threshold_kb`:
+    0 without a sharded optimizer; an FP8 model keeps its parameters in bf16."""
+    p, m = scenario.parallel, scenario.model
+    threshold = p.optimizer_threshold_kb * 1024 if p.optimizer_shard else 0.0
+    return threshold, DTYPE_BYTES["bf16" if m.dtype == "fp8" else m.dtype]
+
+
+def _planned(scenario: Scenario, fused_attention: bool, e: int
+             ) -> tuple[ShardingPlan, GptDims]:
+    """The planned GPT graph a transformer's program is derived from (the representative
+    layers: three blocks at most), and its dimensions."""
+    p, m = scenario.parallel, scenario.model
+    assert isinstance(m, TransformerModel)
+    dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
+                    min(m.layers, 3 * (m.moe.every if m.moe else 1)))
+    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert)
+    return build_plan(graph, mesh, e), dims
+
+
+def small_params(plan: ShardingPlan, select: Select, small: dict[str, int]) -> int:
+    """Elements of the `small` parameters read by the selected ops."""
+    names = {n for p in plan.ops if select(p.op.name) for n in p.op.inputs if n in small}
+    return sum(small[n] for n in names)
 
 
 def unsharded_roles(scenario: Scenario, fused_attention: bool = False) -> frozenset[str]:
     """The parameters (by name, a layer's without its `lN.` prefix) the optimizer keeps
     whole under `parallel.optimizer_threshold_kb`, judged at the scenario's own sizes (a
     shrunk verify case keeps the decision of the model it stands for)."""
-    p, m = scenario.parallel, scenario.model
-    assert isinstance(m, TransformerModel)
-    if not p.optimizer_shard or p.optimizer_threshold_kb <= 0:
+    threshold, pe = _threshold(scenario)
+    if threshold <= 0:
         return frozenset()
-    e = DTYPE_BYTES["bf16" if m.dtype == "fp8" else m.dtype]
-    dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
-                    min(m.layers, 3 * (m.moe.every if m.moe else 1)))
-    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert)
-    plan = build_plan(graph, mesh, e)
-    out = set()
-    for name, t in graph.tensors.items():
-        local = math.prod(plan.layouts[name].local_shape(t.shape, mesh))
-        if t.kind == "parameter" and local * e <= p.optimizer_threshold_kb * 1024:
-            out.add(layer_role(name))
-    return frozenset(out)
+    plan, _ = _planned(scenario, fused_attention, pe)
+    return frozenset(layer_role(n) for n in _small(plan, threshold, pe))
 
 
 def layer_role(name: str) -> str:
@@ -287,10 +303,8 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     dtype = "bf16" if recipe is not None else m.dtype
     e = DTYPE_BYTES[dtype]
     unit = m.moe.every if m.moe else 1
-    dims = gpt_dims(scenario, uses_flash(scenario, software.fused_attention),
-                    min(m.layers, 3 * unit))
-    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert)
-    plan = build_plan(graph, mesh, e)
+    plan, dims = _planned(scenario, software.fused_attention, e)
+    graph, mesh = plan.graph, plan.mesh
     layer = _Block(_layer_block(m.layers, unit))
     embed = _Block(lambda n: n.startswith("embed"))
     head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
@@ -324,7 +338,8 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
                                                                 mesh))
     steps = gradient_steps(plan, ("dp",))
-    threshold = p.optimizer_threshold_kb * 1024 if p.optimizer_shard else 0.0
+    threshold, pe = _threshold(scenario)
+    small = _small(plan, threshold, pe)
     return TransformerProgram(
         layer_fwd=fwd["layer"], layer_bwd=bwd["layer"], layer_recompute=recompute,
         embed_fwd=fwd["embed"], embed_bwd=bwd["embed"], head_fwd=fwd["head"],
@@ -341,9 +356,9 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         grad_sync_head=_coalesce(_sync(plan, steps, head.select, embed.select), "grad_sync"),
         layers_per_block=unit, expert_slot_fill=_slot_fill(dims),
         expert_load=imbalance,
-        unsharded_per_layer=small_params(plan, layer.select, threshold, e),
-        unsharded_embedding=small_params(plan, embed.select, threshold, e),
-        unsharded_head=small_params(plan, lambda n: n == "lnf", threshold, e),
+        unsharded_per_layer=small_params(plan, layer.select, small),
+        unsharded_embedding=small_params(plan, embed.select, small),
+        unsharded_head=small_params(plan, lambda n: n == "lnf", small),
     )
 
 
