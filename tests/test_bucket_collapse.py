@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sim_cases import assert_same, small_gpt
 
 from simulator.budget import DEFAULT_MAX_EVENTS, estimate_run
 from simulator.engine.blocks import cuts_needed
 from simulator.engine.core import run
 from simulator.hardware import load_profile
 from simulator.report import summary
-from simulator.scenario import parse_scenario
 from simulator.schedule.buckets import COLLAPSE_MIN, grad_bucket_runs, grad_buckets
 from simulator.schedule.costs import CostModel
 from simulator.schedule.lowering import lower
@@ -28,29 +28,9 @@ def a100():
     return load_profile("a100-80gb")
 
 
-def _scenario(bucket_mb: float, *, pipeline: int = 4, data: int = 2, tensor: int = 2,
-              micro: int = 8, **parallel: Any):
-    devices = tensor * data * pipeline
-    return parse_scenario({
-        "name": "buckets", "hardware": "a100-80gb",
-        "cluster": {"nodes": max(1, devices // 8), "devices_per_node": min(devices, 8)},
-        "model": {"type": "transformer", "layers": 8, "hidden_size": 1024, "num_heads": 16,
-                  "seq_length": 1024, "vocab_size": 8192, "dtype": "bf16"},
-        "training": {"global_batch_size": micro * data, "micro_batch_size": 1},
-        "parallel": {"tensor": tensor, "data": data, "pipeline": pipeline,
-                     "comm_fusion": {"mode": "size", "bucket_mb": bucket_mb}, **parallel},
-    }, "test")
-
-
-def _same(full: Any, ext: Any, path: str = "") -> None:
-    if isinstance(full, dict):
-        assert full.keys() == ext.keys(), path
-        for key in full:
-            _same(full[key], ext[key], f"{path}.{key}")
-    elif isinstance(full, (int, float)) and not isinstance(full, bool):
-        assert ext == pytest.approx(full, rel=1e-9, abs=1e-12), path
-    else:
-        assert ext == full, path
+def _scenario(bucket_mb: float, *, micro: int = 8, **parallel: Any):
+    return small_gpt(micro, name="buckets",
+                     comm_fusion={"mode": "size", "bucket_mb": bucket_mb}, **parallel)
 
 
 def test_runs_expand_to_the_buckets_one_by_one():
@@ -80,7 +60,7 @@ def test_collapsed_buckets_equal_one_task_per_bucket(a100, bucket_mb, parallel):
     assert all(coll.plan.tasks[t].units >= 1 for t, _ in coll.plan.blocks)
     a, b = summary(one), summary(coll)
     a.pop("simulation"), b.pop("simulation")
-    _same(a, b)
+    assert_same(a, b)
     assert coll.memory.time_s == pytest.approx(one.memory.time_s, rel=1e-9)
     assert coll.trace.events < one.trace.events / 3
 

@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 import yaml
+from model_kinds import run_kind, stderr_of
 
 from simulator.errors import InputError
 from simulator.graph.ops import KernelCtx, get_family, ring_attention
@@ -156,24 +157,11 @@ def test_context_moves_activation_memory_down_and_kv_traffic_up(invoke_cli):
 
 # ---- refusals -----------------------------------------------------------------------------
 
-KINDS = {
-    "mlp": ("tiny-cpu", ["model={type: mlp, layers: 2, hidden_size: 64, input_size: 32, "
-                         "num_classes: 16, dtype: fp32}"]),
-    "resnet": ("tiny-cpu", ["model={type: resnet, conv_layers: 2, in_channels: 4, "
-                            "channels: 4, image_size: 8, kernel_size: 3, fc_layers: 2, "
-                            "hidden_size: 32, num_classes: 8, dtype: fp32}"]),
-    "graph": ("seed-a-weight-ops", []),
-}
-
-
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", ["mlp", "resnet", "graph"])
 def test_parallel_context_is_refused_by_name_off_transformers(kind, invoke_cli):
-    name, base = KINDS[kind]
-    args = ["run", name, "--json"] + [a for b in base + ["parallel.context=2"]
-                                      for a in ("--set", b)]
-    result = invoke_cli(*args)
+    result = run_kind(invoke_cli, kind, "parallel.context=2")
     assert result.exit_code == 2, result.output
-    message = result.stderr if hasattr(result, "stderr") else result.output
+    message = stderr_of(result)
     assert message.startswith("error: ")
     assert "parallel.context: 2 needs a transformer" in message and "(allowed: 1)" in message
 

@@ -8,17 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from model_kinds import MODEL_KINDS, run_kind, stderr_of
 
-SCENARIOS = {
-    "transformer": ("tiny-cpu", []),
-    "mlp": ("tiny-cpu", ["model={type: mlp, layers: 2, hidden_size: 64, input_size: 32, "
-                         "num_classes: 16, dtype: fp32}"]),
-    "resnet": ("tiny-cpu", ["model={type: resnet, conv_layers: 2, in_channels: 4, "
-                            "channels: 4, image_size: 8, kernel_size: 3, fc_layers: 2, "
-                            "hidden_size: 32, num_classes: 8, dtype: fp32}"]),
-    "graph": ("seed-a-weight-ops", []),
-    "graph-sbp": ("seed-sbp-partial-chain", []),
-}
 KNOBS = ["parallel.data=4", "parallel.data=1", "parallel.tensor=4", "parallel.tensor=1",
          "parallel.pipeline=2", "parallel.schedule=gpipe", "parallel.schedule=interleaved_1f1b",
          "parallel.virtual_stages=2", "parallel.sequence_parallel=true",
@@ -53,19 +44,14 @@ def _comparable(stdout: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("kind", list(SCENARIOS))
+@pytest.mark.parametrize("kind", list(MODEL_KINDS))
 def test_every_knob_runs_or_is_refused_by_name(kind, invoke_cli):
-    name, base = SCENARIOS[kind]
-    args = ["run", name, "--json"] + [a for item in base for a in ("--set", item)]
-    plain = invoke_cli(*args)
+    plain = run_kind(invoke_cli, kind)
     assert plain.exit_code == 0, plain.output  # the scenario itself runs
     base_out = _comparable(plain.stdout)
     ran = 0
     for knob in KNOBS:
-        args = ["run", name, "--json"]
-        for item in base + [knob]:
-            args += ["--set", item]
-        result = invoke_cli(*args)
+        result = run_kind(invoke_cli, kind, knob)
         assert result.exit_code in (0, 2), (kind, knob, result.exit_code, result.output)
         if result.exit_code == 0:
             out = _comparable(result.stdout)
@@ -74,7 +60,7 @@ def test_every_knob_runs_or_is_refused_by_name(kind, invoke_cli):
             assert inert == ((kind, knob) in SAME_BY_CONSTRUCTION), (kind, knob, "inert")
             ran += 1
         else:
-            message = result.stderr if hasattr(result, "stderr") else result.output
+            message = stderr_of(result)
             assert message.startswith("error: ") and "internal error" not in message, \
                 (kind, knob, message)
     assert ran >= 6  # most knobs apply to every model type

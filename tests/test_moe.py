@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import yaml
+from model_kinds import run_kind, stderr_of
 
 from simulator.errors import InputError
 from simulator.graph.graph import Graph, GraphBuilder
@@ -346,25 +347,11 @@ def test_imbalance_needs_expert_parallel_ranks():
         "so no rank is busier than another (allowed: 1.0)")
 
 
-KINDS = {
-    "dense transformer": ("tiny-cpu", []),
-    "mlp": ("tiny-cpu", ["model={type: mlp, layers: 2, hidden_size: 64, input_size: 32, "
-                         "num_classes: 16, dtype: fp32}"]),
-    "resnet": ("tiny-cpu", ["model={type: resnet, conv_layers: 2, in_channels: 4, "
-                            "channels: 4, image_size: 8, kernel_size: 3, fc_layers: 2, "
-                            "hidden_size: 32, num_classes: 8, dtype: fp32}"]),
-    "graph": ("seed-a-weight-ops", []),
-}
-
-
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", ["transformer", "mlp", "resnet", "graph"])
 def test_parallel_expert_is_refused_by_name_without_experts(kind, invoke_cli):
-    name, base = KINDS[kind]
-    args = ["run", name, "--json"] + [a for b in base + ["parallel.expert=2"]
-                                      for a in ("--set", b)]
-    result = invoke_cli(*args)
+    result = run_kind(invoke_cli, kind, "parallel.expert=2")
     assert result.exit_code == 2, result.output
-    message = result.stderr if hasattr(result, "stderr") else result.output
+    message = stderr_of(result)
     assert message.startswith("error: ")
     assert "parallel.expert: 2 needs a mixture-of-experts transformer (model.moe" in message
     assert "allowed: 1)" in message

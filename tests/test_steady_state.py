@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sim_cases import assert_same, small_gpt
 
 from simulator.budget import (
     DEFAULT_MAX_EVENTS,
@@ -21,7 +22,6 @@ from simulator.engine.steady import splice
 from simulator.errors import InputError
 from simulator.hardware import load_profile
 from simulator.report import summary
-from simulator.scenario import parse_scenario
 from simulator.schedule.costs import CostModel
 from simulator.schedule.lowering import lower
 from simulator.schedule.model_program import transformer_program
@@ -34,30 +34,8 @@ def a100():
     return load_profile("a100-80gb")
 
 
-def _scenario(micro: int, *, pipeline: int = 4, data: int = 2, tensor: int = 2,
-              layers: int = 8, **parallel: Any):
-    """A small transformer over two or more nodes of 8 (the sends and buckets cross NICs)."""
-    devices = tensor * data * pipeline
-    return parse_scenario({
-        "name": "steady", "hardware": "a100-80gb",
-        "cluster": {"nodes": max(1, devices // 8), "devices_per_node": min(devices, 8)},
-        "model": {"type": "transformer", "layers": layers, "hidden_size": 1024,
-                  "num_heads": 16, "seq_length": 1024, "vocab_size": 8192, "dtype": "bf16"},
-        "training": {"global_batch_size": micro * data, "micro_batch_size": 1},
-        "parallel": {"tensor": tensor, "data": data, "pipeline": pipeline, **parallel},
-    }, "test")
-
-
-def _same(full: Any, ext: Any, path: str = "") -> None:
-    """Every field equal (floats and byte counts to a relative 1e-9)."""
-    if isinstance(full, dict):
-        assert full.keys() == ext.keys(), path
-        for key in full:
-            _same(full[key], ext[key], f"{path}.{key}")
-    elif isinstance(full, (int, float)) and not isinstance(full, bool):
-        assert ext == pytest.approx(full, rel=1e-9, abs=1e-12), path
-    else:
-        assert ext == full, path
+def _scenario(micro: int, **kw: Any):
+    return small_gpt(micro, name="steady", **kw)
 
 
 def _both(sc: Any, hw: Any, fidelity: str = "representative"):
@@ -74,7 +52,7 @@ def _assert_equal_results(full: Any, ext: Any) -> None:
     if ext.steady is not None:
         assert b["notes"][-1].startswith("steady state extended: simulated ")
         b["notes"] = b["notes"][:-1]
-    _same(a, b)
+    assert_same(a, b)
     assert (ext.slowest_device, ext.comm_device) == (full.slowest_device, full.comm_device)
     assert (ext.memory.device, ext.memory.time_s) == pytest.approx(
         (full.memory.device, full.memory.time_s), rel=1e-9)
