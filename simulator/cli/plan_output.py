@@ -69,6 +69,17 @@ def _save(fig: Any, path: Path) -> None:
         plt.close(fig)
 
 
+def _finish(fig: Any, ax: Any, xlabel: str, title: str, path: Path) -> Path:
+    """Label a plot of iteration time against `xlabel`, add its legend and save it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("iteration time (s)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    _save(fig, path)
+    return path
+
+
 def pareto_png(ranked: list[Any], front: list[Any], title: str, path: Path) -> Path:
     """Simulated configurations (peak memory, iteration time), the Pareto front joined."""
     import matplotlib
@@ -90,13 +101,7 @@ def pareto_png(ranked: list[Any], front: list[Any], title: str, path: Path) -> P
     if ranked and ranked[0].evaluation.capacity_bytes:
         ax.axvline(ranked[0].evaluation.capacity_bytes / 1e9, ls="--", c="grey",
                    label="device memory")
-    ax.set_xlabel("peak memory per device (GB)")
-    ax.set_ylabel("iteration time (s)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    _save(fig, path)
-    return path
+    return _finish(fig, ax, "peak memory per device (GB)", title, path)
 
 
 def scaling_png(points: list[tuple[int, float | None]], target_s: float, chosen: int | None,
@@ -116,10 +121,4 @@ def scaling_png(points: list[tuple[int, float | None]], target_s: float, chosen:
         ax.axvline(chosen, ls=":", c="black", label=f"fewest devices: {chosen}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("devices")
-    ax.set_ylabel("iteration time (s)")
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    _save(fig, path)
-    return path
+    return _finish(fig, ax, "devices", title, path)
