@@ -26,8 +26,8 @@ Memory-bound GEMMs (small k, skinny m) fall on the memory roof through `bytes_ac
 
 Non-GEMM kinds are memory-bound kernels: their FLOPs run on the vector units
 (`vector_flops_per_s * vector_peak_fraction`) and their bytes at `memory_bandwidth_fraction`
-of HBM bandwidth. `attention` (a fused FlashAttention-style kernel) is compute-bound at the fraction of the
-matrix peak its implementation reaches (`attention_fraction`).
+of HBM bandwidth. `attention` (a fused FlashAttention-style kernel) is compute-bound at
+the fraction of the matrix peak its implementation reaches (`attention_fraction`).
 """
 
 from __future__ import annotations
