@@ -210,6 +210,13 @@ def _layer_block(layers: int, unit: int) -> Select:
     return lambda n: n.startswith(prefixes)
 
 
+def _with_impl(ops: tuple[Op, ...], impl: str) -> tuple[Op, ...]:
+    """`ops` with their fused-attention kernels marked as the framework's implementation
+    (`ComputeSpec.impl`: the hardware profile prices each implementation apart)."""
+    return tuple(replace(op, impl=impl) if isinstance(op, ComputeSpec) and op.kind == "attention"
+                 else op for op in ops)
+
+
 def _imbalanced(ops: tuple[Op, ...], factor: float) -> tuple[Op, ...]:
     """The busiest expert-parallel rank's share under load imbalance `factor` (its tokens
     over the mean, model.moe.imbalance): its expert FFN kernels (`expert_*`) and its
@@ -318,6 +325,11 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     if recipe is not None:
         fwd = {k: apply_fp8(v, recipe) for k, v in fwd.items()}
         bwd = {k: apply_fp8(v, recipe) for k, v in bwd.items()}
+    impl = m.attention if m.attention not in ("auto", "standard", "flash") else \
+        software.attention_impl
+    if impl:
+        fwd = {k: _with_impl(v, impl) for k, v in fwd.items()}
+        bwd = {k: _with_impl(v, impl) for k, v in bwd.items()}
     imbalance = m.moe.imbalance if m.moe else 1.0
     fwd["layer"], bwd["layer"] = (_imbalanced(fwd["layer"], imbalance),
                                   _imbalanced(bwd["layer"], imbalance))

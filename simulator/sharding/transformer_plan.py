@@ -126,7 +126,7 @@ def uses_flash(scenario: Scenario, fused_default: bool = False) -> bool:
     """Whether attention runs fused: `model.attention`, with `auto` taking the hardware
     profile's `software.fused_attention`."""
     mode = getattr(scenario.model, "attention", "standard")
-    return fused_default if mode == "auto" else mode == "flash"
+    return fused_default if mode == "auto" else mode != "standard"
 
 
 def gpt_dims(scenario: Scenario, flash: bool, layers: int | None = None) -> GptDims:
