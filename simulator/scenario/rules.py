@@ -446,7 +446,8 @@ def _context(s: Scenario) -> Iterator[Problem]:
 def _tensor_nd(s: Scenario) -> Iterator[Problem]:
     """2-D tensor parallel (simulator/sharding/transformer_plan.py) lays a transformer's
     `tensor` devices out as an x * y grid and splits its GEMM weights on both axes: the
-    hidden dim on y, the heads and FFN dim x * y ways (checked as for 1-D by _transformer).
+    hidden dim on y, the heads and FFN dim x * y ways (as 1-D's tensor, checked by
+    _transformer: x * y divides the heads, so the hidden dim too).
     Each size above 1 (a size of 1 is 1-D tensor parallel); 3-D (MindSpore's x, y, z) and
     the combinations whose plans are not written are refused."""
     p, m, nd = s.parallel, s.model, s.parallel.tensor_nd
@@ -466,10 +467,6 @@ def _tensor_nd(s: Scenario) -> Iterator[Problem]:
     elif min(nd) == 1:
         yield "parallel.tensor_nd", (f"{nd}: a size of 1 is 1-D tensor parallel (remove the "
                                      f"key; allowed: sizes of at least 2)")
-    elif m.hidden_size % nd[1]:
-        yield "parallel.tensor_nd", (
-            f"{nd}: y={nd[1]} must divide model.hidden_size={m.hidden_size} (the weights' "
-            f"hidden dim is split on y; valid: {divisors(m.hidden_size)})")
     else:
         for key, on in (("model.moe", m.moe is not None), ("parallel.context",
                                                             p.context > 1)):
