@@ -159,6 +159,16 @@ def test_dropping_a_two_d_collective_fails(kind, axis):
     assert not next(c for c in result.checks if c.tensor == "loss").ok
 
 
+def test_mindspores_third_axis_is_a_zero3_data_axis_around_the_grid():
+    """MindSpore's 3-D layout splits the tokens on z and all-gathers each weight over z
+    before its MatMul (its gradient reduce-scattered back): data parallel with sharded
+    parameters (optimizer_shard 3) around the 2-D grid. It verifies, and fails when the
+    weights are used without their gather."""
+    s = _bundled(TINY, ONE_STEP + ["parallel.optimizer_shard=3"])
+    assert verify_scenario(s).ok
+    assert not verify_scenario(s, Faults(skip_param_gather=True)).ok
+
+
 def test_run_places_both_axes_and_prices_the_closed_form():
     """tpy's 4 ranks are consecutive (inside a node), tpx's 16 ranks 4 apart (across the 8
     nodes); the program's layer moves the closed form's bytes, well under 1-D's 4(t-1)/t*T*h
@@ -178,6 +188,20 @@ def test_run_places_both_axes_and_prices_the_closed_form():
     tokens = m.seq_length * m.hidden_size * 2
     assert one_d == pytest.approx(4 * 63 / 64 * tokens)
     assert two_d < 0.4 * one_d
+
+
+def test_a_device_computes_at_the_pace_of_its_whole_grid():
+    """A tensor-parallel group runs in lock step: under full fidelity a device's compute
+    scope is its x * y grid (both axes), not one axis of it."""
+    from simulator.hardware import load_profile
+    from simulator.heterogeneous import Cluster
+
+    s = _bundled(TINY, ["cluster.slow=[{devices: [3], compute: 0.5}]"])
+    costs = Cluster(s, load_profile(s.hardware), "full", None).costs
+    assert costs is not None
+    assert costs.scope(0, None).tolist() == [0, 1, 2, 3]  # dp rank 0's 2 x 2 grid
+    assert costs.scope(5, None).tolist() == [4, 5, 6, 7]
+    assert costs.pacer(0) == 3 and costs.pacer(4) == 4
 
 
 def _program_bytes(s) -> float:
@@ -231,8 +255,10 @@ def _tiny(overrides):
 @pytest.mark.parametrize("overrides,message", [
     (["parallel.tensor_nd=[2,4]"], "parallel.tensor_nd: [2, 4]: 2*4 = 8 must equal "
      "parallel.tensor=4"),
-    (["parallel.tensor_nd=[2,2,1]"], "parallel.tensor_nd: [2, 2, 1]: 3-D tensor parallel is "
-     "not simulated yet (allowed: two sizes [x, y])"),
+    (["parallel.tensor_nd=[2,2,1]"], "parallel.tensor_nd: [2, 2, 1]: 3-D tensor parallel as "
+     "one key is not simulated yet; its third axis (tokens split, weights gathered before "
+     "use) is parallel.data=z with parallel.optimizer_shard=3 around the grid (allowed: two "
+     "sizes [x, y])"),
     (["parallel.tensor_nd=[1,4]"], "parallel.tensor_nd: [1, 4]: a size of 1 is 1-D tensor "
      "parallel (remove the key; allowed: sizes of at least 2)"),
     (["parallel.overlap.tp_comm=true"], "parallel.overlap.tp_comm: true: chunked overlap of "

@@ -459,8 +459,12 @@ def _tensor_nd(s: Scenario) -> Iterator[Problem]:
             f"{nd}: 2-D tensor parallel splits a transformer's attention and FFN weights; a "
             f"model of type '{m.type}' has none (remove the key)")
     elif len(nd) == 3:
-        yield "parallel.tensor_nd", (f"{nd}: 3-D tensor parallel is not simulated yet "
-                                     f"(allowed: two sizes [x, y])")
+        # MindSpore's z splits the tokens and all-gathers each weight before use: a data
+        # axis with sharded parameters, which parallel.data with optimizer_shard 3 is
+        yield "parallel.tensor_nd", (
+            f"{nd}: 3-D tensor parallel as one key is not simulated yet; its third axis "
+            f"(tokens split, weights gathered before use) is parallel.data=z with "
+            f"parallel.optimizer_shard=3 around the grid (allowed: two sizes [x, y])")
     elif math.prod(nd) != p.tensor:
         yield "parallel.tensor_nd", (f"{nd}: {shape} = {math.prod(nd)} must equal "
                                      f"parallel.tensor={p.tensor}")
