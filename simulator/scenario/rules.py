@@ -445,9 +445,10 @@ def _context(s: Scenario) -> Iterator[Problem]:
 
 def _tensor_nd(s: Scenario) -> Iterator[Problem]:
     """2-D tensor parallel (simulator/sharding/transformer_plan.py) lays a transformer's
-    `tensor` devices out as an x * y grid and splits its GEMM weights on both axes: the
-    hidden dim on y, the heads and FFN dim x * y ways (as 1-D's tensor, checked by
-    _transformer: x * y divides the heads, so the hidden dim too).
+    `tensor` devices out as an x * y grid and splits its GEMM weights on both axes (the
+    hidden dim on y, the head / FFN dim on x) and the heads and FFN activations x * y ways:
+    the divisibility of 1-D's tensor, which _transformer checks (x * y divides the heads,
+    so the hidden dim too).
     Each size above 1 (a size of 1 is 1-D tensor parallel); 3-D (MindSpore's x, y, z) and
     the combinations whose plans are not written are refused."""
     p, m, nd = s.parallel, s.model, s.parallel.tensor_nd

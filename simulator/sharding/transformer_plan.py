@@ -33,7 +33,9 @@ planned transformer graph that both `run` (timing) and `verify` (numeric proof) 
   reduces over its combined data-and-context-parallel group).
 - 2-D tensor parallel (`parallel.tensor_nd: [x, y]`, tensor = x * y; MindSpore's high
   dimension tensor parallel, `MatMul.add_prim_attr("enable_nd_tp", True)` with a 2-D
-  Layout; Xu et al. 2021, Optimus): `tp` becomes two mesh axes (`tpx` outer of x devices,
+  Layout, mindspore-ai/docs tutorials/source_en/parallel/high_dimension_tensor_parallel.md;
+  Xu et al. 2021, "An Efficient 2D Method for Training Super-Large Deep Learning Models",
+  arXiv:2104.05343): `tp` becomes two mesh axes (`tpx` outer of x devices,
   `tpy` inner of y). Every GEMM weight is split on both: its head / FFN dim on `tpx`, its
   hidden dim on `tpy` (Megatron's column-parallel QKV/FC1 contract `tpy`, its row-parallel
   projections `tpx`); the heads and FFN activations are split x*y ways (`tpx` outer, as
