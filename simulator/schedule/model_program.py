@@ -111,11 +111,13 @@ def _tp_overlap(scenario: Scenario, software: Software, compute_units: int
                 ) -> TpOverlap | None:
     """`parallel.overlap.tp_comm` (auto: the software stack's): each TP collective in
     tensor-degree chunks (Transformer Engine's default ring-exchange method steps once per
-    peer), its kernels on software.tp_comm_sms of the compute units."""
+    peer), its kernels on software.tp_comm_sms of the compute units. None under 2-D tensor
+    parallel: the stacks' overlap (TE userbuffers) chunks 1-D's collectives only, so `auto`
+    takes none (rules.py refuses `true`)."""
     mode = scenario.parallel.overlap.tp_comm
     on = software.tp_comm_overlap if mode == "auto" else mode
     t = scenario.parallel.tensor
-    if not on or t <= 1 or scenario.parallel.tensor_nd:  # 1-D (TE's ring exchange) only
+    if not on or t <= 1 or scenario.parallel.tensor_nd:
         return None
     return TpOverlap(chunks=t, sm_fraction=min(0.5, software.tp_comm_sms / compute_units))
 
