@@ -111,11 +111,13 @@ def _tp_overlap(scenario: Scenario, software: Software, compute_units: int
                 ) -> TpOverlap | None:
     """`parallel.overlap.tp_comm` (auto: the software stack's): each TP collective in
     tensor-degree chunks (Transformer Engine's default ring-exchange method steps once per
-    peer), its kernels on software.tp_comm_sms of the compute units."""
+    peer), its kernels on software.tp_comm_sms of the compute units. None under 2-D tensor
+    parallel: the stacks' overlap (TE userbuffers) chunks 1-D's collectives only, so `auto`
+    takes none (rules.py refuses `true`)."""
     mode = scenario.parallel.overlap.tp_comm
     on = software.tp_comm_overlap if mode == "auto" else mode
     t = scenario.parallel.tensor
-    if not on or t <= 1:
+    if not on or t <= 1 or scenario.parallel.tensor_nd:
         return None
     return TpOverlap(chunks=t, sm_fraction=min(0.5, software.tp_comm_sms / compute_units))
 
@@ -159,7 +161,9 @@ def _planned(scenario: Scenario, fused_attention: bool, e: int
     assert isinstance(m, TransformerModel)
     dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
                     min(m.layers, 3 * (m.moe.every if m.moe else 1)))
-    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert)
+    nd = tuple(p.tensor_nd) if p.tensor_nd else None
+    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert,
+                                      nd)
     return build_plan(graph, mesh, e), dims
 
 
