@@ -55,9 +55,10 @@ DATA_CASES = [
      "s.yaml: model.seq_length: found nothing (null); expected an integer"),
     ("unknown-key", ["parallel.tensr=2"],
      "s.yaml: parallel.tensr: unknown key (did you mean 'tensor'?); allowed: comm_fusion, "
-     "context, data, expert, mode, offload, optimizer_shard, optimizer_threshold_kb, overlap, "
-     "parameter_server, pipeline, pipeline_layers, recompute, schedule, search, "
-     "sequence_parallel, tensor, virtual_stages"),
+     "comm_subgraph, context, data, enable_alltoall, expert, mode, offload, optimizer_shard, "
+     "optimizer_threshold_kb, overlap, parameter_server, pipeline, pipeline_layers, "
+     "recompute, recompute_comm, schedule, search, sequence_parallel, tensor, "
+     "virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
      "s.yaml: hardwre: unknown key (did you mean 'hardware'?); allowed: cluster, framework, "
      "hardware, model, name, parallel, seed, training"),
