@@ -24,7 +24,9 @@ KNOBS = ["parallel.data=4", "parallel.data=1", "parallel.tensor=4", "parallel.te
          "training.micro_batch_size=4", "training.global_batch_size=16",
          "parallel.pipeline_layers=[1,1]", "parallel.mode=parameter_server",
          "parallel.parameter_server.servers=2", "parallel.parameter_server.sync=false",
-         "parallel.expert=2", "parallel.context=2"]
+         "parallel.expert=2", "parallel.context=2",
+         "parallel.recompute_comm.tensor=false", "parallel.recompute_comm.optimizer=false",
+         "parallel.enable_alltoall=false", "parallel.comm_subgraph.reuse=true"]
 
 
 # Knobs that run and leave the result unchanged, each for a stated reason (anything else that

@@ -168,7 +168,7 @@ class Lowering:
 
     def backward(self, dev: int, mb: int, vs: int) -> None:
         w, deps = self.work[vs], self._grad_dep(dev, mb, vs)
-        free = (("activations", w.activation_bytes),)
+        free: Alloc = (("activations", w.activation_bytes),)
         if self.par.recompute != "none":
             deps += self.dp.gather_before(dev, vs, ("R", mb, vs))
             r = w.recompute
