@@ -220,6 +220,10 @@ def _graph(*sets: str) -> dict:
     return _run("tiny-cpu", *sets)["comm_subgraph"]
 
 
+PER_MICRO = LAYERS * 4 + 1 + 4  # tiny-cpu's tensor-parallel collectives per micro-batch
+UNITS = 4  # embedding, 2 layers, head: ZeRO-3's gather units
+
+
 def test_comm_ops_of_the_compiled_graph():
     """tiny-cpu, per micro-batch: 2 layers x (2 forward + 2 backward tensor-parallel
     all-reduces), the vocabulary-parallel embedding's all-reduce, the head's 3 forward
@@ -228,10 +232,23 @@ def test_comm_ops_of_the_compiled_graph():
     for batch, micro in ((8, 2), (16, 4)):
         got = _graph("parallel.comm_subgraph.reuse=false",
                      f"training.global_batch_size={batch}")
-        assert got["comm_ops"] == micro * (LAYERS * 4 + 1 + 4) + 1
+        assert got["comm_ops"] == micro * PER_MICRO + 1
         assert got["distinct_ops"] == got["comm_ops"]
         assert got["classes"] == 3
         assert got["build_s"] == pytest.approx(got["distinct_ops"] * 10.0 / 1e3)
+
+
+@pytest.mark.parametrize("sets, ops", [
+    (["parallel.optimizer_shard=1"], MICRO * PER_MICRO + 2),  # + the parameter all-gather
+    (["parallel.optimizer_shard=2"], MICRO * PER_MICRO + 3),  # + micro-batch 0's scatter
+    # every micro-batch: each unit gathered for its forward and backward, reduce-scattered
+    (["parallel.optimizer_shard=3"], MICRO * (PER_MICRO + 3 * UNITS)),
+    # full recompute re-runs 2 all-reduces per layer and gathers the chunk once more
+    (["parallel.optimizer_shard=3", *FULL],
+     MICRO * (PER_MICRO + LAYERS * 2 + 2 * UNITS + 1)),
+])
+def test_comm_ops_follow_the_optimizer_level(sets, ops):
+    assert _graph("parallel.comm_subgraph.reuse=false", *sets)["comm_ops"] == ops
 
 
 def test_reuse_compiles_one_operator_per_class_and_keeps_the_step_time():

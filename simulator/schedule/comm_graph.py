@@ -67,9 +67,15 @@ def _micro_ops(low: Lowering, vs: int) -> Counter[CommOp]:
     return out
 
 
-def _buckets(low: Lowering, vs: int, kind: str, scale: float = 1.0) -> Counter[CommOp]:
-    return Counter({CommOp(kind, "dp", b.nbytes * scale): b.count
-                    for b in low.dp.buckets[vs]})
+def _buckets(low: Lowering, vs: int, kind: str, gather: bool = False) -> Counter[CommOp]:
+    """The gradient buckets of vs as `kind` operators, or (`gather`) the parameter
+    all-gather's buckets at parameter bytes."""
+    buckets = low.dp.gather_buckets(vs) if gather else low.dp.buckets[vs]
+    scale = low.e / low.ge if gather else 1.0
+    out: Counter[CommOp] = Counter()
+    for b in buckets:
+        out[CommOp(kind, "dp", b.nbytes * scale)] += b.count
+    return out
 
 
 def _replicated(low: Lowering, vs: int, micro: int) -> Counter[CommOp]:
@@ -83,7 +89,7 @@ def _sharded(low: Lowering, vs: int, micro: int) -> Counter[CommOp]:
     out = _buckets(low, vs, low.dp.collective)
     params = low.work[vs].params
     if low.par.overlap.param_gather and not low.par.offload.optimizer_states:
-        out.update(_buckets(low, vs, "all_gather", low.e / low.ge))
+        out.update(_buckets(low, vs, "all_gather", gather=True))
     else:
         out[CommOp("all_gather", "dp", params * low.e)] += 1
     if low.par.optimizer_shard == 2:
