@@ -32,6 +32,8 @@ def test_run_contract_on_every_bundled_scenario(name):
     # offloaded parameters / activations add the host-link bytes per device
     off = s.parallel.offload
     ps |= {"offload_bytes_per_device"} if off.parameters or off.activations else set()
+    # a given parallel.comm_subgraph adds the compiled graph's communication operators
+    ps |= {"comm_subgraph"} if "comm_subgraph" in s.parallel.model_fields_set else set()
     assert set(out) == KEYS | ps
     assert out["iteration_time_s"] > 0
     assert sum(out["breakdown_s"].values()) == pytest.approx(out["iteration_time_s"], rel=0.01)

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Iterator
 
 from simulator.errors import InputError
+from simulator.scenario.comm_rules import comm_subgraph, recompute_comm
 from simulator.scenario.schema import (
     CommFusionSpec,
     GraphModel,
@@ -505,6 +506,8 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _offload,
     _parameter_server,
     _tensor_nd,
+    recompute_comm,
+    comm_subgraph,
 )
 
 
