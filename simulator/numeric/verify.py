@@ -16,6 +16,7 @@ from simulator.graph.graph import Graph
 from simulator.numeric.cases import VerifyCase, build_case
 from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
 from simulator.numeric.execute import Execution, Faults, Recompute, run_microbatch
+from simulator.numeric.heap import kept_heap
 from simulator.numeric.optimizer import update
 from simulator.numeric.ps import PsRun, ps_step
 from simulator.numeric.stacked_offsets import clear_dropout_masks
@@ -295,7 +296,7 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
     OpenBLAS threads on 2 busy cores, 1.3 s with one)."""
     try:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with threadpool_limits(limits=1, user_api="blas"), kept_heap():
             return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
                            vectorised, recompute, unsharded)
     finally:
