@@ -5,6 +5,7 @@ single-device run of the whole global batch (CONTRACT.md section 5)."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from dataclasses import dataclass, field
 
@@ -294,13 +295,19 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
     one thread: verify's products are a device's blocks of small or shrunk models, where a
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
-    OpenBLAS threads on 2 busy cores, 1.3 s with one)."""
+    OpenBLAS threads on 2 busy cores, 1.3 s with one). Python's cyclic garbage collector
+    is paused for the run (it walked the run's many block tuples again and again: about 3%
+    of the time at 256 devices); the run makes no cycles it must free early."""
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         with threadpool_limits(limits=1, user_api="blas"), kept_heap():
             return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
                            vectorised, recompute, unsharded)
     finally:
         clear_dropout_masks()  # the memoised keep-masks are this run's only
+        if collecting:
+            gc.enable()
 
 
 def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: int,
