@@ -2,7 +2,8 @@
 dropout row table (numeric.mask_rows) gives every rank's block the mask the family kernel
 draws for it (any order of micro-batches, consecutive or scattered rows); the stacked
 kernels that keep a forward intermediate (numeric.stacked_saved) give bitwise the
-gradients of a recomputation; the kept heap (numeric.heap) restores numpy's setting."""
+gradients of a recomputation; the kept heap (numeric.heap) restores numpy's setting; the
+blocked comparison finds what a whole-array one does."""
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from simulator.numeric.heap import _hugepage_setter, kept_heap
 from simulator.numeric.mask_rows import clear_row_masks, row_mask
 from simulator.numeric.stacked import StackCtx, stacked_kernel
 from simulator.numeric.stacked_saved import clear_saved
+from simulator.numeric.verify import Check, _compare
 
 SHAPE = (8, 3, 5)  # a micro-batch of 8 rows
 
@@ -91,3 +93,19 @@ def test_kept_heap_restores_numpy_hugepage_setting():
         assert setter(True) is True  # restored after it
     finally:
         setter(before)
+
+
+def test_blocked_compare_finds_the_worst_element_and_a_nan():
+    """verify._compare reads the arrays a block at a time: the one wrong element in the
+    third block is found exactly, scaled by the largest reference magnitude (3), and a
+    NaN in the last block fails the check."""
+    want = np.linspace(-3.0, 2.0, 7 * 28087).reshape(7, -1)
+    got = want.copy()
+    got.flat[2 * 65536 + 5] += 0.25
+    check = _compare("t", got, want, 1e-5)
+    assert check.max_abs_error == pytest.approx(0.25, rel=1e-12)
+    assert check.max_rel_error == pytest.approx(0.25 / 3.0, rel=1e-12) and not check.ok
+    assert _compare("t", want.copy(), want, 1e-5) == Check("t", 0.0, 0.0, True)
+    got.flat[-1] = np.nan
+    nan = _compare("t", got, want, 1e-5)
+    assert np.isnan(nan.max_abs_error) and not nan.ok

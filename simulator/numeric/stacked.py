@@ -9,9 +9,10 @@ arrives as a stride-0 view (`np.broadcast_to`); the gradient of such an input is
 block per rank (each rank's summand of the Partial gradient), never their sum.
 
 Stacked kernels are registered per family name (those of families that read their block
-offsets in `numeric.stacked_offsets`); a family without one (or an op whose
-ranks cannot be stacked) runs rank by rank (`numeric.local`). The stacked and the per-rank
-paths are compared in tests/test_numeric_stacked.py.
+offsets in `numeric.stacked_offsets`, those whose backward reads what their forward
+computed, GeLU, softmax and LayerNorm, in `numeric.stacked_saved`); a family without one
+(or an op whose ranks cannot be stacked) runs rank by rank (`numeric.local`). The stacked
+and the per-rank paths are compared in tests/test_numeric_stacked.py.
 """
 
 from __future__ import annotations
