@@ -15,7 +15,16 @@ fit the growth exponent by least squares over all counts (wall and CPU time) nex
 exponent n log n itself fits over the same counts. The machine is shared: each row shows
 the 1-minute load average when it started; `cpu_s` (user + system time of this process)
 is the figure a loaded machine distorts least. Transformers are verified in float64
-(numeric.cases) on one BLAS thread. Run:
+(numeric.cases) on one BLAS thread.
+
+What 10 s at 1024 devices asks: each device runs 2 micro-batches of 32 tokens through a
+model of about 114k multiply-adds per token (2 layers of hidden 64, FFN 256, 4 heads,
+vocabulary 128), forward and backward (3x the forward), and the single-device reference
+computes the same again plus the first micro-batch's forward: about 95 MFLOP of matrix
+products per device, 97 GFLOP at 1024 devices. This machine's float64 GEMM on one thread
+runs at about 15 GFLOP/s (numpy matmul of 65536x64 by 64x256, idle), so the products
+alone take about 6.5 s before any elementwise pass, collective or comparison; the
+elementwise kernels move several GB more. Run:
 
     python benchmarks/verify_speed.py [--min N] [--max N]
 """
