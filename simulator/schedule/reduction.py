@@ -18,7 +18,8 @@ its collectives on a device's `dp` stream.
   until its compute ends; each unit's gradient is reduce-scattered as soon as its backward
   ends, every micro-batch, under the backward of the units before it, on a stream of its
   own (FSDP's post-backward stream) that shares the device's link with the gathers. A
-  recompute pass gathers its whole chunk first, held until its backward ends; with
+  recompute pass gathers its chunk again, unit by unit (two units whole at most, held until
+  the backward ends); with
   `parallel.recompute_comm.optimizer: false` (MindSpore's parallel_optimizer_comm_recompute
   false) it gathers nothing and the forward's gathered units stay whole until the backward
   ends instead (one gather per micro-batch, held from forward to backward).
@@ -262,8 +263,14 @@ class ShardedParameters(ShardedGradients):
         par = self.low.par
         return par.recompute != "none" and not par.recompute_comm.optimizer
 
+    def _regathered(self, vs: int) -> float:
+        """Bytes a recompute pass holds gathered: it gathers its chunk unit by unit, as the
+        forward does (prefetch depth one), so two units are whole at most."""
+        work = self.low.work[vs]
+        return min(work.params, 2 * max(work.piece_params, default=0)) * self.low.e
+
     def backward_frees(self, vs: int) -> tuple[tuple[str, float], ...]:
-        nbytes = self.low.work[vs].params * self.low.e
+        nbytes = self._regathered(vs)
         return (("parameters", nbytes),) if self.low.par.recompute != "none" and nbytes \
             else ()
 
@@ -311,9 +318,10 @@ class ShardedParameters(ShardedGradients):
         nbytes = low.work[vs].params * low.e
         compute = low.b.streams.get((dev, "compute"), [])
         prefetch = (compute[-2],) if len(compute) >= 2 else ()
+        held = self._regathered(vs)
         return (self.emit(dev, "param_gather", "all_gather", nbytes, self.gather_s([vs]),
                           prefetch, key, alloc_buffer=False,
-                          alloc=(("parameters", nbytes),) if nbytes else ()),)
+                          alloc=(("parameters", held),) if held else ()),)
 
     def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
         return
