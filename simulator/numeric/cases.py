@@ -113,7 +113,7 @@ def build_case(s: Scenario, fused_attention: bool = False) -> VerifyCase:
     `fused_attention`: the hardware profile's default for `model.attention: auto`."""
     m = s.model
     notes: list[str] = []
-    if s.parallel.pipeline > 1:
+    if s.parallel.pipeline > 1 and isinstance(m, TransformerModel):
         notes.append(f"pipeline={s.parallel.pipeline} verified as the sequential composition "
                      "of its stages")
     if isinstance(m, TransformerModel):

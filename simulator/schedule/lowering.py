@@ -154,10 +154,10 @@ class Lowering:
         pair = self.costs.peer_send_s
         if pair:
             seconds = pair(nbytes, intra, dev, peer)
+        elif (nbytes, intra) in self.send_s:
+            seconds = self.send_s[(nbytes, intra)]
         else:
-            seconds = self.send_s.get((nbytes, intra))
-            if seconds is None:
-                seconds = self.send_s[(nbytes, intra)] = self.costs.send_recv_s(nbytes, intra)
+            seconds = self.send_s[(nbytes, intra)] = self.costs.send_recv_s(nbytes, intra)
         self.b.add(("S", dev, direction, mb, vs), device=dev, stream="pp_" + direction,
                    name="send_" + direction, phase="comm", micro=mb, chunk=vs,
                    duration_s=seconds, deps=(after,),

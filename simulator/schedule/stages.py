@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from simulator.cost.specs import CommSpec, GroupSpec
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel, Priced, price_ops
+from simulator.schedule.graph_stages import split_units
 from simulator.schedule.host import host_costs
 from simulator.schedule.layout import RankMesh
 from simulator.schedule.multicopy import multi_copy
-from simulator.schedule.graph_stages import split_units
 from simulator.schedule.program import GraphStages, TransformerProgram
 
 __all__ = ["StageWork", "stage_work", "stage_layers"]
