@@ -63,4 +63,34 @@ def test_every_knob_runs_or_is_refused_by_name(kind, invoke_cli):
             message = stderr_of(result)
             assert message.startswith("error: ") and "internal error" not in message, \
                 (kind, knob, message)
-    assert ran >= 6  # most knobs apply to every model type
+    assert ran >= 5  # most knobs apply to every model type
+
+
+@pytest.mark.parametrize("kind", ["mlp", "resnet"])
+def test_a_pipeline_changes_every_model_type(kind, invoke_cli):
+    """`parallel.pipeline=2` (data 1 keeps the 4 devices) cuts an mlp or resnet into two
+    stages: activations and gradients are sent between them and the schedule has a
+    bubble, where the one-stage run sends nothing and has none."""
+    plain = json.loads(run_kind(invoke_cli, kind).stdout)
+    piped = run_kind(invoke_cli, kind, "parallel.pipeline=2", "parallel.data=1")
+    assert piped.exit_code == 0, piped.output
+    out = json.loads(piped.stdout)
+    assert "send_recv" not in plain["communication"]["by_collective"]
+    assert out["communication"]["by_collective"]["send_recv"] > 0
+    assert plain["breakdown_s"]["bubble"] == 0 < out["breakdown_s"]["bubble"]
+    assert out["pipeline_layers"] == [1, 1] if kind == "mlp" else len(out["pipeline_layers"]) == 2
+
+
+def test_a_pipeline_changes_a_graph_model(invoke_cli):
+    """The seed (c) graph in the two stages its operators' `pipeline_stage` give, against
+    the same graph on one stage (`seed-c-resnet-boundary`)."""
+    plain = json.loads(invoke_cli("run", "seed-c-resnet-boundary", "--json").stdout)
+    result = invoke_cli("run", "pipeline-graph-seed-c-8-cpu", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert "send_recv" not in plain["communication"]["by_collective"]
+    assert out["communication"]["by_collective"]["send_recv"] == 2 * 4 * 6 * 6 * 4
+    assert plain["breakdown_s"]["bubble"] == 0 < out["breakdown_s"]["bubble"]
+    one = invoke_cli("run", "pipeline-graph-seed-c-8-cpu", "--set", "parallel.pipeline=1")
+    assert one.exit_code == 2
+    assert "model.ops[5].attrs.pipeline_stage: 1: not a stage" in stderr_of(one)
