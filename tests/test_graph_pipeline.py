@@ -283,3 +283,27 @@ def test_a_parameter_cut_apart_is_refused():
         simulate(s, load_profile("cpu-x86"))
     assert err.value.key == "model.ops"
     assert "parameter 'w' is read on pipeline stages 0 and 1" in str(err.value)
+
+
+def test_a_pipeline_lets_the_reduction_follow_the_units():
+    """Cut into units, a stage's gradients are ready unit by unit: overlapping the
+    data-parallel reduction with the last backward (`overlap.grad_reduce`) now applies, and
+    with buckets smaller than a unit it hides part of the reduction."""
+    kw = dict(layers=8, hidden=512, pipeline=2, data=2, comm_fusion={"bucket_mb": 0.5})
+    on = simulate(_mlp(**kw), A100)
+    off = simulate(_mlp(**kw, overlap={"grad_reduce": False}), A100)
+    assert on.iteration_time_s < off.iteration_time_s
+
+
+def test_pipeline_stages_hold_their_share_of_the_model_states():
+    """At its peak the first stage's device holds the model states (fp32 Adam: 16 bytes
+    per parameter) of its own layers only, 3 of 8 here; the pipeline's communicator adds
+    framework memory (NCCL buffers)."""
+    def states(r):
+        cats = dict(r.memory.by_category)
+        return cats["parameters"] + cats["gradients"] + cats["optimizer_states"]
+
+    flat = simulate(_mlp(layers=8, hidden=512, pipeline=1, data=1), A100)
+    piped = simulate(_mlp(layers=8, hidden=512, pipeline=4, data=1), A100)
+    first = _work(_mlp(layers=8, hidden=512, pipeline=4, data=1))[0]
+    assert states(piped) == 16 * first.params < states(flat)

@@ -300,15 +300,22 @@ def _stage_attrs(m: GraphModel, chunks: int, layers_given: bool) -> Iterator[Pro
 
 def _one_block_overlap(s: Scenario) -> Iterator[Problem]:
     """A one-block model's gradients are all ready when its single backward ends: the
-    data-parallel reduction cannot overlap it either way."""
+    data-parallel reduction cannot overlap it either way (a pipeline's stages are cut into
+    units, whose gradients the reduction can follow)."""
     if isinstance(s.model, (TransformerModel, GraphModel)):
         return
-    if s.parallel.comm_fusion.mode == "index":
+    if s.parallel.comm_fusion.mode == "index" and s.parallel.pipeline > 1:
+        yield "parallel.comm_fusion.mode", (
+            f"index: fusion groups by layer index are simulated for transformers; a model "
+            f"of type '{s.model.type}' fuses its stages' gradients by size (allowed: size, "
+            f"auto, none)")
+    elif s.parallel.comm_fusion.mode == "index":
         yield "parallel.comm_fusion.mode", (
             f"index fuses each block's gradients into one bucket; a model of type "
             f"'{s.model.type}' is one block, so that is one bucket of its whole gradient "
             f"(allowed: size, auto, none)")
-    if s.parallel.overlap.grad_reduce:
+    # a pipeline cuts the model into units whose gradients are ready one after another
+    if s.parallel.overlap.grad_reduce or s.parallel.pipeline > 1:
         return
     yield "parallel.overlap.grad_reduce", (
         f"false: a model of type '{s.model.type}' is one block, whose gradients are ready "
