@@ -307,3 +307,52 @@ def test_pipeline_stages_hold_their_share_of_the_model_states():
     piped = simulate(_mlp(layers=8, hidden=512, pipeline=4, data=1), A100)
     first = _work(_mlp(layers=8, hidden=512, pipeline=4, data=1))[0]
     assert states(piped) == 16 * first.params < states(flat)
+
+
+# ---- micro-batches of an operator graph --------------------------------------------------
+
+def test_graph_micro_batches_fill_the_pipeline():
+    """`parallel.micro_batches` (MindSpore PipelineCell's micro_size): each micro-batch is
+    the graph as written; more of them send more and leave a smaller share idle, under
+    GPipe and 1F1B alike."""
+    cpu = load_profile("cpu-x86")
+    share, sent = {}, {}
+    for m in (1, 8):
+        for schedule in ("1f1b", "gpipe") if m > 1 else ("1f1b",):
+            r = simulate(_bundled("pipeline-graph-seed-c-8-cpu", f"parallel.micro_batches={m}",
+                                  f"parallel.schedule={schedule}"), cpu)
+            share[(m, schedule)] = dict(r.breakdown_s)["bubble"] / r.iteration_time_s
+            sent[(m, schedule)] = dict(r.comm_bytes)["send_recv"]
+    assert sent[(8, "gpipe")] == sent[(8, "1f1b")] == 8 * sent[(1, "1f1b")] == 8 * 1152
+    assert share[(8, "1f1b")] < share[(1, "1f1b")]
+    assert share[(8, "gpipe")] < share[(1, "1f1b")]
+
+
+def test_graph_micro_batches_verify_as_accumulated_steps():
+    """Without a pipeline, micro-batches are gradient accumulation: verify runs two of the
+    graph's micro-batches, each with data of its own, against one device accumulating the
+    same two."""
+    s = _bundled("seed-c-resnet-boundary", "parallel.micro_batches=3")
+    res = verify_scenario(s)
+    assert res.ok
+    assert "2 of 3 micro-batches run" in res.notes
+
+
+@pytest.mark.parametrize("sets, key, message", [
+    (["parallel.schedule=gpipe", "parallel.micro_batches=1"], "parallel.schedule",
+     "gpipe orders the micro-batches of a pipeline; this operator graph runs 1 on 2 "
+     "stage(s) (allowed: 1f1b; give parallel.pipeline and parallel.micro_batches > 1)"),
+])
+def test_graph_schedule_needs_micro_batches(sets, key, message):
+    with pytest.raises(InputError) as err:
+        _bundled("pipeline-graph-seed-c-8-cpu", *sets)
+    assert (err.value.key, str(err.value).split(": ", 2)[-1]) == (key, message)
+
+
+def test_micro_batches_of_other_models_are_derived():
+    with pytest.raises(InputError) as err:
+        _mlp(micro_batches=4)
+    assert err.value.key == "parallel.micro_batches"
+    assert str(err.value).endswith(
+        "4 applies to model.type graph; a model of type 'mlp' has "
+        "training.global_batch_size / (micro_batch_size * data) micro-batches (allowed: 1)")

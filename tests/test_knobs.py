@@ -24,7 +24,7 @@ KNOBS = ["parallel.data=4", "parallel.data=1", "parallel.tensor=4", "parallel.te
          "training.micro_batch_size=4", "training.global_batch_size=16",
          "parallel.pipeline_layers=[1,1]", "parallel.mode=parameter_server",
          "parallel.parameter_server.servers=2", "parallel.parameter_server.sync=false",
-         "parallel.expert=2", "parallel.context=2"]
+         "parallel.expert=2", "parallel.context=2", "parallel.micro_batches=4"]
 
 
 # Knobs that run and leave the result unchanged, each for a stated reason (anything else that
@@ -89,7 +89,8 @@ def test_a_pipeline_changes_a_graph_model(invoke_cli):
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
     assert "send_recv" not in plain["communication"]["by_collective"]
-    assert out["communication"]["by_collective"]["send_recv"] == 2 * 4 * 6 * 6 * 4
+    # 4 micro-batches of the 2 x 4 x 6 x 6 fp32 block each device of a stage holds
+    assert out["communication"]["by_collective"]["send_recv"] == 4 * 2 * 4 * 6 * 6 * 4
     assert plain["breakdown_s"]["bubble"] == 0 < out["breakdown_s"]["bubble"]
     one = invoke_cli("run", "pipeline-graph-seed-c-8-cpu", "--set", "parallel.pipeline=1")
     assert one.exit_code == 2

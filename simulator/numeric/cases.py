@@ -39,6 +39,9 @@ class VerifyCase:
     micro_batches: int
     notes: tuple[str, ...]
     dtype: type
+    # True: each micro-batch is `whole` with data of its own (an operator graph's
+    # parallel.micro_batches), and the reference accumulates them on one device
+    separate: bool = False
 
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
@@ -120,8 +123,12 @@ def build_case(s: Scenario, fused_attention: bool = False) -> VerifyCase:
         case = _transformer(s, m, uses_flash(s, fused_attention))
     else:
         sharded, mesh = planned_graph(s)
-        micro = 1 if isinstance(m, GraphModel) else min(s.grad_accum_steps, 2)
+        micro = min(s.grad_accum_steps, 2)
         rows = sharded.tensors[next(t.name for t in sharded.of_kind("input"))].shape[0]
-        whole = sharded if micro == 1 else unplanned_graph(s, rows * micro)
-        case = VerifyCase(sharded, whole, sharded, mesh, micro, (), _dtype(s))
+        graph = isinstance(m, GraphModel)
+        whole = sharded if micro == 1 or graph else unplanned_graph(s, rows * micro)
+        case = VerifyCase(sharded, whole, sharded, mesh, micro, (), _dtype(s),
+                          separate=graph and micro > 1)
+        if micro < s.grad_accum_steps:
+            notes.append(f"{micro} of {s.grad_accum_steps} micro-batches run")
     return dataclasses.replace(case, notes=tuple(notes) + case.notes)

@@ -333,7 +333,8 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
     dtype, m = case.dtype, case.micro_batches
     params = _params(case.whole, rng, dtype)
     data = _data(case.whole, rng, dtype)
-    batches = _split_batch(data, m)
+    batches = (_split_batch(data, m) if not case.separate
+               else [data] + [_data(case.whole, rng, dtype) for _ in range(m - 1)])
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize)
     t0 = time.perf_counter()
     stages = None if pipeline is None else StagedRun(plan, pipeline.stage_of,
@@ -342,8 +343,8 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
                recompute, unsharded, stages or run_microbatch)
     t1 = time.perf_counter()
     one = Mesh.of(single=1)
-    ref = _run(build_plan(_unsharded(case.whole), one), params, [data], optimizer, lr, False,
-               Faults())
+    ref = _run(build_plan(_unsharded(case.whole), one), params,
+               batches if case.separate else [data], optimizer, lr, False, Faults())
     ref_acts = _activations(build_plan(_unsharded(case.micro_reference), one), params,
                             batches[0])
     phases = {"sharded": t1 - t0, "reference": time.perf_counter() - t1}

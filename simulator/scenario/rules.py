@@ -349,9 +349,17 @@ def _schedule(s: Scenario) -> Iterator[Problem]:
     elif p.schedule == "interleaved_1f1b" and p.virtual_stages == 1:
         yield "parallel.schedule", ("interleaved_1f1b with parallel.virtual_stages 1 is 1f1b: "
                                     "give virtual_stages > 1 or schedule 1f1b")
-    if isinstance(s.model, GraphModel) and p.schedule != "1f1b":
-        yield "parallel.schedule", (f"{p.schedule} orders micro-batches; an operator graph "
-                                    f"runs its batch as one (allowed: 1f1b)")
+    if isinstance(s.model, GraphModel) and p.schedule != "1f1b" and (
+            p.pipeline == 1 or p.micro_batches == 1):
+        yield "parallel.schedule", (f"{p.schedule} orders the micro-batches of a pipeline; "
+                                    f"this operator graph runs {p.micro_batches} on "
+                                    f"{p.pipeline} stage(s) (allowed: 1f1b; give "
+                                    f"parallel.pipeline and parallel.micro_batches > 1)")
+    if not isinstance(s.model, GraphModel) and p.micro_batches != 1:
+        yield "parallel.micro_batches", (
+            f"{p.micro_batches} applies to model.type graph; a model of type "
+            f"'{s.model.type}' has training.global_batch_size / (micro_batch_size * data) "
+            f"micro-batches (allowed: 1)")
 
 
 def _transformer_knobs(s: Scenario) -> Iterator[Problem]:

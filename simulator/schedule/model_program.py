@@ -34,7 +34,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.hardware.schema import Software
-from simulator.scenario.schema import DTYPE_BYTES, GraphModel, Scenario, TransformerModel
+from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
 from simulator.schedule.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.schedule.graph_stages import fixed_counts, staged_graph
 from simulator.schedule.host import host_kernels, host_placed
@@ -419,6 +419,5 @@ def graph_program(scenario: Scenario) -> GraphProgram:
         grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"),
         host_kernels=host_kernels(plan, e),
         host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0)
-    micro = 1 if isinstance(scenario.model, GraphModel) else scenario.grad_accum_steps
-    return GraphProgram(prog, mesh, graph_model_flops(graph, micro))
+    return GraphProgram(prog, mesh, graph_model_flops(graph, scenario.grad_accum_steps))
 
