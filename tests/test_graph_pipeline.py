@@ -356,3 +356,27 @@ def test_micro_batches_of_other_models_are_derived():
     assert str(err.value).endswith(
         "4 applies to model.type graph; a model of type 'mlp' has "
         "training.global_batch_size / (micro_batch_size * data) micro-batches (allowed: 1)")
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("p, m", [(2, 3), (4, 4), (4, 8)])
+def test_mlp_bubble_fraction_is_p_minus_1_over_m_plus_p_minus_1(schedule, p, m):
+    """Uniform stages and free communication: each hidden layer's MatMul 1 s forward and
+    its weight-gradient GEMM 2 s backward, nothing else costs time; 8 layers in p stages
+    take (m + p - 1)(t_f + t_b), idle (p - 1)/(m + p - 1) of it (Huang et al. 2019;
+    Narayanan et al. 2021, Sec. 2.2)."""
+    import re
+
+    def compute_s(spec) -> float:
+        if re.fullmatch(r"fc\d+", spec.name):
+            return 1.0
+        return 2.0 if re.fullmatch(r"fc\d+\.wgrad", spec.name) else 0.0
+
+    costs = CostModel(compute_s=compute_s, collective_s=lambda *a: 0.0,
+                      send_recv_s=lambda nbytes, intra: 0.0)
+    s = _mlp(layers=8, pipeline=p, data=1, micro=m, schedule=schedule)
+    r = simulate(s, A100, costs=costs)
+    assert r.plan.stage_layers == (8 // p,) * p
+    assert r.iteration_time_s == pytest.approx((m + p - 1) * 3.0 * (8 // p))
+    assert dict(r.breakdown_s)["bubble"] / r.iteration_time_s == pytest.approx(
+        (p - 1) / (m + p - 1))
