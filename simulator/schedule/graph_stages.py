@@ -179,6 +179,7 @@ def split_units(scenario: Scenario, staged: GraphStages, parts: int,
         counts = tuple(given)
     else:
         counts = balanced(seconds or [1.0] * len(staged.units), parts)
+    assert sum(counts) == len(staged.units), "the scenario rules check the split's units"
     ends = [sum(counts[:k + 1]) for k in range(len(counts))]
     for name, first, last in staged.spans:
         a = next(k for k, end in enumerate(ends) if first < end)
