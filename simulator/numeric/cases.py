@@ -1,8 +1,9 @@
 """From a scenario to a verification case: the graph with its strategies, the mesh, the data.
 
 Large scenarios are shrunk to small dimensions with the same parallel configuration; the
-case says what changed. Pipeline stages are verified as their sequential composition (a
-stage boundary is a point-to-point copy, which moves values unchanged).
+case says what changed. A transformer's pipeline stages are verified as their sequential
+composition (a stage boundary is a point-to-point copy, which moves values unchanged); an
+mlp, resnet or graph pipeline runs each stage on devices of its own (`numeric.pipeline`).
 """
 
 from __future__ import annotations

@@ -243,6 +243,11 @@ def _one_block_recompute(s: Scenario) -> Iterator[Problem]:
     more time, and has no attention core for `selective`. Refused rather than ignored."""
     if isinstance(s.model, TransformerModel) or s.parallel.recompute == "none":
         return
+    if s.parallel.pipeline > 1:
+        yield "parallel.recompute", (
+            f"{s.parallel.recompute}: recompute of the units of a pipelined model of type "
+            f"'{s.model.type}' is not simulated yet (allowed: none)")
+        return
     yield "parallel.recompute", (
         f"{s.parallel.recompute} needs a model of several blocks to checkpoint between; a "
         f"model of type '{s.model.type}' is one block, whose recompute would keep the same "
