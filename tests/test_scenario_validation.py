@@ -57,7 +57,7 @@ DATA_CASES = [
      "s.yaml: parallel.tensr: unknown key (did you mean 'tensor'?); allowed: comm_fusion, "
      "context, data, expert, micro_batches, mode, offload, optimizer_shard, "
      "optimizer_threshold_kb, overlap, parameter_server, pipeline, pipeline_layers, "
-     "recompute, schedule, search, sequence_parallel, tensor, virtual_stages"),
+     "recompute, schedule, search, sequence_parallel, tensor, tensor_nd, virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
      "s.yaml: hardwre: unknown key (did you mean 'hardware'?); allowed: cluster, framework, "
      "hardware, model, name, parallel, seed, training"),
@@ -118,7 +118,7 @@ SET_CASES = [
      "s.yaml with --set parallel.tensr=2: parallel.tensr: unknown key (did you mean "
      "'tensor'?); allowed: comm_fusion, context, data, expert, micro_batches, mode, offload, "
      "optimizer_shard, optimizer_threshold_kb, overlap, parameter_server, pipeline, "
-     "pipeline_layers, recompute, schedule, search, sequence_parallel, tensor, "
+     "pipeline_layers, recompute, schedule, search, sequence_parallel, tensor, tensor_nd, "
      "virtual_stages"),
     ("set-breaks-rule", ["parallel.tensor=4"],
      "s.yaml with --set parallel.tensor=4: parallel: data*tensor*pipeline = 2*4*1 = 8 must "
