@@ -73,7 +73,7 @@ def verify(scenario: Any, hw: Any = None) -> Any:
     from simulator.numeric.verify import verify_scenario
 
     sc, profile = _scenario_and_hw(scenario, hw)
-    return verify_scenario(sc, fused_attention=profile.software.fused_attention)
+    return verify_scenario(sc, fused_attention=profile.software.fused_attention, hw=profile)
 
 
 def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[str] = (),

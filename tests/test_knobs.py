@@ -26,7 +26,8 @@ KNOBS = ["parallel.data=4", "parallel.data=1", "parallel.tensor=4", "parallel.te
          "parallel.parameter_server.servers=2", "parallel.parameter_server.sync=false",
          "parallel.expert=2", "parallel.context=2", "parallel.tensor_nd=[2,2]",
          "parallel.recompute_comm.tensor=false", "parallel.recompute_comm.optimizer=false",
-         "parallel.enable_alltoall=false", "parallel.comm_subgraph.reuse=true"]
+         "parallel.enable_alltoall=false", "parallel.comm_subgraph.reuse=true",
+         "parallel.micro_batches=4"]
 
 
 # Knobs that run and leave the result unchanged, each for a stated reason (anything else that
@@ -123,3 +124,34 @@ def test_communication_options_move_the_result_their_way(kind, base, knob, holds
     without, with_knob = (run_kind(invoke_cli, kind, *base, *extra) for extra in ([], [knob]))
     assert without.exit_code == with_knob.exit_code == 0, with_knob.output
     assert holds(json.loads(without.stdout), json.loads(with_knob.stdout))
+
+
+@pytest.mark.parametrize("kind", ["mlp", "resnet"])
+def test_a_pipeline_changes_every_model_type(kind, invoke_cli):
+    """`parallel.pipeline=2` (data 1 keeps the 4 devices) cuts an mlp or resnet into two
+    stages: activations and gradients are sent between them and the schedule has a
+    bubble, where the one-stage run sends nothing and has none."""
+    plain = json.loads(run_kind(invoke_cli, kind).stdout)
+    piped = run_kind(invoke_cli, kind, "parallel.pipeline=2", "parallel.data=1")
+    assert piped.exit_code == 0, piped.output
+    out = json.loads(piped.stdout)
+    assert "send_recv" not in plain["communication"]["by_collective"]
+    assert out["communication"]["by_collective"]["send_recv"] > 0
+    assert plain["breakdown_s"]["bubble"] == 0 < out["breakdown_s"]["bubble"]
+    assert out["pipeline_layers"] == [1, 1] if kind == "mlp" else len(out["pipeline_layers"]) == 2
+
+
+def test_a_pipeline_changes_a_graph_model(invoke_cli):
+    """The seed (c) graph in the two stages its operators' `pipeline_stage` give, against
+    the same graph on one stage (`seed-c-resnet-boundary`)."""
+    plain = json.loads(invoke_cli("run", "seed-c-resnet-boundary", "--json").stdout)
+    result = invoke_cli("run", "pipeline-graph-seed-c-8-cpu", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert "send_recv" not in plain["communication"]["by_collective"]
+    # 4 micro-batches of the 2 x 4 x 6 x 6 fp32 block each device of a stage holds
+    assert out["communication"]["by_collective"]["send_recv"] == 4 * 2 * 4 * 6 * 6 * 4
+    assert plain["breakdown_s"]["bubble"] == 0 < out["breakdown_s"]["bubble"]
+    one = invoke_cli("run", "pipeline-graph-seed-c-8-cpu", "--set", "parallel.pipeline=1")
+    assert one.exit_code == 2
+    assert "model.ops[5].attrs.pipeline_stage: 1: not a stage" in stderr_of(one)

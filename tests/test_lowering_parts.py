@@ -17,7 +17,8 @@ from simulator.resources import resolve_yaml
 from simulator.scenario import parse_scenario
 from simulator.schedule.costs import CostModel
 from simulator.schedule.layout import rank_mesh
-from simulator.schedule.model_program import transformer_program
+from simulator.schedule.lowering import lower
+from simulator.schedule.model_program import graph_program, transformer_program
 from simulator.schedule.tasks_builder import Builder
 from simulator.sharding.mesh import Mesh
 from simulator.simulate import simulate
@@ -88,16 +89,19 @@ def test_tasks_are_built_by_name():
     assert b.tasks()[tid].micro == -1
 
 
-@pytest.mark.parametrize("model", ["seed-c-resnet-boundary", "mlp"])
-def test_a_pipeline_over_a_one_block_model_is_refused(model):
-    """Refused when the scenario is read, so run and verify refuse it alike."""
-    path = resolve_yaml("seed-c-resnet-boundary" if model != "mlp" else "tiny-cpu",
-                        "scenarios")
-    extra = [] if model != "mlp" else [
-        "model={type: mlp, layers: 2, hidden_size: 64, input_size: 32, num_classes: 16}"]
+def test_a_pipeline_over_a_one_block_program_is_refused():
+    """The lowering's guard: a program derived without a pipeline (one block) cannot be
+    lowered onto pipeline stages; `graph_program` cuts a pipelined graph into units."""
+    path = resolve_yaml("tiny-cpu", "scenarios")
+    mlp = ["model={type: mlp, layers: 2, hidden_size: 64, input_size: 32, num_classes: 16}"]
+    flat = parse_scenario(yaml.safe_load(path.read_text()), str(path), mlp)
+    piped = parse_scenario(yaml.safe_load(path.read_text()), str(path),
+                           mlp + ["parallel.pipeline=2", "parallel.data=1"])
+    one_block = graph_program(flat).program
+    assert one_block.single_block and not graph_program(piped).program.single_block
+    costs = CostModel.from_hardware(load_profile("cpu-x86"))
     with pytest.raises(InputError) as err:
-        parse_scenario(yaml.safe_load(path.read_text()), str(path),
-                       extra + ["parallel.pipeline=2", "parallel.data=1"])
+        lower(piped, one_block, costs, model_mesh=graph_program(piped).mesh)
     assert err.value.key == "parallel.pipeline"
     assert "is one block (allowed: 1)" in str(err.value)
 

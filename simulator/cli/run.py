@@ -75,13 +75,13 @@ def _progress(text: str) -> Any:
     return progress
 
 
-def _verify_with_progress(scenario: Any, fused: bool) -> Any:
+def _verify_with_progress(scenario: Any, fused: bool, hw: Any = None) -> Any:
     from simulator.budget import estimate_verify
     from simulator.numeric.verify import verify_scenario
 
     with _progress(f"verifying {scenario.name} on {estimate_verify(scenario).count} "
                    "numpy devices"):
-        return verify_scenario(scenario, fused_attention=fused)
+        return verify_scenario(scenario, fused_attention=fused, hw=hw)
 
 
 def _simulate(scenario: Any, hw: Any, fidelity: str, max_events: int = DEFAULT_MAX_EVENTS
@@ -224,7 +224,7 @@ def verify(
         from simulator.framework.load import framework_for
 
         fused = framework_for(loaded.scenario, hw).software.fused_attention
-        res = _verify_with_progress(loaded.scenario, fused)
+        res = _verify_with_progress(loaded.scenario, fused, hw)
         if res.shrunk_note:
             sys.stderr.write(f"note: {res.shrunk_note}\n")
         report = res.to_dict()

@@ -1,8 +1,9 @@
 """From a scenario to a verification case: the graph with its strategies, the mesh, the data.
 
 Large scenarios are shrunk to small dimensions with the same parallel configuration; the
-case says what changed. Pipeline stages are verified as their sequential composition (a
-stage boundary is a point-to-point copy, which moves values unchanged).
+case says what changed. A transformer's pipeline stages are verified as their sequential
+composition (a stage boundary is a point-to-point copy, which moves values unchanged); an
+mlp, resnet or graph pipeline runs each stage on devices of its own (`numeric.pipeline`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class VerifyCase:
     micro_batches: int
     notes: tuple[str, ...]
     dtype: type
+    # True: each micro-batch is `whole` with data of its own (an operator graph's
+    # parallel.micro_batches), and the reference accumulates them on one device
+    separate: bool = False
 
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
@@ -115,15 +119,19 @@ def build_case(s: Scenario, fused_attention: bool = False) -> VerifyCase:
     `fused_attention`: the hardware profile's default for `model.attention: auto`."""
     m = s.model
     notes: list[str] = []
-    if s.parallel.pipeline > 1:
+    if s.parallel.pipeline > 1 and isinstance(m, TransformerModel):
         notes.append(f"pipeline={s.parallel.pipeline} verified as the sequential composition "
                      "of its stages")
     if isinstance(m, TransformerModel):
         case = _transformer(s, m, uses_flash(s, fused_attention))
     else:
         sharded, mesh = planned_graph(s)
-        micro = 1 if isinstance(m, GraphModel) else min(s.grad_accum_steps, 2)
+        micro = min(s.grad_accum_steps, 2)
         rows = sharded.tensors[next(t.name for t in sharded.of_kind("input"))].shape[0]
-        whole = sharded if micro == 1 else unplanned_graph(s, rows * micro)
-        case = VerifyCase(sharded, whole, sharded, mesh, micro, (), _dtype(s))
+        graph = isinstance(m, GraphModel)
+        whole = sharded if micro == 1 or graph else unplanned_graph(s, rows * micro)
+        case = VerifyCase(sharded, whole, sharded, mesh, micro, (), _dtype(s),
+                          separate=graph and micro > 1)
+        if micro < s.grad_accum_steps:
+            notes.append(f"{micro} of {s.grad_accum_steps} micro-batches run")
     return dataclasses.replace(case, notes=tuple(notes) + case.notes)

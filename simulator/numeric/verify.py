@@ -8,6 +8,7 @@ import dataclasses
 import gc
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -19,6 +20,14 @@ from simulator.numeric.dist import DistTensor, add, assemble, distribute, replic
 from simulator.numeric.execute import Execution, Faults, Recompute, run_microbatch
 from simulator.numeric.heap import kept_heap
 from simulator.numeric.optimizer import update
+from simulator.numeric.pipeline import (
+    PipelineSplit,
+    SendFaults,
+    SendKey,
+    StagedRun,
+    reference_sends,
+    stage_split,
+)
 from simulator.numeric.ps import PsRun, ps_step
 from simulator.numeric.stacked_offsets import clear_dropout_masks
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
@@ -215,8 +224,10 @@ class _Outcome:
 
 def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
          ps: PsRun | None = None, vectorised: bool = True,
-         recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset()
-         ) -> _Outcome:
+         recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset(),
+         runner=run_microbatch) -> _Outcome:
+    """`runner`: how one micro-batch runs (`run_microbatch`, or a graph's pipeline stages
+    on devices of their own, `numeric.pipeline.StagedRun`)."""
     mesh, ex = plan.mesh, Execution(plan, faults, vectorised=vectorised)
     params = {n: distribute(v, plan.layouts[n], mesh) for n, v in params0.items()}
     acts: dict[str, np.ndarray] = {}
@@ -237,11 +248,10 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
         if any(v >= 3 for v in levels.values()):
             params = {n: _gather(ex, plan, n, t) if levels[n] >= 3 else t
                       for n, t in held.items()}
-        local = run_microbatch(ex, params, batch, 1.0 / len(batches),
-                               record if i == 0 else None, batch_offset=i * rows,
-                               recompute=recompute, gather=lambda n: _gather(
-                                   ex, plan, n, held[n], again=True) if levels.get(n, 0) >= 3
-                               else None)
+        extra = {} if runner is not run_microbatch else {"gather": lambda n: _gather(
+            ex, plan, n, held[n], again=True) if levels.get(n, 0) >= 3 else None}
+        local = runner(ex, params, batch, 1.0 / len(batches), record if i == 0 else None,
+                       batch_offset=i * rows, recompute=recompute, **extra)
         for n, g in local.items():
             # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
             total[n] = add(total.get(n),
@@ -308,12 +318,23 @@ def _peaks(got: np.ndarray, want: np.ndarray) -> tuple[float, float, float]:
     return float(np.max(errs)), float(np.max(tops)), float(np.min(bottoms))
 
 
+def _sent(key: SendKey, got: np.ndarray | None, want: np.ndarray, tol: float,
+          floor: float) -> Check:
+    """What a pipeline stage received against what it must receive (a missing send
+    fails)."""
+    direction, src, dst, tensor = key
+    name = f"{tensor}{'.grad' if direction == 'bwd' else ''} (sent stage {src} -> {dst})"
+    if got is None:
+        return Check(name, float("inf"), float("inf"), False)
+    return _compare(name, got, want, tol, floor if direction == "bwd" else 1e-12)
+
+
 def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, seed: int = 0,
                 shard_optimizer: int = 0, faults: Faults | None = None,
                 name: str = "", ps: PsRun | None = None, vectorised: bool = True,
                 recompute: Recompute | None = None,
-                unsharded: frozenset[str] = frozenset(), enable_alltoall: bool = True
-                ) -> VerifyResult:
+                unsharded: frozenset[str] = frozenset(), enable_alltoall: bool = True,
+                pipeline: PipelineSplit | None = None) -> VerifyResult:
     """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
     one thread: verify's products are a device's blocks of small or shrunk models, where a
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
@@ -325,7 +346,7 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     try:
         with threadpool_limits(limits=1, user_api="blas"), kept_heap():
             return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
-                           vectorised, recompute, unsharded, enable_alltoall)
+                           vectorised, recompute, unsharded, enable_alltoall, pipeline)
     finally:
         clear_dropout_masks()  # the memoised keep-masks are this run's only
         if collecting:
@@ -335,21 +356,25 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
 def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: int,
             faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool,
             recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset(),
-            enable_alltoall: bool = True) -> VerifyResult:
+            enable_alltoall: bool = True, pipeline: PipelineSplit | None = None
+            ) -> VerifyResult:
     faults = faults or Faults()
     rng = np.random.default_rng(seed)
     dtype, m = case.dtype, case.micro_batches
     params = _params(case.whole, rng, dtype)
     data = _data(case.whole, rng, dtype)
-    batches = _split_batch(data, m)
+    batches = (_split_batch(data, m) if not case.separate
+               else [data] + [_data(case.whole, rng, dtype) for _ in range(m - 1)])
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize, enable_alltoall)
     t0 = time.perf_counter()
+    stages = None if pipeline is None else StagedRun(plan, pipeline.stage_of,
+                                                      pipeline.faults)
     got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps, vectorised,
-               recompute, unsharded)
+               recompute, unsharded, stages or run_microbatch)
     t1 = time.perf_counter()
     one = Mesh.of(single=1)
-    ref = _run(build_plan(_unsharded(case.whole), one), params, [data], optimizer, lr, False,
-               Faults())
+    ref = _run(build_plan(_unsharded(case.whole), one), params,
+               batches if case.separate else [data], optimizer, lr, False, Faults())
     ref_acts = _activations(build_plan(_unsharded(case.micro_reference), one), params,
                             batches[0])
     phases = {"sharded": t1 - t0, "reference": time.perf_counter() - t1}
@@ -371,15 +396,26 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
         notes += (f"recompute: {got.recomputed} op forwards ran again before their backward, "
                   f"from the kept block inputs",)
     checks += [Check(f"{n} (replicas)", e, e, e <= tol) for n, e in got.replica.items() if e]
-    return VerifyResult(name, case.mesh.size, tuple(checks), notes, tol, got.collectives,
-                        phases)
+    devices = case.mesh.size
+    if pipeline is not None and stages is not None:
+        want = reference_sends(_unsharded(case.micro_reference), pipeline.stage_of, params,
+                               batches[0], 1.0 / m)
+        checks += [_sent(key, stages.received.get(key), ref, tol, 1e-6 * grad_scale)
+                   for key, ref in want.items()]
+        notes += (pipeline.note(devices, stages.sends),)
+        got.collectives["send_recv"] = stages.sends
+        devices *= pipeline.stages
+    return VerifyResult(name, devices, tuple(checks), notes, tol, got.collectives, phases)
 
 
 def verify_scenario(s: Scenario, faults: Faults | None = None,
-                    fused_attention: bool = False) -> VerifyResult:
+                    fused_attention: bool = False, hw: Any = None,
+                    send_faults: SendFaults | None = None) -> VerifyResult:
     """Verify a scenario's plan; InputError when its strategies cannot be planned.
     `fused_attention`: the hardware profile's default for `model.attention: auto`, so that
-    verify proves the plan `run` times."""
+    verify proves the plan `run` times; `hw`: that profile, which prices the balanced split
+    of an mlp, resnet or graph pipeline as `run` does (without it: units balanced by
+    count). `send_faults`: mutations of those pipelines' sends (tests)."""
     copies = s.parallel.overlap.copies
     if copies > 1 and not isinstance(s.model, GraphModel):
         # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
@@ -399,7 +435,10 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
                              if select else None,
                              unsharded=unsharded_roles(s, fused_attention)
                              if isinstance(s.model, TransformerModel) else frozenset(),
-                             enable_alltoall=s.parallel.enable_alltoall)
+                             enable_alltoall=s.parallel.enable_alltoall,
+                             pipeline=None if isinstance(s.model, TransformerModel)
+                             or s.parallel.pipeline == 1
+                             else stage_split(s, hw, send_faults))
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not isinstance(s.model, GraphModel):

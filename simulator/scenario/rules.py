@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 from simulator.errors import InputError
 from simulator.scenario.comm_rules import comm_subgraph, recompute_comm
+from simulator.scenario.pipeline_rules import graph_pipeline
 from simulator.scenario.schema import (
     CommFusionSpec,
     GraphModel,
@@ -212,28 +213,24 @@ def _graph_reductions(s: Scenario) -> Iterator[Problem]:
             yield f"parallel.overlap.{key}", f"false: {why} (allowed: true)"
 
 
-def _one_block(s: Scenario) -> Iterator[Problem]:
-    """mlp, resnet and graph models are one block of the program (the embedding / layer /
-    head split is the transformer's): a pipeline has nothing to partition. Shared by run
-    and verify."""
-    if isinstance(s.model, TransformerModel) or s.parallel.pipeline == 1:
-        return
-    yield "parallel.pipeline", (
-        f"{s.parallel.pipeline} needs a model the pipeline can partition into stages; a "
-        f"model of type '{s.model.type}' is one block (allowed: 1)")
-
-
 def _one_block_overlap(s: Scenario) -> Iterator[Problem]:
     """A one-block model's gradients are all ready when its single backward ends: the
-    data-parallel reduction cannot overlap it either way."""
+    data-parallel reduction cannot overlap it either way (a pipeline's stages are cut into
+    units, whose gradients the reduction can follow)."""
     if isinstance(s.model, (TransformerModel, GraphModel)):
         return
-    if s.parallel.comm_fusion.mode == "index":
+    if s.parallel.comm_fusion.mode == "index" and s.parallel.pipeline > 1:
+        yield "parallel.comm_fusion.mode", (
+            f"index: fusion groups by layer index are simulated for transformers; a model "
+            f"of type '{s.model.type}' fuses its stages' gradients by size (allowed: size, "
+            f"auto, none)")
+    elif s.parallel.comm_fusion.mode == "index":
         yield "parallel.comm_fusion.mode", (
             f"index fuses each block's gradients into one bucket; a model of type "
             f"'{s.model.type}' is one block, so that is one bucket of its whole gradient "
             f"(allowed: size, auto, none)")
-    if s.parallel.overlap.grad_reduce:
+    # a pipeline cuts the model into units whose gradients are ready one after another
+    if s.parallel.overlap.grad_reduce or s.parallel.pipeline > 1:
         return
     yield "parallel.overlap.grad_reduce", (
         f"false: a model of type '{s.model.type}' is one block, whose gradients are ready "
@@ -247,6 +244,11 @@ def _one_block_recompute(s: Scenario) -> Iterator[Problem]:
     block would recompute it whole right before its backward, holding the same peak for
     more time, and has no attention core for `selective`. Refused rather than ignored."""
     if isinstance(s.model, TransformerModel) or s.parallel.recompute == "none":
+        return
+    if s.parallel.pipeline > 1:
+        yield "parallel.recompute", (
+            f"{s.parallel.recompute}: recompute of the units of a pipelined model of type "
+            f"'{s.model.type}' is not simulated yet (allowed: none)")
         return
     yield "parallel.recompute", (
         f"{s.parallel.recompute} needs a model of several blocks to checkpoint between; a "
@@ -267,9 +269,17 @@ def _schedule(s: Scenario) -> Iterator[Problem]:
     elif p.schedule == "interleaved_1f1b" and p.virtual_stages == 1:
         yield "parallel.schedule", ("interleaved_1f1b with parallel.virtual_stages 1 is 1f1b: "
                                     "give virtual_stages > 1 or schedule 1f1b")
-    if isinstance(s.model, GraphModel) and p.schedule != "1f1b":
-        yield "parallel.schedule", (f"{p.schedule} orders micro-batches; an operator graph "
-                                    f"runs its batch as one (allowed: 1f1b)")
+    if isinstance(s.model, GraphModel) and p.schedule != "1f1b" and (
+            p.pipeline == 1 or p.micro_batches == 1):
+        yield "parallel.schedule", (f"{p.schedule} orders the micro-batches of a pipeline; "
+                                    f"this operator graph runs {p.micro_batches} on "
+                                    f"{p.pipeline} stage(s) (allowed: 1f1b; give "
+                                    f"parallel.pipeline and parallel.micro_batches > 1)")
+    if not isinstance(s.model, GraphModel) and p.micro_batches != 1:
+        yield "parallel.micro_batches", (
+            f"{p.micro_batches} applies to model.type graph; a model of type "
+            f"'{s.model.type}' has training.global_batch_size / (micro_batch_size * data) "
+            f"micro-batches (allowed: 1)")
 
 
 def _transformer_knobs(s: Scenario) -> Iterator[Problem]:
@@ -494,7 +504,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _expert,
     _graph,
     _graph_reductions,
-    _one_block,
+    graph_pipeline,
     _one_block_recompute,
     _one_block_overlap,
     _schedule,

@@ -359,6 +359,10 @@ class ParallelSpec(_Closed):
     # simulator/graph/ops/ring_attention.py): devices are data * tensor * pipeline * context.
     context: Degree = 1
     schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
+    # Micro-batches per step of an operator graph (type: graph), each its graph as written
+    # (MindSpore PipelineCell's micro_size; gradients accumulated over them). Other models
+    # derive them: global_batch_size / (micro_batch_size * data).
+    micro_batches: Degree = 1
     virtual_stages: Layers = 1
     # Layers of each virtual pipeline stage, in stage order (MindSpore's per-cell
     # pipeline_stage; Megatron's --decoder-first/last-pipeline-num-layers); default: an
@@ -431,6 +435,9 @@ class Scenario(_Closed):
 
     @property
     def grad_accum_steps(self) -> int:
-        """Micro-batches per data-parallel replica per optimizer step."""
+        """Micro-batches per data-parallel replica per optimizer step (an operator graph:
+        `parallel.micro_batches` of its graph as written)."""
+        if isinstance(self.model, GraphModel):
+            return self.parallel.micro_batches
         per_step = self.training.micro_batch_size * self.parallel.data
         return self.training.global_batch_size // per_step

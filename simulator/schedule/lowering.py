@@ -8,8 +8,9 @@ Per simulated device (one per pipeline stage, or every rank under full fidelity)
   recompute, R re-runs the forward right before B, once B's gradient has arrived (Megatron
   recomputes inside the backward). The optimizer step ends the stream.
 - pp_fwd / pp_bwd: point-to-point sends of activations and their gradients (s*b*h*dtype
-  bytes, /t under sequence parallelism) to the neighbouring stage; the receiver's task
-  depends on the send. Sends do not block the sender's compute (asynchronous p2p).
+  bytes, /t under sequence parallelism; an operator graph's: the tensors crossing the cut,
+  `schedule.graph_stages`) to the neighbouring stage; the receiver's task depends on the
+  send. Sends do not block the sender's compute (asynchronous p2p).
 - dp: the data-parallel gradient reduction and parameter gathers of the optimizer-sharding
   level (`schedule.reduction`, one strategy per ZeRO stage). With overlap.grad_reduce the
   buckets of the last micro-batch leave as its backward produces them (its backward is split
@@ -18,8 +19,8 @@ Per simulated device (one per pipeline stage, or every rank under full fidelity)
 With offload.optimizer_states the optimizer runs on the host (ZeRO-Offload): gradients go
 down and parameters come back over PCIe on the offload stream, and the wait is
 offload_exposed. Offloading parameters or activations (`schedule.offload`) runs compute
-piece by piece with host copies on the offload streams. A pipeline over a model the program
-keeps as one block (operator graphs) is refused (InputError).
+piece by piece with host copies on the offload streams. A pipeline over a program kept as
+one block is refused (InputError).
 Memory: F allocates the micro-batch's activations, B frees them; transfers hold their
 buffers while they run; model states are allocated before the iteration (`Plan.static_memory`).
 With `cuts` given (representative fidelity), a run of at least COLLAPSE_MIN identical
@@ -82,8 +83,7 @@ class Lowering:
         self.dp: DataParallel = strategy_for(self)
         self.off: Offload = Offload(self, share.off if share else None)
         self.gates: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
-        self.send_s = {intra: costs.send_recv_s(prog.boundary_bytes, intra)
-                       for intra in (True, False)}
+        self.send_s: dict[tuple[float, bool], float] = {}  # (bytes, intra) -> seconds
         # rank arithmetic asked for once per task, computed once per plan
         self.vstages = ranks.virtual_stages
         self.data = ranks.data
@@ -148,11 +148,17 @@ class Lowering:
     def _send(self, dev: int, peer: int, direction: str, mb: int, vs: int, after: int) -> None:
         if peer == dev:
             return
-        nbytes = self.prog.boundary_bytes
+        w = self.work[vs]
+        nbytes = w.send_fwd_bytes if direction == "fwd" else w.send_bwd_bytes
         intra = self.ranks.same_node(dev, peer)
         buf = (("communication_buffers", nbytes),)
         pair = self.costs.peer_send_s
-        seconds = pair(nbytes, intra, dev, peer) if pair else self.send_s[intra]
+        if pair:
+            seconds = pair(nbytes, intra, dev, peer)
+        elif (nbytes, intra) in self.send_s:
+            seconds = self.send_s[(nbytes, intra)]
+        else:
+            seconds = self.send_s[(nbytes, intra)] = self.costs.send_recv_s(nbytes, intra)
         self.b.add(("S", dev, direction, mb, vs), device=dev, stream="pp_" + direction,
                    name="send_" + direction, phase="comm", micro=mb, chunk=vs,
                    duration_s=seconds, deps=(after,),

@@ -7,7 +7,8 @@ Transformers: the Megatron plan of `sharding.transformer_plan` on a GPT graph of
 scenario's own dimensions with up to three layers (the middle one stands for every layer:
 its neighbours are layers on both sides); its blocks are the embedding (ops before the first
 layer), the layer and the head (final norm, LM head, cross-entropy and the loss). Operator
-graphs (mlp, resnet, graph): the whole graph is one block.
+graphs (mlp, resnet, graph): the whole graph is one block, or under a pipeline a sequence of
+units that the lowering cuts into stages (`schedule.graph_stages`).
 
 What the training stack (the framework profile's `Software`) adds on top of the plan are cost
 annotations, each cited where it is made: fused attention (`model.attention`), the fp32
@@ -33,11 +34,12 @@ from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.hardware.schema import Software
-from simulator.scenario.schema import DTYPE_BYTES, GraphModel, Scenario, TransformerModel
+from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
 from simulator.schedule import comm_options
 from simulator.schedule.fp8 import Fp8Recipe, apply_fp8, fp8_saved
+from simulator.schedule.graph_stages import fixed_counts, staged_graph
 from simulator.schedule.host import host_kernels, host_placed
-from simulator.schedule.program import Op, TpOverlap, TransformerProgram
+from simulator.schedule.program import GraphStages, Op, TpOverlap, TransformerProgram
 from simulator.sharding.lower import (
     Saved,
     backward_specs,
@@ -397,6 +399,18 @@ def graph_model_flops(graph: Graph, micro_batches: int) -> float:
     return total * micro_batches
 
 
+def _staged(scenario: Scenario, plan: ShardingPlan, dtype: str, e: int,
+            skip: tuple[str, ...], sv: Saved) -> GraphStages | None:
+    """The units a pipeline cuts the graph into (`schedule.graph_stages`); None without a
+    pipeline (the whole graph is one block)."""
+    p = scenario.parallel
+    if p.pipeline == 1:
+        return None
+    parts = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
+    fixed = fixed_counts(scenario, [op.op.name for op in plan.ops], parts)
+    return staged_graph(plan, scenario.model.type, dtype, e, skip, sv, fixed)
+
+
 def graph_program(scenario: Scenario) -> GraphProgram:
     """The program of an mlp, resnet or graph model: the whole planned graph as one block."""
     from simulator.sharding.model_graph import planned_graph
@@ -411,16 +425,17 @@ def graph_program(scenario: Scenario) -> GraphProgram:
     params, tensors = whole.params(plan, graph)
     sv = saved(plan, e)
     kept = sv.total(lambda n: n not in on_host)
+    staged = _staged(scenario, plan, dtype, e, skip, sv)
     prog = TransformerProgram(
         layer_fwd=forward_specs(plan, dtype), layer_bwd=backward_specs(plan, dtype),
         layer_recompute=(), embed_fwd=(), embed_bwd=(), head_fwd=(), head_bwd=(),
         params_per_layer=params, params_embedding=0, params_head=0, params_output=0,
         param_tensors_per_layer=tensors, activation_bytes_per_layer=kept,
         embed_activation_bytes=0.0, head_activation_bytes=0.0,
-        layer_working_bytes=kept, boundary_bytes=0.0, dtype=dtype, single_block=True,
+        layer_working_bytes=kept, boundary_bytes=0.0, dtype=dtype,
+        single_block=staged is None, staged=staged,
         grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"),
         host_kernels=host_kernels(plan, e),
         host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0)
-    micro = 1 if isinstance(scenario.model, GraphModel) else scenario.grad_accum_steps
-    return GraphProgram(prog, mesh, graph_model_flops(graph, micro))
+    return GraphProgram(prog, mesh, graph_model_flops(graph, scenario.grad_accum_steps))
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.scenario.schema import DTYPE_BYTES
 
-__all__ = ["Op", "TransformerProgram", "TpOverlap", "compute_ops", "comm_ops", "total_flops",
-           "saved_bytes"]
+__all__ = ["Op", "TransformerProgram", "TpOverlap", "GraphUnit", "GraphStages", "compute_ops",
+           "comm_ops", "total_flops", "saved_bytes"]
 
 Op = ComputeSpec | CommSpec
 
@@ -32,6 +32,55 @@ class TpOverlap:
 
     chunks: int
     sm_fraction: float
+
+
+@dataclass(frozen=True)
+class GraphUnit:
+    """One unit of an operator graph that pipeline stages are cut between: a layer of an mlp
+    (its MatMul and activation), a conv block or an FC layer of a resnet, one operator of a
+    `type: graph` model (`schedule.graph_stages`). All sizes per device, one micro-batch.
+
+    fwd / bwd: its ops (its operators' kernels and the collectives the plan runs for them);
+    params: elements of the parameters it is the first to read; grad_sync: their gradient
+    reductions on the non-dp axes; extra_bytes: saved bytes of its ops beyond their kept
+    tensors (masks, statistics)."""
+
+    ops: tuple[str, ...]
+    fwd: tuple[Op, ...]
+    bwd: tuple[Op, ...]
+    params: int
+    grad_sync: tuple[CommSpec, ...] = ()
+    extra_bytes: float = 0.0
+
+
+@dataclass(frozen=True)
+class GraphStages:
+    """An operator graph as a sequence of units that a pipeline cuts into contiguous stages
+    (MindSpore's `pipeline_stage` of cells, GPipe's partition of a layer sequence).
+
+    kept: (bytes, units keeping it) of every tensor saved for the backward (a stage holds a
+    tensor when any of its units keeps it, a received boundary tensor included).
+    cut_fwd_bytes[k] / cut_bwd_bytes[k]: bytes per device a stage ending after unit k sends
+    forward (the activations produced up to unit k and read after it, in the layout they
+    are kept in) and receives back (their gradient contributions, in the layouts the later
+    consumers produce them), per micro-batch; cut_tensors[k] names them.
+    fixed: units per virtual stage set by the operators' `attrs.pipeline_stage` (None: not
+    given). spans: (parameter, first unit, last unit) of parameters read by several units,
+    which must not be cut apart (a stage holds its own parameters)."""
+
+    units: tuple[GraphUnit, ...]
+    kept: tuple[tuple[float, frozenset[int]], ...]
+    cut_fwd_bytes: tuple[float, ...]
+    cut_bwd_bytes: tuple[float, ...]
+    cut_tensors: tuple[tuple[str, ...], ...]
+    fixed: tuple[int, ...] | None = None
+    spans: tuple[tuple[str, int, int], ...] = ()
+
+    def activation_bytes(self, first: int, stop: int) -> float:
+        """Bytes saved for the backward by units first..stop-1 (one stage)."""
+        mine = frozenset(range(first, stop))
+        return (sum(b for b, keepers in self.kept if keepers & mine)
+                + sum(u.extra_bytes for u in self.units[first:stop]))
 
 
 @dataclass(frozen=True)
@@ -62,8 +111,9 @@ class TransformerProgram:
     grad_elem_bytes: bytes of one gradient element in the gradient buffer and the
     data-parallel reduction (None: the model dtype's). tp_overlap: how tensor-parallel
     collectives overlap their GEMMs (None: they run on the critical path).
-    single_block: the program is the whole model as one block (an operator graph), which a
-    pipeline cannot partition.
+    single_block: the program is the whole model as one block (an operator graph without a
+    pipeline). staged: the units of an operator graph that a pipeline partitions
+    (`GraphStages`); the lowering prices each stage from them instead of the layer fields.
     grad_sync_*: gradient reductions on mesh axes other than `dp` (a layer's, the
     embedding's, the head's), run once per iteration before the optimizer step.
     layers_per_block: model layers one "layer" of the program stands for (a mixture of
@@ -111,6 +161,7 @@ class TransformerProgram:
     # (`schedule.host`: a graph's `primitive_target: CPU`); priced on the host profile
     host_kernels: tuple[tuple[str, float], ...] = ()
     host_params: int = 0  # parameters those operators keep in host memory
+    staged: GraphStages | None = None
 
     @property
     def grad_bytes(self) -> float:

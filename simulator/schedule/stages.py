@@ -13,15 +13,17 @@ op sequence is priced by an event simulation of the c interleaved copies
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.cost.specs import CommSpec, GroupSpec
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel, Priced, price_ops
+from simulator.schedule.graph_stages import split_units
 from simulator.schedule.host import host_costs
 from simulator.schedule.layout import RankMesh
 from simulator.schedule.multicopy import multi_copy
-from simulator.schedule.program import TransformerProgram
+from simulator.schedule.program import GraphStages, TransformerProgram
 
 __all__ = ["StageWork", "stage_work", "stage_layers"]
 
@@ -57,6 +59,10 @@ class StageWork:
     act_pieces: tuple[float, ...] = ()  # activation_bytes by fwd piece ([embed], layers, [head])
     offloadable: tuple[bool, ...] = ()  # per fwd piece: a layer (offload.activations moves it)
     unsharded: int = 0  # parameter elements the optimizer keeps whole (threshold)
+    # bytes per micro-batch sent to the next virtual stage (activations) and to the one
+    # before (their gradients)
+    send_fwd_bytes: float = 0.0
+    send_bwd_bytes: float = 0.0
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -93,11 +99,7 @@ def _grad_sync(prog: TransformerProgram, n: int, first: bool, last: bool
     """The stage's non-dp gradient reductions, one buffer per (collective, axis)."""
     parts = (prog.grad_sync_layer * n + (prog.grad_sync_embed if first else ())
              + (prog.grad_sync_head if last else ()))
-    out: dict[tuple[str, str], float] = {}
-    for c in parts:
-        out[(c.collective, c.axis)] = out.get((c.collective, c.axis), 0.0) + c.bytes
-    return tuple(CommSpec(f"grad_sync.{k}", k, b, a, "bwd")  # type: ignore[arg-type]
-                 for (k, a), b in out.items())
+    return _merged(parts)
 
 
 def stage_layers(scenario: Scenario, stages: int, layer_s: float, embed_s: float,
@@ -167,6 +169,9 @@ def _price_stages(scenario: Scenario, prog: TransformerProgram, layout: RankMesh
             return multi_copy(ops, costs, groups, c)
         return price_ops(ops, costs, groups, prog.tp_overlap)
 
+    if prog.staged is not None:
+        return _price_units(scenario, prog.staged, layout.virtual_stages, price, layers,
+                            lambda sync: price_ops(_merged(sync), costs, groups))
     lf, lb, lr = price(prog.layer_fwd), price(prog.layer_bwd), price(prog.layer_recompute)
     ef, eb = price(prog.embed_fwd), price(prog.embed_bwd)
     hf, hb = price(prog.head_fwd), price(prog.head_bwd)
@@ -198,5 +203,46 @@ def _price_stages(scenario: Scenario, prog: TransformerProgram, layout: RankMesh
                              offloadable=(False,) * first + (True,) * n + (False,) * last,
                              unsharded=n * prog.unsharded_per_layer
                              + (prog.unsharded_embedding if first else 0)
-                             + (prog.unsharded_head if last else 0)))
+                             + (prog.unsharded_head if last else 0),
+                             send_fwd_bytes=prog.boundary_bytes,
+                             send_bwd_bytes=prog.boundary_bytes))
     return tuple(out)
+
+
+def _price_units(scenario: Scenario, staged: GraphStages, stages: int,
+                 price: Callable[[tuple], Priced], layers: tuple[int, ...] | None,
+                 price_sync: Callable[[tuple[CommSpec, ...]], Priced]
+                 ) -> tuple[StageWork, ...]:
+    """The virtual stages of an operator graph cut into units (`schedule.graph_stages`):
+    each unit a forward and a backward piece, the stage's sends the bytes crossing its
+    cuts."""
+    fwd = [price(u.fwd) for u in staged.units]
+    bwd = [price(u.bwd) for u in staged.units]
+    seconds = [f.compute_s + f.comm_s + b.compute_s + b.comm_s for f, b in zip(fwd, bwd)]
+    counts = layers or split_units(scenario, staged, stages, seconds)
+    out, start = [], 0
+    for vs, n in enumerate(counts):
+        stop = start + n
+        units = staged.units[start:stop]
+        params = tuple(u.params for u in units)[::-1]  # backward order
+        out.append(StageWork(
+            fwd=_sum(tuple(fwd[start:stop])), fwd_pieces=tuple(fwd[start:stop]),
+            bwd=_sum(tuple(bwd[start:stop][::-1])), bwd_pieces=tuple(bwd[start:stop][::-1]),
+            piece_params=params, recompute=Priced(0.0, 0.0, ()), params=sum(params),
+            activation_bytes=staged.activation_bytes(start, stop), working_bytes=0.0,
+            layers=n, grad_sync=price_sync(tuple(c for u in units for c in u.grad_sync)),
+            act_pieces=(staged.activation_bytes(start, stop),) + (0.0,) * (n - 1),
+            offloadable=(False,) * n,
+            send_fwd_bytes=staged.cut_fwd_bytes[stop - 1] if vs < stages - 1 else 0.0,
+            send_bwd_bytes=staged.cut_bwd_bytes[start - 1] if vs > 0 else 0.0))
+        start = stop
+    return tuple(out)
+
+
+def _merged(specs: tuple[CommSpec, ...]) -> tuple[CommSpec, ...]:
+    """One buffer per (collective, axis), as the whole graph's gradient reductions are."""
+    out: dict[tuple[str, str], float] = {}
+    for c in specs:
+        out[(c.collective, c.axis)] = out.get((c.collective, c.axis), 0.0) + c.bytes
+    return tuple(CommSpec(f"grad_sync.{k}", k, b, a, "bwd")  # type: ignore[arg-type]
+                 for (k, a), b in out.items())

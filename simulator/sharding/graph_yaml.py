@@ -28,14 +28,16 @@ def prime_mesh(devices: int) -> Mesh:
     return Mesh(tuple(axes) or (("m0", 1),))
 
 
-def mesh_for_graph(model: GraphModel, devices: int, source: str) -> Mesh:
+def mesh_for_graph(model: GraphModel, devices: int, source: str, stages: int = 1) -> Mesh:
+    """The mesh of `devices` devices (one pipeline stage's, of `stages`)."""
     if model.mesh is None:
         return prime_mesh(devices)
     mesh = Mesh(tuple(model.mesh.items()))
     if mesh.size != devices:
         sizes = "*".join(str(s) for s in mesh.shape)
+        per = f", {devices} per pipeline stage" if stages > 1 else ""
         raise InputError(source, "model.mesh", f"axes multiply to {sizes} = {mesh.size}; "
-                         f"the cluster has {devices} devices")
+                         f"the cluster has {devices * stages} devices{per}")
     return mesh
 
 
@@ -58,8 +60,11 @@ def _strategy(op, i: int, source: str) -> Strategy | None:
 # by name rather than accepted and ignored
 NOT_SIMULATED = {
     "recompute": "per-operator recompute (parallel.recompute applies to the whole model)",
-    "pipeline_stage": "pipeline stages of an operator graph",
 }
+# attributes that say where an operator runs in the pipeline (MindSpore Cell.pipeline_stage,
+# checked by the scenario rules, read by simulator/schedule/graph_stages.py), not what it
+# computes: kept out of the operator's own attrs
+STAGE_ATTRS = ("pipeline_stage",)
 
 
 # Where an operator runs (MindSpore `primitive_target`, shared/seeds/mindspore-other-features.md):
@@ -84,6 +89,8 @@ def _check_attrs(op, i: int, source: str) -> None:
         if key in family.attrs:
             continue
         where = f"model.ops[{i}].attrs.{key}"
+        if key in STAGE_ATTRS:
+            continue
         if key in PLACEMENT:
             _check_placement(op.attrs[key], where, source)
             continue
@@ -107,7 +114,8 @@ def graph_from_model(model: GraphModel, source: str) -> Graph:
         _check_attrs(op, i, source)
         try:
             b.op(op.type, op.inputs, op.output, name=op.name,
-                 strategy=_strategy(op, i, source), **op.attrs)
+                 strategy=_strategy(op, i, source),
+                 **{k: v for k, v in op.attrs.items() if k not in STAGE_ATTRS})
         except OpError as exc:
             raise InputError(source, f"model.ops[{i}]", f"{op.name}: {exc}") from None
     return b.build()

@@ -42,7 +42,9 @@ def written_graph(s: Scenario) -> tuple[Graph, Mesh]:
     `parallel.mode: auto` only the weight operators keep theirs), and its mesh."""
     m, p = s.model, s.parallel
     if isinstance(m, GraphModel):
-        return graph_from_model(m, s.source), mesh_for_graph(m, s.devices, s.source)
+        # each pipeline stage runs the graph's mesh on devices of its own
+        return (graph_from_model(m, s.source),
+                mesh_for_graph(m, s.devices // p.pipeline, s.source, p.pipeline))
     graph = unplanned_graph(s, s.training.micro_batch_size * p.data)
     planned = plan_mlp(graph) if isinstance(m, MlpModel) else plan_resnet(graph)
     if p.mode == "auto":  # the weight operators keep the built-in plan (key operators)

@@ -1,0 +1,205 @@
+"""Pipeline stages of an operator graph (mlp, resnet, graph) on devices of their own in
+`verify`.
+
+Each virtual stage runs its operators (`schedule.graph_stages`) on an `Execution` of its own:
+its own devices (the graph's mesh, once per stage), holding only its parameters and the
+inputs its operators read. Between adjacent stages the tensors crossing the cut are sent
+block by block, rank r of one stage to rank r of the next (the same mesh coordinates, as
+the lowering pairs the ranks of adjacent stages): the activations forward, and back the
+gradient contributions of the later stages' operators, each in the layout it was produced
+in, summed by the receiving stage into its own. The sends of the first micro-batch are
+recorded (what each stage received) for `verify` to check against the same sends of a
+single-device run; `SendFaults` drops or corrupts one of them (mutation tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator.numeric.dist import DistTensor, add, assemble, distribute
+from simulator.numeric.execute import (
+    Execution,
+    Recompute,
+    _backward_op,
+    _collect,
+    _forward_op,
+)
+from simulator.sharding.plan import ShardingPlan
+
+__all__ = ["SendFaults", "StagedRun", "SendKey", "PipelineSplit", "stage_split",
+           "reference_sends"]
+
+SendKey = tuple[str, int, int, str]  # (direction 'fwd' | 'bwd', from stage, to stage, tensor)
+
+
+@dataclass(frozen=True)
+class SendFaults:
+    """Mutations of the sends between stages: `drop` (direction, sending stage) delivers
+    zeros instead of that stage's sends; `corrupt` (direction, sending stage) adds 1 to the
+    first element of each tensor it sends on its first rank."""
+
+    drop: tuple[str, int] | None = None
+    corrupt: tuple[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class PipelineSplit:
+    """Where a graph's operators run: `stage_of` (operator -> virtual stage), the
+    pipeline's `stages` (groups of devices; virtual stage v runs on group v % stages), and
+    the send mutations to inject."""
+
+    stage_of: dict[str, int]
+    stages: int
+    faults: SendFaults = SendFaults()
+
+    def note(self, per_stage: int, sends: int) -> str:
+        counts = [list(self.stage_of.values()).count(v)
+                  for v in range(max(self.stage_of.values()) + 1)]
+        return (f"pipeline={self.stages}: each stage ran on its own {per_stage} devices "
+                f"(operators per stage {'/'.join(map(str, counts))}); {sends} sends between "
+                f"stages, those of the first micro-batch checked against the same sends on "
+                f"one device per stage")
+
+
+@dataclass
+class StagedRun:
+    """A callable with `run_microbatch`'s signature that runs the plan's operators stage by
+    stage (`stage_of`: operator name -> virtual stage), each on an Execution of its own
+    sharing the caller's fault settings and collective log."""
+
+    plan: ShardingPlan
+    stage_of: dict[str, int]
+    faults: SendFaults = field(default_factory=SendFaults)
+    # what each stage received in the first micro-batch, assembled (a backward tensor sent
+    # in several layouts: their sum), and the sends of all micro-batches
+    received: dict[SendKey, np.ndarray] = field(default_factory=dict)
+    sends: int = 0
+    _calls: int = 0
+
+    @property
+    def stages(self) -> int:
+        return max(self.stage_of.values()) + 1
+
+    def _ops(self, stage: int) -> list[int]:
+        return [k for k, p in enumerate(self.plan.ops) if self.stage_of[p.op.name] == stage]
+
+    def _send(self, t: DistTensor, key: SendKey) -> DistTensor:
+        """`t` copied from the ranks of stage key[1] to those of stage key[2]."""
+        direction, src = key[0], key[1]
+        blocks = [np.array(b, copy=True) for b in t.blocks]
+        if self.faults.drop == (direction, src):
+            blocks = [np.zeros_like(b) for b in blocks]
+        if self.faults.corrupt == (direction, src) and blocks and blocks[0].size:
+            blocks[0].flat[0] += 1.0
+        self.sends += 1
+        out = DistTensor(t.shape, t.layout, tuple(blocks))
+        if self._calls == 1:
+            whole = assemble(out, self.plan.mesh)
+            self.received[key] = self.received[key] + whole if key in self.received else whole
+        return out
+
+    def __call__(self, ex: Execution, params: dict[str, DistTensor],
+                 batch: dict[str, np.ndarray], loss_scale: float, on_op=None,
+                 batch_offset: int = 0, backward: bool = True,
+                 recompute: Recompute | None = None) -> dict[str, DistTensor]:
+        assert recompute is None, "recompute is not run on pipeline stages of a graph"
+        self._calls += 1
+        plan, n = self.plan, self.stages
+        exs = [Execution(plan, ex.faults, comm_log=ex.comm_log, vectorised=ex.vectorised)
+               for _ in range(n)]
+        reads = [{name for k in self._ops(s) for name in plan.ops[k].op.inputs}
+                 for s in range(n)]
+        for s, e in enumerate(exs):
+            e.batch_offset = batch_offset
+            e.values = {k: v for k, v in params.items() if k in reads[s]}
+            for name, full in batch.items():
+                if name in reads[s]:
+                    e.values[name] = distribute(full, plan.layouts[name], plan.mesh)
+        saved = self._forward(exs, on_op)
+        if not backward:
+            return {}
+        return self._backward(exs, saved, params, loss_scale)
+
+    def _forward(self, exs: list[Execution], on_op) -> dict[int, list[DistTensor]]:
+        plan = self.plan
+        saved: dict[int, list[DistTensor]] = {}
+        made: dict[str, int] = {}
+        for s, e in enumerate(exs):
+            if s > 0:
+                for name in made:  # produced up to stage s-1, read from s on
+                    if any(self.stage_of[c.name] >= s for c in plan.graph.consumers(name)):
+                        e.values[name] = self._send(exs[s - 1].values[name],
+                                                    ("fwd", s - 1, s, name))
+            cache: dict = {}
+            for k in self._ops(s):
+                p = plan.ops[k]
+                saved[k] = _forward_op(e, p, cache)
+                made[p.op.output] = s
+                if on_op is not None:
+                    on_op(p.op.output, e.values[p.op.output])
+        return saved
+
+    def _backward(self, exs: list[Execution], saved: dict[int, list[DistTensor]],
+                  params: dict[str, DistTensor], loss_scale: float) -> dict[str, DistTensor]:
+        plan, n = self.plan, self.stages
+        loss = exs[-1].values[plan.graph.loss]
+        layout = plan.loss_grad_layout()
+        grads: list[dict] = [{} for _ in range(n)]
+        grads[-1][plan.graph.loss] = {layout: distribute(np.full(loss.shape, loss_scale),
+                                                         layout, plan.mesh)}
+        out: dict[str, DistTensor] = {}
+        for s in reversed(range(n)):
+            for k in reversed(self._ops(s)):
+                _backward_op(exs[s], plan.ops[k], saved[k], grads[s])
+            for name in [m for m in grads[s] if m in params]:
+                total = _collect(exs[s], name, grads[s], None)
+                if total is not None:
+                    out[name] = total
+            assert s > 0 or not grads[s], "gradients left for activations of no stage"
+            for name, slots in grads[s].items():  # activations of earlier stages
+                for lay, g in slots.items():
+                    got = self._send(g, ("bwd", s, s - 1, name))
+                    slot = grads[s - 1].setdefault(name, {})
+                    slot[lay] = add(slot.get(lay), got)
+        return out
+
+
+def stage_split(scenario, hw=None, faults: SendFaults | None = None) -> PipelineSplit:
+    """{operator: virtual stage} of an mlp, resnet or graph scenario's pipeline, the split
+    `run` times: with the hardware profile `hw`, its stages exactly (a balanced split is
+    priced on `hw`); without one, the given split or units balanced by count."""
+    from simulator.schedule.costs import CostModel
+    from simulator.schedule.graph_stages import graph_units, split_units, stage_ops
+    from simulator.schedule.layout import rank_mesh
+    from simulator.schedule.model_program import graph_program
+    from simulator.schedule.stages import stage_work
+
+    gp = graph_program(scenario)
+    staged = gp.program.staged
+    assert staged is not None, "a pipeline's program is cut into units"
+    layout = rank_mesh(scenario, gp.mesh)
+    if hw is not None:
+        counts = tuple(w.layers for w in stage_work(scenario, gp.program, layout,
+                                                    CostModel.from_hardware(hw)))
+    else:
+        counts = split_units(scenario, staged, layout.virtual_stages, None)
+    units = graph_units(scenario.model.type, [op for u in staged.units for op in u.ops])
+    return PipelineSplit(stage_ops(scenario, units, counts), layout.pipeline,
+                         faults or SendFaults())
+
+
+def reference_sends(graph, stage_of: dict[str, int], params: dict[str, np.ndarray],
+                    batch: dict[str, np.ndarray], loss_scale: float
+                    ) -> dict[SendKey, np.ndarray]:
+    """The sends of one micro-batch of `graph` (strategies dropped) on one device per
+    stage: what each stage must receive."""
+    from simulator.sharding.mesh import Mesh
+    from simulator.sharding.plan import build_plan
+
+    plan = build_plan(graph, Mesh.of(single=1))
+    run = StagedRun(plan, stage_of)
+    dist = {n: distribute(v, plan.layouts[n], plan.mesh) for n, v in params.items()}
+    run(Execution(plan), dist, batch, loss_scale)
+    return run.received
