@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from simulator.errors import InputError
+from simulator.scenario.dataset import dataset_problems
 from simulator.scenario.schema import (
     CommFusionSpec,
     GraphModel,
@@ -462,6 +463,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _copies,
     _offload,
     _parameter_server,
+    dataset_problems,
 )
 
 

@@ -334,7 +334,8 @@ def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
                 stage_of=tuple(low.ranks.stage(d) for d in devices), static_memory=static,
                 total_devices=low.ranks.devices, micro_batches=low.micro,
                 stage_layers=tuple(w.layers for w in low.work),
-                extras=low.dp.extras() + low.off.extras(), blocks=tuple(low.block_of))
+                extras=low.dp.extras() + low.off.extras() + program.extras,
+                blocks=tuple(low.block_of))
     for each in (low, *views.values()):
         each.release()
     return plan

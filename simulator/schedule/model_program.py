@@ -33,6 +33,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.hardware.schema import Software
+from simulator.scenario.dataset import dataset_choice
 from simulator.scenario.schema import DTYPE_BYTES, GraphModel, Scenario, TransformerModel
 from simulator.schedule.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.schedule.host import host_kernels, host_placed
@@ -42,6 +43,7 @@ from simulator.sharding.lower import (
     backward_specs,
     forward_specs,
     gradient_steps,
+    loaded_bytes,
     saved,
 )
 from simulator.sharding.mesh import Mesh
@@ -379,6 +381,15 @@ def graph_model_flops(graph: Graph, micro_batches: int) -> float:
     return total * micro_batches
 
 
+def _dataset_extras(scenario: Scenario, loaded: float) -> tuple[tuple[str, object], ...]:
+    """The dataset strategy a scenario gives and the input bytes one device loads per
+    micro-batch under it (`scenario.dataset`); nothing without one."""
+    choice = dataset_choice(scenario.parallel)
+    if choice is None:
+        return ()
+    return (("dataset", {"strategy": choice[1], "loaded_bytes_per_device": round(loaded)}),)
+
+
 def graph_program(scenario: Scenario) -> GraphProgram:
     """The program of an mlp, resnet or graph model: the whole planned graph as one block."""
     from simulator.sharding.model_graph import planned_graph
@@ -392,7 +403,8 @@ def graph_program(scenario: Scenario) -> GraphProgram:
     whole = _Block(lambda n: n not in on_host)  # host operators' tables stay in host memory
     params, tensors = whole.params(plan, graph)
     sv = saved(plan, e)
-    kept = sv.total(lambda n: n not in on_host)
+    loaded = loaded_bytes(plan, e)
+    kept = sv.total(lambda n: n not in on_host) + loaded
     prog = TransformerProgram(
         layer_fwd=forward_specs(plan, dtype), layer_bwd=backward_specs(plan, dtype),
         layer_recompute=(), embed_fwd=(), embed_bwd=(), head_fwd=(), head_bwd=(),
@@ -402,7 +414,8 @@ def graph_program(scenario: Scenario) -> GraphProgram:
         layer_working_bytes=kept, boundary_bytes=0.0, dtype=dtype, single_block=True,
         grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"),
         host_kernels=host_kernels(plan, e),
-        host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0)
+        host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0,
+        extras=_dataset_extras(scenario, loaded))
     micro = 1 if isinstance(scenario.model, GraphModel) else scenario.grad_accum_steps
     return GraphProgram(prog, mesh, graph_model_flops(graph, micro))
 

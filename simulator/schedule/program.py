@@ -111,6 +111,9 @@ class TransformerProgram:
     # (`schedule.host`: a graph's `primitive_target: CPU`); priced on the host profile
     host_kernels: tuple[tuple[str, float], ...] = ()
     host_params: int = 0  # parameters those operators keep in host memory
+    # figures of the program's own strategy for the summary (run --json): a graph's dataset
+    # strategy and the bytes each device loads (`sharding.model_graph.dataset_summary`)
+    extras: tuple[tuple[str, object], ...] = ()
 
     @property
     def grad_bytes(self) -> float:

@@ -10,17 +10,19 @@ from typing import TYPE_CHECKING
 from simulator.errors import InputError
 from simulator.graph.builders import build_mlp, build_resnet
 from simulator.graph.graph import Graph
+from simulator.scenario.dataset import dataset_choice
 from simulator.scenario.schema import DTYPE_BYTES, GraphModel, MlpModel, ResnetModel, Scenario
 from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph, strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.model_plans import plan_mlp, plan_resnet
+from simulator.sharding.notation import dataset_layout
 from simulator.sharding.rules import SignatureError
 
 if TYPE_CHECKING:
     from simulator.planner.propagate import Propagation
 
-__all__ = ["planned_graph", "unplanned_graph", "written_graph", "propagated"]
+__all__ = ["planned_graph", "unplanned_graph", "written_graph", "propagated", "with_dataset"]
 
 
 def unplanned_graph(s: Scenario, batch: int) -> Graph:
@@ -42,7 +44,8 @@ def written_graph(s: Scenario) -> tuple[Graph, Mesh]:
     `parallel.mode: auto` only the weight operators keep theirs), and its mesh."""
     m, p = s.model, s.parallel
     if isinstance(m, GraphModel):
-        return graph_from_model(m, s.source), mesh_for_graph(m, s.devices, s.source)
+        mesh = mesh_for_graph(m, s.devices, s.source)
+        return with_dataset(graph_from_model(m, s.source), s, mesh), mesh
     graph = unplanned_graph(s, s.training.micro_batch_size * p.data)
     planned = plan_mlp(graph) if isinstance(m, MlpModel) else plan_resnet(graph)
     if p.mode == "auto":  # the weight operators keep the built-in plan (key operators)
@@ -50,7 +53,33 @@ def written_graph(s: Scenario) -> tuple[Graph, Mesh]:
         planned = Graph(planned.tensors, tuple(
             op if params & set(op.inputs) else dataclasses.replace(op, strategy=None)
             for op in planned.ops))
-    return planned, Mesh.of(dp=p.data, tp=p.tensor)
+    mesh = Mesh.of(dp=p.data, tp=p.tensor)
+    return with_dataset(planned, s, mesh), mesh
+
+
+def with_dataset(graph: Graph, s: Scenario, mesh: Mesh) -> Graph:
+    """The graph with the scenario's dataset strategy on each input and label, in the
+    model's order (`scenario.dataset`); InputError naming the key where it does not fit."""
+    choice = dataset_choice(s.parallel)
+    if choice is None:
+        return graph
+    key, value = choice
+    loaded = [t for t in graph.tensors.values() if t.kind in ("input", "label")]
+    if isinstance(value, list) and len(value) != len(loaded):
+        raise InputError(s.source, key, f"{len(value)} tuples for the {len(loaded)} inputs "
+                         f"and labels ({', '.join(t.name for t in loaded)}); expected one "
+                         "per input and label, in the model's order")
+    tensors = dict(graph.tensors)
+    for i, t in enumerate(loaded):
+        load = tuple(value[i]) if isinstance(value, list) else value
+        try:
+            dataset_layout(load, t.shape, mesh)
+        except SignatureError as exc:
+            where = f"{key}[{i}]" if isinstance(value, list) else key
+            raise InputError(s.source, where, f"{t.name} {list(t.shape)} on mesh {mesh}: "
+                             f"{exc}") from None
+        tensors[t.name] = dataclasses.replace(t, load=load)
+    return Graph(tensors, graph.ops)
 
 
 def propagated(s: Scenario) -> Propagation:

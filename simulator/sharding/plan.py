@@ -2,8 +2,10 @@
 in, and the redistributions between them.
 
 Parameters and inputs are kept in the layout their first consumer asks for (Partial becomes
-Broadcast: a stored value is whole); an activation keeps its producer's output layout (or the
-op's requested output layout). Every other mismatch is a redistribution planned on demand.
+Broadcast: a stored value is whole), an input with a dataset strategy in the layout the
+dataset loads it in (`notation.dataset_layout`); an activation keeps its producer's output
+layout (or the op's requested output layout). Every other mismatch is a redistribution
+planned on demand.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import (
     data_parallel_default,
+    dataset_layout,
     from_axis_choices,
     from_mindspore,
     from_sbp,
@@ -277,8 +280,9 @@ def build_plan(graph: Graph, mesh: Mesh, itemsize: int = 8) -> ShardingPlan:
         for i, name in enumerate(op.inputs):
             if name not in layouts:
                 kept = sig.input_layout(i).placements
-                layouts[name] = Layout(tuple(B if isinstance(p, Partial) else p
-                                             for p in kept))
+                t = graph.tensors[name]
+                layouts[name] = dataset_layout(t.load, t.shape, mesh) or Layout(
+                    tuple(B if isinstance(p, Partial) else p for p in kept))
         out = target or sig.output_layout
         layouts[op.output] = out
         plans.append(OpPlan(op, sig, out))
