@@ -8,6 +8,7 @@ from simulator.hardware import load_profile
 from simulator.report import summary
 from simulator.resources import list_bundled, resolve_yaml
 from simulator.scenario import parse_scenario
+from simulator.scenario.dataset import dataset_choice
 from simulator.schedule.model_program import graph_program
 from simulator.simulate import simulate
 
@@ -32,6 +33,8 @@ def test_run_contract_on_every_bundled_scenario(name):
     # offloaded parameters / activations add the host-link bytes per device
     off = s.parallel.offload
     ps |= {"offload_bytes_per_device"} if off.parameters or off.activations else set()
+    # a dataset strategy adds the bytes each device loads
+    ps |= {"dataset"} if dataset_choice(s.parallel) else set()
     assert set(out) == KEYS | ps
     assert out["iteration_time_s"] > 0
     assert sum(out["breakdown_s"].values()) == pytest.approx(out["iteration_time_s"], rel=0.01)

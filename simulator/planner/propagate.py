@@ -237,10 +237,9 @@ def _edges(graph: Graph, mesh: Mesh, cands: list[tuple[Signature, ...]],
             want = [s.input_layout(i) for s in cands[v]]
             if name in producer:
                 u, src = producer[name], list(outs[producer[name]])
-            elif _loaded(graph, name, mesh) is not None:  # every consumer from the load
-                m = _matrix([_loaded(graph, name, mesh)], want, graph.tensors[name].shape,
-                            mesh, itemsize)
-                node[v] = node[v] + m[0]
+            elif (loaded := _loaded(graph, name, mesh)) is not None:  # every consumer
+                m = _matrix([loaded], want, graph.tensors[name].shape, mesh, itemsize)
+                node[v] = node[v] + m[0]  # pays the move from the dataset's layout
                 continue
             elif name in first:
                 u, j = first[name]

@@ -289,7 +289,7 @@ class Lowering:
         return self.off.static(model_state_bytes(
             params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
             self.ranks.data, self.par.offload.optimizer_states or self.dp.remote_optimizer,
-            self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss)))
+            self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss))) + self.prog.resident
 
 
 def _check(scenario: Scenario, prog: TransformerProgram) -> None:

@@ -404,7 +404,7 @@ def graph_program(scenario: Scenario) -> GraphProgram:
     params, tensors = whole.params(plan, graph)
     sv = saved(plan, e)
     loaded = loaded_bytes(plan, e)
-    kept = sv.total(lambda n: n not in on_host) + loaded
+    kept = sv.total(lambda n: n not in on_host)
     prog = TransformerProgram(
         layer_fwd=forward_specs(plan, dtype), layer_bwd=backward_specs(plan, dtype),
         layer_recompute=(), embed_fwd=(), embed_bwd=(), head_fwd=(), head_bwd=(),
@@ -415,7 +415,7 @@ def graph_program(scenario: Scenario) -> GraphProgram:
         grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"),
         host_kernels=host_kernels(plan, e),
         host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0,
-        extras=_dataset_extras(scenario, loaded))
+        resident=(("activations", loaded),), extras=_dataset_extras(scenario, loaded))
     micro = 1 if isinstance(scenario.model, GraphModel) else scenario.grad_accum_steps
     return GraphProgram(prog, mesh, graph_model_flops(graph, micro))
 
