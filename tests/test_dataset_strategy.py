@@ -128,3 +128,21 @@ def test_bad_dataset_strategies_are_refused_by_name(invoke_cli, sets, message):
     result = invoke_cli(*args)
     assert result.exit_code == 2, result.output
     assert message in stderr_of(result)
+
+
+RESNET = "model={type: resnet, conv_layers: 2, in_channels: 4, channels: 4, image_size: 8, " \
+         "kernel_size: 3, fc_layers: 2, hidden_size: 32, num_classes: 8, dtype: fp32}"
+
+
+def test_a_resnet_loaded_in_tiles_runs_its_conv_half_on_them():
+    """tiny-cpu as a ResNet on (dp=2, tp=2): the images loaded with rows over dp and
+    columns over tp ((1,1,2,2)) put every convolution on those tiles with its halo
+    exchange (send_recv in both passes); the tiles move to the batch split before the FC
+    half (all-to-alls); the whole step still equals one device's."""
+    plain = verify_scenario(_bundled("tiny-cpu", [RESNET]))
+    tiles = verify_scenario(_bundled("tiny-cpu", [RESNET,
+                                                  "parallel.dataset_strategy=[[1,1,2,2],[1]]"]))
+    assert plain.ok and "send_recv" not in plain.collectives
+    assert tiles.ok, [c for c in tiles.checks if not c.ok]
+    assert tiles.collectives["send_recv"] == 2 * 2 * 2 * 2  # micro-batches x convs x axes x passes
+    assert tiles.collectives["all_to_all"] > 0

@@ -17,6 +17,7 @@ from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.model_plans import plan_mlp, plan_resnet
 from simulator.sharding.notation import dataset_layout
+from simulator.sharding.placement import Shard
 from simulator.sharding.rules import SignatureError
 
 if TYPE_CHECKING:
@@ -47,14 +48,25 @@ def written_graph(s: Scenario) -> tuple[Graph, Mesh]:
         mesh = mesh_for_graph(m, s.devices, s.source)
         return with_dataset(graph_from_model(m, s.source), s, mesh), mesh
     graph = unplanned_graph(s, s.training.micro_batch_size * p.data)
-    planned = plan_mlp(graph) if isinstance(m, MlpModel) else plan_resnet(graph)
+    mesh = Mesh.of(dp=p.data, tp=p.tensor)
+    planned = (plan_mlp(graph) if isinstance(m, MlpModel) else
+               plan_resnet(graph, _image_split(with_dataset(graph, s, mesh), mesh)))
     if p.mode == "auto":  # the weight operators keep the built-in plan (key operators)
         params = {t.name for t in graph.of_kind("parameter")}
         planned = Graph(planned.tensors, tuple(
             op if params & set(op.inputs) else dataclasses.replace(op, strategy=None)
             for op in planned.ops))
-    mesh = Mesh.of(dp=p.data, tp=p.tensor)
     return with_dataset(planned, s, mesh), mesh
+
+
+def _image_split(graph: Graph, mesh: Mesh) -> dict[str, int]:
+    """Mesh axis -> the image dim (H 2, W 3) its dataset strategy splits there."""
+    image = graph.tensors["x"]
+    layout = dataset_layout(image.load, image.shape, mesh)
+    if layout is None:
+        return {}
+    return {name: p.dim for name, p in zip(mesh.names, layout.placements)
+            if isinstance(p, Shard) and p.dim in (2, 3)}
 
 
 def with_dataset(graph: Graph, s: Scenario, mesh: Mesh) -> Graph:
