@@ -45,7 +45,7 @@ ROWS = (
 def model_mfu(hardware: str, model: str, seq: int, micro: int, accum: int) -> float:
     """Our MFU (percent) for one llm-foundry row on `hardware`."""
     h, a, layers = MPT[model]
-    data = {"name": f"mpt-{model}-{seq}", "hardware": hardware,
+    data = {"name": f"mpt-{model}-{seq}", "hardware": hardware, "framework": "llm-foundry",
             "cluster": {"nodes": 1, "devices_per_node": 8},
             "model": {"type": "transformer", "layers": layers, "hidden_size": h,
                       "num_heads": a, "seq_length": seq, "vocab_size": 50368,

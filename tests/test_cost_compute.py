@@ -40,6 +40,28 @@ def test_attention_runs_at_its_own_fraction(a100):
     assert compute_time_s(spec, a100) == pytest.approx(expected, rel=1e-12)
 
 
+@pytest.mark.parametrize("impl, phase, fraction", [
+    ("fa2", "fwd", 0.301), ("fa2", "bwd", 0.294), ("fa2", "recompute", 0.301),
+    ("fa3", "fwd", 0.527), ("cudnn", "bwd", 0.470), ("te", "fwd", 0.489)])
+def test_attention_is_priced_by_its_implementation_on_hopper(impl, phase, fraction):
+    # FlashAttention-3 paper (Shah et al. 2024) Figs. 5-6: FA2 reaches ~30% of H100's peak,
+    # FA3 and cuDNN ~50%; the sustained-clock factor applies on top, as for every kernel
+    h100 = load_profile("h100-sxm")
+    spec = ComputeSpec("fa", "attention", flops=1e12, bytes_accessed=1e6, dtype="bf16",
+                       phase=phase, executed_fraction=0.5, impl=impl)
+    rate = 989.4e12 * fraction * h100.efficiency.sustained_compute_fraction
+    assert compute_time_s(spec, h100) == pytest.approx(0.5e12 / rate + h100.kernel_launch_s,
+                                                       rel=1e-12)
+
+
+def test_an_implementation_the_profile_lacks_runs_at_the_generic_fraction(a100):
+    plain = ComputeSpec("fa", "attention", flops=1e12, bytes_accessed=1e6, dtype="bf16")
+    marked = ComputeSpec("fa", "attention", flops=1e12, bytes_accessed=1e6, dtype="bf16",
+                         impl="fa2")
+    assert a100.efficiency.attention_kernels is None
+    assert compute_time_s(marked, a100) == compute_time_s(plain, a100)
+
+
 def test_empty_kernel_costs_nothing(a100):
     assert compute_time_s(ComputeSpec("noop", "copy", 0, 0, "bf16"), a100) == 0.0
 

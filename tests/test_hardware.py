@@ -57,7 +57,8 @@ def test_every_bundled_profile_loads_with_positive_figures(name):
 def test_si_conversions_of_a100():
     hw = load_profile("a100-80gb")
     assert hw.peak_flops_per_s("bf16") == 312e12
-    assert hw.memory_capacity_bytes == 80e9
+    # 81920 MiB as nvidia-smi reports it: the datasheet's 80 GB are GiB
+    assert hw.memory_capacity_bytes == pytest.approx(81920 * 2**20, rel=1e-3)
     assert hw.memory_bandwidth_bytes_per_s == 2039e9
     assert hw.intra_link_bandwidth_bytes_per_s == 300e9
     assert hw.nic_bandwidth_bytes_per_s == 25e9          # 200 Gb/s
@@ -77,7 +78,7 @@ def test_override_changes_the_figure():
     hw = load_profile("a100-80gb", ["memory_GB=40", "intra_node.bandwidth_GBps=450"])
     assert hw.memory_capacity_bytes == 40e9
     assert hw.intra_link_bandwidth_bytes_per_s == 450e9
-    assert load_profile("a100-80gb").memory_capacity_bytes == 80e9
+    assert load_profile("a100-80gb").memory_capacity_bytes == 85.90e9
 
 
 def test_load_by_path(a100_yaml):

@@ -24,7 +24,7 @@ KNOBS = ["parallel.data=4", "parallel.data=1", "parallel.tensor=4", "parallel.te
          "training.micro_batch_size=4", "training.global_batch_size=16",
          "parallel.pipeline_layers=[1,1]", "parallel.mode=parameter_server",
          "parallel.parameter_server.servers=2", "parallel.parameter_server.sync=false",
-         "parallel.expert=2", "parallel.context=2",
+         "parallel.expert=2", "parallel.context=2", "parallel.tensor_nd=[2,2]",
          "parallel.dataset_strategy=full_batch", "parallel.dataset_strategy=data_parallel",
          "parallel.full_batch=true"]
 
@@ -70,3 +70,24 @@ def test_every_knob_runs_or_is_refused_by_name(kind, invoke_cli):
             assert message.startswith("error: ") and "internal error" not in message, \
                 (kind, knob, message)
     assert ran >= 6  # most knobs apply to every model type
+
+
+def test_tensor_nd_changes_a_transformer_and_is_refused_by_name_elsewhere(invoke_cli):
+    """On the transformer at tensor=4 the 2 x 2 grid runs another plan (its all-gathers,
+    reduce-scatters and all-to-alls on two axes); on tensor=2 it does not match and says so;
+    other model types refuse it by name (tests/test_tensor_2d.py has their messages)."""
+    sets = ("parallel.data=1", "parallel.tensor=4", "parallel.sequence_parallel=true")
+    plain = run_kind(invoke_cli, "transformer", *sets)
+    two_d = run_kind(invoke_cli, "transformer", *sets, "parallel.tensor_nd=[2,2]")
+    assert plain.exit_code == two_d.exit_code == 0, two_d.output
+    a, b = _comparable(plain.stdout), _comparable(two_d.stdout)
+    assert a != b
+    assert "all_to_all" in b["communication"]["by_collective"]
+    assert "all_to_all" not in a["communication"]["by_collective"]
+    mismatch = run_kind(invoke_cli, "transformer", "parallel.tensor_nd=[2,2]")
+    assert mismatch.exit_code == 2
+    assert "parallel.tensor_nd: [2, 2]: 2*2 = 4 must equal parallel.tensor=2" in stderr_of(
+        mismatch)
+    for kind in ("mlp", "resnet", "graph", "graph-sbp"):
+        result = run_kind(invoke_cli, kind, "parallel.tensor_nd=[2,2]")
+        assert result.exit_code == 2 and "parallel.tensor_nd: [2, 2]" in stderr_of(result)

@@ -109,9 +109,9 @@ def test_measured_curve_shadows_the_intra_node_bandwidth_on_a100():
 
 
 def test_an_override_to_the_same_value_says_so():
-    doc, err = _run("a100-80gb", "hardware.memory_GB=80")
-    assert doc["notes"] == ["--set hardware.memory_GB=80 changed nothing: the profile has "
-                            "memory_GB=80 already"]
+    doc, err = _run("a100-80gb", "hardware.memory_GB=85.9")
+    assert doc["notes"] == ["--set hardware.memory_GB=85.9 changed nothing: the profile has "
+                            "memory_GB=85.9 already"]
 
 
 def test_an_override_that_matters_gets_no_note():

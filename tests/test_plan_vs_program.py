@@ -128,7 +128,7 @@ def _compare(name: str):
     key = (s.hardware, fw.name, m.dtype, m.ffn_activation, m.kv_heads < m.num_heads,
            fw.software.fused_attention if m.attention == "auto" else m.attention,
            p.data, p.tensor, p.sequence_parallel, p.optimizer_shard,
-           s.training.micro_batch_size, p.expert, p.context,
+           s.training.micro_batch_size, p.expert, p.context, str(p.tensor_nd),
            yaml.safe_dump(raw["model"].get("moe")),
            yaml.safe_dump(raw["model"]) if _fits(s) else "")
     return _compare_case(name, key)

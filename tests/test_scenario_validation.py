@@ -57,7 +57,7 @@ DATA_CASES = [
      "s.yaml: parallel.tensr: unknown key (did you mean 'tensor'?); allowed: comm_fusion, "
      "context, data, dataset_strategy, expert, full_batch, mode, offload, optimizer_shard, "
      "optimizer_threshold_kb, overlap, parameter_server, pipeline, pipeline_layers, recompute, "
-     "schedule, search, sequence_parallel, tensor, virtual_stages"),
+     "schedule, search, sequence_parallel, tensor, tensor_nd, virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
      "s.yaml: hardwre: unknown key (did you mean 'hardware'?); allowed: cluster, framework, "
      "hardware, model, name, parallel, seed, training"),
@@ -119,7 +119,7 @@ SET_CASES = [
      "'tensor'?); allowed: comm_fusion, context, data, dataset_strategy, expert, full_batch, "
      "mode, offload, optimizer_shard, optimizer_threshold_kb, overlap, parameter_server, "
      "pipeline, pipeline_layers, recompute, schedule, search, sequence_parallel, tensor, "
-     "virtual_stages"),
+     "tensor_nd, virtual_stages"),
     ("set-breaks-rule", ["parallel.tensor=4"],
      "s.yaml with --set parallel.tensor=4: parallel: data*tensor*pipeline = 2*4*1 = 8 must "
      "equal cluster.nodes*cluster.devices_per_node = 1*4 = 4"),

@@ -91,6 +91,14 @@ def _check_model(scenario: Any) -> None:
                          "is not searched by `plan` yet (its space has no context-parallel "
                          "degree); compare configurations with `shardsim sweep` over "
                          "parallel.context (supported: 1)")
+    nd = scenario.parallel.tensor_nd
+    if nd is not None:
+        # nor a 2-D tensor-parallel layout: its configurations would keep the grid of
+        # another tensor degree
+        raise InputError(scenario.source, "parallel.tensor_nd", f"{nd} is not searched "
+                         "by `plan` yet (its space has 1-D "
+                         "tensor parallel only); compare with `shardsim run --set "
+                         "parallel.tensor_nd=null` (supported: null)")
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ Memory-bound GEMMs (small k, skinny m) fall on the memory roof through `bytes_ac
 Non-GEMM kinds are memory-bound kernels: their FLOPs run on the vector units
 (`vector_flops_per_s * vector_peak_fraction`) and their bytes at `memory_bandwidth_fraction`
 of HBM bandwidth. `attention` (a fused FlashAttention-style kernel) is compute-bound at
-`attention_peak_fraction` of the matrix peak.
+the fraction of the matrix peak its implementation reaches (`attention_fraction`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from functools import lru_cache
 from simulator.cost.specs import ComputeSpec
 from simulator.hardware.schema import HardwareProfile
 
-__all__ = ["compute_time_s", "gemm_efficiency", "compute_efficiency", "DTYPE_BYTES"]
+__all__ = ["compute_time_s", "gemm_efficiency", "compute_efficiency", "attention_fraction",
+           "DTYPE_BYTES"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 _MIN_TILE = 16  # the smallest MMA tile edge (16x8x16 mma.sync on Ampere/Hopper; 16^3 cube)
@@ -97,8 +98,20 @@ def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, f
                                    spec.dtype, hw)
         return hw.peak_flops_per_s(spec.dtype) * fraction * sustained, mem
     if spec.kind == "attention":
-        return hw.peak_flops_per_s(spec.dtype) * eff.attention_peak_fraction * sustained, mem
+        return hw.peak_flops_per_s(spec.dtype) * attention_fraction(spec, hw) * sustained, mem
     return hw.vector_flops_per_s * eff.vector_peak_fraction * sustained, mem
+
+
+def attention_fraction(spec: ComputeSpec, hw: HardwareProfile) -> float:
+    """Fraction of the matrix peak a fused attention kernel reaches: its implementation's
+    forward or backward figure where the profile has one (`efficiency.attention_kernels`,
+    e.g. FlashAttention-2 on Hopper at half of FlashAttention-3's rate), else
+    `attention_peak_fraction`. A recomputed forward runs at the forward figure."""
+    eff = hw.efficiency
+    kernel = getattr(eff.attention_kernels, spec.impl, None) if spec.impl else None
+    if kernel is None:
+        return eff.attention_peak_fraction
+    return kernel.bwd if spec.phase == "bwd" else kernel.fwd
 
 
 def _square(flops: float, batch: int) -> tuple[int, int, int]:

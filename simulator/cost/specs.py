@@ -45,6 +45,8 @@ class ComputeSpec:
     executed_fraction: float = 1.0  # share of `flops` the kernel really executes (a fused
     #                                 causal attention skips the masked half; its backward
     #                                 recomputes the scores): prices time, not model FLOPs
+    impl: str = ""  # the kernel implementation where the profile prices them apart (fused
+    #                 attention: the framework's fa2 / fa3 / cudnn / te); "" = the generic one
 
     def __str__(self) -> str:
         shape = f" {self.gemm_batch}x{self.gemm_mnk}" if self.gemm_mnk else ""

@@ -5,7 +5,7 @@ kernels the stack fuses, how it buckets and reduces gradients, what overlaps wit
 FP8 recipe and its memory overheads (field meanings: framework_profiles/README.md). Most
 fields are cited prose; the fields the simulator reads are typed:
 
-- `attention.fused_default`, `fused_grad_accumulation.enabled`,
+- `attention.fused_default`, `attention.implementation`, `fused_grad_accumulation.enabled`,
   `grad_reduction.fp32_for_bf16`, `overlap.tp_comm_enabled` / `overlap.tp_comm_sms` make the
   `Software` value the model program takes (`FrameworkProfile.software`);
 - `grad_reduction.bucket_*` is the bucket rule of `parallel.comm_fusion.mode: auto`
@@ -53,12 +53,17 @@ class Software(_Closed):
     tp_comm_sms: PosInt = 16
     # bf16 gradients are accumulated and reduced in fp32 (a 4-byte gradient buffer)
     bf16_grads_fp32: StrictBool = False
+    # the fused-attention implementation (`Attention.implementation`); "" = generic
+    attention_impl: StrictStr = ""
 
 
 class Attention(_Closed):
     fused_default: StrictBool
     kernel: StrictStr
     source: StrictStr
+    # which fused-attention implementation the stack runs (priced by the hardware profile's
+    # `efficiency.attention_kernels`); null: not one the profiles tell apart
+    implementation: Literal["fa2", "fa3", "cudnn", "te"] | None = None
 
 
 class FusedKernels(_Closed):
@@ -191,7 +196,8 @@ class FrameworkProfile(_Closed):
             fused_grad_accumulation=bool(self.fused_grad_accumulation.enabled),
             tp_comm_overlap=self.overlap.tp_comm_enabled,
             tp_comm_sms=self.overlap.tp_comm_sms,
-            bf16_grads_fp32=self.grad_reduction.fp32_for_bf16)
+            bf16_grads_fp32=self.grad_reduction.fp32_for_bf16,
+            attention_impl=self.attention.implementation or "")
 
     def __str__(self) -> str:
         return f"{self.name} ({self.description})"

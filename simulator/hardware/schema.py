@@ -116,6 +116,27 @@ class Host(_Closed):
     pcie_bandwidth_GBps: GBps
 
 
+class AttentionKernel(_Closed):
+    """What one fused-attention implementation reaches on this device: the fraction of the
+    matrix peak, forward and backward, over the FLOPs the kernel executes (a causal kernel
+    skips the masked half; its backward counts 2.5x the forward), as FlashAttention's
+    benchmarks count them."""
+
+    fwd: Fraction
+    bwd: Fraction
+
+
+class AttentionKernels(_Closed):
+    """Fused attention by implementation (the framework profile's
+    `attention.implementation`); one that is absent here runs at `attention_peak_fraction`.
+    `te` is Transformer Engine's DotProductAttention, which picks its backend per device."""
+
+    fa2: AttentionKernel | None = None
+    fa3: AttentionKernel | None = None
+    cudnn: AttentionKernel | None = None
+    te: AttentionKernel | None = None
+
+
 class Efficiency(_Closed):
     """Physical parameters of the cost model (docs in `simulator.cost.compute` and
     `simulator.cost.collectives`). Fractions are of the datasheet peak."""
@@ -124,6 +145,7 @@ class Efficiency(_Closed):
     gemm_tile_mn: tuple[Tile, Tile] = (128, 128)
     gemm_k_half: KHalf = 0.0
     attention_peak_fraction: Fraction
+    attention_kernels: AttentionKernels | None = None
     vector_peak_fraction: Fraction = 0.5
     memory_bandwidth_fraction: Fraction
     intra_node_bus_fraction: Fraction

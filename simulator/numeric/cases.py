@@ -83,10 +83,11 @@ def _small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, 
     dims, experts = _small_moe(dims, m, s)
     ep = f" expert={p.expert}" if m.moe else ""
     ep += f" context={p.context}" if p.context > 1 else ""
+    nd = f" tensor_nd={p.tensor_nd}" if p.tensor_nd else ""
     return dims, [f"shrunk to layers={dims.layers} hidden={dims.hidden} heads={dims.heads} "
                   f"kv_heads={dims.kv_heads} ffn={dims.ffn} seq={dims.seq} "
                   f"vocab={dims.vocab} micro_batch={dims.batch}{experts} (same parallel "
-                  f"configuration: data={p.data} tensor={p.tensor}{ep} "
+                  f"configuration: data={p.data} tensor={p.tensor}{ep}{nd} "
                   f"sequence_parallel={str(p.sequence_parallel).lower()})"]
 
 
@@ -98,7 +99,8 @@ def _transformer(s: Scenario, m: TransformerModel, flash: bool) -> VerifyCase:
         notes.append(f"{micro} of {s.grad_accum_steps} gradient-accumulation steps run")
     per_micro = dims.batch * p.data
     sharded, mesh = planned_transformer(dataclasses.replace(dims, batch=per_micro), p.data,
-                                        p.tensor, p.sequence_parallel, p.expert)
+                                        p.tensor, p.sequence_parallel, p.expert,
+                                        tuple(p.tensor_nd) if p.tensor_nd else None)
     graph = build_gpt(dataclasses.replace(dims, batch=per_micro))
     whole = build_gpt(dataclasses.replace(dims, batch=per_micro * micro))
     return VerifyCase(sharded, whole, graph, mesh, micro, tuple(notes), np.float64)

@@ -42,6 +42,7 @@ from simulator.framework.load import framework_for
 from simulator.planner.space import Config
 from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
 from simulator.schedule.state import framework_overhead_bytes
+from simulator.sharding.transformer_plan import uses_flash
 
 __all__ = ["Workload", "workload_of", "MemoryEstimate", "estimate_memory", "layer_bytes",
            "layer_params", "STATE_BYTES_PER_PARAM"]
@@ -79,7 +80,7 @@ def workload_of(scenario: Scenario, hw: Any) -> Workload:
     assert isinstance(m, TransformerModel), "the planner searches transformer models"
     fw = framework_for(scenario, hw)
     sw = fw.software
-    flash = sw.fused_attention if m.attention == "auto" else m.attention == "flash"
+    flash = uses_flash(scenario, sw.fused_attention)
     e = DTYPE_BYTES[m.dtype]
     ge = 4 if sw.bf16_grads_fp32 and m.dtype == "bf16" else e
     fusion = scenario.parallel.comm_fusion

@@ -4,6 +4,7 @@ to fix it. A rule returns (dotted key, message) pairs; `check_rules` raises the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 from simulator.errors import InputError
@@ -443,6 +444,47 @@ def _context(s: Scenario) -> Iterator[Problem]:
             f"parallel.tensor={p.tensor} for sequence parallel")
 
 
+def _tensor_nd(s: Scenario) -> Iterator[Problem]:
+    """2-D tensor parallel (simulator/sharding/transformer_plan.py) lays a transformer's
+    `tensor` devices out as an x * y grid and splits its GEMM weights on both axes (the
+    hidden dim on y, the head / FFN dim on x) and the heads and FFN activations x * y ways:
+    the divisibility of 1-D's tensor, which _transformer checks (x * y divides the heads,
+    so the hidden dim too).
+    Each size above 1 (a size of 1 is 1-D tensor parallel); 3-D (MindSpore's x, y, z) and
+    the combinations whose plans are not written are refused."""
+    p, m, nd = s.parallel, s.model, s.parallel.tensor_nd
+    if nd is None:
+        return
+    shape = "*".join(str(n) for n in nd)
+    if not isinstance(m, TransformerModel):
+        yield "parallel.tensor_nd", (
+            f"{nd}: 2-D tensor parallel splits a transformer's attention and FFN weights; a "
+            f"model of type '{m.type}' has none (remove the key)")
+    elif len(nd) == 3:
+        # MindSpore's z splits the tokens and all-gathers each weight before use: a data
+        # axis with sharded parameters, which parallel.data with optimizer_shard 3 is
+        yield "parallel.tensor_nd", (
+            f"{nd}: 3-D tensor parallel as one key is not simulated yet; its third axis "
+            f"(tokens split, weights gathered before use) is parallel.data=z with "
+            f"parallel.optimizer_shard=3 around the grid (allowed: two sizes [x, y])")
+    elif math.prod(nd) != p.tensor:
+        yield "parallel.tensor_nd", (f"{nd}: {shape} = {math.prod(nd)} must equal "
+                                     f"parallel.tensor={p.tensor}")
+    elif min(nd) == 1:
+        yield "parallel.tensor_nd", (f"{nd}: a size of 1 is 1-D tensor parallel (remove the "
+                                     f"key; allowed: sizes of at least 2)")
+    else:
+        for key, on in (("model.moe", m.moe is not None), ("parallel.context",
+                                                            p.context > 1)):
+            if on:
+                yield "parallel.tensor_nd", (f"{nd} with {key} is not simulated yet (allowed "
+                                             f"with 2-D tensor parallel: no {key})")
+        if p.overlap.tp_comm is True:
+            yield "parallel.overlap.tp_comm", (
+                "true: chunked overlap of the 2-D tensor-parallel collectives (parallel."
+                "tensor_nd) is not simulated yet (allowed: auto, false)")
+
+
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _context,
     _devices,
@@ -463,6 +505,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _copies,
     _offload,
     _parameter_server,
+    _tensor_nd,
     dataset_problems,
 )
 

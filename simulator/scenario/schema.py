@@ -149,8 +149,10 @@ class TransformerModel(_Closed):
     ffn_activation: Literal["gelu", "swiglu"] = "gelu"
     # standard: scores materialised (QK^T, softmax, dropout, PV as separate kernels);
     # flash: one fused kernel (Dao et al. 2022), no s x s tensor in memory; auto: the
-    # hardware profile's `software.fused_attention` (its reference training stack).
-    attention: Literal["auto", "standard", "flash"] = "auto"
+    # hardware profile's `software.fused_attention` (its reference training stack);
+    # fa2 / fa3 / cudnn / te: fused, with that implementation's rate (`efficiency.
+    # attention_kernels`) instead of the framework's (`attention.implementation`).
+    attention: Literal["auto", "standard", "flash", "fa2", "fa3", "cudnn", "te"] = "auto"
     seq_length: SeqLength
     vocab_size: Vocab
     dtype: Dtype = "bf16"
@@ -334,6 +336,12 @@ class ParallelSpec(_Closed):
     pipeline_layers: Annotated[list[Annotated[StrictInt, Field(ge=0, le=10_000)]],
                                Field(max_length=100_000)] | None = None
     sequence_parallel: StrictBool = False
+    # 2-D tensor parallel of a transformer (MindSpore's high dimension tensor parallel:
+    # MatMul/BatchMatMul `enable_nd_tp` with a 2-D Layout; Optimus, Xu et al. 2021): the
+    # `tensor` devices as an x * y grid, x outer; every GEMM weight split on both axes
+    # (simulator/sharding/transformer_plan.py). None: 1-D (Megatron) tensor parallel.
+    tensor_nd: Annotated[list[Annotated[StrictInt, Field(ge=1, le=100_000)]],
+                         Field(min_length=2, max_length=3)] | None = None
     # An int with bounds, not Literal[0, 1, 2, 3]: a Literal would take `true` as 1.
     optimizer_shard: Annotated[StrictInt, Field(ge=0, le=3)] = 0
     # MindSpore parallel_optimizer_config's parallel_optimizer_threshold (KB; MindSpore's

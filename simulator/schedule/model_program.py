@@ -113,11 +113,13 @@ def _tp_overlap(scenario: Scenario, software: Software, compute_units: int
                 ) -> TpOverlap | None:
     """`parallel.overlap.tp_comm` (auto: the software stack's): each TP collective in
     tensor-degree chunks (Transformer Engine's default ring-exchange method steps once per
-    peer), its kernels on software.tp_comm_sms of the compute units."""
+    peer), its kernels on software.tp_comm_sms of the compute units. None under 2-D tensor
+    parallel: the stacks' overlap (TE userbuffers) chunks 1-D's collectives only, so `auto`
+    takes none (rules.py refuses `true`)."""
     mode = scenario.parallel.overlap.tp_comm
     on = software.tp_comm_overlap if mode == "auto" else mode
     t = scenario.parallel.tensor
-    if not on or t <= 1:
+    if not on or t <= 1 or scenario.parallel.tensor_nd:
         return None
     return TpOverlap(chunks=t, sm_fraction=min(0.5, software.tp_comm_sms / compute_units))
 
@@ -161,7 +163,9 @@ def _planned(scenario: Scenario, fused_attention: bool, e: int
     assert isinstance(m, TransformerModel)
     dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
                     min(m.layers, 3 * (m.moe.every if m.moe else 1)))
-    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert)
+    nd = tuple(p.tensor_nd) if p.tensor_nd else None
+    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert,
+                                      nd)
     return build_plan(graph, mesh, e), dims
 
 
@@ -210,6 +214,13 @@ def _layer_block(layers: int, unit: int) -> Select:
     first = unit if layers >= 3 * unit else 0
     prefixes = tuple(f"l{i}." for i in range(first, first + unit))
     return lambda n: n.startswith(prefixes)
+
+
+def _with_impl(ops: tuple[Op, ...], impl: str) -> tuple[Op, ...]:
+    """`ops` with their fused-attention kernels marked as the framework's implementation
+    (`ComputeSpec.impl`: the hardware profile prices each implementation apart)."""
+    return tuple(replace(op, impl=impl) if isinstance(op, ComputeSpec) and op.kind == "attention"
+                 else op for op in ops)
 
 
 def _imbalanced(ops: tuple[Op, ...], factor: float) -> tuple[Op, ...]:
@@ -320,6 +331,11 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     if recipe is not None:
         fwd = {k: apply_fp8(v, recipe) for k, v in fwd.items()}
         bwd = {k: apply_fp8(v, recipe) for k, v in bwd.items()}
+    impl = m.attention if m.attention not in ("auto", "standard", "flash") else \
+        software.attention_impl
+    if impl:
+        fwd = {k: _with_impl(v, impl) for k, v in fwd.items()}
+        bwd = {k: _with_impl(v, impl) for k, v in bwd.items()}
     imbalance = m.moe.imbalance if m.moe else 1.0
     fwd["layer"], bwd["layer"] = (_imbalanced(fwd["layer"], imbalance),
                                   _imbalanced(bwd["layer"], imbalance))

@@ -31,6 +31,21 @@ planned transformer graph that both `run` (timing) and `verify` (numeric proof) 
   dim (a Partial mean, summed with the weight gradients). Weights are broadcast on `cp`, so
   their gradients come out Partial on `cp` as on `dp` and are reduced over both (Megatron
   reduces over its combined data-and-context-parallel group).
+- 2-D tensor parallel (`parallel.tensor_nd: [x, y]`, tensor = x * y; MindSpore's high
+  dimension tensor parallel, `MatMul.add_prim_attr("enable_nd_tp", True)` with a 2-D
+  Layout, mindspore-ai/docs tutorials/source_en/parallel/high_dimension_tensor_parallel.md;
+  Xu et al. 2021, "An Efficient 2D Method for Training Super-Large Deep Learning Models",
+  arXiv:2104.05343): `tp` becomes two mesh axes (`tpx` outer of x devices,
+  `tpy` inner of y). Every GEMM weight is split on both: its head / FFN dim on `tpx`, its
+  hidden dim on `tpy` (Megatron's column-parallel QKV/FC1 contract `tpy`, its row-parallel
+  projections `tpx`); the heads and FFN activations are split x*y ways (`tpx` outer, as
+  the weights split them); the norm regions split the sequence on both axes under sequence
+  parallel (whole without it). The planner then derives, in place of 1-D's all-reduces, a
+  GEMM input all-gathered on `tpx`, a column GEMM's Partial output reduce-scattered on
+  `tpy` into its x*y split, a row GEMM's input all-gathered on `tpy` and its Partial
+  output reduce-scattered on `tpx` (the AllGather / ReduceScatter pairs of MindSpore's
+  tutorial, with its two axes exchanged: a row-major nested layout splits a dim on its
+  outer axis first), plus the all-to-alls that keep the norms' hidden dim whole.
 """
 
 from __future__ import annotations
@@ -45,7 +60,8 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
 __all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
-           "TP_ROLES", "EP_ROLES", "gpt_dims", "uses_flash", "with_moe"]
+           "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "gpt_dims", "uses_flash",
+           "with_moe"]
 
 TP_ROLES: dict[str, tuple[str, str]] = {
     # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
@@ -60,6 +76,18 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "router": ("B", "B"), "route": ("B", "B"), "gate": ("B", "B"), "dispatch": ("B", "B"),
     "efc1": ("f", "f"), "efc3": ("f", "f"), "eact": ("d3", "d3"), "eglu": ("d3", "d3"),
     "efc2": ("f", "f"), "combine": ("P2", "P2"),
+}
+# 2-D tensor parallel: role -> (choice on `tpx`, choice on `tpy`); the norm regions
+# (_SEQ_REGION) split the sequence on both under sequence parallel, else neither
+TP2D_AXES = ("tpx", "tpy")
+TP2D_ROLES: dict[str, tuple[str, str]] = {
+    "embed": ("v", "v"), "q_mm": ("g", "h"), "k_mm": ("g", "h"), "v_mm": ("g", "h"),
+    "q": ("d2", "d2"), "k": ("d2", "d2"), "v": ("d2", "d2"), "attn": ("g", "g"),
+    "scores": ("g", "g"), "scale": ("d1", "d1"), "mask": ("d1", "d1"),
+    "softmax": ("d1", "d1"), "attn_drop": ("d1", "d1"), "context": ("g", "g"),
+    "proj": ("g", "h"), "fc1_mm": ("f", "h"), "fc3_mm": ("f", "h"), "fc1": ("d2", "d2"),
+    "fc3": ("d2", "d2"), "act": ("d2", "d2"), "glu": ("d2", "d2"), "fc2": ("f", "h"),
+    "head": ("v", "v"), "ce": ("c", "c"), "loss": ("B", "B"),
 }
 # on `ep` the experts split the expert dim; every other op splits the batch as on `dp`
 EP_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
@@ -78,9 +106,11 @@ _CP_LABEL = {"embed": "i1", "q_mm": "s", "k_mm": "s", "v_mm": "s", "attn": "s",
 
 
 def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False,
-                        context: bool = False) -> dict[str, str]:
+                        context: bool = False, two_d: bool = False) -> dict[str, str]:
     """The per-mesh-axis choice for an op of this role (with `expert`: on (dp, ep, tp);
-    with `context`: on (dp, cp, tp))."""
+    with `context`: on (dp, cp, tp); with `two_d`: on (dp, tpx, tpy))."""
+    if two_d:
+        return {"dp": _DP_LABEL.get(role, "d0"), **_choices_2d(role, sequence_parallel)}
     if role in TP_ROLES:
         tp = TP_ROLES[role][1 if sequence_parallel else 0]
     elif role in _SEQ_REGION:
@@ -95,23 +125,39 @@ def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False
     return {"dp": dp, "ep": EP_ROLES.get(role, dp), "tp": tp}
 
 
+def _choices_2d(role: str, sequence_parallel: bool) -> dict[str, str]:
+    if role in TP2D_ROLES:
+        x, y = TP2D_ROLES[role]
+    elif role in _SEQ_REGION:
+        x = y = "d1" if sequence_parallel else "B"
+    else:
+        raise KeyError(f"no 2-D tensor-parallel plan for op role {role!r}")
+    return dict(zip(TP2D_AXES, (x, y)))
+
+
 def apply_transformer_plan(graph: Graph, sequence_parallel: bool, expert: bool = False,
-                           context: bool = False) -> Graph:
-    """The graph with every op's strategy set for a (dp, tp) mesh, (dp, ep, tp) or
-    (dp, cp, tp)."""
+                           context: bool = False, two_d: bool = False) -> Graph:
+    """The graph with every op's strategy set for a (dp, tp) mesh, (dp, ep, tp),
+    (dp, cp, tp) or (dp, tpx, tpy)."""
     ops: list[OpNode] = []
     for op in graph.ops:
         role = op.name.split(".")[-1]
-        choices = transformer_choices(role, sequence_parallel, expert, context)
+        choices = transformer_choices(role, sequence_parallel, expert, context, two_d)
         ops.append(dataclasses.replace(op, strategy=Strategy(axes=choices)))
     return Graph(graph.tensors, tuple(ops))
 
 
 def planned_transformer(dims: GptDims, data: int, tensor: int, sequence_parallel: bool,
-                        expert: int = 1) -> tuple[Graph, Mesh]:
+                        expert: int = 1, tensor_nd: tuple[int, ...] | None = None
+                        ) -> tuple[Graph, Mesh]:
     """The Megatron plan of a GPT graph (one micro-batch of every data-parallel replica:
     `dims.batch` is the global micro-batch) on the (dp, tp) mesh; a mixture of experts on
-    (dp, ep, tp) with data = dp * ep; context parallel (dims.context > 1) on (dp, cp, tp)."""
+    (dp, ep, tp) with data = dp * ep; context parallel (dims.context > 1) on (dp, cp, tp);
+    2-D tensor parallel (`tensor_nd` = (x, y), x * y = tensor) on (dp, tpx, tpy)."""
+    if tensor_nd is not None:
+        x, y = tensor_nd
+        graph = apply_transformer_plan(build_gpt(dims), sequence_parallel, two_d=True)
+        return graph, Mesh.of(dp=data, tpx=x, tpy=y)
     moe = dims.experts > 0
     cp = dims.context > 1
     graph = apply_transformer_plan(build_gpt(dims), sequence_parallel and tensor > 1, moe, cp)
@@ -126,7 +172,7 @@ def uses_flash(scenario: Scenario, fused_default: bool = False) -> bool:
     """Whether attention runs fused: `model.attention`, with `auto` taking the hardware
     profile's `software.fused_attention`."""
     mode = getattr(scenario.model, "attention", "standard")
-    return fused_default if mode == "auto" else mode == "flash"
+    return fused_default if mode == "auto" else mode != "standard"
 
 
 def gpt_dims(scenario: Scenario, flash: bool, layers: int | None = None) -> GptDims:
