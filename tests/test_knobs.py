@@ -25,6 +25,8 @@ KNOBS = ["parallel.data=4", "parallel.data=1", "parallel.tensor=4", "parallel.te
          "parallel.pipeline_layers=[1,1]", "parallel.mode=parameter_server",
          "parallel.parameter_server.servers=2", "parallel.parameter_server.sync=false",
          "parallel.expert=2", "parallel.context=2", "parallel.tensor_nd=[2,2]",
+         "parallel.recompute_comm.tensor=false", "parallel.recompute_comm.optimizer=false",
+         "parallel.enable_alltoall=false", "parallel.comm_subgraph.reuse=true",
          "parallel.dataset_strategy=full_batch", "parallel.dataset_strategy=data_parallel",
          "parallel.full_batch=true"]
 
@@ -91,3 +93,39 @@ def test_tensor_nd_changes_a_transformer_and_is_refused_by_name_elsewhere(invoke
     for kind in ("mlp", "resnet", "graph", "graph-sbp"):
         result = run_kind(invoke_cli, kind, "parallel.tensor_nd=[2,2]")
         assert result.exit_code == 2 and "parallel.tensor_nd: [2, 2]" in stderr_of(result)
+
+
+def _bytes(out: dict) -> int:
+    return out["communication"]["bytes_per_device"]
+
+
+# MindSpore's communication options, each where it applies, against the same run without it:
+# (kind, base --set items, the knob, what must hold of (without, with))
+DIRECTED = [
+    # mp_comm_recompute false: fewer bytes in the backward, the kept outputs in memory
+    ("transformer", ["parallel.recompute=full"], "parallel.recompute_comm.tensor=false",
+     lambda a, b: _bytes(b) < _bytes(a) and b["memory"]["peak_bytes"]
+     > a["memory"]["peak_bytes"] and b["iteration_time_s"] < a["iteration_time_s"]),
+    # parallel_optimizer_comm_recompute false: no second parameter all-gather
+    ("transformer", ["parallel.recompute=full", "parallel.optimizer_shard=3"],
+     "parallel.recompute_comm.optimizer=false",
+     lambda a, b: b["communication"]["by_collective"]["all_gather"]
+     < a["communication"]["by_collective"]["all_gather"]),
+    # enable_alltoall false: all-gather + slice, more bytes, never faster
+    ("graph", [], "parallel.enable_alltoall=false",
+     lambda a, b: "all_to_all" not in b["communication"]["by_collective"]
+     and _bytes(b) > _bytes(a) and b["iteration_time_s"] >= a["iteration_time_s"]),
+    # subgraph reuse: fewer compiled operators and build time, the same step
+    ("graph", ["parallel.comm_subgraph.reuse=false"], "parallel.comm_subgraph.reuse=true",
+     lambda a, b: b["comm_subgraph"]["distinct_ops"] < a["comm_subgraph"]["distinct_ops"]
+     and b["comm_subgraph"]["build_s"] < a["comm_subgraph"]["build_s"]
+     and b["iteration_time_s"] == a["iteration_time_s"]),
+]
+
+
+@pytest.mark.parametrize("kind, base, knob, holds", DIRECTED,
+                         ids=[knob for _, _, knob, _ in DIRECTED])
+def test_communication_options_move_the_result_their_way(kind, base, knob, holds, invoke_cli):
+    without, with_knob = (run_kind(invoke_cli, kind, *base, *extra) for extra in ([], [knob]))
+    assert without.exit_code == with_knob.exit_code == 0, with_knob.output
+    assert holds(json.loads(without.stdout), json.loads(with_knob.stdout))

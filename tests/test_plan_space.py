@@ -61,6 +61,21 @@ def test_apply_config_round_trip(tiny_cpu):
     assert str(cfg) == "d1 t2 p2 mb4 1f1b sp rc=full offload"
 
 
+def test_candidates_without_a_recomputed_region_keep_the_comm_recompute_defaults(tiny_cpu):
+    # recompute_comm acts on a recomputed region (and the optimizer option on the re-gather
+    # of ZeRO-3 shards); the planner's candidates without one keep the defaults instead of
+    # being refused as the scenario file would be
+    sc, _ = tiny_cpu
+    base = apply_config(sc, Config(2, 2, 1, 4, recompute="full", optimizer_shard=3))
+    data = base.model_dump()
+    data["parallel"]["recompute_comm"] = {"tensor": False, "optimizer": False}
+    kept = type(base).model_validate(data)
+    none = apply_config(kept, Config(2, 2, 1, 4, recompute="none", optimizer_shard=1))
+    assert none.parallel.recompute_comm.tensor and none.parallel.recompute_comm.optimizer
+    full = apply_config(kept, Config(2, 2, 1, 4, recompute="full", optimizer_shard=3))
+    assert not (full.parallel.recompute_comm.tensor or full.parallel.recompute_comm.optimizer)
+
+
 GPT = TransformerModel(layers=4, hidden_size=1024, num_heads=16, seq_length=512,
                        vocab_size=1000, dtype="bf16")
 

@@ -33,6 +33,8 @@ def test_run_contract_on_every_bundled_scenario(name):
     # offloaded parameters / activations add the host-link bytes per device
     off = s.parallel.offload
     ps |= {"offload_bytes_per_device"} if off.parameters or off.activations else set()
+    # a given parallel.comm_subgraph adds the compiled graph's communication operators
+    ps |= {"comm_subgraph"} if "comm_subgraph" in s.parallel.model_fields_set else set()
     # a dataset strategy adds the bytes each device loads
     ps |= {"dataset"} if dataset_choice(s.parallel) else set()
     assert set(out) == KEYS | ps

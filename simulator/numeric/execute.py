@@ -44,6 +44,8 @@ class Faults:
     skip_grad_reduction: bool = False
     # ZeRO-3: every device computes with its own parameter shard and zeros elsewhere
     skip_param_gather: bool = False
+    # the same, only in the gathers a recompute pass runs again (Recompute.gathers)
+    skip_recompute_gather: bool = False
 
 
 @dataclass
@@ -63,7 +65,8 @@ class Execution:
              keep: tuple[str, ...] = ()) -> DistTensor:
         """Move `t` to `target` by the planner's steps (touching no axis named in `keep`)."""
         steps = plan_redistribution(t.layout, target, t.shape, self.plan.mesh,
-                                    self.plan.itemsize, cost=keep_axes(self.plan.mesh, keep))
+                                    self.plan.itemsize, cost=keep_axes(self.plan.mesh, keep),
+                                    enable_alltoall=self.plan.enable_alltoall)
         for step in steps:
             t = self._step(t, step, forward)
         return t
@@ -167,10 +170,13 @@ class Recompute:
     the forward; before the backward reaches the last op of a run of them, that run's
     forward is executed again (Chen et al. 2016). `collectives`: the recomputed forward
     redoes its redistributions (MindSpore `mp_comm_recompute: true`, Megatron's re-run of
-    the sequence-parallel all-gather); False keeps their results."""
+    the sequence-parallel all-gather); False keeps their results. `gathers`: the optimizer-
+    parallel all-gathers of the parameters the recomputed ops read run again (MindSpore
+    `parallel_optimizer_comm_recompute: true`; `run_microbatch`'s `gather` runs them)."""
 
     select: Callable[[str], bool]
     collectives: bool = True
+    gathers: bool = False
     # the checkpointed block an op belongs to (a run of selected ops never spans two)
     block: Callable[[str], str] = lambda name: name.split(".", 1)[0]
 
@@ -191,13 +197,29 @@ def _segments(plan: ShardingPlan, rc: Recompute) -> dict[int, list[int]]:
     return out
 
 
+def _regather(ex: Execution, ops: list[OpPlan], gather: Callable[[str], DistTensor | None],
+              cache: dict) -> dict:
+    """The sharded parameters `ops` read, all-gathered again into `ex.values`; returns
+    `cache` without their moved copies (so the recompute uses the new gathers)."""
+    again = {}
+    for name in {n for p in ops for n in p.op.inputs}:
+        t = gather(name)
+        if t is not None:
+            again[name] = t
+    ex.values.update(again)
+    return {key: v for key, v in cache.items() if key[0] not in again}
+
+
 def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str, np.ndarray],
                    loss_scale: float, on_op: Callable[[str, DistTensor], None] | None = None,
                    batch_offset: int = 0, backward: bool = True,
-                   recompute: Recompute | None = None) -> dict[str, DistTensor]:
+                   recompute: Recompute | None = None,
+                   gather: Callable[[str], DistTensor | None] | None = None
+                   ) -> dict[str, DistTensor]:
     """Forward and backward of one micro-batch; returns local parameter gradients in the dual
     of each parameter's kept layout (not yet reduced). `backward=False`: the forward only
-    (no gradients). `recompute`: drop and re-run the selected ops' forward (`Recompute`)."""
+    (no gradients). `recompute`: drop and re-run the selected ops' forward (`Recompute`);
+    `gather(name)`: a sharded parameter all-gathered again (None: kept whole)."""
     plan = ex.plan
     ex.values = dict(params)
     ex.batch_offset = batch_offset
@@ -223,6 +245,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
     for k in reversed(range(len(plan.ops))):
         if k in segments:
             again = {} if recompute is not None and recompute.collectives else cache
+            if recompute is not None and recompute.gathers and gather is not None:
+                again = _regather(ex, [plan.ops[j] for j in segments[k]], gather, again)
             for j in segments[k]:
                 saved[j] = _forward_op(ex, plan.ops[j], again)
         ins = saved[k]

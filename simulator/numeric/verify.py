@@ -171,11 +171,13 @@ def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
     return new, reduced
 
 
-def _gather(ex: Execution, plan: ShardingPlan, name: str, shard: DistTensor) -> DistTensor:
-    """ZeRO-3: the parameter all-gathered from its shards before a micro-batch uses it; the
-    mutation leaves each device its own shard with zeros elsewhere."""
+def _gather(ex: Execution, plan: ShardingPlan, name: str, shard: DistTensor,
+            again: bool = False) -> DistTensor:
+    """ZeRO-3: the parameter all-gathered from its shards before a micro-batch uses it (or
+    `again`, for a recompute pass); the mutation leaves each device its own shard with
+    zeros elsewhere."""
     kept = plan.layouts[name]
-    if not ex.faults.skip_param_gather:
+    if not (ex.faults.skip_param_gather or again and ex.faults.skip_recompute_gather):
         return ex.move(shard, kept, forward=False)
     blocks = []
     for rank, own in enumerate(shard.blocks):
@@ -235,7 +237,9 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
                       for n, t in held.items()}
         local = run_microbatch(ex, params, batch, 1.0 / len(batches),
                                record if i == 0 else None, batch_offset=i * rows,
-                               recompute=recompute)
+                               recompute=recompute, gather=lambda n: _gather(
+                                   ex, plan, n, held[n], again=True) if levels.get(n, 0) >= 3
+                               else None)
         for n, g in local.items():
             # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
             total[n] = add(total.get(n),
@@ -289,7 +293,8 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
                 shard_optimizer: int = 0, faults: Faults | None = None,
                 name: str = "", ps: PsRun | None = None, vectorised: bool = True,
                 recompute: Recompute | None = None,
-                unsharded: frozenset[str] = frozenset()) -> VerifyResult:
+                unsharded: frozenset[str] = frozenset(), enable_alltoall: bool = True
+                ) -> VerifyResult:
     """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
     one thread: verify's products are a device's blocks of small or shrunk models, where a
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
@@ -297,22 +302,22 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     try:
         with threadpool_limits(limits=1, user_api="blas"):
             return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
-                           vectorised, recompute, unsharded)
+                           vectorised, recompute, unsharded, enable_alltoall)
     finally:
         clear_dropout_masks()  # the memoised keep-masks are this run's only
 
 
 def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: int,
             faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool,
-            recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset()
-            ) -> VerifyResult:
+            recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset(),
+            enable_alltoall: bool = True) -> VerifyResult:
     faults = faults or Faults()
     rng = np.random.default_rng(seed)
     dtype, m = case.dtype, case.micro_batches
     params = _params(case.whole, rng, dtype)
     data = _data(case.whole, rng, dtype)
     batches = _split_batch(data, m)
-    plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize)
+    plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize, enable_alltoall)
     t0 = time.perf_counter()
     got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps, vectorised,
                recompute, unsharded)
@@ -364,9 +369,12 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
             if isinstance(s.model, TransformerModel) else None
         result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
                              s.parallel.optimizer_shard, faults, s.name, ps,
-                             recompute=Recompute(select) if select else None,
+                             recompute=Recompute(select, s.parallel.recompute_comm.tensor,
+                                                 s.parallel.recompute_comm.optimizer)
+                             if select else None,
                              unsharded=unsharded_roles(s, fused_attention)
-                             if isinstance(s.model, TransformerModel) else frozenset())
+                             if isinstance(s.model, TransformerModel) else frozenset(),
+                             enable_alltoall=s.parallel.enable_alltoall)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not isinstance(s.model, GraphModel):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.scenario.schema import Scenario, TransformerModel
 
@@ -185,9 +186,24 @@ def apply_config(scenario: Scenario, cfg: Config, devices_per_node: int | None =
                virtual_stages=cfg.virtual_stages, sequence_parallel=cfg.sequence_parallel,
                recompute=cfg.recompute, optimizer_shard=cfg.optimizer_shard)
     par["offload"] = {**par["offload"], "optimizer_states": cfg.offload_optimizer}
+    _comm_options_for(par, cfg, scenario)
     out = Scenario.model_validate(data)
     check_rules(out)
     return out
+
+
+def _comm_options_for(par: dict[str, Any], cfg: Config, scenario: Scenario) -> None:
+    """MindSpore's communication options act on what a candidate may not have: the kept
+    collective outputs of a recomputed region, the re-gather of sharded parameters under full
+    recompute, an all-to-all (the MoE dispatch); a candidate without it keeps the default
+    (scenario.comm_rules refuses the option where it has nothing to act on)."""
+    rc = par["recompute_comm"]
+    if cfg.recompute == "none":
+        rc["tensor"] = True
+    if not (cfg.recompute == "full" and cfg.optimizer_shard == 3 and cfg.data > 1):
+        rc["optimizer"] = True
+    if scenario.model.moe is None:  # type: ignore[union-attr]
+        par["enable_alltoall"] = True
 
 
 def config_of(scenario: Scenario) -> Config:

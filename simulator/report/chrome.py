@@ -12,6 +12,10 @@ Open in https://ui.perfetto.dev or chrome://tracing.
   track per process), from report.metrics.memory_timeline.
 - "s"/"f" flow events: an arrow from each pipeline send to the compute task of the next
   stage that waited for it (binding point "e": the enclosing slice at the arrow's end).
+- with `parallel.comm_subgraph` given (`schedule.comm_graph`): every communication slice
+  has args `comm_op` (its operator class: kind, group, bytes) and `compiled_as` (`subgraph
+  call` under reuse, else `own operator`), and `otherData.comm_subgraph` the counts and the
+  graph-build time.
 
 Devices whose tasks are identical (same names, streams, starts and durations: the
 data-parallel replicas of a full-fidelity run) are written once, labelled with how many they
@@ -74,7 +78,20 @@ def _meta(result: Any, kept: dict[int, int]) -> list[dict[str, Any]]:
     return events
 
 
-def _task_args(task: Any) -> dict[str, Any]:
+_GROUP = {"dp": "dp", "dp_reduce": "dp", "pp_fwd": "pp", "pp_bwd": "pp"}
+
+
+def _compiled(task: Any, reuse: bool | None) -> dict[str, Any]:
+    """Args of a communication slice under `parallel.comm_subgraph` (None: not given)."""
+    if reuse is None or not task.comm:
+        return {}
+    coll, nbytes = task.comm[0]
+    group = _GROUP.get(task.stream, "tp")
+    return {"comm_op": f"{coll}[{group}] {nbytes / task.units:.0f} B",
+            "compiled_as": "subgraph call" if reuse else "own operator"}
+
+
+def _task_args(task: Any, reuse: bool | None = None) -> dict[str, Any]:
     args: dict[str, Any] = {"phase": task.phase}
     if task.micro >= 0:
         args["micro_batch"] = task.micro
@@ -84,14 +101,19 @@ def _task_args(task: Any) -> dict[str, Any]:
         args["tp_comm_s"] = task.comm_s
     for coll, nbytes in task.comm:
         args[f"{coll}_bytes"] = nbytes
+    if task.phase == "comm":
+        args.update(_compiled(task, reuse))
     return args
 
 
-def _tp_slice(task: Any, ts: float) -> dict[str, Any]:
+def _tp_slice(task: Any, ts: float, reuse: bool | None = None) -> dict[str, Any]:
     colls = [c for c, _ in task.comm if c != "send_recv"]
+    args: dict[str, Any] = {f"{c}_bytes": b for c, b in task.comm}
+    if reuse is not None:
+        args["compiled_as"] = "subgraph calls" if reuse else "own operators"
     return {"name": "tp " + "+".join(colls or ["collectives"]), "cat": "tp_comm", "ph": "X",
             "pid": task.device, "tid": _TP_TID, "ts": ts, "dur": task.comm_s * _US,
-            "args": {f"{c}_bytes": b for c, b in task.comm}}
+            "args": args}
 
 
 def _memory_counters(result: Any, kept: dict[int, int]) -> list[dict[str, Any]]:
@@ -137,6 +159,8 @@ def chrome_trace(result: Any) -> dict[str, Any]:
     tid_of = {s: j for j, s in enumerate(STREAMS)}
     kept, note = _shown(result)
     events = _meta(result, kept)
+    graph = dict(plan.extras).get("comm_subgraph")
+    reuse = graph["reuse"] if graph else None
     for task in plan.tasks:
         if task.device not in kept:
             continue
@@ -144,10 +168,10 @@ def chrome_trace(result: Any) -> dict[str, Any]:
         name = f"{task.name}{task.micro}" if task.micro >= 0 else task.name
         events.append({"name": name, "cat": task.phase, "ph": "X", "pid": task.device,
                        "tid": tid_of[task.stream], "ts": ts,
-                       "dur": task.duration_s * _US, "args": _task_args(task)})
+                       "dur": task.duration_s * _US, "args": _task_args(task, reuse)})
         if task.comm_s > 0 and task.stream == "compute":
-            events.append(_tp_slice(task, ts))
+            events.append(_tp_slice(task, ts, reuse))
     events += _memory_counters(result, kept) + _flows(result, kept)
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"scenario": result.scenario.name, "fidelity": result.fidelity,
-                          "devices": note}}
+                          "devices": note, **({"comm_subgraph": graph} if graph else {})}}

@@ -129,6 +129,12 @@ def format_table(s: dict[str, Any]) -> str:
     sim = s["simulation"]
     rows.append(("simulation", f"{sim['events']} events in {sim['wall_s']:.3f} s"))
     rows += pace_rows(s)  # after the CONTRACT figures, which scripts read line by line
+    graph = s.get("comm_subgraph")
+    if graph:
+        reuse = "subgraph reuse" if graph["reuse"] else "no reuse"
+        rows.append(("comm operators", f"{graph['comm_ops']} in the compiled graph, "
+                     f"{graph['distinct_ops']} compiled ({reuse}), build "
+                     f"{graph['build_s']:.2f} s"))
     rows += [("note", note) for note in s.get("notes", ())]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

@@ -8,6 +8,7 @@ import math
 from collections.abc import Callable, Iterator
 
 from simulator.errors import InputError
+from simulator.scenario.comm_rules import comm_subgraph, recompute_comm
 from simulator.scenario.dataset import dataset_problems
 from simulator.scenario.schema import (
     CommFusionSpec,
@@ -506,6 +507,8 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _offload,
     _parameter_server,
     _tensor_nd,
+    recompute_comm,
+    comm_subgraph,
     dataset_problems,
 )
 

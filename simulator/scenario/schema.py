@@ -28,6 +28,8 @@ __all__ = [
     "OffloadSpec",
     "CommFusionSpec",
     "OverlapSpec",
+    "RecomputeCommSpec",
+    "CommSubgraphSpec",
     "ParallelSpec",
     "Scenario",
     "DTYPE_BYTES",
@@ -300,6 +302,34 @@ class OverlapSpec(_Closed):
     tp_comm: StrictBool | Literal["auto"] = "auto"
 
 
+class RecomputeCommSpec(_Closed):
+    """Whether recompute re-runs the collectives inside its region (MindSpore
+    `Cell.recompute(mp_comm_recompute=..., parallel_optimizer_comm_recompute=...)`) or keeps
+    their outputs from the forward until the backward (less communication, more memory).
+
+    tensor: the model-parallel collectives of the recomputed ops (tensor, sequence, context
+    and expert axes; MindSpore's mp_comm_recompute, default true there too); optimizer: the
+    optimizer-parallel all-gather of the parameters they read under `optimizer_shard: 3`
+    (MindSpore's parallel_optimizer_comm_recompute, default false there; true here, the
+    FSDP-style gather before every backward that shardsim ran before the key existed)."""
+
+    tensor: StrictBool = True
+    optimizer: StrictBool = True
+
+
+class CommSubgraphSpec(_Closed):
+    """MindSpore's communication subgraph extraction and reuse (`MS_COMM_COMPILER_OPT`):
+    communication operators of the same kind, shape, dtype and group are compiled once, as
+    one subgraph the graph calls, instead of once per operator. `build_ms_per_op` is the
+    graph-build (compile) time of one distinct communication operator: an ASSUMPTION (no
+    public measurement found), a what-if to vary; see simulator/schedule/comm_graph.py."""
+
+    reuse: StrictBool = False
+    # MS_COMM_COMPILER_OPT: the most operators replaced by subgraph calls (-1: 1000)
+    max_reused_ops: Annotated[StrictInt, Field(ge=1, le=1_000_000_000)] = 1000
+    build_ms_per_op: Annotated[StrictFloat, Field(ge=0.0, le=1e6, allow_inf_nan=False)] = 10.0
+
+
 class ParameterServerSpec(_Closed):
     """`parallel.mode: parameter_server` (MindSpore's parameter server training, Li et al.
     OSDI 2014): the devices are workers; `servers` server processes, each on a host of its
@@ -351,6 +381,13 @@ class ParallelSpec(_Closed):
     optimizer_threshold_kb: Annotated[StrictFloat, Field(ge=0.0, le=1e9,
                                                          allow_inf_nan=False)] = 0.0
     recompute: Literal["none", "selective", "full"] = "none"
+    recompute_comm: RecomputeCommSpec = Field(default_factory=RecomputeCommSpec)
+    # MindSpore set_auto_parallel_context(enable_alltoall=...): a redistribution may use an
+    # all-to-all (S(d) -> S(e)); false: all-gather + local slice (MindSpore's default; true
+    # here, the planner's choice before the key existed)
+    enable_alltoall: StrictBool = True
+    # reported in `run --json` (`comm_subgraph`) and the trace when given
+    comm_subgraph: CommSubgraphSpec = Field(default_factory=CommSubgraphSpec)
     offload: OffloadSpec = Field(default_factory=OffloadSpec)
     comm_fusion: CommFusionSpec = Field(default_factory=CommFusionSpec)
     overlap: OverlapSpec = Field(default_factory=OverlapSpec)

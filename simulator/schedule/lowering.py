@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 from simulator.errors import InputError
 from simulator.scenario.schema import DTYPE_BYTES, Scenario
+from simulator.schedule import comm_graph
 from simulator.schedule.buckets import COLLAPSE_MIN
 from simulator.schedule.costs import CostModel
 from simulator.schedule.host import host_optimizer_s
@@ -167,7 +168,7 @@ class Lowering:
 
     def backward(self, dev: int, mb: int, vs: int) -> None:
         w, deps = self.work[vs], self._grad_dep(dev, mb, vs)
-        free = (("activations", w.activation_bytes),)
+        free: Alloc = (("activations", w.activation_bytes),)
         if self.par.recompute != "none":
             deps += self.dp.gather_before(dev, vs, ("R", mb, vs))
             r = w.recompute
@@ -175,7 +176,8 @@ class Lowering:
                        phase="recompute", micro=mb, chunk=vs,
                        duration_s=r.compute_s + r.comm_s, comm_s=r.comm_s, deps=deps,
                        comm=r.comm, alloc=(("activations", w.working_bytes),))
-            deps, free = (), (("activations", w.activation_bytes + w.working_bytes),)
+            deps, free = (), (("activations", w.activation_bytes + w.working_bytes),
+                              *self.dp.backward_frees(vs))
         deps += self.dp.gather_before(dev, vs, ("B", mb, vs))
         units = None if self.par.recompute != "none" else self.dp.unit_gates(dev, "B", mb, vs)
         split = units is not None or self.off.split or (
@@ -334,7 +336,8 @@ def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
                 stage_of=tuple(low.ranks.stage(d) for d in devices), static_memory=static,
                 total_devices=low.ranks.devices, micro_batches=low.micro,
                 stage_layers=tuple(w.layers for w in low.work),
-                extras=low.dp.extras() + low.off.extras() + program.extras,
+                extras=low.dp.extras() + low.off.extras() + comm_graph.extras(low)
+                + program.extras,
                 blocks=tuple(low.block_of))
     for each in (low, *views.values()):
         each.release()

@@ -35,6 +35,7 @@ from simulator.graph.graph import Graph
 from simulator.hardware.schema import Software
 from simulator.scenario.dataset import dataset_choice
 from simulator.scenario.schema import DTYPE_BYTES, GraphModel, Scenario, TransformerModel
+from simulator.schedule import comm_options
 from simulator.schedule.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.schedule.host import host_kernels, host_placed
 from simulator.schedule.program import Op, TpOverlap, TransformerProgram
@@ -47,7 +48,7 @@ from simulator.sharding.lower import (
     saved,
 )
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.plan import ShardingPlan, build_plan
+from simulator.sharding.plan import ShardingPlan
 from simulator.sharding.transformer_plan import gpt_dims, planned_transformer, uses_flash
 
 __all__ = ["recomputed_ops", "transformer_program", "graph_program", "GraphProgram",
@@ -166,7 +167,7 @@ def _planned(scenario: Scenario, fused_attention: bool, e: int
     nd = tuple(p.tensor_nd) if p.tensor_nd else None
     graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert,
                                       nd)
-    return build_plan(graph, mesh, e), dims
+    return comm_options.plan(scenario, graph, mesh, e), dims
 
 
 def small_params(plan: ShardingPlan, select: Select, small: dict[str, int]) -> int:
@@ -265,7 +266,7 @@ _UNREAD: dict[str, Any] = {
                                "learning_rate": True},
     "parallel": {k: True for k in ("pipeline", "schedule", "virtual_stages", "pipeline_layers",
                                    "offload", "comm_fusion", "mode", "parameter_server",
-                                   "search")}
+                                   "search", "comm_subgraph")}
     | {"overlap": {"grad_reduce": True, "param_gather": True, "copies": True}}}
 _MEMO: list[dict[Any, TransformerProgram]] = []  # the active store (innermost last)
 MEMO_SIZE = 256  # programs kept at most, the store emptied when full (0: not memoised)
@@ -352,6 +353,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     recompute = () if region is None else _recomputed(
         fwd["layer"], (lambda n: True) if p.recompute == "full" else
         (lambda n: n in ATTENTION_CORE))
+    recompute, kept = comm_options.recompute_comm_ops(scenario, recompute, mesh)
     out_name = next(op.op.output for op in reversed(plan.ops) if layer.select(op.op.name))
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
                                                                 mesh))
@@ -363,7 +365,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         embed_fwd=fwd["embed"], embed_bwd=bwd["embed"], head_fwd=fwd["head"],
         head_bwd=bwd["head"], params_per_layer=params, params_embedding=embed_params,
         params_head=head_params, params_output=output_params, param_tensors_per_layer=tensors,
-        activation_bytes_per_layer=sv.total(layer.select, region),
+        activation_bytes_per_layer=sv.total(layer.select, region) + kept,
         embed_activation_bytes=sv.total(embed.select), head_activation_bytes=sv.total(
             head.select), layer_working_bytes=sv.total(layer.select),
         boundary_bytes=float(boundary), dtype=dtype,
@@ -413,7 +415,7 @@ def graph_program(scenario: Scenario) -> GraphProgram:
     graph, mesh = planned_graph(scenario)
     dtype = scenario.model.dtype
     e = DTYPE_BYTES[dtype]
-    plan = build_plan(graph, mesh, e)
+    plan = comm_options.plan(scenario, graph, mesh, e)
     skip = ("dp",) if scenario.parallel.data > 1 else ()
     on_host = {op.name for op in graph.ops if host_placed(op)}
     whole = _Block(lambda n: n not in on_host)  # host operators' tables stay in host memory

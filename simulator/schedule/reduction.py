@@ -18,7 +18,10 @@ its collectives on a device's `dp` stream.
   until its compute ends; each unit's gradient is reduce-scattered as soon as its backward
   ends, every micro-batch, under the backward of the units before it, on a stream of its
   own (FSDP's post-backward stream) that shares the device's link with the gathers. A
-  recompute pass gathers its whole chunk first.
+  recompute pass gathers its whole chunk first, held until its backward ends; with
+  `parallel.recompute_comm.optimizer: false` (MindSpore's parallel_optimizer_comm_recompute
+  false) it gathers nothing and the forward's gathered units stay whole until the backward
+  ends instead (one gather per micro-batch, held from forward to backward).
 With one data-parallel rank nothing is emitted (`NoDataParallel`).
 
 `parallel.mode: parameter_server` (`ParameterServer`) replaces the collectives: the last
@@ -125,6 +128,11 @@ class DataParallel:
                                 (dep,), (mb, vs, j, first), units=units)
                 if units > 1:
                     self.low.block_of.append((tid, (dev, vs, j, first)))
+
+    def backward_frees(self, vs: int) -> tuple[tuple[str, float], ...]:
+        """Memory a recomputed backward of virtual stage vs frees when it ends (gathered
+        parameters held for it)."""
+        return ()
 
     def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
         """Collectives after the optimizer step (or after the host's updated parameters)."""
@@ -246,6 +254,19 @@ class ShardedParameters(ShardedGradients):
 
     per_unit = True
 
+    def _keeps(self) -> bool:
+        """`parallel.recompute_comm.optimizer: false` (MindSpore's
+        parallel_optimizer_comm_recompute false): under recompute the forward's gathered
+        parameters stay whole until the backward ends, and the recompute pass gathers
+        nothing; true gathers the chunk again before the recompute pass."""
+        par = self.low.par
+        return par.recompute != "none" and not par.recompute_comm.optimizer
+
+    def backward_frees(self, vs: int) -> tuple[tuple[str, float], ...]:
+        nbytes = self.low.work[vs].params * self.low.e
+        return (("parameters", nbytes),) if self.low.par.recompute != "none" and nbytes \
+            else ()
+
     def unit_gates(self, dev: int, kind: str, mb: int, vs: int
                    ) -> tuple[Gates, tuple[float, ...]]:
         low = self.low
@@ -265,7 +286,7 @@ class ShardedParameters(ShardedGradients):
                             (kind, mb, vs, k), alloc_buffer=False,
                             alloc=(("parameters", nbytes),) if nbytes else ())
             gates.append((tid,))
-            held.append(nbytes)
+            held.append(0.0 if self._keeps() else nbytes)  # kept: the backward frees it
         assert len(gates) == last + 1
         return tuple(gates), tuple(held)
 
@@ -282,14 +303,17 @@ class ShardedParameters(ShardedGradients):
                       stream="dp_reduce")
 
     def gather_before(self, dev: int, vs: int, key: tuple) -> tuple[int, ...]:
-        if key[0] != "R":
+        """Before a recompute pass, its chunk's parameters gathered again (held until its
+        backward ends), unless the forward's are kept (`_keeps`)."""
+        if key[0] != "R" or self._keeps():
             return ()
         low = self.low
         nbytes = low.work[vs].params * low.e
         compute = low.b.streams.get((dev, "compute"), [])
         prefetch = (compute[-2],) if len(compute) >= 2 else ()
         return (self.emit(dev, "param_gather", "all_gather", nbytes, self.gather_s([vs]),
-                          prefetch, key, alloc_buffer=False),)
+                          prefetch, key, alloc_buffer=False,
+                          alloc=(("parameters", nbytes),) if nbytes else ()),)
 
     def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
         return

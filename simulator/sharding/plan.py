@@ -72,6 +72,9 @@ class ShardingPlan:
     ops: tuple[OpPlan, ...]
     layouts: dict[str, Layout]
     itemsize: int = 8
+    # redistributions may use all-to-all (MindSpore enable_alltoall; false: all-gather and
+    # a local slice instead, `sharding.redistribute`)
+    enable_alltoall: bool = True
 
     def op_plan(self, name: str) -> OpPlan:
         for p in self.ops:
@@ -83,12 +86,13 @@ class ShardingPlan:
         """Steps that bring input i of an op from its kept layout to the one it consumes."""
         name = plan.op.inputs[i]
         return plan_redistribution(self.layouts[name], plan.sig.input_layout(i),
-                                   self.graph.tensors[name].shape, self.mesh, self.itemsize)
+                                   self.graph.tensors[name].shape, self.mesh, self.itemsize,
+                                   enable_alltoall=self.enable_alltoall)
 
     def output_steps(self, plan: OpPlan) -> list[RedistStep]:
         return plan_redistribution(plan.sig.output_layout, plan.out_layout,
                                    self.graph.tensors[plan.op.output].shape, self.mesh,
-                                   self.itemsize)
+                                   self.itemsize, enable_alltoall=self.enable_alltoall)
 
     def forward_steps(self) -> list[tuple[str, RedistStep]]:
         """Every communication-or-slice step of the forward pass, labelled by op."""
@@ -119,7 +123,8 @@ class ShardingPlan:
              ) -> list[RedistStep]:
         """Steps bringing tensor `name` from `src` to `dst`, touching no axis in `keep`."""
         return plan_redistribution(src, dst, self.graph.tensors[name].shape, self.mesh,
-                                   self.itemsize, cost=keep_axes(self.mesh, keep))
+                                   self.itemsize, cost=keep_axes(self.mesh, keep),
+                                   enable_alltoall=self.enable_alltoall)
 
     def internal_steps(self, p: OpPlan, phase: str = "fwd") -> list[RedistStep]:
         """The op's own collectives (GroupKernel.steps) on each axis that splits an internal
@@ -268,8 +273,10 @@ def _check_shapes(op: OpNode, graph: Graph, mesh: Mesh, sig: Signature) -> None:
     sig.output_layout.check(graph.tensors[op.output].shape, mesh)
 
 
-def build_plan(graph: Graph, mesh: Mesh, itemsize: int = 8) -> ShardingPlan:
-    """Resolve every op's strategy; SignatureError/LayoutError name the op on failure."""
+def build_plan(graph: Graph, mesh: Mesh, itemsize: int = 8, enable_alltoall: bool = True
+               ) -> ShardingPlan:
+    """Resolve every op's strategy; SignatureError/LayoutError name the op on failure.
+    `enable_alltoall=False`: the plan's redistributions use no all-to-all."""
     plans, layouts = [], {}
     for op in graph.ops:
         try:
@@ -286,4 +293,4 @@ def build_plan(graph: Graph, mesh: Mesh, itemsize: int = 8) -> ShardingPlan:
         out = target or sig.output_layout
         layouts[op.output] = out
         plans.append(OpPlan(op, sig, out))
-    return ShardingPlan(graph, mesh, tuple(plans), layouts, itemsize)
+    return ShardingPlan(graph, mesh, tuple(plans), layouts, itemsize, enable_alltoall)

@@ -1,0 +1,46 @@
+"""Rules of the communication options (`parallel.recompute_comm`, `parallel.comm_subgraph`):
+a value that would change nothing is refused with the key and what it needs. The rules that
+need the planned graph (`enable_alltoall: false` without an all-to-all, `recompute_comm.
+tensor: false` on a region without a model-parallel collective) are judged where the plan
+is built (`simulator.schedule.comm_options`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from simulator.scenario.schema import Scenario
+
+__all__ = ["recompute_comm", "comm_subgraph"]
+
+Problem = tuple[str, str]
+
+
+def recompute_comm(s: Scenario) -> Iterator[Problem]:
+    """`tensor: false` needs a recompute; `optimizer: false` needs the all-gather of
+    sharded parameters (`optimizer_shard: 3`, data > 1) inside the recomputed region
+    (`recompute: full`; selective recomputes the attention core, which reads no parameter)."""
+    p = s.parallel
+    rc = p.recompute_comm
+    if not rc.tensor and p.recompute == "none":
+        yield "parallel.recompute_comm.tensor", (
+            "false keeps the outputs of the recomputed ops' model-parallel collectives; it "
+            "needs parallel.recompute selective or full (found none; allowed here: true)")
+    if rc.optimizer:
+        return
+    needs = [f"parallel.recompute full (found {p.recompute})" if p.recompute != "full" else "",
+             f"parallel.optimizer_shard 3 (found {p.optimizer_shard})"
+             if p.optimizer_shard != 3 else "",
+             f"parallel.data > 1 (found {p.data})" if p.data == 1 else ""]
+    missing = [n for n in needs if n]
+    if missing:
+        yield "parallel.recompute_comm.optimizer", (
+            "false keeps the optimizer-parallel all-gather of the parameters the recomputed "
+            "ops read; it needs " + ", ".join(missing) + " (allowed here: true)")
+
+
+def comm_subgraph(s: Scenario) -> Iterator[Problem]:
+    """Communication subgraph reuse needs communication: more than one device."""
+    if "comm_subgraph" in s.parallel.model_fields_set and s.devices == 1:
+        yield "parallel.comm_subgraph", (
+            "given on a single device, which runs no communication operator to compile or "
+            "reuse (allowed: leave it out)")
