@@ -24,6 +24,7 @@ from simulator.graph.graph import Graph, OpNode
 from simulator.graph.ops import KernelCtx
 from simulator.numeric.dist import DistTensor, add, apply_step, distribute
 from simulator.numeric.local import forward_blocks, vjp_blocks
+from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import OpPlan, ShardingPlan, grad_layouts, group_ranks, keep_axes
@@ -221,6 +222,7 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
     (no gradients). `recompute`: drop and re-run the selected ops' forward (`Recompute`);
     `gather(name)`: a sharded parameter all-gathered again (None: kept whole)."""
     plan = ex.plan
+    clear_saved()  # what a forward keeps for its backward is this micro-batch's only
     ex.values = dict(params)
     ex.batch_offset = batch_offset
     for name, full in batch.items():
@@ -232,6 +234,7 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         if on_op is not None:
             on_op(p.op.output, ex.values[p.op.output])
     if not backward:
+        clear_saved()
         return {}
     segments = _segments(plan, recompute) if recompute is not None else {}
     for run in segments.values():
@@ -252,6 +255,7 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         ins = saved[k]
         assert ins is not None
         _backward_op(ex, plan.ops[k], ins, grads)
+    clear_saved()
     out: dict[str, DistTensor] = {}
     for name in params:
         total = _collect(ex, name, grads, None) if name in grads else None

@@ -15,7 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from simulator.graph.ops import KernelCtx
-from simulator.numeric import stacked_offsets
+from simulator.numeric import stacked_offsets, stacked_saved
 from simulator.numeric.dist import DistTensor, Stack, stack_of
 from simulator.numeric.stacked import StackCtx, stacked_kernel
 from simulator.sharding.layout import Layout, regions
@@ -25,7 +25,7 @@ from simulator.sharding.plan import OpPlan, ShardingPlan, group_ranks
 __all__ = ["forward_blocks", "vjp_blocks", "rank_ctxs"]
 
 Blocks = tuple[np.ndarray, ...]
-_ = stacked_offsets  # registers the stacked kernels of the offset-reading families
+_ = stacked_offsets, stacked_saved  # register the offset-reading and saving families
 
 
 @lru_cache(maxsize=1024)

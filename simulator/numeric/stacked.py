@@ -9,9 +9,10 @@ arrives as a stride-0 view (`np.broadcast_to`); the gradient of such an input is
 block per rank (each rank's summand of the Partial gradient), never their sum.
 
 Stacked kernels are registered per family name (those of families that read their block
-offsets in `numeric.stacked_offsets`); a family without one (or an op whose
-ranks cannot be stacked) runs rank by rank (`numeric.local`). The stacked and the per-rank
-paths are compared in tests/test_numeric_stacked.py.
+offsets in `numeric.stacked_offsets`, those whose backward reads what their forward
+computed, GeLU, softmax and LayerNorm, in `numeric.stacked_saved`); a family without one
+(or an op whose ranks cannot be stacked) runs rank by rank (`numeric.local`). The stacked
+and the per-rank paths are compared in tests/test_numeric_stacked.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import numpy as np
 
 from simulator.graph.ops import KernelCtx, get_family
 from simulator.graph.ops.einsum import _equation, contract, parse_equation
-from simulator.graph.ops.norm import _axis, _ln_stats
 from simulator.graph.ops.reduce import _axes
 from simulator.graph.ops.shape import _perm
 
@@ -114,7 +114,7 @@ def _broadcasting(name: str) -> StackedKernel:
     return StackedKernel(forward, vjp)
 
 
-for _name in ("GeLU", "ReLU", "SiLU", "Scale", "Add", "Sub", "Mul"):
+for _name in ("ReLU", "SiLU", "Scale", "Add", "Sub", "Mul"):  # GeLU: stacked_saved
     register_stacked(_broadcasting(_name), _name)
 
 
@@ -133,10 +133,6 @@ def _shifted(name: str, shift: Callable[[list[np.ndarray], dict, StackCtx], tupl
         return fam.vjp(xs, y, dy, a, c)
 
     return StackedKernel(forward, vjp)
-
-
-def _softmax_axis(xs, attrs, ctx):
-    return {**attrs, "axis": _axis(xs[0].shape[1:], attrs) + 1}, ctx.first
 
 
 def _transpose_perm(xs, attrs, ctx):
@@ -159,42 +155,10 @@ def _reduce_axes(xs, attrs, ctx):
         c, in_shapes=((1,) + tuple(c.in_shapes[0]),) + tuple(c.in_shapes[1:]))
 
 
-register_stacked(_shifted("Softmax", _softmax_axis), "Softmax")
 register_stacked(_shifted("Transpose", _transpose_perm), "Transpose")
 register_stacked(_shifted("Reshape", _reshape_to), "Reshape")
 register_stacked(_shifted("ReduceSum", _reduce_axes), "ReduceSum")
 register_stacked(_shifted("ReduceMean", _reduce_axes), "ReduceMean")
-
-
-# --- LayerNorm: the scale and shift gradients are per rank, summed over its own rows ----
-
-_LN = get_family("LayerNorm")
-
-
-def _ln_forward(xs, attrs, ctx):
-    nd = xs[0].ndim - 1
-    return _LN.forward([xs[0]] + [_lead(g, nd) for g in xs[1:]], attrs, ctx.first)
-
-
-def _ln_vjp(xs, y, dy, attrs, ctx):
-    """`norm._ln_vjp` with the statistics computed once and the scale and shift gradients
-    summed over each rank's own rows (not over all ranks, which the family's would)."""
-    x, nd = xs[0], xs[0].ndim - 1
-    mu, rstd = _ln_stats(x, float(attrs.get("eps", 1e-5)))
-    xhat = (x - mu) * rstd
-    g = dy * _lead(xs[1], nd) if len(xs) > 1 else dy
-    dx = rstd * (g - g.mean(axis=-1, keepdims=True)
-                 - xhat * (g * xhat).mean(axis=-1, keepdims=True))
-    rows = tuple(range(1, x.ndim - 1))
-    grads: list[np.ndarray | None] = [dx]
-    if len(xs) > 1:
-        grads.append((dy * xhat).sum(axis=rows))
-    if len(xs) > 2:
-        grads.append(dy.sum(axis=rows))
-    return grads
-
-
-register_stacked(StackedKernel(_ln_forward, _ln_vjp), "LayerNorm")
 
 
 # --- Einsum: a fresh label for the rank axis; a shared operand goes in once -------------

@@ -13,6 +13,7 @@ import numpy as np
 
 from simulator.graph.ops.einsum import contract
 from simulator.graph.ops.elementwise import keep_draws
+from simulator.numeric.mask_rows import clear_row_masks, global_index, row_mask
 from simulator.numeric.stacked import (
     Shape,
     StackCtx,
@@ -24,22 +25,14 @@ from simulator.numeric.stacked import (
 
 # --- families that read their block's offsets: each rank's own, as a [R] column ---------
 
-def _global_index(out_shape: Shape, starts: np.ndarray, local: Shape) -> np.ndarray:
-    """Row-major global flat index of every element of each rank's block (`starts`
-    [R, ndim]), as `elementwise.dropout_mask` numbers them."""
-    nd = len(local)
-    flat = np.zeros((len(starts),) + (1,) * nd, dtype=np.int64)
-    for axis, (n, full) in enumerate(zip(local, out_shape)):
-        coord = np.arange(n, dtype=np.int64).reshape((1,) * (axis + 1) + (n,)
-                                                     + (1,) * (nd - axis - 1))
-        flat = flat * (full if axis else 1) + coord + col(starts[:, axis], nd)
-    return flat
-
-
 def _dropout_mask(attrs: dict[str, Any], out_shape: Shape, starts: np.ndarray,
                   batch_offset: int, local: Shape) -> np.ndarray:
     """`elementwise.dropout_mask` of every stacked rank: the same splitmix64 draw of each
     element's global coordinates (the batch dim shifted by the micro-batch's offset)."""
+    rows = row_mask(int(attrs.get("seed", 0)), _p(attrs), out_shape, starts, batch_offset,
+                    local)
+    if rows is not None:
+        return rows
     return _keep_of(attrs, out_shape, starts, batch_offset, local) / (1.0 - _p(attrs))
 
 
@@ -62,7 +55,7 @@ def _keep(seed: int, p: float, out_shape: Shape, starts: bytes, ranks: int,
     first = np.frombuffer(starts, dtype=np.int64).reshape(ranks, -1).copy()
     if len(local):
         first[:, 0] += batch_offset
-    keep = keep_draws(seed, _global_index(out_shape, first, local), p)
+    keep = keep_draws(seed, global_index(out_shape, first, local), p)
     keep.flags.writeable = False
     return keep
 
@@ -70,10 +63,16 @@ def _keep(seed: int, p: float, out_shape: Shape, starts: bytes, ranks: int,
 def clear_dropout_masks() -> None:
     """Drop the memoised keep-masks (at the end of a verify run)."""
     _keep.cache_clear()
+    clear_row_masks()
 
 
 def _dropped(x: np.ndarray, attrs: dict[str, Any], ctx: StackCtx) -> np.ndarray:
-    """x * the scaled keep-mask, as x * keep * (1 / (1 - p)): the same products."""
+    """x * the scaled keep-mask, as x * keep * (1 / (1 - p)): the same products (one
+    multiply by the row table's scaled mask where the ranks hold whole rows)."""
+    rows = row_mask(int(attrs.get("seed", 0)), _p(attrs), ctx.out_shape, ctx.out_offset,
+                    ctx.batch_offset, x.shape[1:])
+    if rows is not None:
+        return np.multiply(x, rows, dtype=np.result_type(x, np.float64))
     keep = _keep_of(attrs, ctx.out_shape, ctx.out_offset, ctx.batch_offset, x.shape[1:])
     y = np.multiply(x, keep, dtype=np.result_type(x, np.float64))
     y *= 1.0 / (1.0 - _p(attrs))
