@@ -8,6 +8,7 @@ from simulator.hardware import load_profile
 from simulator.report import summary
 from simulator.resources import list_bundled, resolve_yaml
 from simulator.scenario import parse_scenario
+from simulator.scenario.dataset import dataset_choice
 from simulator.schedule.model_program import graph_program
 from simulator.simulate import simulate
 
@@ -34,6 +35,8 @@ def test_run_contract_on_every_bundled_scenario(name):
     ps |= {"offload_bytes_per_device"} if off.parameters or off.activations else set()
     # a given parallel.comm_subgraph adds the compiled graph's communication operators
     ps |= {"comm_subgraph"} if "comm_subgraph" in s.parallel.model_fields_set else set()
+    # a dataset strategy adds the bytes each device loads
+    ps |= {"dataset"} if dataset_choice(s.parallel) else set()
     assert set(out) == KEYS | ps
     assert out["iteration_time_s"] > 0
     assert sum(out["breakdown_s"].values()) == pytest.approx(out["iteration_time_s"], rel=0.01)

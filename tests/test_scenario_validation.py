@@ -55,10 +55,10 @@ DATA_CASES = [
      "s.yaml: model.seq_length: found nothing (null); expected an integer"),
     ("unknown-key", ["parallel.tensr=2"],
      "s.yaml: parallel.tensr: unknown key (did you mean 'tensor'?); allowed: comm_fusion, "
-     "comm_subgraph, context, data, enable_alltoall, expert, micro_batches, mode, offload, "
-     "optimizer_shard, optimizer_threshold_kb, overlap, parameter_server, pipeline, "
-     "pipeline_layers, recompute, recompute_comm, schedule, search, sequence_parallel, "
-     "tensor, tensor_nd, virtual_stages"),
+     "comm_subgraph, context, data, dataset_strategy, enable_alltoall, expert, full_batch, "
+     "micro_batches, mode, offload, optimizer_shard, optimizer_threshold_kb, overlap, "
+     "parameter_server, pipeline, pipeline_layers, recompute, recompute_comm, schedule, "
+     "search, sequence_parallel, tensor, tensor_nd, virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
      "s.yaml: hardwre: unknown key (did you mean 'hardware'?); allowed: cluster, framework, "
      "hardware, model, name, parallel, seed, training"),
@@ -117,10 +117,11 @@ SET_CASES = [
      "--set: parallel.tensor.x: parallel.tensor is not a mapping"),
     ("set-unknown-key", ["parallel.tensr=2"],
      "s.yaml with --set parallel.tensr=2: parallel.tensr: unknown key (did you mean "
-     "'tensor'?); allowed: comm_fusion, comm_subgraph, context, data, enable_alltoall, "
-     "expert, micro_batches, mode, offload, optimizer_shard, optimizer_threshold_kb, overlap, "
-     "parameter_server, pipeline, pipeline_layers, recompute, recompute_comm, schedule, "
-     "search, sequence_parallel, tensor, tensor_nd, virtual_stages"),
+     "'tensor'?); allowed: comm_fusion, comm_subgraph, context, data, dataset_strategy, "
+     "enable_alltoall, expert, full_batch, micro_batches, mode, offload, optimizer_shard, "
+     "optimizer_threshold_kb, overlap, parameter_server, pipeline, pipeline_layers, "
+     "recompute, recompute_comm, schedule, search, sequence_parallel, tensor, tensor_nd, "
+     "virtual_stages"),
     ("set-breaks-rule", ["parallel.tensor=4"],
      "s.yaml with --set parallel.tensor=4: parallel: data*tensor*pipeline = 2*4*1 = 8 must "
      "equal cluster.nodes*cluster.devices_per_node = 1*4 = 4"),

@@ -23,6 +23,10 @@ class TensorDef:
     name: str
     shape: tuple[int, ...]
     kind: TensorKind = "activation"
+    # an input's or label's dataset strategy (MindSpore `dataset_strategy`): how the devices
+    # load it -- 'full_batch', 'data_parallel' or slices per dim; None: as its first
+    # consumer reads it (`sharding.notation.dataset_layout`)
+    load: str | tuple[int, ...] | None = None
 
     @property
     def numel(self) -> int:

@@ -43,9 +43,9 @@ from simulator.cost.collectives import busbw_factor
 from simulator.graph.graph import Graph, OpNode
 from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.notation import data_parallel_default
+from simulator.sharding.notation import data_parallel_default, dataset_layout
 from simulator.sharding.placement import B, Partial
-from simulator.sharding.plan import Strategy, _resolve
+from simulator.sharding.plan import Strategy, _resolve, op_internal_steps
 from simulator.sharding.redistribute import plan_redistribution
 from simulator.sharding.rules import Signature, SignatureError, signatures, split_label
 
@@ -164,7 +164,20 @@ def _node_cost(op: OpNode, graph: Graph, mesh: Mesh, sigs: tuple[Signature, ...]
                itemsize: int) -> np.ndarray:
     shapes = graph.shapes(op)
     return np.array([float(itemsize * sum(math.prod(s.input_layout(i).local_shape(sh, mesh))
-                                          for i, sh in enumerate(shapes))) for s in sigs])
+                                          for i, sh in enumerate(shapes)))
+                     + _exchange_bytes(op, graph, mesh, s, itemsize) for s in sigs])
+
+
+def _exchange_bytes(op: OpNode, graph: Graph, mesh: Mesh, sig: Signature, itemsize: int
+                    ) -> float:
+    """Bytes of an op's own exchange that depends on the split label (a convolution's halo,
+    both passes), so that the search weighs a spatial split against the redistributions it
+    saves."""
+    group = op.family.group
+    if group is None or group.label_comm is None:
+        return 0.0
+    return float(sum(s.bytes for phase in ("fwd", "bwd")
+                     for s in op_internal_steps(op, sig, graph, mesh, itemsize, phase)))
 
 
 def _tie_rank(op: OpNode, graph: Graph, mesh: Mesh, sigs: tuple[Signature, ...]
@@ -194,6 +207,12 @@ def _kept(layout: Layout) -> Layout:
     return Layout(tuple(B if isinstance(p, Partial) else p for p in layout.placements))
 
 
+def _loaded(graph: Graph, name: str, mesh: Mesh) -> Layout | None:
+    """The layout an input is loaded in (its dataset strategy), None without one."""
+    t = graph.tensors[name]
+    return dataset_layout(t.load, t.shape, mesh)
+
+
 def _add(edges: dict[tuple[int, int], np.ndarray], node: list[np.ndarray], u: int, v: int,
          m: np.ndarray) -> None:
     """Add cost matrix m [u, v] to the edge u-v (to the node when u == v: an op that reads
@@ -218,6 +237,10 @@ def _edges(graph: Graph, mesh: Mesh, cands: list[tuple[Signature, ...]],
             want = [s.input_layout(i) for s in cands[v]]
             if name in producer:
                 u, src = producer[name], list(outs[producer[name]])
+            elif (loaded := _loaded(graph, name, mesh)) is not None:  # every consumer
+                m = _matrix([loaded], want, graph.tensors[name].shape, mesh, itemsize)
+                node[v] = node[v] + m[0]  # pays the move from the dataset's layout
+                continue
             elif name in first:
                 u, j = first[name]
                 src = [_kept(s.input_layout(j)) for s in cands[u]]

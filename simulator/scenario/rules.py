@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 
 from simulator.errors import InputError
 from simulator.scenario.comm_rules import comm_subgraph, recompute_comm
+from simulator.scenario.dataset import dataset_problems
 from simulator.scenario.pipeline_rules import graph_pipeline
 from simulator.scenario.schema import (
     CommFusionSpec,
@@ -518,6 +519,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _tensor_nd,
     recompute_comm,
     comm_subgraph,
+    dataset_problems,
 )
 
 

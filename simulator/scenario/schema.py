@@ -404,6 +404,14 @@ class ParallelSpec(_Closed):
     mode: Literal["semi_auto", "auto", "parameter_server"] = "semi_auto"
     parameter_server: ParameterServerSpec = Field(default_factory=ParameterServerSpec)
     search: Literal["sharding_propagation", "dynamic_programming", "ilp"] = "ilp"
+    # MindSpore's dataset_strategy / full_batch (operator graphs; simulator/scenario/
+    # dataset.py): how each device loads the inputs and labels -- data_parallel (dim 0 over
+    # every device), full_batch (every device the whole batch) or, per input and label in
+    # the model's order, the slices of each dim (a large image split along H/W). None: each
+    # input as its first operator reads it.
+    dataset_strategy: Literal["data_parallel", "full_batch"] | Annotated[
+        list[Annotated[list[Degree], Field(max_length=16)]], Field(max_length=1000)] | None = None
+    full_batch: StrictBool | None = None
 
     @property
     def devices(self) -> int:

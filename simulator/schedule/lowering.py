@@ -297,7 +297,7 @@ class Lowering:
         return self.off.static(model_state_bytes(
             params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
             self.ranks.data, self.par.offload.optimizer_states or self.dp.remote_optimizer,
-            self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss)))
+            self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss))) + self.prog.resident
 
 
 def _check(scenario: Scenario, prog: TransformerProgram) -> None:
@@ -342,7 +342,8 @@ def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
                 stage_of=tuple(low.ranks.stage(d) for d in devices), static_memory=static,
                 total_devices=low.ranks.devices, micro_batches=low.micro,
                 stage_layers=tuple(w.layers for w in low.work),
-                extras=low.dp.extras() + low.off.extras() + comm_graph.extras(low),
+                extras=low.dp.extras() + low.off.extras() + comm_graph.extras(low)
+                + program.extras,
                 blocks=tuple(low.block_of))
     for each in (low, *views.values()):
         each.release()

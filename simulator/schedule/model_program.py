@@ -34,6 +34,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.hardware.schema import Software
+from simulator.scenario.dataset import dataset_choice
 from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
 from simulator.schedule import comm_options
 from simulator.schedule.fp8 import Fp8Recipe, apply_fp8, fp8_saved
@@ -45,6 +46,7 @@ from simulator.sharding.lower import (
     backward_specs,
     forward_specs,
     gradient_steps,
+    loaded_bytes,
     saved,
 )
 from simulator.sharding.mesh import Mesh
@@ -411,6 +413,15 @@ def _staged(scenario: Scenario, plan: ShardingPlan, dtype: str, e: int,
     return staged_graph(plan, scenario.model.type, dtype, e, skip, sv, fixed)
 
 
+def _dataset_extras(scenario: Scenario, loaded: float) -> tuple[tuple[str, object], ...]:
+    """The dataset strategy a scenario gives and the input bytes one device loads per
+    micro-batch under it (`scenario.dataset`); nothing without one."""
+    choice = dataset_choice(scenario.parallel)
+    if choice is None:
+        return ()
+    return (("dataset", {"strategy": choice[1], "loaded_bytes_per_device": round(loaded)}),)
+
+
 def graph_program(scenario: Scenario) -> GraphProgram:
     """The program of an mlp, resnet or graph model: the whole planned graph as one block."""
     from simulator.sharding.model_graph import planned_graph
@@ -424,6 +435,7 @@ def graph_program(scenario: Scenario) -> GraphProgram:
     whole = _Block(lambda n: n not in on_host)  # host operators' tables stay in host memory
     params, tensors = whole.params(plan, graph)
     sv = saved(plan, e)
+    loaded = loaded_bytes(plan, e)
     kept = sv.total(lambda n: n not in on_host)
     staged = _staged(scenario, plan, dtype, e, skip, sv)
     prog = TransformerProgram(
@@ -436,6 +448,7 @@ def graph_program(scenario: Scenario) -> GraphProgram:
         single_block=staged is None, staged=staged,
         grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"),
         host_kernels=host_kernels(plan, e),
-        host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0)
+        host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0,
+        resident=(("activations", loaded),), extras=_dataset_extras(scenario, loaded))
     return GraphProgram(prog, mesh, graph_model_flops(graph, scenario.grad_accum_steps))
 

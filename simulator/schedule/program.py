@@ -162,6 +162,13 @@ class TransformerProgram:
     host_kernels: tuple[tuple[str, float], ...] = ()
     host_params: int = 0  # parameters those operators keep in host memory
     staged: GraphStages | None = None
+    # (memory category, bytes) held on each device for the whole iteration besides the
+    # model states: a graph's loaded input batch (the dataset's buffer, a graph input alive
+    # until the step ends; `sharding.lower.loaded_bytes`)
+    resident: tuple[tuple[str, float], ...] = ()
+    # figures of the program's own strategy for the summary (run --json): a graph's dataset
+    # strategy and the bytes each device loads (`sharding.model_graph.dataset_summary`)
+    extras: tuple[tuple[str, object], ...] = ()
 
     @property
     def grad_bytes(self) -> float:

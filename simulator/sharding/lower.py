@@ -34,7 +34,7 @@ from simulator.sharding.layout import Layout
 from simulator.sharding.plan import Item, OpPlan, ShardingPlan
 
 __all__ = ["forward_specs", "backward_specs", "gradient_steps", "local_shapes", "saved",
-           "Saved", "kernel_of"]
+           "Saved", "kernel_of", "loaded_bytes"]
 
 Spec = ComputeSpec | CommSpec
 Select = Callable[[str], bool]
@@ -310,3 +310,14 @@ def saved(plan: ShardingPlan, itemsize: float | None = None) -> Saved:
             ins, out = local_shapes(plan, p)
             extra[p.op.name] = float(fam.saved_extra(ins, out))
     return Saved(tensors, extra)
+
+
+def loaded_bytes(plan: ShardingPlan, itemsize: float | None = None) -> float:
+    """Bytes of the inputs and labels one device loads per micro-batch, at the local size
+    of the layout the dataset loads them in (`notation.dataset_layout`; without a dataset
+    strategy, the layout their first operator reads): the batch held on the device."""
+    e = float(itemsize or plan.itemsize)
+    g = plan.graph
+    return sum(e * math.prod(plan.layouts[t.name].local_shape(t.shape, plan.mesh))
+               for t in g.tensors.values() if t.kind in ("input", "label")
+               and t.name in plan.layouts)

@@ -3,7 +3,8 @@
 MLP: the batch split on dp; on tp, Megatron's pairing -- a column-parallel MatMul (output
 features split) followed by a row-parallel one (contraction split, Partial result).
 ResNet-like (the seeds' boundary-operator example): the conv half data parallel over every
-device, the FC half model parallel on tp.
+device (or on the image's H/W tiles where the dataset strategy loads them so), the FC half
+model parallel on tp.
 """
 
 from __future__ import annotations
@@ -39,11 +40,21 @@ def plan_mlp(graph: Graph) -> Graph:
     return Graph(graph.tensors, tuple(_fc_chain(list(graph.ops), "")))
 
 
-def plan_resnet(graph: Graph) -> Graph:
+_CONV_LABEL = {0: "n", 2: "y", 3: "x"}  # image dim -> Conv2D label (channels stay whole)
+
+
+def plan_resnet(graph: Graph, image_split: dict[str, int] | None = None) -> Graph:
+    """`image_split`: mesh axis -> image dim the dataset splits there (0, 2 or 3); the conv
+    half runs on that split (H/W tiles with their halo exchange) instead of the batch."""
     conv_half = [op for op in graph.ops if op.name.startswith(("conv", "relu", "res"))]
     rest = [op for op in graph.ops if op not in conv_half]
-    head = [_set(op, "n" if op.type == "Conv2D" else "d0",
-                 "n" if op.type == "Conv2D" else "d0") for op in conv_half]
+    split = {"dp": 0, "tp": 0, **(image_split or {})}
+
+    def choice(op: OpNode, axis: str) -> str:
+        dim = split[axis]
+        return _CONV_LABEL[dim] if op.type == "Conv2D" else f"d{dim}"
+
+    head = [_set(op, choice(op, "dp"), choice(op, "tp")) for op in conv_half]
     flatten = [_set(op, "d0", "d0") for op in rest if op.type == "Reshape"]
     fc = _fc_chain([op for op in rest if op.type != "Reshape"], "fc")
     return Graph(graph.tensors, tuple(head + flatten + fc))

@@ -27,7 +27,7 @@ from simulator.sharding.rules import (
 )
 
 __all__ = ["from_axis_choices", "from_mindspore", "from_sbp", "mindspore_out_layout",
-           "data_parallel_default", "label_size"]
+           "data_parallel_default", "label_size", "dataset_layout"]
 
 
 def _choice(view: LabelView, choice: str) -> Sig1D:
@@ -182,3 +182,34 @@ def data_parallel_default(view: LabelView, mesh: Mesh, shapes: list[tuple[int, .
                     else Sig1D((B,) * len(view.inputs), B))
         used *= axis_size if ok else 1
     return Signature(tuple(sigs))
+
+
+def dataset_layout(load: str | tuple[int, ...] | None, shape: tuple[int, ...], mesh: Mesh
+                   ) -> Layout | None:
+    """The layout a dataset loads a tensor in (MindSpore `set_auto_parallel_context(
+    dataset_strategy=...)`, mindspore/python/mindspore/context.py): 'full_batch' every
+    device the whole tensor (`full_batch=True`); 'data_parallel' dim 0 split over every
+    device (`full_batch=False`); a tuple of slices per dim, which take the mesh axes
+    outermost first as an in_strategy does. None without a strategy or on one device.
+    SignatureError when the split does not fit the tensor or the mesh."""
+    if load is None or mesh.size == 1:
+        return None
+    if load == "full_batch":
+        return Layout((B,) * mesh.ndim)
+    if load == "data_parallel":
+        if not shape or shape[0] % mesh.size:
+            raise SignatureError(f"data_parallel splits dim 0 over all {mesh.size} devices; "
+                                 f"the shape is {list(shape)}")
+        return Layout((Shard(0),) * mesh.ndim)
+    if isinstance(load, str):
+        raise SignatureError(f"unknown dataset strategy {load!r} (allowed: full_batch, "
+                             "data_parallel, or slices per dim)")
+    labels = tuple(f"d{i}" for i in range(len(shape)))
+    view = LabelView((labels,), labels)
+    sig, _ = from_mindspore(view, mesh, [list(load)])
+    layout = sig.input_layout(0)
+    try:
+        layout.check(shape, mesh)
+    except ValueError as exc:
+        raise SignatureError(str(exc)) from None
+    return layout

@@ -2,8 +2,10 @@
 in, and the redistributions between them.
 
 Parameters and inputs are kept in the layout their first consumer asks for (Partial becomes
-Broadcast: a stored value is whole); an activation keeps its producer's output layout (or the
-op's requested output layout). Every other mismatch is a redistribution planned on demand.
+Broadcast: a stored value is whole), an input with a dataset strategy in the layout the
+dataset loads it in (`notation.dataset_layout`); an activation keeps its producer's output
+layout (or the op's requested output layout). Every other mismatch is a redistribution
+planned on demand.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import (
     data_parallel_default,
+    dataset_layout,
     from_axis_choices,
     from_mindspore,
     from_sbp,
@@ -32,7 +35,7 @@ from simulator.sharding.redistribute import (
 from simulator.sharding.rules import Signature, SignatureError
 
 __all__ = ["OpPlan", "ShardingPlan", "build_plan", "Strategy", "grad_layouts", "group_ranks",
-           "Item", "keep_axes"]
+           "Item", "keep_axes", "op_internal_steps"]
 
 # One entry of a pass: (op name, a redistribution or internal collective step), or
 # (op name, None) where the op itself computes.
@@ -126,15 +129,7 @@ class ShardingPlan:
     def internal_steps(self, p: OpPlan, phase: str = "fwd") -> list[RedistStep]:
         """The op's own collectives (GroupKernel.steps) on each axis that splits an internal
         label, at the op's local output size, in the forward or the backward pass."""
-        fam = p.op.family
-        if fam.group is None:
-            return []
-        out = p.sig.output_layout
-        local = out.local_shape(self.graph.tensors[p.op.output].shape, self.mesh)
-        return [RedistStep(kind, axis, out, out, nbytes)
-                for axis in _internal_axes(p, self.graph, self.mesh)
-                for kind, nbytes in fam.group.steps(local, self.mesh.shape[axis],
-                                                    float(self.itemsize), phase)]
+        return op_internal_steps(p.op, p.sig, self.graph, self.mesh, self.itemsize, phase)
 
     def loss_grad_layout(self) -> Layout:
         """Where the loss gradient is seeded: the loss's layout, Partial axes whole."""
@@ -205,18 +200,41 @@ def grad_layouts(p: OpPlan) -> tuple[Layout, tuple[Layout, ...]]:
     return _whole(p.sig.output_layout), tuple(ins)
 
 
-def _internal_axes(p: OpPlan, graph: Graph, mesh: Mesh) -> list[int]:
-    """Mesh axes (of more than one device) along which the op splits an internal label."""
-    view = graph.labels(p.op)
-    axes = []
-    for a, sig in enumerate(p.sig.axes):
+def op_internal_steps(op: OpNode, sig: Signature, graph: Graph, mesh: Mesh, itemsize: int,
+                      phase: str = "fwd") -> list[RedistStep]:
+    """The collectives of `op`'s group kernel under `sig` (see `internal_steps`)."""
+    fam = op.family
+    if fam.group is None:
+        return []
+    out = sig.output_layout
+    shapes = graph.shapes(op)
+    ins_local = [sig.input_layout(i).local_shape(s, mesh) for i, s in enumerate(shapes)]
+    local = out.local_shape(graph.tensors[op.output].shape, mesh)
+    return [RedistStep(kind, axis, out, out, nbytes)
+            for axis, label in _internal_labels(op, sig, graph, mesh)
+            for kind, nbytes in fam.group.label_steps(label, shapes, ins_local, local,
+                                                      mesh.shape[axis], float(itemsize),
+                                                      phase)]
+
+
+def _internal_labels(op: OpNode, sig: Signature, graph: Graph, mesh: Mesh
+                     ) -> list[tuple[int, str]]:
+    """(mesh axis of more than one device, the internal label it splits) of the op."""
+    view = graph.labels(op)
+    out = []
+    for a, s in enumerate(sig.axes):
         if mesh.shape[a] == 1:
             continue
-        for labs, q in zip(view.inputs, sig.inputs):
+        for labs, q in zip(view.inputs, s.inputs):
             if isinstance(q, Shard) and labs[q.dim] in view.internal:
-                axes.append(a)
+                out.append((a, str(labs[q.dim])))
                 break
-    return axes
+    return out
+
+
+def _internal_axes(p: OpPlan, graph: Graph, mesh: Mesh) -> list[int]:
+    """Mesh axes (of more than one device) along which the op splits an internal label."""
+    return [a for a, _ in _internal_labels(p.op, p.sig, graph, mesh)]
 
 
 def group_ranks(p: OpPlan, graph: Graph, mesh: Mesh) -> list[list[int]] | None:
@@ -269,8 +287,9 @@ def build_plan(graph: Graph, mesh: Mesh, itemsize: int = 8, enable_alltoall: boo
         for i, name in enumerate(op.inputs):
             if name not in layouts:
                 kept = sig.input_layout(i).placements
-                layouts[name] = Layout(tuple(B if isinstance(p, Partial) else p
-                                             for p in kept))
+                t = graph.tensors[name]
+                layouts[name] = dataset_layout(t.load, t.shape, mesh) or Layout(
+                    tuple(B if isinstance(p, Partial) else p for p in kept))
         out = target or sig.output_layout
         layouts[op.output] = out
         plans.append(OpPlan(op, sig, out))

@@ -51,7 +51,9 @@ if TYPE_CHECKING:
 __all__ = ["RedistStep", "plan_redistribution", "step_kind", "COMM_KINDS", "StepCost",
            "moved_bytes", "link_seconds", "plan_cost"]
 
-COMM_KINDS = ("all_reduce", "reduce_scatter", "all_to_all", "all_gather")
+# send_recv: an op's own point-to-point exchange (a convolution's halo, graph.ops.halo); the
+# layout search never plans one
+COMM_KINDS = ("all_reduce", "reduce_scatter", "all_to_all", "all_gather", "send_recv")
 
 
 @dataclass(frozen=True)

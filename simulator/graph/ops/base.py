@@ -100,6 +100,11 @@ class GroupKernel:
     vjp: Callable[..., list[list[np.ndarray | None]]]
     comm: Callable[[Shape], tuple[tuple[str, float], ...]] | None = None
     axis_comm: Callable[[Shape, int, float, str], tuple[tuple[str, float], ...]] | None = None
+    # an exchange that depends on which label the axis splits and on the inputs' whole and
+    # local shapes (a convolution's halo: `graph.ops.halo`): (label, global input shapes,
+    # local input shapes, axis size, bytes per element, phase) -> (collective, bytes)
+    label_comm: Callable[[str, list[Shape], list[Shape], int, float, str],
+                         tuple[tuple[str, float], ...]] | None = None
 
     def steps(self, out_local: Shape, n: int, e: float, phase: str
               ) -> tuple[tuple[str, float], ...]:
@@ -109,6 +114,14 @@ class GroupKernel:
         if self.comm is None or phase != "fwd":
             return ()
         return self.comm(out_local)
+
+    def label_steps(self, label: str, ins: list[Shape], ins_local: list[Shape],
+                    out_local: Shape, n: int, e: float, phase: str
+                    ) -> tuple[tuple[str, float], ...]:
+        """`steps` for an axis that splits `label`, where the family's exchange needs it."""
+        if self.label_comm is not None:
+            return self.label_comm(label, ins, ins_local, n, e, phase)
+        return self.steps(out_local, n, e, phase)
 
 
 @dataclass(frozen=True)

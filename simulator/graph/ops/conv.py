@@ -1,6 +1,8 @@
 """Conv2D, NCHW, stride 1, 'same' padding (odd kernels). Batch and output channels may be
-split; a split input-channel dim leaves a Partial result; spatial dims stay whole (a halo
-exchange is not modelled). Linear in each input."""
+split; a split input-channel dim leaves a Partial result; the spatial dims (labels y, x) may
+be split too: the op then exchanges a halo of kh//2 rows / kw//2 columns with its
+neighbouring devices before the convolution and sends the halo's gradient back after it
+(`graph.ops.halo`: its group kernel and bytes). Linear in each input."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from simulator.graph.ops.base import LabelView, OpError, OpFamily, Shape, register
+from simulator.graph.ops import halo
+from simulator.graph.ops.base import GroupKernel, LabelView, OpError, OpFamily, Shape, register
 
 
 def _infer(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
@@ -23,8 +26,8 @@ def _infer(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
 
 def _labels(shapes: list[Shape], attrs: dict[str, Any]) -> LabelView:
     return LabelView((("n", "c", "y", "x"), ("o", "c", "p", "q")), ("n", "o", "y", "x"),
-                     fixed=frozenset({"y", "x", "p", "q"}), reducible=frozenset({"c"}),
-                     linear_inputs=frozenset({0, 1}))
+                     fixed=frozenset({"p", "q"}), reducible=frozenset({"c"}),
+                     linear_inputs=frozenset({0, 1}), internal=frozenset({"y", "x"}))
 
 
 def _windows(x: np.ndarray, kh: int, kw: int) -> np.ndarray:
@@ -52,4 +55,6 @@ def _flops(shapes, out, attrs):
 
 
 register(OpFamily("Conv2D", (2, 2), _infer, _labels, _forward, _vjp, _flops, kind="gemm",
-                  bwd_flops_factor=2.0))
+                  bwd_flops_factor=2.0,
+                  group=GroupKernel(halo.group_forward, halo.group_vjp,
+                                    label_comm=halo.halo_steps)))
