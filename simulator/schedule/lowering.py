@@ -9,7 +9,8 @@ Per simulated device (one per pipeline stage, or every rank under full fidelity)
   recomputes inside the backward). The optimizer step ends the stream.
 - pp_fwd / pp_bwd: point-to-point sends of activations and their gradients (s*b*h*dtype
   bytes, /t under sequence parallelism) to the neighbouring stage; the receiver's task
-  depends on the send. Sends do not block the sender's compute (asynchronous p2p).
+  depends on the send. Sends do not block the sender's compute (asynchronous p2p) unless the
+  stack's sends are blocking (`TransformerProgram.p2p_blocking`): then they run on its compute stream.
 - dp: the data-parallel gradient reduction and parameter gathers of the optimizer-sharding
   level (`schedule.reduction`, one strategy per ZeRO stage). With overlap.grad_reduce the
   buckets of the last micro-batch leave as its backward produces them (its backward is split
@@ -153,7 +154,9 @@ class Lowering:
         buf = (("communication_buffers", nbytes),)
         pair = self.costs.peer_send_s
         seconds = pair(nbytes, intra, dev, peer) if pair else self.send_s[intra]
-        self.b.add(("S", dev, direction, mb, vs), device=dev, stream="pp_" + direction,
+        # a blocking send (program.p2p_blocking) holds the sender's compute stream
+        stream = "compute" if self.prog.p2p_blocking else "pp_" + direction
+        self.b.add(("S", dev, direction, mb, vs), device=dev, stream=stream,
                    name="send_" + direction, phase="comm", micro=mb, chunk=vs,
                    duration_s=seconds, deps=(after,),
                    link="fabric" if intra else "nic", comm=(("send_recv", nbytes),),

@@ -111,6 +111,9 @@ class TransformerProgram:
     # (`schedule.host`: a graph's `primitive_target: CPU`); priced on the host profile
     host_kernels: tuple[tuple[str, float], ...] = ()
     host_params: int = 0  # parameters those operators keep in host memory
+    # pipeline sends block the compute stream: the stage computes nothing until its send
+    # and receive are done (Megatron's p2p `_communicate` ends in torch.cuda.synchronize())
+    p2p_blocking: bool = False
 
     @property
     def grad_bytes(self) -> float:
