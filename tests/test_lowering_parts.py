@@ -176,3 +176,33 @@ def test_zero3_prefetch_overlap_follows_its_closed_form(ratio: float):
     result = simulate(sc, load_profile("a100-80gb"), costs=costs)
     assert result.iteration_time_s == pytest.approx(_zero3_expected(c_f, c_b, g, 4),
                                                     rel=1e-9)
+
+
+def test_blocking_pipeline_sends_hold_the_senders_compute_stream(tmp_path):
+    """Megatron's p2p ends in torch.cuda.synchronize() (framework overlap.p2p_blocking):
+    the sends run on the sender's compute stream, and the step grows by no more than the
+    time of the sends the slowest device now waits for; the same stack with asynchronous
+    sends keeps them on their own streams. (Stages on two nodes: the sends cross the NIC,
+    the tensor-parallel collectives NVLink, so nothing else on their link changes.)"""
+    data = yaml.safe_load(resolve_yaml("megatron-lm-2021", "framework_profiles").read_text())
+    assert data["overlap"]["p2p_blocking"] == "always"
+    data["overlap"]["p2p_blocking"] = "never"
+    path = tmp_path / "async.yaml"
+    path.write_text(yaml.safe_dump(data))
+    hw = load_profile("a100-80gb")
+    sc = parse_scenario({
+        "name": "p2p", "hardware": "a100-80gb", "cluster": {"nodes": 2, "devices_per_node": 4},
+        "model": {"type": "transformer", "layers": 4, "hidden_size": 1024, "num_heads": 8,
+                  "seq_length": 1024, "vocab_size": 4096, "dtype": "bf16"},
+        "training": {"global_batch_size": 8, "micro_batch_size": 1},
+        "parallel": {"data": 1, "tensor": 4, "pipeline": 2}}, "test")
+    blocking = simulate(sc, hw)  # the A100 default stack, Megatron-LM 2021
+    free = simulate(sc.model_copy(update={"framework": str(path)}), hw)
+    streams = lambda r: {t.stream for t in r.plan.tasks if t.name.startswith("send_")}  # noqa: E731
+    assert streams(blocking) == {"compute"}
+    assert streams(free) == {"pp_fwd", "pp_bwd"}
+    sends = max(sum(t.duration_s for t in blocking.plan.tasks
+                    if t.device == dev and t.name.startswith("send_"))
+                for dev in blocking.plan.devices)
+    assert free.iteration_time_s < blocking.iteration_time_s
+    assert blocking.iteration_time_s - free.iteration_time_s <= 2 * sends

@@ -6,7 +6,8 @@ FP8 recipe and its memory overheads (field meanings: framework_profiles/README.m
 fields are cited prose; the fields the simulator reads are typed:
 
 - `attention.fused_default`, `attention.implementation`, `fused_grad_accumulation.enabled`,
-  `grad_reduction.fp32_for_bf16`, `overlap.tp_comm_enabled` / `overlap.tp_comm_sms` make the
+  `grad_reduction.fp32_for_bf16`, `overlap.tp_comm_enabled` / `overlap.tp_comm_sms`,
+  `overlap.p2p_blocking` make the
   `Software` value the model program takes (`FrameworkProfile.software`);
 - `grad_reduction.bucket_*` is the bucket rule of `parallel.comm_fusion.mode: auto`
   (`simulator.schedule.buckets.auto_bucket_bytes`);
@@ -55,6 +56,8 @@ class Software(_Closed):
     bf16_grads_fp32: StrictBool = False
     # the fused-attention implementation (`Attention.implementation`); "" = generic
     attention_impl: StrictStr = ""
+    # pipeline sends block the compute stream (`Overlap.p2p_blocking`)
+    p2p_blocking: Literal["always", "non_interleaved", "never"] = "never"
 
 
 class Attention(_Closed):
@@ -113,6 +116,10 @@ class Overlap(_Closed):
     tp_comm_enabled: StrictBool
     tp_comm_sms: PosInt = 16
     pipeline_p2p: Text
+    # whether the compute stream waits for each pipeline send/receive (Megatron's
+    # `_communicate`: batch_isend_irecv, req.wait(), torch.cuda.synchronize()): always,
+    # only outside the interleaved schedule (whose sends overlap: overlap_p2p_comm), never
+    p2p_blocking: Literal["always", "non_interleaved", "never"] = "never"
     fsdp_forward_prefetch_depth: NonNegInt | None
     fsdp_backward_prefetch_depth: NonNegInt | None
     limit_inflight_all_gathers: PosInt | None
@@ -197,7 +204,8 @@ class FrameworkProfile(_Closed):
             tp_comm_overlap=self.overlap.tp_comm_enabled,
             tp_comm_sms=self.overlap.tp_comm_sms,
             bf16_grads_fp32=self.grad_reduction.fp32_for_bf16,
-            attention_impl=self.attention.implementation or "")
+            attention_impl=self.attention.implementation or "",
+            p2p_blocking=self.overlap.p2p_blocking)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.description})"

@@ -10,7 +10,8 @@ Per simulated device (one per pipeline stage, or every rank under full fidelity)
 - pp_fwd / pp_bwd: point-to-point sends of activations and their gradients (s*b*h*dtype
   bytes, /t under sequence parallelism; an operator graph's: the tensors crossing the cut,
   `schedule.graph_stages`) to the neighbouring stage; the receiver's task depends on the
-  send. Sends do not block the sender's compute (asynchronous p2p).
+  send. Sends do not block the sender's compute (asynchronous p2p) unless the stack's sends
+  are blocking (`TransformerProgram.p2p_blocking`): then they run on its compute stream.
 - dp: the data-parallel gradient reduction and parameter gathers of the optimizer-sharding
   level (`schedule.reduction`, one strategy per ZeRO stage). With overlap.grad_reduce the
   buckets of the last micro-batch leave as its backward produces them (its backward is split
@@ -159,7 +160,9 @@ class Lowering:
             seconds = self.send_s[(nbytes, intra)]
         else:
             seconds = self.send_s[(nbytes, intra)] = self.costs.send_recv_s(nbytes, intra)
-        self.b.add(("S", dev, direction, mb, vs), device=dev, stream="pp_" + direction,
+        # a blocking send (program.p2p_blocking) holds the sender's compute stream
+        stream = "compute" if self.prog.p2p_blocking else "pp_" + direction
+        self.b.add(("S", dev, direction, mb, vs), device=dev, stream=stream,
                    name="send_" + direction, phase="comm", micro=mb, chunk=vs,
                    duration_s=seconds, deps=(after,),
                    link="fabric" if intra else "nic", comm=(("send_recv", nbytes),),

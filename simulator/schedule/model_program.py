@@ -219,6 +219,14 @@ def _layer_block(layers: int, unit: int) -> Select:
     return lambda n: n.startswith(prefixes)
 
 
+def _p2p_blocking(software: Software, schedule: str) -> bool:
+    """Whether the stack's pipeline sends hold the compute stream: Megatron overlaps them
+    only in the interleaved schedule (`--overlap-p2p-communication`, turned off for the
+    others in megatron/training/arguments.py), DeepSpeed's PipelineEngine never."""
+    mode = software.p2p_blocking
+    return mode == "always" or (mode == "non_interleaved" and schedule != "interleaved_1f1b")
+
+
 def _with_impl(ops: tuple[Op, ...], impl: str) -> tuple[Op, ...]:
     """`ops` with their fused-attention kernels marked as the framework's implementation
     (`ComputeSpec.impl`: the hardware profile prices each implementation apart)."""
@@ -381,6 +389,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         unsharded_per_layer=small_params(plan, layer.select, small),
         unsharded_embedding=small_params(plan, embed.select, small),
         unsharded_head=small_params(plan, lambda n: n == "lnf", small),
+        p2p_blocking=_p2p_blocking(software, p.schedule),
     )
 
 

@@ -169,6 +169,9 @@ class TransformerProgram:
     # figures of the program's own strategy for the summary (run --json): a graph's dataset
     # strategy and the bytes each device loads (`sharding.model_graph.dataset_summary`)
     extras: tuple[tuple[str, object], ...] = ()
+    # pipeline sends block the compute stream: the stage computes nothing until its send
+    # and receive are done (Megatron's p2p `_communicate` ends in torch.cuda.synchronize())
+    p2p_blocking: bool = False
 
     @property
     def grad_bytes(self) -> float:
