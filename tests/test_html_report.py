@@ -119,7 +119,7 @@ def test_trace_has_tp_slices_memory_counters_and_flows(result):
     peak = max(sum(e["args"].values()) for e in events if e["ph"] == "C")
     assert peak == pytest.approx(result.memory.peak_bytes / 1e9, abs=1e-5)
     # a flow arrow from each pipeline send to the next stage's compute task
-    sends = [t for t in plan.tasks if t.stream in ("pp_fwd", "pp_bwd")]
+    sends = [t for t in plan.tasks if t.name in ("send_fwd", "send_bwd")]
     flows = [e for e in events if e["ph"] == "s"]
     assert len(flows) == len(sends) > 0
     arrivals = {(e["pid"], e["ts"]) for e in events if e["ph"] == "f"}

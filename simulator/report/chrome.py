@@ -134,7 +134,7 @@ def _memory_counters(result: Any, kept: dict[int, int]) -> list[dict[str, Any]]:
 def _flows(result: Any, kept: dict[int, int]) -> list[dict[str, Any]]:
     """Flow arrows from each pipeline send to the other device's task that depends on it."""
     plan, trace = result.plan, result.trace
-    sends = {t.tid: t for t in plan.tasks if t.stream in ("pp_fwd", "pp_bwd")}
+    sends = {t.tid: t for t in plan.tasks if t.name in ("send_fwd", "send_bwd")}
     tid_of = {s: j for j, s in enumerate(STREAMS)}
     events: list[dict[str, Any]] = []
     for task in plan.tasks:
