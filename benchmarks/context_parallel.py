@@ -40,7 +40,8 @@ def _row(context: int) -> str:
 
 
 def main() -> None:
-    print("| context | data | tokens per rank | activations GB | peak GB (80) | "
+    cap = load_profile("h100-sxm").memory_capacity_bytes / 1e9
+    print(f"| context | data | tokens per rank | activations GB | peak GB (of {cap:.1f}) | "
           "KV ring MB sent per layer | iteration s | MFU |")
     print("|---|---|---|---|---|---|---|---|")
     for context in (1, 2, 4, 8):
