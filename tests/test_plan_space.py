@@ -129,3 +129,21 @@ def test_memory_estimate_matches_simulator(name, cfg):
     sim = simulate(apply_config(sc, cfg), hw).memory.peak_bytes
     assert est.peak_bytes == pytest.approx(sim, rel=0.02)
     assert est.floor_bytes <= sim * (1 + 1e-9)
+
+
+def test_candidates_take_the_comm_fusion_their_zero_stage_can_use(tiny_cpu):
+    # a size rule (or a reduce-scatter entry) means nothing to a ZeRO-3 candidate, which
+    # gathers and reduce-scatters unit by unit: it runs with the default instead of being
+    # refused as a scenario file stating it would be
+    sc, _ = tiny_cpu
+    data = apply_config(sc, Config(2, 2, 1, 4, optimizer_shard=1)).model_dump()
+    data["parallel"]["comm_fusion"] = {"mode": "size", "bucket_mb": 200,
+                                       "reduce_scatter": {"mode": "size", "bucket_mb": 50}}
+    base = type(sc).model_validate(data)
+    z3 = apply_config(base, Config(2, 2, 1, 4, optimizer_shard=3))
+    assert z3.parallel.comm_fusion == type(z3.parallel.comm_fusion)()
+    z0 = apply_config(base, Config(2, 2, 1, 4, optimizer_shard=0))
+    assert z0.parallel.comm_fusion.reduce_scatter is None
+    assert z0.parallel.comm_fusion.bucket_mb == 200
+    z1 = apply_config(base, Config(2, 2, 1, 4, optimizer_shard=1))
+    assert z1.parallel.comm_fusion.reduce_scatter.bucket_mb == 50

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.scenario.schema import Scenario, TransformerModel
+from simulator.scenario.schema import CommFusionSpec, Scenario, TransformerModel
 
 __all__ = ["Config", "SpaceLimits", "enumerate_space", "apply_config", "divisors_of",
            "config_of", "RECOMPUTE"]
@@ -204,6 +204,22 @@ def _comm_options_for(par: dict[str, Any], cfg: Config, scenario: Scenario) -> N
         rc["optimizer"] = True
     if scenario.model.moe is None:  # type: ignore[union-attr]
         par["enable_alltoall"] = True
+    _fusion_for(par, cfg.optimizer_shard)
+
+
+def _fusion_for(par: dict[str, Any], shard: int) -> None:
+    """`parallel.comm_fusion` as a candidate of ZeRO stage `shard` can use it: the entries
+    of a collective that stage does not run are dropped, and under ZeRO-3 (one unit at a
+    time, nothing to fuse) a size or index rule becomes the default (scenario.rules
+    refuses both where a scenario file states them)."""
+    fusion = par["comm_fusion"]
+    runs = {"all_reduce": shard == 0, "reduce_scatter": shard in (1, 2),
+            "all_gather": shard in (1, 2)}
+    for kind, ok in runs.items():
+        if not ok:
+            fusion[kind] = None
+    if shard == 3 and fusion["mode"] != "auto":
+        par["comm_fusion"] = CommFusionSpec().model_dump()
 
 
 def config_of(scenario: Scenario) -> Config:
