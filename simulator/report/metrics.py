@@ -26,8 +26,8 @@ from simulator.schedule.tasks import Plan, Task
 CATEGORIES: tuple[str, ...] = (*TASK_CATEGORIES, "framework_overhead")
 
 __all__ = ["BREAKDOWN_KEYS", "MemoryPeak", "iteration_time", "slowest_device", "breakdown",
-           "by_device", "device_end", "memory_timeline", "memory_peak", "device_comm",
-           "comm_volumes"]
+           "by_device", "device_end", "memory_timeline", "memory_peak", "device_peak",
+           "pick_peak", "device_comm", "comm_volumes"]
 
 BREAKDOWN_KEYS = ("compute", "recompute", "comm_exposed", "bubble", "offload_exposed",
                   "optimizer")
@@ -151,8 +151,10 @@ class MemoryPeak:
     by_category: tuple[tuple[str, float], ...]
 
 
-def _device_peak(plan: Plan, trace: Trace, device: int, tasks: list[Task]) -> MemoryPeak:
-    """The first time `device` reaches its highest allocation, and its composition then."""
+def device_peak(plan: Plan, trace: Trace, device: int, tasks: list[Task]
+                ) -> tuple[MemoryPeak, int]:
+    """The first time `device` reaches its highest allocation, its composition then, and
+    the task whose allocation or free reached it (-1: the model states at t=0)."""
     index = plan.devices.index(device)
     slot = {c: i for i, c in enumerate(CATEGORIES)}
     current = [0.0] * len(CATEGORIES)
@@ -167,13 +169,27 @@ def _device_peak(plan: Plan, trace: Trace, device: int, tasks: list[Task]) -> Me
             changes.append((end[task.tid], 0, task.tid, slot[cat], -nbytes))
     changes.sort()
     total = best = sum(current)
-    best_time, best_state = 0.0, list(current)
-    for when, _, _, i, delta in changes:
+    best_time, best_state, best_tid = 0.0, list(current), -1
+    for when, _, tid, i, delta in changes:
         current[i] += delta
         total += delta
         if total > best:
-            best, best_time, best_state = total, when, list(current)
-    return MemoryPeak(device, best_time, best, tuple(zip(CATEGORIES, best_state)))
+            best, best_time, best_state, best_tid = total, when, list(current), tid
+    return MemoryPeak(device, best_time, best, tuple(zip(CATEGORIES, best_state))), best_tid
+
+
+def pick_peak(peaks: list[MemoryPeak], capacity: Callable[[int], float] | None = None
+              ) -> MemoryPeak:
+    """The highest of the devices' `peaks` (the first among equals); with `capacity` (bytes
+    of each device, where they differ), the peak that fills its device the most."""
+    best: MemoryPeak | None = None
+    best_fill = 0.0
+    for peak in peaks:
+        fill = peak.peak_bytes / capacity(peak.device) if capacity else peak.peak_bytes
+        if best is None or fill > best_fill:
+            best, best_fill = peak, fill
+    assert best is not None
+    return best
 
 
 def memory_peak(plan: Plan, trace: Trace, grouped: dict[int, list[Task]],
@@ -181,15 +197,8 @@ def memory_peak(plan: Plan, trace: Trace, grouped: dict[int, list[Task]],
     """The highest allocation peak over the simulated devices (lowest rank among equals);
     with `capacity` (bytes of each device, where they differ), the peak that fills its
     device the most."""
-    best: MemoryPeak | None = None
-    best_fill = 0.0
-    for device in plan.devices:
-        peak = _device_peak(plan, trace, device, grouped[device])
-        fill = peak.peak_bytes / capacity(device) if capacity else peak.peak_bytes
-        if best is None or fill > best_fill:
-            best, best_fill = peak, fill
-    assert best is not None
-    return best
+    return pick_peak([device_peak(plan, trace, d, grouped[d])[0] for d in plan.devices],
+                     capacity)
 
 
 def device_comm(tasks: list[Task]) -> dict[str, float]:
