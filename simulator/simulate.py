@@ -47,7 +47,7 @@ from simulator.report.metrics import (
     breakdown,
     by_device,
     comm_volumes,
-    device_comm,
+    device_comms,
     device_end,
     device_peak,
     pick_peak,
@@ -57,7 +57,7 @@ from simulator.schedule.costs import CostModel
 from simulator.schedule.flops import iteration_flops
 from simulator.schedule.lowering import FIDELITIES, Cuts, lower
 from simulator.schedule.model_program import transformer_program
-from simulator.schedule.pipeline import steady_window
+from simulator.schedule.pipeline import STEADY_PERIODS_KEPT, steady_window
 from simulator.schedule.program import TransformerProgram
 from simulator.schedule.tasks import Plan, Task
 
@@ -153,20 +153,25 @@ class _Measured:
     comm_bytes: dict[str, float]
     pace: dict[str, Any] | None  # None: not asked for (simulate's reports=False)
     steady: Steady | None = None
-    peaks: dict[int, tuple[MemoryPeak, int]] | None = None  # each device's, and its task
+    # of a simulated run, for extending it: each device's tasks, bytes per collective,
+    # memory peak and the task that reached it
+    grouped: dict[int, list[Task]] | None = None
+    comms: dict[int, dict[str, float]] | None = None
+    peaks: dict[int, tuple[MemoryPeak, int]] | None = None
 
 
 def _measure(plan: Plan, trace: Trace, cluster: Cluster, reports: bool = True) -> _Measured:
     grouped = by_device(plan)
     ends = device_end(plan, trace)
     slowest = max(plan.devices, key=lambda d: (ends[d], -d))
-    comm_dev, comm = comm_volumes(plan, grouped)
+    comms = device_comms(plan, grouped)
+    comm_dev, comm = comm_volumes(plan, grouped, comms)
     peaks = {d: device_peak(plan, trace, d, grouped[d]) for d in plan.devices}
     return _Measured(plan, trace, ends[slowest], slowest,
                      breakdown(plan, trace, slowest, ends[slowest]),
                      pick_peak([p for p, _ in peaks.values()], cluster.capacity_bytes),
                      comm_dev, comm, pace_report(cluster, plan, trace) if reports else None,
-                     peaks=peaks)
+                     grouped=grouped, comms=comms, peaks=peaks)
 
 
 def _pace(a: _Measured, b: _Measured, n: int, time_s: float) -> dict[str, Any] | None:
@@ -231,8 +236,8 @@ def _grown_peak(a: _Measured, b: _Measured, n: int,
     activations, each further micro-batch adds them again and no other moment of the run
     grows faster (each holds at most every stash), so the peak stays at that task, its
     time moving as B's did from A's; None otherwise."""
-    assert a.peaks is not None and b.peaks is not None
-    gb = by_device(b.plan)
+    assert a.peaks is not None and b.peaks is not None and b.grouped is not None
+    gb = b.grouped
     peaks = []
     for d in b.plan.devices:
         (pa, xa), (pb, xb) = a.peaks[d], b.peaks[d]
@@ -261,13 +266,13 @@ def _extend(a: _Measured, b: _Measured, sp: Splice, n: int,
         return None
     parts = _line(breakdown(a.plan, a.trace, slowest, ends_a[slowest]),
                   breakdown(b.plan, b.trace, slowest, ends_b[slowest]), n)
-    ga, gb = by_device(a.plan), by_device(b.plan)
-    comm = {d: _line(device_comm(ga[d]), device_comm(gb[d]), n) for d in b.plan.devices}
+    assert a.comms is not None and b.comms is not None
+    comm = {d: _line(a.comms[d], b.comms[d], n) for d in b.plan.devices}
     comm_dev = max(b.plan.devices, key=lambda d: (sum(comm[d].values()), -d))
     steady = Steady(a.plan.micro_batches, sp.micro_period, sp.period_s, n)
     return _Measured(b.plan, b.trace, ends[slowest], slowest,
                      {k: parts[k] for k in BREAKDOWN_KEYS}, peak, comm_dev,
-                     {k: comm[comm_dev][k] for k in device_comm(gb[comm_dev])}, pace, steady)
+                     {k: comm[comm_dev][k] for k in b.comms[comm_dev]}, pace, steady)
 
 
 STEADY_TRIES = 4  # shortened runs tried at most (19 to 152 micro-batches for GPT-3 175B)
@@ -353,8 +358,9 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     every micro-batch is refused (InputError) above `max_events` events. `collapse`: run
     identical consecutive gradient buckets as one task (`_Runs`); False: one each.
     `two_point=True` (with steady=True) extends GPipe's steady state too (two insertion
-    points, `engine.steady`). `reports=False` leaves out what only the reports show (critical_path and jitter are
-    None; a sweep's rows do not hold them); every other figure is the same."""
+    points, `engine.steady`). `reports=False` leaves out what only the reports show
+    (critical_path and jitter are None; a sweep's rows do not hold them); every other
+    figure is the same."""
     t0 = time.perf_counter()
     _check(scenario, fidelity)
     injected = costs
@@ -407,9 +413,10 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
 # one insertion point describes (schedule.pipeline.STEADY_PERIODS leaves it out, so `run`
 # simulates it in full), but a micro-batch more inserts one forward and one backward on
 # every stage (engine.steady, insertions=2). A sweep (two_point=True) extends it from runs of
-# GPIPE_SHORT and GPIPE_SHORT + 1 micro-batches; a run that does not repeat yet is retried
-# with more (`_steady`).
-GPIPE_SHORT = int(__import__("os").environ.get("GPIPE_SHORT", "8"))
+# GPIPE_SHORT and GPIPE_SHORT + 1 micro-batches (enough that on each stage the activations
+# held, not a transfer's buffer, make the memory peak, which `_grown_peak` asks for); runs
+# that do not repeat yet are retried with more (`_steady`).
+GPIPE_SHORT = 2 * STEADY_PERIODS_KEPT
 
 
 def _window(scenario: Scenario, fidelity: str, steady: bool | None, two_point: bool = False

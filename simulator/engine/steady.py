@@ -34,7 +34,9 @@ and blocker, as above.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 
 from simulator.engine.trace import Trace
 from simulator.schedule.tasks import Plan, Task
@@ -60,11 +62,13 @@ class Splice:
     middle_s: float | None = None
 
 
-def _fields(task: Task) -> tuple:
-    """What must agree between corresponding tasks (all but tid, micro and deps, which are
-    renumbered; the times and blockers are compared from the traces)."""
-    return (task.device, task.stream, task.name, task.phase, task.chunk, task.duration_s,
-            task.comm_s, task.link, task.group_size, task.comm, task.alloc, task.free)
+# What must agree between corresponding tasks: device, stream, name, phase, chunk,
+# duration_s, comm_s, link, group_size, comm, alloc, free (all but tid, micro and deps,
+# which are renumbered, and group; the times and blockers are compared from the traces).
+# By position in the Task tuple: an itemgetter builds the tuple without a Python call.
+_fields: Callable[[Task], tuple] = itemgetter(*(Task._fields.index(f) for f in (
+    "device", "stream", "name", "phase", "chunk", "duration_s", "comm_s", "link",
+    "group_size", "comm", "alloc", "free")))
 
 
 class _Match:
