@@ -254,6 +254,13 @@ def _grown_peak(a: _Measured, b: _Measured, n: int,
     return pick_peak(peaks, capacity)
 
 
+def _breakdown(m: _Measured, device: int, end: float) -> dict[str, float]:
+    """`breakdown` of `device` in run m (the one `_measure` took when it is m's slowest)."""
+    if device == m.slowest and end == m.iteration_time_s:
+        return m.breakdown_s
+    return breakdown(m.plan, m.trace, device, end)
+
+
 def _extend(a: _Measured, b: _Measured, sp: Splice, n: int,
             capacity: Callable[[int], float] | None = None) -> _Measured | None:
     """The run of n more periods than A, from A and B = A with one period inserted."""
@@ -264,8 +271,8 @@ def _extend(a: _Measured, b: _Measured, sp: Splice, n: int,
     pace = _pace(a, b, n, ends[slowest])
     if peak is None or (pace is None and a.pace is not None):
         return None
-    parts = _line(breakdown(a.plan, a.trace, slowest, ends_a[slowest]),
-                  breakdown(b.plan, b.trace, slowest, ends_b[slowest]), n)
+    parts = _line(_breakdown(a, slowest, ends_a[slowest]),
+                  _breakdown(b, slowest, ends_b[slowest]), n)
     assert a.comms is not None and b.comms is not None
     comm = {d: _line(a.comms[d], b.comms[d], n) for d in b.plan.devices}
     comm_dev = max(b.plan.devices, key=lambda d: (sum(comm[d].values()), -d))
