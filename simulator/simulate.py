@@ -16,7 +16,9 @@ m' + P; when the second is exactly the first with one period inserted
 (`engine.steady.splice`), each further period adds the same time to every device, the same
 busy and idle time to every breakdown part, the same bytes to every collective and nothing
 to the memory peak, so the m-micro-batch result is the m' one plus (m - m')/P times the
-difference. Otherwise every micro-batch is simulated.
+difference. Otherwise every micro-batch is simulated. A sweep (`two_point=True`) also
+extends GPipe, whose added micro-batch inserts a forward and a backward at two points of
+every stream and whose memory peak grows by the activations each one holds (`_grown_peak`).
 """
 
 from __future__ import annotations
