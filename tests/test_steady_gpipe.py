@@ -67,8 +67,6 @@ CASES = [
     pytest.param(40, {"optimizer_shard": 1}, id="zero1"),
     pytest.param(40, {"optimizer_shard": 2, "data": 4, "tensor": 1}, id="zero2"),
     pytest.param(40, {"offload": {"optimizer_states": True}}, id="optimizer-offload"),
-    pytest.param(40, {"comm_fusion": {"mode": "size", "bucket_mb": 0.01}},
-                 id="collapsed-buckets"),
 ]
 
 
@@ -164,3 +162,33 @@ def test_random_gpipe_plans_extend_exactly_or_not_at_all(a100, seed):
         except InputError:
             continue
     _assert_same_results(full, simulate(sc, a100, steady=True, two_point=True))
+
+
+def test_a_sweep_row_of_gpipe_equals_run():
+    """The sweep extends GPipe (and leaves out the critical path); its row holds the
+    figures `run --json` reports for the same overrides, every micro-batch simulated."""
+    from simulator.cli._common import load_hardware, load_scenario
+    from simulator.planner.sweep import ROW_METRICS, SweepSpec, evaluate, expand, parse_grid
+    from simulator.resources import resolve_yaml
+
+    # tiny-cpu as a 2-stage pipeline of 2 data-parallel replicas, 20 micro-batches each
+    fixed = ("parallel.pipeline=2", "parallel.tensor=1", "training.global_batch_size=80")
+    spec = SweepSpec(str(resolve_yaml("tiny-cpu", "scenarios")), "scenarios/tiny-cpu.yaml",
+                     parse_grid(["parallel.schedule=gpipe"]), fixed)
+    config = expand(spec)[0]
+    row = evaluate(spec, config)
+    loaded = load_scenario("tiny-cpu", list(config.overrides))
+    hw = load_hardware(loaded)
+    want = simulate(loaded.scenario, hw)
+    assert want.steady is None and want.scenario.grad_accum_steps == 20
+    # what the sweep ran: extended, without the reports
+    swept = simulate(loaded.scenario, hw, steady=True, two_point=True, reports=False)
+    assert swept.steady is not None and swept.critical_path is None
+    s = summary(want)
+    expected = {"iteration_time_s": s["iteration_time_s"], "mfu": s["mfu"],
+                "peak_memory_bytes": s["memory"]["peak_bytes"],
+                "comm_bytes_per_device": s["communication"]["bytes_per_device"],
+                **{f"{k}_s": v for k, v in s["breakdown_s"].items()}}
+    assert row["status"] == "ok" and set(expected) <= set(ROW_METRICS)
+    for key, value in expected.items():
+        assert row[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
