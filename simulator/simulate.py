@@ -422,10 +422,10 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
 # one insertion point describes (schedule.pipeline.STEADY_PERIODS leaves it out, so `run`
 # simulates it in full), but a micro-batch more inserts one forward and one backward on
 # every stage (engine.steady, insertions=2). A sweep (two_point=True) extends it from runs of
-# GPIPE_SHORT and GPIPE_SHORT + 1 micro-batches (enough that on each stage the activations
-# held, not a transfer's buffer, make the memory peak, which `_grown_peak` asks for); runs
-# that do not repeat yet are retried with more (`_steady`).
-GPIPE_SHORT = 2 * STEADY_PERIODS_KEPT
+# GPIPE_SHORT and GPIPE_SHORT + 1 micro-batches; runs that do not repeat yet (a stage whose
+# memory peak is still a transfer's buffer rather than the activations it holds, which
+# `_grown_peak` asks for) are retried with twice as many (`_steady`).
+GPIPE_SHORT = STEADY_PERIODS_KEPT
 
 
 def _window(scenario: Scenario, fidelity: str, steady: bool | None, two_point: bool = False

@@ -46,8 +46,10 @@ def _assert_extends_exactly(sc: Any, hw: Any, fidelity: str = "representative") 
     full = simulate(sc, hw, fidelity, steady=False, collapse=False)
     ext = simulate(sc, hw, fidelity, steady=True, two_point=True)
     assert full.steady is None and ext.steady is not None, "GPipe should extend exactly"
-    assert ext.plan.micro_batches == GPIPE_SHORT + 1
-    assert GPIPE_SHORT + ext.steady.repeats == sc.grad_accum_steps
+    # the first short run, or (where it does not repeat yet) the retry with twice as many
+    assert ext.steady.simulated in (GPIPE_SHORT, 2 * GPIPE_SHORT)
+    assert ext.plan.micro_batches == ext.steady.simulated + 1
+    assert ext.steady.simulated + ext.steady.repeats == sc.grad_accum_steps
     _assert_same_results(full, ext)
     assert (ext.slowest_device, ext.comm_device) == (full.slowest_device, full.comm_device)
     assert (ext.memory.device, ext.memory.time_s) == pytest.approx(
@@ -60,7 +62,7 @@ CASES = [
     pytest.param(40, {}, id="p4"),
     pytest.param(41, {"pipeline": 8, "data": 1, "layers": 16}, id="p8-odd"),
     pytest.param(30, {"pipeline": 1, "data": 8}, id="no-pipeline-dp8"),
-    pytest.param(40, {"recompute": "full"}, id="recompute-full"),
+    pytest.param(64, {"recompute": "full"}, id="recompute-full"),
     pytest.param(40, {"recompute": "selective", "sequence_parallel": True},
                  id="selective-sp"),
     pytest.param(40, {"overlap": {"grad_reduce": False}}, id="no-overlap"),
@@ -87,11 +89,12 @@ def test_the_memory_peak_grows_by_one_micro_batch_of_activations(a100):
     """Under GPipe every stage holds every micro-batch's activations until the backward
     phase: the extended peak is the short run's plus one stash per further micro-batch."""
     full, ext = _assert_extends_exactly(_gpipe(40), a100)
-    short = simulate(_gpipe(GPIPE_SHORT), a100, steady=False)
-    grow = (full.memory.peak_bytes - short.memory.peak_bytes) / (40 - GPIPE_SHORT)
+    m = ext.steady.simulated
+    short = simulate(_gpipe(m), a100, steady=False)
+    grow = (full.memory.peak_bytes - short.memory.peak_bytes) / (40 - m)
     acts = dict(full.memory.by_category)["activations"] - dict(
         short.memory.by_category)["activations"]
-    assert grow == pytest.approx(acts / (40 - GPIPE_SHORT), rel=1e-12) and grow > 0
+    assert grow == pytest.approx(acts / (40 - m), rel=1e-12) and grow > 0
 
 
 def test_full_fidelity_extends_exactly_too(a100):
