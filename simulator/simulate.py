@@ -198,11 +198,15 @@ def _line(a: dict[Any, float], b: dict[Any, float], n: int) -> dict[Any, float]:
 def _net_bytes(plan: Plan) -> dict[tuple[int, str], float]:
     """Bytes each device still holds per category when its tasks are done."""
     out: dict[tuple[int, str], float] = {}
+    get = out.get
     for task in plan.tasks:
-        for cat, nbytes in task.alloc:
-            out[(task.device, cat)] = out.get((task.device, cat), 0.0) + nbytes
-        for cat, nbytes in task.free:
-            out[(task.device, cat)] = out.get((task.device, cat), 0.0) - nbytes
+        alloc, free = task.alloc, task.free
+        if alloc != free:  # a transfer frees the buffer it allocated: nothing held
+            dev = task.device
+            for cat, nbytes in alloc:
+                out[(dev, cat)] = get((dev, cat), 0.0) + nbytes
+            for cat, nbytes in free:
+                out[(dev, cat)] = get((dev, cat), 0.0) - nbytes
     return out
 
 
