@@ -218,11 +218,14 @@ class _Match:
         """Each task of B waited for what its counterpart waited for: A's task in a section
         A and B share (at the same time, or that section's shift later), and for an
         inserted task, what its copy earlier on the stream waited for."""
-        blocker = self.tb.blocker
+        blocker, a_blocker, b_blocker = self.tb.blocker, self.ta.blocker, self.tb.blocker
         for key, tb_ids in self.sb.items():
             for y, (x, in_b, dt) in zip(tb_ids, self.of[key]):
+                theirs = b_blocker[x] if in_b else a_blocker[x]
+                if blocker[y] < 0 and theirs < 0:  # neither waited for a dependency
+                    continue
                 tx, px = (self.tb, self.b) if in_b else (self.ta, self.a)
-                if not self._same_blocker(blocker[y], y, tx.blocker[x], x, tx, px, dt):
+                if not self._same_blocker(blocker[y], y, theirs, x, tx, px, dt):
                     return False
         return True
 
