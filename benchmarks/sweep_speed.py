@@ -30,7 +30,9 @@ STAGES = {"parse + validate": ("scenario/load.py", "parse_scenario"),
           "program": ("schedule/model_program.py", "transformer_program"),
           "lowering": ("schedule/lowering.py", "lower"),
           "engine (SimPy)": ("engine/core.py", "run"),
-          "metrics": ("report/summary.py", "summary")}
+          "steady-state check": ("engine/steady.py", "splice"),
+          "metrics": ("simulator/simulate.py", "_measure"),
+          "extension": ("simulator/simulate.py", "_extend")}
 
 
 def _spec() -> SweepSpec:

@@ -16,7 +16,9 @@ m' + P; when the second is exactly the first with one period inserted
 (`engine.steady.splice`), each further period adds the same time to every device, the same
 busy and idle time to every breakdown part, the same bytes to every collective and nothing
 to the memory peak, so the m-micro-batch result is the m' one plus (m - m')/P times the
-difference. Otherwise every micro-batch is simulated.
+difference. Otherwise every micro-batch is simulated. A sweep (`two_point=True`) also
+extends GPipe, whose added micro-batch inserts a forward and a backward at two points of
+every stream and whose memory peak grows by the activations each one holds (`_grown_peak`).
 """
 
 from __future__ import annotations
@@ -47,18 +49,19 @@ from simulator.report.metrics import (
     breakdown,
     by_device,
     comm_volumes,
-    device_comm,
+    device_comms,
     device_end,
-    memory_peak,
+    device_peak,
+    pick_peak,
 )
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel
 from simulator.schedule.flops import iteration_flops
 from simulator.schedule.lowering import FIDELITIES, Cuts, lower
 from simulator.schedule.model_program import transformer_program
-from simulator.schedule.pipeline import steady_window
+from simulator.schedule.pipeline import STEADY_PERIODS_KEPT, steady_window
 from simulator.schedule.program import TransformerProgram
-from simulator.schedule.tasks import Plan
+from simulator.schedule.tasks import Plan, Task
 
 __all__ = ["SimResult", "Steady", "simulate"]
 
@@ -150,19 +153,27 @@ class _Measured:
     memory: MemoryPeak
     comm_device: int
     comm_bytes: dict[str, float]
-    pace: dict[str, Any]
+    pace: dict[str, Any] | None  # None: not asked for (simulate's reports=False)
     steady: Steady | None = None
+    # of a simulated run, for extending it: each device's tasks, bytes per collective,
+    # memory peak and the task that reached it
+    grouped: dict[int, list[Task]] | None = None
+    comms: dict[int, dict[str, float]] | None = None
+    peaks: dict[int, tuple[MemoryPeak, int]] | None = None
 
 
-def _measure(plan: Plan, trace: Trace, cluster: Cluster) -> _Measured:
+def _measure(plan: Plan, trace: Trace, cluster: Cluster, reports: bool = True) -> _Measured:
     grouped = by_device(plan)
     ends = device_end(plan, trace)
     slowest = max(plan.devices, key=lambda d: (ends[d], -d))
-    comm_dev, comm = comm_volumes(plan, grouped)
+    comms = device_comms(plan, grouped)
+    comm_dev, comm = comm_volumes(plan, grouped, comms)
+    peaks = {d: device_peak(plan, trace, d, grouped[d]) for d in plan.devices}
     return _Measured(plan, trace, ends[slowest], slowest,
                      breakdown(plan, trace, slowest, ends[slowest]),
-                     memory_peak(plan, trace, grouped, cluster.capacity_bytes), comm_dev,
-                     comm, pace_report(cluster, plan, trace))
+                     pick_peak([p for p, _ in peaks.values()], cluster.capacity_bytes),
+                     comm_dev, comm, pace_report(cluster, plan, trace) if reports else None,
+                     grouped=grouped, comms=comms, peaks=peaks)
 
 
 def _pace(a: _Measured, b: _Measured, n: int, time_s: float) -> dict[str, Any] | None:
@@ -170,7 +181,7 @@ def _pace(a: _Measured, b: _Measured, n: int, time_s: float) -> dict[str, Any] |
     kernel time and the transfer time on the critical path growing by one period's each
     period; None when the short runs disagree on the device."""
     pa, pb = a.pace, b.pace
-    if pa["simulated_device"] != pb["simulated_device"]:
+    if pa is None or pb is None or pa["simulated_device"] != pb["simulated_device"]:
         return None
     out = dict(pb)
     for key in ("compute_on_path_s", "comm_on_path_s"):
@@ -187,11 +198,15 @@ def _line(a: dict[Any, float], b: dict[Any, float], n: int) -> dict[Any, float]:
 def _net_bytes(plan: Plan) -> dict[tuple[int, str], float]:
     """Bytes each device still holds per category when its tasks are done."""
     out: dict[tuple[int, str], float] = {}
+    get = out.get
     for task in plan.tasks:
-        for cat, nbytes in task.alloc:
-            out[(task.device, cat)] = out.get((task.device, cat), 0.0) + nbytes
-        for cat, nbytes in task.free:
-            out[(task.device, cat)] = out.get((task.device, cat), 0.0) - nbytes
+        alloc, free = task.alloc, task.free
+        if alloc != free:  # a transfer frees the buffer it allocated: nothing held
+            dev = task.device
+            for cat, nbytes in alloc:
+                out[(dev, cat)] = get((dev, cat), 0.0) + nbytes
+            for cat, nbytes in free:
+                out[(dev, cat)] = get((dev, cat), 0.0) - nbytes
     return out
 
 
@@ -213,30 +228,71 @@ def _peak(a: _Measured, b: _Measured, sp: Splice, n: int) -> MemoryPeak | None:
     return None
 
 
-def _extend(a: _Measured, b: _Measured, sp: Splice, n: int) -> _Measured | None:
+def _stash(tasks: list[Task], micro: int) -> float:
+    """Bytes the forward of micro-batch `micro` leaves allocated (its activations, held
+    until its backward), of a device's `tasks`."""
+    return sum(sum(n for _, n in t.alloc) - sum(n for _, n in t.free) for t in tasks
+               if t.micro == micro and t.phase == "fwd")
+
+
+def _grown_peak(a: _Measured, b: _Measured, n: int,
+                capacity: Callable[[int], float] | None) -> MemoryPeak | None:
+    """The memory peak of GPipe's extended run: on each device, where B's peak is A's one
+    (the same task, or its copy a micro-batch on) grown by exactly one micro-batch's
+    activations, each further micro-batch adds them again and no other moment of the run
+    grows faster (each holds at most every stash), so the peak stays at that task, its
+    time moving as B's did from A's; None otherwise."""
+    assert a.peaks is not None and b.peaks is not None and b.grouped is not None
+    gb = b.grouped
+    peaks = []
+    for d in b.plan.devices:
+        (pa, xa), (pb, xb) = a.peaks[d], b.peaks[d]
+        ta, tb = a.plan.tasks[xa], b.plan.tasks[xb]
+        grow = pb.peak_bytes - pa.peak_bytes
+        stash = _stash(gb[d], a.plan.micro_batches)
+        if (min(xa, xb) < 0 or ta[1:5] != tb[1:5] or tb.micro - ta.micro not in (0, 1)
+                or not stash > 0 or abs(grow - stash) > 1e-9 * pb.peak_bytes):
+            return None
+        parts = _line(dict(pa.by_category), dict(pb.by_category), n)
+        peaks.append(MemoryPeak(d, pa.time_s + n * (pb.time_s - pa.time_s),
+                                pa.peak_bytes + n * grow,
+                                tuple((c, parts[c]) for c, _ in pa.by_category)))
+    return pick_peak(peaks, capacity)
+
+
+def _breakdown(m: _Measured, device: int, end: float) -> dict[str, float]:
+    """`breakdown` of `device` in run m (the one `_measure` took when it is m's slowest)."""
+    if device == m.slowest and end == m.iteration_time_s:
+        return m.breakdown_s
+    return breakdown(m.plan, m.trace, device, end)
+
+
+def _extend(a: _Measured, b: _Measured, sp: Splice, n: int,
+            capacity: Callable[[int], float] | None = None) -> _Measured | None:
     """The run of n more periods than A, from A and B = A with one period inserted."""
-    peak = _peak(a, b, sp, n)
+    peak = _peak(a, b, sp, n) if sp.middle_s is None else _grown_peak(a, b, n, capacity)
     ends_a, ends_b = device_end(a.plan, a.trace), device_end(b.plan, b.trace)
     ends = _line(ends_a, ends_b, n)
     slowest = max(b.plan.devices, key=lambda d: (ends[d], -d))
     pace = _pace(a, b, n, ends[slowest])
-    if peak is None or pace is None:
+    if peak is None or (pace is None and a.pace is not None):
         return None
-    parts = _line(breakdown(a.plan, a.trace, slowest, ends_a[slowest]),
-                  breakdown(b.plan, b.trace, slowest, ends_b[slowest]), n)
-    ga, gb = by_device(a.plan), by_device(b.plan)
-    comm = {d: _line(device_comm(ga[d]), device_comm(gb[d]), n) for d in b.plan.devices}
+    parts = _line(_breakdown(a, slowest, ends_a[slowest]),
+                  _breakdown(b, slowest, ends_b[slowest]), n)
+    assert a.comms is not None and b.comms is not None
+    comm = {d: _line(a.comms[d], b.comms[d], n) for d in b.plan.devices}
     comm_dev = max(b.plan.devices, key=lambda d: (sum(comm[d].values()), -d))
     steady = Steady(a.plan.micro_batches, sp.micro_period, sp.period_s, n)
     return _Measured(b.plan, b.trace, ends[slowest], slowest,
                      {k: parts[k] for k in BREAKDOWN_KEYS}, peak, comm_dev,
-                     {k: comm[comm_dev][k] for k in device_comm(gb[comm_dev])}, pace, steady)
+                     {k: comm[comm_dev][k] for k in b.comms[comm_dev]}, pace, steady)
 
 
 STEADY_TRIES = 4  # shortened runs tried at most (19 to 152 micro-batches for GPT-3 175B)
 
 
-def _steady(simulated: _Runs, micro: int, short: int, period: int) -> _Measured | None:
+def _steady(simulated: _Runs, micro: int, short: int, period: int,
+            insertions: int = 1) -> _Measured | None:
     """The iteration of `micro` micro-batches extended from shortened runs, or None when
     no shortened run repeats exactly (see the module docstring). A run that has not reached
     its steady state yet (a queue still filling) is retried with twice the micro-batches
@@ -248,8 +304,9 @@ def _steady(simulated: _Runs, micro: int, short: int, period: int) -> _Measured 
         spent += 2 * short + period
         a = simulated.measure(*simulated(short))
         b = simulated.measure(*simulated(short + period))
-        sp = splice(a.plan, a.trace, b.plan, b.trace)
-        ext = None if sp is None else _extend(a, b, sp, (micro - short) // period)
+        sp = splice(a.plan, a.trace, b.plan, b.trace, insertions)
+        ext = None if sp is None else _extend(a, b, sp, (micro - short) // period,
+                                              simulated.cluster.capacity_bytes)
         if ext is not None:
             return ext
         short += period * -(-short // period)
@@ -267,12 +324,12 @@ class _Runs:
     second simulation); `events` adds up the events of every simulation it ran."""
 
     def __init__(self, lowered: Callable[[int | None, Cuts | None], Plan],
-                 cluster: Cluster) -> None:
-        self.lowered, self.cluster = lowered, cluster
+                 cluster: Cluster, reports: bool = True) -> None:
+        self.lowered, self.cluster, self.reports = lowered, cluster, reports
         self.events = 0
 
     def measure(self, plan: Plan, trace: Trace) -> _Measured:
-        return _measure(plan, trace, self.cluster)
+        return _measure(plan, trace, self.cluster, self.reports)
 
     def _run(self, micro: int | None, cuts: Cuts | None) -> tuple[Plan, Trace]:
         return self._run_plan(self.lowered(micro, cuts))
@@ -302,7 +359,8 @@ class _Runs:
 
 def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
              costs: CostModel | None = None, steady: bool | None = None,
-             max_events: int = DEFAULT_MAX_EVENTS, collapse: bool = True) -> SimResult:
+             max_events: int = DEFAULT_MAX_EVENTS, collapse: bool = True,
+             reports: bool = True, two_point: bool = False) -> SimResult:
     """Simulate one training iteration of `scenario` on hardware profile `hw`.
 
     `costs` replaces the cost model of `simulator.cost` (tests inject closed forms);
@@ -311,7 +369,11 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     has micro-batches to spare; False: never; None: when `budget.shortened_run` says so).
     When the shortened runs were chosen by the budget but do not repeat exactly, simulating
     every micro-batch is refused (InputError) above `max_events` events. `collapse`: run
-    identical consecutive gradient buckets as one task (`_Runs`); False: one each."""
+    identical consecutive gradient buckets as one task (`_Runs`); False: one each.
+    `two_point=True` (with steady=True) extends GPipe's steady state too (two insertion
+    points, `engine.steady`). `reports=False` leaves out what only the reports show
+    (critical_path and jitter are None; a sweep's rows do not hold them); every other
+    figure is the same."""
     t0 = time.perf_counter()
     _check(scenario, fidelity)
     injected = costs
@@ -337,9 +399,9 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
             lower_with(cluster.device_costs, micro, cuts if collapse else None),
             scenario, fw, prog, mesh)
 
-    simulated = _Runs(lowered, cluster)
+    simulated = _Runs(lowered, cluster, reports)
     got = None
-    window = _window(scenario, fidelity, steady)
+    window = _window(scenario, fidelity, steady, two_point)
     if window is not None:
         got = _steady(simulated, scenario.grad_accum_steps, *window)
         if got is None and steady is None:
@@ -357,14 +419,32 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         model_flops=model, hardware_flops=hardware,
         peak_flops_per_s=cluster.mean_peak_flops_per_s(scenario.model.dtype),
         wall_s=time.perf_counter() - t0, framework=fw, critical_path=got.pace,
-        jitter=jitter_report(cluster, lower_with), steady=got.steady)
+        jitter=jitter_report(cluster, lower_with) if reports else None, steady=got.steady)
 
 
-def _window(scenario: Scenario, fidelity: str, steady: bool | None) -> tuple[int, int] | None:
-    """(shortened micro-batches, period) to try, per the `steady` argument of simulate."""
+# GPipe (Huang et al. 2019, Fig. 2c: all forwards, then all backwards) has no period that
+# one insertion point describes (schedule.pipeline.STEADY_PERIODS leaves it out, so `run`
+# simulates it in full), but a micro-batch more inserts one forward and one backward on
+# every stage (engine.steady, insertions=2). A sweep (two_point=True) extends it from runs of
+# GPIPE_SHORT and GPIPE_SHORT + 1 micro-batches; runs that do not repeat yet (a stage whose
+# memory peak is still a transfer's buffer rather than the activations it holds, which
+# `_grown_peak` asks for) are retried with twice as many (`_steady`).
+GPIPE_SHORT = STEADY_PERIODS_KEPT
+
+
+def _window(scenario: Scenario, fidelity: str, steady: bool | None, two_point: bool = False
+            ) -> tuple[int, int, int] | None:
+    """(shortened micro-batches, period, insertion points) to try, per the `steady` and
+    `two_point` arguments of simulate."""
     if steady is False:
         return None
     if steady is None:
-        return shortened_run(scenario, fidelity)
-    p = scenario.parallel
-    return steady_window(p.schedule, p.pipeline, scenario.grad_accum_steps, p.virtual_stages)
+        window = shortened_run(scenario, fidelity)
+        return None if window is None else (*window, 1)
+    p, micro = scenario.parallel, scenario.grad_accum_steps
+    window = steady_window(p.schedule, p.pipeline, micro, p.virtual_stages)
+    if window is not None:
+        return (*window, 1)
+    if two_point and p.schedule == "gpipe" and micro > 2 * GPIPE_SHORT + 1:
+        return GPIPE_SHORT, 1, 2
+    return None

@@ -48,16 +48,6 @@ class _Model:
         self.link_free: dict[tuple[int, str], float] = {}
         self.arrivals: dict[int, list] = {}
 
-    def _pending(self, deps: tuple[int, ...]) -> Generator:
-        """Wait for every dependency that has not finished yet."""
-        done = self.done
-        for dep in deps:
-            if done[dep] is None:
-                event = self.waiters.get(dep)
-                if event is None:
-                    event = self.waiters[dep] = self.env.event()
-                yield event
-
     def _rendezvous(self, task: Task) -> Generator:
         """Wait until all group_size members of the collective have arrived."""
         entry = self.arrivals.setdefault(task.group, [0, self.env.event()])
@@ -74,17 +64,21 @@ class _Model:
         # where nothing waits (each task records when it was ready and which dependency,
         # finishing last after that, held it back: -1 for none)
         env, tasks, done, ready = self.env, self.plan.tasks, self.done, self.ready
-        link_free, waiters, blocker = self.link_free, self.waiters, self.blocker
+        link_free, waiters, blocker, starts = self.link_free, self.waiters, self.blocker, \
+            self.start
+        timeout, event_of = env.timeout, env.event
         scheduled = 0
         for tid in tids:
             task = tasks[tid]
             latest = ready[tid] = env.now
             deps = task.deps
             if deps:
-                for dep in deps:
+                for dep in deps:  # wait for each one not finished yet
                     if done[dep] is None:
-                        yield from self._pending(deps)
-                        break
+                        event = waiters.get(dep)
+                        if event is None:
+                            event = waiters[dep] = event_of()
+                        yield event
                 held = -1
                 for dep in deps:
                     if done[dep] > latest:  # type: ignore[operator]
@@ -98,11 +92,11 @@ class _Model:
                 key = (task.device, task.link)
                 start = max(start, link_free.get(key, 0.0))
                 link_free[key] = start + duration
-            self.start[tid] = start
+            starts[tid] = start
             end = start + duration
             if end > now:
                 scheduled += 1
-                yield env.timeout(end - now)
+                yield timeout(end - now)
             done[tid] = end
             event = waiters.pop(tid, None)
             if event is not None:
@@ -118,8 +112,10 @@ def run(plan: Plan) -> Trace:
     for _device, _name, tids in plan.streams:
         model.env.process(model.stream(tids))
     model.env.run()
-    unfinished = [t for t, d in enumerate(model.done) if d is None]
-    assert not unfinished, f"deadlock: {len(unfinished)} tasks never ran, first {unfinished[0]}"
+    if None in model.done:
+        unfinished = [t for t, d in enumerate(model.done) if d is None]
+        raise AssertionError(f"deadlock: {len(unfinished)} tasks never ran, first "
+                             f"{unfinished[0]}")
     return Trace(start=tuple(model.start), end=tuple(model.done),  # type: ignore[arg-type]
                  ready=tuple(model.ready), blocker=tuple(model.blocker),
                  events=model.scheduled, wall_s=time.perf_counter() - t0)

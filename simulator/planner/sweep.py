@@ -189,11 +189,13 @@ def _simulated(spec: SweepSpec, config: Config) -> dict[str, Any]:
     from simulator.simulate import simulate
 
     scenario, hw_path, hw_o = _load(spec, config.overrides)
-    # a sweep extends every steady state it can (exact, or simulated in full), not only
-    # the runs too long to simulate: thousands of configurations are its routine
+    # a sweep extends every steady state it can (exact, or simulated in full), GPipe's
+    # too, not only the runs too long to simulate: thousands of configurations are its
+    # routine; what only the reports show (critical path, jitter) is not in a row
     with memoised_programs(_PROGRAMS):
         result = simulate(scenario, _profile(hw_path, hw_o), spec.fidelity,
-                          costs=_costs(hw_path, hw_o), steady=True)
+                          costs=_costs(hw_path, hw_o), steady=True, reports=False,
+                          two_point=True)
     return _metrics(summary(result))
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 
 from simulator.engine.trace import Trace
 from simulator.schedule.tasks import CATEGORIES as TASK_CATEGORIES
@@ -26,8 +27,8 @@ from simulator.schedule.tasks import Plan, Task
 CATEGORIES: tuple[str, ...] = (*TASK_CATEGORIES, "framework_overhead")
 
 __all__ = ["BREAKDOWN_KEYS", "MemoryPeak", "iteration_time", "slowest_device", "breakdown",
-           "by_device", "device_end", "memory_timeline", "memory_peak", "device_comm",
-           "comm_volumes"]
+           "by_device", "device_end", "memory_timeline", "memory_peak", "device_peak",
+           "pick_peak", "device_comm", "device_comms", "comm_volumes"]
 
 BREAKDOWN_KEYS = ("compute", "recompute", "comm_exposed", "bubble", "offload_exposed",
                   "optimizer")
@@ -48,12 +49,13 @@ def by_device(plan: Plan) -> dict[int, list[Task]]:
 
 
 def device_end(plan: Plan, trace: Trace) -> dict[int, float]:
-    """Latest end of any task, per simulated device."""
+    """Latest end of any task, per simulated device: the end of the last task of one of
+    its streams (a stream runs its tasks one after another)."""
     out = dict.fromkeys(plan.devices, 0.0)
     end = trace.end
-    for task in plan.tasks:
-        if end[task.tid] > out[task.device]:
-            out[task.device] = end[task.tid]
+    for device, _, tids in plan.streams:
+        if tids and end[tids[-1]] > out[device]:
+            out[device] = end[tids[-1]]
     return out
 
 
@@ -151,8 +153,10 @@ class MemoryPeak:
     by_category: tuple[tuple[str, float], ...]
 
 
-def _device_peak(plan: Plan, trace: Trace, device: int, tasks: list[Task]) -> MemoryPeak:
-    """The first time `device` reaches its highest allocation, and its composition then."""
+def device_peak(plan: Plan, trace: Trace, device: int, tasks: list[Task]
+                ) -> tuple[MemoryPeak, int]:
+    """The first time `device` reaches its highest allocation, its composition then, and
+    the task whose allocation or free reached it (-1: the model states at t=0)."""
     index = plan.devices.index(device)
     slot = {c: i for i, c in enumerate(CATEGORIES)}
     current = [0.0] * len(CATEGORIES)
@@ -166,14 +170,28 @@ def _device_peak(plan: Plan, trace: Trace, device: int, tasks: list[Task]) -> Me
         for cat, nbytes in task.free:
             changes.append((end[task.tid], 0, task.tid, slot[cat], -nbytes))
     changes.sort()
-    total = best = sum(current)
-    best_time, best_state = 0.0, list(current)
-    for when, _, _, i, delta in changes:
+    # the running total (added up in the same order as the composition), its first maximum
+    totals = list(accumulate([c[4] for c in changes], initial=sum(current)))
+    best = max(totals)
+    at = totals.index(best)
+    for _, _, _, i, delta in changes[:at]:
         current[i] += delta
-        total += delta
-        if total > best:
-            best, best_time, best_state = total, when, list(current)
-    return MemoryPeak(device, best_time, best, tuple(zip(CATEGORIES, best_state)))
+    when, tid = (changes[at - 1][0], changes[at - 1][2]) if at else (0.0, -1)
+    return MemoryPeak(device, when, best, tuple(zip(CATEGORIES, current))), tid
+
+
+def pick_peak(peaks: list[MemoryPeak], capacity: Callable[[int], float] | None = None
+              ) -> MemoryPeak:
+    """The highest of the devices' `peaks` (the first among equals); with `capacity` (bytes
+    of each device, where they differ), the peak that fills its device the most."""
+    best: MemoryPeak | None = None
+    best_fill = 0.0
+    for peak in peaks:
+        fill = peak.peak_bytes / capacity(peak.device) if capacity else peak.peak_bytes
+        if best is None or fill > best_fill:
+            best, best_fill = peak, fill
+    assert best is not None
+    return best
 
 
 def memory_peak(plan: Plan, trace: Trace, grouped: dict[int, list[Task]],
@@ -181,15 +199,13 @@ def memory_peak(plan: Plan, trace: Trace, grouped: dict[int, list[Task]],
     """The highest allocation peak over the simulated devices (lowest rank among equals);
     with `capacity` (bytes of each device, where they differ), the peak that fills its
     device the most."""
-    best: MemoryPeak | None = None
-    best_fill = 0.0
-    for device in plan.devices:
-        peak = _device_peak(plan, trace, device, grouped[device])
-        fill = peak.peak_bytes / capacity(device) if capacity else peak.peak_bytes
-        if best is None or fill > best_fill:
-            best, best_fill = peak, fill
-    assert best is not None
-    return best
+    return pick_peak([device_peak(plan, trace, d, grouped[d])[0] for d in plan.devices],
+                     capacity)
+
+
+def device_comms(plan: Plan, grouped: dict[int, list[Task]]) -> dict[int, dict[str, float]]:
+    """`device_comm` of every simulated device."""
+    return {d: device_comm(grouped[d]) for d in plan.devices}
 
 
 def device_comm(tasks: list[Task]) -> dict[str, float]:
@@ -201,8 +217,12 @@ def device_comm(tasks: list[Task]) -> dict[str, float]:
     return out
 
 
-def comm_volumes(plan: Plan, grouped: dict[int, list[Task]]) -> tuple[int, dict[str, float]]:
-    """(device, its bytes per collective) for the device that communicates the most."""
-    per = {d: device_comm(grouped[d]) for d in plan.devices}
+def comm_volumes(plan: Plan, grouped: dict[int, list[Task]],
+                 per: dict[int, dict[str, float]] | None = None
+                 ) -> tuple[int, dict[str, float]]:
+    """(device, its bytes per collective) for the device that communicates the most;
+    `per`: `device_comms` when the caller has it."""
+    if per is None:
+        per = device_comms(plan, grouped)
     device = max(plan.devices, key=lambda d: (sum(per[d].values()), -d))
     return device, per[device]
