@@ -36,23 +36,15 @@ from simulator.budget import (
 )
 from simulator.engine.blocks import cuts_needed
 from simulator.engine.core import run
-from simulator.engine.steady import Splice, splice
+from simulator.engine.steady import splice
 from simulator.engine.trace import Trace
 from simulator.errors import InputError
 from simulator.framework.apply import fp8_recipe, with_auto_fusion, with_framework_memory
 from simulator.framework.load import framework_for
 from simulator.framework.schema import FrameworkProfile
-from simulator.heterogeneous import Cluster, jitter_report, pace_report
+from simulator.heterogeneous import Cluster, jitter_report
 from simulator.report.metrics import (
-    BREAKDOWN_KEYS,
     MemoryPeak,
-    breakdown,
-    by_device,
-    comm_volumes,
-    device_comms,
-    device_end,
-    device_peak,
-    pick_peak,
 )
 from simulator.scenario.schema import Scenario, TransformerModel
 from simulator.schedule.costs import CostModel
@@ -61,21 +53,10 @@ from simulator.schedule.lowering import FIDELITIES, Cuts, lower
 from simulator.schedule.model_program import transformer_program
 from simulator.schedule.pipeline import STEADY_PERIODS_KEPT, steady_window
 from simulator.schedule.program import TransformerProgram
-from simulator.schedule.tasks import Plan, Task
+from simulator.schedule.tasks import Plan
+from simulator.steady_runs import Measured, Steady, extend, measure
 
 __all__ = ["SimResult", "Steady", "simulate"]
-
-
-@dataclass(frozen=True)
-class Steady:
-    """How a result was extended from two shortened runs: `plan` and `trace` of the
-    SimResult are the run of `simulated` + `period` micro-batches; each of `repeats` more
-    periods of `period` micro-batches took `period_s`."""
-
-    simulated: int
-    period: int
-    period_s: float
-    repeats: int
 
 
 @dataclass(frozen=True)
@@ -141,158 +122,11 @@ def _graph_program(scenario: Scenario):
         raise InputError(scenario.source, strategy_key(scenario, exc), str(exc)) from None
 
 
-@dataclass(frozen=True)
-class _Measured:
-    """What a SimResult reads from a simulated (or extended) iteration."""
-
-    plan: Plan
-    trace: Trace
-    iteration_time_s: float
-    slowest: int
-    breakdown_s: dict[str, float]
-    memory: MemoryPeak
-    comm_device: int
-    comm_bytes: dict[str, float]
-    pace: dict[str, Any] | None  # None: not asked for (simulate's reports=False)
-    steady: Steady | None = None
-    # of a simulated run, for extending it: each device's tasks, bytes per collective,
-    # memory peak and the task that reached it
-    grouped: dict[int, list[Task]] | None = None
-    comms: dict[int, dict[str, float]] | None = None
-    peaks: dict[int, tuple[MemoryPeak, int]] | None = None
-
-
-def _measure(plan: Plan, trace: Trace, cluster: Cluster, reports: bool = True) -> _Measured:
-    grouped = by_device(plan)
-    ends = device_end(plan, trace)
-    slowest = max(plan.devices, key=lambda d: (ends[d], -d))
-    comms = device_comms(plan, grouped)
-    comm_dev, comm = comm_volumes(plan, grouped, comms)
-    peaks = {d: device_peak(plan, trace, d, grouped[d]) for d in plan.devices}
-    return _Measured(plan, trace, ends[slowest], slowest,
-                     breakdown(plan, trace, slowest, ends[slowest]),
-                     pick_peak([p for p, _ in peaks.values()], cluster.capacity_bytes),
-                     comm_dev, comm, pace_report(cluster, plan, trace) if reports else None,
-                     grouped=grouped, comms=comms, peaks=peaks)
-
-
-def _pace(a: _Measured, b: _Measured, n: int, time_s: float) -> dict[str, Any] | None:
-    """Who set the pace of the extended run: the same device as in both short runs, its
-    kernel time and the transfer time on the critical path growing by one period's each
-    period; None when the short runs disagree on the device."""
-    pa, pb = a.pace, b.pace
-    if pa is None or pb is None or pa["simulated_device"] != pb["simulated_device"]:
-        return None
-    out = dict(pb)
-    for key in ("compute_on_path_s", "comm_on_path_s"):
-        out[key] = pa[key] + n * (pb[key] - pa[key])
-    out["share_of_iteration"] = out["compute_on_path_s"] / time_s if time_s > 0 else 0.0
-    return out
-
-
-def _line(a: dict[Any, float], b: dict[Any, float], n: int) -> dict[Any, float]:
-    """a + n (b - a), key by key: a quantity that grows by (b - a) per period."""
-    return {k: a.get(k, 0.0) + n * (b.get(k, 0.0) - a.get(k, 0.0)) for k in {**a, **b}}
-
-
-def _net_bytes(plan: Plan) -> dict[tuple[int, str], float]:
-    """Bytes each device still holds per category when its tasks are done."""
-    out: dict[tuple[int, str], float] = {}
-    get = out.get
-    for task in plan.tasks:
-        alloc, free = task.alloc, task.free
-        if alloc != free:  # a transfer frees the buffer it allocated: nothing held
-            dev = task.device
-            for cat, nbytes in alloc:
-                out[(dev, cat)] = get((dev, cat), 0.0) + nbytes
-            for cat, nbytes in free:
-                out[(dev, cat)] = get((dev, cat), 0.0) - nbytes
-    return out
-
-
-def _peak(a: _Measured, b: _Measured, sp: Splice, n: int) -> MemoryPeak | None:
-    """The memory peak of the extended run: the same as both short runs' when a period
-    leaves no memory behind (each repeats the same allocation levels); None otherwise."""
-    pa, pb = a.memory, b.memory
-    tol = 1e-9 * max(1.0, pa.peak_bytes)
-    net_a, net_b = _net_bytes(a.plan), _net_bytes(b.plan)
-    if any(abs(net_a.get(k, 0.0) - net_b.get(k, 0.0)) > tol for k in {**net_a, **net_b}):
-        return None
-    if pa.device != pb.device or abs(pa.peak_bytes - pb.peak_bytes) > tol:
-        return None
-    ttol = 1e-9 * max(1.0, b.iteration_time_s)
-    if abs(pb.time_s - pa.time_s) <= ttol:
-        return pa
-    if abs(pb.time_s - pa.time_s - sp.period_s) <= ttol:  # first reached in the cool-down
-        return replace(pa, time_s=pa.time_s + n * sp.period_s)
-    return None
-
-
-def _stash(tasks: list[Task], micro: int) -> float:
-    """Bytes the forward of micro-batch `micro` leaves allocated (its activations, held
-    until its backward), of a device's `tasks`."""
-    return sum(sum(n for _, n in t.alloc) - sum(n for _, n in t.free) for t in tasks
-               if t.micro == micro and t.phase == "fwd")
-
-
-def _grown_peak(a: _Measured, b: _Measured, n: int,
-                capacity: Callable[[int], float] | None) -> MemoryPeak | None:
-    """The memory peak of GPipe's extended run: on each device, where B's peak is A's one
-    (the same task, or its copy a micro-batch on) grown by exactly one micro-batch's
-    activations, each further micro-batch adds them again and no other moment of the run
-    grows faster (each holds at most every stash), so the peak stays at that task, its
-    time moving as B's did from A's; None otherwise."""
-    assert a.peaks is not None and b.peaks is not None and b.grouped is not None
-    gb = b.grouped
-    peaks = []
-    for d in b.plan.devices:
-        (pa, xa), (pb, xb) = a.peaks[d], b.peaks[d]
-        ta, tb = a.plan.tasks[xa], b.plan.tasks[xb]
-        grow = pb.peak_bytes - pa.peak_bytes
-        stash = _stash(gb[d], a.plan.micro_batches)
-        if (min(xa, xb) < 0 or ta[1:5] != tb[1:5] or tb.micro - ta.micro not in (0, 1)
-                or not stash > 0 or abs(grow - stash) > 1e-9 * pb.peak_bytes):
-            return None
-        parts = _line(dict(pa.by_category), dict(pb.by_category), n)
-        peaks.append(MemoryPeak(d, pa.time_s + n * (pb.time_s - pa.time_s),
-                                pa.peak_bytes + n * grow,
-                                tuple((c, parts[c]) for c, _ in pa.by_category)))
-    return pick_peak(peaks, capacity)
-
-
-def _breakdown(m: _Measured, device: int, end: float) -> dict[str, float]:
-    """`breakdown` of `device` in run m (the one `_measure` took when it is m's slowest)."""
-    if device == m.slowest and end == m.iteration_time_s:
-        return m.breakdown_s
-    return breakdown(m.plan, m.trace, device, end)
-
-
-def _extend(a: _Measured, b: _Measured, sp: Splice, n: int,
-            capacity: Callable[[int], float] | None = None) -> _Measured | None:
-    """The run of n more periods than A, from A and B = A with one period inserted."""
-    peak = _peak(a, b, sp, n) if sp.middle_s is None else _grown_peak(a, b, n, capacity)
-    ends_a, ends_b = device_end(a.plan, a.trace), device_end(b.plan, b.trace)
-    ends = _line(ends_a, ends_b, n)
-    slowest = max(b.plan.devices, key=lambda d: (ends[d], -d))
-    pace = _pace(a, b, n, ends[slowest])
-    if peak is None or (pace is None and a.pace is not None):
-        return None
-    parts = _line(_breakdown(a, slowest, ends_a[slowest]),
-                  _breakdown(b, slowest, ends_b[slowest]), n)
-    assert a.comms is not None and b.comms is not None
-    comm = {d: _line(a.comms[d], b.comms[d], n) for d in b.plan.devices}
-    comm_dev = max(b.plan.devices, key=lambda d: (sum(comm[d].values()), -d))
-    steady = Steady(a.plan.micro_batches, sp.micro_period, sp.period_s, n)
-    return _Measured(b.plan, b.trace, ends[slowest], slowest,
-                     {k: parts[k] for k in BREAKDOWN_KEYS}, peak, comm_dev,
-                     {k: comm[comm_dev][k] for k in b.comms[comm_dev]}, pace, steady)
-
-
 STEADY_TRIES = 4  # shortened runs tried at most (19 to 152 micro-batches for GPT-3 175B)
 
 
 def _steady(simulated: _Runs, micro: int, short: int, period: int,
-            insertions: int = 1) -> _Measured | None:
+            insertions: int = 1) -> Measured | None:
     """The iteration of `micro` micro-batches extended from shortened runs, or None when
     no shortened run repeats exactly (see the module docstring). A run that has not reached
     its steady state yet (a queue still filling) is retried with twice the micro-batches
@@ -305,7 +139,7 @@ def _steady(simulated: _Runs, micro: int, short: int, period: int,
         a = simulated.measure(*simulated(short))
         b = simulated.measure(*simulated(short + period))
         sp = splice(a.plan, a.trace, b.plan, b.trace, insertions)
-        ext = None if sp is None else _extend(a, b, sp, (micro - short) // period,
+        ext = None if sp is None else extend(a, b, sp, (micro - short) // period,
                                               simulated.cluster.capacity_bytes)
         if ext is not None:
             return ext
@@ -328,8 +162,8 @@ class _Runs:
         self.lowered, self.cluster, self.reports = lowered, cluster, reports
         self.events = 0
 
-    def measure(self, plan: Plan, trace: Trace) -> _Measured:
-        return _measure(plan, trace, self.cluster, self.reports)
+    def measure(self, plan: Plan, trace: Trace) -> Measured:
+        return measure(plan, trace, self.cluster, self.reports)
 
     def _run(self, micro: int | None, cuts: Cuts | None) -> tuple[Plan, Trace]:
         return self._run_plan(self.lowered(micro, cuts))
