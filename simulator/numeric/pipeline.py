@@ -26,10 +26,11 @@ from simulator.numeric.execute import (
     _collect,
     _forward_op,
 )
+from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.plan import ShardingPlan
 
 __all__ = ["SendFaults", "StagedRun", "SendKey", "PipelineSplit", "stage_split",
-           "reference_sends"]
+           "reference_sends", "transformer_split"]
 
 SendKey = tuple[str, int, int, str]  # (direction 'fwd' | 'bwd', from stage, to stage, tensor)
 
@@ -104,7 +105,8 @@ class StagedRun:
                  batch: dict[str, np.ndarray], loss_scale: float, on_op=None,
                  batch_offset: int = 0, backward: bool = True,
                  recompute: Recompute | None = None) -> dict[str, DistTensor]:
-        assert recompute is None, "recompute is not run on pipeline stages of a graph"
+        assert recompute is None, "recompute is not run on separate pipeline stages"
+        clear_saved()  # what a forward keeps for its backward is this micro-batch's only
         self._calls += 1
         plan, n = self.plan, self.stages
         exs = [Execution(plan, ex.faults, comm_log=ex.comm_log, vectorised=ex.vectorised)
@@ -118,9 +120,20 @@ class StagedRun:
                 if name in reads[s]:
                     e.values[name] = distribute(full, plan.layouts[name], plan.mesh)
         saved = self._forward(exs, on_op)
-        if not backward:
-            return {}
-        return self._backward(exs, saved, params, loss_scale)
+        out = self._backward(exs, saved, params, loss_scale) if backward else {}
+        clear_saved()
+        return out
+
+    def _tied(self, ex: Execution, name: str, later: DistTensor, own: DistTensor,
+              stages: tuple[int, int]) -> DistTensor:
+        """A weight read on two stages (the LM head tied to the embedding): the later
+        stage's gradient sent to the earlier and summed there, as Megatron-LM's
+        `_allreduce_word_embedding_grads` all-reduces it over the embedding group
+        (megatron/core/distributed/finalize_model_grads.py); both copies then take the same
+        update. The sum is in the later stage's layout, as one device sums the two
+        contributions (the head's first)."""
+        got = self._send(later, ("bwd", stages[0], stages[1], name))
+        return add(got, ex.move(own, got.layout, forward=False))
 
     def _forward(self, exs: list[Execution], on_op) -> dict[int, list[DistTensor]]:
         plan = self.plan
@@ -150,13 +163,17 @@ class StagedRun:
         grads[-1][plan.graph.loss] = {layout: distribute(np.full(loss.shape, loss_scale),
                                                          layout, plan.mesh)}
         out: dict[str, DistTensor] = {}
+        held: dict[str, int] = {}  # the stage whose gradient `out` holds
         for s in reversed(range(n)):
             for k in reversed(self._ops(s)):
                 _backward_op(exs[s], plan.ops[k], saved[k], grads[s])
             for name in [m for m in grads[s] if m in params]:
                 total = _collect(exs[s], name, grads[s], None)
-                if total is not None:
-                    out[name] = total
+                if total is None:
+                    continue
+                if name in out:  # a weight read on two stages: the tied embedding
+                    total = self._tied(exs[s], name, out[name], total, (held[name], s))
+                out[name], held[name] = total, s
             assert s > 0 or not grads[s], "gradients left for activations of no stage"
             for name, slots in grads[s].items():  # activations of earlier stages
                 for lay, g in slots.items():
@@ -203,3 +220,54 @@ def reference_sends(graph, stage_of: dict[str, int], params: dict[str, np.ndarra
     dist = {n: distribute(v, plan.layouts[n], plan.mesh) for n, v in params.items()}
     run(Execution(plan), dist, batch, loss_scale)
     return run.received
+
+
+def _layer_of(op_name: str) -> int | None:
+    """The transformer layer an operator of `build_gpt` belongs to (`l3.q`: 3); None for
+    the embedding and the head."""
+    head, dot, _ = op_name.partition(".")
+    return int(head[1:]) if dot and head[:1] == "l" and head[1:].isdigit() else None
+
+
+def _run_layers(scenario, chunks: int, hw) -> tuple[int, ...]:
+    """Layers of each virtual stage as `run` assigns them: `parallel.pipeline_layers`, or
+    the split `stage_work` prices on the profile `hw` (without one: an even split whose
+    remainder goes to the earliest stages, `stage_layers` with equal weights)."""
+    from simulator.schedule.stages import stage_layers, stage_work
+
+    p, m = scenario.parallel, scenario.model
+    unit = m.moe.every if m.moe else 1
+    if p.pipeline_layers is not None or hw is None:
+        return tuple(n * unit for n in stage_layers(scenario, chunks, 1.0, 0.0, 0.0, unit))
+    from simulator.framework.apply import fp8_recipe
+    from simulator.framework.load import framework_for
+    from simulator.schedule.costs import CostModel
+    from simulator.schedule.layout import rank_mesh
+    from simulator.schedule.model_program import transformer_program
+
+    fw = framework_for(scenario, hw)
+    prog = transformer_program(scenario, fw.software, hw.compute_units,
+                               fp8_recipe(scenario, fw))
+    return tuple(w.layers for w in stage_work(scenario, prog, rank_mesh(scenario),
+                                              CostModel.from_hardware(hw)))
+
+
+def transformer_split(scenario, graph, hw=None, faults: SendFaults | None = None
+                      ) -> PipelineSplit:
+    """{operator: virtual stage} of a transformer pipeline's verify graph (`build_gpt`):
+    the embedding with the first virtual stage's layers, the final norm, LM head and loss
+    with the last's (Megatron-LM's split). With the scenario's own layer count, its layers
+    as `run` assigns them (`_run_layers`); a shrunk model keeps one block of layers (one
+    MoE period) per virtual stage."""
+    p = scenario.parallel
+    chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
+    layers = {n for n in map(_layer_of, (op.name for op in graph.ops)) if n is not None}
+    counts = (_run_layers(scenario, chunks, hw) if len(layers) == scenario.model.layers
+              else (len(layers) // chunks,) * chunks)
+    bounds = np.cumsum(counts)
+    stage_of = {}
+    for op in graph.ops:
+        layer = _layer_of(op.name)
+        stage_of[op.name] = (0 if op.name.startswith("embed") else chunks - 1) \
+            if layer is None else int(np.searchsorted(bounds, layer, side="right"))
+    return PipelineSplit(stage_of, p.pipeline, faults or SendFaults())
