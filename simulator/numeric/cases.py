@@ -2,9 +2,7 @@
 
 Large scenarios are shrunk to small dimensions with the same parallel configuration; the
 case says what changed. A pipeline runs each stage on devices of its own
-(`numeric.pipeline`); a shrunk transformer keeps one block of layers per virtual stage. A
-transformer pipeline with activation recompute is verified as the sequential composition
-of its stages (a stage boundary is a point-to-point copy, which moves values unchanged).
+(`numeric.pipeline`); a shrunk transformer keeps one block of layers per virtual stage.
 """
 
 from __future__ import annotations
@@ -30,12 +28,8 @@ __all__ = ["VerifyCase", "build_case", "staged_pipeline"]
 
 
 def staged_pipeline(s: Scenario) -> bool:
-    """Whether `verify` runs a transformer's pipeline stages on devices of their own (not
-    yet with activation recompute, which `numeric.pipeline.StagedRun` does not run)."""
-    from simulator.schedule.model_program import recomputed_ops
-
-    return (isinstance(s.model, TransformerModel) and s.parallel.pipeline > 1
-            and recomputed_ops(s.parallel.recompute) is None)
+    """Whether `verify` runs a transformer's pipeline stages on devices of their own."""
+    return isinstance(s.model, TransformerModel) and s.parallel.pipeline > 1
 
 
 def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
@@ -139,9 +133,6 @@ def build_case(s: Scenario, fused_attention: bool = False) -> VerifyCase:
     `fused_attention`: the hardware profile's default for `model.attention: auto`."""
     m = s.model
     notes: list[str] = []
-    if s.parallel.pipeline > 1 and isinstance(m, TransformerModel) and not staged_pipeline(s):
-        notes.append(f"pipeline={s.parallel.pipeline} verified as the sequential composition "
-                     "of its stages (activation recompute is not run on separate stages)")
     if isinstance(m, TransformerModel):
         case = _transformer(s, m, uses_flash(s, fused_attention))
     else:

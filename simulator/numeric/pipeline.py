@@ -14,6 +14,7 @@ single-device run; `SendFaults` drops or corrupts one of them (mutation tests).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,6 +26,8 @@ from simulator.numeric.execute import (
     _backward_op,
     _collect,
     _forward_op,
+    _regather,
+    _segments,
 )
 from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.plan import ShardingPlan
@@ -78,6 +81,10 @@ class StagedRun:
     received: dict[SendKey, np.ndarray] = field(default_factory=dict)
     sends: int = 0
     _calls: int = 0
+    # this micro-batch's recompute: the runs of ops re-run before their backward
+    # ({last op: run}), the regather of sharded parameters, each stage's forward cache
+    _runs: dict[int, list[int]] = field(default_factory=dict)
+    _rerun: tuple = (None, None, [])
 
     @property
     def stages(self) -> int:
@@ -104,8 +111,11 @@ class StagedRun:
     def __call__(self, ex: Execution, params: dict[str, DistTensor],
                  batch: dict[str, np.ndarray], loss_scale: float, on_op=None,
                  batch_offset: int = 0, backward: bool = True,
-                 recompute: Recompute | None = None) -> dict[str, DistTensor]:
-        assert recompute is None, "recompute is not run on separate pipeline stages"
+                 recompute: Recompute | None = None,
+                 gather: Callable[[str], DistTensor | None] | None = None
+                 ) -> dict[str, DistTensor]:
+        """`recompute` and `gather` as `run_microbatch`'s: a run of recomputed ops lies in
+        one checkpointed block, which one stage holds."""
         clear_saved()  # what a forward keeps for its backward is this micro-batch's only
         self._calls += 1
         plan, n = self.plan, self.stages
@@ -119,7 +129,15 @@ class StagedRun:
             for name, full in batch.items():
                 if name in reads[s]:
                     e.values[name] = distribute(full, plan.layouts[name], plan.mesh)
-        saved = self._forward(exs, on_op)
+        caches: list[dict] = [{} for _ in range(n)]
+        saved = self._forward(exs, on_op, caches)
+        self._runs = _segments(plan, recompute) if recompute is not None and backward else {}
+        for run in self._runs.values():
+            assert len({self.stage_of[plan.ops[k].op.name] for k in run}) == 1
+            for k in run:  # nothing of a recomputed op is kept for the backward
+                saved[k] = None
+        ex.recomputed_ops += sum(len(run) for run in self._runs.values())
+        self._rerun = (recompute, gather, caches)
         out = self._backward(exs, saved, params, loss_scale) if backward else {}
         clear_saved()
         return out
@@ -135,9 +153,20 @@ class StagedRun:
         got = self._send(later, ("bwd", stages[0], stages[1], name))
         return add(got, ex.move(own, got.layout, forward=False))
 
-    def _forward(self, exs: list[Execution], on_op) -> dict[int, list[DistTensor]]:
+    def _again(self, ex: Execution, k: int, stage: int, saved: dict) -> None:
+        """The run of recomputed ops ending at op `k` run forward again on its stage (its
+        redistributions again, or their kept results; its parameters gathered again)."""
+        rc, gather, caches = self._rerun
+        again = {} if rc.collectives else caches[stage]
+        if rc.gathers and gather is not None:
+            again = _regather(ex, [self.plan.ops[j] for j in self._runs[k]], gather, again)
+        for j in self._runs[k]:
+            saved[j] = _forward_op(ex, self.plan.ops[j], again)
+
+    def _forward(self, exs: list[Execution], on_op, caches: list[dict]
+                 ) -> dict[int, list[DistTensor] | None]:
         plan = self.plan
-        saved: dict[int, list[DistTensor]] = {}
+        saved: dict[int, list[DistTensor] | None] = {}
         made: dict[str, int] = {}
         for s, e in enumerate(exs):
             if s > 0:
@@ -145,7 +174,7 @@ class StagedRun:
                     if any(self.stage_of[c.name] >= s for c in plan.graph.consumers(name)):
                         e.values[name] = self._send(exs[s - 1].values[name],
                                                     ("fwd", s - 1, s, name))
-            cache: dict = {}
+            cache = caches[s]
             for k in self._ops(s):
                 p = plan.ops[k]
                 saved[k] = _forward_op(e, p, cache)
@@ -154,7 +183,7 @@ class StagedRun:
                     on_op(p.op.output, e.values[p.op.output])
         return saved
 
-    def _backward(self, exs: list[Execution], saved: dict[int, list[DistTensor]],
+    def _backward(self, exs: list[Execution], saved: dict[int, list[DistTensor] | None],
                   params: dict[str, DistTensor], loss_scale: float) -> dict[str, DistTensor]:
         plan, n = self.plan, self.stages
         loss = exs[-1].values[plan.graph.loss]
@@ -166,7 +195,11 @@ class StagedRun:
         held: dict[str, int] = {}  # the stage whose gradient `out` holds
         for s in reversed(range(n)):
             for k in reversed(self._ops(s)):
-                _backward_op(exs[s], plan.ops[k], saved[k], grads[s])
+                if k in self._runs:
+                    self._again(exs[s], k, s, saved)
+                ins = saved[k]
+                assert ins is not None
+                _backward_op(exs[s], plan.ops[k], ins, grads[s])
             for name in [m for m in grads[s] if m in params]:
                 total = _collect(exs[s], name, grads[s], None)
                 if total is None:

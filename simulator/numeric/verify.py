@@ -249,7 +249,7 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
         if any(v >= 3 for v in levels.values()):
             params = {n: _gather(ex, plan, n, t) if levels[n] >= 3 else t
                       for n, t in held.items()}
-        extra = {} if runner is not run_microbatch else {"gather": lambda n: _gather(
+        extra = {"gather": lambda n: _gather(
             ex, plan, n, held[n], again=True) if levels.get(n, 0) >= 3 else None}
         local = runner(ex, params, batch, 1.0 / len(batches), record if i == 0 else None,
                        batch_offset=i * rows, recompute=recompute, **extra)
