@@ -1,5 +1,6 @@
-"""Pipeline stages of an operator graph (mlp, resnet, graph) on devices of their own in
-`verify`.
+"""Pipeline stages on devices of their own in `verify`: those of an operator graph (mlp,
+resnet, graph; `stage_split`) and of a transformer (`transformer_split`: the embedding with
+the first stage's layers, the head with the last's).
 
 Each virtual stage runs its operators (`schedule.graph_stages`) on an `Execution` of its own:
 its own devices (the graph's mesh, once per stage), holding only its parameters and the
@@ -9,7 +10,9 @@ the lowering pairs the ranks of adjacent stages): the activations forward, and b
 gradient contributions of the later stages' operators, each in the layout it was produced
 in, summed by the receiving stage into its own. The sends of the first micro-batch are
 recorded (what each stage received) for `verify` to check against the same sends of a
-single-device run; `SendFaults` drops or corrupts one of them (mutation tests).
+single-device run; `SendFaults` drops or corrupts one of them (mutation tests). A weight
+read on two stages (a transformer's embedding tied to its LM head) has its later stage's
+gradient sent to the earlier one and summed (`StagedRun._tied`).
 """
 
 from __future__ import annotations
