@@ -80,10 +80,10 @@ def test_missing_gradient_reduction_fails():
 def test_large_scenarios_are_shrunk_and_say_so():
     result = verify_scenario(_scenario("gpt3-175b-1024-a100"))
     assert result.ok
-    assert result.devices == 64  # data 8 x tensor 8; the 16 pipeline stages run in sequence
+    assert result.devices == 1024  # data 8 x tensor 8 on each of the 16 pipeline stages
     note = result.shrunk_note
-    assert "pipeline=16 verified as the sequential composition of its stages" in note
-    assert "shrunk to layers=2" in note and "data=8 tensor=8" in note
+    assert "pipeline=16: each stage ran on its own 64 devices" in note
+    assert "shrunk to layers=16" in note and "data=8 tensor=8" in note  # a layer a stage
 
 
 def _graph_scenario(op_overrides: dict) -> dict:

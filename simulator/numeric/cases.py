@@ -1,9 +1,8 @@
 """From a scenario to a verification case: the graph with its strategies, the mesh, the data.
 
 Large scenarios are shrunk to small dimensions with the same parallel configuration; the
-case says what changed. A transformer's pipeline stages are verified as their sequential
-composition (a stage boundary is a point-to-point copy, which moves values unchanged); an
-mlp, resnet or graph pipeline runs each stage on devices of its own (`numeric.pipeline`).
+case says what changed. A pipeline runs each stage on devices of its own
+(`numeric.pipeline`); a shrunk transformer keeps one block of layers per virtual stage.
 """
 
 from __future__ import annotations
@@ -25,7 +24,22 @@ from simulator.sharding.transformer_plan import (
     with_moe,
 )
 
-__all__ = ["VerifyCase", "build_case"]
+__all__ = ["VerifyCase", "build_case", "staged_pipeline"]
+
+
+def staged_pipeline(s: Scenario) -> bool:
+    """Whether `verify` runs a transformer's pipeline stages on devices of their own."""
+    return isinstance(s.model, TransformerModel) and s.parallel.pipeline > 1
+
+
+def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
+    """Layers a shrunk model keeps: 2, or one block (one MoE period) per virtual pipeline
+    stage when the stages run on devices of their own."""
+    if not staged_pipeline(s):
+        return min(m.layers, 2)
+    p = s.parallel
+    chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
+    return max(min(m.layers, 2), chunks * (m.moe.every if m.moe else 1))
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,7 +95,7 @@ def _small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, 
     heads = groups * (2 if m.kv_heads < m.num_heads else 1)
     unit = t * (2 * p.context if p.context > 1 else 1)  # two chunks per context rank
     seq = -(-8 // unit) * unit
-    dims = dataclasses.replace(own, layers=min(m.layers, 2), hidden=heads * 4, heads=heads,
+    dims = dataclasses.replace(own, layers=_chunk_layers(m, s), hidden=heads * 4, heads=heads,
                                kv_heads=groups, ffn=8 * t, seq=seq, vocab=8 * t,
                                batch=min(s.training.micro_batch_size, 2))
     dims, experts = _small_moe(dims, m, s)
@@ -119,9 +133,6 @@ def build_case(s: Scenario, fused_attention: bool = False) -> VerifyCase:
     `fused_attention`: the hardware profile's default for `model.attention: auto`."""
     m = s.model
     notes: list[str] = []
-    if s.parallel.pipeline > 1 and isinstance(m, TransformerModel):
-        notes.append(f"pipeline={s.parallel.pipeline} verified as the sequential composition "
-                     "of its stages")
     if isinstance(m, TransformerModel):
         case = _transformer(s, m, uses_flash(s, fused_attention))
     else:

@@ -1,5 +1,6 @@
-"""Pipeline stages of an operator graph (mlp, resnet, graph) on devices of their own in
-`verify`.
+"""Pipeline stages on devices of their own in `verify`: those of an operator graph (mlp,
+resnet, graph; `stage_split`) and of a transformer (`transformer_split`: the embedding with
+the first stage's layers, the head with the last's).
 
 Each virtual stage runs its operators (`schedule.graph_stages`) on an `Execution` of its own:
 its own devices (the graph's mesh, once per stage), holding only its parameters and the
@@ -9,11 +10,14 @@ the lowering pairs the ranks of adjacent stages): the activations forward, and b
 gradient contributions of the later stages' operators, each in the layout it was produced
 in, summed by the receiving stage into its own. The sends of the first micro-batch are
 recorded (what each stage received) for `verify` to check against the same sends of a
-single-device run; `SendFaults` drops or corrupts one of them (mutation tests).
+single-device run; `SendFaults` drops or corrupts one of them (mutation tests). A weight
+read on two stages (a transformer's embedding tied to its LM head) has its later stage's
+gradient sent to the earlier one and summed (`StagedRun._tied`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,11 +29,14 @@ from simulator.numeric.execute import (
     _backward_op,
     _collect,
     _forward_op,
+    _regather,
+    _segments,
 )
+from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.plan import ShardingPlan
 
 __all__ = ["SendFaults", "StagedRun", "SendKey", "PipelineSplit", "stage_split",
-           "reference_sends"]
+           "reference_sends", "transformer_split"]
 
 SendKey = tuple[str, int, int, str]  # (direction 'fwd' | 'bwd', from stage, to stage, tensor)
 
@@ -77,6 +84,10 @@ class StagedRun:
     received: dict[SendKey, np.ndarray] = field(default_factory=dict)
     sends: int = 0
     _calls: int = 0
+    # this micro-batch's recompute: the runs of ops re-run before their backward
+    # ({last op: run}), the regather of sharded parameters, each stage's forward cache
+    _runs: dict[int, list[int]] = field(default_factory=dict)
+    _rerun: tuple = (None, None, [])
 
     @property
     def stages(self) -> int:
@@ -103,8 +114,12 @@ class StagedRun:
     def __call__(self, ex: Execution, params: dict[str, DistTensor],
                  batch: dict[str, np.ndarray], loss_scale: float, on_op=None,
                  batch_offset: int = 0, backward: bool = True,
-                 recompute: Recompute | None = None) -> dict[str, DistTensor]:
-        assert recompute is None, "recompute is not run on pipeline stages of a graph"
+                 recompute: Recompute | None = None,
+                 gather: Callable[[str], DistTensor | None] | None = None
+                 ) -> dict[str, DistTensor]:
+        """`recompute` and `gather` as `run_microbatch`'s: a run of recomputed ops lies in
+        one checkpointed block, which one stage holds."""
+        clear_saved()  # what a forward keeps for its backward is this micro-batch's only
         self._calls += 1
         plan, n = self.plan, self.stages
         exs = [Execution(plan, ex.faults, comm_log=ex.comm_log, vectorised=ex.vectorised)
@@ -117,14 +132,44 @@ class StagedRun:
             for name, full in batch.items():
                 if name in reads[s]:
                     e.values[name] = distribute(full, plan.layouts[name], plan.mesh)
-        saved = self._forward(exs, on_op)
-        if not backward:
-            return {}
-        return self._backward(exs, saved, params, loss_scale)
+        caches: list[dict] = [{} for _ in range(n)]
+        saved = self._forward(exs, on_op, caches)
+        self._runs = _segments(plan, recompute) if recompute is not None and backward else {}
+        for run in self._runs.values():
+            assert len({self.stage_of[plan.ops[k].op.name] for k in run}) == 1
+            for k in run:  # nothing of a recomputed op is kept for the backward
+                saved[k] = None
+        ex.recomputed_ops += sum(len(run) for run in self._runs.values())
+        self._rerun = (recompute, gather, caches)
+        out = self._backward(exs, saved, params, loss_scale) if backward else {}
+        clear_saved()
+        return out
 
-    def _forward(self, exs: list[Execution], on_op) -> dict[int, list[DistTensor]]:
+    def _tied(self, ex: Execution, name: str, later: DistTensor, own: DistTensor,
+              stages: tuple[int, int]) -> DistTensor:
+        """A weight read on two stages (the LM head tied to the embedding): the later
+        stage's gradient sent to the earlier and summed there, as Megatron-LM's
+        `_allreduce_word_embedding_grads` all-reduces it over the embedding group
+        (megatron/core/distributed/finalize_model_grads.py); both copies then take the same
+        update. The sum is in the later stage's layout, as one device sums the two
+        contributions (the head's first)."""
+        got = self._send(later, ("bwd", stages[0], stages[1], name))
+        return add(got, ex.move(own, got.layout, forward=False))
+
+    def _again(self, ex: Execution, k: int, stage: int, saved: dict) -> None:
+        """The run of recomputed ops ending at op `k` run forward again on its stage (its
+        redistributions again, or their kept results; its parameters gathered again)."""
+        rc, gather, caches = self._rerun
+        again = {} if rc.collectives else caches[stage]
+        if rc.gathers and gather is not None:
+            again = _regather(ex, [self.plan.ops[j] for j in self._runs[k]], gather, again)
+        for j in self._runs[k]:
+            saved[j] = _forward_op(ex, self.plan.ops[j], again)
+
+    def _forward(self, exs: list[Execution], on_op, caches: list[dict]
+                 ) -> dict[int, list[DistTensor] | None]:
         plan = self.plan
-        saved: dict[int, list[DistTensor]] = {}
+        saved: dict[int, list[DistTensor] | None] = {}
         made: dict[str, int] = {}
         for s, e in enumerate(exs):
             if s > 0:
@@ -132,7 +177,7 @@ class StagedRun:
                     if any(self.stage_of[c.name] >= s for c in plan.graph.consumers(name)):
                         e.values[name] = self._send(exs[s - 1].values[name],
                                                     ("fwd", s - 1, s, name))
-            cache: dict = {}
+            cache = caches[s]
             for k in self._ops(s):
                 p = plan.ops[k]
                 saved[k] = _forward_op(e, p, cache)
@@ -141,7 +186,7 @@ class StagedRun:
                     on_op(p.op.output, e.values[p.op.output])
         return saved
 
-    def _backward(self, exs: list[Execution], saved: dict[int, list[DistTensor]],
+    def _backward(self, exs: list[Execution], saved: dict[int, list[DistTensor] | None],
                   params: dict[str, DistTensor], loss_scale: float) -> dict[str, DistTensor]:
         plan, n = self.plan, self.stages
         loss = exs[-1].values[plan.graph.loss]
@@ -150,13 +195,21 @@ class StagedRun:
         grads[-1][plan.graph.loss] = {layout: distribute(np.full(loss.shape, loss_scale),
                                                          layout, plan.mesh)}
         out: dict[str, DistTensor] = {}
+        held: dict[str, int] = {}  # the stage whose gradient `out` holds
         for s in reversed(range(n)):
             for k in reversed(self._ops(s)):
-                _backward_op(exs[s], plan.ops[k], saved[k], grads[s])
+                if k in self._runs:
+                    self._again(exs[s], k, s, saved)
+                ins = saved[k]
+                assert ins is not None
+                _backward_op(exs[s], plan.ops[k], ins, grads[s])
             for name in [m for m in grads[s] if m in params]:
                 total = _collect(exs[s], name, grads[s], None)
-                if total is not None:
-                    out[name] = total
+                if total is None:
+                    continue
+                if name in out:  # a weight read on two stages: the tied embedding
+                    total = self._tied(exs[s], name, out[name], total, (held[name], s))
+                out[name], held[name] = total, s
             assert s > 0 or not grads[s], "gradients left for activations of no stage"
             for name, slots in grads[s].items():  # activations of earlier stages
                 for lay, g in slots.items():
@@ -203,3 +256,54 @@ def reference_sends(graph, stage_of: dict[str, int], params: dict[str, np.ndarra
     dist = {n: distribute(v, plan.layouts[n], plan.mesh) for n, v in params.items()}
     run(Execution(plan), dist, batch, loss_scale)
     return run.received
+
+
+def _layer_of(op_name: str) -> int | None:
+    """The transformer layer an operator of `build_gpt` belongs to (`l3.q`: 3); None for
+    the embedding and the head."""
+    head, dot, _ = op_name.partition(".")
+    return int(head[1:]) if dot and head[:1] == "l" and head[1:].isdigit() else None
+
+
+def _run_layers(scenario, chunks: int, hw) -> tuple[int, ...]:
+    """Layers of each virtual stage as `run` assigns them: `parallel.pipeline_layers`, or
+    the split `stage_work` prices on the profile `hw` (without one: an even split whose
+    remainder goes to the earliest stages, `stage_layers` with equal weights)."""
+    from simulator.schedule.stages import stage_layers, stage_work
+
+    p, m = scenario.parallel, scenario.model
+    unit = m.moe.every if m.moe else 1
+    if p.pipeline_layers is not None or hw is None:
+        return tuple(n * unit for n in stage_layers(scenario, chunks, 1.0, 0.0, 0.0, unit))
+    from simulator.framework.apply import fp8_recipe
+    from simulator.framework.load import framework_for
+    from simulator.schedule.costs import CostModel
+    from simulator.schedule.layout import rank_mesh
+    from simulator.schedule.model_program import transformer_program
+
+    fw = framework_for(scenario, hw)
+    prog = transformer_program(scenario, fw.software, hw.compute_units,
+                               fp8_recipe(scenario, fw))
+    return tuple(w.layers for w in stage_work(scenario, prog, rank_mesh(scenario),
+                                              CostModel.from_hardware(hw)))
+
+
+def transformer_split(scenario, graph, hw=None, faults: SendFaults | None = None
+                      ) -> PipelineSplit:
+    """{operator: virtual stage} of a transformer pipeline's verify graph (`build_gpt`):
+    the embedding with the first virtual stage's layers, the final norm, LM head and loss
+    with the last's (Megatron-LM's split). With the scenario's own layer count, its layers
+    as `run` assigns them (`_run_layers`); a shrunk model keeps one block of layers (one
+    MoE period) per virtual stage."""
+    p = scenario.parallel
+    chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
+    layers = {n for n in map(_layer_of, (op.name for op in graph.ops)) if n is not None}
+    counts = (_run_layers(scenario, chunks, hw) if len(layers) == scenario.model.layers
+              else (len(layers) // chunks,) * chunks)
+    bounds = np.cumsum(counts)
+    stage_of = {}
+    for op in graph.ops:
+        layer = _layer_of(op.name)
+        stage_of[op.name] = (0 if op.name.startswith("embed") else chunks - 1) \
+            if layer is None else int(np.searchsorted(bounds, layer, side="right"))
+    return PipelineSplit(stage_of, p.pipeline, faults or SendFaults())

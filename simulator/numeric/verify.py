@@ -15,7 +15,7 @@ from threadpoolctl import threadpool_limits
 
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
-from simulator.numeric.cases import VerifyCase, build_case
+from simulator.numeric.cases import VerifyCase, build_case, staged_pipeline
 from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
 from simulator.numeric.execute import Execution, Faults, Recompute, run_microbatch
 from simulator.numeric.heap import kept_heap
@@ -27,6 +27,7 @@ from simulator.numeric.pipeline import (
     StagedRun,
     reference_sends,
     stage_split,
+    transformer_split,
 )
 from simulator.numeric.ps import PsRun, ps_step
 from simulator.numeric.stacked_offsets import clear_dropout_masks
@@ -248,7 +249,7 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
         if any(v >= 3 for v in levels.values()):
             params = {n: _gather(ex, plan, n, t) if levels[n] >= 3 else t
                       for n, t in held.items()}
-        extra = {} if runner is not run_microbatch else {"gather": lambda n: _gather(
+        extra = {"gather": lambda n: _gather(
             ex, plan, n, held[n], again=True) if levels.get(n, 0) >= 3 else None}
         local = runner(ex, params, batch, 1.0 / len(batches), record if i == 0 else None,
                        batch_offset=i * rows, recompute=recompute, **extra)
@@ -408,6 +409,15 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
     return VerifyResult(name, devices, tuple(checks), notes, tol, got.collectives, phases)
 
 
+def _split(s: Scenario, case: VerifyCase, hw: Any, faults: SendFaults | None
+           ) -> PipelineSplit | None:
+    """Where each operator of the case runs when its pipeline stages run on devices of
+    their own; None where they run in sequence on one set of devices."""
+    if isinstance(s.model, TransformerModel):
+        return transformer_split(s, case.sharded, hw, faults) if staged_pipeline(s) else None
+    return None if s.parallel.pipeline == 1 else stage_split(s, hw, faults)
+
+
 def verify_scenario(s: Scenario, faults: Faults | None = None,
                     fused_attention: bool = False, hw: Any = None,
                     send_faults: SendFaults | None = None) -> VerifyResult:
@@ -436,9 +446,7 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
                              unsharded=unsharded_roles(s, fused_attention)
                              if isinstance(s.model, TransformerModel) else frozenset(),
                              enable_alltoall=s.parallel.enable_alltoall,
-                             pipeline=None if isinstance(s.model, TransformerModel)
-                             or s.parallel.pipeline == 1
-                             else stage_split(s, hw, send_faults))
+                             pipeline=_split(s, case, hw, send_faults))
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not isinstance(s.model, GraphModel):
