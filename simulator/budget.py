@@ -13,6 +13,7 @@ scenarios, see tests/test_budget.py), not the engine's own.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simulator.errors import InputError
@@ -22,7 +23,8 @@ from simulator.schedule.pipeline import steady_window
 
 __all__ = ["Estimate", "estimate_run", "estimate_every_micro_batch", "estimate_verify",
            "check_budget", "shortened_run",
-           "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "STEADY_MIN_EVENTS"]
+           "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "DEFAULT_MAX_VERIFY_GFLOP",
+           "STEADY_MIN_EVENTS", "estimate_verify_gflop"]
 
 # 5e5 events simulate in 10-20 s on one core (issue 13: 4.4e6 events in 135 s; 1.7e6 in
 # 59 s for gpt3-175b-1024-a100 --fidelity full on a loaded 2-core machine)
@@ -30,6 +32,10 @@ DEFAULT_MAX_EVENTS = 500_000
 # numpy devices of `verify`: each holds its own blocks of every tensor and runs every kernel;
 # 512 data-parallel devices take about a minute (benchmarks/verify_speed.py)
 DEFAULT_MAX_VERIFY_DEVICES = 1024
+# matrix GFLOP `verify` executes for an operator graph (forward and backward, the sharded run
+# and the single-device reference; a graph is run at the shapes it gives, not shrunk): float64
+# numpy reaches about 15 GFLOP/s on one core at best (benchmarks/verify_speed.py)
+DEFAULT_MAX_VERIFY_GFLOP = 20
 
 # Above this many events for every micro-batch, `run` simulates a shortened steady state
 # twice and extends it (`shortened_run`, `simulator.simulate`); below, it simulates every
@@ -198,6 +204,22 @@ def estimate_verify(s: Scenario) -> Estimate:
                         f"numpy devices")
     return Estimate(p.data * p.tensor, "parallel.data",
                     f"parallel.data*tensor = {p.data}*{p.tensor} numpy devices")
+
+
+def estimate_verify_gflop(s: Scenario) -> Estimate | None:
+    """Matrix GFLOP `verify` runs for an operator graph (None for the other model types,
+    which verify shrinks): twice the graph's forward and backward contractions (the sharded
+    run and the single-device reference)."""
+    if not isinstance(s.model, GraphModel):
+        return None
+    from simulator.schedule.model_program import graph_model_flops
+    from simulator.sharding.model_graph import planned_graph
+
+    graph, _ = planned_graph(s)
+    gflop = 2 * graph_model_flops(graph, s.grad_accum_steps) / 1e9
+    return Estimate(math.ceil(gflop), "model.tensors",
+                    "matrix GFLOP of the graph's forward and backward, run sharded and on one "
+                    "device at the shapes model.tensors gives")
 
 
 def check_budget(est: Estimate, limit: int, source: str, unit: str, flag: str) -> None:

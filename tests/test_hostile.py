@@ -4,6 +4,7 @@ for run and verify, the work budget, and what the CLI says about itself."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -119,6 +120,26 @@ def test_verify_with_a_million_devices_is_refused(invoke_cli):
     assert result.exit_code == 2
     assert "about 1,000,000 numpy devices to run" in result.stderr
     assert "--max-devices 1000000" in result.stderr
+
+
+def test_verify_of_a_graph_too_large_to_execute_is_refused_with_its_gflop(invoke_cli):
+    # an operator graph runs at the shapes it gives (two 4096^2 images through three
+    # convolutions): 2 x (forward + backward) contractions, estimated before anything runs
+    from simulator.budget import estimate_verify_gflop
+    from simulator.schedule.model_program import graph_model_flops
+    from simulator.sharding.model_graph import planned_graph
+
+    sc = load_scenario("seed-hw-split-large-images", []).scenario
+    graph, _ = planned_graph(sc)
+    est = estimate_verify_gflop(sc)
+    assert est is not None and est.count == math.ceil(2 * graph_model_flops(graph, 1) / 1e9)
+    result = invoke_cli("verify", "seed-hw-split-large-images")
+    assert result.exit_code == 2
+    assert (f"model.tensors: about {est.count:,} GFLOP to execute (matrix GFLOP of the "
+            f"graph's forward and backward, run sharded and on one device at the shapes "
+            f"model.tensors gives), above the limit of 20; change model.tensors or raise the "
+            f"limit with --max-gflop {est.count}") in result.stderr
+    assert estimate_verify_gflop(load_scenario("tiny-cpu", []).scenario) is None
 
 
 def test_check_budget_passes_at_the_limit():

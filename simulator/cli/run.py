@@ -42,6 +42,7 @@ JsonOpt = Annotated[bool, typer.Option(
 # the defaults of simulator.budget, written here so that `shardsim --help` stays light
 DEFAULT_MAX_EVENTS = 500_000
 DEFAULT_MAX_VERIFY_DEVICES = 1024
+DEFAULT_MAX_VERIFY_GFLOP = 20
 MaxEventsOpt = Annotated[int, typer.Option(
     "--max-events", metavar="N", min=1, help="Refuse scenarios estimated to need more than N "
     "simulation events (10-20 s per 500,000).")]
@@ -213,14 +214,21 @@ def verify(
         "--max-devices", metavar="N", min=1, help="Refuse scenarios whose numpy run needs "
         "more devices than N (data*tensor); the time grows about linearly with them.")
     ] = DEFAULT_MAX_VERIFY_DEVICES,
+    max_gflop: Annotated[int, typer.Option(
+        "--max-gflop", metavar="N", min=1, help="Refuse operator graphs whose numpy run needs "
+        "more than N matrix GFLOP (graphs run at their own shapes; ~15 GFLOP/s at best).")
+    ] = DEFAULT_MAX_VERIFY_GFLOP,
 ) -> None:
     """Execute the sharded plan on virtual numpy devices and compare with one device."""
     with guarded() as stdout:
-        from simulator.budget import estimate_verify
+        from simulator.budget import estimate_verify, estimate_verify_gflop
 
         loaded, hw = load_checked(scenario, overrides or [])
         _check_work(loaded, estimate_verify(loaded.scenario), max_devices, "numpy devices to run",
                     "--max-devices")
+        work = estimate_verify_gflop(loaded.scenario)
+        if work is not None:
+            _check_work(loaded, work, max_gflop, "GFLOP to execute", "--max-gflop")
         from simulator.framework.load import framework_for
 
         fused = framework_for(loaded.scenario, hw).software.fused_attention
