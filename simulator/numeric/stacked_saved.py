@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from simulator.graph.ops import get_family
-from simulator.graph.ops.elementwise import _GELU_C, _exp_neg2u
+from simulator.graph.ops.elementwise import _exp_neg2u, gelu_slope
 from simulator.graph.ops.norm import _axis, _ln_stats
 from simulator.numeric.stacked import StackedKernel, _lead, register_stacked
 
@@ -67,14 +67,7 @@ def _gelu_vjp(xs, y, dy, attrs, ctx):
     e = _take("gelu", x, None)
     if e is None or x.shape != np.shape(dy):
         return _GELU.vjp(xs, y, dy, attrs, ctx.first)
-    s = np.reciprocal(e)
-    d = x * x
-    d *= 6.0 * 0.044715 * _GELU_C
-    d += 2.0 * _GELU_C
-    d *= x  # 2 x u'
-    d *= s
-    d *= 1.0 - s
-    d += s
+    d = gelu_slope(x, np.reciprocal(e))
     if np.result_type(dy, d) == d.dtype:
         return [np.multiply(dy, d, out=d)]
     return [dy * d]
