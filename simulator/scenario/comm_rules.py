@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from simulator.scenario.rule_helpers import Problem
 from simulator.scenario.schema import Scenario
 
 __all__ = ["recompute_comm", "comm_subgraph"]
-
-Problem = tuple[str, str]
-
 
 def recompute_comm(s: Scenario) -> Iterator[Problem]:
     """`tensor: false` needs a recompute; `optimizer: false` needs the all-gather of

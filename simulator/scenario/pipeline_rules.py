@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from simulator.scenario.rule_helpers import Problem, divisors, stage_count_problem
 from simulator.scenario.schema import GraphModel, MlpModel, Scenario, TransformerModel
 
 __all__ = ["graph_pipeline", "pipeline_units"]
-
-Problem = tuple[str, str]
-
 
 def pipeline_units(s: Scenario) -> int:
     """Units a pipeline cuts an mlp, resnet or graph model into (`schedule.graph_stages`):
@@ -42,19 +40,13 @@ def graph_pipeline(s: Scenario) -> Iterator[Problem]:
             f"units; a model of type '{m.type}' has {units} ({word})")
         return
     if isinstance(m, GraphModel) and s.devices % p.pipeline:
-        from simulator.scenario.rules import divisors  # (rules imports this module)
-
         yield "parallel.pipeline", (f"{p.pipeline} must divide the {s.devices} devices "
                                     f"(valid: {divisors(s.devices)})")
     given = p.pipeline_layers
     if given is not None:
-        if len(given) != chunks:
-            yield "parallel.pipeline_layers", (
-                f"has {len(given)} entries; expected one per virtual stage, "
-                f"parallel.pipeline*virtual_stages = {chunks}")
-        elif sum(given) != units:
-            yield "parallel.pipeline_layers", (
-                f"adds up to {sum(given)} units; expected {word} = {units}")
+        problem = stage_count_problem(given, chunks, units, "units", word)
+        if problem is not None:
+            yield problem
         elif 0 in given:
             yield "parallel.pipeline_layers", f"{given}: every stage needs at least one unit"
     if isinstance(m, GraphModel):

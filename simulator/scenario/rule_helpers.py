@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-__all__ = ["Problem", "divisors", "must_divide"]
+__all__ = ["Problem", "divisors", "must_divide", "stage_count_problem"]
 
 Problem = tuple[str, str]
 
@@ -22,3 +22,17 @@ def must_divide(key: str, value: int, other_key: str, other: int) -> Iterator[Pr
         yield key, (
             f"{value} must divide {other_key}={other} (valid: {divisors(other)})"
         )
+
+
+def stage_count_problem(given: list[int], chunks: int, total: int, noun: str,
+                        expected: str) -> Problem | None:
+    """The problem of per-stage counts (`parallel.pipeline_layers`) that are not one per
+    virtual stage or do not add up to the `total` `noun` (`expected` names the total)."""
+    if len(given) != chunks:
+        return "parallel.pipeline_layers", (
+            f"has {len(given)} entries; expected one per virtual stage, "
+            f"parallel.pipeline*virtual_stages = {chunks}")
+    if sum(given) != total:
+        return "parallel.pipeline_layers", (
+            f"adds up to {sum(given)} {noun}; expected {expected} = {total}")
+    return None

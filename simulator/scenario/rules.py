@@ -11,7 +11,7 @@ from simulator.scenario.axis_rules import context, expert, parameter_server, ten
 from simulator.scenario.comm_rules import comm_subgraph, recompute_comm
 from simulator.scenario.dataset import dataset_problems
 from simulator.scenario.pipeline_rules import graph_pipeline
-from simulator.scenario.rule_helpers import Problem, divisors
+from simulator.scenario.rule_helpers import Problem, divisors, stage_count_problem
 from simulator.scenario.rule_helpers import must_divide as _must_divide
 from simulator.scenario.schema import (
     CommFusionSpec,
@@ -119,13 +119,9 @@ def _stage_layers(layers: int, p, unit: int = 1) -> Iterator[Problem]:
         yield "parallel.pipeline_layers", (
             f"{given}: each stage's layers must be a multiple of model.moe.every={unit} "
             f"(the block of dense layers and one MoE layer that repeats)")
-    if len(given) != chunks:
-        yield "parallel.pipeline_layers", (
-            f"has {len(given)} entries; expected one per virtual stage, "
-            f"parallel.pipeline*virtual_stages = {chunks}")
-    elif sum(given) != layers:
-        yield "parallel.pipeline_layers", (
-            f"adds up to {sum(given)} layers; expected model.layers = {layers}")
+    problem = stage_count_problem(given, chunks, layers, "layers", "model.layers")
+    if problem is not None:
+        yield problem
     elif any(n == 0 for n in given[1:-1]):
         yield "parallel.pipeline_layers", (
             f"{given}: only the first and last stage may have 0 layers")
