@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from simulator.report import summary
 from simulator.scenario import parse_scenario
 
 
@@ -35,3 +36,14 @@ def assert_same(full: Any, ext: Any, path: str = "") -> None:
         assert ext == pytest.approx(full, rel=1e-9, abs=1e-12), path
     else:
         assert ext == full, path
+
+
+def assert_same_summary(full: Any, ext: Any) -> None:
+    """`run --json` of a fully simulated and an extended result field by field, but for the
+    simulation's own figures and the note that says the steady state was extended."""
+    a, b = summary(full), summary(ext)
+    a.pop("simulation"), b.pop("simulation")
+    if ext.steady is not None:
+        assert b["notes"][-1].startswith("steady state extended: simulated ")
+        b["notes"] = b["notes"][:-1]
+    assert_same(a, b)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sim_cases import assert_same, small_gpt
+from sim_cases import assert_same_summary, small_gpt
 
 from simulator.engine.core import run
 from simulator.engine.steady import splice
@@ -33,15 +33,6 @@ def _gpipe(micro: int, **kw: Any):
     return small_gpt(micro, name="gpipe", schedule="gpipe", **kw)
 
 
-def _assert_same_results(full: Any, ext: Any) -> None:
-    a, b = summary(full), summary(ext)
-    a.pop("simulation"), b.pop("simulation")
-    if ext.steady is not None:
-        assert b["notes"][-1].startswith("steady state extended: simulated ")
-        b["notes"] = b["notes"][:-1]
-    assert_same(a, b)
-
-
 def _assert_extends_exactly(sc: Any, hw: Any, fidelity: str = "representative") -> Any:
     full = simulate(sc, hw, fidelity, steady=False, collapse=False)
     ext = simulate(sc, hw, fidelity, steady=True, two_point=True)
@@ -50,7 +41,7 @@ def _assert_extends_exactly(sc: Any, hw: Any, fidelity: str = "representative") 
     assert ext.steady.simulated in (GPIPE_SHORT, 2 * GPIPE_SHORT)
     assert ext.plan.micro_batches == ext.steady.simulated + 1
     assert ext.steady.simulated + ext.steady.repeats == sc.grad_accum_steps
-    _assert_same_results(full, ext)
+    assert_same_summary(full, ext)
     assert (ext.slowest_device, ext.comm_device) == (full.slowest_device, full.comm_device)
     assert (ext.memory.device, ext.memory.time_s) == pytest.approx(
         (full.memory.device, full.memory.time_s), rel=1e-9)
@@ -82,7 +73,7 @@ def test_zero3_is_extended_only_where_it_repeats(a100):
     every micro-batch is simulated, with the same figures."""
     sc = _gpipe(40, optimizer_shard=3, data=8, tensor=1, pipeline=2)
     full = simulate(sc, a100, steady=False, collapse=False)
-    _assert_same_results(full, simulate(sc, a100, steady=True, two_point=True))
+    assert_same_summary(full, simulate(sc, a100, steady=True, two_point=True))
 
 
 def test_the_memory_peak_grows_by_one_micro_batch_of_activations(a100):
@@ -164,7 +155,7 @@ def test_random_gpipe_plans_extend_exactly_or_not_at_all(a100, seed):
             break
         except InputError:
             continue
-    _assert_same_results(full, simulate(sc, a100, steady=True, two_point=True))
+    assert_same_summary(full, simulate(sc, a100, steady=True, two_point=True))
 
 
 def test_a_sweep_row_of_gpipe_equals_run():
