@@ -30,3 +30,13 @@ def run_kind(invoke_cli: Callable[..., Any], kind: str, *sets: str) -> Any:
 def stderr_of(result: Any) -> str:
     """What a CLI result printed on stderr (its whole output where not kept apart)."""
     return result.stderr if hasattr(result, "stderr") else result.output
+
+
+def refusal(invoke_cli: Callable[..., Any], kind: str, *sets: str) -> str:
+    """The error message `run_kind` prints for `sets` it must refuse (exit 2, an `error: `
+    line, never a traceback)."""
+    result = run_kind(invoke_cli, kind, *sets)
+    assert result.exit_code == 2, result.output
+    message = stderr_of(result)
+    assert message.startswith("error: ")
+    return message

@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 import yaml
-from model_kinds import run_kind, stderr_of
+from model_kinds import refusal
 
 from simulator.errors import InputError
 from simulator.graph.ops import KernelCtx, get_family, ring_attention
@@ -159,10 +159,7 @@ def test_context_moves_activation_memory_down_and_kv_traffic_up(invoke_cli):
 
 @pytest.mark.parametrize("kind", ["mlp", "resnet", "graph"])
 def test_parallel_context_is_refused_by_name_off_transformers(kind, invoke_cli):
-    result = run_kind(invoke_cli, kind, "parallel.context=2")
-    assert result.exit_code == 2, result.output
-    message = stderr_of(result)
-    assert message.startswith("error: ")
+    message = refusal(invoke_cli, kind, "parallel.context=2")
     assert "parallel.context: 2 needs a transformer" in message and "(allowed: 1)" in message
 
 
