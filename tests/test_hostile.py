@@ -202,3 +202,15 @@ def test_vocabulary_not_split_by_tensor_is_an_input_error(invoke_cli):
         "error: scenarios/tiny-cpu.yaml with --set model.vocab_size=50257: model.vocab_size: "
         "50257 must be a multiple of parallel.tensor=2 (the embedding is split across "
         "tensor-parallel ranks; Megatron-LM pads it to 50432)\n")
+
+
+def test_the_cli_defaults_are_the_budgets():
+    # simulator.cli.run writes the limits again to keep `shardsim --help` from importing the
+    # scenario schema; they must stay the ones simulator.budget applies
+    import importlib
+
+    from simulator import budget
+
+    run = importlib.import_module("simulator.cli.run")  # (simulator.cli.run is the command)
+    for name in ("DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "DEFAULT_MAX_VERIFY_GFLOP"):
+        assert getattr(run, name) == getattr(budget, name), name
