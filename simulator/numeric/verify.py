@@ -244,15 +244,16 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
     levels = {n: 0 if layer_role(n) in unsharded else int(shard) for n in params}
     held = {n: ex.move(p, _opt_layout(plan, n, True), forward=False) if levels[n] >= 3 else p
             for n, p in params.items()}  # ZeRO-3 keeps shards (sliced locally: no transfer)
+    def regather(n: str) -> Any:  # a recompute pass's gather of a ZeRO-3 shard
+        return _gather(ex, plan, n, held[n], again=True) if levels.get(n, 0) >= 3 else None
+
     for i, batch in enumerate(batches):
         rows = next(iter(batch.values())).shape[0] if batch else 0
         if any(v >= 3 for v in levels.values()):
             params = {n: _gather(ex, plan, n, t) if levels[n] >= 3 else t
                       for n, t in held.items()}
-        extra = {"gather": lambda n: _gather(
-            ex, plan, n, held[n], again=True) if levels.get(n, 0) >= 3 else None}
         local = runner(ex, params, batch, 1.0 / len(batches), record if i == 0 else None,
-                       batch_offset=i * rows, recompute=recompute, **extra)
+                       batch_offset=i * rows, recompute=recompute, gather=regather)
         for n, g in local.items():
             # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
             total[n] = add(total.get(n),
