@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.scenario.rule_helpers import fused_collectives
 from simulator.scenario.schema import CommFusionSpec, Scenario, TransformerModel
 
 __all__ = ["Config", "SpaceLimits", "enumerate_space", "apply_config", "divisors_of",
@@ -213,9 +214,7 @@ def _fusion_for(par: dict[str, Any], shard: int) -> None:
     time, nothing to fuse) a size or index rule becomes the default (scenario.rules
     refuses both where a scenario file states them)."""
     fusion = par["comm_fusion"]
-    runs = {"all_reduce": shard == 0, "reduce_scatter": shard in (1, 2),
-            "all_gather": shard in (1, 2)}
-    for kind, ok in runs.items():
+    for kind, ok in fused_collectives(shard).items():
         if not ok:
             fusion[kind] = None
     if shard == 3 and fusion["mode"] != "auto":

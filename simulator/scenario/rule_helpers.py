@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-__all__ = ["Problem", "divisors", "must_divide", "stage_count_problem"]
+__all__ = ["Problem", "divisors", "must_divide", "stage_count_problem", "fused_collectives"]
 
 Problem = tuple[str, str]
 
@@ -36,3 +36,11 @@ def stage_count_problem(given: list[int], chunks: int, total: int, noun: str,
         return "parallel.pipeline_layers", (
             f"adds up to {sum(given)} {noun}; expected {expected} = {total}")
     return None
+
+
+def fused_collectives(shard: int) -> dict[str, bool]:
+    """Which gradient collectives `parallel.comm_fusion` can fuse at ZeRO stage `shard`:
+    all-reduce without sharding, reduce-scatter and all-gather at 1 and 2; none at 3 (one
+    unit at a time)."""
+    return {"all_reduce": shard == 0, "reduce_scatter": shard in (1, 2),
+            "all_gather": shard in (1, 2)}

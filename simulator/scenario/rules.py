@@ -11,7 +11,12 @@ from simulator.scenario.axis_rules import context, expert, parameter_server, ten
 from simulator.scenario.comm_rules import comm_subgraph, recompute_comm
 from simulator.scenario.dataset import dataset_problems
 from simulator.scenario.pipeline_rules import graph_pipeline
-from simulator.scenario.rule_helpers import Problem, divisors, stage_count_problem
+from simulator.scenario.rule_helpers import (
+    Problem,
+    divisors,
+    fused_collectives,
+    stage_count_problem,
+)
 from simulator.scenario.rule_helpers import must_divide as _must_divide
 from simulator.scenario.schema import (
     CommFusionSpec,
@@ -279,8 +284,7 @@ def _comm_fusion(s: Scenario) -> Iterator[Problem]:
             yield f"{key}.index", (f"{index}: layer numbers that start a fusion group must "
                                    f"increase and stay below model.layers={layers}")
     z = s.parallel.optimizer_shard
-    applies = {"all_reduce": z == 0, "reduce_scatter": z in (1, 2), "all_gather": z in (1, 2)}
-    for kind, ok in applies.items():
+    for kind, ok in fused_collectives(z).items():
         if getattr(f, kind) is not None and not ok:
             yield f"parallel.comm_fusion.{kind}", (
                 f"fuses no collective with parallel.optimizer_shard {z} (the gradients are "
