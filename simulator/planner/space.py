@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.scenario.comm_rules import keeps_gathered_params, keeps_tensor_outputs
 from simulator.scenario.rule_helpers import fused_collectives
 from simulator.scenario.schema import CommFusionSpec, Scenario, TransformerModel
 
@@ -199,9 +200,9 @@ def _comm_options_for(par: dict[str, Any], cfg: Config, scenario: Scenario) -> N
     recompute, an all-to-all (the MoE dispatch); a candidate without it keeps the default
     (scenario.comm_rules refuses the option where it has nothing to act on)."""
     rc = par["recompute_comm"]
-    if cfg.recompute == "none":
+    if not keeps_tensor_outputs(cfg.recompute):
         rc["tensor"] = True
-    if not (cfg.recompute == "full" and cfg.optimizer_shard == 3 and cfg.data > 1):
+    if not keeps_gathered_params(cfg.recompute, cfg.optimizer_shard, cfg.data):
         rc["optimizer"] = True
     if scenario.model.moe is None:  # type: ignore[union-attr]
         par["enable_alltoall"] = True

@@ -11,7 +11,18 @@ from collections.abc import Iterator
 from simulator.scenario.rule_helpers import Problem
 from simulator.scenario.schema import Scenario
 
-__all__ = ["recompute_comm", "comm_subgraph"]
+__all__ = ["recompute_comm", "comm_subgraph", "keeps_tensor_outputs", "keeps_gathered_params"]
+
+def keeps_tensor_outputs(recompute: str) -> bool:
+    """Whether `recompute_comm.tensor: false` has a recomputed region to act on."""
+    return recompute != "none"
+
+
+def keeps_gathered_params(recompute: str, shard: int, data: int) -> bool:
+    """Whether `recompute_comm.optimizer: false` has a re-gather to save: full recompute of
+    ZeRO-3 shards over more than one data-parallel rank."""
+    return recompute == "full" and shard == 3 and data > 1
+
 
 def recompute_comm(s: Scenario) -> Iterator[Problem]:
     """`tensor: false` needs a recompute; `optimizer: false` needs the all-gather of
@@ -19,21 +30,19 @@ def recompute_comm(s: Scenario) -> Iterator[Problem]:
     (`recompute: full`; selective recomputes the attention core, which reads no parameter)."""
     p = s.parallel
     rc = p.recompute_comm
-    if not rc.tensor and p.recompute == "none":
+    if not rc.tensor and not keeps_tensor_outputs(p.recompute):
         yield "parallel.recompute_comm.tensor", (
             "false keeps the outputs of the recomputed ops' model-parallel collectives; it "
             "needs parallel.recompute selective or full (found none; allowed here: true)")
-    if rc.optimizer:
+    if rc.optimizer or keeps_gathered_params(p.recompute, p.optimizer_shard, p.data):
         return
     needs = [f"parallel.recompute full (found {p.recompute})" if p.recompute != "full" else "",
              f"parallel.optimizer_shard 3 (found {p.optimizer_shard})"
              if p.optimizer_shard != 3 else "",
              f"parallel.data > 1 (found {p.data})" if p.data == 1 else ""]
-    missing = [n for n in needs if n]
-    if missing:
-        yield "parallel.recompute_comm.optimizer", (
-            "false keeps the optimizer-parallel all-gather of the parameters the recomputed "
-            "ops read; it needs " + ", ".join(missing) + " (allowed here: true)")
+    yield "parallel.recompute_comm.optimizer", (
+        "false keeps the optimizer-parallel all-gather of the parameters the recomputed "
+        "ops read; it needs " + ", ".join(n for n in needs if n) + " (allowed here: true)")
 
 
 def comm_subgraph(s: Scenario) -> Iterator[Problem]:
