@@ -356,8 +356,14 @@ PROFILES = {
     name="mindspeed",
     description="MindSpeed / MindSpeed-LLM (formerly AscendSpeed / ModelLink): Megatron-Core patched for Ascend NPUs via torch_npu",
     basis="Ascend/MindSpeed-LLM examples and docs; Ascend/AscendSpeed examples/llama2 (2023)",
-    attention=dict(fused_default=True, implementation=None, kernel="torch_npu npu_fusion_attention (FlashAttention on Ascend, --use-flash-attn); AscendSpeed 2023: --triangle-attn (block 1024)",
-                   source="AscendSpeed examples/llama2/pretrain_llama2_7b_zero_8p.sh (--triangle-attn --triangle-block-size 1024); MindSpeed-LLM example scripts (--use-flash-attn)"),
+    attention=dict(fused_default=True, implementation=None,
+                   kernel=("torch_npu npu_fusion_attention (FlashAttention on Ascend, --use-flash-attn). NOT fused: AscendSpeed 2023 --triangle-attn "
+                           "(block 1024) is TriangleAttention, a Python loop over query blocks that materialises each block's scores "
+                           "(torch.matmul), runs npu_scaled_masked_softmax and a second torch.matmul: unfused attention that skips the "
+                           "blocks above the diagonal (10 of 16 score blocks at seq 4096, block 1024); runs using it set model.attention: standard"),
+                   source=("AscendSpeed examples/llama2/pretrain_llama2_7b_zero_8p.sh (--triangle-attn --triangle-block-size 1024); "
+                           "Ascend/AscendSpeed ascendspeed/model/triangle_attention.py (class TriangleAttention: compute_attn = "
+                           "torch.matmul, scaled_masked_softmax, torch.matmul per block); MindSpeed-LLM example scripts (--use-flash-attn)")),
     fused_kernels=dict(list=["fused RMSNorm", "fused SwiGLU", "fused rotary position embedding"], source="pretrain_llama2_7b_zero_8p.sh --use-fused-rotary-pos-emb; MindSpeed-LLM scripts --use-fused-rmsnorm --use-fused-swiglu"),
     fused_grad_accumulation=dict(enabled=None, detail="inherits Megatron-Core gradient_accumulation_fusion where the NPU kernel exists", source="not verified"),
     grad_reduction=dict(bucket_rule="Megatron-Core rule max(40e6, 1e6 x dp) parameters (Megatron-Core DDP unchanged); DeepSpeed buckets in the 2023 AscendSpeed ZeRO scripts (1e8 elements)",
