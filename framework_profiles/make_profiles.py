@@ -328,7 +328,14 @@ PROFILES = {
     description="MindSpore + MindFormers on Ascend 910B (graph mode, semi-auto parallel, optimizer parallel)",
     basis="mindspore-lab/mindformers configs (llama2/llama3); mindspore.set_auto_parallel_context docs (r2.x); CANN HCCL env reference",
     attention=dict(fused_default=True, implementation=None, kernel="Ascend FlashAttentionScore operator (use_flash_attention: True)", source="mindformers configs/llama2/pretrain_llama2_7b_bf16.yaml 'use_flash_attention: True # FA can accelerate training or finetune'"),
-    fused_kernels=dict(list=["graph-mode operator fusion (jit_level O1)", "fine_grain_interleave for TP comm/compute interleaving"], source="pretrain_llama2_7b_bf16.yaml context.jit_config.jit_level 'O1'; finetune_llama2_70b_bf16_32p.yaml fine_grain_interleave: 2"),
+    fused_kernels=dict(list=["graph-mode operator fusion (jit_level O1)", "fine_grain_interleave for TP comm/compute interleaving",
+                             "NOT fused in the Llama configs: RMSNorm computed in fp32 between Casts (layernorm_compute_type: float32; "
+                             "IR ops 'attention_norm.rcast', 'ffn_norm.norm'), SiLU and Mul as separate ops ('feed_forward.w1.activation', "
+                             "'feed_forward.mul'), rotary embedding in fp32 (rotary_dtype: float32)"],
+                       source=("pretrain_llama2_7b_bf16.yaml context.jit_config.jit_level 'O1', model_config layernorm_compute_type / "
+                               "rotary_dtype; finetune_llama2_70b_bf16_32p.yaml fine_grain_interleave: 2; mindspore-ai/docs "
+                               "docs/mindformers/docs/source_zh_cn/perf_optimize/perf_optimize.md (select_recompute op names, "
+                               "Cast Float16 (1,4096,4096) -> Float32 in the IR excerpt)")),
     fused_grad_accumulation=dict(enabled=None, detail="gradient accumulation inside the compiled graph (gradient_accumulation_steps / micro_batch_num)", source="mindformers runner_config"),
     grad_reduction=dict(bucket_rule="graph-level communication fusion of gradient all-reduce / reduce-scatter; MindFormers gradient_aggregation_group 4", bucket_params=None, bucket_params_per_dp_rank=None, bucket_bytes=None, first_bucket_bytes=None,
                         collective="reduce_scatter with optimizer parallel, else all_reduce", dtype="fp32 (gradient_fp32_sync default True)",
