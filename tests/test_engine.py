@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from pytest import approx
+
 from simulator.engine.core import run, simpy_event_rate
 from simulator.schedule.tasks import Plan, Task
 
@@ -68,3 +72,33 @@ def test_zero_duration_tasks_schedule_no_timeout():
 
 def test_bare_simpy_rate_is_measured():
     assert simpy_event_rate(2000) > 1e4
+
+
+def _slowed(tasks: list[Task], slowdown: float) -> Plan:
+    return replace(_plan(tasks, devices=(0,)), slowdown=(slowdown,))
+
+
+def test_compute_beside_a_collective_runs_slower_by_the_overlapped_time():
+    # work 4 s from t=0 while the device communicates from 0 to 3: 3/(1+s) of the work done
+    # by t=3, the rest at full rate
+    s = 0.25
+    plan = _slowed([
+        Task(0, 0, "compute", "F", "fwd", 0, 0, 4.0),
+        Task(1, 0, "dp", "param_gather", "comm", 0, 0, 1.0),
+        Task(2, 0, "dp", "param_gather", "comm", 0, 0, 1.0, deps=(3,)),
+        Task(3, 0, "dp_reduce", "wait", "comm", 0, 0, 2.0),  # another stream: starts t=2
+    ], s)
+    trace = run(plan)
+    # the reduce (t 0-2) and the gathers (0-1, 2-3) keep communication running 0-3
+    assert trace.end[0] == approx(3.0 + (4.0 - 3.0 / (1 + s)))
+    assert trace.end[1:] == (1.0, 3.0, 2.0)
+
+
+def test_overlap_is_free_without_a_slowdown_and_for_transfers_that_do_not_overlap():
+    tasks = [Task(0, 0, "compute", "F", "fwd", 0, 0, 2.0),
+             Task(1, 0, "dp", "grad_bucket", "comm", 0, 0, 1.0, deps=(0,)),
+             Task(2, 0, "compute", "B", "bwd", 0, 0, 0.5, deps=(1,))]
+    assert run(_slowed(tasks, 0.0)).end == run(_slowed(tasks, 0.3)).end == (2.0, 3.0, 3.5)
+    beside = [*tasks[:2], Task(2, 0, "compute", "B", "bwd", 0, 0, 0.5)]
+    assert run(_slowed(beside, 0.0)).end[2] == 2.5
+    assert run(_slowed(beside, 0.3)).end[2] == approx(2.0 + 0.5 * 1.3)  # all of it beside

@@ -58,14 +58,19 @@ CASES = [
                  id="selective-sp"),
     pytest.param(40, {"overlap": {"grad_reduce": False}}, id="no-overlap"),
     pytest.param(40, {"optimizer_shard": 1}, id="zero1"),
-    pytest.param(40, {"optimizer_shard": 2, "data": 4, "tensor": 1}, id="zero2"),
+    # with the overlap slowdown (engine.core) ZeRO-2's GPipe traces do not repeat exactly and
+    # are simulated in full (test_zero3_is_extended_only_where_it_repeats): free overlap here
+    pytest.param(40, {"optimizer_shard": 2, "data": 4, "tensor": 1}, id="zero2-free-overlap"),
     pytest.param(40, {"offload": {"optimizer_states": True}}, id="optimizer-offload"),
 ]
 
 
 @pytest.mark.parametrize("micro, parallel", CASES)
-def test_extended_gpipe_equals_the_full_simulation(a100, micro, parallel):
-    _assert_extends_exactly(_gpipe(micro, **parallel), a100)
+def test_extended_gpipe_equals_the_full_simulation(a100, micro, parallel, request):
+    hw = a100
+    if request.node.callspec.id.endswith("free-overlap"):
+        hw = load_profile("a100-80gb", ["efficiency.overlap_compute_slowdown=0"])
+    _assert_extends_exactly(_gpipe(micro, **parallel), hw)
 
 
 def test_zero3_is_extended_only_where_it_repeats(a100):

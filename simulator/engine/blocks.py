@@ -17,6 +17,8 @@ in the one-by-one run; `cuts_needed` returns None there and the caller does not 
 
 from __future__ import annotations
 
+import sys
+
 from simulator.engine.trace import Trace
 from simulator.schedule.tasks import Plan
 
@@ -37,6 +39,14 @@ def _requests(plan: Plan, trace: Trace) -> dict[tuple[int, str], list[tuple[floa
     return out
 
 
+def _tie_tol(units: int, scale: float) -> float:
+    """How far from a unit's ask time a request still ties with it: the rounding by which
+    the block's start + k x unit and the one-by-one run's k summed durations can differ
+    (k additions, each within one ulp), well above it; a request farther off is ordered
+    the same way in both runs."""
+    return max(1e-12, 8 * units * sys.float_info.epsilon) * scale
+
+
 def cuts_needed(plan: Plan, trace: Trace
                 ) -> dict[tuple[int, int, int], tuple[int, ...]] | None:
     """For each collapsed block another transfer's request falls inside: (device, virtual
@@ -44,7 +54,8 @@ def cuts_needed(plan: Plan, trace: Trace
     would have asked after that request). {}: none; None: a request ties with a unit's."""
     if not plan.blocks:
         return {}
-    tol = REL_TOL * max(1.0, max(trace.end, default=0.0))
+    scale = max(1.0, max(trace.end, default=0.0))
+    tol = REL_TOL * scale
     requests = _requests(plan, trace)
     out: dict[tuple[int, int, int], set[int]] = {}
     for tid, (dev, vs, run, first) in plan.blocks:
@@ -63,7 +74,7 @@ def cuts_needed(plan: Plan, trace: Trace
                 continue
             k = (when - start) / unit
             nearest = round(k)
-            if nearest >= 1 and abs(when - start - nearest * unit) <= tol:
+            if nearest >= 1 and abs(when - start - nearest * unit) <= _tie_tol(nearest, scale):
                 return None  # asked together with one of its units
             cut = max(1, int(k) + 1) if when > start else 1
             out.setdefault((dev, vs, run), set()).add(first + cut)

@@ -154,6 +154,11 @@ class Efficiency(_Closed):
     # fraction of the short-microbenchmark figures above (power-limited clocks); memory
     # and link bandwidths are not scaled
     sustained_compute_fraction: Fraction = 1.0
+    # a compute kernel runs this fraction slower while a collective of the same device runs
+    # beside it (the communication kernels hold SMs and memory bandwidth; engine.core);
+    # 0: overlap is free
+    overlap_compute_slowdown: Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)
+                                        ] = 0.0
 
 
 class HardwareProfile(_Closed):

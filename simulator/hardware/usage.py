@@ -64,6 +64,7 @@ FIELD_USES: dict[str, str] = {
     "efficiency.intra_node_bus_fraction": "collectives and sends inside a node",
     "efficiency.inter_node_bus_fraction": "collectives and sends across nodes",
     "efficiency.sustained_compute_fraction": "compute roofs under sustained load",
+    "efficiency.overlap_compute_slowdown": "kernels beside a collective (engine)",
     "source": "the file the profile came from (not a cost input)",
 }
 

@@ -168,7 +168,8 @@ def chrome_trace(result: Any) -> dict[str, Any]:
         name = f"{task.name}{task.micro}" if task.micro >= 0 else task.name
         events.append({"name": name, "cat": task.phase, "ph": "X", "pid": task.device,
                        "tid": tid_of[task.stream], "ts": ts,
-                       "dur": task.duration_s * _US, "args": _task_args(task, reuse)})
+                       "dur": (trace.end[task.tid] - trace.start[task.tid]) * _US,
+                       "args": _task_args(task, reuse)})
         if task.comm_s > 0 and task.stream == "compute":
             events.append(_tp_slice(task, ts, reuse))
     events += _memory_counters(result, kept) + _flows(result, kept)

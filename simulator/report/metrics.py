@@ -3,7 +3,8 @@
 - iteration time: the latest end of any task (the slowest device).
 - breakdown (CONTRACT section 3) along the compute stream of the slowest device: busy time
   is `compute` (fwd/bwd kernels), `recompute`, `optimizer`, and `comm_exposed` (the
-  critical-path tensor-parallel collectives inside compute tasks, `Task.comm_s`); an idle gap
+  critical-path tensor-parallel collectives inside compute tasks, `Task.comm_s`, and the time
+  kernels ran slower beside the device's own transfers, engine.core); an idle gap
   before a task is charged by walking back the chain of what it waited for
   (`Trace.blocker`): the time a transfer ran (or waited for its link or its peers) is
   comm_exposed, or offload_exposed for host copies; the rest of the gap, spent waiting for
@@ -106,11 +107,15 @@ def breakdown(plan: Plan, trace: Trace, device: int,
     prev = {b: a for _, name, ts in plan.streams if name != "compute"
             for a, b in zip(ts, ts[1:])}
     clock = 0.0
+    slowed = bool(plan.slowdown) and plan.slowdown[plan.devices.index(device)] > 0
     for tid in tids:
         task = plan.tasks[tid]
         _charge_wait(parts, plan, trace, prev, trace.blocker[tid], clock, trace.start[tid])
         parts[_BUSY[task.phase]] += task.duration_s - task.comm_s
-        parts["comm_exposed"] += task.comm_s
+        # its critical-path collectives, and the time it ran slower beside the device's own
+        # communication (engine.core: overlap is not free)
+        parts["comm_exposed"] += task.comm_s + (
+            max(0.0, trace.end[tid] - trace.start[tid] - task.duration_s) if slowed else 0.0)
         clock = trace.end[tid]
     if end is None:
         end = device_end(plan, trace)[device]

@@ -46,7 +46,8 @@ def plot_timeline(result: Any, path: Path) -> None:
     for task in plan.tasks:
         if task.device in row and task.duration_s > 0:
             key = (task.device, task.phase, task.stream == "compute")
-            bars.setdefault(key, []).append((trace.start[task.tid], task.duration_s))
+            bars.setdefault(key, []).append(
+                (trace.start[task.tid], trace.end[task.tid] - trace.start[task.tid]))
     fig, ax = plt.subplots(figsize=(12, 1 + 0.35 * len(devices)))
     for (device, phase, on_compute), spans in sorted(bars.items()):
         y = row[device] + (0.0 if on_compute else 0.42)

@@ -30,6 +30,8 @@ class CostModel:
     # a point-to-point message between two given ranks (nbytes, intra, sender, receiver),
     # where the two ends may differ (schedule.device_costs); None: send_recv_s
     peer_send_s: Callable[[float, bool, int, int], float] | None = None
+    # compute kernels run this fraction slower while a collective runs beside them
+    overlap_slowdown: float = 0.0
 
     @classmethod
     def from_hardware(cls, hw: Any) -> CostModel:
@@ -49,6 +51,7 @@ class CostModel:
             send_recv_s=lambda nbytes, intra: send_recv_time_s(nbytes, intra, hw),
             copy_s=lambda nbytes: nbytes / pcie,
             hardware=hw,
+            overlap_slowdown=float(hw.efficiency.overlap_compute_slowdown),
         )
 
 

@@ -120,4 +120,4 @@ class DeviceCosts:
 
         return CostModel(compute_s=compute_s, collective_s=collective_s,
                          send_recv_s=send_recv_s, copy_s=own.copy_s, peer_send_s=self.send_s,
-                         hardware=own.hardware)
+                         hardware=own.hardware, overlap_slowdown=own.overlap_slowdown)

@@ -347,7 +347,8 @@ def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
                 stage_layers=tuple(w.layers for w in low.work),
                 extras=low.dp.extras() + low.off.extras() + comm_graph.extras(low)
                 + program.extras,
-                blocks=tuple(low.block_of))
+                blocks=tuple(low.block_of),
+                slowdown=tuple(view(dev).costs.overlap_slowdown for dev in devices))
     for each in (low, *views.values()):
         each.release()
     return plan

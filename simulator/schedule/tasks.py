@@ -87,6 +87,8 @@ class Plan:
     static_memory  for each simulated device, bytes allocated before the iteration starts
     total_devices  devices in the cluster
     micro_batches  micro-batches per data-parallel replica per iteration
+    slowdown       per simulated device, how much slower its compute kernels run while one
+                   of its collectives runs beside them (engine.core)
     blocks         (tid, where) of each task that collapses several identical gradient
                    buckets: where = (device, virtual stage, bucket run, first unit), the
                    key the lowering cuts a block at when another transfer must run inside it
@@ -103,6 +105,10 @@ class Plan:
     stage_layers: tuple[int, ...] = ()  # layers of each virtual pipeline stage
     extras: tuple[tuple[str, Any], ...] = ()  # strategy figures for the summary (run --json)
     blocks: tuple[tuple[int, tuple[int, int, int, int]], ...] = ()
+    # per simulated device (as `devices`), the fraction its compute kernels slow by while a
+    # collective of its own runs beside them (hardware efficiency.overlap_compute_slowdown);
+    # () or zeros: overlap is free
+    slowdown: tuple[float, ...] = ()
 
     def __str__(self) -> str:
         return (f"Plan({len(self.tasks)} tasks on {len(self.devices)} simulated of "
