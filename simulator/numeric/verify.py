@@ -36,7 +36,7 @@ from simulator.schedule.model_program import layer_role, recomputed_ops, unshard
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.placement import Broadcast, Shard
+from simulator.sharding.placement import B, Broadcast, Partial, Shard
 from simulator.sharding.plan import ShardingPlan, build_plan
 from simulator.sharding.rules import SignatureError
 
@@ -156,10 +156,13 @@ def reduce_grad(ex: Execution, plan: ShardingPlan, g: DistTensor, target) -> Dis
 
 def _reduce(ex: Execution, plan: ShardingPlan, name: str, g: DistTensor, level: int
             ) -> DistTensor:
-    """A gradient brought to its optimizer layout (or relabelled there, the mutation)."""
+    """A gradient brought to its optimizer layout; the mutation takes each device's own
+    summand for the whole (Partial relabelled Broadcast) and only slices it there."""
     target = _opt_layout(plan, name, level >= 1)
     if ex.faults.skip_grad_reduction:
-        return DistTensor(g.shape, target, g.blocks) if g.layout != target else g
+        unreduced = type(g.layout)(tuple(B if isinstance(q, Partial) else q
+                                         for q in g.layout.placements))
+        return ex.move(DistTensor(g.shape, unreduced, g.blocks), target, forward=False)
     return reduce_grad(ex, plan, g, target)
 
 
