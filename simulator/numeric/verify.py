@@ -17,7 +17,13 @@ from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.numeric.cases import VerifyCase, build_case, staged_pipeline
 from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
-from simulator.numeric.execute import Execution, Faults, Recompute, run_microbatch
+from simulator.numeric.execute import (
+    Execution,
+    Faults,
+    Recompute,
+    reduce_unless_skipped,
+    run_microbatch,
+)
 from simulator.numeric.heap import kept_heap
 from simulator.numeric.optimizer import update
 from simulator.numeric.pipeline import (
@@ -36,7 +42,7 @@ from simulator.schedule.model_program import layer_role, recomputed_ops, unshard
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.placement import B, Broadcast, Partial, Shard
+from simulator.sharding.placement import Broadcast, Shard
 from simulator.sharding.plan import ShardingPlan, build_plan
 from simulator.sharding.rules import SignatureError
 
@@ -160,9 +166,7 @@ def _reduce(ex: Execution, plan: ShardingPlan, name: str, g: DistTensor, level: 
     summand for the whole (Partial relabelled Broadcast) and only slices it there."""
     target = _opt_layout(plan, name, level >= 1)
     if ex.faults.skip_grad_reduction:
-        unreduced = type(g.layout)(tuple(B if isinstance(q, Partial) else q
-                                         for q in g.layout.placements))
-        return ex.move(DistTensor(g.shape, unreduced, g.blocks), target, forward=False)
+        return reduce_unless_skipped(ex, g, target)
     return reduce_grad(ex, plan, g, target)
 
 
