@@ -26,8 +26,8 @@ from simulator.numeric.dist import DistTensor, add, apply_step, distribute
 from simulator.numeric.local import forward_blocks, vjp_blocks
 from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.layout import Layout
-from simulator.sharding.placement import B, Partial
 from simulator.sharding.mesh import Mesh
+from simulator.sharding.placement import B, Partial
 from simulator.sharding.plan import OpPlan, ShardingPlan, grad_layouts, group_ranks, keep_axes
 from simulator.sharding.redistribute import RedistStep, plan_redistribution
 from simulator.sharding.rules import Signature

@@ -33,8 +33,8 @@ from simulator.graph.ops.einsum import gemm_mnk
 from simulator.sharding.layout import Layout
 from simulator.sharding.plan import Item, OpPlan, ShardingPlan
 
-__all__ = ["forward_specs", "backward_specs", "gradient_steps", "param_gathers", "local_shapes", "saved",
-           "Saved", "kernel_of", "loaded_bytes"]
+__all__ = ["forward_specs", "backward_specs", "gradient_steps", "param_gathers",
+           "local_shapes", "saved", "Saved", "kernel_of", "loaded_bytes"]
 
 Spec = ComputeSpec | CommSpec
 Select = Callable[[str], bool]

@@ -73,8 +73,8 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
 __all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
-           "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "TP3D_WEIGHT_AXIS", "gpt_dims", "uses_flash",
-           "with_moe"]
+           "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "TP3D_WEIGHT_AXIS", "gpt_dims",
+           "uses_flash", "with_moe"]
 
 TP_ROLES: dict[str, tuple[str, str]] = {
     # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
