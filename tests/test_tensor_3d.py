@@ -311,3 +311,16 @@ def test_three_d_is_refused_by_name_on_other_models(kind, invoke_cli):
     assert ("parallel.tensor_nd: [2, 2, 2]: 3-D tensor parallel splits a transformer's "
             f"attention and FFN weights; a model of type '{kind}' has none (remove the key)"
             ) in message
+
+
+def test_a_device_computes_at_the_pace_of_its_whole_cube():
+    """Under full fidelity a device's compute scope is its x * y * z cube: the weight axis
+    runs in lock step with the grid (every GEMM waits for its weight's gather)."""
+    from simulator.hardware import load_profile
+    from simulator.heterogeneous import Cluster
+
+    s = _bundled(TINY, ["cluster.slow=[{devices: [5], compute: 0.5}]"])
+    costs = Cluster(s, load_profile(s.hardware), "full", None).costs
+    assert costs is not None
+    assert costs.scope(0, None).tolist() == list(range(8))
+    assert costs.pacer(0) == 5
