@@ -328,7 +328,14 @@ PROFILES = {
     description="MindSpore + MindFormers on Ascend 910B (graph mode, semi-auto parallel, optimizer parallel)",
     basis="mindspore-lab/mindformers configs (llama2/llama3); mindspore.set_auto_parallel_context docs (r2.x); CANN HCCL env reference",
     attention=dict(fused_default=True, implementation=None, kernel="Ascend FlashAttentionScore operator (use_flash_attention: True)", source="mindformers configs/llama2/pretrain_llama2_7b_bf16.yaml 'use_flash_attention: True # FA can accelerate training or finetune'"),
-    fused_kernels=dict(list=["graph-mode operator fusion (jit_level O1)", "fine_grain_interleave for TP comm/compute interleaving"], source="pretrain_llama2_7b_bf16.yaml context.jit_config.jit_level 'O1'; finetune_llama2_70b_bf16_32p.yaml fine_grain_interleave: 2"),
+    fused_kernels=dict(list=["graph-mode operator fusion (jit_level O1)", "fine_grain_interleave for TP comm/compute interleaving",
+                             "NOT fused in the Llama configs: RMSNorm computed in fp32 between Casts (layernorm_compute_type: float32; "
+                             "IR ops 'attention_norm.rcast', 'ffn_norm.norm'), SiLU and Mul as separate ops ('feed_forward.w1.activation', "
+                             "'feed_forward.mul'), rotary embedding in fp32 (rotary_dtype: float32)"],
+                       source=("pretrain_llama2_7b_bf16.yaml context.jit_config.jit_level 'O1', model_config layernorm_compute_type / "
+                               "rotary_dtype; finetune_llama2_70b_bf16_32p.yaml fine_grain_interleave: 2; mindspore-ai/docs "
+                               "docs/mindformers/docs/source_zh_cn/perf_optimize/perf_optimize.md (select_recompute op names, "
+                               "Cast Float16 (1,4096,4096) -> Float32 in the IR excerpt)")),
     fused_grad_accumulation=dict(enabled=None, detail="gradient accumulation inside the compiled graph (gradient_accumulation_steps / micro_batch_num)", source="mindformers runner_config"),
     grad_reduction=dict(bucket_rule="graph-level communication fusion of gradient all-reduce / reduce-scatter; MindFormers gradient_aggregation_group 4", bucket_params=None, bucket_params_per_dp_rank=None, bucket_bytes=None, first_bucket_bytes=None,
                         collective="reduce_scatter with optimizer parallel, else all_reduce", dtype="fp32 (gradient_fp32_sync default True)",
@@ -356,8 +363,14 @@ PROFILES = {
     name="mindspeed",
     description="MindSpeed / MindSpeed-LLM (formerly AscendSpeed / ModelLink): Megatron-Core patched for Ascend NPUs via torch_npu",
     basis="Ascend/MindSpeed-LLM examples and docs; Ascend/AscendSpeed examples/llama2 (2023)",
-    attention=dict(fused_default=True, implementation=None, kernel="torch_npu npu_fusion_attention (FlashAttention on Ascend, --use-flash-attn); AscendSpeed 2023: --triangle-attn (block 1024)",
-                   source="AscendSpeed examples/llama2/pretrain_llama2_7b_zero_8p.sh (--triangle-attn --triangle-block-size 1024); MindSpeed-LLM example scripts (--use-flash-attn)"),
+    attention=dict(fused_default=True, implementation=None,
+                   kernel=("torch_npu npu_fusion_attention (FlashAttention on Ascend, --use-flash-attn). NOT fused: AscendSpeed 2023 --triangle-attn "
+                           "(block 1024) is TriangleAttention, a Python loop over query blocks that materialises each block's scores "
+                           "(torch.matmul), runs npu_scaled_masked_softmax and a second torch.matmul: unfused attention that skips the "
+                           "blocks above the diagonal (10 of 16 score blocks at seq 4096, block 1024); runs using it set model.attention: standard"),
+                   source=("AscendSpeed examples/llama2/pretrain_llama2_7b_zero_8p.sh (--triangle-attn --triangle-block-size 1024); "
+                           "Ascend/AscendSpeed ascendspeed/model/triangle_attention.py (class TriangleAttention: compute_attn = "
+                           "torch.matmul, scaled_masked_softmax, torch.matmul per block); MindSpeed-LLM example scripts (--use-flash-attn)")),
     fused_kernels=dict(list=["fused RMSNorm", "fused SwiGLU", "fused rotary position embedding"], source="pretrain_llama2_7b_zero_8p.sh --use-fused-rotary-pos-emb; MindSpeed-LLM scripts --use-fused-rmsnorm --use-fused-swiglu"),
     fused_grad_accumulation=dict(enabled=None, detail="inherits Megatron-Core gradient_accumulation_fusion where the NPU kernel exists", source="not verified"),
     grad_reduction=dict(bucket_rule="Megatron-Core rule max(40e6, 1e6 x dp) parameters (Megatron-Core DDP unchanged); DeepSpeed buckets in the 2023 AscendSpeed ZeRO scripts (1e8 elements)",

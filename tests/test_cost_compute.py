@@ -27,16 +27,20 @@ def test_compute_bound_gemm_equals_closed_form(a100):
     spec = ComputeSpec("mm", "gemm", flops=flops, bytes_accessed=3 * m * n * 2, dtype="bf16",
                        gemm_mnk=(m, n, k))
     # 8192/128 x 8192/256 = 2048 tiles on 108 SMs: 19 waves -> 2048/2052 of the last wave
-    # used; no padding; k loop 8192/(8192+k_half); tile 128x256 is above the L2 balance.
+    # used; no padding; k loop 8192/(8192+k_half); tile 128x256 is above the L2 balance;
+    # all of it at the clock the A100 sustains under load.
     eff = a100.efficiency
-    fraction = eff.gemm_peak_fraction * (2048 / (19 * 108)) * (k / (k + eff.gemm_k_half))
+    fraction = (eff.gemm_peak_fraction * (2048 / (19 * 108)) * (k / (k + eff.gemm_k_half))
+                * eff.sustained_compute_fraction)
     expected = flops / (312e12 * fraction) + a100.kernel_launch_us * 1e-6
     assert compute_time_s(spec, a100) == pytest.approx(expected, rel=1e-12)
 
 
 def test_attention_runs_at_its_own_fraction(a100):
     spec = ComputeSpec("fa", "attention", flops=1e12, bytes_accessed=1e6, dtype="bf16")
-    expected = 1e12 / (312e12 * a100.efficiency.attention_peak_fraction) + a100.kernel_launch_s
+    eff = a100.efficiency
+    expected = (1e12 / (312e12 * eff.attention_peak_fraction * eff.sustained_compute_fraction)
+                + a100.kernel_launch_s)
     assert compute_time_s(spec, a100) == pytest.approx(expected, rel=1e-12)
 
 
