@@ -170,6 +170,17 @@ def test_three_d_plans_verify(overrides):
     assert result.devices == 8
 
 
+@pytest.mark.parametrize("shard", [0, 3])
+def test_three_d_inside_data_parallel_verifies(shard):
+    """data=2 around the cube (the batch split on dp and tpz, dp outer), with and without
+    ZeRO-3 on dp: 16 devices compute the single device's tensors."""
+    s = _bundled(TINY, ONE_LAYER + ["cluster.nodes=2", "parallel.data=2",
+                                    "training.global_batch_size=8",
+                                    f"parallel.optimizer_shard={shard}"])
+    result = verify_scenario(s)
+    assert result.ok and result.devices == 16
+
+
 def _first_comm(plan, op: str, kind: str, axis: str) -> int:
     comms = [(n, s) for n, s in plan.forward_steps() if s.is_comm]
     return next(i for i, (n, s) in enumerate(comms)
