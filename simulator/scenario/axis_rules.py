@@ -112,8 +112,7 @@ def tensor_nd(s: Scenario) -> Iterator[Problem]:
     hidden dim on y, the head / FFN dim on x) and the heads and FFN activations x * y ways:
     the divisibility of 1-D's tensor, which _transformer checks (x * y divides the heads,
     so the hidden dim too). 3-D ([x, y, z], Bian et al. 2021) adds z, which splits the
-    batch (z must divide training.micro_batch_size) and every parameter (tensor = x*y*z
-    divides the hidden, FFN and head dims, so each weight's first dim takes the split).
+    batch (z must divide training.micro_batch_size) and keeps every parameter split.
     Each size above 1 (a size of 1 is a lower dimension); the combinations whose plans are
     not written are refused."""
     p, m, nd = s.parallel, s.model, s.parallel.tensor_nd
@@ -149,8 +148,10 @@ def tensor_nd(s: Scenario) -> Iterator[Problem]:
 def _cube_divides(s: Scenario, nd: list[int]) -> Iterator[Problem]:
     """3-D tensor parallel's splits: x * y of the heads, key/value heads, FFN dim,
     vocabulary and (sequence parallel) sequence, as 2-D's grid splits them; z of each
-    micro-batch's samples. The weights' further split on z takes a dim that tensor divides
-    (the hidden size, which the heads divide) or leaves the weight whole there."""
+    micro-batch's samples. A parameter's further split on z takes the first of its dims that
+    z divides after the grid's split (`sharding.plan.split_on`; the bundled shapes split
+    every weight x*y*z ways) or, where none does, leaves it whole on z: no shape is refused
+    for it."""
     m, p = s.model, s.parallel
     assert isinstance(m, TransformerModel)
     x, y, z = nd
