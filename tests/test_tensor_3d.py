@@ -337,3 +337,18 @@ def test_a_device_computes_at_the_pace_of_its_whole_cube():
     assert costs is not None
     assert costs.scope(0, None).tolist() == list(range(8))
     assert costs.pacer(0) == 5
+
+
+def test_a_gathered_parameter_takes_the_first_dim_its_axis_still_divides():
+    """`split_on`: the weight axis splits the first dim it divides after the other axes'
+    splits (nested inside them: it is the innermost axis), or leaves the tensor whole."""
+    from simulator.sharding.layout import Layout
+    from simulator.sharding.mesh import Mesh
+    from simulator.sharding.placement import B
+    from simulator.sharding.plan import split_on
+
+    mesh = Mesh.of(tpy=2, tpz=2)
+    by_y = Layout((Shard(0), B))
+    assert split_on(by_y, (4, 6), mesh, ("tpz",)).placements == (Shard(0), Shard(0))
+    assert split_on(by_y, (2, 6), mesh, ("tpz",)).placements == (Shard(0), Shard(1))
+    assert split_on(by_y, (2, 3), mesh, ("tpz",)).placements == (Shard(0), B)
