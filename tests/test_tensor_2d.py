@@ -255,10 +255,8 @@ def _tiny(overrides):
 @pytest.mark.parametrize("overrides,message", [
     (["parallel.tensor_nd=[2,4]"], "parallel.tensor_nd: [2, 4]: 2*4 = 8 must equal "
      "parallel.tensor=4"),
-    (["parallel.tensor_nd=[2,2,1]"], "parallel.tensor_nd: [2, 2, 1]: 3-D tensor parallel as "
-     "one key is not simulated yet; its third axis (tokens split, weights gathered before "
-     "use) is parallel.data=z with parallel.optimizer_shard=3 around the grid (allowed: two "
-     "sizes [x, y])"),
+    (["parallel.tensor_nd=[2,2,1]"], "parallel.tensor_nd: [2, 2, 1]: a size of 1 is 2-D "
+     "tensor parallel (give the other two sizes; allowed: sizes of at least 2)"),
     (["parallel.tensor_nd=[1,4]"], "parallel.tensor_nd: [1, 4]: a size of 1 is 1-D tensor "
      "parallel (remove the key; allowed: sizes of at least 2)"),
     (["parallel.overlap.tp_comm=true"], "parallel.overlap.tp_comm: true: chunked overlap of "

@@ -93,7 +93,7 @@ def _check_model(scenario: Any) -> None:
                          "parallel.context (supported: 1)")
     nd = scenario.parallel.tensor_nd
     if nd is not None:
-        # nor a 2-D tensor-parallel layout: its configurations would keep the grid of
+        # nor a 2-D or 3-D tensor-parallel layout: its configurations would keep the grid of
         # another tensor degree
         raise InputError(scenario.source, "parallel.tensor_nd", f"{nd} is not searched "
                          "by `plan` yet (its space has 1-D "

@@ -27,6 +27,10 @@ class TensorDef:
     # load it -- 'full_batch', 'data_parallel' or slices per dim; None: as its first
     # consumer reads it (`sharding.notation.dataset_layout`)
     load: str | tuple[int, ...] | None = None
+    # a parameter's mesh axes on which it is KEPT split beyond its first consumer's layout
+    # and all-gathered there before use (3-D tensor parallel's weight axis,
+    # `sharding.transformer_plan`); its gradient comes back reduce-scattered
+    gathered: tuple[str, ...] = ()
 
     @property
     def numel(self) -> int:

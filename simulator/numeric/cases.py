@@ -90,14 +90,14 @@ def _small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, 
     own = dataclasses.replace(gpt_dims(s, flash), batch=s.training.micro_batch_size)
     if _fits(m, s):
         return own, []
-    t = p.tensor
+    t = _head_split(p)
     groups = max(t, 2)
     heads = groups * (2 if m.kv_heads < m.num_heads else 1)
     unit = t * (2 * p.context if p.context > 1 else 1)  # two chunks per context rank
     seq = -(-8 // unit) * unit
     dims = dataclasses.replace(own, layers=_chunk_layers(m, s), hidden=heads * 4, heads=heads,
                                kv_heads=groups, ffn=8 * t, seq=seq, vocab=8 * t,
-                               batch=min(s.training.micro_batch_size, 2))
+                               batch=min(s.training.micro_batch_size, _samples(p)))
     dims, experts = _small_moe(dims, m, s)
     ep = f" expert={p.expert}" if m.moe else ""
     ep += f" context={p.context}" if p.context > 1 else ""
@@ -107,6 +107,19 @@ def _small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, 
                   f"vocab={dims.vocab} micro_batch={dims.batch}{experts} (same parallel "
                   f"configuration: data={p.data} tensor={p.tensor}{ep}{nd} "
                   f"sequence_parallel={str(p.sequence_parallel).lower()})"]
+
+
+def _head_split(p) -> int:
+    """The ways a shrunk model's heads, FFN dim, vocabulary and sequence split: tensor, or
+    under 3-D tensor parallel x*y (z splits the samples)."""
+    return p.tensor_nd[0] * p.tensor_nd[1] if p.tensor_nd and len(p.tensor_nd) == 3 \
+        else p.tensor
+
+
+def _samples(p) -> int:
+    """Samples a shrunk micro-batch keeps: 2, or 3-D tensor parallel's z, which splits
+    them (a divisor of the micro-batch, `axis_rules.tensor_nd`)."""
+    return max(2, p.tensor_nd[2]) if p.tensor_nd and len(p.tensor_nd) == 3 else 2
 
 
 def _transformer(s: Scenario, m: TransformerModel, flash: bool) -> VerifyCase:

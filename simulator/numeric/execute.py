@@ -27,11 +27,13 @@ from simulator.numeric.local import forward_blocks, vjp_blocks
 from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
+from simulator.sharding.placement import B, Partial
 from simulator.sharding.plan import OpPlan, ShardingPlan, grad_layouts, group_ranks, keep_axes
 from simulator.sharding.redistribute import RedistStep, plan_redistribution
 from simulator.sharding.rules import Signature
 
-__all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx", "Recompute"]
+__all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx", "Recompute",
+           "reduce_unless_skipped"]
 
 
 @dataclass(frozen=True)
@@ -123,12 +125,15 @@ def _forward_op(ex: Execution, p: OpPlan, cache: dict) -> list[DistTensor]:
     return ins
 
 
-def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict) -> None:
+def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict,
+                 regathered: set | None = None) -> None:
     plan = ex.plan
     dy_layout, in_layouts = grad_layouts(p)
     dy = _collect(ex, p.op.output, grads, dy_layout)
     if dy is None:
         return
+    if regathered is not None:
+        ins = _regathered_params(ex, p, ins, regathered)
     y = ex.values[p.op.output]
     if group_ranks(p, plan.graph, plan.mesh) is not None:
         ex.comm_log += plan.internal_steps(p, "bwd")
@@ -142,6 +147,49 @@ def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict) -
         g = DistTensor(ins[i].shape, in_layouts[i], *got)
         slot = grads.setdefault(name, {})
         slot[in_layouts[i]] = add(slot.get(in_layouts[i]), g)
+
+
+def _regathered_params(ex: Execution, p: OpPlan, ins: list[DistTensor], done: set
+                       ) -> list[DistTensor]:
+    """`ins` with the parameters kept split on an axis (`TensorDef.gathered`) all-gathered
+    again from their kept shards for the backward (the forward's gathered copies are not
+    kept: ZeRO-3's and 3-D tensor parallel's weights stay sharded), once per parameter and
+    layout in the backward pass, as `sharding.lower.param_gathers` times them."""
+    out = list(ins)
+    graph = ex.plan.graph
+    for i, name in enumerate(p.op.inputs):
+        key = (name, p.sig.input_layout(i))
+        if graph.tensors[name].gathered and key not in done:
+            done.add(key)
+            out[i] = ex.move(ex.values[name], key[1], forward=False)
+    return out
+
+
+def reduce_unless_skipped(ex: Execution, g: DistTensor, target: Layout,
+                          keep: tuple[str, ...] = ()) -> DistTensor:
+    """A gradient moved to `target` (touching no axis in `keep`); under the
+    `skip_grad_reduction` mutation each device takes its own summand for the whole
+    (Partial relabelled Broadcast) and only slices it there."""
+    if ex.faults.skip_grad_reduction:
+        g = DistTensor(g.shape, Layout(tuple(B if isinstance(q, Partial) else q
+                                             for q in g.layout.placements)), g.blocks)
+    return ex.move(g, target, forward=False, keep=keep)
+
+
+def _reduce_gathered(ex: Execution, name: str, g: DistTensor) -> DistTensor:
+    """A parameter kept split on `gathered` axes: its micro-batch gradient reduce-scattered
+    there to the kept split, the other axes left as they are (Colossal-AI's 3-D linear
+    reduce-scatters its weight gradient in its backward, colossalai/legacy/nn/layer/
+    parallel_3d/_operation.py)."""
+    axes = ex.plan.graph.tensors[name].gathered
+    if not axes:
+        return g
+    mesh, kept = ex.plan.mesh, ex.plan.layouts[name]
+    on = {mesh.axis_index(a) for a in axes}
+    target = Layout(tuple(kept.placements[a] if a in on else q
+                          for a, q in enumerate(g.layout.placements)))
+    return reduce_unless_skipped(ex, g, target,
+                                 tuple(n for n in mesh.names if n not in axes))
 
 
 def _blocks(per_rank: list, i: int) -> tuple[np.ndarray, ...]:
@@ -245,6 +293,7 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
     seed_layout = plan.loss_grad_layout()
     seed = distribute(np.full(loss.shape, loss_scale), seed_layout, plan.mesh)
     grads: dict = {plan.graph.loss: {seed_layout: seed}}
+    regathered: set = set()
     for k in reversed(range(len(plan.ops))):
         if k in segments:
             again = {} if recompute is not None and recompute.collectives else cache
@@ -254,11 +303,11 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
                 saved[j] = _forward_op(ex, plan.ops[j], again)
         ins = saved[k]
         assert ins is not None
-        _backward_op(ex, plan.ops[k], ins, grads)
+        _backward_op(ex, plan.ops[k], ins, grads, regathered)
     clear_saved()
     out: dict[str, DistTensor] = {}
     for name in params:
         total = _collect(ex, name, grads, None) if name in grads else None
         if total is not None:
-            out[name] = total
+            out[name] = _reduce_gathered(ex, name, total)
     return out

@@ -17,7 +17,13 @@ from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.numeric.cases import VerifyCase, build_case, staged_pipeline
 from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
-from simulator.numeric.execute import Execution, Faults, Recompute, run_microbatch
+from simulator.numeric.execute import (
+    Execution,
+    Faults,
+    Recompute,
+    reduce_unless_skipped,
+    run_microbatch,
+)
 from simulator.numeric.heap import kept_heap
 from simulator.numeric.optimizer import update
 from simulator.numeric.pipeline import (
@@ -156,10 +162,11 @@ def reduce_grad(ex: Execution, plan: ShardingPlan, g: DistTensor, target) -> Dis
 
 def _reduce(ex: Execution, plan: ShardingPlan, name: str, g: DistTensor, level: int
             ) -> DistTensor:
-    """A gradient brought to its optimizer layout (or relabelled there, the mutation)."""
+    """A gradient brought to its optimizer layout; the mutation takes each device's own
+    summand for the whole (Partial relabelled Broadcast) and only slices it there."""
     target = _opt_layout(plan, name, level >= 1)
     if ex.faults.skip_grad_reduction:
-        return DistTensor(g.shape, target, g.blocks) if g.layout != target else g
+        return reduce_unless_skipped(ex, g, target)
     return reduce_grad(ex, plan, g, target)
 
 

@@ -111,37 +111,63 @@ def tensor_nd(s: Scenario) -> Iterator[Problem]:
     `tensor` devices out as an x * y grid and splits its GEMM weights on both axes (the
     hidden dim on y, the head / FFN dim on x) and the heads and FFN activations x * y ways:
     the divisibility of 1-D's tensor, which _transformer checks (x * y divides the heads,
-    so the hidden dim too).
-    Each size above 1 (a size of 1 is 1-D tensor parallel); 3-D (MindSpore's x, y, z) and
-    the combinations whose plans are not written are refused."""
+    so the hidden dim too). 3-D ([x, y, z], Bian et al. 2021) adds z, which splits the
+    batch (z must divide training.micro_batch_size) and keeps every parameter split.
+    Each size above 1 (a size of 1 is a lower dimension); the combinations whose plans are
+    not written are refused."""
     p, m, nd = s.parallel, s.model, s.parallel.tensor_nd
     if nd is None:
         return
     shape = "*".join(str(n) for n in nd)
     if not isinstance(m, TransformerModel):
         yield "parallel.tensor_nd", (
-            f"{nd}: 2-D tensor parallel splits a transformer's attention and FFN weights; a "
-            f"model of type '{m.type}' has none (remove the key)")
-    elif len(nd) == 3:
-        # MindSpore's z splits the tokens and all-gathers each weight before use: a data
-        # axis with sharded parameters, which parallel.data with optimizer_shard 3 is
-        yield "parallel.tensor_nd", (
-            f"{nd}: 3-D tensor parallel as one key is not simulated yet; its third axis "
-            f"(tokens split, weights gathered before use) is parallel.data=z with "
-            f"parallel.optimizer_shard=3 around the grid (allowed: two sizes [x, y])")
+            f"{nd}: {len(nd)}-D tensor parallel splits a transformer's attention and FFN "
+            f"weights; a model of type '{m.type}' has none (remove the key)")
     elif math.prod(nd) != p.tensor:
         yield "parallel.tensor_nd", (f"{nd}: {shape} = {math.prod(nd)} must equal "
                                      f"parallel.tensor={p.tensor}")
     elif min(nd) == 1:
-        yield "parallel.tensor_nd", (f"{nd}: a size of 1 is 1-D tensor parallel (remove the "
-                                     f"key; allowed: sizes of at least 2)")
+        fix = "remove the key" if len(nd) == 2 else "give the other two sizes"
+        yield "parallel.tensor_nd", (f"{nd}: a size of 1 is {len(nd) - 1}-D tensor parallel "
+                                     f"({fix}; allowed: sizes of at least 2)")
     else:
+        if len(nd) == 3:
+            yield from _cube_divides(s, nd)
         for key, on in (("model.moe", m.moe is not None), ("parallel.context",
                                                             p.context > 1)):
             if on:
-                yield "parallel.tensor_nd", (f"{nd} with {key} is not simulated yet (allowed "
-                                             f"with 2-D tensor parallel: no {key})")
+                yield "parallel.tensor_nd", (
+                    f"{nd} with {key} is not simulated yet (allowed with {len(nd)}-D "
+                    f"tensor parallel: no {key})")
         if p.overlap.tp_comm is True:
             yield "parallel.overlap.tp_comm", (
-                "true: chunked overlap of the 2-D tensor-parallel collectives (parallel."
-                "tensor_nd) is not simulated yet (allowed: auto, false)")
+                f"true: chunked overlap of the {len(nd)}-D tensor-parallel collectives "
+                f"(parallel.tensor_nd) is not simulated yet (allowed: auto, false)")
+
+
+def _cube_divides(s: Scenario, nd: list[int]) -> Iterator[Problem]:
+    """3-D tensor parallel's splits: x * y of the heads, key/value heads, FFN dim,
+    vocabulary and (sequence parallel) sequence, as 2-D's grid splits them; z of each
+    micro-batch's samples. A parameter's further split on z takes the first of its dims that
+    z divides after the grid's split (`sharding.plan.split_on`; the bundled shapes split
+    every weight x*y*z ways) or, where none does, leaves it whole on z: no shape is refused
+    for it."""
+    m, p = s.model, s.parallel
+    assert isinstance(m, TransformerModel)
+    x, y, z = nd
+    dims = [("model.num_heads", m.num_heads), ("model.ffn_hidden_size", m.ffn),
+            ("model.vocab_size", m.vocab_size)]
+    if m.num_kv_heads is not None:
+        dims.insert(1, ("model.num_kv_heads", m.kv_heads))
+    if p.sequence_parallel:
+        dims.append(("model.seq_length", m.seq_length))
+    for key, n in dims:
+        if n % (x * y):
+            yield "parallel.tensor_nd", (
+                f"{nd}: x*y = {x * y} must divide {key}={n} (3-D tensor parallel splits it "
+                f"on x and y; valid x*y: {divisors(n)})")
+    if s.training.micro_batch_size % z:
+        yield "parallel.tensor_nd", (
+            f"{nd}: z={z} must divide training.micro_batch_size="
+            f"{s.training.micro_batch_size} (3-D tensor parallel splits each micro-batch's "
+            f"samples on z; valid z: {divisors(s.training.micro_batch_size)})")

@@ -89,9 +89,13 @@ def _transformer(s: Scenario) -> Iterator[Problem]:
     if not isinstance(m, TransformerModel):
         return
     yield from _must_divide("model.num_heads", m.num_heads, "model.hidden_size", m.hidden_size)
-    yield from _must_divide("parallel.tensor", p.tensor, "model.num_heads", m.num_heads)
     if m.num_kv_heads is not None:
         yield from _must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
+    yield from _stage_layers(m.layers, p, m.moe.every if m.moe else 1)
+    if p.tensor_nd is not None and len(p.tensor_nd) == 3:
+        return  # 3-D splits these dims x*y ways (axis_rules.tensor_nd checks them)
+    yield from _must_divide("parallel.tensor", p.tensor, "model.num_heads", m.num_heads)
+    if m.num_kv_heads is not None:
         yield from _must_divide("parallel.tensor", p.tensor, "model.num_kv_heads", m.kv_heads)
     yield from _must_divide("parallel.tensor", p.tensor, "model.ffn_hidden_size", m.ffn)
     if m.vocab_size % p.tensor:
@@ -102,7 +106,6 @@ def _transformer(s: Scenario) -> Iterator[Problem]:
             f"{m.vocab_size} must be a multiple of parallel.tensor={p.tensor} (the "
             f"embedding is split across tensor-parallel ranks; Megatron-LM pads it to "
             f"{padded})")
-    yield from _stage_layers(m.layers, p, m.moe.every if m.moe else 1)
     if p.sequence_parallel:
         yield from _must_divide("parallel.tensor", p.tensor, "model.seq_length", m.seq_length)
 

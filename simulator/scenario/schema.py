@@ -373,7 +373,9 @@ class ParallelSpec(_Closed):
     # 2-D tensor parallel of a transformer (MindSpore's high dimension tensor parallel:
     # MatMul/BatchMatMul `enable_nd_tp` with a 2-D Layout; Optimus, Xu et al. 2021): the
     # `tensor` devices as an x * y grid, x outer; every GEMM weight split on both axes
-    # (simulator/sharding/transformer_plan.py). None: 1-D (Megatron) tensor parallel.
+    # (simulator/sharding/transformer_plan.py). [x, y, z]: 3-D tensor parallel (Bian et al.
+    # 2021, Colossal-AI's 3-D): the grid plus z, which splits the samples and every
+    # parameter, gathered before use. None: 1-D (Megatron) tensor parallel.
     tensor_nd: Annotated[list[Annotated[StrictInt, Field(ge=1, le=100_000)]],
                          Field(min_length=2, max_length=3)] | None = None
     # An int with bounds, not Literal[0, 1, 2, 3]: a Literal would take `true` as 1.

@@ -66,8 +66,8 @@ class DeviceCosts:
         """Ranks whose pace `rank` takes on `axis` (None: its compute)."""
         if self.fidelity != "full":
             return self._stage(rank)
-        if axis is None:  # its tensor group: tp, or the tpx x tpy grid of 2-D
-            tensor = [a for a in ("tp", "tpx", "tpy") if a in self._strides]
+        if axis is None:  # its tensor group: tp, the tpx x tpy grid of 2-D, the cube of 3-D
+            tensor = [a for a in ("tp", "tpx", "tpy", "tpz") if a in self._strides]
             scope = np.array([rank])
             for a in tensor:
                 scope = np.unique(np.concatenate([self._members(r, a) for r in scope]))

@@ -92,11 +92,15 @@ class RankMesh:
 def transformer_mesh(scenario: Scenario) -> Mesh:
     """A transformer's model mesh: (dp, tp), with 2-D tensor parallel (dp, tpx, tpy) (the
     x * y grid of `parallel.tensor_nd`, tpy fastest: its groups are consecutive ranks, the
-    ones a node holds first), with context parallel (dp, cp, tp), or for a
-    mixture of experts (dp, ep, tp) with
-    data = dp * ep, expert ranks contiguous inside each data-parallel group (Megatron-Core's
-    order tp-cp-ep-dp-pp, megatron/core/parallel_state.py)."""
+    ones a node holds first), with 3-D tensor parallel (dp, tpx, tpy, tpz) (tpz fastest:
+    the weight axis, whose all-gathers move every layer's weights), with context parallel
+    (dp, cp, tp), or for a mixture of experts (dp, ep, tp) with data = dp * ep, expert
+    ranks contiguous inside each data-parallel group (Megatron-Core's order tp-cp-ep-dp-pp,
+    megatron/core/parallel_state.py)."""
     p = scenario.parallel
+    if p.tensor_nd is not None and len(p.tensor_nd) == 3:
+        x, y, z = p.tensor_nd
+        return Mesh.of(dp=p.data, tpx=x, tpy=y, tpz=z)
     if p.tensor_nd is not None:
         x, y = p.tensor_nd
         return Mesh.of(dp=p.data, tpx=x, tpy=y)

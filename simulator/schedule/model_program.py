@@ -47,6 +47,7 @@ from simulator.sharding.lower import (
     forward_specs,
     gradient_steps,
     loaded_bytes,
+    param_gathers,
     saved,
 )
 from simulator.sharding.mesh import Mesh
@@ -125,6 +126,28 @@ def _tp_overlap(scenario: Scenario, software: Software, compute_units: int
     if not on or t <= 1 or scenario.parallel.tensor_nd:
         return None
     return TpOverlap(chunks=t, sm_fraction=min(0.5, software.tp_comm_sms / compute_units))
+
+
+def _gathered_params(plan: ShardingPlan, blocks: dict[str, tuple[Select, Select | None]],
+                     bwd: dict[str, tuple[Op, ...]], steps: tuple[CommSpec, ...]
+                     ) -> tuple[dict[str, tuple[Op, ...]], tuple[CommSpec, ...]]:
+    """Parameters kept split on an axis and gathered before use (`TensorDef.gathered`: 3-D
+    tensor parallel's weight axis) in each block's backward: all-gathered again before it
+    (the forward's gathered copies are not kept, so weights stay 1/(x*y*z) per device) and
+    their gradients reduce-scattered there after it, every micro-batch, as Colossal-AI's
+    `_Linear3D.backward` does (colossalai/legacy/nn/layer/parallel_3d/_operation.py) and
+    `numeric.execute` runs them. `blocks`: name -> (its ops, ops whose parameters another
+    block reduces). Returns (backward per block, the gradient steps left for once per
+    iteration)."""
+    axes = {a for t in plan.graph.of_kind("parameter") for a in t.gathered}
+    if not axes:
+        return bwd, steps
+    out = dict(bwd)
+    for name, (select, besides) in blocks.items():
+        reduced = tuple(replace(c, name=f"{c.name}.per_micro_batch")
+                        for c in _sync(plan, steps, select, besides) if c.axis in axes)
+        out[name] = param_gathers(plan, select) + bwd[name] + reduced
+    return out, tuple(c for c in steps if c.axis not in axes)
 
 
 def _recomputed(ops: tuple[Op, ...], keep: Select) -> tuple[Op, ...]:
@@ -368,6 +391,9 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
                                                                 mesh))
     steps = gradient_steps(plan, ("dp",))
+    bwd, steps = _gathered_params(plan, {"layer": (layer.select, None),
+                                         "embed": (embed.select, None),
+                                         "head": (head.select, embed.select)}, bwd, steps)
     threshold, pe = _threshold(scenario)
     small = _small(plan, threshold, pe)
     return TransformerProgram(

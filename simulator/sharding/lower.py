@@ -33,8 +33,8 @@ from simulator.graph.ops.einsum import gemm_mnk
 from simulator.sharding.layout import Layout
 from simulator.sharding.plan import Item, OpPlan, ShardingPlan
 
-__all__ = ["forward_specs", "backward_specs", "gradient_steps", "local_shapes", "saved",
-           "Saved", "kernel_of", "loaded_bytes"]
+__all__ = ["forward_specs", "backward_specs", "gradient_steps", "param_gathers",
+           "local_shapes", "saved", "Saved", "kernel_of", "loaded_bytes"]
 
 Spec = ComputeSpec | CommSpec
 Select = Callable[[str], bool]
@@ -246,6 +246,26 @@ def gradient_steps(plan: ShardingPlan, skip_axes: tuple[str, ...] = ()
             if step.is_comm and plan.mesh.names[step.axis] not in skip_axes:
                 out.append(_comm(plan, f"{t.name}.grad", step, "bwd"))
     return tuple(c for c in out if c.axis not in skip_axes)
+
+
+def param_gathers(plan: ShardingPlan, select: Select) -> tuple[CommSpec, ...]:
+    """The all-gathers a backward runs again for the parameters kept split on an axis
+    (`TensorDef.gathered`: the forward's gathered copies are not kept, as ZeRO-3 does,
+    Rajbhandari et al. 2020 Sec. 5.3): each from its kept layout to the layout an op
+    reads it in, once per parameter and layout in the backward pass (ops in reverse, as
+    `numeric.execute` runs them), charged to the selected ops that run them."""
+    out: list[CommSpec] = []
+    seen: set[tuple[str, Layout]] = set()
+    for p in reversed(plan.ops):
+        for i, name in enumerate(p.op.inputs):
+            key = (name, p.sig.input_layout(i))
+            if not plan.graph.tensors[name].gathered or key in seen:
+                continue
+            seen.add(key)
+            if select(p.op.name):
+                out += [_comm(plan, f"{name}.gather", s, "bwd")
+                        for s in plan.input_steps(p, i) if s.is_comm]
+    return tuple(out)
 
 
 def _same_kernel(a: OpPlan, b: OpPlan) -> bool:

@@ -35,7 +35,7 @@ from simulator.sharding.redistribute import (
 from simulator.sharding.rules import Signature, SignatureError
 
 __all__ = ["OpPlan", "ShardingPlan", "build_plan", "Strategy", "grad_layouts", "group_ranks",
-           "Item", "keep_axes", "op_internal_steps"]
+           "Item", "keep_axes", "op_internal_steps", "split_on"]
 
 # One entry of a pass: (op name, a redistribution or internal collective step), or
 # (op name, None) where the op itself computes.
@@ -273,6 +273,25 @@ def _check_shapes(op: OpNode, graph: Graph, mesh: Mesh, sig: Signature) -> None:
     sig.output_layout.check(graph.tensors[op.output].shape, mesh)
 
 
+def split_on(layout: Layout, shape: tuple[int, ...], mesh: Mesh, axes: tuple[str, ...]
+             ) -> Layout:
+    """`layout` further split on each mesh axis of `axes` where it is broadcast: along the
+    first dim that the axis's size then still divides (the kept layout of a parameter
+    gathered before use, `TensorDef.gathered`). The axis splits the block the outer axes
+    left (layout.py), so on the innermost mesh axis one all-gather restores the consumer's
+    layout; a parameter with no such dim stays whole there."""
+    ps = list(layout.placements)
+    for name in axes:
+        a = mesh.axis_index(name)
+        if not isinstance(ps[a], Broadcast):
+            continue
+        for d, n in enumerate(shape):
+            if n % (Layout(tuple(ps)).split_factor(d, mesh) * mesh.shape[a]) == 0:
+                ps[a] = Shard(d)
+                break
+    return Layout(tuple(ps))
+
+
 def build_plan(graph: Graph, mesh: Mesh, itemsize: int = 8, enable_alltoall: bool = True
                ) -> ShardingPlan:
     """Resolve every op's strategy; SignatureError/LayoutError name the op on failure.
@@ -288,8 +307,9 @@ def build_plan(graph: Graph, mesh: Mesh, itemsize: int = 8, enable_alltoall: boo
             if name not in layouts:
                 kept = sig.input_layout(i).placements
                 t = graph.tensors[name]
-                layouts[name] = dataset_layout(t.load, t.shape, mesh) or Layout(
-                    tuple(B if isinstance(p, Partial) else p for p in kept))
+                layouts[name] = split_on(dataset_layout(t.load, t.shape, mesh) or Layout(
+                    tuple(B if isinstance(p, Partial) else p for p in kept)), t.shape, mesh,
+                    t.gathered)
         out = target or sig.output_layout
         layouts[op.output] = out
         plans.append(OpPlan(op, sig, out))

@@ -36,7 +36,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -207,32 +207,54 @@ def _rounded(total: float) -> float:
 _Tree = dict[tuple[int, ...], tuple[tuple[int, ...], RedistStep]]
 
 
+@dataclass
+class _Dijkstra:
+    """Dijkstra from one layout over legal steps, run only as far as the targets asked so
+    far need (one search answers every target of the same source). Keys: (cost,
+    collectives, reductions, steps), so among equal costs fewer collectives win, then
+    fewer reducing ones (all_gather + slice over to_partial + reduce_scatter), then fewer
+    steps. `back`: each reached layout's last step; a layout's entry is final once it has
+    been popped (`done`): every key left on the heap is at least its own and prices are
+    not negative, so no later path improves it, and the answer is the full search's."""
+
+    start: tuple[int, ...]
+    ctx: _Ctx
+    best: dict = field(default_factory=dict)
+    back: _Tree = field(default_factory=dict)
+    heap: list = field(default_factory=list)
+    done: set = field(default_factory=set)
+    seq: int = 0
+
+    def __post_init__(self) -> None:
+        self.best[self.start] = (0.0, 0, 0, 0)
+        self.heap.append((self.best[self.start], 0, 0.0, self.start))
+
+    def settle(self, goal: tuple[int, ...]) -> _Tree:
+        """Search on until `goal` is final (or every reachable layout is)."""
+        while goal not in self.done and self.heap:
+            key, _, total, state = heapq.heappop(self.heap)
+            if key > self.best[state] or state in self.done:
+                continue
+            self.done.add(state)
+            for nxt, step, price, comm, red in _moves(state, self.ctx):
+                k = (_rounded(total + price), key[1] + comm, key[2] + red, key[3] + 1)
+                old = self.best.get(nxt)
+                if old is None or k < old:
+                    self.seq += 1
+                    self.best[nxt], self.back[nxt] = k, (state, step)
+                    heapq.heappush(self.heap, (k, self.seq, total + price, nxt))
+        return self.back
+
+
 @lru_cache(maxsize=1 << 9)
-def _tree(start: tuple[int, ...], ctx: _Ctx) -> _Tree:
-    """Dijkstra from `start` to every layout over legal steps (one search answers every
-    target of the same source). Keys: (cost, collectives, reductions, steps), so among
-    equal costs fewer collectives win, then fewer reducing ones (all_gather + slice over
-    to_partial + reduce_scatter), then fewer steps. Returns each layout's last step."""
-    best = {start: (0.0, 0, 0, 0)}
-    back: _Tree = {}
-    heap = [(best[start], 0, 0.0, start)]
-    seq = 0
-    while heap:
-        key, _, total, state = heapq.heappop(heap)
-        if key > best[state]:
-            continue
-        for nxt, step, price, comm, red in _moves(state, ctx):
-            k = (_rounded(total + price), key[1] + comm, key[2] + red, key[3] + 1)
-            old = best.get(nxt)
-            if old is None or k < old:
-                best[nxt], back[nxt], seq = k, (state, step), seq + 1
-                heapq.heappush(heap, (k, seq, total + price, nxt))
-    return back
+def _tree(start: tuple[int, ...], ctx: _Ctx) -> _Dijkstra:
+    """The (lazily run) search from `start`, one per source and context."""
+    return _Dijkstra(start, ctx)
 
 
 def _search(start: tuple[int, ...], goal: tuple[int, ...], ctx: _Ctx
             ) -> tuple[RedistStep, ...]:
-    back, path, state = _tree(start, ctx), [], goal
+    back, path, state = _tree(start, ctx).settle(goal), [], goal
     while state != start:
         state, step = back[state]
         path.append(step)

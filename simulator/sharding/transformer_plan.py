@@ -46,6 +46,19 @@ planned transformer graph that both `run` (timing) and `verify` (numeric proof) 
   output reduce-scattered on `tpx` (the AllGather / ReduceScatter pairs of MindSpore's
   tutorial, with its two axes exchanged: a row-major nested layout splits a dim on its
   outer axis first), plus the all-to-alls that keep the norms' hidden dim whole.
+- 3-D tensor parallel (`parallel.tensor_nd: [x, y, z]`, tensor = x * y * z; Bian et al.
+  2021, "Maximizing Parallelism in Distributed Training for Huge Neural Networks",
+  arXiv:2105.14450, Sec. 3, after Agarwal et al. 1995's 3-D matrix multiply; Colossal-AI's
+  `_Linear3D`, colossalai/legacy/nn/layer/parallel_3d/_operation.py; MindSpore's 3-D
+  Layout of the same tutorial): the (x, y) grid as in 2-D plus a third axis `tpz`
+  (innermost) on which every op splits the batch and every parameter is KEPT split
+  (`TensorDef.gathered`). Each GEMM then runs Bian's three collectives, which the planner
+  derives: its input all-gathered on `tpx` (column GEMMs; `tpy` for row GEMMs: Colossal-
+  AI's input mode), its weight all-gathered on `tpz` (the weight mode), its Partial output
+  reduce-scattered on `tpy` (`tpx`: the output mode; input and output modes exchange
+  from one GEMM to the next as Colossal-AI's do); the backward's duals are the output
+  gradient all-gathered, the input gradient and the weight gradient reduce-scattered.
+  Weights are 1/(x*y*z) per device, activations split on all three axes.
 """
 
 from __future__ import annotations
@@ -60,8 +73,8 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
 __all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
-           "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "gpt_dims", "uses_flash",
-           "with_moe"]
+           "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "TP3D_WEIGHT_AXIS", "gpt_dims",
+           "uses_flash", "with_moe"]
 
 TP_ROLES: dict[str, tuple[str, str]] = {
     # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
@@ -89,6 +102,10 @@ TP2D_ROLES: dict[str, tuple[str, str]] = {
     "fc3": ("d2", "d2"), "act": ("d2", "d2"), "glu": ("d2", "d2"), "fc2": ("f", "h"),
     "head": ("v", "v"), "ce": ("c", "c"), "loss": ("B", "B"),
 }
+# 3-D tensor parallel's third axis: the batch split, every parameter kept split and
+# all-gathered before use (Bian et al. 2021's weight mode); innermost, so that the split
+# it adds to a weight dim that tpx or tpy already splits nests inside theirs (layout.py)
+TP3D_WEIGHT_AXIS = "tpz"
 # on `ep` the experts split the expert dim; every other op splits the batch as on `dp`
 EP_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
                             "efc2": "e"}
@@ -106,11 +123,15 @@ _CP_LABEL = {"embed": "i1", "q_mm": "s", "k_mm": "s", "v_mm": "s", "attn": "s",
 
 
 def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False,
-                        context: bool = False, two_d: bool = False) -> dict[str, str]:
+                        context: bool = False, two_d: bool = False, three_d: bool = False
+                        ) -> dict[str, str]:
     """The per-mesh-axis choice for an op of this role (with `expert`: on (dp, ep, tp);
-    with `context`: on (dp, cp, tp); with `two_d`: on (dp, tpx, tpy))."""
-    if two_d:
-        return {"dp": _DP_LABEL.get(role, "d0"), **_choices_2d(role, sequence_parallel)}
+    with `context`: on (dp, cp, tp); with `two_d`: on (dp, tpx, tpy); with `three_d`: on
+    (dp, tpx, tpy, tpz), tpz splitting the batch as dp does)."""
+    if two_d or three_d:
+        dp = _DP_LABEL.get(role, "d0")
+        third = {TP3D_WEIGHT_AXIS: dp} if three_d else {}
+        return {"dp": dp, **_choices_2d(role, sequence_parallel), **third}
     if role in TP_ROLES:
         tp = TP_ROLES[role][1 if sequence_parallel else 0]
     elif role in _SEQ_REGION:
@@ -136,15 +157,22 @@ def _choices_2d(role: str, sequence_parallel: bool) -> dict[str, str]:
 
 
 def apply_transformer_plan(graph: Graph, sequence_parallel: bool, expert: bool = False,
-                           context: bool = False, two_d: bool = False) -> Graph:
+                           context: bool = False, two_d: bool = False, three_d: bool = False
+                           ) -> Graph:
     """The graph with every op's strategy set for a (dp, tp) mesh, (dp, ep, tp),
-    (dp, cp, tp) or (dp, tpx, tpy)."""
+    (dp, cp, tp), (dp, tpx, tpy) or (dp, tpx, tpy, tpz); under 3-D every parameter is kept
+    split on tpz (gathered before use)."""
     ops: list[OpNode] = []
     for op in graph.ops:
         role = op.name.split(".")[-1]
-        choices = transformer_choices(role, sequence_parallel, expert, context, two_d)
+        choices = transformer_choices(role, sequence_parallel, expert, context, two_d,
+                                      three_d)
         ops.append(dataclasses.replace(op, strategy=Strategy(axes=choices)))
-    return Graph(graph.tensors, tuple(ops))
+    tensors = graph.tensors
+    if three_d:
+        tensors = {n: dataclasses.replace(t, gathered=(TP3D_WEIGHT_AXIS,))
+                   if t.kind == "parameter" else t for n, t in tensors.items()}
+    return Graph(tensors, tuple(ops))
 
 
 def planned_transformer(dims: GptDims, data: int, tensor: int, sequence_parallel: bool,
@@ -153,7 +181,12 @@ def planned_transformer(dims: GptDims, data: int, tensor: int, sequence_parallel
     """The Megatron plan of a GPT graph (one micro-batch of every data-parallel replica:
     `dims.batch` is the global micro-batch) on the (dp, tp) mesh; a mixture of experts on
     (dp, ep, tp) with data = dp * ep; context parallel (dims.context > 1) on (dp, cp, tp);
-    2-D tensor parallel (`tensor_nd` = (x, y), x * y = tensor) on (dp, tpx, tpy)."""
+    2-D tensor parallel (`tensor_nd` = (x, y), x * y = tensor) on (dp, tpx, tpy), 3-D
+    (`tensor_nd` = (x, y, z), x * y * z = tensor) on (dp, tpx, tpy, tpz)."""
+    if tensor_nd is not None and len(tensor_nd) == 3:
+        x, y, z = tensor_nd
+        graph = apply_transformer_plan(build_gpt(dims), sequence_parallel, three_d=True)
+        return graph, Mesh.of(dp=data, tpx=x, tpy=y, tpz=z)
     if tensor_nd is not None:
         x, y = tensor_nd
         graph = apply_transformer_plan(build_gpt(dims), sequence_parallel, two_d=True)
