@@ -31,6 +31,7 @@ from simulator.numeric.execute import (
     _forward_op,
     _regather,
     _segments,
+    rerun,
 )
 from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.plan import ShardingPlan
@@ -163,8 +164,7 @@ class StagedRun:
         again = {} if rc.collectives else caches[stage]
         if rc.gathers and gather is not None:
             again = _regather(ex, [self.plan.ops[j] for j in self._runs[k]], gather, again)
-        for j in self._runs[k]:
-            saved[j] = _forward_op(ex, self.plan.ops[j], again)
+        rerun(ex, rc, k, self._runs[k], saved, again)
 
     def _forward(self, exs: list[Execution], on_op, caches: list[dict]
                  ) -> dict[int, list[DistTensor] | None]:

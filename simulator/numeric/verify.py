@@ -18,6 +18,7 @@ from simulator.graph.graph import Graph
 from simulator.numeric.cases import VerifyCase, build_case, staged_pipeline
 from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
 from simulator.numeric.execute import Execution, Faults, Recompute, run_microbatch
+from simulator.numeric.graph_recompute import graph_recompute
 from simulator.numeric.heap import kept_heap
 from simulator.numeric.optimizer import update
 from simulator.numeric.pipeline import (
@@ -439,15 +440,18 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
         ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
         select = recomputed_ops(s.parallel.recompute) \
             if isinstance(s.model, TransformerModel) else None
+        split = _split(s, case, hw, send_faults)
+        recompute = Recompute(select, s.parallel.recompute_comm.tensor,
+                              s.parallel.recompute_comm.optimizer) if select else None
+        if not isinstance(s.model, TransformerModel):
+            recompute = graph_recompute(s, case.sharded, split.stage_of if split else None)
         result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
                              s.parallel.optimizer_shard, faults, s.name, ps,
-                             recompute=Recompute(select, s.parallel.recompute_comm.tensor,
-                                                 s.parallel.recompute_comm.optimizer)
-                             if select else None,
+                             recompute=recompute,
                              unsharded=unsharded_roles(s, fused_attention)
                              if isinstance(s.model, TransformerModel) else frozenset(),
                              enable_alltoall=s.parallel.enable_alltoall,
-                             pipeline=_split(s, case, hw, send_faults))
+                             pipeline=split)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not isinstance(s.model, GraphModel):

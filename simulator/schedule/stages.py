@@ -63,6 +63,7 @@ class StageWork:
     # before (their gradients)
     send_fwd_bytes: float = 0.0
     send_bwd_bytes: float = 0.0
+    recomputed: bool = False  # a recompute pass runs before each backward
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -205,7 +206,8 @@ def _price_stages(scenario: Scenario, prog: TransformerProgram, layout: RankMesh
                              + (prog.unsharded_embedding if first else 0)
                              + (prog.unsharded_head if last else 0),
                              send_fwd_bytes=prog.boundary_bytes,
-                             send_bwd_bytes=prog.boundary_bytes))
+                             send_bwd_bytes=prog.boundary_bytes,
+                             recomputed=scenario.parallel.recompute != "none"))
     return tuple(out)
 
 
@@ -225,11 +227,13 @@ def _price_units(scenario: Scenario, staged: GraphStages, stages: int,
         stop = start + n
         units = staged.units[start:stop]
         params = tuple(u.params for u in units)[::-1]  # backward order
+        again = tuple(op for u in units for op in u.recompute)
         out.append(StageWork(
             fwd=_sum(tuple(fwd[start:stop])), fwd_pieces=tuple(fwd[start:stop]),
             bwd=_sum(tuple(bwd[start:stop][::-1])), bwd_pieces=tuple(bwd[start:stop][::-1]),
-            piece_params=params, recompute=Priced(0.0, 0.0, ()), params=sum(params),
-            activation_bytes=staged.activation_bytes(start, stop), working_bytes=0.0,
+            piece_params=params, recompute=price(again) if again else Priced(0.0, 0.0, ()),
+            params=sum(params), activation_bytes=staged.activation_bytes(start, stop),
+            working_bytes=staged.working_bytes(start, stop), recomputed=bool(again),
             layers=n, grad_sync=price_sync(tuple(c for u in units for c in u.grad_sync)),
             act_pieces=(staged.activation_bytes(start, stop),) + (0.0,) * (n - 1),
             offloadable=(False,) * n,
