@@ -317,21 +317,22 @@ def _param_gather(s: Scenario) -> Iterator[Problem]:
 
 
 def _offload(s: Scenario) -> Iterator[Problem]:
-    """Offloading parameters / activations (simulator/schedule/offload.py) moves them layer
-    by layer: a transformer's; the combinations not modelled are refused, for `run` and
-    `verify` alike."""
+    """Offloading parameters / activations (simulator/schedule/offload.py) moves them piece
+    by piece: a transformer's layers, an operator graph's units (`schedule.graph_stages`);
+    the combinations not modelled are refused, for `run` and `verify` alike."""
     p, off = s.parallel, s.parallel.offload
+    per_op = [i for i, op in enumerate(getattr(s.model, "ops", ()))
+              if op.attrs.get("recompute") is True]
     for key, on in (("parameters", off.parameters), ("activations", off.activations)):
         if not on:
             continue
         where = f"parallel.offload.{key}"
-        if not isinstance(s.model, TransformerModel):
-            yield where, (f"true needs a model the program runs layer by layer (type "
-                          f"transformer); a model of type '{s.model.type}' is not simulated "
-                          f"yet (allowed: false)")
-        elif p.recompute != "none":
+        if p.recompute != "none":
             yield where, (f"true with parallel.recompute {p.recompute} is not simulated yet "
                           f"(allowed: recompute none)")
+        elif per_op:
+            yield where, (f"true with model.ops[{per_op[0]}].attrs.recompute true is not "
+                          f"simulated yet (allowed: false, or no operator recomputed)")
         elif key == "parameters" and p.optimizer_shard != 0:
             yield where, (f"true with parallel.optimizer_shard {p.optimizer_shard} is not "
                           f"simulated yet (allowed: optimizer_shard 0)")

@@ -89,6 +89,16 @@ class GraphStages:
         return (sum(b for b, keepers in self.kept if keepers & mine)
                 + sum(u.extra_bytes for u in self.units[first:stop]))
 
+    def unit_activation_bytes(self, first: int, stop: int) -> tuple[float, ...]:
+        """`activation_bytes(first, stop)` by unit: each tensor with the last unit of the
+        stage that keeps it (the first backward to read it), each unit's extras with it."""
+        out = [u.extra_bytes for u in self.units[first:stop]]
+        for b, keepers in self.kept:
+            mine = [k for k in keepers if first <= k < stop]
+            if mine:
+                out[max(mine) - first] += b
+        return tuple(out)
+
     def working_bytes(self, first: int, stop: int) -> float:
         """Bytes a recomputing stage (units first..stop-1) holds beyond its saved
         activations at the peak of its backward: the most any unit's re-run makes again,

@@ -216,7 +216,8 @@ def _price_units(scenario: Scenario, staged: GraphStages, stages: int,
                  price_sync: Callable[[tuple[CommSpec, ...]], Priced]
                  ) -> tuple[StageWork, ...]:
     """The virtual stages of an operator graph cut into units (`schedule.graph_stages`):
-    each unit a forward and a backward piece, the stage's sends the bytes crossing its
+    each unit a forward and a backward piece (the pieces `schedule.offload` copies to and
+    from the host, as a transformer's layers), the stage's sends the bytes crossing its
     cuts."""
     fwd = [price(u.fwd) for u in staged.units]
     bwd = [price(u.bwd) for u in staged.units]
@@ -235,8 +236,9 @@ def _price_units(scenario: Scenario, staged: GraphStages, stages: int,
             params=sum(params), activation_bytes=staged.activation_bytes(start, stop),
             working_bytes=staged.working_bytes(start, stop), recomputed=bool(again),
             layers=n, grad_sync=price_sync(tuple(c for u in units for c in u.grad_sync)),
-            act_pieces=(staged.activation_bytes(start, stop),) + (0.0,) * (n - 1),
-            offloadable=(False,) * n,
+            act_pieces=staged.unit_activation_bytes(start, stop),
+            # the last unit's activations are read by the backward right after its forward
+            offloadable=(True,) * (n - 1) + (vs < stages - 1,),
             send_fwd_bytes=staged.cut_fwd_bytes[stop - 1] if vs < stages - 1 else 0.0,
             send_bwd_bytes=staged.cut_bwd_bytes[start - 1] if vs > 0 else 0.0))
         start = stop
