@@ -1,7 +1,8 @@
 """Offloading parameters and activations of mlp, resnet and graph models to the host
 (issue 10 item 4; `schedule.offload` on the units of `schedule.graph_stages`): the bytes
-over the host link per step in closed form, device memory down and the copies priced, and
-the refusals of what is not modelled."""
+over the host link per step in closed form, device memory down and the copies priced,
+`verify` computing with the copies that came back (and failing on a lost or corrupted
+copy), and the refusals of what is not modelled."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import yaml
 
 from simulator.errors import InputError
 from simulator.hardware import load_profile
+from simulator.numeric.execute import Faults
+from simulator.numeric.verify import verify_scenario
 from simulator.resources import resolve_yaml
 from simulator.scenario import parse_scenario
 from simulator.simulate import simulate
@@ -127,3 +130,40 @@ def test_offload_with_recompute_is_refused_by_name(sets, message):
         _bundled(name, "parallel.offload.activations=true",
                  *(s for s in sets if "attrs" not in s))
     assert str(err.value).endswith(message)
+
+
+# ---- verify: the same tensors after their trips to the host ---------------------------------
+
+def _moved(result) -> int:
+    note = next(n for n in result.notes if n.startswith("offload ("))
+    return int(note.split(": ")[1].split()[0])
+
+
+def test_verify_moves_the_tensors_run_prices():
+    """On 4 data-parallel ranks, of which verify runs 2 of the 4 micro-batches: the
+    activations that go to the host are the (2L - 3) b h e bytes per rank and micro-batch
+    `run` copies; the parameters make one trip per rank and micro-batch (`run` brings them
+    up twice, for the forward and again for the backward)."""
+    h, c, b = 16, 8, 8
+    acts = verify_scenario(_mlp(3, h, c, b, 4, hardware="cpu-x86", activations=True))
+    params = verify_scenario(_mlp(3, h, c, b, 4, hardware="cpu-x86", parameters=True))
+    assert acts.ok and params.ok
+    assert "2 of 4 micro-batches run" in acts.notes
+    assert _moved(acts) == 4 * 2 * 3 * b * h * F32
+    assert _moved(params) == 4 * 2 * (3 * h * h + h * c) * F32
+
+
+@pytest.mark.parametrize("name, sets", [
+    ("offload-resnet-8-a100", ("model.channels=8", "model.image_size=8",
+                               "training.micro_batch_size=2",
+                               "training.global_batch_size=64")),
+    ("seed-a-weight-ops", ("parallel.offload.activations=true",
+                           "parallel.offload.parameters=true")),
+    ("pipeline-graph-seed-c-8-cpu", ("parallel.offload.activations=true",)),
+])
+def test_verify_offload_of_every_model_type_and_its_mutations(name, sets):
+    s = _bundled(name, *sets)
+    good = verify_scenario(s)
+    assert good.ok and _moved(good) > 0
+    for fault in ("drop", "corrupt"):
+        assert not verify_scenario(s, Faults(offload_fault=fault)).ok

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,9 @@ class Faults:
     # what the backward reads from a recompute pass (`_rerun`): 'skip' zeros (the forward
     # was not run again: its freed buffers), 'corrupt' the re-run's tensors off by one
     recompute_fault: str | None = None
+    # what comes back from the host of an offloaded tensor (`numeric.host_trips`): 'drop'
+    # zeros, 'corrupt' off by one
+    offload_fault: str | None = None
 
 
 @dataclass
@@ -64,6 +68,9 @@ class Execution:
     forward_comms: int = 0
     batch_offset: int = 0
     vectorised: bool = True  # stacked kernels where a family has them (numeric.local)
+    # round trips of offloaded saved tensors (`numeric.host_trips.HostTrips`), set by its
+    # runner; None: everything stays on the device
+    host: Any = None
 
     def move(self, t: DistTensor, target: Layout, forward: bool,
              keep: tuple[str, ...] = ()) -> DistTensor:
@@ -280,6 +287,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         for k in run:  # nothing of a recomputed op is kept for the backward
             saved[k] = None
     ex.recomputed_ops += sum(len(run) for run in segments.values())
+    if ex.host is not None:
+        ex.host.saved(plan, saved)
     loss = ex.values[plan.graph.loss]
     seed_layout = plan.loss_grad_layout()
     seed = distribute(np.full(loss.shape, loss_scale), seed_layout, plan.mesh)

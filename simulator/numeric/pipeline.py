@@ -141,6 +141,8 @@ class StagedRun:
             for k in run:  # nothing of a recomputed op is kept for the backward
                 saved[k] = None
         ex.recomputed_ops += sum(len(run) for run in self._runs.values())
+        if ex.host is not None:
+            ex.host.saved(plan, saved)
         self._rerun = (recompute, gather, caches)
         out = self._backward(exs, saved, params, loss_scale) if backward else {}
         clear_saved()
