@@ -66,9 +66,10 @@ def _with_op_attrs(name: str, ops: dict[str, dict], tmp_path) -> str:
 
 
 def _seed_c_recomputed(tmp_path):
-    """The seed (c) pipeline with its ReLUs recomputed (two on stage 0, one on stage 1)."""
+    """The seed (c) pipeline with a ReLU recomputed on each stage (those whose outputs the
+    next MatMul keeps)."""
     path = _with_op_attrs("pipeline-graph-seed-c-8-cpu",
-                          {n: {"recompute": True} for n in ("relu1", "relu2", "fc1_relu")},
+                          {n: {"recompute": True} for n in ("relu1", "fc1_relu")},
                           tmp_path)
     return parse_scenario(yaml.safe_load(Path(path).read_text()), path, [])
 
@@ -92,12 +93,41 @@ def test_full_recompute_stores_only_the_unit_inputs(layers):
     assert staged.working_bytes(0, n) == (2 * b * h + b * c) * F32
 
 
-def test_full_recompute_runs_every_forward_again():
+def test_full_recompute_runs_every_forward_again_but_the_last_fc_layers():
+    """Every conv block and the first FC layer run their forward again; the last unit
+    (the classifier, the loss) does not: nothing its backward reads would be made again
+    (its MatMul keeps only its input, the unit before's output; the cross-entropy keeps
+    its probabilities, which re-making would need the logits stored instead)."""
     staged = graph_program(_scenario(RESNET, "full")).program.staged
     assert staged is not None
-    again = sum(total_flops(u.recompute) for u in staged.units)
-    assert again == sum(total_flops(u.fwd) for u in staged.units) > 0
-    assert all(op.phase == "recompute" for u in staged.units for op in u.recompute)
+    *units, last = staged.units
+    assert [total_flops(u.recompute) for u in units] == [total_flops(u.fwd) for u in units]
+    assert last.ops == ("fc1", "ce", "loss") and last.recompute == ()
+    assert all(op.phase == "recompute" for u in units for op in u.recompute)
+
+
+@pytest.mark.parametrize("name", ["seed-sbp-partial-chain", "seed-c-resnet-boundary"])
+def test_full_recompute_with_nothing_to_recompute_is_refused(name):
+    """Graphs whose cells are single operators keeping only other cells' outputs: a
+    re-run would make nothing their backward reads."""
+    with pytest.raises(InputError) as err:
+        graph_program(_bundled(name, "parallel.recompute=full"))
+    assert str(err.value).endswith(
+        "parallel.recompute: full finds nothing to recompute in this model of type 'graph': "
+        "no block's re-run would make a tensor its backward reads (its operators keep only "
+        "their inputs from other blocks; allowed: none, or attrs.recompute: true on the "
+        "operators whose outputs are kept)")
+
+
+def test_an_operator_recompute_that_changes_nothing_is_refused(tmp_path):
+    """The loss's mean: no operator keeps its output."""
+    path = _with_op_attrs("seed-a-weight-ops", {"loss": {"recompute": True}}, tmp_path)
+    with pytest.raises(InputError) as err:
+        graph_program(parse_scenario(yaml.safe_load(Path(path).read_text()), path, []))
+    assert str(err.value).endswith(
+        "model.ops[8].attrs.recompute: true: no operator's backward reads what loss "
+        "makes (it is kept by no one, or by a recomputed operator of another run), so its "
+        "re-run would change nothing (allowed: false)")
 
 
 def test_an_operator_recompute_runs_that_operator_and_the_move_of_its_output_again():
@@ -195,7 +225,7 @@ def test_verify_fails_when_the_recompute_is_skipped_or_stale(fault):
 @pytest.mark.parametrize("name, sets", [
     ("recompute-graph-seed-a-ops", ()),
     ("resnet", ()),
-    ("pipeline-graph-seed-c-8-cpu", ("parallel.recompute=full",)),
+    ("seed-a-weight-ops", ("parallel.recompute=full",)),
 ])
 def test_verify_recompute_of_every_model_type(name, sets):
     s = _bundled(name, *sets) if name != "resnet" else _scenario(
@@ -209,7 +239,7 @@ def test_verify_pipelined_operator_recompute(tmp_path):
     s = _seed_c_recomputed(tmp_path)
     good = verify_scenario(s)
     assert "2 of 4 micro-batches run" in good.notes
-    assert good.ok and _recomputed(good) == 3 * 2  # 3 operators, 2 micro-batches
+    assert good.ok and _recomputed(good) == 2 * 2  # 2 operators, 2 micro-batches
     assert not verify_scenario(s, Faults(recompute_fault="skip")).ok
 
 

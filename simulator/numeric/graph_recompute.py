@@ -18,7 +18,7 @@ def graph_recompute(s: Scenario, graph: Graph, stage_of: dict[str, int] | None
     nothing is recomputed. `stage_of`: operator -> pipeline stage, when the stages run on
     devices of their own."""
     names = [op.name for op in graph.ops]
-    rc = recomputed(s, graph_units(s.model.type, names), stage_of)
+    rc = recomputed(s, graph, graph_units(s.model.type, names), stage_of)
     if rc is None:
         return None
     consumers: dict[str, tuple[str, ...]] = {}

@@ -4,10 +4,14 @@ keep nothing for their backward and run their forward again, what stays stored, 
 
 - `parallel.recompute: full` (gradient checkpointing, Chen et al. 2016, arXiv 1604.06174,
   Sec. 3 and Alg. 1): checkpoints at the unit boundaries a pipeline cuts between
-  (`schedule.graph_stages`: an mlp layer, a resnet block or FC layer, a graph operator);
-  only the tensors entering a unit from an earlier one are stored, and each unit's forward
-  runs again right before its backward. Peak: the checkpoints plus one unit's full saved
-  set; extra work: one more forward per micro-batch.
+  (`schedule.graph_stages`: an mlp layer, a resnet block or FC layer); only the tensors
+  entering a unit from an earlier one are stored, and each unit's forward runs again right
+  before its backward. Peak: the checkpoints plus one unit's full saved set; extra work:
+  one more forward per micro-batch. A `type: graph` model's units are single operators,
+  whose checkpoints would be every tensor: its blocks are its cells instead, the operators
+  sharing a dotted name prefix (`ffn.mapping`, `ffn.act` -> `ffn`), as MindSpore's
+  `Cell.recompute()` on every cell. A block whose re-run would make nothing its backward
+  reads (a Reshape, an Add: they keep nothing) is not recomputed.
 - `attrs.recompute: true` on a `type: graph` operator (MindSpore `Primitive.recompute()`,
   `Cell.recompute()` on the operators of a cell; shared/seeds/mindspore-optimization-
   techniques.rst, "Recomputation"): that operator's output is not stored; its forward runs
@@ -28,6 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from simulator.cost.specs import CommSpec, ComputeSpec
+from simulator.errors import InputError
+from simulator.graph.graph import Graph
 from simulator.scenario.schema import GraphModel, Scenario
 from simulator.schedule.comm_options import recompute_comm_ops
 from simulator.sharding.lower import Saved, forward_specs
@@ -58,22 +64,50 @@ class Recomputing:
     chosen: frozenset[str]
     scenario: Scenario
 
-    def ops(self, units: Sequence[Sequence[str]], stage_of: dict[str, int] | None = None
-            ) -> Recomputed:
-        """The recomputed operators of the graph's `units` (in order) and their runs;
-        `stage_of`: the pipeline stage of each operator (a run never spans two)."""
+    def ops(self, graph: Graph, units: Sequence[Sequence[str]],
+            stage_of: dict[str, int] | None = None) -> Recomputed:
+        """The recomputed operators of `graph` (its `units` in order) and their runs:
+        consecutive recomputed operators of one block (`full`: a unit, or a `type: graph`
+        model's cell; per operator: any) on one pipeline stage (`stage_of`), keeping only
+        the runs whose re-run makes something the backward reads (`_useful`)."""
+        names = [o for u in units for o in u]
         if self.full:
-            return Recomputed({op: u for u, names in enumerate(units) for op in names})
+            chosen = frozenset(names)
+            graph_cells = self.scenario.model.type == "graph"
+            block = {op: _cell(op) if graph_cells else u
+                     for u, ns in enumerate(units) for op in ns}
+        else:
+            chosen, block = self.chosen, {}
         run_of: dict[str, int] = {}
         run, before = -1, None
-        for op in (o for names in units for o in names):
-            stage = None if stage_of is None else stage_of[op]
-            if op in self.chosen:
-                if before is None or before[0] not in self.chosen or before[1] != stage:
+        for op in names:
+            key = (block.get(op), None if stage_of is None else stage_of[op])
+            if op in chosen:
+                if before is None or before[0] not in chosen or before[1] != key:
                     run += 1
                 run_of[op] = run
-            before = (op, stage)
-        return Recomputed(run_of)
+            before = (op, key)
+        kept = _useful(graph, run_of)
+        if not kept or (not self.full and len(kept) < len(run_of)):
+            raise InputError(self.scenario.source, *self._inert(run_of, kept))
+        return Recomputed(kept)
+
+    def _inert(self, run_of: dict[str, int], kept: dict[str, int]) -> tuple[str, str]:
+        """(key, message) of a recompute that would make nothing the backward reads."""
+        if self.full:
+            return "parallel.recompute", (
+                f"full finds nothing to recompute in this model of type "
+                f"'{self.scenario.model.type}': no block's re-run would make a tensor its "
+                f"backward reads (its operators keep only their inputs from other blocks; "
+                f"allowed: none, or attrs.recompute: true on the operators whose outputs "
+                f"are kept)")
+        ops = getattr(self.scenario.model, "ops", ())
+        i, op = next((i, op) for i, op in enumerate(ops)
+                     if op.name in run_of and op.name not in kept)
+        return f"model.ops[{i}].attrs.recompute", (
+            f"true: no operator's backward reads what {op.name} makes (it is kept by no "
+            f"one, or by a recomputed operator of another run), so its re-run would change "
+            f"nothing (allowed: false)")
 
     def unit(self, plan: ShardingPlan, dtype: str, e: float, sv: Saved,
              names: Sequence[str], rc: Recomputed) -> tuple[tuple, float]:
@@ -118,6 +152,40 @@ def _reader_moves(plan: ShardingPlan, chosen: frozenset[str], rc: Recomputed
     return tuple(out)
 
 
+def _cell(op: str) -> str:
+    """The cell an operator of a `type: graph` model belongs to: its dotted name's prefix
+    (`ffn.mapping` -> `ffn`, MindSpore's parameter and operator naming by cell path), or
+    the operator itself."""
+    return op.rsplit(".", 1)[0] if "." in op else op
+
+
+def _useful(graph: Graph, run_of: dict[str, int]) -> dict[str, int]:
+    """`run_of` without the runs whose re-run would make nothing the backward reads: a run
+    is kept when it drops a tensor some operator saves (`OpFamily.saves`; dropped: no
+    recomputed operator of another run keeps it, the storage rule of `recompute_saved`).
+    Extras alone (a softmax's probabilities) do not count: re-making them would store the
+    inputs they are made from instead. Repeated until no run is left out (leaving one out
+    can make another's outputs dropped or kept)."""
+    made = {op.output: op.name for op in graph.ops}
+    keepers: dict[str, list[str]] = {}
+    for op in graph.ops:
+        idx = op.family.saves if op.family.saves is not None else range(len(op.inputs))
+        for i in idx:
+            name = op.output if i == -1 else op.inputs[i]
+            if name in made and graph.tensors[name].kind == "activation":
+                keepers.setdefault(name, []).append(op.name)
+    while True:
+        keep: set[int] = set()
+        for name, ks in keepers.items():
+            r = run_of.get(made[name])
+            if r is not None and not any(run_of.get(k, r) != r for k in ks):
+                keep.add(r)
+        out = {op: r for op, r in run_of.items() if r in keep}
+        if len(out) == len(run_of):
+            return out
+        run_of = out
+
+
 def recomputing(scenario: Scenario) -> Recomputing | None:
     """What an operator graph scenario recomputes; None where nothing."""
     m = scenario.model
@@ -127,11 +195,11 @@ def recomputing(scenario: Scenario) -> Recomputing | None:
     return Recomputing(full, chosen, scenario) if full or chosen else None
 
 
-def recomputed(scenario: Scenario, units: Sequence[Sequence[str]],
+def recomputed(scenario: Scenario, graph: Graph, units: Sequence[Sequence[str]],
                stage_of: dict[str, int] | None = None) -> Recomputed | None:
     """The operators `scenario` recomputes (None: none), `Recomputing.ops`."""
     how = recomputing(scenario)
-    return None if how is None else how.ops(units, stage_of)
+    return None if how is None else how.ops(graph, units, stage_of)
 
 
 def recompute_saved(plan: ShardingPlan, sv: Saved, rc: Recomputed, e: float) -> Saved:

@@ -121,7 +121,7 @@ def staged_graph(plan: ShardingPlan, model_type: str, dtype: str, e: float,
     owned, spans = _params(plan, units)
     steps = gradient_steps(plan, skip)
     full = sv
-    ran = rc.ops(units) if rc is not None else None
+    ran = rc.ops(plan.graph, units) if rc is not None else None
     regen: dict[int, int] = {}
     if ran is not None:
         sv = recompute_saved(plan, sv, ran, e)
