@@ -27,6 +27,8 @@ def graph_recompute(s: Scenario, graph: Graph, stage_of: dict[str, int] | None
             consumers[t] = consumers.get(t, ()) + (op.name,)
     runs = verify_runs(names, consumers, {op.name: op.output for op in graph.ops}, rc,
                        stage_of)
+    if not runs:  # (`recomputed` refuses a recompute without runs; an empty `runs` would
+        return None  # fall back to Recompute's transformer blocks)
     return Recompute(rc.__contains__, s.parallel.recompute_comm.tensor,
                      runs=tuple((k, run, readers) for k, (run, readers) in
                                 sorted(runs.items())))

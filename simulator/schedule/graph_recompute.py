@@ -47,7 +47,8 @@ __all__ = ["Recomputed", "Recomputing", "recomputing", "recomputed", "recompute_
 @dataclass(frozen=True)
 class Recomputed:
     """The recomputed operators (by name) and the run each belongs to (a run re-runs
-    together: a unit under `full`, a chain of consecutive operators per operator)."""
+    together: under `full` a unit, or a `type: graph` model's cell; per operator, a chain
+    of consecutive recomputed operators)."""
 
     run_of: dict[str, int]
 
@@ -126,6 +127,8 @@ class Recomputing:
     def check(self, ops: tuple, mesh: Mesh) -> None:
         """InputError where `recompute_comm.tensor: false` finds no collective to keep in
         `ops`, the forward of the units that recompute (`comm_options.recompute_comm_ops`)."""
+        # (no forward at all is passed as one data-parallel op: it holds no collective to
+        # keep either, and recompute_comm_ops says so)
         recompute_comm_ops(self.scenario, ops or (CommSpec("none", "all_reduce", 0.0,
                                                            "dp", "fwd"),), mesh)
 
