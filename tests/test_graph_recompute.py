@@ -270,3 +270,16 @@ def test_selective_is_refused_by_name(name, sets, kind):
         f"parallel.recompute: selective recomputes a transformer layer's attention core; a "
         f"model of type '{kind}' has none (allowed: none, full; or attrs.recompute: true on "
         f"the operators of a type graph model)")
+
+
+@pytest.mark.parametrize("knob", ["parallel.recompute=full", "parallel.offload.activations=true"])
+def test_host_placed_tables_stay_on_the_host(knob):
+    """The embedding table of a `primitive_target: CPU` lookup stays in host memory when
+    recompute or offload cut the graph into units (its gradient is still reduced): the
+    device's model states are those of the run without the knob, which keeps less and
+    takes no less time."""
+    base, other = (simulate(s, load_profile(s.hardware)) for s in (
+        _bundled("hetero-embedding-cpu-8-a100"), _bundled("hetero-embedding-cpu-8-a100", knob)))
+    assert other.plan.static_memory == base.plan.static_memory
+    assert other.memory.peak_bytes < base.memory.peak_bytes
+    assert other.iteration_time_s >= base.iteration_time_s

@@ -34,6 +34,7 @@ from dataclasses import replace
 from simulator.errors import InputError
 from simulator.scenario.schema import GraphModel, Scenario
 from simulator.schedule.graph_recompute import Recomputing, recompute_saved, regen_units
+from simulator.schedule.host import host_placed
 from simulator.schedule.program import GraphStages, GraphUnit
 from simulator.sharding.lower import Saved, backward_specs, forward_specs, gradient_steps
 from simulator.sharding.plan import ShardingPlan, grad_layouts
@@ -92,11 +93,15 @@ def cut_tensors(plan: ShardingPlan, units: tuple[tuple[str, ...], ...]
 def _params(plan: ShardingPlan, units: tuple[tuple[str, ...], ...]
             ) -> tuple[list[dict[str, int]], tuple[tuple[str, int, int], ...]]:
     """{parameter: local elements} of the parameters each unit reads first, and the spans
-    of those read by several units."""
+    of those read by several units (those only operators on the host CPU read stay in its
+    memory: 0 elements on the device, their gradient reductions kept)."""
     graph, mesh = plan.graph, plan.mesh
     readers: dict[str, list[int]] = {}
+    on_device: set[str] = set()
     for u, names in enumerate(units):
         for op in names:
+            if not host_placed(plan.op_plan(op).op):
+                on_device.update(plan.op_plan(op).op.inputs)
             for n in plan.op_plan(op).op.inputs:
                 if graph.tensors[n].kind == "parameter":
                     readers.setdefault(n, [])
@@ -104,7 +109,8 @@ def _params(plan: ShardingPlan, units: tuple[tuple[str, ...], ...]
                         readers[n].append(u)
     owned: list[dict[str, int]] = [{} for _ in units]
     for n, us in readers.items():
-        owned[us[0]][n] = math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, mesh))
+        local = math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, mesh))
+        owned[us[0]][n] = local if n in on_device else 0  # (its gradient is still reduced)
     spans = tuple((n, us[0], us[-1]) for n, us in readers.items() if len(us) > 1)
     return owned, spans
 
@@ -120,7 +126,9 @@ def staged_graph(plan: ShardingPlan, model_type: str, dtype: str, e: float,
     unit_of = {op: u for u, names in enumerate(units) for op in names}
     owned, spans = _params(plan, units)
     steps = gradient_steps(plan, skip)
-    full = sv
+    on_host = {p.op.name for p in plan.ops if host_placed(p.op)}
+    sv = full = Saved({n: t for n, t in sv.tensors.items() if set(t[2]) - on_host},
+                      {op: b for op, b in sv.extra.items() if op not in on_host})
     ran = rc.ops(plan.graph, units) if rc is not None else None
     regen: dict[int, int] = {}
     if ran is not None:

@@ -210,7 +210,7 @@ class Lowering:
         if vs > 0:
             self._send(dev, self._peer(dev, vs - 1), "bwd", mb, vs, tids[-1])
         if self.par.overlap.grad_reduce or self.dp.per_unit:
-            self.dp.reduce(dev, mb, vs, tids)
+            self.dp.reduce(dev, mb, vs, tids[-1:] if w.whole_grads else tids)
 
     # ---- the end of the iteration --------------------------------------------------------
     def finish(self, dev: int, vss: list[int]) -> None:

@@ -64,6 +64,10 @@ class StageWork:
     send_fwd_bytes: float = 0.0
     send_bwd_bytes: float = 0.0
     recomputed: bool = False  # a recompute pass runs before each backward
+    # the data-parallel reduction waits for the whole backward, as for a model kept as one
+    # block (an operator graph cut into units only for recompute or offload: its gradient
+    # buckets are not followed unit by unit, as without those)
+    whole_grads: bool = False
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -235,6 +239,7 @@ def _price_units(scenario: Scenario, staged: GraphStages, stages: int,
             piece_params=params, recompute=price(again) if again else Priced(0.0, 0.0, ()),
             params=sum(params), activation_bytes=staged.activation_bytes(start, stop),
             working_bytes=staged.working_bytes(start, stop), recomputed=bool(again),
+            whole_grads=stages == 1,
             layers=n, grad_sync=price_sync(tuple(c for u in units for c in u.grad_sync)),
             act_pieces=staged.unit_activation_bytes(start, stop),
             # the last unit's activations are read by the backward right after its forward
