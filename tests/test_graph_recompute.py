@@ -243,9 +243,10 @@ def test_verify_pipelined_operator_recompute(tmp_path):
     assert not verify_scenario(s, Faults(recompute_fault="skip")).ok
 
 
-def test_kept_collectives_move_fewer_bytes_and_hold_more():
+def test_kept_collectives_move_fewer_bytes_and_hold_more(mlp_runs):
     """`recompute_comm.tensor: false` (MindSpore mp_comm_recompute) on an mlp: the
-    recompute pass runs no tensor-parallel collective, their outputs stay in memory."""
+    recompute pass runs no tensor-parallel collective (verify runs exactly the collectives
+    of the run without recompute), their outputs stay in memory."""
     base = _bundled("recompute-mlp-tiny-verify")
     kept = _bundled("recompute-mlp-tiny-verify", "parallel.recompute_comm.tensor=false")
     a, b = (simulate(s, load_profile(s.hardware)) for s in (base, kept))
@@ -254,6 +255,7 @@ def test_kept_collectives_move_fewer_bytes_and_hold_more():
     assert b.iteration_time_s < a.iteration_time_s
     got = verify_scenario(kept)
     assert got.ok and _recomputed(got) == 19 * 2
+    assert got.collectives == mlp_runs["none"].collectives
 
 
 # ---- refusals ------------------------------------------------------------------------------
