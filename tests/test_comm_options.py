@@ -107,8 +107,8 @@ def test_a_dropped_recompute_collective_fails_verify():
 def test_tensor_false_is_refused_where_it_changes_nothing():
     assert _refusal("tiny-cpu", "parallel.recompute_comm.tensor=false") == (
         "parallel.recompute_comm.tensor: false keeps the outputs of the recomputed ops' "
-        "model-parallel collectives; it needs parallel.recompute selective or full (found "
-        "none; allowed here: true)")
+        "model-parallel collectives; it needs parallel.recompute selective or full, or "
+        "operators with attrs.recompute true (found none; allowed here: true)")
     assert _refusal("tiny-cpu", "parallel.recompute=selective",
                     "parallel.recompute_comm.tensor=false") == (
         "parallel.recompute_comm.tensor: false changes nothing here: the ops "

@@ -1,7 +1,7 @@
 """Operator attributes in a `type: graph` model: an attribute the operator's family does not
 read is an input error naming it (`primitive_target: CPU` used to be accepted and ignored;
-tests/test_host_placement.py now pins what it does), and MindSpore's attributes the simulator
-does not model yet say so."""
+tests/test_host_placement.py now pins what it does), and MindSpore's scheduling attributes
+take only their values (`recompute`: tests/test_graph_recompute.py pins what it does)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def _with_attrs(tmp_path, op_index: int, attrs: dict) -> str:
 @pytest.mark.parametrize("index,attrs,message", [
     (0, {"primitive_target": "NPU"}, "model.ops[0].attrs.primitive_target: 'NPU': not a "
      "placement (allowed: CPU, GPU, Ascend)"),
-    (2, {"recompute": True}, "model.ops[2].attrs.recompute: True: per-operator recompute "
-     "(parallel.recompute applies to the whole model) is not simulated yet"),
+    (2, {"recompute": "yes"}, "model.ops[2].attrs.recompute: 'yes': not a boolean "
+     "(allowed: true, false)"),
     (2, {"transpose_c": True}, "model.ops[2].attrs.transpose_c: unknown attribute of Einsum "
      "(allowed: equation, transpose_a, transpose_b, batch)"),
     (0, {"axis": 1}, "model.ops[0].attrs.axis: unknown attribute of Gather (allowed: none)"),

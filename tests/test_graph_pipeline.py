@@ -380,11 +380,3 @@ def test_mlp_bubble_fraction_is_p_minus_1_over_m_plus_p_minus_1(schedule, p, m):
     assert r.iteration_time_s == pytest.approx((m + p - 1) * 3.0 * (8 // p))
     assert dict(r.breakdown_s)["bubble"] / r.iteration_time_s == pytest.approx(
         (p - 1) / (m + p - 1))
-
-
-def test_recompute_of_a_pipelined_mlp_is_refused_by_name():
-    with pytest.raises(InputError) as err:
-        _mlp(recompute="full")
-    assert str(err.value).endswith(
-        "parallel.recompute: full: recompute of the units of a pipelined model of type 'mlp' "
-        "is not simulated yet (allowed: none)")

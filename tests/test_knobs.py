@@ -124,8 +124,37 @@ DIRECTED = [
 ]
 
 
+def _peak(out: dict) -> int:
+    return out["memory"]["peak_bytes"]
+
+
+def _saves_memory_costs_time(a: dict, b: dict) -> bool:
+    return _peak(b) < _peak(a) and b["iteration_time_s"] > a["iteration_time_s"]
+
+
+def _offloads(a: dict, b: dict) -> bool:
+    """Device memory down, host-link bytes reported, the copies priced (never faster)."""
+    return (_peak(b) < _peak(a) and b["offload_bytes_per_device"]["d2h"] > 0
+            and b["iteration_time_s"] >= a["iteration_time_s"])
+
+
+# a micro-batch large enough that its activations, not the gradient reduction, set the peak
+_BIG = ["training.global_batch_size=512", "training.micro_batch_size=128"]
+# recompute and offload on the other model types (schedule/graph_recompute.py and
+# schedule/offload.py over the units of schedule/graph_stages.py)
+DIRECTED += [
+    ("mlp", _BIG, "parallel.recompute=full", _saves_memory_costs_time),
+    ("resnet", _BIG, "parallel.recompute=full", _saves_memory_costs_time),
+    ("graph", [], "parallel.recompute=full", _saves_memory_costs_time),
+    ("resnet", _BIG, "parallel.offload.activations=true", _offloads),
+    ("graph", [], "parallel.offload.activations=true", _offloads),
+    ("graph", [], "parallel.offload.parameters=true", _offloads),
+    ("graph-sbp", [], "parallel.offload.parameters=true", _offloads),
+]
+
+
 @pytest.mark.parametrize("kind, base, knob, holds", DIRECTED,
-                         ids=[knob for _, _, knob, _ in DIRECTED])
+                         ids=[f"{kind}-{knob}" for kind, _, knob, _ in DIRECTED])
 def test_communication_options_move_the_result_their_way(kind, base, knob, holds, invoke_cli):
     without, with_knob = (run_kind(invoke_cli, kind, *base, *extra) for extra in ([], [knob]))
     assert without.exit_code == with_knob.exit_code == 0, with_knob.output

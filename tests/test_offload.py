@@ -161,20 +161,6 @@ def test_combinations_not_modelled_are_refused_by_name(parallel, message):
     assert str(err.value) == message
 
 
-def test_non_transformer_models_are_refused_by_name():
-    with pytest.raises(InputError) as err:
-        parse_scenario({
-            "name": "mlp", "hardware": "a100-80gb",
-            "cluster": {"nodes": 1, "devices_per_node": 1},
-            "model": {"type": "mlp", "layers": 2, "input_size": 8, "hidden_size": 8,
-                      "num_classes": 4, "dtype": "fp32"},
-            "training": {"global_batch_size": 4, "micro_batch_size": 4},
-            "parallel": _offload(params=True)}, "test")
-    assert str(err.value) == (
-        "test: parallel.offload.parameters: true needs a model the program runs layer by "
-        "layer (type transformer); a model of type 'mlp' is not simulated yet (allowed: false)")
-
-
 def test_host_optimizer_copies_wait_for_the_backward_without_data_parallel(a100):
     """ZeRO-Offload on one device: the gradient D2H starts after the backward, then the
     updated parameters come up: T = compute + 2 P e / PCIe (it used to start at time 0)."""

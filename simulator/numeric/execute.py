@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from simulator.sharding.plan import OpPlan, ShardingPlan, grad_layouts, group_ra
 from simulator.sharding.redistribute import RedistStep, plan_redistribution
 from simulator.sharding.rules import Signature
 
-__all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx", "Recompute",
+__all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx", "Recompute", "rerun",
            "reduce_unless_skipped"]
 
 
@@ -49,6 +50,12 @@ class Faults:
     skip_param_gather: bool = False
     # the same, only in the gathers a recompute pass runs again (Recompute.gathers)
     skip_recompute_gather: bool = False
+    # what the backward reads from a recompute pass (`_rerun`): 'skip' zeros (the forward
+    # was not run again: its freed buffers), 'corrupt' the re-run's tensors off by one
+    recompute_fault: str | None = None
+    # what comes back from the host of an offloaded tensor (`numeric.host_trips`): 'drop'
+    # zeros, 'corrupt' off by one
+    offload_fault: str | None = None
 
 
 @dataclass
@@ -63,6 +70,9 @@ class Execution:
     forward_comms: int = 0
     batch_offset: int = 0
     vectorised: bool = True  # stacked kernels where a family has them (numeric.local)
+    # round trips of offloaded saved tensors (`numeric.host_trips.HostTrips`), set by its
+    # runner; None: everything stays on the device
+    host: Any = None
 
     def move(self, t: DistTensor, target: Layout, forward: bool,
              keep: tuple[str, ...] = ()) -> DistTensor:
@@ -228,10 +238,46 @@ class Recompute:
     gathers: bool = False
     # the checkpointed block an op belongs to (a run of selected ops never spans two)
     block: Callable[[str], str] = lambda name: name.split(".", 1)[0]
+    # explicit runs (an operator graph's, `schedule.graph_recompute.verify_runs`): (index
+    # of the op whose backward triggers the re-run, the run's op indices, the indices of
+    # ops outside it whose saved inputs it refreshes); empty: the runs of `select`/`block`
+    runs: tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...] = ()
+
+
+def _tampered(t: DistTensor, fault: str) -> DistTensor:
+    """A recomputed tensor as a faulty recompute leaves it (`Faults.recompute_fault`)."""
+    blocks = [np.zeros_like(b) if fault == "skip" else np.array(b, copy=True)
+              for b in t.blocks]
+    if fault == "corrupt" and blocks and blocks[0].size:
+        blocks[0].flat[0] += 1.0
+    return DistTensor(t.shape, t.layout, tuple(blocks))
+
+
+def rerun(ex: Execution, rc: Recompute, k: int, run: list[int], saved, again: dict) -> None:
+    """The forward of `run` executed again before op k's backward, its inputs saved anew;
+    with explicit runs, the saved inputs of the ops outside it that read its outputs are
+    refreshed from the new outputs."""
+    plan, fault = ex.plan, ex.faults.recompute_fault
+    for j in run:
+        saved[j] = _forward_op(ex, plan.ops[j], again)
+        if fault:
+            saved[j] = [_tampered(t, fault) for t in saved[j]]
+    made = {plan.ops[j].op.output for j in run}
+    for c in next((r for t, _, r in rc.runs if t == k), ()):
+        p, ins = plan.ops[c], saved[c]
+        for i, name in enumerate(p.op.inputs):
+            if name in made and ins is not None:
+                key = (name, p.sig.input_layout(i))
+                if key not in again:
+                    again[key] = ex.move(ex.values[name], key[1], forward=True)
+                ins[i] = _tampered(again[key], fault) if fault else again[key]
 
 
 def _segments(plan: ShardingPlan, rc: Recompute) -> dict[int, list[int]]:
-    """{index of a run's last op: the run's op indices} for the runs of recomputed ops."""
+    """{index of the op that triggers a run: the run's op indices} for the runs of
+    recomputed ops (by default the trigger is the run's last op)."""
+    if rc.runs:
+        return {k: list(run) for k, run, _ in rc.runs}
     out: dict[int, list[int]] = {}
     run: list[int] = []
     for k, p in enumerate(plan.ops):
@@ -289,6 +335,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         for k in run:  # nothing of a recomputed op is kept for the backward
             saved[k] = None
     ex.recomputed_ops += sum(len(run) for run in segments.values())
+    if ex.host is not None:
+        ex.host.saved(plan, saved)
     loss = ex.values[plan.graph.loss]
     seed_layout = plan.loss_grad_layout()
     seed = distribute(np.full(loss.shape, loss_scale), seed_layout, plan.mesh)
@@ -299,8 +347,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
             again = {} if recompute is not None and recompute.collectives else cache
             if recompute is not None and recompute.gathers and gather is not None:
                 again = _regather(ex, [plan.ops[j] for j in segments[k]], gather, again)
-            for j in segments[k]:
-                saved[j] = _forward_op(ex, plan.ops[j], again)
+            assert recompute is not None
+            rerun(ex, recompute, k, segments[k], saved, again)
         ins = saved[k]
         assert ins is not None
         _backward_op(ex, plan.ops[k], ins, grads, regathered)

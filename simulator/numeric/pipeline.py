@@ -31,6 +31,7 @@ from simulator.numeric.execute import (
     _forward_op,
     _regather,
     _segments,
+    rerun,
 )
 from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.plan import ShardingPlan
@@ -140,6 +141,8 @@ class StagedRun:
             for k in run:  # nothing of a recomputed op is kept for the backward
                 saved[k] = None
         ex.recomputed_ops += sum(len(run) for run in self._runs.values())
+        if ex.host is not None:
+            ex.host.saved(plan, saved)
         self._rerun = (recompute, gather, caches)
         out = self._backward(exs, saved, params, loss_scale) if backward else {}
         clear_saved()
@@ -163,8 +166,7 @@ class StagedRun:
         again = {} if rc.collectives else caches[stage]
         if rc.gathers and gather is not None:
             again = _regather(ex, [self.plan.ops[j] for j in self._runs[k]], gather, again)
-        for j in self._runs[k]:
-            saved[j] = _forward_op(ex, self.plan.ops[j], again)
+        rerun(ex, rc, k, self._runs[k], saved, again)
 
     def _forward(self, exs: list[Execution], on_op, caches: list[dict]
                  ) -> dict[int, list[DistTensor] | None]:

@@ -24,7 +24,9 @@ from simulator.numeric.execute import (
     reduce_unless_skipped,
     run_microbatch,
 )
+from simulator.numeric.graph_recompute import graph_recompute
 from simulator.numeric.heap import kept_heap
+from simulator.numeric.host_trips import HostTrips, host_trips
 from simulator.numeric.optimizer import update
 from simulator.numeric.pipeline import (
     PipelineSplit,
@@ -343,7 +345,8 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
                 name: str = "", ps: PsRun | None = None, vectorised: bool = True,
                 recompute: Recompute | None = None,
                 unsharded: frozenset[str] = frozenset(), enable_alltoall: bool = True,
-                pipeline: PipelineSplit | None = None) -> VerifyResult:
+                pipeline: PipelineSplit | None = None, host: HostTrips | None = None
+                ) -> VerifyResult:
     """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
     one thread: verify's products are a device's blocks of small or shrunk models, where a
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
@@ -355,7 +358,7 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     try:
         with threadpool_limits(limits=1, user_api="blas"), kept_heap():
             return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
-                           vectorised, recompute, unsharded, enable_alltoall, pipeline)
+                           vectorised, recompute, unsharded, enable_alltoall, pipeline, host)
     finally:
         clear_dropout_masks()  # the memoised keep-masks are this run's only
         if collecting:
@@ -365,8 +368,8 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
 def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimizer: int,
             faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool,
             recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset(),
-            enable_alltoall: bool = True, pipeline: PipelineSplit | None = None
-            ) -> VerifyResult:
+            enable_alltoall: bool = True, pipeline: PipelineSplit | None = None,
+            host: HostTrips | None = None) -> VerifyResult:
     faults = faults or Faults()
     rng = np.random.default_rng(seed)
     dtype, m = case.dtype, case.micro_batches
@@ -378,8 +381,9 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
     t0 = time.perf_counter()
     stages = None if pipeline is None else StagedRun(plan, pipeline.stage_of,
                                                       pipeline.faults)
+    runner = stages or run_microbatch
     got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps, vectorised,
-               recompute, unsharded, stages or run_microbatch)
+               recompute, unsharded, host.runner(runner) if host else runner)
     t1 = time.perf_counter()
     one = Mesh.of(single=1)
     ref = _run(build_plan(_unsharded(case.whole), one), params,
@@ -404,6 +408,8 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
     if got.recomputed:
         notes += (f"recompute: {got.recomputed} op forwards ran again before their backward, "
                   f"from the kept block inputs",)
+    if host is not None:
+        notes += (host.note(),)
     checks += [Check(f"{n} (replicas)", e, e, e <= tol) for n, e in got.replica.items() if e]
     devices = case.mesh.size
     if pipeline is not None and stages is not None:
@@ -446,15 +452,19 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
         ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
         select = recomputed_ops(s.parallel.recompute) \
             if isinstance(s.model, TransformerModel) else None
+        split = _split(s, case, hw, send_faults)
+        recompute = Recompute(select, s.parallel.recompute_comm.tensor,
+                              s.parallel.recompute_comm.optimizer) if select else None
+        if not isinstance(s.model, TransformerModel):
+            recompute = graph_recompute(s, case.sharded, split.stage_of if split else None)
         result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
                              s.parallel.optimizer_shard, faults, s.name, ps,
-                             recompute=Recompute(select, s.parallel.recompute_comm.tensor,
-                                                 s.parallel.recompute_comm.optimizer)
-                             if select else None,
+                             recompute=recompute,
                              unsharded=unsharded_roles(s, fused_attention)
                              if isinstance(s.model, TransformerModel) else frozenset(),
                              enable_alltoall=s.parallel.enable_alltoall,
-                             pipeline=_split(s, case, hw, send_faults))
+                             pipeline=split, host=None if isinstance(
+                                 s.model, TransformerModel) else host_trips(s, case.sharded))
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not isinstance(s.model, GraphModel):

@@ -30,10 +30,12 @@ def recompute_comm(s: Scenario) -> Iterator[Problem]:
     (`recompute: full`; selective recomputes the attention core, which reads no parameter)."""
     p = s.parallel
     rc = p.recompute_comm
-    if not rc.tensor and not keeps_tensor_outputs(p.recompute):
+    per_op = any(op.attrs.get("recompute") is True for op in getattr(s.model, "ops", ()))
+    if not rc.tensor and not keeps_tensor_outputs(p.recompute) and not per_op:
         yield "parallel.recompute_comm.tensor", (
             "false keeps the outputs of the recomputed ops' model-parallel collectives; it "
-            "needs parallel.recompute selective or full (found none; allowed here: true)")
+            "needs parallel.recompute selective or full, or operators with attrs.recompute "
+            "true (found none; allowed here: true)")
     if rc.optimizer or keeps_gathered_params(p.recompute, p.optimizer_shard, p.data):
         return
     needs = [f"parallel.recompute full (found {p.recompute})" if p.recompute != "full" else "",

@@ -194,22 +194,16 @@ def _one_block_overlap(s: Scenario) -> Iterator[Problem]:
         f"(allowed: true)")
 
 
-def _one_block_recompute(s: Scenario) -> Iterator[Problem]:
-    """Recompute trades time for the activations of the blocks not being back-propagated
-    (Chen et al. 2016: checkpoints at block boundaries); a model the program keeps as one
-    block would recompute it whole right before its backward, holding the same peak for
-    more time, and has no attention core for `selective`. Refused rather than ignored."""
-    if isinstance(s.model, TransformerModel) or s.parallel.recompute == "none":
-        return
-    if s.parallel.pipeline > 1:
-        yield "parallel.recompute", (
-            f"{s.parallel.recompute}: recompute of the units of a pipelined model of type "
-            f"'{s.model.type}' is not simulated yet (allowed: none)")
+def _graph_recompute(s: Scenario) -> Iterator[Problem]:
+    """An operator graph recomputes unit by unit (`full`, `schedule.graph_recompute`);
+    `selective` recomputes a transformer layer's attention core (Korthikanti et al. 2022,
+    Sec. 5), which these models do not have: refused rather than ignored."""
+    if isinstance(s.model, TransformerModel) or s.parallel.recompute != "selective":
         return
     yield "parallel.recompute", (
-        f"{s.parallel.recompute} needs a model of several blocks to checkpoint between; a "
-        f"model of type '{s.model.type}' is one block, whose recompute would keep the same "
-        f"activation peak and only add time (allowed: none)")
+        f"selective recomputes a transformer layer's attention core; a model of type "
+        f"'{s.model.type}' has none (allowed: none, full; or attrs.recompute: true on the "
+        f"operators of a type graph model)")
 
 
 def _schedule(s: Scenario) -> Iterator[Problem]:
@@ -326,21 +320,22 @@ def _param_gather(s: Scenario) -> Iterator[Problem]:
 
 
 def _offload(s: Scenario) -> Iterator[Problem]:
-    """Offloading parameters / activations (simulator/schedule/offload.py) moves them layer
-    by layer: a transformer's; the combinations not modelled are refused, for `run` and
-    `verify` alike."""
+    """Offloading parameters / activations (simulator/schedule/offload.py) moves them piece
+    by piece: a transformer's layers, an operator graph's units (`schedule.graph_stages`);
+    the combinations not modelled are refused, for `run` and `verify` alike."""
     p, off = s.parallel, s.parallel.offload
+    per_op = [i for i, op in enumerate(getattr(s.model, "ops", ()))
+              if op.attrs.get("recompute") is True]
     for key, on in (("parameters", off.parameters), ("activations", off.activations)):
         if not on:
             continue
         where = f"parallel.offload.{key}"
-        if not isinstance(s.model, TransformerModel):
-            yield where, (f"true needs a model the program runs layer by layer (type "
-                          f"transformer); a model of type '{s.model.type}' is not simulated "
-                          f"yet (allowed: false)")
-        elif p.recompute != "none":
+        if p.recompute != "none":
             yield where, (f"true with parallel.recompute {p.recompute} is not simulated yet "
                           f"(allowed: recompute none)")
+        elif per_op:
+            yield where, (f"true with model.ops[{per_op[0]}].attrs.recompute true is not "
+                          f"simulated yet (allowed: false, or no operator recomputed)")
         elif key == "parameters" and p.optimizer_shard != 0:
             yield where, (f"true with parallel.optimizer_shard {p.optimizer_shard} is not "
                           f"simulated yet (allowed: optimizer_shard 0)")
@@ -359,7 +354,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _graph,
     _graph_reductions,
     graph_pipeline,
-    _one_block_recompute,
+    _graph_recompute,
     _one_block_overlap,
     _schedule,
     _transformer_knobs,

@@ -19,7 +19,9 @@ its replication).
 A stage sends forward the activations produced on it or before and read after it, in the
 layout they are kept in, and receives their gradients back; `GraphStages` carries those
 bytes per cut, and `numeric.pipeline` runs each stage on its own devices with exactly
-those sends.
+those sends. Under recompute (`schedule.graph_recompute`) each unit also carries the
+forward it runs again before its backward, and the tensors stored are those the recompute
+keeps.
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from simulator.errors import InputError
 from simulator.scenario.schema import GraphModel, Scenario
+from simulator.schedule.graph_recompute import Recomputing, recompute_saved, regen_units
+from simulator.schedule.host import host_placed
 from simulator.schedule.program import GraphStages, GraphUnit
 from simulator.sharding.lower import Saved, backward_specs, forward_specs, gradient_steps
 from simulator.sharding.plan import ShardingPlan, grad_layouts
@@ -88,11 +93,15 @@ def cut_tensors(plan: ShardingPlan, units: tuple[tuple[str, ...], ...]
 def _params(plan: ShardingPlan, units: tuple[tuple[str, ...], ...]
             ) -> tuple[list[dict[str, int]], tuple[tuple[str, int, int], ...]]:
     """{parameter: local elements} of the parameters each unit reads first, and the spans
-    of those read by several units."""
+    of those read by several units (those only operators on the host CPU read stay in its
+    memory: 0 elements on the device, their gradient reductions kept)."""
     graph, mesh = plan.graph, plan.mesh
     readers: dict[str, list[int]] = {}
+    on_device: set[str] = set()
     for u, names in enumerate(units):
         for op in names:
+            if not host_placed(plan.op_plan(op).op):
+                on_device.update(plan.op_plan(op).op.inputs)
             for n in plan.op_plan(op).op.inputs:
                 if graph.tensors[n].kind == "parameter":
                     readers.setdefault(n, [])
@@ -100,31 +109,46 @@ def _params(plan: ShardingPlan, units: tuple[tuple[str, ...], ...]
                         readers[n].append(u)
     owned: list[dict[str, int]] = [{} for _ in units]
     for n, us in readers.items():
-        owned[us[0]][n] = math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, mesh))
+        local = math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, mesh))
+        owned[us[0]][n] = local if n in on_device else 0  # (its gradient is still reduced)
     spans = tuple((n, us[0], us[-1]) for n, us in readers.items() if len(us) > 1)
     return owned, spans
 
 
 def staged_graph(plan: ShardingPlan, model_type: str, dtype: str, e: float,
-                 skip: tuple[str, ...], sv: Saved, fixed: tuple[int, ...] | None
-                 ) -> GraphStages:
+                 skip: tuple[str, ...], sv: Saved, fixed: tuple[int, ...] | None,
+                 rc: Recomputing | None = None) -> GraphStages:
     """The units of a planned operator graph with their work, saved tensors and the bytes
     crossing each cut (see the module docstring). `skip`: mesh axes whose gradient
     reduction the lowering runs (data parallel); `fixed`: units per virtual stage from
-    `attrs.pipeline_stage`."""
+    `attrs.pipeline_stage`; `rc`: what is recomputed (`schedule.graph_recompute`)."""
     units = graph_units(model_type, [p.op.name for p in plan.ops])
     unit_of = {op: u for u, names in enumerate(units) for op in names}
     owned, spans = _params(plan, units)
     steps = gradient_steps(plan, skip)
+    on_host = {p.op.name for p in plan.ops if host_placed(p.op)}
+    sv = full = Saved({n: t for n, t in sv.tensors.items() if set(t[2]) - on_host},
+                      {op: b for op, b in sv.extra.items() if op not in on_host})
+    ran = rc.ops(plan.graph, units) if rc is not None else None
+    regen: dict[int, int] = {}
+    if ran is not None:
+        sv = recompute_saved(plan, sv, ran, e)
+        regen = regen_units(plan, ran, unit_of)
     out = []
     for u, names in enumerate(units):
         mine = set(names)
         select = mine.__contains__
         sync = tuple(c for c in steps if c.name.split(".grad.")[0] in owned[u]
                      or c.name.rsplit(".", 1)[0] in owned[u])
-        out.append(GraphUnit(names, forward_specs(plan, dtype, select, e, sv),
-                             backward_specs(plan, dtype, select, e), sum(owned[u].values()),
-                             sync, sum(b for op, b in sv.extra.items() if op in mine)))
+        again, held = rc.unit(plan, dtype, e, sv, names, ran) if rc and ran else ((), 0.0)
+        unit = GraphUnit(names, forward_specs(plan, dtype, select, e, sv),
+                         backward_specs(plan, dtype, select, e), sum(owned[u].values()),
+                         sync, held + sum(b for op, b in sv.extra.items() if op in mine),
+                         recompute=again)
+        out.append(replace(unit, working_bytes=_dropped(full, sv, mine),
+                           regen_at=regen.get(u, u)) if ran else unit)
+    if rc is not None and not rc.scenario.parallel.recompute_comm.tensor:
+        rc.check(tuple(op for u in out if u.recompute for op in u.fwd), plan.mesh)
     kept = tuple((nbytes, frozenset(unit_of[k] for k in keepers))
                  for nbytes, _, keepers in sv.tensors.values())
     fwd, bwd = cut_tensors(plan, units)
@@ -134,6 +158,15 @@ def staged_graph(plan: ShardingPlan, model_type: str, dtype: str, e: float,
         tuple(sum(_local_bytes(plan, n, layouts[n], e) for n in cut) for cut in fwd),
         tuple(sum(_local_bytes(plan, n, lay, e) for n, lay in cut) for cut in bwd),
         tuple(tuple(cut) for cut in fwd), fixed, spans)
+
+
+def _dropped(full: Saved, kept: Saved, mine: set[str]) -> float:
+    """Bytes the ops `mine` save without recompute and not with it: made again, alive
+    while the unit's recomputed forward and backward run."""
+    def total(sv: Saved) -> float:
+        return (sum(b for b, prod, _ in sv.tensors.values() if prod in mine)
+                + sum(b for op, b in sv.extra.items() if op in mine))
+    return max(0.0, total(full) - total(kept))
 
 
 def balanced(weights: Sequence[float], parts: int) -> tuple[int, ...]:

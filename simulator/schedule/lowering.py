@@ -178,7 +178,7 @@ class Lowering:
     def backward(self, dev: int, mb: int, vs: int) -> None:
         w, deps = self.work[vs], self._grad_dep(dev, mb, vs)
         free: Alloc = (("activations", w.activation_bytes),)
-        if self.par.recompute != "none":
+        if w.recomputed:
             deps += self.dp.gather_before(dev, vs, ("R", mb, vs))
             r = w.recompute
             self.b.add(("C", dev, "R", mb, vs), device=dev, stream="compute", name="R",
@@ -188,7 +188,7 @@ class Lowering:
             deps, free = (), (("activations", w.activation_bytes + w.working_bytes),
                               *self.dp.backward_frees(vs))
         deps += self.dp.gather_before(dev, vs, ("B", mb, vs))
-        units = None if self.par.recompute != "none" else self.dp.unit_gates(dev, "B", mb, vs)
+        units = None if w.recomputed else self.dp.unit_gates(dev, "B", mb, vs)
         split = units is not None or self.off.split or (
             mb == self.micro - 1 and self.data > 1 and self.par.overlap.grad_reduce)
         pieces = w.bwd_pieces if split else (w.bwd,)
@@ -210,7 +210,7 @@ class Lowering:
         if vs > 0:
             self._send(dev, self._peer(dev, vs - 1), "bwd", mb, vs, tids[-1])
         if self.par.overlap.grad_reduce or self.dp.per_unit:
-            self.dp.reduce(dev, mb, vs, tids)
+            self.dp.reduce(dev, mb, vs, tids[-1:] if w.whole_grads else tids)
 
     # ---- the end of the iteration --------------------------------------------------------
     def finish(self, dev: int, vss: list[int]) -> None:

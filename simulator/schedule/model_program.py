@@ -7,8 +7,9 @@ Transformers: the Megatron plan of `sharding.transformer_plan` on a GPT graph of
 scenario's own dimensions with up to three layers (the middle one stands for every layer:
 its neighbours are layers on both sides); its blocks are the embedding (ops before the first
 layer), the layer and the head (final norm, LM head, cross-entropy and the loss). Operator
-graphs (mlp, resnet, graph): the whole graph is one block, or under a pipeline a sequence of
-units that the lowering cuts into stages (`schedule.graph_stages`).
+graphs (mlp, resnet, graph): the whole graph is one block, or under a pipeline, recompute
+(`schedule.graph_recompute`) or offload a sequence of units that the lowering cuts into
+stages (`schedule.graph_stages`).
 
 What the training stack (the framework profile's `Software`) adds on top of the plan are cost
 annotations, each cited where it is made: fused attention (`model.attention`), the fp32
@@ -38,6 +39,7 @@ from simulator.scenario.dataset import dataset_choice
 from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
 from simulator.schedule import comm_options
 from simulator.schedule.fp8 import Fp8Recipe, apply_fp8, fp8_saved
+from simulator.schedule.graph_recompute import recomputing
 from simulator.schedule.graph_stages import fixed_counts, staged_graph
 from simulator.schedule.host import host_kernels, host_placed
 from simulator.schedule.program import GraphStages, Op, TpOverlap, TransformerProgram
@@ -438,14 +440,16 @@ def graph_model_flops(graph: Graph, micro_batches: int) -> float:
 
 def _staged(scenario: Scenario, plan: ShardingPlan, dtype: str, e: int,
             skip: tuple[str, ...], sv: Saved) -> GraphStages | None:
-    """The units a pipeline cuts the graph into (`schedule.graph_stages`); None without a
-    pipeline (the whole graph is one block)."""
+    """The units a pipeline cuts the graph into (`schedule.graph_stages`), also without a
+    pipeline where recompute or offload works unit by unit; None otherwise (the whole
+    graph is one block)."""
     p = scenario.parallel
-    if p.pipeline == 1:
+    rc = recomputing(scenario)
+    if p.pipeline == 1 and rc is None and not (p.offload.parameters or p.offload.activations):
         return None
     parts = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
     fixed = fixed_counts(scenario, [op.op.name for op in plan.ops], parts)
-    return staged_graph(plan, scenario.model.type, dtype, e, skip, sv, fixed)
+    return staged_graph(plan, scenario.model.type, dtype, e, skip, sv, fixed, rc)
 
 
 def _dataset_extras(scenario: Scenario, loaded: float) -> tuple[tuple[str, object], ...]:

@@ -10,7 +10,10 @@ stream (the lowering, `schedule.lowering`, calls `Offload` from its compute emit
   prefetched one piece ahead (it may start once the compute task two before the backward
   has finished, so it runs under the preceding piece). The embedding's and the head's
   activations stay on the device (they are used right after they are made on the last
-  stage).
+  stage). An operator graph (mlp, resnet, `type: graph`) moves unit by unit: its pieces
+  are the units of `schedule.graph_stages` (an mlp layer, a resnet block or FC layer, a
+  graph operator), each tensor with the last unit of the stage that keeps it; the last
+  unit of the last stage keeps its activations (its backward follows at once).
 - `parallel.offload.parameters` (ZeRO-Infinity, Rajbhandari et al. 2021, Sec. 5.1 and
   Sec. 6.2 "overlap-centric design"): the 16-bit parameters live on the host; each piece's
   parameters are copied H2D before the piece runs, prefetched one piece ahead, in the
@@ -23,9 +26,10 @@ Copies run one at a time per direction (H2D on the `offload` stream, D2H on
 `offload_d2h`: PCIe is full duplex) at `CostModel.copy_s`
 (the profile's `host.pcie_bandwidth_GBps`, PCIe Gen4 x16 ~25 GB/s, Gen5 x16 ~50 GB/s one
 way); what they cannot hide under compute comes out of the event engine as offload_exposed.
-Closed forms (tests/test_offload.py): per micro-batch and stage, activation offload moves
-L * a bytes each way (L layers of a saved bytes); parameter offload moves 2 * P * e bytes
-H2D (P local parameters of e bytes, forward and backward).
+Closed forms (tests/test_offload.py, tests/test_graph_offload.py): per micro-batch and
+stage, activation offload moves L * a bytes each way (L layers of a saved bytes; a graph:
+the saved bytes of its offloaded units); parameter offload moves 2 * P * e bytes H2D (P
+local parameters of e bytes, forward and backward).
 """
 
 from __future__ import annotations

@@ -43,7 +43,11 @@ class GraphUnit:
     fwd / bwd: its ops (its operators' kernels and the collectives the plan runs for them);
     params: elements of the parameters it is the first to read; grad_sync: their gradient
     reductions on the non-dp axes; extra_bytes: saved bytes of its ops beyond their kept
-    tensors (masks, statistics)."""
+    tensors (masks, statistics, the kept collective outputs of a recompute).
+    recompute: the forward its recomputed operators run again before its backward
+    (`schedule.graph_recompute`); working_bytes: what that re-run makes again; regen_at:
+    the unit whose backward the re-run comes before (itself, or a later unit reading a
+    recomputed output)."""
 
     ops: tuple[str, ...]
     fwd: tuple[Op, ...]
@@ -51,6 +55,9 @@ class GraphUnit:
     params: int
     grad_sync: tuple[CommSpec, ...] = ()
     extra_bytes: float = 0.0
+    recompute: tuple[Op, ...] = ()
+    working_bytes: float = 0.0
+    regen_at: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,33 @@ class GraphStages:
         mine = frozenset(range(first, stop))
         return (sum(b for b, keepers in self.kept if keepers & mine)
                 + sum(u.extra_bytes for u in self.units[first:stop]))
+
+    def unit_activation_bytes(self, first: int, stop: int) -> tuple[float, ...]:
+        """`activation_bytes(first, stop)` by unit: each tensor with the last unit of the
+        stage that keeps it (the first backward to read it), each unit's extras with it."""
+        out = [u.extra_bytes for u in self.units[first:stop]]
+        for b, keepers in self.kept:
+            mine = [k for k in keepers if first <= k < stop]
+            if mine:
+                out[max(mine) - first] += b
+        return tuple(out)
+
+    def working_bytes(self, first: int, stop: int) -> float:
+        """Bytes a recomputing stage (units first..stop-1) holds beyond its saved
+        activations at the peak of its backward: the most any unit's re-run makes again,
+        less what the backward of the units after its re-run point has freed by then
+        (tensors kept by those units only, and their extras)."""
+        most = 0.0
+        for u in range(first, stop):
+            unit = self.units[u]
+            if not unit.working_bytes:
+                continue
+            at = min(max(unit.regen_at, u), stop - 1)
+            freed = sum(b for b, keepers in self.kept
+                        if keepers and min(keepers) > at and max(keepers) < stop)
+            freed += sum(v.extra_bytes for v in self.units[at + 1:stop])
+            most = max(most, unit.working_bytes - freed)
+        return most
 
 
 @dataclass(frozen=True)

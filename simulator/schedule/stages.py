@@ -63,6 +63,11 @@ class StageWork:
     # before (their gradients)
     send_fwd_bytes: float = 0.0
     send_bwd_bytes: float = 0.0
+    recomputed: bool = False  # a recompute pass runs before each backward
+    # the data-parallel reduction waits for the whole backward, as for a model kept as one
+    # block (an operator graph cut into units only for recompute or offload: its gradient
+    # buckets are not followed unit by unit, as without those)
+    whole_grads: bool = False
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -205,7 +210,8 @@ def _price_stages(scenario: Scenario, prog: TransformerProgram, layout: RankMesh
                              + (prog.unsharded_embedding if first else 0)
                              + (prog.unsharded_head if last else 0),
                              send_fwd_bytes=prog.boundary_bytes,
-                             send_bwd_bytes=prog.boundary_bytes))
+                             send_bwd_bytes=prog.boundary_bytes,
+                             recomputed=scenario.parallel.recompute != "none"))
     return tuple(out)
 
 
@@ -214,7 +220,8 @@ def _price_units(scenario: Scenario, staged: GraphStages, stages: int,
                  price_sync: Callable[[tuple[CommSpec, ...]], Priced]
                  ) -> tuple[StageWork, ...]:
     """The virtual stages of an operator graph cut into units (`schedule.graph_stages`):
-    each unit a forward and a backward piece, the stage's sends the bytes crossing its
+    each unit a forward and a backward piece (the pieces `schedule.offload` copies to and
+    from the host, as a transformer's layers), the stage's sends the bytes crossing its
     cuts."""
     fwd = [price(u.fwd) for u in staged.units]
     bwd = [price(u.bwd) for u in staged.units]
@@ -225,14 +232,18 @@ def _price_units(scenario: Scenario, staged: GraphStages, stages: int,
         stop = start + n
         units = staged.units[start:stop]
         params = tuple(u.params for u in units)[::-1]  # backward order
+        again = tuple(op for u in units for op in u.recompute)
         out.append(StageWork(
             fwd=_sum(tuple(fwd[start:stop])), fwd_pieces=tuple(fwd[start:stop]),
             bwd=_sum(tuple(bwd[start:stop][::-1])), bwd_pieces=tuple(bwd[start:stop][::-1]),
-            piece_params=params, recompute=Priced(0.0, 0.0, ()), params=sum(params),
-            activation_bytes=staged.activation_bytes(start, stop), working_bytes=0.0,
+            piece_params=params, recompute=price(again) if again else Priced(0.0, 0.0, ()),
+            params=sum(params), activation_bytes=staged.activation_bytes(start, stop),
+            working_bytes=staged.working_bytes(start, stop), recomputed=bool(again),
+            whole_grads=stages == 1,
             layers=n, grad_sync=price_sync(tuple(c for u in units for c in u.grad_sync)),
-            act_pieces=(staged.activation_bytes(start, stop),) + (0.0,) * (n - 1),
-            offloadable=(False,) * n,
+            act_pieces=staged.unit_activation_bytes(start, stop),
+            # the last unit's activations are read by the backward right after its forward
+            offloadable=(True,) * (n - 1) + (vs < stages - 1,),
             send_fwd_bytes=staged.cut_fwd_bytes[stop - 1] if vs < stages - 1 else 0.0,
             send_bwd_bytes=staged.cut_bwd_bytes[start - 1] if vs > 0 else 0.0))
         start = stop

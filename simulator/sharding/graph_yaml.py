@@ -58,13 +58,13 @@ def _strategy(op, i: int, source: str) -> Strategy | None:
 
 # MindSpore operator attributes (shared/seeds) that the simulator does not model yet: refused
 # by name rather than accepted and ignored
-NOT_SIMULATED = {
-    "recompute": "per-operator recompute (parallel.recompute applies to the whole model)",
-}
-# attributes that say where an operator runs in the pipeline (MindSpore Cell.pipeline_stage,
-# checked by the scenario rules, read by simulator/schedule/graph_stages.py), not what it
-# computes: kept out of the operator's own attrs
-STAGE_ATTRS = ("pipeline_stage",)
+NOT_SIMULATED: dict[str, str] = {}
+# attributes that say how the training runs an operator, not what it computes: where it runs
+# in the pipeline (MindSpore Cell.pipeline_stage, checked by the scenario rules, read by
+# simulator/schedule/graph_stages.py) and whether its output is recomputed for the backward
+# (MindSpore Primitive.recompute(), read by simulator/schedule/graph_recompute.py): kept out
+# of the operator's own attrs
+STAGE_ATTRS = ("pipeline_stage", "recompute")
 
 
 # Where an operator runs (MindSpore `primitive_target`, shared/seeds/mindspore-other-features.md):
@@ -89,6 +89,9 @@ def _check_attrs(op, i: int, source: str) -> None:
         if key in family.attrs:
             continue
         where = f"model.ops[{i}].attrs.{key}"
+        if key == "recompute" and not isinstance(op.attrs[key], bool):
+            raise InputError(source, where, f"{op.attrs[key]!r}: not a boolean (allowed: "
+                                            f"true, false)")
         if key in STAGE_ATTRS:
             continue
         if key in PLACEMENT:

@@ -1,0 +1,98 @@
+"""Offloaded tensors in `verify` of an operator graph (mlp, resnet, `type: graph`): what
+`schedule.offload` copies to host memory and back is copied so here, and the run goes on
+with the copies that came back.
+
+- `parallel.offload.parameters`: before each micro-batch every parameter comes up from its
+  host copy (ZeRO-Infinity keeps the 16-bit parameters on the host, Rajbhandari et al.
+  2021, Sec. 5.1); the forward and the backward compute with what came up.
+- `parallel.offload.activations`: after the forward, the activations each operator of an
+  offloaded unit keeps for its backward go to the host and the device drops them; the
+  backward reads what comes back (torch `autograd.graph.save_on_cpu`). The last unit's
+  stay on the device, as `run` keeps them.
+
+A copy moves every block of every rank into a fresh host array and back into a fresh device
+array; `Faults.offload_fault` mutates the way back ('drop': zeros, a copy that never
+arrived; 'corrupt': the first element of the first block off by one), which `verify` must
+catch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulator.graph.graph import Graph
+from simulator.numeric.dist import DistTensor
+from simulator.scenario.schema import Scenario
+from simulator.schedule.graph_stages import graph_units
+from simulator.sharding.plan import ShardingPlan
+
+__all__ = ["HostTrips", "host_trips"]
+
+
+@dataclass
+class HostTrips:
+    """Round trips to the host: of the parameters (`params`), of the saved activations of
+    the operators in `acts`; `moved`: bytes each way, over all ranks and micro-batches."""
+
+    params: bool
+    acts: frozenset[str]
+    moved: dict[str, float] = field(default_factory=lambda: {"d2h": 0.0, "h2d": 0.0})
+    fault: str | None = None
+
+    def trip(self, t: DistTensor) -> DistTensor:
+        """`t` copied block by block to host memory and back."""
+        host = [np.array(b, copy=True) for b in t.blocks]
+        size = float(sum(b.nbytes for b in host))
+        self.moved["d2h"] += size
+        self.moved["h2d"] += size
+        back = [np.zeros_like(b) if self.fault == "drop" else np.array(b, copy=True)
+                for b in host]
+        if self.fault == "corrupt" and back and back[0].size:
+            back[0].flat[0] += 1.0
+        return DistTensor(t.shape, t.layout, tuple(back))
+
+    def saved(self, plan: ShardingPlan, saved: Any) -> None:
+        """The saved activation inputs (`saved[k]`, of op k of `plan`) of the offloaded
+        operators replaced by their copies back from the host (each tensor moved once)."""
+        done: dict[int, DistTensor] = {}
+        for k, p in enumerate(plan.ops):
+            ins = saved[k]
+            if p.op.name not in self.acts or ins is None:
+                continue
+            for i, t in enumerate(ins):
+                if plan.graph.tensors[p.op.inputs[i]].kind != "activation":
+                    continue
+                if id(t) not in done:
+                    done[id(t)] = self.trip(t)
+                ins[i] = done[id(t)]
+
+    def runner(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        """`inner` (a micro-batch runner) with the parameters brought up from the host."""
+        def run(ex, params, *args, **kwargs):
+            self.fault = ex.faults.offload_fault
+            ex.host = self
+            if self.params:
+                params = {n: self.trip(t) for n, t in params.items()}
+            return inner(ex, params, *args, **kwargs)
+        return run
+
+    def note(self) -> str:
+        what = [k for k, on in (("parameters", self.params), ("activations", bool(self.acts)))
+                if on]
+        return (f"offload ({', '.join(what)}): {self.moved['d2h']:.0f} bytes went to the host "
+                f"and came back (all ranks, micro-batches run); the run continued with the "
+                f"copies")
+
+
+def host_trips(s: Scenario, graph: Graph) -> HostTrips | None:
+    """The round trips of an operator graph scenario's offload; None without one."""
+    off = s.parallel.offload
+    if not (off.parameters or off.activations):
+        return None
+    units = graph_units(s.model.type, [op.name for op in graph.ops])
+    acts = frozenset(n for u in units[:-1] for n in u) if off.activations else frozenset()
+    return HostTrips(off.parameters, acts)
