@@ -193,10 +193,15 @@ def test_a_replica_that_disagrees_is_computed_as_its_own():
     fc1, grads = _corrupted_run(plan, params0, batch, True, 1.5)
     fc1_alone, grads_alone = _corrupted_run(plan, params0, batch, False, 1.5)
     fc1_clean, _ = _corrupted_run(plan, params0, batch, True, 1.0)
+    # The computation's largest gradient sets the scale: a gradient that is zero in exact
+    # arithmetic (a key bias under softmax) holds only rounding noise of that size.
+    scale = max(float(np.max(np.abs(g.blocks[r]))) for g in grads_alone.values()
+                for r in range(8))
     for r in range(8):
         _same(fc1.blocks[r], fc1_alone.blocks[r], f"fc1 rank {r}")
         for n in grads:
-            _same(grads[n].blocks[r], grads_alone[n].blocks[r], f"{n} grad rank {r}")
+            _same(grads[n].blocks[r], grads_alone[n].blocks[r], f"{n} grad rank {r}",
+                  floor=scale)
     _same(fc1.blocks[4], fc1_clean.blocks[4], "an untouched rank")
     _same(fc1.blocks[5], fc1_clean.blocks[5] * 1.5, "the changed rank")
     assert not np.allclose(fc1.blocks[5], fc1_clean.blocks[5])

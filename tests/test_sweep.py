@@ -94,8 +94,8 @@ def test_folder_of_another_sweep_is_refused(tmp_path):
 
 
 # rows that take tens of milliseconds each (GPT-3 175B on 4 pipeline stages), so that the
-# journal's first part file (flushed every 0.5 s) lands well before the last row: tiny-cpu's
-# rows now take about a millisecond once its model program is memoised
+# journal's first part file (written after the first row) lands well before the last row:
+# tiny-cpu's rows take about a millisecond once its model program is memoised
 _KILL_SCENARIO = "gpt3-175b-1024-a100"
 _KILL_ROWS = 24
 _KILL_GRID = ["--grid", "parallel.comm_fusion.bucket_mb=10,20,30,40",

@@ -14,6 +14,7 @@ Layout of a sweep folder:
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -49,14 +50,15 @@ def read_rows(folder: Path, keys: Sequence[str]) -> list[dict[str, Any]]:
 
 
 class SweepJournal:
-    """Appends rows to `folder/rows/` in part files, flushing every `flush_s` seconds (and
-    on close). Opening checks the folder against the sweep's manifest."""
+    """Appends rows to `folder/rows/` in part files: the first row at once (a killed sweep
+    has kept something from its first second), then every `flush_s` seconds and on close.
+    Opening checks the folder against the sweep's manifest."""
 
     def __init__(self, folder: Path, manifest: dict[str, Any], keys: Sequence[str],
                  resume: bool, flush_s: float = 0.5) -> None:
         self.folder, self.keys, self.flush_s = folder, tuple(keys), flush_s
         self.pending: list[dict[str, Any]] = []
-        self.last = time.monotonic()
+        self.last = -math.inf  # the first row is written as soon as it is done
         self.done = self._open(manifest, resume)
         self.parts = len(list((folder / "rows").glob("part-*.parquet")))
 
