@@ -237,3 +237,20 @@ def test_the_stack_names_its_attention_kernel_and_the_program_carries_it() -> No
     slower = simulate(_scenario(), load_profile("h100-sxm", [
         "efficiency.attention_kernels.te.bwd=0.1"])).iteration_time_s
     assert slower > base
+
+
+def test_fused_cross_entropy_moves_the_logits_once_each_way() -> None:
+    # llm-foundry's flash-attn cross-entropy: e bytes per logit forward, 2e backward, and it
+    # keeps the bf16 logits (2 bytes each) instead of Megatron's fp32 softmax (4 bytes);
+    # Megatron's fp32 passes move e + 36 and 12 + e (graph/ops/loss.py)
+    hw = load_profile("h100-sxm")
+    sc = _scenario(parallel={"tensor": 1, "data": 8, "sequence_parallel": False})
+    fused = transformer_program(sc, load_framework("llm-foundry").software, hw.compute_units)
+    plain = transformer_program(sc, load_framework("pytorch-fsdp").software, hw.compute_units)
+    logits = 1 * 1024 * 8192  # micro-batch x sequence x vocabulary on one device
+    ce = lambda ops, n: next(op for op in ops if op.name == n)  # noqa: E731
+    assert ce(fused.head_fwd, "cross_entropy").bytes_accessed == 2 * logits
+    assert ce(fused.head_bwd, "cross_entropy.bwd").bytes_accessed == 4 * logits
+    assert ce(plain.head_fwd, "cross_entropy").bytes_accessed == 38 * logits
+    assert ce(plain.head_bwd, "cross_entropy.bwd").bytes_accessed == 14 * logits
+    assert plain.head_activation_bytes - fused.head_activation_bytes == 2 * logits

@@ -58,6 +58,9 @@ class Software(_Closed):
     attention_impl: StrictStr = ""
     # pipeline sends block the compute stream (`Overlap.p2p_blocking`)
     p2p_blocking: Literal["always", "non_interleaved", "never"] = "never"
+    # the loss is one fused kernel over the logits in the model dtype (`CrossEntropy.fused`)
+    # instead of fp32 passes one by one
+    fused_cross_entropy: StrictBool = False
 
 
 class Attention(_Closed):
@@ -205,7 +208,8 @@ class FrameworkProfile(_Closed):
             tp_comm_sms=self.overlap.tp_comm_sms,
             bf16_grads_fp32=self.grad_reduction.fp32_for_bf16,
             attention_impl=self.attention.implementation or "",
-            p2p_blocking=self.overlap.p2p_blocking)
+            p2p_blocking=self.overlap.p2p_blocking,
+            fused_cross_entropy=bool(self.cross_entropy.fused))
 
     def __str__(self) -> str:
         return f"{self.name} ({self.description})"

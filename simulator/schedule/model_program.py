@@ -42,7 +42,16 @@ from simulator.schedule.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.schedule.graph_recompute import recomputing
 from simulator.schedule.graph_stages import fixed_counts, staged_graph
 from simulator.schedule.host import host_kernels, host_placed
-from simulator.schedule.program import GraphStages, Op, TpOverlap, TransformerProgram
+from simulator.schedule.program import GraphStages, Op, TransformerProgram
+from simulator.schedule.stack_ops import (
+    fused_cross_entropy,
+    imbalanced,
+    main_grad,
+    p2p_blocking,
+    slot_fill,
+    tp_overlap,
+    with_impl,
+)
 from simulator.sharding.lower import (
     Saved,
     backward_specs,
@@ -102,32 +111,6 @@ def _sync(plan: ShardingPlan, steps: tuple[CommSpec, ...], select: Select,
 def _param_names(plan: ShardingPlan, select: Select) -> set[str]:
     return {n for p in plan.ops if select(p.op.name) for n in p.op.inputs
             if plan.graph.tensors[n].kind == "parameter"}
-
-
-def _main_grad(e: int, dtype: str, name: str, params: float) -> tuple[Op, ...]:
-    """Mixed precision keeps fp32 main gradients (Micikevicius et al. 2018, Sec. 3.1): after
-    each micro-batch's backward the 16-bit weight gradients are added into them (Megatron-LM
-    LocalDDP's main_grad.add_, PyTorch AMP's AccumulateGrad): read e, read 4, write 4 bytes
-    per parameter. None in fp32 training, where the gradient is the main gradient."""
-    if e >= 4 or params <= 0:
-        return ()
-    return (ComputeSpec(name, "elementwise", float(params), (e + 8.0) * params, dtype,
-                        "bwd"),)
-
-
-def _tp_overlap(scenario: Scenario, software: Software, compute_units: int
-                ) -> TpOverlap | None:
-    """`parallel.overlap.tp_comm` (auto: the software stack's): each TP collective in
-    tensor-degree chunks (Transformer Engine's default ring-exchange method steps once per
-    peer), its kernels on software.tp_comm_sms of the compute units. None under 2-D tensor
-    parallel: the stacks' overlap (TE userbuffers) chunks 1-D's collectives only, so `auto`
-    takes none (rules.py refuses `true`)."""
-    mode = scenario.parallel.overlap.tp_comm
-    on = software.tp_comm_overlap if mode == "auto" else mode
-    t = scenario.parallel.tensor
-    if not on or t <= 1 or scenario.parallel.tensor_nd:
-        return None
-    return TpOverlap(chunks=t, sm_fraction=min(0.5, software.tp_comm_sms / compute_units))
 
 
 def _gathered_params(plan: ShardingPlan, blocks: dict[str, tuple[Select, Select | None]],
@@ -244,53 +227,6 @@ def _layer_block(layers: int, unit: int) -> Select:
     return lambda n: n.startswith(prefixes)
 
 
-def _p2p_blocking(software: Software, schedule: str) -> bool:
-    """Whether the stack's pipeline sends hold the compute stream: Megatron overlaps them
-    only in the interleaved schedule (`--overlap-p2p-communication`, turned off for the
-    others in megatron/training/arguments.py), DeepSpeed's PipelineEngine never."""
-    mode = software.p2p_blocking
-    return mode == "always" or (mode == "non_interleaved" and schedule != "interleaved_1f1b")
-
-
-def _with_impl(ops: tuple[Op, ...], impl: str) -> tuple[Op, ...]:
-    """`ops` with their fused-attention kernels marked as the framework's implementation
-    (`ComputeSpec.impl`: the hardware profile prices each implementation apart)."""
-    return tuple(replace(op, impl=impl) if isinstance(op, ComputeSpec) and op.kind == "attention"
-                 else op for op in ops)
-
-
-def _imbalanced(ops: tuple[Op, ...], factor: float) -> tuple[Op, ...]:
-    """The busiest expert-parallel rank's share under load imbalance `factor` (its tokens
-    over the mean, model.moe.imbalance): its expert FFN kernels (`expert_*`) and its
-    all-to-alls on `ep` (it receives, and sends back, `factor` times the balanced tokens)
-    carry `factor` times the work; its own tokens' dispatch and combine do not change.
-    An all-to-all, and the layer after it, end when their busiest member does: the load
-    GShard bounds with the expert capacity (Lepikhin et al. 2021, Sec. 2.2), here taken
-    as if the capacity did not bind (a dropless router, Megatron-Core's default)."""
-    if factor == 1.0:
-        return ops
-    out: list[Op] = []
-    for op in ops:
-        if isinstance(op, CommSpec) and op.axis == "ep" and op.collective == "all_to_all":
-            out.append(replace(op, bytes=op.bytes * factor))
-        elif isinstance(op, ComputeSpec) and op.name.startswith("expert_"):
-            mnk = op.gemm_mnk and (math.ceil(op.gemm_mnk[0] * factor),) + op.gemm_mnk[1:]
-            out.append(replace(op, flops=op.flops * factor,
-                               bytes_accessed=op.bytes_accessed * factor, gemm_mnk=mnk))
-        else:
-            out.append(op)
-    return tuple(out)
-
-
-def _slot_fill(dims: GptDims) -> float:
-    """Share of the expert slots a balanced routing fills: top_k * seq / (experts *
-    capacity), the capacity factor's padding left out of the model FLOPs (1 without
-    experts)."""
-    if dims.experts == 0:
-        return 1.0
-    return dims.top_k * dims.seq / (dims.experts * dims.capacity)
-
-
 # Scenario fields `_derive` provably never reads (pydantic `exclude` form): a memoised
 # program is keyed on the scenario's JSON without them, so configurations of a sweep that
 # differ only there (buckets, schedule, pipeline, batch size, optimizer) share one program.
@@ -370,19 +306,27 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     impl = m.attention if m.attention not in ("auto", "standard", "flash") else \
         software.attention_impl
     if impl:
-        fwd = {k: _with_impl(v, impl) for k, v in fwd.items()}
-        bwd = {k: _with_impl(v, impl) for k, v in bwd.items()}
+        fwd = {k: with_impl(v, impl) for k, v in fwd.items()}
+        bwd = {k: with_impl(v, impl) for k, v in bwd.items()}
+    head_saved = sv.total(head.select)
+    if software.fused_cross_entropy:
+        fwd["head"] = fused_cross_entropy(fwd["head"], e)
+        bwd["head"] = fused_cross_entropy(bwd["head"], e)
+        # it keeps the model-dtype logits for its backward, not the fp32 softmax
+        logits = sum(op.flops / 5.0 for op in fwd["head"]
+                     if isinstance(op, ComputeSpec) and op.name == "cross_entropy")
+        head_saved -= (4.0 - e) * logits
     imbalance = m.moe.imbalance if m.moe else 1.0
-    fwd["layer"], bwd["layer"] = (_imbalanced(fwd["layer"], imbalance),
-                                  _imbalanced(bwd["layer"], imbalance))
+    fwd["layer"], bwd["layer"] = (imbalanced(fwd["layer"], imbalance),
+                                  imbalanced(bwd["layer"], imbalance))
     params, tensors = layer.params(plan, graph)
     embed_params = embed.params(plan, graph)[0]
     head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
     output_params = _Block(lambda n: n == "head").params(plan, graph)[0]
     if not software.fused_grad_accumulation:
-        bwd["layer"] += _main_grad(e, dtype, "main_grad_add", params)
-        bwd["embed"] += _main_grad(e, dtype, "main_grad_add_embed", embed_params)
-        bwd["head"] += _main_grad(e, dtype, "main_grad_add_head", head_params + output_params)
+        bwd["layer"] += main_grad(e, dtype, "main_grad_add", params)
+        bwd["embed"] += main_grad(e, dtype, "main_grad_add_embed", embed_params)
+        bwd["head"] += main_grad(e, dtype, "main_grad_add_head", head_params + output_params)
     core = lambda n: layer.select(n) and _role(n) in _CORE_ROLES  # noqa: E731
     region = {"full": layer.select, "selective": core}.get(p.recompute)
     recompute = () if region is None else _recomputed(
@@ -404,20 +348,20 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         head_bwd=bwd["head"], params_per_layer=params, params_embedding=embed_params,
         params_head=head_params, params_output=output_params, param_tensors_per_layer=tensors,
         activation_bytes_per_layer=sv.total(layer.select, region) + kept,
-        embed_activation_bytes=sv.total(embed.select), head_activation_bytes=sv.total(
-            head.select), layer_working_bytes=sv.total(layer.select),
+        embed_activation_bytes=sv.total(embed.select), head_activation_bytes=head_saved,
+        layer_working_bytes=sv.total(layer.select),
         boundary_bytes=float(boundary), dtype=dtype,
         grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
-        tp_overlap=_tp_overlap(scenario, software, compute_units),
+        tp_overlap=tp_overlap(scenario, software, compute_units),
         grad_sync_layer=_coalesce(_sync(plan, steps, layer.select), "grad_sync"),
         grad_sync_embed=_coalesce(_sync(plan, steps, embed.select), "grad_sync"),
         grad_sync_head=_coalesce(_sync(plan, steps, head.select, embed.select), "grad_sync"),
-        layers_per_block=unit, expert_slot_fill=_slot_fill(dims),
+        layers_per_block=unit, expert_slot_fill=slot_fill(dims),
         expert_load=imbalance,
         unsharded_per_layer=small_params(plan, layer.select, small),
         unsharded_embedding=small_params(plan, embed.select, small),
         unsharded_head=small_params(plan, lambda n: n == "lnf", small),
-        p2p_blocking=_p2p_blocking(software, p.schedule),
+        p2p_blocking=p2p_blocking(software, p.schedule),
     )
 
 
