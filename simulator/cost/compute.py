@@ -10,7 +10,8 @@ GEMMs (`kind='gemm'`, local shape batch x (m x k) @ (k x n)) are tiled: each thr
 compute efficiency is the product of
 
 - `gemm_peak_fraction`: what the best-shaped large GEMM reaches (the measured maximum
-  achievable matmul FLOP/s over the datasheet peak);
+  achievable matmul FLOP/s over the datasheet peak; `gemm_peak_fraction_fp8` for FP8 inputs,
+  which reach a lower share of their doubled peak);
 - tile padding: m*n over the padded ceil(m/tm)*tm * ceil(n/tn)*tn;
 - wave quantization: tiles / (waves * compute_units), waves = ceil(tiles / compute_units)
   (NVIDIA, "Matrix Multiplication Background User's Guide", sections on tile and wave
@@ -83,7 +84,15 @@ def gemm_efficiency(mnk: tuple[int, int, int], batch: int, dtype: str,
         if tm <= _MIN_TILE:
             break
         tm = max(_MIN_TILE, tm // 2)
-    return hw.efficiency.gemm_peak_fraction * best
+    return peak_fraction(dtype, hw) * best
+
+
+def peak_fraction(dtype: str, hw: HardwareProfile) -> float:
+    """`gemm_peak_fraction`, or for FP8 `gemm_peak_fraction_fp8` where the profile gives it."""
+    eff = hw.efficiency
+    if dtype == "fp8" and eff.gemm_peak_fraction_fp8 is not None:
+        return eff.gemm_peak_fraction_fp8
+    return eff.gemm_peak_fraction
 
 
 def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, float]:

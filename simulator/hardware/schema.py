@@ -142,6 +142,9 @@ class Efficiency(_Closed):
     `simulator.cost.collectives`). Fractions are of the datasheet peak."""
 
     gemm_peak_fraction: Fraction
+    # the same measurement for FP8 inputs where the profile has one (an FP8 matmul reaches a
+    # lower share of its doubled peak); None: gemm_peak_fraction
+    gemm_peak_fraction_fp8: Fraction | None = None
     gemm_tile_mn: tuple[Tile, Tile] = (128, 128)
     gemm_k_half: KHalf = 0.0
     attention_peak_fraction: Fraction

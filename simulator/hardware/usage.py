@@ -48,6 +48,7 @@ FIELD_USES: dict[str, str] = {
     "devices_per_node_default": "`shardsim comm` without --devices-per-node; mesh links",
     "default_framework": "the training stack when the scenario names none",
     "efficiency.gemm_peak_fraction": "GEMM efficiency (cost.compute)",
+    "efficiency.gemm_peak_fraction_fp8": "FP8 GEMM efficiency (cost.compute)",
     "efficiency.gemm_tile_mn": "GEMM tile quantisation (cost.compute)",
     "efficiency.gemm_k_half": "GEMM k-loop efficiency (cost.compute)",
     "efficiency.attention_peak_fraction": "fused attention kernels (cost.compute)",
