@@ -105,6 +105,22 @@ def test_stacked_kernel_equals_rank_by_rank(kind, sizes, unit, data):
             _same(g[0][r], g1[0][r], f"{kind} {sig} grad {i} rank {r}")
 
 
+def test_a_vocabulary_shard_with_no_classes():
+    """torch.chunk of 2 classes over 3 x 3 shards leaves shards empty: their maximum is -inf,
+    their target logit 0, their gradient empty (found by hypothesis: IndexError before)."""
+    mesh = Mesh((("a0", 3), ("a1", 3)))
+    graph = _graph_of("cross_entropy", 2)
+    sigs = [s for s in signatures(graph.labels(graph.ops[0]), mesh)
+            if str(s) == "(S(1), B) -> B x (S(1), B) -> B"]  # the class dim split 9 ways
+    assert len(sigs) == 1
+    for sig in sigs:
+        plan, ins, dy = _one_op(graph, mesh, sig, 0)
+        (fwd, grads), (fwd1, grads1) = (lambda r: (r[True], r[False]))(_both_ways(plan, ins, dy))
+        for r in range(mesh.size):
+            _same(fwd[r], fwd1[r], f"{sig} forward rank {r}")
+            _same(grads[0][0][r], grads1[0][0][r], f"{sig} grad rank {r}")
+
+
 def test_every_transformer_family_has_a_stacked_kernel():
     """The kernels of a GPT plan all run stacked (others fall back to rank by rank)."""
     case = build_case(_scenario("verify-tiny-dp8"))

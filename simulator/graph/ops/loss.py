@@ -44,6 +44,9 @@ def _stats(z: np.ndarray, labels: np.ndarray, start: int) -> tuple[np.ndarray, .
     local = labels.astype(np.int64) - start
     inside = (local >= 0) & (local < z.shape[-1])
     idx = np.where(inside, local, 0)
+    if z.shape[-1] == 0:  # an empty shard (torch.chunk of fewer classes than shards)
+        return np.full(z.shape[:-1], -np.inf, z.dtype), np.zeros(z.shape[:-1], z.dtype), \
+            idx, inside
     picked = np.take_along_axis(z, idx[..., None], axis=-1)[..., 0] * inside
     return z.max(axis=-1), picked, idx, inside
 
@@ -79,8 +82,9 @@ def _group_vjp(xs_by_rank, ys, dys, attrs, ctxs, groups):
     out = []
     for (_, s, _, e, idx, inside), dy in zip(_combined(xs_by_rank, ctxs, groups), dys):
         g = e / s[..., None]
-        hit = np.take_along_axis(g, idx[..., None], -1) - inside[..., None]
-        np.put_along_axis(g, idx[..., None], hit, -1)
+        if g.shape[-1]:  # an empty shard has no target to subtract
+            hit = np.take_along_axis(g, idx[..., None], -1) - inside[..., None]
+            np.put_along_axis(g, idx[..., None], hit, -1)
         out.append([g * dy[..., None], None])
     return out
 
