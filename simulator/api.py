@@ -70,10 +70,13 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") ->
 
 def verify(scenario: Any, hw: Any = None) -> Any:
     """The numpy proof of `shardsim verify`: a VerifyResult (`.ok`, `.to_dict()`)."""
+    from simulator.framework.load import framework_for
     from simulator.numeric.verify import verify_scenario
 
     sc, profile = _scenario_and_hw(scenario, hw)
-    return verify_scenario(sc, fused_attention=profile.software.fused_attention, hw=profile)
+    software = framework_for(sc, profile).software  # the scenario's stack, as `run` takes it
+    return verify_scenario(sc, fused_attention=software.fused_attention, hw=profile,
+                           selective=software.selective_recompute)
 
 
 def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[str] = (),

@@ -41,3 +41,50 @@ def test_the_counts_of_recomputed_ops_follow_the_selection(results):
     assert full("l0.fc1") and not full("lnf") and not full("embed")
     assert selective("l1.softmax") and not selective("l1.fc1")
     assert count("full") > count("selective") > 0
+
+
+_SAC = ["parallel.recompute=selective", "model.ffn_activation=swiglu", "model.num_kv_heads=2",
+        "framework=torchtitan"]
+
+
+def test_op_level_sac_keeps_the_odd_matmuls_and_the_fused_attention():
+    # torchtitan: "Saves output of all compute ops, except every second mm"; a Llama block
+    # runs wq, wk, wv, wo, w1, w3, w2, so wk, wo and w3 run again with every non-matmul op
+    sac = recomputed_ops("selective", "every_second_mm", gated=True)
+    assert sac is not None
+    redone = {"k_mm", "proj", "fc3_mm", "ln1", "ln2", "act", "glu", "res1", "res2"}
+    kept = {"q_mm", "v_mm", "fc1_mm", "fc2", "attn"}
+    assert all(sac(f"l1.{r}") for r in redone) and not any(sac(f"l1.{r}") for r in kept)
+    assert not sac("lnf") and not sac("embed")
+    # a two-matrix MLP counts wq, wk, wv, wo, w1, w2: wk, wo and w2 run again
+    gelu = recomputed_ops("selective", "every_second_mm", gated=False)
+    assert gelu is not None and gelu("l0.fc2") and not gelu("l0.fc1_mm")
+
+
+def test_op_level_sac_is_priced_as_the_matmuls_it_reruns():
+    # the fused qkv kernel reruns its key projection's share, kv / (heads + 2 kv) = 2 / 8
+    from simulator.framework import load_framework
+    from simulator.schedule.model_program import transformer_program
+
+    sc = load_scenario("tiny-cpu", _SAC).scenario
+    prog = transformer_program(sc, load_framework("torchtitan").software)
+    fwd = {op.name: op for op in prog.layer_fwd if hasattr(op, "flops")}
+    redo = {op.name: op for op in prog.layer_recompute if hasattr(op, "flops")}
+    assert redo["qkv.k"].flops == pytest.approx(fwd["qkv"].flops * 2 / 8)
+    assert {"proj", "fc_up"} <= set(redo) and not {"qkv", "fc_gate", "fc2"} & set(redo)
+    assert not any(op.kind == "attention" for op in redo.values())
+    megatron = transformer_program(sc.model_copy(update={"framework": "megatron-core"}),
+                                   load_framework("megatron-core").software)
+    assert all(op.kind != "gemm" for op in megatron.layer_recompute if hasattr(op, "kind"))
+
+
+def test_verify_executes_the_op_level_sac_set():
+    sc = load_scenario("tiny-cpu", _SAC).scenario
+    sac = verify_scenario(sc, selective="every_second_mm")
+    core = verify_scenario(sc, selective="attention_core")
+    assert sac.ok and core.ok
+
+    def count(r) -> int:
+        return int(next(n for n in r.notes if n.startswith("recompute: ")).split()[1])
+
+    assert count(sac) > count(core) > 0

@@ -76,13 +76,14 @@ def _progress(text: str) -> Any:
     return progress
 
 
-def _verify_with_progress(scenario: Any, fused: bool, hw: Any = None) -> Any:
+def _verify_with_progress(scenario: Any, software: Any, hw: Any = None) -> Any:
     from simulator.budget import estimate_verify
     from simulator.numeric.verify import verify_scenario
 
     with _progress(f"verifying {scenario.name} on {estimate_verify(scenario).count} "
                    "numpy devices"):
-        return verify_scenario(scenario, fused_attention=fused, hw=hw)
+        return verify_scenario(scenario, fused_attention=software.fused_attention, hw=hw,
+                               selective=software.selective_recompute)
 
 
 def _simulate(scenario: Any, hw: Any, fidelity: str, max_events: int = DEFAULT_MAX_EVENTS
@@ -231,8 +232,8 @@ def verify(
             _check_work(loaded, work, max_gflop, "GFLOP to execute", "--max-gflop")
         from simulator.framework.load import framework_for
 
-        fused = framework_for(loaded.scenario, hw).software.fused_attention
-        res = _verify_with_progress(loaded.scenario, fused, hw)
+        software = framework_for(loaded.scenario, hw).software
+        res = _verify_with_progress(loaded.scenario, software, hw)
         if res.shrunk_note:
             sys.stderr.write(f"note: {res.shrunk_note}\n")
         report = res.to_dict()

@@ -61,6 +61,9 @@ class Software(_Closed):
     # the loss is one fused kernel over the logits in the model dtype (`CrossEntropy.fused`)
     # instead of fp32 passes one by one
     fused_cross_entropy: StrictBool = False
+    # what `parallel.recompute: selective` recomputes (`ActivationRecompute.selective`;
+    # schedule.recompute_policy)
+    selective_recompute: Literal["attention_core", "every_second_mm"] = "attention_core"
 
 
 class Attention(_Closed):
@@ -176,6 +179,10 @@ class ActivationRecompute(_Closed):
     options: tuple[StrictStr, ...]
     default_in_published_runs: Text
     source: StrictStr
+    # what the stack's selective recompute re-runs: the attention core (Megatron) or every
+    # op but the odd-numbered matmuls and the fused attention (torchtitan's op-level SAC)
+    selective: Literal["attention_core", "every_second_mm"] = "attention_core"
+    selective_source: StrictStr = ""
 
 
 class FrameworkProfile(_Closed):
@@ -209,7 +216,8 @@ class FrameworkProfile(_Closed):
             bf16_grads_fp32=self.grad_reduction.fp32_for_bf16,
             attention_impl=self.attention.implementation or "",
             p2p_blocking=self.overlap.p2p_blocking,
-            fused_cross_entropy=bool(self.cross_entropy.fused))
+            fused_cross_entropy=bool(self.cross_entropy.fused),
+            selective_recompute=self.activation_recompute.selective)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.description})"

@@ -40,7 +40,8 @@ from simulator.numeric.pipeline import (
 from simulator.numeric.ps import PsRun, ps_step
 from simulator.numeric.stacked_offsets import clear_dropout_masks
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
-from simulator.schedule.model_program import layer_role, recomputed_ops, unsharded_roles
+from simulator.schedule.model_program import layer_role, unsharded_roles
+from simulator.schedule.recompute_policy import SelectivePolicy, recomputed_ops
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
@@ -434,12 +435,14 @@ def _split(s: Scenario, case: VerifyCase, hw: Any, faults: SendFaults | None
 
 def verify_scenario(s: Scenario, faults: Faults | None = None,
                     fused_attention: bool = False, hw: Any = None,
-                    send_faults: SendFaults | None = None) -> VerifyResult:
+                    send_faults: SendFaults | None = None,
+                    selective: SelectivePolicy = "attention_core") -> VerifyResult:
     """Verify a scenario's plan; InputError when its strategies cannot be planned.
     `fused_attention`: the hardware profile's default for `model.attention: auto`, so that
     verify proves the plan `run` times; `hw`: that profile, which prices the balanced split
     of an mlp, resnet or graph pipeline as `run` does (without it: units balanced by
-    count). `send_faults`: mutations of those pipelines' sends (tests)."""
+    count). `send_faults`: mutations of those pipelines' sends (tests). `selective`: what
+    the stack's selective recompute re-runs (schedule.recompute_policy), as `run` prices it."""
     copies = s.parallel.overlap.copies
     if copies > 1 and not isinstance(s.model, GraphModel):
         # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
@@ -450,7 +453,8 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
         case = build_case(s, fused_attention)
         spec = s.parallel.parameter_server
         ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
-        select = recomputed_ops(s.parallel.recompute) \
+        select = recomputed_ops(s.parallel.recompute, selective,
+                                s.model.ffn_activation == "swiglu") \
             if isinstance(s.model, TransformerModel) else None
         split = _split(s, case, hw, send_faults)
         recompute = Recompute(select, s.parallel.recompute_comm.tensor,

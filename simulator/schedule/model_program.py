@@ -43,6 +43,7 @@ from simulator.schedule.graph_recompute import recomputing
 from simulator.schedule.graph_stages import fixed_counts, staged_graph
 from simulator.schedule.host import host_kernels, host_placed
 from simulator.schedule.program import GraphStages, Op, TransformerProgram
+from simulator.schedule.recompute_policy import recomputed_ops, sac_recompute
 from simulator.schedule.stack_ops import (
     fused_cross_entropy,
     imbalanced,
@@ -70,7 +71,6 @@ __all__ = ["recomputed_ops", "transformer_program", "graph_program", "GraphProgr
            "memoised_programs"]
 
 ATTENTION_CORE = ("scores", "softmax", "attn_dropout", "context", "flash_attention")
-_CORE_ROLES = ("scores", "scale", "mask", "softmax", "attn_drop", "context", "attn")
 Select = Callable[[str], bool]
 
 
@@ -202,21 +202,6 @@ def layer_role(name: str) -> str:
     return re.sub(r"^l\d+\.", "", name)
 
 
-def recomputed_ops(mode: str) -> Select | None:
-    """The GPT graph's ops (by name) that `parallel.recompute` drops after the forward and
-    runs again before the backward: every op of a layer (`full`, Megatron-LM's
-    --recompute-granularity full), the attention core (`selective`, Korthikanti et al.
-    2022, Sec. 5); None for `none`. `run` times and `verify` executes the same set."""
-    def layer(n: str) -> bool:
-        return re.match(r"l\d+\.", n) is not None
-
-    if mode == "full":
-        return layer
-    if mode == "selective":
-        return lambda n: layer(n) and _role(n) in _CORE_ROLES
-    return None
-
-
 def _layer_block(layers: int, unit: int) -> Select:
     """The ops of the block of `unit` layers that stands for every block: the middle one of
     three (its neighbours are blocks on both sides), else the first. A block is one layer,
@@ -327,11 +312,15 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         bwd["layer"] += main_grad(e, dtype, "main_grad_add", params)
         bwd["embed"] += main_grad(e, dtype, "main_grad_add_embed", embed_params)
         bwd["head"] += main_grad(e, dtype, "main_grad_add_head", head_params + output_params)
-    core = lambda n: layer.select(n) and _role(n) in _CORE_ROLES  # noqa: E731
-    region = {"full": layer.select, "selective": core}.get(p.recompute)
-    recompute = () if region is None else _recomputed(
-        fwd["layer"], (lambda n: True) if p.recompute == "full" else
-        (lambda n: n in ATTENTION_CORE))
+    policy = software.selective_recompute
+    picked = recomputed_ops(p.recompute, policy, dims.swiglu)
+    region = None if picked is None else (lambda n: layer.select(n) and picked(n))
+    if p.recompute == "selective" and policy == "every_second_mm":
+        recompute = sac_recompute(fwd["layer"], dims.swiglu, dims.heads, dims.kv_heads)
+    else:
+        recompute = () if region is None else _recomputed(
+            fwd["layer"], (lambda n: True) if p.recompute == "full" else
+            (lambda n: n in ATTENTION_CORE))
     recompute, kept = comm_options.recompute_comm_ops(scenario, recompute, mesh)
     out_name = next(op.op.output for op in reversed(plan.ops) if layer.select(op.op.name))
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
