@@ -43,6 +43,7 @@ from simulator.schedule.graph_recompute import recomputing
 from simulator.schedule.graph_stages import fixed_counts, staged_graph
 from simulator.schedule.host import host_kernels, host_placed
 from simulator.schedule.program import GraphStages, Op, TpOverlap, TransformerProgram
+from simulator.schedule.unfused import unfused_ops
 from simulator.sharding.lower import (
     Saved,
     backward_specs,
@@ -375,6 +376,8 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     imbalance = m.moe.imbalance if m.moe else 1.0
     fwd["layer"], bwd["layer"] = (_imbalanced(fwd["layer"], imbalance),
                                   _imbalanced(bwd["layer"], imbalance))
+    more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
+    fwd["layer"], bwd["layer"] = fwd["layer"] + more[0], bwd["layer"] + more[1]
     params, tensors = layer.params(plan, graph)
     embed_params = embed.params(plan, graph)[0]
     head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
