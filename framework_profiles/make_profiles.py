@@ -430,9 +430,41 @@ PROFILES = {
     cross_entropy=dict(implementation="Megatron-Core vocab-parallel cross entropy", vocab_parallel=True, logits_dtype="fp32", fused=False, source="inherits Megatron-Core"),
     activation_recompute=dict(options=["selective", "full", "--auto-recompute-device-size (AscendSpeed)"], default_in_published_runs="full in the AscendSpeed LLaMA2-7B ZeRO-2 example",
                               source="pretrain_llama2_7b_zero_8p.sh --deepspeed-activation-checkpointing --auto-recompute-device-size 51200"),
-    notes=["MindSpeed-LLM docs/pytorch/models/ssm_model.md: 'PYTORCH_NPU_ALLOC_CONF ... default expandable_segments:False'", "Pending case ascendspeed-910b-llama2-7b-zero2-8p."],
+    notes=["MindSpeed-LLM docs/pytorch/models/ssm_model.md: 'PYTORCH_NPU_ALLOC_CONF ... default expandable_segments:False'", "The 2023 AscendSpeed / ModelLink LLaMA2 examples (RMSNorm not fused) run as the ascendspeed profile."],
 ),
 }
+
+# AscendSpeed / ModelLink as of their 2023 LLaMA2 examples: Megatron-LM (+ DeepSpeed) on torch_npu
+# in eager mode, the fused kernels opt-in per flag. The published LLaMA2-7B scripts pass
+# --use-fused-rotary-pos-emb but not --use-fused-rmsnorm, so RMSNorm runs as PyTorch ops.
+import copy  # noqa: E402
+
+AS_SRC = ("Ascend/AscendSpeed ascendspeed/model/rms_norm.py: 'if self.use_fused_rmsnorm: return "
+          "torch_npu.npu_rms_norm(...)'; else 'output = self._norm(x.float()).type_as(x); return output "
+          "* self.weight', _norm = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps); flag absent "
+          "from examples/llama2/pretrain_llama2_7b_zero_8p.sh (AscendSpeed) and pretrain_llama2_7b_ptd.sh "
+          "(ModelLink); the same class in ModelLink's ascendspeed/model/rms_norm.py (aeeeeeep/ModelLink mirror)")
+PROFILES["ascendspeed"] = copy.deepcopy(PROFILES["mindspeed"])
+PROFILES["ascendspeed"].update(
+    name="ascendspeed",
+    description=("AscendSpeed / ModelLink 2023 (Megatron-LM and DeepSpeed on torch_npu, eager): the stack of the "
+                 "2023 LLaMA2 examples, before MindSpeed-LLM; fused kernels only where a script's flag asks"),
+    basis="Ascend/AscendSpeed examples/llama2 and ascendspeed/model (2023); Ascend ModelLink examples/llama2 (2023)",
+    notes=["Cases ascendspeed-910b-llama2-7b-zero2-8p, modellink-910b-llama2-7b-tp8-8p.",
+           "SwiGLU: not counted (the 2023 MLP code was not read); RoPE fused by --use-fused-rotary-pos-emb."],
+)
+PROFILES["ascendspeed"]["fused_kernels"] = dict(
+    list=["fused rotary position embedding (--use-fused-rotary-pos-emb)",
+          "NOT fused: RMSNorm without --use-fused-rmsnorm (eager PyTorch ops, fp32)"],
+    source=AS_SRC,
+    unfused_passes=[dict(
+        name="rmsnorm_eager", tensor="hidden", count=2, fwd_bytes=32, bwd_bytes=78,
+        ops=("RMSNorm as eager PyTorch ops, twice a layer. Forward: x.float() (read 2, write 4), pow(2) (4 + 4), "
+             "mean(-1) (read 4), x * rsqrt (4 + 4), type_as (4 + 2), * weight (2 + 2) = 36 vs the layer's fused "
+             "norm 4: +32. Backward (autograd of the same ops): dy * weight (2 + 2), the weight gradient "
+             "dy * out and its sum (2 + 2 + 2, 2), type_as (2 + 4), g * rsqrt (4 + 4), g * x and its sum "
+             "(4 + 4 + 4, 4), pow backward (x.pow(1), * 2, * grad: 3 x (4 + 4)), the two x gradients added "
+             "(4 + 4 + 4), float() (4 + 2) = 84 vs 6: +78. " + AS_SRC))])
 
 # No training stack: the plain kernels shardsim's own numpy `verify` executes (no fused
 # attention, a separate gradient add), no collective library, no runtime context. The default of
@@ -485,6 +517,7 @@ MACHINE = {
     "llm-foundry": dict(fp32=True, tp=False, roles=TE_ROLES, copies=2, bufs=NCCL_BUFS),
     "mindspore": dict(fp32=False, tp=False, roles=[], copies=0, bufs=1),  # gradient_fp32_sync casts for the all-reduce only
     "mindspeed": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
+    "ascendspeed": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
     "reference": dict(fp32=False, tp=False, roles=[], copies=0, bufs=0),
 }
 COPIES_SRC = ("Transformer Engine keeps the FP8 weight and its FP8 transpose between micro-batches "

@@ -101,3 +101,13 @@ def test_bad_pass_names_file_and_key(write_file) -> None:
         load_framework(str(path))
     assert str(info.value) == (f"{path}: fused_kernels.unfused_passes[0].tensor: found "
                                "'weights'; allowed: hidden, heads, kv_heads, ffn")
+
+
+def test_ascendspeed_runs_the_eager_rmsnorm_on_the_sequence_slice_under_sp() -> None:
+    passes = load_framework("ascendspeed").software.unfused_passes
+    assert [(p.name, p.tensor, p.count) for p in passes] == [("rmsnorm_eager", "hidden", 2)]
+    sc = _scenario(sequence_parallel=True)
+    fwd, bwd = unfused_ops(sc, passes, "bf16")
+    n = 2 * B * S * H // 4                      # two norms on the tp-th of the tokens
+    assert [o.bytes_accessed for o in fwd] == [n * passes[0].fwd_bytes]
+    assert [o.bytes_accessed for o in bwd] == [n * passes[0].bwd_bytes]
