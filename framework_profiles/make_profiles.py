@@ -89,7 +89,7 @@ MS_UNFUSED = [
               "and backward. " + MS_SRC)),
     dict(name="bnsd_transpose_kv", tensor="kv_heads", count=2, fwd_bytes=4, bwd_bytes=4,
          ops="as bnsd_transpose_q_out, for k and v"),
-    dict(name="silu_then_mul", tensor="ffn", count=1, fwd_bytes=4, bwd_bytes=7,
+    dict(name="silu_then_mul", tensor="ffn", count=1, fwd_bytes=4, bwd_bytes=7, activation="swiglu",
          ops=("LlamaFeedForward: hidden = Mul(w3(x), LlamaSiLU(w1(x))), SiLU a CANN kernel "
               "(P._inner_ops.SiLU). Forward SiLU (2 + 2) and Mul (4 + 2) = 10 vs the layer's one SwiGLU "
               "pass 6: +4; backward Mul grad (reads dy, silu, up; writes two: 10) and SiLUGrad (reads d, "

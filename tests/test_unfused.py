@@ -111,3 +111,14 @@ def test_ascendspeed_runs_the_eager_rmsnorm_on_the_sequence_slice_under_sp() -> 
     n = 2 * B * S * H // 4                      # two norms on the tp-th of the tokens
     assert [o.bytes_accessed for o in fwd] == [n * passes[0].fwd_bytes]
     assert [o.bytes_accessed for o in bwd] == [n * passes[0].bwd_bytes]
+
+
+def test_a_pass_naming_an_activation_skips_other_models() -> None:
+    passes = load_framework("mindspore").fused_kernels.unfused_passes
+    swiglu = _scenario()
+    gelu = parse_scenario({**swiglu.model_dump(mode="json", exclude_none=True),
+                           "model": {**swiglu.model.model_dump(mode="json", exclude_none=True),
+                                     "ffn_activation": "gelu"}}, "g.yaml")
+    names = lambda sc: [o.name for o in unfused_ops(sc, passes, "bf16")[0]]  # noqa: E731
+    assert "unfused.silu_then_mul" in names(swiglu)
+    assert names(gelu) == [n for n in names(swiglu) if n != "unfused.silu_then_mul"]

@@ -56,6 +56,8 @@ class UnfusedPass(_Closed):
     fwd_bytes: NonNegFloat
     bwd_bytes: NonNegFloat
     ops: StrictStr  # the kernels counted, for the reader
+    # only for models with this FFN activation (a SiLU-then-Mul pass is a SwiGLU layer's); null: all
+    activation: Literal["gelu", "swiglu"] | None = None
 
 
 class Software(_Closed):

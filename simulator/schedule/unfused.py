@@ -7,7 +7,8 @@ between two Casts or the rotary embedding as separate fp32 ops moves more bytes;
 framework profile states them as passes (`framework.schema.UnfusedPass`): bytes read plus
 written per element of a tensor of the layer, counted op by op from the stack's code.
 
-Each pass is one memory-bound kernel per direction on one device's share of one micro-batch:
+Each pass is one memory-bound kernel per direction on one device's share of one micro-batch
+(a pass that names an FFN `activation` only for models with it):
 
     elements = count x tokens x width,   tokens = micro_batch x seq / context
     hidden:   width = hidden (/ tp with sequence parallel: the norm runs on the sequence slice)
@@ -47,7 +48,10 @@ def unfused_ops(scenario: Scenario, passes: tuple[UnfusedPass, ...], dtype: str
     """(forward, backward) element-wise kernels of `passes` for one layer, one micro-batch."""
     fwd: list[ComputeSpec] = []
     bwd: list[ComputeSpec] = []
+    m = scenario.model
     for ps in passes:
+        if ps.activation is not None and getattr(m, "ffn_activation", None) != ps.activation:
+            continue
         n = float(ps.count * unfused_elements(scenario, ps.tensor))
         if ps.fwd_bytes > 0:
             fwd.append(ComputeSpec(f"unfused.{ps.name}", "elementwise", n, n * ps.fwd_bytes,
