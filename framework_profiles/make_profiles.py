@@ -59,6 +59,44 @@ def prof(**kw):
     return kw
 
 
+# MindFormers Llama layer (mindformers/models/llama/llama_layer.py, llama_transformer.py; the
+# configs' layernorm_compute_type and rotary_dtype float32): traffic beyond the layer's own
+# kernels, bytes read + written per element. Counted with adjacent element-wise ops fused
+# (jit_level O1 enables graph-kernel fusion: mindspore.cn tutorials "Custom Fusion": 'Setting
+# jit_level=O1 to enable graph kernel fusion') but not across the CANN kernels (MatMul,
+# BatchMatMul, RmsNorm, SiLU, Transpose, FlashAttentionScore), whose inputs and outputs are
+# materialised in HBM. Not counted: the per-use Cast of fp16 weights to bf16 (param_init_type
+# float16 in the 7B/13B/8B configs, bfloat16 in the 70B one: a config's, not the stack's).
+MS_SRC = "mindspore-lab/mindformers mindformers/models/llama/llama_layer.py, llama_transformer.py"
+MS_UNFUSED = [
+    dict(name="rmsnorm_fp32", tensor="hidden", count=2, fwd_bytes=14, bwd_bytes=20,
+         ops=("LlamaRMSNorm._rms_norm: Cast(x, float32) -> RmsNorm -> rcast to bf16, twice a layer. "
+              "Forward: the Cast fuses into the residual Add (+4: fp32 written), RmsNorm in fp32 (read 4, "
+              "write 4 vs the layer's bf16 2 + 2: +4), rcast alone before the MatMul (read 4, write 2: +6) "
+              "= +14. Backward: Cast of dy to fp32 (2 + 4), the Cast re-run (self.cast.recompute(): 2 + 4), "
+              "RmsNormGrad in fp32 (dy 4 + x 4 read, dx 4 written), dx Cast fused into the residual-grad "
+              "add (+2) = 26 vs the layer's 6: +20. " + MS_SRC)),
+    dict(name="rope_fp32_q", tensor="heads", count=1, fwd_bytes=22, bwd_bytes=22,
+         ops=("LlamaRotaryEmbedding with rotary_dtype float32: x*cos + BatchMatMul(x, swap_mask)*sin. The "
+              "BatchMatMul (cube) splits the element-wise chain: Cast to fp32 for it (read 2, write 4), the "
+              "BatchMatMul in fp32 (read 4, write 4), the fused Mul/Mul/Add/Cast (read x 2 + rotated 4, "
+              "write 2) = 22 per element; the backward mirrors it (22). The layer has no RoPE kernel. " + MS_SRC)),
+    dict(name="rope_fp32_k", tensor="kv_heads", count=1, fwd_bytes=22, bwd_bytes=22,
+         ops="as rope_fp32_q, on the keys"),
+    dict(name="bnsd_transpose_q_out", tensor="heads", count=2, fwd_bytes=4, bwd_bytes=4,
+         ops=("LLamaAttention.construct: Transpose of q from BSH to BNSD before RoPE / FlashAttentionScore "
+              "and _merge_heads (merger_head_transpose) of the context back: read 2 + write 2 each, forward "
+              "and backward. " + MS_SRC)),
+    dict(name="bnsd_transpose_kv", tensor="kv_heads", count=2, fwd_bytes=4, bwd_bytes=4,
+         ops="as bnsd_transpose_q_out, for k and v"),
+    dict(name="silu_then_mul", tensor="ffn", count=1, fwd_bytes=4, bwd_bytes=7, activation="swiglu",
+         ops=("LlamaFeedForward: hidden = Mul(w3(x), LlamaSiLU(w1(x))), SiLU a CANN kernel "
+              "(P._inner_ops.SiLU). Forward SiLU (2 + 2) and Mul (4 + 2) = 10 vs the layer's one SwiGLU "
+              "pass 6: +4; backward Mul grad (reads dy, silu, up; writes two: 10) and SiLUGrad (reads d, "
+              "gate; writes 2: 6) = 16 vs 9: +7. " + MS_SRC)),
+]
+
+
 PROFILES = {
 "megatron-lm-2021": prof(
     name="megatron-lm-2021",
@@ -335,7 +373,8 @@ PROFILES = {
                        source=("pretrain_llama2_7b_bf16.yaml context.jit_config.jit_level 'O1', model_config layernorm_compute_type / "
                                "rotary_dtype; finetune_llama2_70b_bf16_32p.yaml fine_grain_interleave: 2; mindspore-ai/docs "
                                "docs/mindformers/docs/source_zh_cn/perf_optimize/perf_optimize.md (select_recompute op names, "
-                               "Cast Float16 (1,4096,4096) -> Float32 in the IR excerpt)")),
+                               "Cast Float16 (1,4096,4096) -> Float32 in the IR excerpt)"),
+                       unfused_passes=MS_UNFUSED),
     fused_grad_accumulation=dict(enabled=None, detail="gradient accumulation inside the compiled graph (gradient_accumulation_steps / micro_batch_num)", source="mindformers runner_config"),
     grad_reduction=dict(bucket_rule="graph-level communication fusion of gradient all-reduce / reduce-scatter; MindFormers gradient_aggregation_group 4", bucket_params=None, bucket_params_per_dp_rank=None, bucket_bytes=None, first_bucket_bytes=None,
                         collective="reduce_scatter with optimizer parallel, else all_reduce", dtype="fp32 (gradient_fp32_sync default True)",
@@ -391,9 +430,41 @@ PROFILES = {
     cross_entropy=dict(implementation="Megatron-Core vocab-parallel cross entropy", vocab_parallel=True, logits_dtype="fp32", fused=False, source="inherits Megatron-Core"),
     activation_recompute=dict(options=["selective", "full", "--auto-recompute-device-size (AscendSpeed)"], default_in_published_runs="full in the AscendSpeed LLaMA2-7B ZeRO-2 example",
                               source="pretrain_llama2_7b_zero_8p.sh --deepspeed-activation-checkpointing --auto-recompute-device-size 51200"),
-    notes=["MindSpeed-LLM docs/pytorch/models/ssm_model.md: 'PYTORCH_NPU_ALLOC_CONF ... default expandable_segments:False'", "Pending case ascendspeed-910b-llama2-7b-zero2-8p."],
+    notes=["MindSpeed-LLM docs/pytorch/models/ssm_model.md: 'PYTORCH_NPU_ALLOC_CONF ... default expandable_segments:False'", "The 2023 AscendSpeed / ModelLink LLaMA2 examples (RMSNorm not fused) run as the ascendspeed profile."],
 ),
 }
+
+# AscendSpeed / ModelLink as of their 2023 LLaMA2 examples: Megatron-LM (+ DeepSpeed) on torch_npu
+# in eager mode, the fused kernels opt-in per flag. The published LLaMA2-7B scripts pass
+# --use-fused-rotary-pos-emb but not --use-fused-rmsnorm, so RMSNorm runs as PyTorch ops.
+import copy  # noqa: E402
+
+AS_SRC = ("Ascend/AscendSpeed ascendspeed/model/rms_norm.py: 'if self.use_fused_rmsnorm: return "
+          "torch_npu.npu_rms_norm(...)'; else 'output = self._norm(x.float()).type_as(x); return output "
+          "* self.weight', _norm = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps); flag absent "
+          "from examples/llama2/pretrain_llama2_7b_zero_8p.sh (AscendSpeed) and pretrain_llama2_7b_ptd.sh "
+          "(ModelLink); the same class in ModelLink's ascendspeed/model/rms_norm.py (aeeeeeep/ModelLink mirror)")
+PROFILES["ascendspeed"] = copy.deepcopy(PROFILES["mindspeed"])
+PROFILES["ascendspeed"].update(
+    name="ascendspeed",
+    description=("AscendSpeed / ModelLink 2023 (Megatron-LM and DeepSpeed on torch_npu, eager): the stack of the "
+                 "2023 LLaMA2 examples, before MindSpeed-LLM; fused kernels only where a script's flag asks"),
+    basis="Ascend/AscendSpeed examples/llama2 and ascendspeed/model (2023); Ascend ModelLink examples/llama2 (2023)",
+    notes=["Cases ascendspeed-910b-llama2-7b-zero2-8p, modellink-910b-llama2-7b-tp8-8p.",
+           "SwiGLU: not counted (the 2023 MLP code was not read); RoPE fused by --use-fused-rotary-pos-emb."],
+)
+PROFILES["ascendspeed"]["fused_kernels"] = dict(
+    list=["fused rotary position embedding (--use-fused-rotary-pos-emb)",
+          "NOT fused: RMSNorm without --use-fused-rmsnorm (eager PyTorch ops, fp32)"],
+    source=AS_SRC,
+    unfused_passes=[dict(
+        name="rmsnorm_eager", tensor="hidden", count=2, fwd_bytes=32, bwd_bytes=78,
+        ops=("RMSNorm as eager PyTorch ops, twice a layer. Forward: x.float() (read 2, write 4), pow(2) (4 + 4), "
+             "mean(-1) (read 4), x * rsqrt (4 + 4), type_as (4 + 2), * weight (2 + 2) = 36 vs the layer's fused "
+             "norm 4: +32. Backward (autograd of the same ops): dy * weight (2 + 2), the weight gradient "
+             "dy * out and its sum (2 + 2 + 2, 2), type_as (2 + 4), g * rsqrt (4 + 4), g * x and its sum "
+             "(4 + 4 + 4, 4), pow backward (x.pow(1), * 2, * grad: 3 x (4 + 4)), the two x gradients added "
+             "(4 + 4 + 4), float() (4 + 2) = 84 vs 6: +78. " + AS_SRC))])
 
 # No training stack: the plain kernels shardsim's own numpy `verify` executes (no fused
 # attention, a separate gradient add), no collective library, no runtime context. The default of
@@ -446,6 +517,7 @@ MACHINE = {
     "llm-foundry": dict(fp32=True, tp=False, roles=TE_ROLES, copies=2, bufs=NCCL_BUFS),
     "mindspore": dict(fp32=False, tp=False, roles=[], copies=0, bufs=1),  # gradient_fp32_sync casts for the all-reduce only
     "mindspeed": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
+    "ascendspeed": dict(fp32=True, tp=False, roles=[], copies=0, bufs=1),
     "reference": dict(fp32=False, tp=False, roles=[], copies=0, bufs=0),
 }
 COPIES_SRC = ("Transformer Engine keeps the FP8 weight and its FP8 transpose between micro-batches "
@@ -453,6 +525,7 @@ COPIES_SRC = ("Transformer Engine keeps the FP8 weight and its FP8 transpose bet
               "is cast once per step): 2 bytes per parameter of an FP8 GEMM")
 for name, m in MACHINE.items():
     p = PROFILES[name]
+    p["fused_kernels"].setdefault("unfused_passes", [])
     p["grad_reduction"]["fp32_for_bf16"] = m["fp32"]
     p["overlap"]["tp_comm_enabled"] = m["tp"]
     p["overlap"]["tp_comm_sms"] = 16

@@ -74,7 +74,7 @@ def test_unknown_framework_names_key_and_bundled(write_file) -> None:
     msg = str(info.value)
     assert msg.startswith("fw.yaml: framework: found 'megatron-cor', which is neither a "
                           "bundled framework profile nor a file (did you mean 'megatron-core'?)")
-    assert "bundled: deepspeed-zero, " in msg
+    assert "bundled: ascendspeed, deepspeed-zero, " in msg
 
 
 def test_bad_profile_field_names_file_and_key(write_file) -> None:

@@ -7,7 +7,7 @@ fields are cited prose; the fields the simulator reads are typed:
 
 - `attention.fused_default`, `attention.implementation`, `fused_grad_accumulation.enabled`,
   `grad_reduction.fp32_for_bf16`, `overlap.tp_comm_enabled` / `overlap.tp_comm_sms`,
-  `overlap.p2p_blocking` make the
+  `overlap.p2p_blocking`, `fused_kernels.unfused_passes` make the
   `Software` value the model program takes (`FrameworkProfile.software`);
 - `grad_reduction.bucket_*` is the bucket rule of `parallel.comm_fusion.mode: auto`
   (`simulator.schedule.buckets.auto_bucket_bytes`);
@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 __all__ = ["FrameworkProfile", "Software", "Fp8", "MemoryOverheads", "GradReduction",
-           "FP8_ROLES"]
+           "UnfusedPass", "FP8_ROLES"]
 
 PosInt = Annotated[StrictInt, Field(ge=1)]
 NonNegInt = Annotated[StrictInt, Field(ge=0)]
+NonNegFloat = Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)] | NonNegInt
 Text = StrictStr | None
 # GEMM roles of the transformer layer and head (names of the planned GPT graph's kernels)
 FP8_ROLES = ("qkv", "proj", "fc1", "fc2", "lm_head")
@@ -37,6 +38,26 @@ FP8_ROLES = ("qkv", "proj", "fc1", "fc2", "lm_head")
 
 class _Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UnfusedPass(_Closed):
+    """Memory traffic a stack adds to every transformer layer with kernels the simulator's
+    layer does not have or has fused (a norm run in fp32 between two Casts, a rotary
+    embedding as separate fp32 ops, layout transposes): `fwd_bytes` / `bwd_bytes` bytes read
+    plus written per element of `tensor`, `count` tensors of that kind per layer, in the
+    forward (re-run by a full recompute) and the backward. `tensor` is one device's share of
+    one micro-batch: `hidden` tokens x hidden (over tensor parallel only with sequence
+    parallel), `heads` tokens x heads x head_dim / tp, `kv_heads` tokens x kv_heads x
+    head_dim / tp, `ffn` tokens x ffn_hidden / tp; tokens = micro_batch x seq / context."""
+
+    name: StrictStr
+    tensor: Literal["hidden", "heads", "kv_heads", "ffn"]
+    count: PosInt = 1
+    fwd_bytes: NonNegFloat
+    bwd_bytes: NonNegFloat
+    ops: StrictStr  # the kernels counted, for the reader
+    # only for models with this FFN activation (a SiLU-then-Mul pass is a SwiGLU layer's); null: all
+    activation: Literal["gelu", "swiglu"] | None = None
 
 
 class Software(_Closed):
@@ -64,6 +85,9 @@ class Software(_Closed):
     # what `parallel.recompute: selective` recomputes (`ActivationRecompute.selective`;
     # schedule.recompute_policy)
     selective_recompute: Literal["attention_core", "every_second_mm"] = "attention_core"
+    # memory traffic of the stack's unfused kernels beyond what the layer's own kernels
+    # move (`FusedKernels.unfused_passes`, priced by `schedule.unfused`)
+    unfused_passes: tuple[UnfusedPass, ...] = ()
 
 
 class Attention(_Closed):
@@ -78,6 +102,9 @@ class Attention(_Closed):
 class FusedKernels(_Closed):
     list: tuple[StrictStr, ...]
     source: StrictStr
+    # traffic of kernels the stack leaves unfused (default none: the layer's kernels as the
+    # simulator prices them, fused norm / activation and no separate rotary embedding)
+    unfused_passes: tuple[UnfusedPass, ...] = ()
 
 
 class FusedGradAccumulation(_Closed):
@@ -217,7 +244,8 @@ class FrameworkProfile(_Closed):
             attention_impl=self.attention.implementation or "",
             p2p_blocking=self.overlap.p2p_blocking,
             fused_cross_entropy=bool(self.cross_entropy.fused),
-            selective_recompute=self.activation_recompute.selective)
+            selective_recompute=self.activation_recompute.selective,
+            unfused_passes=self.fused_kernels.unfused_passes)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.description})"

@@ -53,6 +53,7 @@ from simulator.schedule.stack_ops import (
     tp_overlap,
     with_impl,
 )
+from simulator.schedule.unfused import unfused_ops
 from simulator.sharding.lower import (
     Saved,
     backward_specs,
@@ -304,6 +305,8 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     imbalance = m.moe.imbalance if m.moe else 1.0
     fwd["layer"], bwd["layer"] = (imbalanced(fwd["layer"], imbalance),
                                   imbalanced(bwd["layer"], imbalance))
+    more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
+    fwd["layer"], bwd["layer"] = fwd["layer"] + more[0], bwd["layer"] + more[1]
     params, tensors = layer.params(plan, graph)
     embed_params = embed.params(plan, graph)[0]
     head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]

@@ -608,7 +608,7 @@ mindformers("mf-910b-llama2-70b-32p", "llama2-70b",
                           "the same 337 tokens/s/p is listed for Llama2-70B, Llama3-70B and "
                           "Llama3.1-70B in the table"])
 RUNS.append({
-    "id": "ascendspeed-910b-llama2-7b-zero2-8p", "framework": "mindspeed",
+    "id": "ascendspeed-910b-llama2-7b-zero2-8p", "framework": "ascendspeed",
     "source": "Ascend AscendSpeed (now MindSpeed-LLM) LLaMA2-7B example",
     "source_detail": ["Ascend/AscendSpeed examples/llama2/README_en.md @0b79c57e, 'Machine "
                       "performance': single-step time 6.66 s/step, 2459.648 tokens/s/p, "
@@ -681,7 +681,7 @@ for prec, gpus, step in (("BF16", 128, 4.61), ("BF16", 512, 4.7), ("BF16", 2048,
                        "8 query groups (Nemotron4Config340B); the README's FLOP note counts "
                        "full multi-head attention (24*l*h^2)"])
 RUNS.append({
-    "id": "modellink-910b-llama2-7b-tp8-8p", "framework": "mindspeed",
+    "id": "modellink-910b-llama2-7b-tp8-8p", "framework": "ascendspeed",
     "source": "Ascend ModelLink (now MindSpeed-LLM) LLaMA2-7B example",
     "source_detail": ["aeeeeeep/ModelLink (mirror of Ascend ModelLink) examples/llama2/README_en.md "
                       "@0525bced, 'Machine performance': 3.08 s/step, 2730 tokens/s/p, 122.39 TFLOPs",
