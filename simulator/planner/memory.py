@@ -15,7 +15,9 @@ CONTRACT.md section 3 states for `memory.by_category_bytes`:
   sequences of s tokens, hidden h, a heads, in 16-bit training sbh(34 + 5as/h) bytes
   without parallelism; with tensor parallelism t sbh(10 + 24/t + 5as/(ht)); with sequence
   parallelism sbh(34/t + 5as/(ht)); selective recompute drops the 5as/h term; full
-  recompute keeps only the layer input, 2sbh (/t with sequence parallelism). `layer_bytes`
+  recompute keeps only the layer input, 2sbh (/t with sequence parallelism). Without
+  dropout (`model.dropout: 0`) no keep-mask is saved: the 2sbh mask bytes and, in the
+  attention core, the mask and dropout output (3as^2b) drop out. `layer_bytes`
   below is the same count written per tensor for any element size e, FFN width f and
   key/value heads kv, so that it reduces to those forms (a test checks it). A fused
   attention kernel (Dao et al. 2022, FlashAttention, Sec. 3.1) keeps Q, K, V and the fp32
@@ -41,7 +43,7 @@ from typing import Any
 from simulator.framework.load import framework_for
 from simulator.planner.space import Config
 from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
-from simulator.schedule.state import framework_overhead_bytes
+from simulator.schedule.state import framework_overhead_bytes, state_bytes_per_param
 from simulator.sharding.transformer_plan import uses_flash
 
 __all__ = ["Workload", "workload_of", "MemoryEstimate", "estimate_memory", "layer_bytes",
@@ -71,6 +73,7 @@ class Workload:
     # weights or saved activations are on the device only around its compute
     offload_parameters: bool = False
     offload_activations: bool = False
+    state_dtype: str = "fp32"  # training.optimizer_dtype (simulator/schedule/state.py)
 
 
 def workload_of(scenario: Scenario, hw: Any) -> Workload:
@@ -87,7 +90,8 @@ def workload_of(scenario: Scenario, hw: Any) -> Workload:
     off = scenario.parallel.offload
     return Workload(m, scenario.training.global_batch_size, scenario.training.optimizer,
                     bool(flash), ge, fusion.mode, fusion.bucket_mb * 1e6,
-                    fw.memory_overheads, off.parameters, off.activations)
+                    fw.memory_overheads, off.parameters, off.activations,
+                    scenario.training.optimizer_dtype)
 
 
 @dataclass(frozen=True)
@@ -132,9 +136,10 @@ def layer_bytes(m: TransformerModel, b: int, t: int, sp: bool, recompute: str,
     sbh, f_ratio, kv = s * b * h, m.ffn / h, m.kv_heads / m.num_heads
     if recompute == "full":
         return e * sbh / (t if sp else 1)
+    mask = _MASK_BYTES if m.dropout > 0 else 0.0  # no dropout ran, no mask kept
     # not split by t (split under sequence parallelism): the two layernorm inputs, the QKV
     # and FC1 inputs and the two dropout masks: sbh(4e + 2) (= 10 sbh at e = 2)
-    replicated = (4 * e + 2 * _MASK_BYTES) * sbh
+    replicated = (4 * e + 2 * mask) * sbh
     # split by t: Q, K, V, the projection input, FFN intermediates (gelu: its input and
     # FC2's input, 2f; swiglu: gate, up, FC2 input, 3f): 24 sbh at e = 2, f = 4h, kv = a
     ffn = (3 if m.ffn_activation == "swiglu" else 2) * f_ratio
@@ -143,8 +148,10 @@ def layer_bytes(m: TransformerModel, b: int, t: int, sp: bool, recompute: str,
         core = 4.0 * b * a * s
     elif recompute == "selective":
         core = 0.0
-    else:  # softmax output, dropout mask and dropout output: as^2b(2e + 1) = 5as^2b
-        core = (2 * e + _MASK_BYTES) * a * s * s * b
+    elif mask:  # softmax output, dropout mask and dropout output: as^2b(2e + 1) = 5as^2b
+        core = (2 * e + mask) * a * s * s * b
+    else:  # the softmax output alone (its own backward's and the PV GEMM's input)
+        core = e * a * s * s * b
     return replicated / (t if sp else 1) + (split + core) / t
 
 
@@ -178,7 +185,7 @@ def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool
         acts += full - layer_bytes(m, b, t, sp, cfg.recompute, flash)
     if stage == 0:  # the position table is split over t with sequence parallelism
         params += m.vocab_size // t * h + s * h // (t if sp else 1)
-        acts += min(flight, micro) * _MASK_BYTES * tokens * h
+        acts += min(flight, micro) * (_MASK_BYTES if m.dropout > 0 else 0.0) * tokens * h
     if stage == p - 1:
         params += 2 * h + (m.vocab_size // t * h if p > 1 else 0)
         logits = s * b * (m.vocab_size // t)
@@ -227,7 +234,8 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
     m = w.model
     micro = w.global_batch // (cfg.micro_batch_size * cfg.data)
     e = DTYPE_BYTES[m.dtype]
-    k = STATE_BYTES_PER_PARAM[w.optimizer] - (4 if e >= 4 else 0)
+    k = state_bytes_per_param(w.optimizer, "bf16" if m.dtype == "fp8" else m.dtype,
+                              w.state_dtype)
     d, z = cfg.data, cfg.optimizer_shard
     comms = sum(1 for n in (cfg.data, cfg.tensor, cfg.pipeline) if n > 1)
     overhead = framework_overhead_bytes(w.overheads, comms) if w.overheads else 0.0
