@@ -81,11 +81,16 @@ def with_framework_memory(plan: Plan, scenario: Scenario, fw: FrameworkProfile,
                           prog: TransformerProgram, mesh: Mesh | None = None) -> Plan:
     """`plan` with the stack's constant memory added to every device's static memory: the
     `framework_overhead` category (context, collective buffers, workspaces), and with an
-    FP8 recipe the FP8 weight copies (under `parameters`)."""
+    FP8 recipe the FP8 weight copies (under `parameters`). With `training.fp8_params`
+    (Transformer Engine fp8_model_init, NeMo `model.fp8_params`) an FP8 GEMM's weight is
+    stored as its FP8 data and transpose alone: the copies take the 16-bit weight's place
+    (`weight_copy_bytes_per_param` - 2 bytes more, none at 2)."""
     extra = framework_overhead_bytes(fw.memory_overheads, communicators(scenario, mesh))
-    copies = fw.fp8.weight_copy_bytes_per_param if fp8_recipe(scenario, fw) else 0
-    share = _fp8_share(prog, scenario, fw) if copies else 0.0
+    copies = float(fw.fp8.weight_copy_bytes_per_param if fp8_recipe(scenario, fw) else 0)
     e = float(DTYPE_BYTES.get(prog.dtype, 2))
+    if copies and scenario.training.fp8_params:  # the FP8 copies replace the 16-bit weight
+        copies = max(0.0, copies - e)
+    share = _fp8_share(prog, scenario, fw) if copies else 0.0
     static = []
     for alloc in plan.static_memory:
         add: list[tuple[str, Any]] = [(OVERHEAD, extra)]

@@ -80,10 +80,17 @@ def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims)
               kernel="softmax")
     sc = g.op("CausalMask", [sc], f"{p}.mask", kernel="softmax")
     pr = g.op("Softmax", [sc], f"{p}.softmax", axis=-1, kernel="softmax")
-    pr = g.op("Dropout", [pr], f"{p}.attn_drop", p=d.dropout, seed=hash_seed(p, 1),
-              kernel="attn_dropout")
+    pr = _dropout(g, pr, f"{p}.attn_drop", d, hash_seed(p, 1), "attn_dropout")
     return g.op("Einsum", [pr, v], f"{p}.context", equation="bgrst,btgd->bsgrd",
                 kernel="context")
+
+
+def _dropout(g: GraphBuilder, x: str, name: str, d: GptDims, seed: int, kernel: str) -> str:
+    """Dropout of probability `d.dropout`; none at 0 (torch's dropout returns its input
+    when p == 0: no kernel, no saved mask)."""
+    if d.dropout == 0.0:
+        return x
+    return g.op("Dropout", [x], name, p=d.dropout, seed=seed, kernel=kernel)
 
 
 def _bias_dropout_add(g: GraphBuilder, y: str, x: str, p: str, role: str, d: GptDims,
@@ -93,8 +100,7 @@ def _bias_dropout_add(g: GraphBuilder, y: str, x: str, p: str, role: str, d: Gpt
     if d.bias:
         y = g.op("Add", [y, g.tensor(f"{p}.{role}.bias", [d.hidden], "parameter")],
                  f"{p}.{role}_bias", kernel=kernel)
-    y = g.op("Dropout", [y], f"{p}.{role}_drop", p=d.dropout, seed=hash_seed(p, 1 + k),
-             kernel=kernel)
+    y = _dropout(g, y, f"{p}.{role}_drop", d, hash_seed(p, 1 + k), kernel)
     return g.op("Add", [x, y], f"{p}.res{k}", kernel=kernel)
 
 
@@ -163,8 +169,7 @@ def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
     w2 = g.tensor(f"{p}.experts.w2", [d.experts, d.ffn, d.hidden], "parameter")
     y = g.op("Einsum", [u, w2], f"{p}.efc2", equation="becf,efh->bech", kernel="expert_fc2")
     y = g.op("MoeCombine", [route, gates, y], f"{p}.combine", kernel="moe_combine")
-    y = g.op("Dropout", [y], f"{p}.fc2_drop", p=d.dropout, seed=hash_seed(p, 3),
-             kernel="dropout_residual2")
+    y = _dropout(g, y, f"{p}.fc2_drop", d, hash_seed(p, 3), "dropout_residual2")
     return g.op("Add", [x, y], f"{p}.res2", kernel="dropout_residual2")
 
 
@@ -184,8 +189,7 @@ def build_gpt(d: GptDims) -> Graph:
     x = g.op("Gather", [wte, ids], "embed", kernel="embed_lookup")
     x = g.op("Add", [x, g.tensor("wpe", [d.seq, d.hidden], "parameter")], "embed_pos",
              kernel="embed_dropout")
-    x = g.op("Dropout", [x], "embed_drop", p=d.dropout, seed=hash_seed("embed", 0),
-             kernel="embed_dropout")
+    x = _dropout(g, x, "embed_drop", d, hash_seed("embed", 0), "embed_dropout")
     for layer in range(d.layers):
         ffn = _moe_ffn if d.is_moe(layer) else _ffn
         x = ffn(g, _attention(g, x, f"l{layer}", d), f"l{layer}", d)

@@ -15,7 +15,9 @@ CONTRACT.md section 3 states for `memory.by_category_bytes`:
   sequences of s tokens, hidden h, a heads, in 16-bit training sbh(34 + 5as/h) bytes
   without parallelism; with tensor parallelism t sbh(10 + 24/t + 5as/(ht)); with sequence
   parallelism sbh(34/t + 5as/(ht)); selective recompute drops the 5as/h term; full
-  recompute keeps only the layer input, 2sbh (/t with sequence parallelism). `layer_bytes`
+  recompute keeps only the layer input, 2sbh (/t with sequence parallelism). Without
+  dropout (`model.dropout: 0`) no keep-mask is saved: the 2sbh mask bytes and, in the
+  attention core, the mask and dropout output (3as^2b) drop out. `layer_bytes`
   below is the same count written per tensor for any element size e, FFN width f and
   key/value heads kv, so that it reduces to those forms (a test checks it). A fused
   attention kernel (Dao et al. 2022, FlashAttention, Sec. 3.1) keeps Q, K, V and the fp32
@@ -41,7 +43,7 @@ from typing import Any
 from simulator.framework.load import framework_for
 from simulator.planner.space import Config
 from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
-from simulator.schedule.state import framework_overhead_bytes
+from simulator.schedule.state import framework_overhead_bytes, state_bytes_per_param
 from simulator.sharding.transformer_plan import uses_flash
 
 __all__ = ["Workload", "workload_of", "MemoryEstimate", "estimate_memory", "layer_bytes",
@@ -71,6 +73,11 @@ class Workload:
     # weights or saved activations are on the device only around its compute
     offload_parameters: bool = False
     offload_activations: bool = False
+    state_dtype: str = "fp32"  # training.optimizer_dtype (simulator/schedule/state.py)
+    # FP8 recipe: bytes of FP8 weight copies per parameter of an FP8 GEMM (the framework's
+    # fp8.weight_copy_bytes_per_param, less the bf16 weight they replace with fp8_params)
+    fp8_copy_bytes: float = 0.0
+    fp8_params: bool = False
 
 
 def workload_of(scenario: Scenario, hw: Any) -> Workload:
@@ -81,13 +88,18 @@ def workload_of(scenario: Scenario, hw: Any) -> Workload:
     fw = framework_for(scenario, hw)
     sw = fw.software
     flash = uses_flash(scenario, sw.fused_attention)
-    e = DTYPE_BYTES[m.dtype]
-    ge = 4 if sw.bf16_grads_fp32 and m.dtype == "bf16" else e
+    e = _storage(m)
+    ge = 4 if sw.bf16_grads_fp32 and e == 2 and m.dtype != "fp16" else e
     fusion = scenario.parallel.comm_fusion
     off = scenario.parallel.offload
-    return Workload(m, scenario.training.global_batch_size, scenario.training.optimizer,
-                    bool(flash), ge, fusion.mode, fusion.bucket_mb * 1e6,
-                    fw.memory_overheads, off.parameters, off.activations)
+    tr = scenario.training
+    fp8 = m.dtype == "fp8" and fw.fp8.supported
+    copies = float(fw.fp8.weight_copy_bytes_per_param) if fp8 else 0.0
+    if tr.fp8_params:  # the FP8 data and transpose take the bf16 weight's place
+        copies = max(0.0, copies - e)
+    return Workload(m, tr.global_batch_size, tr.optimizer, bool(flash), ge, fusion.mode,
+                    fusion.bucket_mb * 1e6, fw.memory_overheads, off.parameters,
+                    off.activations, tr.optimizer_dtype, copies, fp8 and tr.fp8_params)
 
 
 @dataclass(frozen=True)
@@ -112,6 +124,12 @@ class MemoryEstimate:
                 + self.communication_buffers + self.framework_overhead)
 
 
+def _storage(m: TransformerModel) -> int:
+    """Bytes of a stored element: an FP8 recipe keeps weights, gradients and activations
+    in bf16 (simulator/schedule/fp8.py) except the FP8 copies."""
+    return 2 if m.dtype == "fp8" else DTYPE_BYTES[m.dtype]
+
+
 def layer_params(m: TransformerModel, t: int) -> float:
     """Parameters of one transformer layer held by one of t tensor-parallel ranks: QKV
     (a + 2kv heads of d) and output projection with biases, the FFN (gelu: two matrices
@@ -128,23 +146,30 @@ def layer_bytes(m: TransformerModel, b: int, t: int, sp: bool, recompute: str,
                 flash: bool) -> float:
     """Activation bytes one layer saves for its backward, per micro-batch of b sequences
     (Korthikanti et al. 2022, Sec. 4.1; see the module docstring)."""
-    s, h, a, e = m.seq_length, m.hidden_size, m.num_heads, DTYPE_BYTES[m.dtype]
+    s, h, a, e = m.seq_length, m.hidden_size, m.num_heads, _storage(m)
     sbh, f_ratio, kv = s * b * h, m.ffn / h, m.kv_heads / m.num_heads
+    # a tensor only an FP8 GEMM keeps is kept as its FP8 copy (TE Linear saves the FP8
+    # input): the QKV, FC1 and FC2 inputs, and the projection's unless fused attention
+    # keeps it as its output; the FP8 recipes' GEMMs are these four linears
+    g = 1 if m.dtype == "fp8" else e
     if recompute == "full":
         return e * sbh / (t if sp else 1)
+    mask = _MASK_BYTES if m.dropout > 0 else 0.0  # no dropout ran, no mask kept
     # not split by t (split under sequence parallelism): the two layernorm inputs, the QKV
     # and FC1 inputs and the two dropout masks: sbh(4e + 2) (= 10 sbh at e = 2)
-    replicated = (4 * e + 2 * _MASK_BYTES) * sbh
+    replicated = (2 * e + 2 * g + 2 * mask) * sbh
     # split by t: Q, K, V, the projection input, FFN intermediates (gelu: its input and
     # FC2's input, 2f; swiglu: gate, up, FC2 input, 3f): 24 sbh at e = 2, f = 4h, kv = a
-    ffn = (3 if m.ffn_activation == "swiglu" else 2) * f_ratio
-    split = e * sbh * (1 + 2 * kv + 1 + ffn)
-    if flash:  # fp32 row log-sum-exp per head and token instead of the s x s tensors
-        core = 4.0 * b * a * s
-    elif recompute == "selective":
+    ffn = ((2 if m.ffn_activation == "swiglu" else 1) * e + g) * f_ratio
+    split = sbh * (e * (1 + 2 * kv) + (e if flash else g) + ffn)
+    if recompute == "selective":  # the core attention runs again in the backward
         core = 0.0
-    else:  # softmax output, dropout mask and dropout output: as^2b(2e + 1) = 5as^2b
-        core = (2 * e + _MASK_BYTES) * a * s * s * b
+    elif flash:  # fp32 row log-sum-exp per head and token instead of the s x s tensors
+        core = 4.0 * b * a * s
+    elif mask:  # softmax output, dropout mask and dropout output: as^2b(2e + 1) = 5as^2b
+        core = (2 * e + mask) * a * s * s * b
+    else:  # the softmax output alone (its own backward's and the PV GEMM's input)
+        core = e * a * s * s * b
     return replicated / (t if sp else 1) + (split + core) / t
 
 
@@ -167,7 +192,7 @@ def _in_flight(cfg: Config, micro: int, stage: int) -> float:
 
 def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool) -> _Stage:
     t, p, b, sp = cfg.tensor, cfg.pipeline, cfg.micro_batch_size, cfg.sequence_parallel
-    s, h, e = m.seq_length, m.hidden_size, DTYPE_BYTES[m.dtype]
+    s, h, e = m.seq_length, m.hidden_size, _storage(m)
     per_stage = m.layers // p
     params = per_stage * layer_params(m, t)
     tokens = s * b / (t if sp else 1)  # tokens in the norm / dropout regions
@@ -178,12 +203,22 @@ def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool
         acts += full - layer_bytes(m, b, t, sp, cfg.recompute, flash)
     if stage == 0:  # the position table is split over t with sequence parallelism
         params += m.vocab_size // t * h + s * h // (t if sp else 1)
-        acts += min(flight, micro) * _MASK_BYTES * tokens * h
+        acts += min(flight, micro) * (_MASK_BYTES if m.dropout > 0 else 0.0) * tokens * h
     if stage == p - 1:
         params += 2 * h + (m.vocab_size // t * h if p > 1 else 0)
         logits = s * b * (m.vocab_size // t)
         acts += e * tokens * h + e * s * b * h / (t if sp else 1) + 4.0 * logits
     return _Stage(params, acts)
+
+
+def _fp8_share(m: TransformerModel, cfg: Config) -> float:
+    """Share of the model's parameters that feed FP8 GEMMs (the layers'), applied to each
+    device's, as simulator/framework/apply.py counts the FP8 weight copies."""
+    t, sp = cfg.tensor, cfg.sequence_parallel
+    layers = m.layers * layer_params(m, t)
+    rest = m.vocab_size // t * m.hidden_size * (2 if cfg.pipeline > 1 else 1)
+    rest += m.seq_length * m.hidden_size // (t if sp else 1) + 2 * m.hidden_size
+    return layers / (layers + rest)
 
 
 def _dp_buffer(w: Workload, cfg: Config, stage_params: float, micro: int) -> float:
@@ -226,8 +261,10 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
     as its activations are freed, so otherwise the larger of the two counts."""
     m = w.model
     micro = w.global_batch // (cfg.micro_batch_size * cfg.data)
-    e = DTYPE_BYTES[m.dtype]
-    k = STATE_BYTES_PER_PARAM[w.optimizer] - (4 if e >= 4 else 0)
+    e = _storage(m)
+    k = state_bytes_per_param(w.optimizer, "bf16" if m.dtype == "fp8" else m.dtype,
+                              w.state_dtype, w.fp8_params)
+    copies = w.fp8_copy_bytes * _fp8_share(m, cfg)
     d, z = cfg.data, cfg.optimizer_shard
     comms = sum(1 for n in (cfg.data, cfg.tensor, cfg.pipeline) if n > 1)
     overhead = framework_overhead_bytes(w.overheads, comms) if w.overheads else 0.0
@@ -237,6 +274,9 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
         dp = _dp_buffer(w, cfg, st.params, micro)
         states = 0.0 if cfg.offload_optimizer else st.params * k / (d if z >= 1 else 1)
         params = st.params * e / (d if z >= 3 else 1)
+        # the FP8 weight copies, counted by the model's share of FP8-GEMM parameters as the
+        # simulator does: in the estimate, not in the floor
+        fp8_copies = st.params * copies / (d if z >= 3 else 1)
         # ZeRO-3 / FSDP holds the unit it computes whole and prefetches the next one
         # (simulator/schedule/reduction.py, ShardedParameters): in the estimate, not in the
         # floor (a unit is freed when its compute ends, not always at the activation peak)
@@ -245,7 +285,7 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
         overlap = z >= 2 and micro > 1
         acts = st.activations if overlap else max(st.activations - dp, 0.0)
         est = MemoryEstimate(
-            parameters=params + 2 * unit, gradients=grads, optimizer_states=states,
+            parameters=params + fp8_copies + 2 * unit, gradients=grads, optimizer_states=states,
             activations=acts, communication_buffers=dp + _pp_buffers(w, cfg),
             floor_bytes=_floor(w, params, grads + states + overhead, st.activations, dp),
             framework_overhead=overhead)

@@ -58,6 +58,7 @@ Dim = Annotated[StrictInt, Field(ge=1, le=1 << 31)]      # one dimension of a gr
 LearningRate = Annotated[StrictFloat, Field(ge=1e-10, le=10.0, allow_inf_nan=False)]
 BucketMB = Annotated[StrictFloat, Field(ge=0.01, le=100_000.0, allow_inf_nan=False)]
 Seed = Annotated[StrictInt, Field(ge=0, le=2**32 - 1)]   # numpy's legacy seed range
+DropoutP = Annotated[StrictFloat, Field(ge=0.0, lt=1.0, allow_inf_nan=False)]
 NicGbps = Annotated[StrictFloat, Field(ge=1e-3 * 8, le=1e5 * 8, allow_inf_nan=False)]
 
 
@@ -159,6 +160,13 @@ class TransformerModel(_Closed):
     vocab_size: Vocab
     dtype: Dtype = "bf16"
     moe: MoeSpec | None = None
+    # dropout probability of the hidden states and attention probabilities (Megatron's
+    # hidden_dropout / attention_dropout; 0.1 in GPT-2/3 and Megatron-LM's defaults). At 0
+    # no dropout runs and no keep-mask is saved: torch.nn.functional.dropout returns its
+    # input unchanged when p == 0 (ATen Dropout.cpp `_dropout_impl`: `if (p == 0 || !train
+    # ...) return input`), as in Nemotron-4 (NeMo Nemotron4Config340B / NeMo-Framework-
+    # Launcher nemotron_340b.yaml: hidden_dropout 0.0, attention_dropout 0.0) and Llama
+    dropout: DropoutP = 0.1
 
     @property
     def ffn(self) -> int:
@@ -247,6 +255,14 @@ class TrainingSpec(_Closed):
     micro_batch_size: MicroBatch = 1
     optimizer: Literal["sgd", "momentum", "adam"] = "adam"
     learning_rate: LearningRate = 1e-3
+    # dtype of the optimizer's states (its moments, and its master copy of the weights when
+    # it keeps one): fp32 (the ZeRO accounting), or bf16 (Apex DistributedFusedAdam `dtype`,
+    # NeMo `optim.dtype: bf16`), see simulator/schedule/state.py
+    optimizer_dtype: Literal["fp32", "bf16"] = "fp32"
+    # FP8 recipes only: the weights of the FP8 GEMMs are stored in FP8 (Transformer Engine
+    # fp8_model_init; NeMo `model.fp8_params`), with no 16-bit copy on the device besides
+    # the optimizer's
+    fp8_params: StrictBool = False
 
 
 class OffloadSpec(_Closed):

@@ -74,6 +74,9 @@ class Lowering:
         self.b: Builder = share.b if share else Builder()
         self.e = DTYPE_BYTES[prog.dtype]
         self.ge = prog.grad_bytes  # gradient elements: buffer and reduction
+        tr = scenario.training  # the optimizer's state dtype, FP8 weights (schedule.state)
+        self.state_dtype: str = tr.optimizer_dtype
+        self.fp8_params = tr.fp8_params and getattr(scenario.model, "dtype", "") == "fp8"
         self.par = scenario.parallel
         self.micro: int = share.micro if share else (
             scenario.grad_accum_steps if micro is None else micro)
@@ -233,7 +236,8 @@ class Lowering:
             step = self._host_optimizer(dev, params, deps)
         else:
             spec = optimizer_spec(params, self.prog.dtype, self.sc.training.optimizer,
-                                  self.par.optimizer_shard, self.ranks.data, self.ge)
+                                  self.par.optimizer_shard, self.ranks.data, self.ge,
+                                  self.state_dtype, self.fp8_params)
             step = self.b.add(("O", dev), device=dev, stream="compute", name="opt",
                               phase="optimizer", duration_s=self.costs.compute_s(spec),
                               deps=deps)
@@ -300,7 +304,8 @@ class Lowering:
         return self.off.static(model_state_bytes(
             params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
             self.ranks.data, self.par.offload.optimizer_states or self.dp.remote_optimizer,
-            self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss))) + self.prog.resident
+            self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss),
+            state_dtype=self.state_dtype, fp8_params=self.fp8_params)) + self.prog.resident
 
 
 def _check(scenario: Scenario, prog: TransformerProgram) -> None:

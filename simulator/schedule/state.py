@@ -6,6 +6,17 @@ the optimizer's moments: 2 + 2 + K bytes per parameter, K = 12 for Adam (Rajbhan
 optimizer states (stage 1), then the gradients (stage 2), then the parameters (stage 3):
 16Psi, 4Psi + 12Psi/N, 2Psi + 14Psi/N, 16Psi/N (ZeRO, Fig. 1). In fp32 training there is no
 master copy, so K drops by 4.
+
+The optimizer's states may be kept in bf16 (`training.optimizer_dtype: bf16`: Apex
+DistributedFusedAdam's `dtype`, "datatype for optimizer state", set by NeMo's `optim.dtype`):
+each moment takes 2 bytes, and a master copy of the weights is kept only where it differs
+from the model's weights. NeMo's MegatronBaseModel.setup_optimization (NVIDIA/NeMo
+nemo/collections/nlp/models/language_modeling/megatron_base_model.py, 2024) passes
+`store_params = True` when `fp8_params` (the weights are FP8, the optimizer keeps a copy in
+its own dtype), `False` when the optimizer dtype equals the model's (bf16 states of a bf16
+model: no master copy), and a full copy otherwise; so Adam keeps 2 x 2 = 4 bytes per
+parameter (6 with FP8 weights) instead of 12. (Its fp32 case stores 16-bit remainders,
+`store_param_remainders`, 10 bytes: not modelled, K stays 12.)
 """
 
 from __future__ import annotations
@@ -17,28 +28,40 @@ from simulator.scenario.schema import DTYPE_BYTES
 from simulator.schedule.tasks import Alloc
 
 __all__ = ["model_state_bytes", "optimizer_spec", "STATE_BYTES", "OPTIMIZER_FLOPS",
+           "state_bytes_per_param",
            "framework_overhead_bytes", "fp8_weight_copy_bytes"]
 
 STATE_BYTES = {"adam": 12, "momentum": 8, "sgd": 4}  # mixed precision: fp32 master + moments
 OPTIMIZER_FLOPS = {"adam": 12.0, "momentum": 4.0, "sgd": 2.0}  # per parameter per step
 
 
-def _state_bytes_per_param(optimizer: str, dtype: str) -> int:
-    k = STATE_BYTES[optimizer]
-    return k - 4 if DTYPE_BYTES[dtype] >= 4 else k
+def state_bytes_per_param(optimizer: str, dtype: str, state_dtype: str = "fp32",
+                          fp8_params: bool = False) -> int:
+    """Optimizer-state bytes per parameter (K): its moments in `state_dtype`, plus a master
+    copy of the weights in `state_dtype` where the model's weights are not already that
+    copy (see the module docstring): 12 / 8 / 4 for Adam / momentum / SGD of a 16-bit
+    model in fp32 states, 4 less in fp32 training; Adam in bf16 states 4 (6 with FP8
+    weights)."""
+    sb = DTYPE_BYTES[state_dtype]
+    moments = (STATE_BYTES[optimizer] - 4) // 4
+    weights = DTYPE_BYTES[dtype]
+    master = fp8_params or weights != sb
+    return moments * sb + (sb if master else 0)
 
 
 def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: int,
                       offload_states: bool = False, grad_bytes: float | None = None,
-                      unsharded: float = 0.0) -> Alloc:
+                      unsharded: float = 0.0, state_dtype: str = "fp32",
+                      fp8_params: bool = False) -> Alloc:
     """Bytes of model states of a device holding `params` parameters (before optimizer
     sharding), as (category, bytes) pairs: ZeRO stage `shard` over `dp` ranks. Gradients
     take `grad_bytes` per element (default: the dtype's; 4 where bf16 gradients are kept
     in fp32, as Megatron-LM does). `unsharded` of the parameters stay whole whatever the
-    stage (MindSpore's parallel_optimizer_threshold)."""
+    stage (MindSpore's parallel_optimizer_threshold). `state_dtype` / `fp8_params`: see
+    `state_bytes_per_param`."""
     e = DTYPE_BYTES[dtype]
     ge = grad_bytes or e
-    k = _state_bytes_per_param(optimizer, dtype)
+    k = state_bytes_per_param(optimizer, dtype, state_dtype, fp8_params)
 
     def held(per: float, sharded: bool) -> float:
         return (params - unsharded) * per / (dp if sharded else 1) + unsharded * per
@@ -51,13 +74,14 @@ def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: i
 
 
 def optimizer_spec(params: int, dtype: str, optimizer: str, shard: int, dp: int,
-                   grad_bytes: float | None = None) -> ComputeSpec:
+                   grad_bytes: float | None = None, state_dtype: str = "fp32",
+                   fp8_params: bool = False) -> ComputeSpec:
     """The optimizer step as one memory-bound kernel over the local shard: read the gradient
     (`grad_bytes` per element, default the dtype's) and the states, write the states and the
     16-bit parameter."""
     local = params / (dp if shard >= 1 else 1)
     e = DTYPE_BYTES[dtype]
-    k = _state_bytes_per_param(optimizer, dtype)
+    k = state_bytes_per_param(optimizer, dtype, state_dtype, fp8_params)
     per_param = (grad_bytes or e) + 2 * k + e
     return ComputeSpec("optimizer_step", "optimizer", OPTIMIZER_FLOPS[optimizer] * local,
                        per_param * local, dtype, "optimizer")

@@ -218,7 +218,7 @@ def gpt_dims(scenario: Scenario, flash: bool, layers: int | None = None) -> GptD
                    kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
                    batch=scenario.training.micro_batch_size * scenario.parallel.data,
                    swiglu=swiglu, bias=not swiglu, flash=flash,
-                   context=scenario.parallel.context)
+                   context=scenario.parallel.context, dropout=m.dropout)
     return with_moe(dims, m.moe)
 
 
