@@ -277,6 +277,9 @@ def _comm_fusion(s: Scenario) -> Iterator[Problem]:
             continue
         if mode != "index":
             yield f"{key}.index", f"needs {key}.mode: index (found {mode})"
+        elif not index:
+            yield f"{key}.index", ("[]: expected at least one layer number that starts a "
+                                   "fusion group (or leave the key out: one group per layer)")
         elif any(b <= a for a, b in zip(index, index[1:])) or index[-1] >= layers:
             yield f"{key}.index", (f"{index}: layer numbers that start a fusion group must "
                                    f"increase and stay below model.layers={layers}")
