@@ -187,8 +187,12 @@ def _estimate(s: Scenario, fidelity: str, micro: int) -> Estimate:
     """Events of one simulated run of `micro` micro-batches per replica."""
     p = s.parallel
     if isinstance(s.model, GraphModel):
-        return Estimate(len(s.model.ops) * 2 * (s.devices if fidelity == "full" else 1),
-                        "model.ops", f"{len(s.model.ops)} operators")
+        ops, micro = len(s.model.ops), max(1, micro)
+        count = ops * 2 * micro * (s.devices if fidelity == "full" else 1)
+        if micro > 1:
+            return Estimate(count, "parallel.micro_batches", f"{micro} micro-batches x "
+                            f"{ops} operators, forward and backward")
+        return Estimate(count, "model.ops", f"{ops} operators")
     devices = s.devices if fidelity == "full" else p.pipeline
     micro = max(1, micro)
     per_micro = p.virtual_stages * (_TASKS_PER_MICRO + (_P2P_PER_MICRO if p.pipeline > 1
@@ -236,7 +240,8 @@ def estimate_verify_gflop(s: Scenario) -> Estimate | None:
     from simulator.sharding.model_graph import planned_graph
 
     graph, _ = planned_graph(s)
-    gflop = 2 * graph_model_flops(graph, s.grad_accum_steps) / 1e9
+    micro = min(s.grad_accum_steps, 2)  # verify runs two micro-batches (numeric.cases)
+    gflop = 2 * graph_model_flops(graph, micro) / 1e9
     return Estimate(math.ceil(gflop), "model.tensors",
                     "matrix GFLOP of the graph's forward and backward, run sharded and on one "
                     "device at the shapes model.tensors gives")
