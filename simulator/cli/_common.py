@@ -181,7 +181,10 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
     """What `run` refuses and a scenario alone cannot tell, checked the same way for every
     command: a dtype the device has no peak for. (Offloads that are not simulated are a
     scenario rule, simulator.scenario.rules.)"""
+    from simulator.framework.load import framework_for
+
     scenario = loaded.scenario
+    framework_for(scenario, hw)  # a framework: that is no framework profile, before any work
     if not hw.has_dtype(scenario.model.dtype):
         try:
             hw.peak_flops_per_s(scenario.model.dtype)

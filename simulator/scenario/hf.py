@@ -183,8 +183,11 @@ def load_hf(ref: str, source: str = "<scenario>") -> HfModel:
     path = _config_path(ref, source)
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # JSON, UTF-8 and 4300-digit integer errors
         raise InputError(source, _KEY, f"{path}: not a readable JSON file ({exc})") from None
+    except RecursionError:
+        raise InputError(source, _KEY, f"{path}: nested too deeply to be a config.json "
+                         "(a model config nests 2 or 3 levels)") from None
     if not isinstance(cfg, dict):
         raise InputError(source, _KEY, f"{path}: expected a JSON object")
     return read_hf_config(cfg, source)
