@@ -139,10 +139,9 @@ def sweep(
 ) -> None:
     """Simulate every combination of a grid of overrides; a table row per combination."""
     with guarded() as stdout:
+        from simulator.cli.run import _make_dir
         from simulator.planner.sweep import sweep_into
         from simulator.planner.sweep_exec import make_executor
-
-        from simulator.cli.run import _make_dir
 
         spec = _spec(scenario, grid or [], overrides or [], "representative")
         _check_size(spec, max_configs)
