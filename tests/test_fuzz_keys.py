@@ -282,3 +282,16 @@ def test_moe_every_is_named_and_profiles_take_the_hardware_prefix():
     assert _refused("profiles", "a100-80gb", "--set", "hardware.memory_GB=-1").endswith(
         "memory_GB: found -1; expected a value from 0.001 to 100000 (a range a real system "
         "could have)")
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["plan", "tiny-cpu", "--devices", "abc"], "Invalid value for '--devices': Input should be "
+     "a valid integer, unable to parse string as an integer (`shardsim plan --help` lists "
+     "the options)"),
+    (["schema", "--json"], "No such option: --json (`shardsim schema --help` lists the "
+     "options)"),
+    (["comm", "all_reduce", "--bytes", "8"], "Missing option '--devices'. (`shardsim comm "
+     "--help` lists the options)"),
+])
+def test_usage_errors_are_one_error_line(args, expected):
+    assert _refused(*args) == expected
