@@ -50,10 +50,10 @@ def explain(
         if s.model.type == "transformer":
             raise InputError(s.source, "model.type", "found 'transformer'; explain takes an "
                              "operator graph: graph, mlp or resnet")
+        report = _report(s)  # before the note: a plan that fails is one error line
         if s.parallel.mode != "auto":
             stderr_console().print(f"note: parallel.mode is {s.parallel.mode}; showing what "
                                    "parallel.mode=auto would choose")
-        report = _report(s)
         if json_out:
             emit_json(report, stdout)
         else:
