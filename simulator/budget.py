@@ -73,19 +73,25 @@ def _transformer_params(m: TransformerModel, expert: int = 1) -> int:
             + m.vocab_size * m.hidden_size)
 
 
-def _buckets(s: Scenario) -> int:
-    """Gradient buckets per simulated device (one data-parallel reduction each)."""
+def _reduction_kind(s: Scenario) -> str:
+    """The collective that reduces the gradients (`parallel.comm_fusion.<kind>` fuses it)."""
+    return "all_reduce" if s.parallel.optimizer_shard == 0 else "reduce_scatter"
+
+
+def _buckets(s: Scenario, kind: str | None = None) -> int:
+    """Gradient buckets per simulated device under the fusion rule of collective `kind`
+    (its own `comm_fusion.<kind>` entry where given; default: the gradient reduction)."""
     m, p = s.model, s.parallel
     if not isinstance(m, TransformerModel):
         return 0
     layers = m.layers // p.pipeline or 1
-    mode = p.comm_fusion.mode
+    mode, bucket_mb, _ = p.comm_fusion.of(kind or _reduction_kind(s))
     if mode == "index":
         return layers + 1
     if mode == "none":
         return (layers + 1) * _TENSORS_PER_LAYER
     grad_bytes = _transformer_params(m, p.expert) * _GRAD_BYTES / (p.tensor * p.pipeline)
-    return int(-(-grad_bytes // (p.comm_fusion.bucket_mb * 1e6)))
+    return int(-(-grad_bytes // (bucket_mb * 1e6)))
 
 
 def _bucket_tasks(s: Scenario, fidelity: str, other_tasks: int) -> tuple[int, int, bool]:
@@ -98,14 +104,27 @@ def _bucket_tasks(s: Scenario, fidelity: str, other_tasks: int) -> tuple[int, in
     n, p = _buckets(s), s.parallel
     pieces = (s.model.layers // p.pipeline or 1) + 1 if isinstance(s.model, TransformerModel) \
         else 1
-    gathers = n if p.optimizer_shard else 0
+    gathers = _buckets(s, "all_gather") if p.optimizer_shard else 0
     overlapped_gather = (p.optimizer_shard in (1, 2) and p.overlap.param_gather
                          and not p.offload.optimizer_states)  # one task per bucket
-    if (fidelity == "representative" and p.comm_fusion.mode in ("size", "auto")
+    if (fidelity == "representative"
+            and p.comm_fusion.of(_reduction_kind(s))[0] in ("size", "auto")
             and n >= COLLAPSE_MIN * pieces and not overlapped_gather
             and n - 3 * pieces > other_tasks + 3 * pieces):
         return 3 * pieces + gathers, n, True
     return n + gathers, n, False
+
+
+def _bucket_key(s: Scenario) -> tuple[str, float, int]:
+    """The `bucket_mb` key behind the most buckets (a per-kind entry where one is given),
+    its value in MB and its buckets per simulated device."""
+    f = s.parallel.comm_fusion
+    kinds = [_reduction_kind(s)] + (["all_gather"] if s.parallel.optimizer_shard else [])
+    best = max(kinds, key=lambda k: _buckets(s, k))
+    own = getattr(f, best)
+    if own is not None and own.mode != "auto" and own.bucket_mb is not None:
+        return f"parallel.comm_fusion.{best}.bucket_mb", own.bucket_mb, _buckets(s, best)
+    return "parallel.comm_fusion.bucket_mb", f.bucket_mb, _buckets(s, best)
 
 
 def shortened_run(s: Scenario, fidelity: str = "representative") -> tuple[int, int] | None:
@@ -168,8 +187,12 @@ def _estimate(s: Scenario, fidelity: str, micro: int) -> Estimate:
     """Events of one simulated run of `micro` micro-batches per replica."""
     p = s.parallel
     if isinstance(s.model, GraphModel):
-        return Estimate(len(s.model.ops) * 2 * (s.devices if fidelity == "full" else 1),
-                        "model.ops", f"{len(s.model.ops)} operators")
+        ops, micro = len(s.model.ops), max(1, micro)
+        count = ops * 2 * micro * (s.devices if fidelity == "full" else 1)
+        if micro > 1:
+            return Estimate(count, "parallel.micro_batches", f"{micro} micro-batches x "
+                            f"{ops} operators, forward and backward")
+        return Estimate(count, "model.ops", f"{ops} operators")
     devices = s.devices if fidelity == "full" else p.pipeline
     micro = max(1, micro)
     per_micro = p.virtual_stages * (_TASKS_PER_MICRO + (_P2P_PER_MICRO if p.pipeline > 1
@@ -181,8 +204,9 @@ def _estimate(s: Scenario, fidelity: str, micro: int) -> Estimate:
     total = (compute + buckets) * (2 if collapsed else 1)
     where = "all devices (--fidelity full)" if fidelity == "full" else "pipeline stages"
     if buckets > compute:
-        return Estimate(total, "parallel.comm_fusion.bucket_mb",
-                        f"{n} gradient buckets of {p.comm_fusion.bucket_mb:g} MB on each of "
+        key, mb, n = _bucket_key(s)
+        return Estimate(total, key,
+                        f"{n} gradient buckets of {mb:g} MB on each of "
                         f"{devices} simulated devices ({where})"
                         + ("; identical ones run as one task" if collapsed else ""))
     return Estimate(total, "training.global_batch_size",
@@ -216,7 +240,8 @@ def estimate_verify_gflop(s: Scenario) -> Estimate | None:
     from simulator.sharding.model_graph import planned_graph
 
     graph, _ = planned_graph(s)
-    gflop = 2 * graph_model_flops(graph, s.grad_accum_steps) / 1e9
+    micro = min(s.grad_accum_steps, 2)  # verify runs two micro-batches (numeric.cases)
+    gflop = 2 * graph_model_flops(graph, micro) / 1e9
     return Estimate(math.ceil(gflop), "model.tensors",
                     "matrix GFLOP of the graph's forward and backward, run sharded and on one "
                     "device at the shapes model.tensors gives")

@@ -101,7 +101,8 @@ def test_usage_errors_exit_2_without_traceback(invoke_cli, args):
     result = invoke_cli(*args)
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert "Traceback" not in result.stderr and "Error" in result.stderr
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "--help` lists the options)" in result.stderr
 
 
 def test_internal_error_is_one_line(invoke_cli, monkeypatch):

@@ -64,13 +64,17 @@ def test_target_time_finds_fewest_devices(invoke_cli, tmp_path):
     rep = json.loads(res.stdout)
     assert res.exit_code == 0 and rep["devices"] == 4 and rep["scaling"][0]["meets"]
     assert (tmp_path / "scaling.png").is_file()
-    # an impossible target: exit 1, every count up to --max-devices tried and missed
-    res = invoke_cli("plan", "tiny-cpu", "--json", "--target-time", "1e-9",
+    # a target not met: exit 1, every count up to --max-devices tried and missed
+    res = invoke_cli("plan", "tiny-cpu", "--json", "--target-time", str(best / 3),
                      "--max-devices", "8")
     rep = json.loads(res.stdout)
     assert res.exit_code == 1 and rep["devices"] is None
     assert [s["devices"] for s in rep["scaling"]] == [4, 8]
     assert not any(s["meets"] for s in rep["scaling"])
+    # below 6 x parameters x tokens at every device's peak: no count is even tried
+    res = invoke_cli("plan", "tiny-cpu", "--json", "--target-time", "1e-300")
+    rep = json.loads(res.stdout)
+    assert res.exit_code == 1 and rep["devices"] is None and rep["scaling"] == []
 
 
 def test_plan_ctrl_c_prints_what_was_ranked(invoke_cli, monkeypatch):
@@ -100,7 +104,7 @@ def test_plan_ctrl_c_prints_what_was_ranked(invoke_cli, monkeypatch):
                                "cost"),
     (["--tokens", "1e9"], "--tokens: needs --days too (the target is tokens in days)"),
     (["--days", "3"], "--days: needs --tokens too (the target is tokens in days)"),
-    (["--target-time", "-1"], "--target-time: found -1; expected a number > 0"),
+    (["--target-time", "-1"], "--target-time: found -1; expected a finite number > 0"),
     (["--target-time", "1", "--tokens", "1e9", "--days", "1"],
      "--target-time: cannot be combined with --tokens/--days; give one target"),
     (["--target-time", "1", "--devices", "8"], "--devices: cannot be combined with a target "
@@ -110,7 +114,7 @@ def test_plan_ctrl_c_prints_what_was_ranked(invoke_cli, monkeypatch):
     (["--max-optimizer-shard", "4"], "--max-optimizer-shard: found 4; expected 0, 1, 2 or 3 "
                                      "(the highest ZeRO stage tried)"),
     (["--price-per-device-hour", "0"], "--price-per-device-hour: found 0; expected a "
-                                       "number > 0"),
+                                       "finite number > 0"),
     (["--set", "parallel.tensor=3"], "scenarios/tiny-cpu.yaml with --set parallel.tensor=3: "
      "parallel: data*tensor*pipeline = 2*3*1 = 6 must equal cluster.nodes*"
      "cluster.devices_per_node = 1*4 = 4"),

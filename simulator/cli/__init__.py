@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from simulator.cli._group import OneLineErrors
 from simulator.cli.comm import comm
 from simulator.cli.explain import explain
 from simulator.cli.listing import profiles, scenarios
@@ -23,6 +24,7 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="shardsim",
+    cls=OneLineErrors,
     help="Simulate distributed deep-learning training: iteration time, where the time goes, "
     "memory, and a numpy proof that a sharded plan computes what one device would.",
     add_completion=False,

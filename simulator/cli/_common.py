@@ -181,18 +181,44 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
     """What `run` refuses and a scenario alone cannot tell, checked the same way for every
     command: a dtype the device has no peak for. (Offloads that are not simulated are a
     scenario rule, simulator.scenario.rules.)"""
+    from simulator.framework.load import framework_for
+
     scenario = loaded.scenario
+    framework_for(scenario, hw)  # a framework: that is no framework profile, before any work
     if not hw.has_dtype(scenario.model.dtype):
         try:
             hw.peak_flops_per_s(scenario.model.dtype)
         except InputError as err:
             raise InputError(err.source, err.key, f"{err.message} (the scenario's "
                              f"model.dtype is {scenario.model.dtype})") from None
+    if scenario.cluster.node_types is None:
+        return
+    from simulator.hardware.cluster import cluster_hardware
+
+    # every node kind loads and runs the model's dtype, for `verify` as for `run`
+    cluster = cluster_hardware(scenario, hw)
+    first_node = 0
+    for i, t in enumerate(scenario.cluster.node_types):
+        prof = cluster.profiles[cluster.kind[first_node * scenario.cluster.devices_per_node]]
+        first_node += t.nodes
+        if not prof.has_dtype(scenario.model.dtype):
+            try:
+                prof.peak_flops_per_s(scenario.model.dtype)
+            except InputError as err:
+                raise InputError(scenario.source, f"cluster.node_types[{i}].hardware",
+                                 f"{err.message} (the scenario's model.dtype is "
+                                 f"{scenario.model.dtype})") from None
 
 
 def load_checked(arg: str, overrides: Sequence[str]) -> tuple[LoadedScenario, Any]:
     """The scenario, its hardware profile, and the checks `run` and `verify` share."""
+    from simulator.scenario import split_overrides
+    from simulator.yamlio import blame_override
+
     loaded = load_scenario(arg, overrides)
     hw = load_hardware(loaded)
-    check_supported(loaded, hw)
+    try:
+        check_supported(loaded, hw)
+    except InputError as err:
+        raise blame_override(err, split_overrides(loaded.overrides)[0]) from None
     return loaded, hw

@@ -16,6 +16,12 @@ __all__ = ["comm", "parse_bytes"]
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30,
           "gib": 2**30, "t": 2**40, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9,
           "tb": 10**12}
+# Bounds a real system could have (as the scenario's, simulator/scenario/schema.py): a
+# buffer of at most 16 TiB (2^44 bytes, ~50x the largest device memory), at most 100,000
+# devices in a group and 1,024 in a node.
+MAX_BYTES = 2**44
+MAX_DEVICES = 100_000
+MAX_PER_NODE = 1024
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -26,9 +32,13 @@ def parse_bytes(text: str) -> int:
     if not match or unit not in _UNITS:
         raise InputError("--bytes", "", f"found {text!r}; expected a byte count such as "
                          "1073741824, 1G or 1GiB (binary), 1GB (10^9)")
-    value = int(float(match.group(1)) * _UNITS[unit])
+    number = float(match.group(1)) * _UNITS[unit]
+    value = int(number) if number <= MAX_BYTES else MAX_BYTES + 1  # 400 digits: inf
     if value < 1:
         raise InputError("--bytes", "", f"found {text!r}; expected at least 1 byte")
+    if value > MAX_BYTES:
+        raise InputError("--bytes", "", f"found {text!r}; expected at most 16 TiB (2^44 "
+                         "bytes, a range a real system could have)")
     return value
 
 
@@ -89,6 +99,12 @@ def comm(
         size = parse_bytes(nbytes)
         if devices < 1:
             raise InputError("--devices", "", f"found {devices}; expected at least 1")
+        if devices > MAX_DEVICES:
+            raise InputError("--devices", "", f"found {devices}; expected at most "
+                             f"{MAX_DEVICES:,} (a range a real system could have)")
+        if devices_per_node is not None and devices_per_node > MAX_PER_NODE:
+            raise InputError("--devices-per-node", "", f"found {devices_per_node}; expected "
+                             f"at most {MAX_PER_NODE:,} (a range a real system could have)")
         from simulator.cost.collectives import comm_benchmark
         from simulator.hardware.load import load_profile
 

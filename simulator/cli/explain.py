@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-from simulator.cli._common import emit_json, guarded, load_scenario, stderr_console
+from simulator.cli._common import emit_json, guarded, load_checked, stderr_console
 from simulator.cli.run import JsonOpt, ScenarioArg, SetOpt
 from simulator.errors import InputError
 
@@ -45,15 +45,15 @@ def explain(
 ) -> None:
     """Show the plan sharding propagation chooses, operator by operator."""
     with guarded() as stdout:
-        loaded = load_scenario(scenario, overrides or [])
+        loaded, _ = load_checked(scenario, overrides or [])  # the checks run and verify make
         s = loaded.scenario
         if s.model.type == "transformer":
             raise InputError(s.source, "model.type", "found 'transformer'; explain takes an "
                              "operator graph: graph, mlp or resnet")
+        report = _report(s)  # before the note: a plan that fails is one error line
         if s.parallel.mode != "auto":
             stderr_console().print(f"note: parallel.mode is {s.parallel.mode}; showing what "
                                    "parallel.mode=auto would choose")
-        report = _report(s)
         if json_out:
             emit_json(report, stdout)
         else:

@@ -62,6 +62,8 @@ def _profile_fields(name: str, overrides: list[str], json_out: bool, out: IO[str
     from simulator.yamlio import blame_override
 
     check_overrides(overrides)
+    # `hardware.KEY=V` as `run --set` spells it is the same field (was "hardware: unknown key")
+    overrides = [o.removeprefix("hardware.") for o in overrides]
     try:
         hw = load_profile(name, overrides)
     except InputError as err:

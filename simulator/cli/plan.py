@@ -8,6 +8,7 @@ target up to --max-devices; 2 bad input; 130 interrupted (what was ranked is pri
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -31,9 +32,19 @@ __all__ = ["plan"]
 EXIT_INTERRUPTED = 130
 
 
-def _positive(flag: str, value: float | None, kind: str = "a number > 0") -> None:
-    if value is not None and not value > 0:
+# the most devices a scenario may have (parallel degrees and nodes: scenario.schema.Degree)
+MAX_PLAN_DEVICES = 100_000
+
+
+def _positive(flag: str, value: float | None, kind: str = "a finite number > 0") -> None:
+    if value is not None and not (value > 0 and math.isfinite(value)):
         raise InputError(flag, "", f"found {value:g}; expected {kind}")
+
+
+def _at_most(flag: str, value: int | None, limit: int = MAX_PLAN_DEVICES) -> None:
+    if value is not None and value > limit:
+        raise InputError(flag, "", f"found {value}; expected at most {limit:,} devices (a "
+                         "range a real system could have)")
 
 
 def _check(devices: int | None, nodes: int | None, target: float | None,
@@ -48,6 +59,7 @@ def _check(devices: int | None, nodes: int | None, target: float | None,
         raise InputError("--nodes", "", "cannot be combined with --devices; give one of them")
     for flag, count in (("--devices", devices), ("--nodes", nodes)):
         _positive(flag, count, "an integer >= 1")
+    _at_most("--devices", devices)
     for flag, val in (("--target-time", target), ("--tokens", tokens), ("--days", days)):
         _positive(flag, val)
     if (tokens is None) != (days is None):
@@ -65,6 +77,7 @@ def _cluster(scenario: Any, devices: int | None, nodes: int | None) -> tuple[int
     """(devices, devices per node) to plan for; InputError when they do not make nodes."""
     per_node = scenario.cluster.devices_per_node
     if nodes is not None:
+        _at_most("--nodes", nodes * per_node)
         return nodes * per_node, per_node
     n = devices or scenario.devices
     if n > per_node and n % per_node:
@@ -106,11 +119,12 @@ def _progress(quiet: bool) -> Iterator[Any]:
     """A rich progress bar on stderr; yields the search's progress callback."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    if quiet:
-        yield None
+    console = stderr_console()
+    if quiet or not console.is_terminal:
+        yield None  # piped stderr: no bar, no stray newline before an error line
         return
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}"
-                   "/{task.total}"), TimeElapsedColumn(), console=stderr_console(),
+                   "/{task.total}"), TimeElapsedColumn(), console=console,
                    transient=True)
     with bar:
         task = bar.add_task("planning", total=1)
@@ -276,6 +290,8 @@ def plan(
         _positive("--price-per-device-hour", price)
         opts = _options(objective, top, max_micro_batch, max_virtual_stages,
                         max_optimizer_shard)
+        _positive("--max-devices", max_devices, "an integer >= 1")
+        _at_most("--max-devices", max_devices)
         loaded = load_scenario(scenario, overrides or [])
         _check_model(loaded.scenario)
         hw = load_hardware(loaded)

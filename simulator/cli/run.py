@@ -122,6 +122,10 @@ def _with_notes(loaded: Any, hw: Any, result: Any, summ: dict[str, Any]
 
 
 def _make_dir(out_dir: Path) -> None:
+    """Create `--out` (and its parents), or InputError saying why it cannot be."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError("--out", str(out_dir), "is a file; expected a folder (new or "
+                         "existing)")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

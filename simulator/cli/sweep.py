@@ -46,6 +46,20 @@ def _spec(scenario: str, grid: list[str], overrides: list[str], fidelity: str) -
     return SweepSpec(str(path), shown, parse_grid(grid), tuple(overrides), fidelity)
 
 
+# A grid is a product: three keys of 100 values are 10^6 configurations, a day of work.
+DEFAULT_MAX_CONFIGS = 10_000
+
+
+def _check_size(spec: Any, limit: int) -> None:
+    """InputError for a grid of more than `limit` configurations, saying the product."""
+    if spec.size <= limit:
+        return
+    counts = " x ".join(f"{len(v)} {k}" for k, v in spec.grid)
+    raise InputError("--grid", "", f"{spec.size:,} configurations ({counts}), above the "
+                     f"limit of {limit:,}; give fewer values or raise the limit with "
+                     f"--max-configs {spec.size}")
+
+
 def _progress() -> Any:
     from rich.progress import (
         BarColumn,
@@ -119,15 +133,21 @@ def sweep(
     json_out: Annotated[bool, typer.Option(
         "--json", metavar="",
         help="Print the rows as one JSON list on stdout and nothing else.")] = False,
+    max_configs: Annotated[int, typer.Option(
+        "--max-configs", metavar="N", min=1, help="Refuse grids of more than N "
+        "configurations (about 10 per second on 2 cores).")] = DEFAULT_MAX_CONFIGS,
 ) -> None:
     """Simulate every combination of a grid of overrides; a table row per combination."""
     with guarded() as stdout:
+        from simulator.cli.run import _make_dir
         from simulator.planner.sweep import sweep_into
         from simulator.planner.sweep_exec import make_executor
 
         spec = _spec(scenario, grid or [], overrides or [], "representative")
+        _check_size(spec, max_configs)
         ex = make_executor(executor.value, address, workers)
         folder = out or Path("reports") / f"{Path(spec.scenario_path).stem}-sweep"
+        _make_dir(folder)  # before the first configuration: a bad --out fails at once
         with _progress() as bar:
             task = bar.add_task("sweep", total=spec.size, failed=0)
             failed = [0]

@@ -53,7 +53,12 @@ def load_framework(name_or_path: str, base_dir: Path | None = None, where: str =
         raise InputError(where, key, f"found {name_or_path!r}, which is neither a bundled "
                          f"framework profile nor a file{did_you_mean(name_or_path, names)}; "
                          f"bundled: {', '.join(names) or '(none)'}")
-    return _load_path(path.resolve())
+    try:
+        return _load_path(path.resolve())
+    except InputError as err:  # the file is not a framework profile: say who named it
+        if not key:
+            raise
+        raise InputError(where, key, str(err)) from None
 
 
 def list_frameworks() -> list[FrameworkProfile]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.planner.search import Candidate, SearchOptions, SearchResult, search
-from simulator.scenario.schema import Scenario
+from simulator.scenario.schema import Scenario, TransformerModel
 
 __all__ = ["pareto_front", "target_time_s", "CapacityResult", "fewest_devices",
            "device_hours"]
@@ -60,6 +60,20 @@ class CapacityResult:
 def _meets(res: SearchResult, target_s: float) -> bool:
     best = res.best
     return best is not None and best.ev.iteration_time_s <= target_s
+
+
+def _floor_devices(scenario: Scenario, hw: Any, target_s: float) -> float:
+    """Devices below which no configuration can meet `target_s`: an iteration's matrix
+    FLOPs, at least 6 x parameters x tokens (forward 2, backward 4: Kaplan et al. 2020,
+    sec. 2.1), over the target at every device's dense peak."""
+    from simulator.budget import _transformer_params
+
+    if not isinstance(scenario.model, TransformerModel):
+        return 1.0
+    m = scenario.model
+    tokens = scenario.training.global_batch_size * m.seq_length
+    flops = 6.0 * _transformer_params(m) * tokens
+    return flops / (target_s * hw.peak_flops_per_s(m.dtype))
 
 
 class _Sweep:
@@ -109,6 +123,9 @@ def fewest_devices(scenario: Scenario, hw: Any, target_s: float, per_node: int,
     """The fewest devices (whole nodes) whose best configuration meets `target_s`."""
     sweep = _Sweep(scenario, hw, per_node, opts, progress)
     chosen, interrupted, nodes, last_miss = None, False, 1, 0
+    floor = _floor_devices(scenario, hw, target_s)
+    while nodes * per_node < floor and nodes * per_node <= max_devices:
+        last_miss, nodes = nodes, nodes * 2  # cannot meet the target even at peak
     try:
         while nodes * per_node <= max_devices:
             if _meets(sweep.at(nodes * per_node), target_s):

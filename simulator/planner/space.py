@@ -188,6 +188,8 @@ def apply_config(scenario: Scenario, cfg: Config, devices_per_node: int | None =
                virtual_stages=cfg.virtual_stages, sequence_parallel=cfg.sequence_parallel,
                recompute=cfg.recompute, optimizer_shard=cfg.optimizer_shard)
     par["offload"] = {**par["offload"], "optimizer_states": cfg.offload_optimizer}
+    if "comm_subgraph" not in scenario.parallel.model_fields_set:
+        del par["comm_subgraph"]  # unset stays unset (comm_rules refuses it on one device)
     _comm_options_for(par, cfg, scenario)
     out = Scenario.model_validate(data)
     check_rules(out)

@@ -36,7 +36,7 @@ class LocalExecutor:
     def imap(self, fn: Callable[[Any], Any], jobs: Sequence[Any]) -> Iterator[Any]:
         import multiprocessing as mp
 
-        n = self.workers or len(os.sched_getaffinity(0))
+        n = min(self.workers or len(os.sched_getaffinity(0)), len(jobs))  # no idle forks
         if n <= 1 or len(jobs) <= 1:
             yield from SerialExecutor().imap(fn, jobs)
             return
@@ -80,6 +80,10 @@ class RayExecutor:
                 ray.shutdown()
 
 
+# A process pool forks all its workers at once: `--workers 100000` would start 100,000
+# processes. Above a few per core they only queue for the same cores.
+MAX_WORKERS_PER_CORE = 4
+
 EXECUTORS: dict[str, Callable[..., Any]] = {
     "local": lambda address, workers: LocalExecutor(workers),
     "serial": lambda address, workers: SerialExecutor(),
@@ -95,4 +99,9 @@ def make_executor(name: str, address: str | None = None, workers: int | None = N
     if address is not None and name != "ray":
         raise InputError("--address", address, f"only the ray executor takes an address, "
                          f"found --executor {name}")
+    limit = MAX_WORKERS_PER_CORE * len(os.sched_getaffinity(0))
+    if workers is not None and not 1 <= workers <= limit:
+        raise InputError("--workers", str(workers), f"expected 1 to {limit} processes "
+                         f"({MAX_WORKERS_PER_CORE} per usable core of this machine; each "
+                         "more only adds memory and switching)")
     return EXECUTORS[name](address, workers)

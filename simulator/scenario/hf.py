@@ -100,6 +100,18 @@ def _get(cfg: dict[str, Any], key: str, src: str) -> Any:
     return cfg[key]
 
 
+def _count(cfg: dict[str, Any], key: str, src: str) -> int:
+    """A positive integer of the config (1 when absent or null): int() would take 0 as a
+    dense model, 1.5 as 1 and fail on 'x' or inf."""
+    value = cfg.get(key)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+        raise InputError(src, _KEY, f"{key}: found {value!r}; expected an integer from 1 "
+                         "to 100000 (a range a real system could have)")
+    return value
+
+
 def _activation(name: str, gated: bool, src: str) -> str:
     gelus = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh")
     if gated and name == "silu":
@@ -119,8 +131,8 @@ def _llama(cfg: dict[str, Any], src: str) -> HfModel:
         head_dim=cfg.get("head_dim") or h // heads, ffn=_get(cfg, "intermediate_size", src),
         activation=_activation(cfg.get("hidden_act", "silu"), True, src),
         vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", False)),
-        experts=int(cfg.get("num_local_experts") or 1),
-        top_k=int(cfg.get("num_experts_per_tok") or 1),
+        experts=_count(cfg, "num_local_experts", src),
+        top_k=_count(cfg, "num_experts_per_tok", src),
         max_positions=_get(cfg, "max_position_embeddings", src),
         qkv_bias=cfg["model_type"] == "qwen2" or bool(cfg.get("attention_bias", False)))
 
@@ -183,8 +195,11 @@ def load_hf(ref: str, source: str = "<scenario>") -> HfModel:
     path = _config_path(ref, source)
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # JSON, UTF-8 and 4300-digit integer errors
         raise InputError(source, _KEY, f"{path}: not a readable JSON file ({exc})") from None
+    except RecursionError:
+        raise InputError(source, _KEY, f"{path}: nested too deeply to be a config.json "
+                         "(a model config nests 2 or 3 levels)") from None
     if not isinstance(cfg, dict):
         raise InputError(source, _KEY, f"{path}: expected a JSON object")
     return read_hf_config(cfg, source)

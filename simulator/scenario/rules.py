@@ -95,7 +95,8 @@ def _transformer(s: Scenario) -> Iterator[Problem]:
     yield from _must_divide("model.num_heads", m.num_heads, "model.hidden_size", m.hidden_size)
     if m.num_kv_heads is not None:
         yield from _must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
-    yield from _stage_layers(m.layers, p, m.moe.every if m.moe else 1)
+    if m.moe is None or m.layers % m.moe.every == 0:  # else axis_rules names model.moe.every
+        yield from _stage_layers(m.layers, p, m.moe.every if m.moe else 1)
     if p.tensor_nd is not None and len(p.tensor_nd) == 3:
         return  # 3-D splits these dims x*y ways (axis_rules.tensor_nd checks them)
     yield from _must_divide("parallel.tensor", p.tensor, "model.num_heads", m.num_heads)
@@ -281,6 +282,9 @@ def _comm_fusion(s: Scenario) -> Iterator[Problem]:
             continue
         if mode != "index":
             yield f"{key}.index", f"needs {key}.mode: index (found {mode})"
+        elif not index:
+            yield f"{key}.index", ("[]: expected at least one layer number that starts a "
+                                   "fusion group (or leave the key out: one group per layer)")
         elif any(b <= a for a, b in zip(index, index[1:])) or index[-1] >= layers:
             yield f"{key}.index", (f"{index}: layer numbers that start a fusion group must "
                                    f"increase and stay below model.layers={layers}")

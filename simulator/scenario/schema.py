@@ -66,7 +66,9 @@ class _Closed(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-Speed = Annotated[StrictFloat, Field(gt=0, le=1, allow_inf_nan=False)]
+# A straggler's share of its profile's speed: 1e-3 (each kernel or transfer 1000x slower) is
+# slower than any degraded device that still trains; 1e-300 would make an iteration 1e300 s.
+Speed = Annotated[StrictFloat, Field(ge=1e-3, le=1, allow_inf_nan=False)]
 Rank = Annotated[StrictInt, Field(ge=0, le=100_000_000)]
 
 
