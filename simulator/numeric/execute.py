@@ -24,6 +24,7 @@ import numpy as np
 from simulator.graph.graph import Graph, OpNode
 from simulator.graph.ops import KernelCtx
 from simulator.numeric.dist import DistTensor, add, apply_step, distribute
+from simulator.numeric.kept import dead_after, placeholder, shape_only
 from simulator.numeric.local import forward_blocks, vjp_blocks
 from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.layout import Layout
@@ -34,7 +35,7 @@ from simulator.sharding.redistribute import RedistStep, plan_redistribution
 from simulator.sharding.rules import Signature
 
 __all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx", "Recompute", "rerun",
-           "reduce_unless_skipped"]
+           "reduce_unless_skipped", "release"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class Execution:
     # round trips of offloaded saved tensors (`numeric.host_trips.HostTrips`), set by its
     # runner; None: everything stays on the device
     host: Any = None
+    # free each op's output once its backward ran (`release`); False keeps every value
+    # of the last micro-batch in `values` (tests read them)
+    free: bool = False
 
     def move(self, t: DistTensor, target: Layout, forward: bool,
              keep: tuple[str, ...] = ()) -> DistTensor:
@@ -157,6 +161,36 @@ def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict,
         g = DistTensor(ins[i].shape, in_layouts[i], *got)
         slot = grads.setdefault(name, {})
         slot[in_layouts[i]] = add(slot.get(in_layouts[i]), g)
+
+
+def _kept(p: OpPlan, ins: list[DistTensor]) -> list[DistTensor]:
+    """What op p keeps of its inputs for its backward: those it reads only the shape of
+    as placeholders (`numeric.kept`)."""
+    out = list(ins)
+    for i, t in enumerate(ins):
+        if shape_only(p, i):
+            out[i] = placeholder(t) or t
+    return out
+
+
+def _drop(ex: Execution, name: str, cache: dict) -> None:
+    """A forward value nothing reads any more replaced by its placeholder."""
+    t = placeholder(ex.values[name])
+    if t is not None:
+        ex.values[name] = t
+        for key in [key for key in cache if key[0] == name]:
+            del cache[key]
+
+
+def release(ex: Execution, p: OpPlan, saved: Any, k: int) -> None:
+    """Op k's backward done: what it kept (`saved[k]`, its moved inputs) and its output are
+    read by no later step of the backward (its consumers come after it in the forward, so
+    their backward ran before; a recompute re-runs only ops before the one it precedes), so
+    they are freed now, as a framework's autograd frees each node's saved tensors after its
+    backward, rather than at the end of the micro-batch (the output where `ex.free`)."""
+    saved[k] = None
+    if ex.free:
+        ex.values.pop(p.op.output, None)
 
 
 def _regathered_params(ex: Execution, p: OpPlan, ins: list[DistTensor], done: set
@@ -323,10 +357,17 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         ex.values[name] = distribute(full, plan.layouts[name], plan.mesh)
     cache: dict = {}
     saved: list[list[DistTensor] | None] = []
-    for p in plan.ops:
-        saved.append(_forward_op(ex, p, cache))
+    # values the backward reads only the shape of are freed as the forward goes
+    # (`numeric.kept`); not where a recompute re-runs forwards or offload copies them
+    early = ex.free and recompute is None and ex.host is None
+    dead = dead_after(plan) if early else ()
+    for k, p in enumerate(plan.ops):
+        moved = _forward_op(ex, p, cache)
+        saved.append(_kept(p, moved) if early else moved)
         if on_op is not None:
             on_op(p.op.output, ex.values[p.op.output])
+        for name in dead[k] if early else ():
+            _drop(ex, name, cache)
     if not backward:
         clear_saved()
         return {}
@@ -342,6 +383,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
     seed = distribute(np.full(loss.shape, loss_scale), seed_layout, plan.mesh)
     grads: dict = {plan.graph.loss: {seed_layout: seed}}
     regathered: set = set()
+    if recompute is None or recompute.collectives:
+        cache.clear()  # the backward reads the moved inputs through `saved` only
     for k in reversed(range(len(plan.ops))):
         if k in segments:
             again = {} if recompute is not None and recompute.collectives else cache
@@ -352,6 +395,7 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         ins = saved[k]
         assert ins is not None
         _backward_op(ex, plan.ops[k], ins, grads, regathered)
+        release(ex, plan.ops[k], saved, k)
     clear_saved()
     out: dict[str, DistTensor] = {}
     for name in params:
