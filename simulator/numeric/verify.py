@@ -407,12 +407,14 @@ def _split(s: Scenario, case: VerifyCase, hw: Any, faults: SendFaults | None
 
 def verify_scenario(s: Scenario, faults: Faults | None = None,
                     fused_attention: bool = False, hw: Any = None,
-                    send_faults: SendFaults | None = None) -> VerifyResult:
+                    send_faults: SendFaults | None = None, fork: bool | None = None
+                    ) -> VerifyResult:
     """Verify a scenario's plan; InputError when its strategies cannot be planned.
     `fused_attention`: the hardware profile's default for `model.attention: auto`, so that
     verify proves the plan `run` times; `hw`: that profile, which prices the balanced split
     of an mlp, resnet or graph pipeline as `run` does (without it: units balanced by
-    count). `send_faults`: mutations of those pipelines' sends (tests)."""
+    count). `send_faults`: mutations of those pipelines' sends (tests). `fork`: run the
+    whole-batch reference in a child process (None: where it pays, `reference.fork_pays`)."""
     copies = s.parallel.overlap.copies
     if copies > 1 and not isinstance(s.model, GraphModel):
         # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
@@ -437,7 +439,8 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
                              if isinstance(s.model, TransformerModel) else frozenset(),
                              enable_alltoall=s.parallel.enable_alltoall,
                              pipeline=split, host=None if isinstance(
-                                 s.model, TransformerModel) else host_trips(s, case.sharded))
+                                 s.model, TransformerModel) else host_trips(s, case.sharded),
+                             fork=fork)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not isinstance(s.model, GraphModel):
