@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,12 @@ def scenario(devices: int):
     return parse_scenario(data, f"tiny-cpu dp={devices}", sets)
 
 
+def _children_cpu() -> float:
+    """User + system seconds of this process's finished children (the forked reference)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def _slope(xs: list[float], ys: list[float]) -> float:
     """Least-squares slope of log(y) against log(x)."""
     lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
@@ -67,20 +74,23 @@ def main() -> None:
     ap.add_argument("--max", type=int, default=2048, help="largest device count (power of 2)")
     ap.add_argument("--min", type=int, default=16, help="smallest device count (power of 2)")
     args = ap.parse_args()
-    print(f"{'devices':>8} {'verify_s':>9} {'growth':>7} {'cpu_s':>7} {'sharded_s':>10} "
-          f"{'one_dev_s':>10} {'load':>5}  ok")
+    print(f"{'devices':>8} {'verify_s':>9} {'growth':>7} {'cpu_s':>7} {'child_s':>8} "
+          f"{'sharded_s':>10} {'one_dev_s':>10} {'wait_s':>7} {'load':>5}  ok")
     rows: list[tuple[int, float, float]] = []
     n = args.min
     while n <= args.max:
         load = os.getloadavg()[0]
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0, k0 = time.perf_counter(), time.process_time(), _children_cpu()
         res = verify_scenario(scenario(n))
-        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        dt, own, child = (time.perf_counter() - t0, time.process_time() - c0,
+                          _children_cpu() - k0)
+        cpu = own + child
         growth = (f"{math.log(dt / rows[-1][1]) / math.log(n / rows[-1][0]):7.2f}"
                   if rows else " " * 7)
         ph = res.phases_s
-        print(f"{n:>8} {dt:>9.2f} {growth} {cpu:>7.2f} {ph['sharded']:>10.2f} "
-              f"{ph['reference']:>10.2f} {load:>5.1f}  {res.ok}", flush=True)
+        print(f"{n:>8} {dt:>9.2f} {growth} {cpu:>7.2f} {child:>8.2f} {ph['sharded']:>10.2f} "
+              f"{ph['reference']:>10.2f} {ph['waited']:>7.2f} {load:>5.1f}  {res.ok}",
+              flush=True)
         rows.append((n, dt, cpu))
         n *= 2
     if len(rows) > 1:

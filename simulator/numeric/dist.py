@@ -18,7 +18,7 @@ import numpy as np
 
 from simulator.sharding.layout import Layout, regions
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.placement import Broadcast
+from simulator.sharding.placement import Broadcast, Shard
 from simulator.sharding.redistribute import RedistStep
 
 __all__ = ["DistTensor", "distribute", "assemble", "replica_mismatch", "apply_step", "Stack",
@@ -290,6 +290,9 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
         return DistTensor(t.shape, step.dst, t.blocks, t.stacks)
     if step.kind == "to_partial":
         return _to_partial(t, step, mesh, src, dsts)
+    stacked = _stacked_all_reduce(t, step, mesh)
+    if stacked is not None:
+        return stacked
     for r in range(mesh.size):
         dst, group = dsts[r], groups[r]
         if wrong_slice and step.kind == "slice":
@@ -301,6 +304,30 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
             done[key] = _gather_into(sources[group], dst, dtype, summed)
         blocks.append(done[key])
     return DistTensor(t.shape, step.dst, tuple(blocks))
+
+
+def _stacked_all_reduce(t: DistTensor, step: RedistStep, mesh: Mesh) -> DistTensor | None:
+    """An all_reduce of blocks that each hold the whole tensor (no axis splits a dim,
+    before or after: a data-parallel gradient), kept as stacks: one np.add.reduce along
+    the step's mesh axis of every rank's stack, which adds a group's members one after
+    another in group order as `_combine` does (the same sums, bit for bit); the members
+    of a group share the one result. None where this does not apply."""
+    if (step.kind != "all_reduce" or not t.stacks or not t.blocks or 0 in t.shape
+            or _splits(t.layout) or _splits(step.dst)):
+        return None
+    arr = stack_of(t, tuple(range(mesh.size)))
+    if arr.shape[1:] != t.shape:
+        return None
+    summed = np.add.reduce(arr.reshape(tuple(mesh.shape) + t.shape), axis=step.axis)
+    flat = summed.reshape((-1,) + t.shape)
+    stride, size = mesh.stride(step.axis), mesh.shape[step.axis]
+    views = [flat[i] for i in range(len(flat))]
+    return DistTensor(t.shape, step.dst, tuple(
+        views[r // (stride * size) * stride + r % stride] for r in range(mesh.size)))
+
+
+def _splits(layout: Layout) -> bool:
+    return any(isinstance(p, Shard) for p in layout.placements)
 
 
 def _to_partial(t: DistTensor, step: RedistStep, mesh: Mesh, src: tuple[Region, ...],
