@@ -75,11 +75,13 @@ class Beside:
             warnings.simplefilter("ignore", DeprecationWarning)
             pid = os.fork()
         if pid == 0:  # the child: compute, send, and leave without running any cleanup
+            code = 1  # (an answer not sent whole)
             try:
                 os.close(r)
                 _send(w, self._fn)
+                code = 0
             finally:
-                os._exit(0)
+                os._exit(code)
         os.close(w)
         self._pid, self._fd = pid, r
 
@@ -88,22 +90,25 @@ class Beside:
             with os.fdopen(self._fd, "rb") as f:
                 data = f.read()
             self._fd = None
-            self._reap()
-            if data:
+            if self._reap() and data:
                 status, value, self.seconds = pickle.loads(data)
                 if status == "error":
                     raise value
                 return value
-            # the child died without an answer (killed, out of memory): compute it here
+            # the child died before its whole answer was sent (killed: out of memory, a
+            # signal): computed here instead
         t0 = time.perf_counter()
         value = self._fn()
         self.seconds = time.perf_counter() - t0
         return value
 
-    def _reap(self) -> None:
-        if self._pid is not None:
-            os.waitpid(self._pid, 0)
-            self._pid = None
+    def _reap(self) -> bool:
+        """Wait for the child; whether it exited normally (status 0)."""
+        if self._pid is None:
+            return False
+        _, status = os.waitpid(self._pid, 0)
+        self._pid = None
+        return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
     def __enter__(self) -> Beside:
         return self
