@@ -22,6 +22,7 @@ import contextlib
 import os
 import pickle
 import signal
+import sys
 import time
 import traceback
 import warnings
@@ -52,8 +53,10 @@ def usable_cpus() -> int:
 
 
 def fork_pays(elements: int) -> bool:
-    """Whether a reference of `elements` tensor elements is worth a process of its own."""
-    return hasattr(os, "fork") and usable_cpus() >= 2 and elements >= _FORK_MIN_ELEMENTS
+    """Whether a reference of `elements` tensor elements is worth a process of its own
+    (on Linux only: macOS's Accelerate BLAS is not safe to use in a forked child)."""
+    return (sys.platform.startswith("linux") and hasattr(os, "fork") and usable_cpus() >= 2
+            and elements >= _FORK_MIN_ELEMENTS)
 
 
 class Beside:
@@ -180,8 +183,8 @@ class Streamed:
         self._checks: dict[str, Check] = {}
 
     def __call__(self, name: str, got: np.ndarray) -> None:
-        if name not in self._names:
-            return
+        if name not in self._names or name in self._checks:
+            return  # (an output the reference has not; one recorded twice: the first)
         while name not in self._ahead:
             made, t = next(self._values)
             self._ahead[made] = assemble(t, self._mesh)
