@@ -278,21 +278,21 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
     """Execute one redistribution step on every device. `wrong_slice` (a fault for mutation
     tests) makes a slice step keep its neighbour's block. Members of a group that receive
     the same region receive the same values, computed once."""
+    stacked = _stacked_all_reduce(t, step, mesh) if mesh.shape[step.axis] > 1 else None
+    if stacked is not None:  # (before the regions of every rank, which it needs not)
+        return stacked
     src = regions(t.layout, t.shape, mesh)
     dsts = regions(step.dst, t.shape, mesh)
+    if mesh.shape[step.axis] == 1 and src == dsts:  # a relabel moves nothing
+        return DistTensor(t.shape, step.dst, t.blocks, t.stacks)
+    if step.kind == "to_partial":
+        return _to_partial(t, step, mesh, src, dsts)
     groups = _groups(mesh, step.axis)
     dtype = t.blocks[0].dtype
     summed = step.kind in ("all_reduce", "reduce_scatter")
     sources: dict[tuple[int, ...], _GroupSource] = {}
     done: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
     blocks = []
-    if mesh.shape[step.axis] == 1 and src == dsts:  # a relabel moves nothing
-        return DistTensor(t.shape, step.dst, t.blocks, t.stacks)
-    if step.kind == "to_partial":
-        return _to_partial(t, step, mesh, src, dsts)
-    stacked = _stacked_all_reduce(t, step, mesh)
-    if stacked is not None:
-        return stacked
     for r in range(mesh.size):
         dst, group = dsts[r], groups[r]
         if wrong_slice and step.kind == "slice":
@@ -313,7 +313,7 @@ def _stacked_all_reduce(t: DistTensor, step: RedistStep, mesh: Mesh) -> DistTens
     another in group order as `_combine` does (the same sums, bit for bit); the members
     of a group share the one result. None where this does not apply."""
     if (step.kind != "all_reduce" or not t.stacks or not t.blocks or 0 in t.shape
-            or _splits(t.layout) or _splits(step.dst)):
+            or _splits(t.layout, mesh) or _splits(step.dst, mesh)):
         return None
     arr = stack_of(t, tuple(range(mesh.size)))
     if arr.shape[1:] != t.shape:
@@ -326,8 +326,9 @@ def _stacked_all_reduce(t: DistTensor, step: RedistStep, mesh: Mesh) -> DistTens
         views[r // (stride * size) * stride + r % stride] for r in range(mesh.size)))
 
 
-def _splits(layout: Layout) -> bool:
-    return any(isinstance(p, Shard) for p in layout.placements)
+def _splits(layout: Layout, mesh: Mesh) -> bool:
+    """Whether an axis of more than one device splits a dim."""
+    return any(isinstance(p, Shard) and n > 1 for p, n in zip(layout.placements, mesh.shape))
 
 
 def _to_partial(t: DistTensor, step: RedistStep, mesh: Mesh, src: tuple[Region, ...],

@@ -76,13 +76,26 @@ def placeholder(t: DistTensor) -> DistTensor | None:
     """`t` without its values: each block a stride-0 NaN view of its shape (one array per
     shape, so a stack of them is a stride-0 view too); None where its blocks are not
     floats (kept as they are)."""
-    if not t.blocks or any(b.dtype.kind != "f" for b in t.blocks):
+    if not t.blocks:
         return None
     views: dict[tuple, np.ndarray] = {}
-    blocks = []
-    for b in t.blocks:
+
+    def view(b: np.ndarray) -> np.ndarray:
         key = (b.shape, b.dtype)
         if key not in views:
             views[key] = np.broadcast_to(np.array(np.nan, dtype=b.dtype), b.shape)
-        blocks.append(views[key])
-    return DistTensor(t.shape, t.layout, tuple(blocks))
+        return views[key]
+
+    if all(len(rs) and t.blocks[rs[0]].shape == arr.shape[1:] for rs, arr in t.stacks) \
+            and sum(len(rs) for rs, _ in t.stacks) == len(t.blocks):
+        blocks: list[np.ndarray] = list(t.blocks)  # every rank in one of the stacks
+        for rs, arr in t.stacks:
+            v = view(arr[0]) if arr.dtype.kind == "f" else None
+            if v is None:
+                return None
+            for r in rs:
+                blocks[r] = v
+        return DistTensor(t.shape, t.layout, tuple(blocks))
+    if any(b.dtype.kind != "f" for b in t.blocks):
+        return None
+    return DistTensor(t.shape, t.layout, tuple(view(b) for b in t.blocks))
