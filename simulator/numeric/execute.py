@@ -343,12 +343,15 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
                    loss_scale: float, on_op: Callable[[str, DistTensor], None] | None = None,
                    batch_offset: int = 0, backward: bool = True,
                    recompute: Recompute | None = None,
-                   gather: Callable[[str], DistTensor | None] | None = None
+                   gather: Callable[[str], DistTensor | None] | None = None,
+                   on_grad: Callable[[str, DistTensor], None] | None = None
                    ) -> dict[str, DistTensor]:
     """Forward and backward of one micro-batch; returns local parameter gradients in the dual
     of each parameter's kept layout (not yet reduced). `backward=False`: the forward only
     (no gradients). `recompute`: drop and re-run the selected ops' forward (`Recompute`);
-    `gather(name)`: a sharded parameter all-gathered again (None: kept whole)."""
+    `gather(name)`: a sharded parameter all-gathered again (None: kept whole).
+    `on_grad(name, gradient)`: each parameter's gradient handed over as soon as the
+    backward of its first reader has run (none is returned then)."""
     plan = ex.plan
     clear_saved()  # what a forward keeps for its backward is this micro-batch's only
     ex.values = dict(params)
@@ -383,6 +386,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
     seed = distribute(np.full(loss.shape, loss_scale), seed_layout, plan.mesh)
     grads: dict = {plan.graph.loss: {seed_layout: seed}}
     regathered: set = set()
+    out: dict[str, DistTensor] = {}
+    complete = _first_readers(plan, params) if on_grad is not None else {}
     if recompute is None or recompute.collectives:
         cache.clear()  # the backward reads the moved inputs through `saved` only
     for k in reversed(range(len(plan.ops))):
@@ -396,10 +401,37 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         assert ins is not None
         _backward_op(ex, plan.ops[k], ins, grads, regathered)
         release(ex, plan.ops[k], saved, k)
+        for name in complete.get(k, ()):
+            _hand_over(ex, name, grads, out, on_grad)
     clear_saved()
-    out: dict[str, DistTensor] = {}
     for name in params:
-        total = _collect(ex, name, grads, None) if name in grads else None
-        if total is not None:
-            out[name] = _reduce_gathered(ex, name, total)
+        _hand_over(ex, name, grads, out, on_grad)
     return out
+
+
+def _first_readers(plan: ShardingPlan, params: dict) -> dict[int, list[str]]:
+    """{op index: the parameters it is the first reader of}: their gradients are complete
+    once the backward reaches it."""
+    first: dict[str, int] = {}
+    for k, p in enumerate(plan.ops):
+        for name in p.op.inputs:
+            if name in params:
+                first.setdefault(name, k)
+    out: dict[int, list[str]] = {}
+    for name, k in first.items():
+        out.setdefault(k, []).append(name)
+    return out
+
+
+def _hand_over(ex: Execution, name: str, grads: dict, out: dict,
+               on_grad: Callable[[str, DistTensor], None] | None) -> None:
+    """A parameter's complete gradient, summed and reduced on its `gathered` axes, to
+    `on_grad` (or into `out`)."""
+    total = _collect(ex, name, grads, None) if name in grads else None
+    if total is None:
+        return
+    g = _reduce_gathered(ex, name, total)
+    if on_grad is None:
+        out[name] = g
+    else:
+        on_grad(name, g)

@@ -259,17 +259,24 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
     def regather(n: str) -> Any:  # a recompute pass's gather of a ZeRO-3 shard
         return _gather(ex, plan, n, held[n], again=True) if levels.get(n, 0) >= 3 else None
 
+    def accumulate(n: str, g: DistTensor) -> None:
+        # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
+        total[n] = add(total.get(n), _reduce(ex, plan, n, g, levels[n]) if levels[n] >= 2
+                       else g)
+
     for i, batch in enumerate(batches):
         rows = next(iter(batch.values())).shape[0] if batch else 0
         if any(v >= 3 for v in levels.values()):
             params = {n: _gather(ex, plan, n, t) if levels[n] >= 3 else t
                       for n, t in held.items()}
+        # each parameter's gradient is added to the accumulated one as soon as its
+        # backward is complete (`run_microbatch`'s on_grad), so that a micro-batch's
+        # gradients and the accumulated ones are not all held at once
+        extra = {"on_grad": accumulate} if runner is run_microbatch else {}
         local = runner(ex, params, batch, 1.0 / len(batches), record if i == 0 else None,
-                       batch_offset=i * rows, recompute=recompute, gather=regather)
+                       batch_offset=i * rows, recompute=recompute, gather=regather, **extra)
         for n, g in local.items():
-            # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
-            total[n] = add(total.get(n),
-                           _reduce(ex, plan, n, g, levels[n]) if levels[n] >= 2 else g)
+            accumulate(n, g)
     counts: dict[str, int] = {}
     if ps is not None:
         new, reduced, counts = ps_step(plan, params, total, kind, lr, ps)
