@@ -31,6 +31,7 @@ from simulator.numeric.execute import (
 from simulator.numeric.graph_recompute import graph_recompute
 from simulator.numeric.heap import kept_heap
 from simulator.numeric.host_trips import HostTrips, host_trips
+from simulator.numeric.inputs import _data, _params, _split_batch
 from simulator.numeric.optimizer import update
 from simulator.numeric.pipeline import (
     PipelineSplit,
@@ -85,36 +86,6 @@ class VerifyResult:
                 "checks": [{"tensor": c.tensor, "max_abs_error": c.max_abs_error,
                             "max_rel_error": c.max_rel_error, "ok": c.ok}
                            for c in self.checks]}
-
-
-def _data(graph: Graph, rng: np.random.Generator, dtype: type) -> dict[str, np.ndarray]:
-    """Random inputs: floats, or integer ids/labels in range of the op that reads them."""
-    out = {}
-    for t in graph.tensors.values():
-        if t.kind not in ("input", "label"):
-            continue
-        high = _index_range(graph, t.name)
-        out[t.name] = (rng.integers(0, high, t.shape) if high
-                       else rng.standard_normal(t.shape).astype(dtype))
-    return out
-
-
-def _index_range(graph: Graph, name: str) -> int | None:
-    for op in graph.consumers(name):
-        if op.type == "Gather" and op.inputs[1] == name:
-            return graph.tensors[op.inputs[0]].shape[0]
-        if op.type == "SoftmaxCrossEntropy" and op.inputs[1] == name:
-            return graph.tensors[op.inputs[0]].shape[-1]
-    return None
-
-
-def _params(graph: Graph, rng: np.random.Generator, dtype: type) -> dict[str, np.ndarray]:
-    return {t.name: (rng.standard_normal(t.shape) * 0.5).astype(dtype)
-            for t in graph.of_kind("parameter")}
-
-
-def _split_batch(data: dict[str, np.ndarray], parts: int) -> list[dict[str, np.ndarray]]:
-    return [{k: np.split(v, parts, axis=0)[i] for k, v in data.items()} for i in range(parts)]
 
 
 def _opt_layout(plan: ShardingPlan, name: str, shard: bool):
