@@ -9,8 +9,10 @@ seconds of this process and of its forked child together (`cpu_s`) and the child
 (with the first micro-batch's single-device forward, computed op by op beside it and
 compared at once, numeric.reference.Streamed); `one_dev_s`, the single-device reference of
 the whole global batch, which runs in a forked child on the second CPU meanwhile
-(numeric.reference.Beside; in-process after the sharded run where fork or a second CPU is
-missing); `wait_s`, how long this process then waited for the child. The reference
+(numeric.reference.Beside; `ref` says where it ran: `here`, in this process after the
+sharded run, where fork is missing or no second CPU is free when verify starts, since a
+child faults in memory of its own); `wait_s`, how long this process then waited for the
+child (or ran the reference). The reference
 computes as much as all devices together, so it grows linearly with n too.
 
 Target (issue 13): 1024 devices in <= 10 s, growth no worse than n log n. The last lines
@@ -98,7 +100,7 @@ def main() -> None:
     ap.add_argument("--min", type=int, default=16, help="smallest device count (power of 2)")
     args = ap.parse_args()
     print(f"{'devices':>8} {'verify_s':>9} {'growth':>7} {'cpu_s':>7} {'child_s':>8} "
-          f"{'sharded_s':>10} {'one_dev_s':>10} {'wait_s':>7} {'load':>5}  ok")
+          f"{'sharded_s':>10} {'one_dev_s':>10} {'wait_s':>7} {'load':>5} {'ref':>5}  ok")
     rows: list[tuple[int, float, float]] = []
     n = args.min
     while n <= args.max:
@@ -112,7 +114,8 @@ def main() -> None:
                   if rows else " " * 7)
         ph = res.phases_s
         print(f"{n:>8} {dt:>9.2f} {growth} {cpu:>7.2f} {child:>8.2f} {ph['sharded']:>10.2f} "
-              f"{ph['reference']:>10.2f} {ph['waited']:>7.2f} {load:>5.1f}  {res.ok}",
+              f"{ph['reference']:>10.2f} {ph['waited']:>7.2f} {load:>5.1f} "
+              f"{'child' if ph['forked'] else 'here':>5}  {res.ok}",
               flush=True)
         rows.append((n, dt, cpu))
         n *= 2

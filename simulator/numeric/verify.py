@@ -344,7 +344,7 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
         t1 = time.perf_counter()
         ref = beside.result()
     phases = {"sharded": t1 - t0, "reference": beside.seconds,
-              "waited": time.perf_counter() - t1}
+              "waited": time.perf_counter() - t1, "forked": float(fork)}
     checks = streamed.checks()
     grad_scale = max((float(np.max(np.abs(g))) for g in ref.grads.values() if g.size),
                      default=0.0)
