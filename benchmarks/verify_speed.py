@@ -37,17 +37,23 @@ backward and values the backward reads only the shape of are freed in the forwar
 dropout keep-masks are kept as bytes; each parameter's gradient is accumulated as soon as
 it is complete; the data-parallel all-reduce is one numpy reduction over the kept stack.
 
-Measured (1024 devices; the base is commit 922f039, run in the same minutes):
+Measured (the base is commit 922f039, run in the same minutes; the machine was shared
+with other sessions' test suites throughout, never idle):
 
-    base, load 0.8 (first run):  32.7 s wall, 22.4 CPU s, 1.58 M page faults, 6.1 GB peak
-    base, load 5.3-5.5:          17.3-17.5 s wall, 11.0-11.1 CPU s
-    this, load 5.2-5.5:          16.0-16.1 s wall, 10.4-10.5 CPU s (child 4.5): this
-                                 process 0.59 M faults, 2.4 GB peak; child 0.61 M, 2.4 GB
-    this, the whole curve at load 5.4-5.8 (03:05 UTC; wall s / CPU s, child's CPU s):
-      16: 0.39/0.26 (0.09)    32: 0.64/0.43 (0.17)    64: 1.17/0.75 (0.33)
-     128: 2.10/1.37 (0.58)   256: 4.49/2.70 (1.20)   512: 8.18/5.35 (2.35)
-    1024: 15.83/10.33 (4.59) 2048: 33.10/20.73 (9.33)
-    fitted growth exponent 16..2048: wall 0.92, CPU 0.91 (n log n fits 1.20)
+    base, load 0.8 (02:16 UTC, first run):  1024: 32.7 s wall, 22.4 CPU s, 1.58 M page
+                                            faults, 6.1 GB peak
+    base, load 3.8 (03:17):                 1024: 10.97 s wall, 10.81 CPU s
+    this, load 3.9 (03:17), reference here: 1024: 8.79 s wall, 8.62 CPU s (0.65 M faults)
+    this, load 5.2-5.5 (03:04), forked:     1024: 16.0 s wall, 10.4 CPU s (child 4.5);
+                                            this process 0.59 M faults, 2.4 GB peak,
+                                            child 0.61 M, 2.4 GB (base then: 17.4 s, 11.1)
+    this, whole curve, load 3.5-3.7 (03:17), reference here (wall s / CPU s):
+      16: 0.22/0.21    32: 0.32/0.32    64: 0.60/0.60   128: 1.16/1.15
+     256: 2.31/2.30   512: 4.64/4.58  1024: 9.02/8.85  2048: 17.67/17.40
+    fitted growth exponent 16..2048: wall 0.93, CPU 0.93 (n log n fits 1.20)
+
+On an idle machine the forked path's wall time is about this process's CPU seconds, 5.9 s
+at 1024 (4.6 user, 1.2 system); not measured idle here.
 
 Run:
 
