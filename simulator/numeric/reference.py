@@ -63,15 +63,21 @@ def fork_pays(elements: int) -> bool:
             and elements >= _FORK_MIN_ELEMENTS and usable_cpus() - _others_running() >= 2)
 
 
-def _others_running() -> int:
-    """Processes running or runnable now besides this one (/proc/loadavg's fourth field
-    counts this one too); 0 where the count cannot be read."""
-    try:
-        with open("/proc/loadavg") as f:
-            running = int(f.read().split()[3].split("/")[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-    return max(0, running - 1)
+def _others_running(samples: int = 5, gap_s: float = 0.01) -> int:
+    """Processes running or runnable besides this one (/proc/loadavg's fourth field counts
+    this one too), the fewest of a few samples 10 ms apart (a kernel thread or a shell
+    that runs for a moment is not a busy CPU); 0 where the count cannot be read."""
+    fewest = None
+    for i in range(samples):
+        if i:
+            time.sleep(gap_s)
+        try:
+            with open("/proc/loadavg") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+        fewest = running if fewest is None else min(fewest, running)
+    return max(0, (fewest or 1) - 1)
 
 
 class Beside:
