@@ -38,22 +38,24 @@ dropout keep-masks are kept as bytes; each parameter's gradient is accumulated a
 it is complete; the data-parallel all-reduce is one numpy reduction over the kept stack.
 
 Measured (the base is commit 922f039, run in the same minutes; the machine was shared
-with other sessions' test suites throughout, never idle):
+with other sessions' test suites; "idle": no other process runnable when the run started,
+the 1-minute load average still counting the minutes before):
 
-    base, load 0.8 (02:16 UTC, first run):  1024: 32.7 s wall, 22.4 CPU s, 1.58 M page
-                                            faults, 6.1 GB peak
-    base, load 3.8 (03:17):                 1024: 10.97 s wall, 10.81 CPU s
-    this, load 3.9 (03:17), reference here: 1024: 8.79 s wall, 8.62 CPU s (0.65 M faults)
-    this, load 5.2-5.5 (03:04), forked:     1024: 16.0 s wall, 10.4 CPU s (child 4.5);
-                                            this process 0.59 M faults, 2.4 GB peak,
-                                            child 0.61 M, 2.4 GB (base then: 17.4 s, 11.1)
-    this, whole curve, load 3.5-3.7 (03:17), reference here (wall s / CPU s):
+    1024, idle (03:22 UTC, load avg 2.5-2.8):
+      base:                   10.82 s wall, 10.80 CPU s
+      this, forked reference:  6.05 s wall, 10.32 CPU s (child 4.54, this process 5.78)
+    1024, busy:
+      base, load 0.8 (02:16, first run): 32.7 s wall, 22.4 CPU s, 1.58 M page faults,
+                                         6.1 GB peak
+      base, load 3.8 (03:17):            10.97 s wall, 10.81 CPU s
+      this, load 3.9 (03:17), here:       8.79 s wall,  8.62 CPU s (0.65 M faults)
+      this, load 5.2-5.5 (03:04), forked: 16.0 s wall, 10.4 CPU s (child 4.5; 0.59 M faults
+                                          and 2.4 GB peak here, 0.61 M and 2.4 GB in the
+                                          child; base then 17.4 s, 11.1 CPU s)
+    whole curve, load 3.5-3.7 (03:17), reference here (wall s / CPU s):
       16: 0.22/0.21    32: 0.32/0.32    64: 0.60/0.60   128: 1.16/1.15
      256: 2.31/2.30   512: 4.64/4.58  1024: 9.02/8.85  2048: 17.67/17.40
     fitted growth exponent 16..2048: wall 0.93, CPU 0.93 (n log n fits 1.20)
-
-On an idle machine the forked path's wall time is about this process's CPU seconds, 5.9 s
-at 1024 (4.6 user, 1.2 system); not measured idle here.
 
 Run:
 
