@@ -18,7 +18,7 @@ import numpy as np
 
 from simulator.sharding.layout import Layout, regions
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.placement import Broadcast
+from simulator.sharding.placement import Broadcast, Shard
 from simulator.sharding.redistribute import RedistStep
 
 __all__ = ["DistTensor", "distribute", "assemble", "replica_mismatch", "apply_step", "Stack",
@@ -278,18 +278,21 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
     """Execute one redistribution step on every device. `wrong_slice` (a fault for mutation
     tests) makes a slice step keep its neighbour's block. Members of a group that receive
     the same region receive the same values, computed once."""
+    stacked = _stacked_all_reduce(t, step, mesh) if mesh.shape[step.axis] > 1 else None
+    if stacked is not None:  # (before the regions of every rank, which it needs not)
+        return stacked
     src = regions(t.layout, t.shape, mesh)
     dsts = regions(step.dst, t.shape, mesh)
+    if mesh.shape[step.axis] == 1 and src == dsts:  # a relabel moves nothing
+        return DistTensor(t.shape, step.dst, t.blocks, t.stacks)
+    if step.kind == "to_partial":
+        return _to_partial(t, step, mesh, src, dsts)
     groups = _groups(mesh, step.axis)
     dtype = t.blocks[0].dtype
     summed = step.kind in ("all_reduce", "reduce_scatter")
     sources: dict[tuple[int, ...], _GroupSource] = {}
     done: dict[tuple[tuple[int, ...], tuple[tuple[int, int], ...]], np.ndarray] = {}
     blocks = []
-    if mesh.shape[step.axis] == 1 and src == dsts:  # a relabel moves nothing
-        return DistTensor(t.shape, step.dst, t.blocks, t.stacks)
-    if step.kind == "to_partial":
-        return _to_partial(t, step, mesh, src, dsts)
     for r in range(mesh.size):
         dst, group = dsts[r], groups[r]
         if wrong_slice and step.kind == "slice":
@@ -301,6 +304,31 @@ def apply_step(t: DistTensor, step: RedistStep, mesh: Mesh, wrong_slice: bool = 
             done[key] = _gather_into(sources[group], dst, dtype, summed)
         blocks.append(done[key])
     return DistTensor(t.shape, step.dst, tuple(blocks))
+
+
+def _stacked_all_reduce(t: DistTensor, step: RedistStep, mesh: Mesh) -> DistTensor | None:
+    """An all_reduce of blocks that each hold the whole tensor (no axis splits a dim,
+    before or after: a data-parallel gradient), kept as stacks: one np.add.reduce along
+    the step's mesh axis of every rank's stack, which adds a group's members one after
+    another in group order as `_combine` does (the same sums, bit for bit); the members
+    of a group share the one result. None where this does not apply."""
+    if (step.kind != "all_reduce" or not t.stacks or not t.blocks or 0 in t.shape
+            or _splits(t.layout, mesh) or _splits(step.dst, mesh)):
+        return None
+    arr = stack_of(t, tuple(range(mesh.size)))
+    if arr.shape[1:] != t.shape:
+        return None
+    summed = np.add.reduce(arr.reshape(tuple(mesh.shape) + t.shape), axis=step.axis)
+    flat = summed.reshape((-1,) + t.shape)
+    stride, size = mesh.stride(step.axis), mesh.shape[step.axis]
+    views = [flat[i] for i in range(len(flat))]
+    return DistTensor(t.shape, step.dst, tuple(
+        views[r // (stride * size) * stride + r % stride] for r in range(mesh.size)))
+
+
+def _splits(layout: Layout, mesh: Mesh) -> bool:
+    """Whether an axis of more than one device splits a dim."""
+    return any(isinstance(p, Shard) and n > 1 for p, n in zip(layout.placements, mesh.shape))
 
 
 def _to_partial(t: DistTensor, step: RedistStep, mesh: Mesh, src: tuple[Region, ...],

@@ -24,6 +24,7 @@ import numpy as np
 from simulator.graph.graph import Graph, OpNode
 from simulator.graph.ops import KernelCtx
 from simulator.numeric.dist import DistTensor, add, apply_step, distribute
+from simulator.numeric.kept import dead_after, placeholder, shape_only
 from simulator.numeric.local import forward_blocks, vjp_blocks
 from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.layout import Layout
@@ -34,7 +35,7 @@ from simulator.sharding.redistribute import RedistStep, plan_redistribution
 from simulator.sharding.rules import Signature
 
 __all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx", "Recompute", "rerun",
-           "reduce_unless_skipped"]
+           "reduce_unless_skipped", "release"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ class Execution:
     # round trips of offloaded saved tensors (`numeric.host_trips.HostTrips`), set by its
     # runner; None: everything stays on the device
     host: Any = None
+    # free each op's output once its backward ran (`release`); False keeps every value
+    # of the last micro-batch in `values` (tests read them)
+    free: bool = False
 
     def move(self, t: DistTensor, target: Layout, forward: bool,
              keep: tuple[str, ...] = ()) -> DistTensor:
@@ -157,6 +161,36 @@ def _backward_op(ex: Execution, p: OpPlan, ins: list[DistTensor], grads: dict,
         g = DistTensor(ins[i].shape, in_layouts[i], *got)
         slot = grads.setdefault(name, {})
         slot[in_layouts[i]] = add(slot.get(in_layouts[i]), g)
+
+
+def _kept(p: OpPlan, ins: list[DistTensor]) -> list[DistTensor]:
+    """What op p keeps of its inputs for its backward: those it reads only the shape of
+    as placeholders (`numeric.kept`)."""
+    out = list(ins)
+    for i, t in enumerate(ins):
+        if shape_only(p, i):
+            out[i] = placeholder(t) or t
+    return out
+
+
+def _drop(ex: Execution, name: str, cache: dict) -> None:
+    """A forward value nothing reads any more replaced by its placeholder."""
+    t = placeholder(ex.values[name])
+    if t is not None:
+        ex.values[name] = t
+        for key in [key for key in cache if key[0] == name]:
+            del cache[key]
+
+
+def release(ex: Execution, p: OpPlan, saved: Any, k: int) -> None:
+    """Op k's backward done: what it kept (`saved[k]`, its moved inputs) and its output are
+    read by no later step of the backward (its consumers come after it in the forward, so
+    their backward ran before; a recompute re-runs only ops before the one it precedes), so
+    they are freed now, as a framework's autograd frees each node's saved tensors after its
+    backward, rather than at the end of the micro-batch (the output where `ex.free`)."""
+    saved[k] = None
+    if ex.free:
+        ex.values.pop(p.op.output, None)
 
 
 def _regathered_params(ex: Execution, p: OpPlan, ins: list[DistTensor], done: set
@@ -309,12 +343,15 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
                    loss_scale: float, on_op: Callable[[str, DistTensor], None] | None = None,
                    batch_offset: int = 0, backward: bool = True,
                    recompute: Recompute | None = None,
-                   gather: Callable[[str], DistTensor | None] | None = None
+                   gather: Callable[[str], DistTensor | None] | None = None,
+                   on_grad: Callable[[str, DistTensor], None] | None = None
                    ) -> dict[str, DistTensor]:
     """Forward and backward of one micro-batch; returns local parameter gradients in the dual
     of each parameter's kept layout (not yet reduced). `backward=False`: the forward only
     (no gradients). `recompute`: drop and re-run the selected ops' forward (`Recompute`);
-    `gather(name)`: a sharded parameter all-gathered again (None: kept whole)."""
+    `gather(name)`: a sharded parameter all-gathered again (None: kept whole).
+    `on_grad(name, gradient)`: each parameter's gradient handed over as soon as the
+    backward of its first reader has run (none is returned then)."""
     plan = ex.plan
     clear_saved()  # what a forward keeps for its backward is this micro-batch's only
     ex.values = dict(params)
@@ -323,10 +360,17 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         ex.values[name] = distribute(full, plan.layouts[name], plan.mesh)
     cache: dict = {}
     saved: list[list[DistTensor] | None] = []
-    for p in plan.ops:
-        saved.append(_forward_op(ex, p, cache))
+    # values the backward reads only the shape of are freed as the forward goes
+    # (`numeric.kept`); not where a recompute re-runs forwards or offload copies them
+    early = ex.free and recompute is None and ex.host is None
+    dead = dead_after(plan) if early else ()
+    for k, p in enumerate(plan.ops):
+        moved = _forward_op(ex, p, cache)
+        saved.append(_kept(p, moved) if early else moved)
         if on_op is not None:
             on_op(p.op.output, ex.values[p.op.output])
+        for name in dead[k] if early else ():
+            _drop(ex, name, cache)
     if not backward:
         clear_saved()
         return {}
@@ -342,6 +386,10 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
     seed = distribute(np.full(loss.shape, loss_scale), seed_layout, plan.mesh)
     grads: dict = {plan.graph.loss: {seed_layout: seed}}
     regathered: set = set()
+    out: dict[str, DistTensor] = {}
+    complete = _first_readers(plan, params) if on_grad is not None else {}
+    if recompute is None or recompute.collectives:
+        cache.clear()  # the backward reads the moved inputs through `saved` only
     for k in reversed(range(len(plan.ops))):
         if k in segments:
             again = {} if recompute is not None and recompute.collectives else cache
@@ -352,10 +400,38 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         ins = saved[k]
         assert ins is not None
         _backward_op(ex, plan.ops[k], ins, grads, regathered)
+        release(ex, plan.ops[k], saved, k)
+        for name in complete.get(k, ()):
+            _hand_over(ex, name, grads, out, on_grad)
     clear_saved()
-    out: dict[str, DistTensor] = {}
     for name in params:
-        total = _collect(ex, name, grads, None) if name in grads else None
-        if total is not None:
-            out[name] = _reduce_gathered(ex, name, total)
+        _hand_over(ex, name, grads, out, on_grad)
     return out
+
+
+def _first_readers(plan: ShardingPlan, params: dict) -> dict[int, list[str]]:
+    """{op index: the parameters it is the first reader of}: their gradients are complete
+    once the backward reaches it."""
+    first: dict[str, int] = {}
+    for k, p in enumerate(plan.ops):
+        for name in p.op.inputs:
+            if name in params:
+                first.setdefault(name, k)
+    out: dict[int, list[str]] = {}
+    for name, k in first.items():
+        out.setdefault(k, []).append(name)
+    return out
+
+
+def _hand_over(ex: Execution, name: str, grads: dict, out: dict,
+               on_grad: Callable[[str, DistTensor], None] | None) -> None:
+    """A parameter's complete gradient, summed and reduced on its `gathered` axes, to
+    `on_grad` (or into `out`)."""
+    total = _collect(ex, name, grads, None) if name in grads else None
+    if total is None:
+        return
+    g = _reduce_gathered(ex, name, total)
+    if on_grad is None:
+        out[name] = g
+    else:
+        on_grad(name, g)

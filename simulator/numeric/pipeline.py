@@ -31,6 +31,7 @@ from simulator.numeric.execute import (
     _forward_op,
     _regather,
     _segments,
+    release,
     rerun,
 )
 from simulator.numeric.stacked_saved import clear_saved
@@ -123,7 +124,8 @@ class StagedRun:
         clear_saved()  # what a forward keeps for its backward is this micro-batch's only
         self._calls += 1
         plan, n = self.plan, self.stages
-        exs = [Execution(plan, ex.faults, comm_log=ex.comm_log, vectorised=ex.vectorised)
+        exs = [Execution(plan, ex.faults, comm_log=ex.comm_log, vectorised=ex.vectorised,
+                         free=ex.free)
                for _ in range(n)]
         reads = [{name for k in self._ops(s) for name in plan.ops[k].op.inputs}
                  for s in range(n)]
@@ -143,6 +145,9 @@ class StagedRun:
         ex.recomputed_ops += sum(len(run) for run in self._runs.values())
         if ex.host is not None:
             ex.host.saved(plan, saved)
+        if recompute is None or recompute.collectives:
+            for cache in caches:  # the backward reads the moved inputs through `saved` only
+                cache.clear()
         self._rerun = (recompute, gather, caches)
         out = self._backward(exs, saved, params, loss_scale) if backward else {}
         clear_saved()
@@ -205,6 +210,7 @@ class StagedRun:
                 ins = saved[k]
                 assert ins is not None
                 _backward_op(exs[s], plan.ops[k], ins, grads[s])
+                release(exs[s], plan.ops[k], saved, k)
             for name in [m for m in grads[s] if m in params]:
                 total = _collect(exs[s], name, grads[s], None)
                 if total is None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from simulator.graph.ops.einsum import contract
 from simulator.graph.ops.elementwise import keep_draws
-from simulator.numeric.mask_rows import clear_row_masks, global_index, row_mask
+from simulator.numeric.mask_rows import clear_row_masks, global_index, row_keep, row_mask
 from simulator.numeric.stacked import (
     Shape,
     StackCtx,
@@ -67,13 +67,12 @@ def clear_dropout_masks() -> None:
 
 
 def _dropped(x: np.ndarray, attrs: dict[str, Any], ctx: StackCtx) -> np.ndarray:
-    """x * the scaled keep-mask, as x * keep * (1 / (1 - p)): the same products (one
-    multiply by the row table's scaled mask where the ranks hold whole rows)."""
-    rows = row_mask(int(attrs.get("seed", 0)), _p(attrs), ctx.out_shape, ctx.out_offset,
+    """x * the scaled keep-mask, as x * keep * (1 / (1 - p)): the same products (the keep
+    from the row table where the ranks hold whole rows)."""
+    keep = row_keep(int(attrs.get("seed", 0)), _p(attrs), ctx.out_shape, ctx.out_offset,
                     ctx.batch_offset, x.shape[1:])
-    if rows is not None:
-        return np.multiply(x, rows, dtype=np.result_type(x, np.float64))
-    keep = _keep_of(attrs, ctx.out_shape, ctx.out_offset, ctx.batch_offset, x.shape[1:])
+    if keep is None:
+        keep = _keep_of(attrs, ctx.out_shape, ctx.out_offset, ctx.batch_offset, x.shape[1:])
     y = np.multiply(x, keep, dtype=np.result_type(x, np.float64))
     y *= 1.0 / (1.0 - _p(attrs))
     return y

@@ -15,6 +15,8 @@ bitwise those of the recomputation. What is kept lives for one micro-batch
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -24,14 +26,31 @@ from simulator.graph.ops.elementwise import _exp_neg2u, gelu_slope
 from simulator.graph.ops.norm import _axis, _ln_stats
 from simulator.numeric.stacked import StackedKernel, _lead, register_stacked
 
-__all__ = ["clear_saved"]
+__all__ = ["clear_saved", "not_kept"]
 
 # (kind, id(input stack), attribute) -> (the input stack, what its forward kept)
 _SAVED: dict[tuple[str, int, Any], tuple[np.ndarray, Any]] = {}
 _LIMIT = 256  # entries: a safety bound only; a micro-batch clears them
 
 
+_KEEPING = [True]  # False while a forward that runs no backward (`not_kept`) computes
+
+
+@contextmanager
+def not_kept() -> Iterator[None]:
+    """Forward kernels run in the block keep nothing: a forward-only run (verify's
+    first-micro-batch reference, run between the sharded run's operators) has no backward
+    to read it, and what it kept would stay until the sharded micro-batch clears it."""
+    _KEEPING[0] = False
+    try:
+        yield
+    finally:
+        _KEEPING[0] = True
+
+
 def _keep(kind: str, x: np.ndarray, attr: Any, value: Any) -> None:
+    if not _KEEPING[0]:
+        return
     if len(_SAVED) >= _LIMIT:
         _SAVED.pop(next(iter(_SAVED)))
     _SAVED[(kind, id(x), attr)] = (x, value)

@@ -1,12 +1,16 @@
 """`shardsim verify`: run the sharded plan on virtual numpy devices and compare every op
 output (first micro-batch), every parameter gradient and every updated parameter with a
-single-device run of the whole global batch (CONTRACT.md section 5)."""
+single-device run of the whole global batch (CONTRACT.md section 5). The whole-batch
+reference runs in a forked child beside the sharded run where that pays, and the first
+micro-batch's reference forward op by op beside the sharded one (`numeric.reference`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +20,8 @@ from threadpoolctl import threadpool_limits
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.numeric.cases import VerifyCase, build_case, staged_pipeline
+from simulator.numeric.compare import Check
+from simulator.numeric.compare import compare as _compare
 from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
 from simulator.numeric.execute import (
     Execution,
@@ -27,6 +33,7 @@ from simulator.numeric.execute import (
 from simulator.numeric.graph_recompute import graph_recompute
 from simulator.numeric.heap import kept_heap
 from simulator.numeric.host_trips import HostTrips, host_trips
+from simulator.numeric.inputs import _data, _params, _split_batch
 from simulator.numeric.optimizer import update
 from simulator.numeric.pipeline import (
     PipelineSplit,
@@ -38,6 +45,7 @@ from simulator.numeric.pipeline import (
     transformer_split,
 )
 from simulator.numeric.ps import PsRun, ps_step
+from simulator.numeric.reference import Beside, Streamed, fork_pays
 from simulator.numeric.stacked_offsets import clear_dropout_masks
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
 from simulator.schedule.model_program import layer_role, unsharded_roles
@@ -50,14 +58,6 @@ from simulator.sharding.plan import ShardingPlan, build_plan
 from simulator.sharding.rules import SignatureError
 
 __all__ = ["Check", "VerifyResult", "verify_scenario", "verify_case", "reduce_grad"]
-
-
-@dataclass(frozen=True)
-class Check:
-    tensor: str
-    max_abs_error: float
-    max_rel_error: float
-    ok: bool
 
 
 @dataclass(frozen=True)
@@ -89,36 +89,6 @@ class VerifyResult:
                 "checks": [{"tensor": c.tensor, "max_abs_error": c.max_abs_error,
                             "max_rel_error": c.max_rel_error, "ok": c.ok}
                            for c in self.checks]}
-
-
-def _data(graph: Graph, rng: np.random.Generator, dtype: type) -> dict[str, np.ndarray]:
-    """Random inputs: floats, or integer ids/labels in range of the op that reads them."""
-    out = {}
-    for t in graph.tensors.values():
-        if t.kind not in ("input", "label"):
-            continue
-        high = _index_range(graph, t.name)
-        out[t.name] = (rng.integers(0, high, t.shape) if high
-                       else rng.standard_normal(t.shape).astype(dtype))
-    return out
-
-
-def _index_range(graph: Graph, name: str) -> int | None:
-    for op in graph.consumers(name):
-        if op.type == "Gather" and op.inputs[1] == name:
-            return graph.tensors[op.inputs[0]].shape[0]
-        if op.type == "SoftmaxCrossEntropy" and op.inputs[1] == name:
-            return graph.tensors[op.inputs[0]].shape[-1]
-    return None
-
-
-def _params(graph: Graph, rng: np.random.Generator, dtype: type) -> dict[str, np.ndarray]:
-    return {t.name: (rng.standard_normal(t.shape) * 0.5).astype(dtype)
-            for t in graph.of_kind("parameter")}
-
-
-def _split_batch(data: dict[str, np.ndarray], parts: int) -> list[dict[str, np.ndarray]]:
-    return [{k: np.split(v, parts, axis=0)[i] for k, v in data.items()} for i in range(parts)]
 
 
 def _opt_layout(plan: ShardingPlan, name: str, shard: bool):
@@ -236,17 +206,23 @@ class _Outcome:
 def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
          ps: PsRun | None = None, vectorised: bool = True,
          recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset(),
-         runner=run_microbatch) -> _Outcome:
+         runner=run_microbatch,
+         on_act: Callable[[str, np.ndarray], None] | None = None) -> _Outcome:
     """`runner`: how one micro-batch runs (`run_microbatch`, or a graph's pipeline stages
-    on devices of their own, `numeric.pipeline.StagedRun`)."""
-    mesh, ex = plan.mesh, Execution(plan, faults, vectorised=vectorised)
+    on devices of their own, `numeric.pipeline.StagedRun`). The first micro-batch's op
+    outputs go to `on_act(name, value)` as they are computed (None: kept in the
+    outcome's `activations`)."""
+    mesh, ex = plan.mesh, Execution(plan, faults, vectorised=vectorised, free=True)
     params = {n: distribute(v, plan.layouts[n], mesh) for n, v in params0.items()}
     acts: dict[str, np.ndarray] = {}
     replica: dict[str, float] = {}
     total: dict[str, DistTensor] = {}
 
     def record(name: str, t: DistTensor) -> None:
-        acts[name] = assemble(t, mesh)
+        if on_act is None:
+            acts[name] = assemble(t, mesh)
+        else:
+            on_act(name, assemble(t, mesh))
         replica[name] = replica_mismatch(t, mesh)
 
     # the optimizer-sharding level (ZeRO stage; True counts as 1) of each parameter: 0 for
@@ -257,17 +233,24 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
     def regather(n: str) -> Any:  # a recompute pass's gather of a ZeRO-3 shard
         return _gather(ex, plan, n, held[n], again=True) if levels.get(n, 0) >= 3 else None
 
+    def accumulate(n: str, g: DistTensor) -> None:
+        # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
+        total[n] = add(total.get(n), _reduce(ex, plan, n, g, levels[n]) if levels[n] >= 2
+                       else g)
+
     for i, batch in enumerate(batches):
         rows = next(iter(batch.values())).shape[0] if batch else 0
         if any(v >= 3 for v in levels.values()):
             params = {n: _gather(ex, plan, n, t) if levels[n] >= 3 else t
                       for n, t in held.items()}
+        # each parameter's gradient is added to the accumulated one as soon as its
+        # backward is complete (`run_microbatch`'s on_grad), so that a micro-batch's
+        # gradients and the accumulated ones are not all held at once
+        extra = {"on_grad": accumulate} if runner is run_microbatch else {}
         local = runner(ex, params, batch, 1.0 / len(batches), record if i == 0 else None,
-                       batch_offset=i * rows, recompute=recompute, gather=regather)
+                       batch_offset=i * rows, recompute=recompute, gather=regather, **extra)
         for n, g in local.items():
-            # ZeRO-2/3 reduce-scatter every micro-batch's gradients and keep only the shard
-            total[n] = add(total.get(n),
-                           _reduce(ex, plan, n, g, levels[n]) if levels[n] >= 2 else g)
+            accumulate(n, g)
     counts: dict[str, int] = {}
     if ps is not None:
         new, reduced, counts = ps_step(plan, params, total, kind, lr, ps)
@@ -281,53 +264,15 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
                                    for n, t in new.items()}}, counts, ex.recomputed_ops)
 
 
-def _activations(plan: ShardingPlan, params0: dict[str, np.ndarray],
-                 batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every op output of the first micro-batch (its forward pass only)."""
-    acts: dict[str, np.ndarray] = {}
-
-    def record(name: str, t: DistTensor) -> None:
-        acts[name] = assemble(t, plan.mesh)
-
-    params = {n: distribute(v, plan.layouts[n], plan.mesh) for n, v in params0.items()}
-    run_microbatch(Execution(plan), params, batch, 1.0, record, backward=False)
-    return acts
+def _ignore(name: str, value: np.ndarray) -> None:
+    """The whole-batch reference's op outputs are not compared (its first micro-batch's
+    are, `reference.Streamed`)."""
 
 
 def _unsharded(graph: Graph) -> Graph:
     """The same graph with every strategy dropped: the single-device reference."""
     return Graph(graph.tensors, tuple(dataclasses.replace(op, strategy=None)
                                       for op in graph.ops))
-
-
-def _compare(name: str, got: np.ndarray, want: np.ndarray, tol: float,
-             floor: float = 1e-12) -> Check:
-    """Error relative to the largest reference value, or to `floor` where that is smaller
-    (a gradient that is zero in exact arithmetic, such as a key bias's under softmax, holds
-    rounding noise of the size of the other gradients' rounding)."""
-    if not want.size:
-        return Check(name, 0.0, 0.0, True)
-    err, top, bottom = _peaks(got, want)
-    scale = max(top, -bottom, floor)
-    return Check(name, err, err / scale, err / scale <= tol)
-
-
-_BLOCK = 1 << 16  # elements compared at a time
-
-
-def _peaks(got: np.ndarray, want: np.ndarray) -> tuple[float, float, float]:
-    """(max |got - want|, max want, min want), a cache-sized block at a time: one pass
-    over memory instead of five. NaN propagates as through np.max of the whole arrays."""
-    g, w = np.ravel(got), np.ravel(want)
-    if g.shape != w.shape:  # (shapes that only broadcast: compared whole)
-        g, w = (np.ravel(a) for a in np.broadcast_arrays(got, want))
-    errs, tops, bottoms = [], [], []
-    for a in range(0, w.size, _BLOCK):
-        wb = w[a:a + _BLOCK]
-        errs.append(np.max(np.abs(np.subtract(g[a:a + _BLOCK], wb))))
-        tops.append(np.max(wb))
-        bottoms.append(np.min(wb))
-    return float(np.max(errs)), float(np.max(tops)), float(np.min(bottoms))
 
 
 def _sent(key: SendKey, got: np.ndarray | None, want: np.ndarray, tol: float,
@@ -346,8 +291,8 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
                 name: str = "", ps: PsRun | None = None, vectorised: bool = True,
                 recompute: Recompute | None = None,
                 unsharded: frozenset[str] = frozenset(), enable_alltoall: bool = True,
-                pipeline: PipelineSplit | None = None, host: HostTrips | None = None
-                ) -> VerifyResult:
+                pipeline: PipelineSplit | None = None, host: HostTrips | None = None,
+                fork: bool | None = None) -> VerifyResult:
     """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
     one thread: verify's products are a device's blocks of small or shrunk models, where a
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
@@ -359,7 +304,8 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
     try:
         with threadpool_limits(limits=1, user_api="blas"), kept_heap():
             return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
-                           vectorised, recompute, unsharded, enable_alltoall, pipeline, host)
+                           vectorised, recompute, unsharded, enable_alltoall, pipeline, host,
+                           fork)
     finally:
         clear_dropout_masks()  # the memoised keep-masks are this run's only
         if collecting:
@@ -370,7 +316,7 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
             faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool,
             recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset(),
             enable_alltoall: bool = True, pipeline: PipelineSplit | None = None,
-            host: HostTrips | None = None) -> VerifyResult:
+            host: HostTrips | None = None, fork: bool | None = None) -> VerifyResult:
     faults = faults or Faults()
     rng = np.random.default_rng(seed)
     dtype, m = case.dtype, case.micro_batches
@@ -379,21 +325,28 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
     batches = (_split_batch(data, m) if not case.separate
                else [data] + [_data(case.whole, rng, dtype) for _ in range(m - 1)])
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize, enable_alltoall)
-    t0 = time.perf_counter()
-    stages = None if pipeline is None else StagedRun(plan, pipeline.stage_of,
-                                                      pipeline.faults)
-    runner = stages or run_microbatch
-    got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps, vectorised,
-               recompute, unsharded, host.runner(runner) if host else runner)
-    t1 = time.perf_counter()
     one = Mesh.of(single=1)
-    ref = _run(build_plan(_unsharded(case.whole), one), params,
-               batches if case.separate else [data], optimizer, lr, False, Faults())
-    ref_acts = _activations(build_plan(_unsharded(case.micro_reference), one), params,
-                            batches[0])
-    phases = {"sharded": t1 - t0, "reference": time.perf_counter() - t1}
+    whole = build_plan(_unsharded(case.whole), one)
+    ref_batches = batches if case.separate else [data]
     tol = 1e-4 if dtype == np.float32 else 1e-5
-    checks = [_compare(n, got.activations[n], ref_acts[n], tol) for n in ref_acts]
+    if fork is None:
+        fork = fork_pays(sum(math.prod(t.shape) for t in case.whole.tensors.values()))
+    t0 = time.perf_counter()
+    with Beside(lambda: _run(whole, params, ref_batches, optimizer, lr, False, Faults(),
+                             on_act=_ignore), fork) as beside:
+        stages = None if pipeline is None else StagedRun(plan, pipeline.stage_of,
+                                                          pipeline.faults)
+        runner = stages or run_microbatch
+        streamed = Streamed(build_plan(_unsharded(case.micro_reference), one), params,
+                            batches[0], tol)
+        got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps,
+                   vectorised, recompute, unsharded, host.runner(runner) if host else runner,
+                   on_act=streamed)
+        t1 = time.perf_counter()
+        ref = beside.result()
+    phases = {"sharded": t1 - t0, "reference": beside.seconds,
+              "waited": time.perf_counter() - t1, "forked": float(fork)}
+    checks = streamed.checks()
     grad_scale = max((float(np.max(np.abs(g))) for g in ref.grads.values() if g.size),
                      default=0.0)
     checks += [_compare(f"{n}.grad", got.grads[n], ref.grads[n], tol, 1e-6 * grad_scale)
@@ -435,14 +388,16 @@ def _split(s: Scenario, case: VerifyCase, hw: Any, faults: SendFaults | None
 
 def verify_scenario(s: Scenario, faults: Faults | None = None,
                     fused_attention: bool = False, hw: Any = None,
-                    send_faults: SendFaults | None = None,
+                    send_faults: SendFaults | None = None, fork: bool | None = None,
                     selective: SelectivePolicy = "attention_core") -> VerifyResult:
     """Verify a scenario's plan; InputError when its strategies cannot be planned.
     `fused_attention`: the hardware profile's default for `model.attention: auto`, so that
     verify proves the plan `run` times; `hw`: that profile, which prices the balanced split
     of an mlp, resnet or graph pipeline as `run` does (without it: units balanced by
-    count). `send_faults`: mutations of those pipelines' sends (tests). `selective`: what
-    the stack's selective recompute re-runs (schedule.recompute_policy), as `run` prices it."""
+    count). `send_faults`: mutations of those pipelines' sends (tests). `fork`: run the
+    whole-batch reference in a child process (None: where it pays, `reference.fork_pays`).
+    `selective`: what the stack's selective recompute re-runs (schedule.recompute_policy),
+    as `run` prices it."""
     copies = s.parallel.overlap.copies
     if copies > 1 and not isinstance(s.model, GraphModel):
         # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
@@ -468,7 +423,8 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
                              if isinstance(s.model, TransformerModel) else frozenset(),
                              enable_alltoall=s.parallel.enable_alltoall,
                              pipeline=split, host=None if isinstance(
-                                 s.model, TransformerModel) else host_trips(s, case.sharded))
+                                 s.model, TransformerModel) else host_trips(s, case.sharded),
+                             fork=fork)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not isinstance(s.model, GraphModel):
