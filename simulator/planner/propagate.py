@@ -46,7 +46,7 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import data_parallel_default, dataset_layout
 from simulator.sharding.placement import B, Partial
 from simulator.sharding.plan import Strategy, _resolve, op_internal_steps
-from simulator.sharding.redistribute import plan_redistribution
+from simulator.sharding.redistribute import plan_costs, plan_redistribution
 from simulator.sharding.rules import Signature, SignatureError, signatures, split_label
 
 __all__ = ["Problem", "Propagation", "build_problem", "propagate", "redistribution_cost"]
@@ -198,8 +198,8 @@ def _matrix(src: list[Layout], dst: list[Layout], shape: tuple[int, ...], mesh: 
     of distinct layouts."""
     si = {x: k for k, x in enumerate(dict.fromkeys(src))}
     di = {x: k for k, x in enumerate(dict.fromkeys(dst))}
-    small = np.array([[redistribution_cost(a, b, shape, mesh, itemsize) for b in di]
-                      for a in si])
+    targets = tuple(di)
+    small = np.array([plan_costs(a, targets, shape, mesh, itemsize) for a in si])
     return small[np.ix_([si[x] for x in src], [di[x] for x in dst])]
 
 

@@ -36,12 +36,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from simulator.cost.collectives import busbw_factor
-from simulator.sharding.layout import Layout
+from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import B, Broadcast, P, Partial, Placement, Shard
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from simulator.hardware.schema import HardwareProfile
 
 __all__ = ["RedistStep", "plan_redistribution", "step_kind", "COMM_KINDS", "StepCost",
-           "moved_bytes", "link_seconds", "plan_cost"]
+           "moved_bytes", "link_seconds", "plan_cost", "plan_costs"]
 
 # send_recv: an op's own point-to-point exchange (a convolution's halo, graph.ops.halo); the
 # layout search never plans one
@@ -198,52 +198,126 @@ def _moves(state: tuple[int, ...], ctx: _Ctx) -> tuple[_Move, ...]:
     return tuple(out)
 
 
-@lru_cache(maxsize=1 << 12)
 def _rounded(total: float) -> float:
     # 12 significant digits: equal-cost orders summed in another order still tie.
     return float(f"{total:.12g}")
 
 
-_Tree = dict[tuple[int, ...], tuple[tuple[int, ...], RedistStep]]
+# A search key (cost, collectives, reductions, steps) is held as (cost, packed) with the three
+# counts packed in one int, most significant first: tuples compare the same, in fewer steps.
+_COUNT_BITS = 21
+_Move4 = tuple[int, float, int, int]  # next layout's number, price, packed counts, position
 
 
-@dataclass
+class _Space:
+    """The layouts one context's searches reach, numbered, with each one's moves as
+    (next number, price, packed counts of the move, its position in `_moves`) and the
+    rounding of every total met: built once per context and shared by the searches from
+    every source, so a search's inner loop indexes and compares small values."""
+
+    def __init__(self, ctx: _Ctx) -> None:
+        self.ctx = ctx
+        self.index: dict[tuple[int, ...], int] = {}
+        self.states: list[tuple[int, ...]] = []
+        self.adj: list[tuple[_Move4, ...] | None] = []
+        self.rounded: dict[float, float] = {}
+
+    def id(self, state: tuple[int, ...]) -> int:
+        i = self.index.get(state)
+        if i is None:
+            i = self.index[state] = len(self.states)
+            self.states.append(state)
+            self.adj.append(None)
+        return i
+
+    def moves(self, i: int) -> tuple[_Move4, ...]:
+        out = self.adj[i]
+        if out is None:
+            out = self.adj[i] = tuple(
+                (self.id(nxt), price,
+                 (comm << 2 * _COUNT_BITS) + (red << _COUNT_BITS) + 1, pos)
+                for pos, (nxt, _, price, comm, red) in enumerate(
+                    _moves(self.states[i], self.ctx)))
+        return out
+
+    def step(self, i: int, pos: int) -> RedistStep:
+        """The move at `pos` out of layout i."""
+        return _moves(self.states[i], self.ctx)[pos][1]
+
+
+@lru_cache(maxsize=1 << 6)
+def _space(ctx: _Ctx) -> _Space:
+    return _Space(ctx)
+
+
 class _Dijkstra:
     """Dijkstra from one layout over legal steps, run only as far as the targets asked so
     far need (one search answers every target of the same source). Keys: (cost,
     collectives, reductions, steps), so among equal costs fewer collectives win, then
     fewer reducing ones (all_gather + slice over to_partial + reduce_scatter), then fewer
-    steps. `back`: each reached layout's last step; a layout's entry is final once it has
-    been popped (`done`): every key left on the heap is at least its own and prices are
-    not negative, so no later path improves it, and the answer is the full search's."""
+    steps; among equal keys the path found first. `back`: each reached layout's last step
+    (its predecessor and the move's position); a layout's entry is final once it has been
+    popped (`done`): every key left on the heap is at least its own and prices are not
+    negative, so no later path improves it (a move into a final layout is not even
+    priced: its key would be larger), and the answer is the full search's. `total`: each
+    final layout's cost, unrounded (the sum of its steps' prices in path order)."""
 
-    start: tuple[int, ...]
-    ctx: _Ctx
-    best: dict = field(default_factory=dict)
-    back: _Tree = field(default_factory=dict)
-    heap: list = field(default_factory=list)
-    done: set = field(default_factory=set)
-    seq: int = 0
+    def __init__(self, start: tuple[int, ...], ctx: _Ctx) -> None:
+        self.space = _space(ctx)
+        self.start = self.space.id(start)
+        self.cost: dict[int, float] = {self.start: 0.0}  # best key, rounded cost part
+        self.counts: dict[int, int] = {self.start: 0}  # best key, packed counts part
+        self.seqs: dict[int, int] = {self.start: 0}  # heap entry of the best key
+        self.back: dict[int, tuple[int, int]] = {}
+        self.total: dict[int, float] = {}
+        self.heap: list[tuple[float, int, int, float, int]] = [(0.0, 0, 0, 0.0, self.start)]
+        self.done: set[int] = set()
+        self.seq = 0
 
-    def __post_init__(self) -> None:
-        self.best[self.start] = (0.0, 0, 0, 0)
-        self.heap.append((self.best[self.start], 0, 0.0, self.start))
-
-    def settle(self, goal: tuple[int, ...]) -> _Tree:
+    def settle(self, goal: int) -> None:
         """Search on until `goal` is final (or every reachable layout is)."""
-        while goal not in self.done and self.heap:
-            key, _, total, state = heapq.heappop(self.heap)
-            if key > self.best[state] or state in self.done:
+        space, done, heap, back = self.space, self.done, self.heap, self.back
+        cost, counts, seqs, total_of = self.cost, self.counts, self.seqs, self.total
+        adj, rounded = space.adj, space.rounded
+        pop, push, seq = heapq.heappop, heapq.heappush, self.seq
+        while goal not in done and heap:
+            r0, c0, s0, total, i = pop(heap)
+            if s0 != seqs[i]:  # superseded by a better key (pushed later)
                 continue
-            self.done.add(state)
-            for nxt, step, price, comm, red in _moves(state, self.ctx):
-                k = (_rounded(total + price), key[1] + comm, key[2] + red, key[3] + 1)
-                old = self.best.get(nxt)
-                if old is None or k < old:
-                    self.seq += 1
-                    self.best[nxt], self.back[nxt] = k, (state, step)
-                    heapq.heappush(self.heap, (k, self.seq, total + price, nxt))
-        return self.back
+            done.add(i)
+            total_of[i] = total
+            for j, price, inc, pos in adj[i] or space.moves(i):
+                if j in done:
+                    continue
+                if price:
+                    t = total + price
+                    r = rounded.get(t)
+                    if r is None:
+                        r = rounded[t] = _rounded(t)
+                else:  # total + 0.0 is total, whose rounding is r0
+                    t, r = total, r0
+                c = c0 + inc
+                old = cost.get(j)
+                if old is None or r < old or (r == old and c < counts[j]):
+                    seq += 1
+                    cost[j], counts[j], seqs[j], back[j] = r, c, seq, (i, pos)
+                    push(heap, (r, c, seq, t, j))
+        self.seq = seq
+
+    def path(self, goal: int) -> list[tuple[int, int]]:
+        """The cheapest path to `goal`: (layout number, move position) of each step."""
+        self.settle(goal)
+        path = []
+        while goal != self.start:
+            goal, pos = self.back[goal]
+            path.append((goal, pos))
+        return path[::-1]
+
+    def price(self, goal: int) -> float:
+        """`plan_cost` of the path to `goal` (its prices summed in path order, as
+        `plan_cost` sums them)."""
+        prices = [self.space.moves(i)[pos][1] for i, pos in self.path(goal)]
+        return float(sum(p for p in prices if p))
 
 
 @lru_cache(maxsize=1 << 9)
@@ -254,11 +328,8 @@ def _tree(start: tuple[int, ...], ctx: _Ctx) -> _Dijkstra:
 
 def _search(start: tuple[int, ...], goal: tuple[int, ...], ctx: _Ctx
             ) -> tuple[RedistStep, ...]:
-    back, path, state = _tree(start, ctx).settle(goal), [], goal
-    while state != start:
-        state, step = back[state]
-        path.append(step)
-    return tuple(reversed(path))
+    tree = _tree(start, ctx)
+    return tuple(tree.space.step(i, pos) for i, pos in tree.path(tree.space.id(goal)))
 
 
 @lru_cache(maxsize=1 << 14)
@@ -271,6 +342,35 @@ def _plan(src: Layout, dst: Layout, ctx: _Ctx) -> tuple[RedistStep, ...]:
             steps.append(RedistStep("relabel", a, before, Layout(tuple(cur)), 0.0))
     return tuple(steps) + _search(tuple(_code(p) for p in cur),
                                   tuple(_code(p) for p in dst.placements), ctx)
+
+
+@lru_cache(maxsize=1 << 12)
+def plan_costs(src: Layout, dsts: tuple[Layout, ...], shape: tuple[int, ...], mesh: Mesh,
+               itemsize: int = 4) -> tuple[float, ...]:
+    """`plan_cost(plan_redistribution(src, dst, shape, mesh, itemsize))` for each dst
+    (bytes one device sends, `moved_bytes`), inf where plan_redistribution raises
+    LayoutError: the same plans, read off the search without building their steps."""
+    try:
+        src.check(shape, mesh, uneven=True)
+    except LayoutError:
+        return (math.inf,) * len(dsts)
+    ctx = _Ctx(tuple(shape), mesh, itemsize, moved_bytes, True)
+    out = []
+    for dst in dsts:
+        try:
+            dst.check(shape, mesh, uneven=True)
+        except LayoutError:
+            out.append(math.inf)
+            continue
+        if src == dst:
+            out.append(0.0)
+            continue
+        # axes of one device are relabelled first, free (as `_plan` does)
+        start = tuple(_code(d if size == 1 else p) for p, d, size
+                      in zip(src.placements, dst.placements, mesh.shape))
+        tree = _tree(start, ctx)
+        out.append(tree.price(tree.space.id(tuple(_code(p) for p in dst.placements))))
+    return tuple(out)
 
 
 def plan_redistribution(src: Layout, dst: Layout, shape: tuple[int, ...], mesh: Mesh,
