@@ -98,7 +98,21 @@ def with_dataset(graph: Graph, s: Scenario, mesh: Mesh) -> Graph:
 def propagated(s: Scenario) -> Propagation:
     """Sharding propagation over the scenario's graph with `parallel.search`; InputError for
     a configured strategy no rule allows, or when dynamic_programming meets a graph that is
-    not chains and trees."""
+    not chains and trees. One propagation per scenario (its JSON), however many callers
+    ask (verify's work estimate, then its run): the result is a function of the scenario's
+    fields, `source` among them."""
+    key = s.model_dump_json()
+    if key not in _PROPAGATED:
+        if len(_PROPAGATED) >= 8:
+            _PROPAGATED.pop(next(iter(_PROPAGATED)))
+        _PROPAGATED[key] = _propagate(s)
+    return _PROPAGATED[key]
+
+
+_PROPAGATED: dict[str, Propagation] = {}
+
+
+def _propagate(s: Scenario) -> Propagation:
     from simulator.planner.propagate import propagate
     from simulator.planner.propagate_solvers import NotATree
 

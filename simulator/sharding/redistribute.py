@@ -143,13 +143,6 @@ class _Ctx:
     enable_alltoall: bool
 
 
-def _bytes(kind: str, axis: int, before: Layout, ctx: _Ctx) -> float:
-    if kind not in COMM_KINDS:
-        return 0.0
-    n = math.prod(before.local_shape(ctx.shape, ctx.mesh)) * ctx.itemsize
-    return float(n * ctx.mesh.shape[axis] if kind == "all_gather" else n)
-
-
 # Inside the search a layout is a tuple of small ints (hashed and compared in C):
 # Shard(d) -> d, B -> -1, P -> -2.
 _B, _P = -1, -2
@@ -172,30 +165,73 @@ def _innermost(state: tuple[int, ...], axis: int, c: int, sizes: tuple[int, ...]
                             for b, s in enumerate(state[axis + 1:], axis + 1))
 
 
+def _kind(src: int, dst: int) -> str | None:
+    """`step_kind` on codes."""
+    if src == dst:
+        return None
+    if dst == _P:
+        return "to_partial"
+    if src == _P:
+        return "all_reduce" if dst == _B else "reduce_scatter"
+    if src == _B:
+        return "slice"
+    return "all_gather" if dst == _B else "all_to_all"
+
+
+_Legal = tuple[tuple[int, ...], str, int, float]
+
+
+@lru_cache(maxsize=1 << 16)
+def _legal(state: tuple[int, ...], ctx: _Ctx) -> tuple[_Legal, ...]:
+    """Every legal single-axis step out of `state`, inner axes first: (next state, kind,
+    axis, bytes), on codes only. `bytes` follows nccl-tests (module docstring) for the
+    largest block (`Layout.local_shape`)."""
+    out = []
+    sizes = ctx.mesh.shape
+    local = list(ctx.shape)  # `Layout.local_shape` of `state`
+    for c, size in zip(state, sizes):
+        if c >= 0:
+            local[c] = -(-local[c] // size)
+    n = math.prod(local) * ctx.itemsize
+    for a in reversed(range(len(sizes))):
+        if sizes[a] == 1 or not _innermost(state, a, state[a], sizes):
+            continue
+        for c in (_B, *range(len(ctx.shape)), _P):
+            kind = _kind(state[a], c)
+            if kind is None or not _innermost(state, a, c, sizes) or (
+                    kind == "all_to_all" and not ctx.enable_alltoall):
+                continue
+            nbytes = (0.0 if kind not in COMM_KINDS else
+                      float(n * sizes[a] if kind == "all_gather" else n))
+            out.append((state[:a] + (c,) + state[a + 1:], kind, a, nbytes))
+    return tuple(out)
+
+
 _Move = tuple[tuple[int, ...], RedistStep, float, int, int]
 
 
 @lru_cache(maxsize=1 << 16)
 def _moves(state: tuple[int, ...], ctx: _Ctx) -> tuple[_Move, ...]:
-    """Every legal single-axis step out of `state`, inner axes first: (next state, step,
-    price, 1 if a collective, 1 if a reduction)."""
+    """`_legal`'s steps as RedistSteps: (next state, step, price, 1 if a collective, 1 if a
+    reduction)."""
     out = []
-    sizes = ctx.mesh.shape
     before = Layout(tuple(_placement(c) for c in state))
-    for a in reversed(range(len(sizes))):
-        if sizes[a] == 1 or not _innermost(state, a, state[a], sizes):
-            continue
-        for c in (_B, *range(len(ctx.shape)), _P):
-            kind = step_kind(before.placements[a], _placement(c))
-            if kind is None or not _innermost(state, a, c, sizes) or (
-                    kind == "all_to_all" and not ctx.enable_alltoall):
-                continue
-            nxt = state[:a] + (c,) + state[a + 1:]
-            step = RedistStep(kind, a, before, Layout(tuple(_placement(x) for x in nxt)),
-                              _bytes(kind, a, before, ctx))
-            out.append((nxt, step, ctx.cost(step, ctx.mesh), int(step.is_comm),
-                        int(kind in _REDUCING)))
+    for nxt, kind, a, nbytes in _legal(state, ctx):
+        step = RedistStep(kind, a, before, Layout(tuple(_placement(x) for x in nxt)), nbytes)
+        out.append((nxt, step, ctx.cost(step, ctx.mesh), int(step.is_comm),
+                    int(kind in _REDUCING)))
     return tuple(out)
+
+
+def _priced(state: tuple[int, ...], ctx: _Ctx) -> list[tuple[tuple[int, ...], float, int, int]]:
+    """(next state, price, 1 if a collective, 1 if a reduction) of each of `_moves`; under
+    `moved_bytes` priced on codes (the same product `moved_bytes` takes) without the steps."""
+    if ctx.cost is not moved_bytes:
+        return [(nxt, price, comm, red) for nxt, _, price, comm, red in _moves(state, ctx)]
+    sizes = ctx.mesh.shape
+    return [(nxt, busbw_factor(kind, sizes[a]) * nbytes if kind in COMM_KINDS else 0.0,
+             int(kind in COMM_KINDS), int(kind in _REDUCING))
+            for nxt, kind, a, nbytes in _legal(state, ctx)]
 
 
 def _rounded(total: float) -> float:
@@ -236,8 +272,8 @@ class _Space:
             out = self.adj[i] = tuple(
                 (self.id(nxt), price,
                  (comm << 2 * _COUNT_BITS) + (red << _COUNT_BITS) + 1, pos)
-                for pos, (nxt, _, price, comm, red) in enumerate(
-                    _moves(self.states[i], self.ctx)))
+                for pos, (nxt, price, comm, red) in enumerate(
+                    _priced(self.states[i], self.ctx)))
         return out
 
     def step(self, i: int, pos: int) -> RedistStep:
@@ -259,35 +295,49 @@ class _Dijkstra:
     (its predecessor and the move's position); a layout's entry is final once it has been
     popped (`done`): every key left on the heap is at least its own and prices are not
     negative, so no later path improves it (a move into a final layout is not even
-    priced: its key would be larger), and the answer is the full search's. `total`: each
-    final layout's cost, unrounded (the sum of its steps' prices in path order)."""
+    priced: its key would be larger), and the answer is the full search's. Per layout
+    number (lists, grown as the space numbers more layouts): the best key's rounded cost
+    (None: not reached) and packed counts, its heap entry's sequence number, `back`."""
 
     def __init__(self, start: tuple[int, ...], ctx: _Ctx) -> None:
         self.space = _space(ctx)
         self.start = self.space.id(start)
-        self.cost: dict[int, float] = {self.start: 0.0}  # best key, rounded cost part
-        self.counts: dict[int, int] = {self.start: 0}  # best key, packed counts part
-        self.seqs: dict[int, int] = {self.start: 0}  # heap entry of the best key
-        self.back: dict[int, tuple[int, int]] = {}
-        self.total: dict[int, float] = {}
+        self.cost: list[float | None] = []
+        self.counts: list[int] = []
+        self.seqs: list[int] = []
+        self.back: list[tuple[int, int] | None] = []
+        self.done = bytearray()
+        self._grow()
+        self.cost[self.start], self.counts[self.start], self.seqs[self.start] = 0.0, 0, 0
         self.heap: list[tuple[float, int, int, float, int]] = [(0.0, 0, 0, 0.0, self.start)]
-        self.done: set[int] = set()
         self.seq = 0
+
+    def _grow(self) -> None:
+        more = len(self.space.states) - len(self.done)
+        self.cost += [None] * more
+        self.counts += [0] * more
+        self.seqs += [0] * more
+        self.back += [None] * more
+        self.done += bytes(more)
 
     def settle(self, goal: int) -> None:
         """Search on until `goal` is final (or every reachable layout is)."""
         space, done, heap, back = self.space, self.done, self.heap, self.back
-        cost, counts, seqs, total_of = self.cost, self.counts, self.seqs, self.total
-        adj, rounded = space.adj, space.rounded
+        cost, counts, seqs = self.cost, self.counts, self.seqs
+        adj, states, rounded = space.adj, space.states, space.rounded
         pop, push, seq = heapq.heappop, heapq.heappush, self.seq
-        while goal not in done and heap:
+        if goal >= len(done):
+            self._grow()
+        while not done[goal] and heap:
             r0, c0, s0, total, i = pop(heap)
             if s0 != seqs[i]:  # superseded by a better key (pushed later)
                 continue
-            done.add(i)
-            total_of[i] = total
-            for j, price, inc, pos in adj[i] or space.moves(i):
-                if j in done:
+            done[i] = 1
+            moves = adj[i] or space.moves(i)
+            if len(done) < len(states):
+                self._grow()
+            for j, price, inc, pos in moves:
+                if done[j]:
                     continue
                 if price:
                     t = total + price
@@ -297,7 +347,7 @@ class _Dijkstra:
                 else:  # total + 0.0 is total, whose rounding is r0
                     t, r = total, r0
                 c = c0 + inc
-                old = cost.get(j)
+                old = cost[j]
                 if old is None or r < old or (r == old and c < counts[j]):
                     seq += 1
                     cost[j], counts[j], seqs[j], back[j] = r, c, seq, (i, pos)
@@ -309,7 +359,10 @@ class _Dijkstra:
         self.settle(goal)
         path = []
         while goal != self.start:
-            goal, pos = self.back[goal]
+            step = self.back[goal]
+            if step is None:  # not reachable: as the search over every layout, KeyError
+                raise KeyError(self.space.states[goal])
+            goal, pos = step
             path.append((goal, pos))
         return path[::-1]
 
