@@ -24,7 +24,8 @@ from simulator.schedule.pipeline import steady_window
 __all__ = ["Estimate", "estimate_run", "estimate_every_micro_batch", "estimate_verify",
            "check_budget", "shortened_run",
            "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "DEFAULT_MAX_VERIFY_GFLOP",
-           "STEADY_MIN_EVENTS", "estimate_verify_gflop"]
+           "STEADY_MIN_EVENTS", "estimate_verify_gflop", "estimate_propagation",
+           "DEFAULT_MAX_LAYOUT_PAIRS"]
 
 # 5e5 events simulate in 10-20 s on one core (issue 13: 4.4e6 events in 135 s; 1.7e6 in
 # 59 s for gpt3-175b-1024-a100 --fidelity full on a loaded 2-core machine)
@@ -36,6 +37,10 @@ DEFAULT_MAX_VERIFY_DEVICES = 1024
 # and the single-device reference; a graph is run at the shapes it gives, not shrunk): float64
 # numpy reaches about 15 GFLOP/s on one core at best (benchmarks/verify_speed.py)
 DEFAULT_MAX_VERIFY_GFLOP = 20
+# (source, layout) pairs sharding propagation may search (`estimate_propagation`): seed (c)
+# on 16 devices (a 2x2x2x2 mesh) counts 7.2e6 and propagates in about 2.5 s of CPU; on 32
+# (five axes) 2.5e8, and ran over a minute in 1.2 GB (issue 13)
+DEFAULT_MAX_LAYOUT_PAIRS = 10_000_000
 
 # Above this many events for every micro-batch, `run` simulates a shortened steady state
 # twice and extends it (`shortened_run`, `simulator.simulate`); below, it simulates every
@@ -245,6 +250,28 @@ def estimate_verify_gflop(s: Scenario) -> Estimate | None:
     return Estimate(math.ceil(gflop), "model.tensors",
                     "matrix GFLOP of the graph's forward and backward, run sharded and on one "
                     "device at the shapes model.tensors gives")
+
+
+def estimate_propagation(s: Scenario, shapes: set[tuple[int, ...]],
+                         mesh_shape: tuple[int, ...]) -> Estimate:
+    """(Source, layout) pairs the redistribution searches of sharding propagation may visit
+    (`planner/propagate.py`, `sharding/redistribute.py`): a tensor of rank r on k mesh axes
+    of more than one device has (r + 2)^k layouts (B, P or a split of one of its dims on
+    each axis), and every layout may be the source of a search that visits all of them; the
+    searches are shared by the tensors of one shape (`shapes`: those the operators read).
+    The count grows as the square of (r + 2)^k: with the number of mesh axes, which the
+    device count sets (one axis per prime factor) unless model.mesh names them."""
+    k = sum(1 for n in mesh_shape if n > 1)
+    count = sum(((len(sh) + 2) ** k) ** 2 for sh in shapes)
+    axes = "*".join(str(n) for n in mesh_shape)
+    if isinstance(s.model, GraphModel) and s.model.mesh is not None:
+        key, why = "model.mesh", f"the mesh {axes} of model.mesh"
+    else:
+        key, why = "cluster.nodes", (f"the mesh {axes} of the {math.prod(mesh_shape)} "
+                                     "devices, one axis per prime factor")
+    return Estimate(count, key, f"{why}: {k} axes of more than one device; the tensors' "
+                    f"(rank + 2)^{k} layouts, squared, summed over their "
+                    f"{len(shapes)} shapes")
 
 
 def check_budget(est: Estimate, limit: int, source: str, unit: str, flag: str) -> None:

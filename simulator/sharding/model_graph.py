@@ -117,6 +117,7 @@ def _propagate(s: Scenario) -> Propagation:
     from simulator.planner.propagate_solvers import NotATree
 
     graph, mesh = written_graph(s)
+    _check_work(s, graph, mesh)
     try:
         return propagate(graph, mesh, DTYPE_BYTES[s.model.dtype], s.parallel.search)
     except NotATree as exc:
@@ -124,6 +125,22 @@ def _propagate(s: Scenario) -> Propagation:
                          "use ilp (exact on any graph) or sharding_propagation") from None
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
+
+
+def _check_work(s: Scenario, graph: Graph, mesh: Mesh) -> None:
+    """InputError naming the key that drives it when propagation would search more layout
+    pairs than `budget.DEFAULT_MAX_LAYOUT_PAIRS` (it grows with the number of mesh axes)."""
+    from simulator.budget import DEFAULT_MAX_LAYOUT_PAIRS, estimate_propagation
+
+    shapes = {graph.tensors[name].shape for op in graph.ops for name in op.inputs}
+    est = estimate_propagation(s, shapes, mesh.shape)
+    if est.count > DEFAULT_MAX_LAYOUT_PAIRS:
+        raise InputError(s.source, est.key, f"parallel.mode=auto: about {est.count:,} "
+                         f"layout pairs for sharding propagation to search ({est.detail}), "
+                         f"above the limit of {DEFAULT_MAX_LAYOUT_PAIRS:,}; give model.mesh "
+                         "with fewer, larger axes (each of more than one device multiplies "
+                         "the count), use fewer devices, or write the strategies "
+                         "(parallel.mode=semi_auto)")
 
 
 def planned_graph(s: Scenario) -> tuple[Graph, Mesh]:
