@@ -24,7 +24,8 @@ free and lets an outer axis slice the dim first, so a reduce_scatter re-nests th
 (`B,S(0) -> S(0),S(0)` on 2 x 2: 32 B per device for an (8, 4) float32, not two
 all_to_alls' 48 B). `enable_alltoall=False` (MindSpore's
 `set_auto_parallel_context(enable_alltoall=False)`) forbids all_to_all, so S(d) -> S(e)
-becomes all_gather + slice.
+becomes all_gather + slice. One search per source answers every target (`plan_costs`
+prices a row of propagation's cost tables from it).
 
 `bytes` of a step follows nccl-tests (all_gather: the gathered buffer; reduce_scatter: the
 input; others: the buffer) for ONE device's largest block; an uneven all_gather gathers
