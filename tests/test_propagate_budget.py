@@ -1,44 +1,56 @@
-"""Sharding propagation refuses, before searching, a mesh whose layout count it cannot search
-in seconds (`budget.estimate_propagation`): one axis more multiplies the (rank + 2)^k layouts
-of every tensor."""
+"""Sharding propagation refuses, before working, a mesh it cannot search in seconds: one
+mesh axis more multiplies the signatures it enumerates (`budget.estimate_signatures`) and the
+(rank + 2)^k layouts each redistribution search may visit (`budget.estimate_propagation`)."""
 
 from __future__ import annotations
 
-from simulator.budget import DEFAULT_MAX_LAYOUT_PAIRS, estimate_propagation
+from simulator.budget import (
+    DEFAULT_MAX_LAYOUT_PAIRS,
+    DEFAULT_MAX_SIGNATURES,
+    estimate_propagation,
+    estimate_signatures,
+)
 from simulator.cli._common import load_scenario
 
+REMEDY = ("give model.mesh with fewer, larger axes (each of more than one device multiplies "
+          "the count), use fewer devices, or write the strategies (parallel.mode=semi_auto)")
+HEAD = "error: scenarios/seed-c-resnet-boundary.yaml: cluster.nodes: parallel.mode=auto: about "
 
-def test_the_estimate_is_the_squared_layout_count_summed_over_shapes():
+
+def test_the_estimates_are_their_closed_forms():
     s = load_scenario("seed-c-propagate", []).scenario
-    # a rank-4 and a rank-2 shape on 2 x 1 x 2: k = 2 axes of more than one device
-    est = estimate_propagation(s, {(8, 4, 6, 6), (8, 10)}, (2, 1, 2))
-    assert est.count == (6 ** 2) ** 2 + (4 ** 2) ** 2
-    assert est.key == "cluster.nodes"
+    # 3 sources of a rank-4 shape, 2 of a rank-2 one, on 2 x 1 x 2: k = 2 axes of >1 device
+    est = estimate_propagation(s, {(8, 4, 6, 6): 3, (8, 10): 2}, (2, 1, 2))
+    assert (est.count, est.key) == (3 * 6 ** 2 + 2 * 4 ** 2, "cluster.nodes")
+    assert estimate_signatures(s, [8, 5], (2, 1, 2)).count == 8 ** 3 + 5 ** 3
 
 
-def test_seed_c_on_32_devices_is_refused_naming_cluster_nodes(invoke_cli):
-    result = invoke_cli("explain", "seed-c-resnet-boundary", "--set", "cluster.nodes=4",
+def _last_line(invoke_cli, nodes: int) -> str:
+    result = invoke_cli("explain", "seed-c-resnet-boundary", "--set", f"cluster.nodes={nodes}",
                         "--set", "parallel.mode=auto")
     assert result.exit_code == 2
-    # 4 shapes of rank 4, 7 of rank 2 and 1 of rank 1 on five axes of 2 devices
-    count = 4 * (6 ** 5) ** 2 + 7 * (4 ** 5) ** 2 + (3 ** 5) ** 2
-    line = result.output.strip().splitlines()[-1]
-    assert line.startswith("error: scenarios/seed-c-resnet-boundary.yaml: cluster.nodes: "
-                           f"parallel.mode=auto: about {count:,} layout pairs")
-    assert ("layout pairs for sharding propagation to search (the mesh 2*2*2*2*2 of the 32 "
-            "devices, one axis per prime factor: 5 axes of more than one device; ") in line
-    assert line.endswith(f"above the limit of {DEFAULT_MAX_LAYOUT_PAIRS:,}; give model.mesh "
-                         "with fewer, larger axes (each of more than one device multiplies "
-                         "the count), use fewer devices, or write the strategies "
-                         "(parallel.mode=semi_auto)")
+    return result.output.strip().splitlines()[-1]
 
 
-def test_the_16_device_case_of_issue_13_is_under_the_limit():
-    from simulator.sharding.model_graph import written_graph
+def test_seed_c_on_64_devices_is_refused_for_its_signatures(invoke_cli):
+    # one-axis signatures of its 11 free operators (2 Conv2D, 2 ReLU, 2 Add/Einsum, a
+    # Reshape and 4 of 3) to the power of the 6 mesh axes
+    count = 2 * 8 ** 6 + 2 * 5 ** 6 + 2 * 6 ** 6 + 4 ** 6 + 4 * 3 ** 6
+    assert _last_line(invoke_cli, 8) == (
+        f"{HEAD}{count:,} signatures for sharding propagation to enumerate (the mesh "
+        "2*2*2*2*2*2 of the 64 devices, one axis per prime factor: each of 11 operators' "
+        f"one-axis signatures to the power 6), above the limit of {DEFAULT_MAX_SIGNATURES:,}; "
+        f"{REMEDY}")
 
-    s = load_scenario("seed-c-resnet-boundary", [
-        "cluster.nodes=2", "parallel.mode=auto", "parallel.micro_batches=2",
-        "parallel.dataset_strategy=[[4,1,1,1],[4]]"]).scenario
-    graph, mesh = written_graph(s)
-    shapes = {graph.tensors[n].shape for op in graph.ops for n in op.inputs}
-    assert estimate_propagation(s, shapes, mesh.shape).count <= DEFAULT_MAX_LAYOUT_PAIRS
+
+def test_seed_c_on_32_devices_is_refused_for_its_layouts(invoke_cli):
+    line = _last_line(invoke_cli, 4)
+    assert line.startswith(HEAD)
+    count = int(line[len(HEAD):].split(" ")[0].replace(",", ""))
+    assert count > DEFAULT_MAX_LAYOUT_PAIRS
+    assert line.endswith(
+        "layouts for sharding propagation to search (the mesh 2*2*2*2*2 of the 32 devices, "
+        "one axis per prime factor: 5 axes of more than one device; 1,439 searches over the "
+        f"tensors' (rank + 2)^5 layouts), above the limit of {DEFAULT_MAX_LAYOUT_PAIRS:,}; "
+        f"{REMEDY}")
+    assert f"about {count:,} layouts" in line

@@ -5,6 +5,7 @@ and `run` (schedule), so both see the same plan, propagated or as written."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simulator.errors import InputError
@@ -117,9 +118,9 @@ def _propagate(s: Scenario) -> Propagation:
     from simulator.planner.propagate_solvers import NotATree
 
     graph, mesh = written_graph(s)
-    _check_work(s, graph, mesh)
     try:
-        return propagate(graph, mesh, DTYPE_BYTES[s.model.dtype], s.parallel.search)
+        return propagate(graph, mesh, DTYPE_BYTES[s.model.dtype], s.parallel.search,
+                         check=_work_check(s, graph, mesh))
     except NotATree as exc:
         raise InputError(s.source, "parallel.search", f"dynamic_programming: {exc}; "
                          "use ilp (exact on any graph) or sharding_propagation") from None
@@ -127,20 +128,40 @@ def _propagate(s: Scenario) -> Propagation:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
 
 
-def _check_work(s: Scenario, graph: Graph, mesh: Mesh) -> None:
-    """InputError naming the key that drives it when propagation would search more layout
-    pairs than `budget.DEFAULT_MAX_LAYOUT_PAIRS` (it grows with the number of mesh axes)."""
-    from simulator.budget import DEFAULT_MAX_LAYOUT_PAIRS, estimate_propagation
+_REMEDY = ("give model.mesh with fewer, larger axes (each of more than one device "
+           "multiplies the count), use fewer devices, or write the strategies "
+           "(parallel.mode=semi_auto)")
 
-    shapes = {graph.tensors[name].shape for op in graph.ops for name in op.inputs}
-    est = estimate_propagation(s, shapes, mesh.shape)
-    if est.count > DEFAULT_MAX_LAYOUT_PAIRS:
-        raise InputError(s.source, est.key, f"parallel.mode=auto: about {est.count:,} "
-                         f"layout pairs for sharding propagation to search ({est.detail}), "
-                         f"above the limit of {DEFAULT_MAX_LAYOUT_PAIRS:,}; give model.mesh "
-                         "with fewer, larger axes (each of more than one device multiplies "
-                         "the count), use fewer devices, or write the strategies "
-                         "(parallel.mode=semi_auto)")
+
+def _work_check(s: Scenario, graph: Graph, mesh: Mesh
+                ) -> Callable[[dict[tuple[int, ...], int]], None]:
+    """InputError naming the key that drives it when propagation would enumerate more
+    signatures than `budget.DEFAULT_MAX_SIGNATURES`; else `propagate`'s check, the same
+    when its searches would visit more layouts than `budget.DEFAULT_MAX_LAYOUT_PAIRS`
+    (both grow with the number of mesh axes)."""
+    from simulator.budget import (
+        DEFAULT_MAX_LAYOUT_PAIRS,
+        DEFAULT_MAX_SIGNATURES,
+        Estimate,
+        estimate_propagation,
+        estimate_signatures,
+    )
+    from simulator.sharding.rules import signatures_1d
+
+    def refuse(est: Estimate, limit: int, what: str) -> None:
+        if est.count > limit:
+            raise InputError(s.source, est.key, f"parallel.mode=auto: about {est.count:,} "
+                             f"{what} ({est.detail}), above the limit of {limit:,}; {_REMEDY}")
+
+    per_axis = [len(signatures_1d(graph.labels(op))) for op in graph.ops if op.strategy is None]
+    refuse(estimate_signatures(s, per_axis, mesh.shape), DEFAULT_MAX_SIGNATURES,
+           "signatures for sharding propagation to enumerate")
+
+    def check(sources: dict[tuple[int, ...], int]) -> None:
+        refuse(estimate_propagation(s, sources, mesh.shape), DEFAULT_MAX_LAYOUT_PAIRS,
+               "layouts for sharding propagation to search")
+
+    return check
 
 
 def planned_graph(s: Scenario) -> tuple[Graph, Mesh]:
