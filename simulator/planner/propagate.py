@@ -46,10 +46,11 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import data_parallel_default, dataset_layout
 from simulator.sharding.placement import B, Partial
 from simulator.sharding.plan import Strategy, _resolve, op_internal_steps
-from simulator.sharding.redistribute import plan_redistribution
+from simulator.sharding.redistribute import plan_costs, plan_redistribution
 from simulator.sharding.rules import Signature, SignatureError, signatures, split_label
 
-__all__ = ["Problem", "Propagation", "build_problem", "propagate", "redistribution_cost"]
+__all__ = ["Problem", "Propagation", "build_problem", "propagate", "redistribution_cost",
+           "search_sources"]
 
 
 @functools.lru_cache(maxsize=1 << 18)
@@ -198,8 +199,8 @@ def _matrix(src: list[Layout], dst: list[Layout], shape: tuple[int, ...], mesh: 
     of distinct layouts."""
     si = {x: k for k, x in enumerate(dict.fromkeys(src))}
     di = {x: k for k, x in enumerate(dict.fromkeys(dst))}
-    small = np.array([[redistribution_cost(a, b, shape, mesh, itemsize) for b in di]
-                      for a in si])
+    targets = tuple(di)
+    small = np.array([plan_costs(a, targets, shape, mesh, itemsize) for a in si])
     return small[np.ix_([si[x] for x in src], [di[x] for x in dst])]
 
 
@@ -252,10 +253,38 @@ def _edges(graph: Graph, mesh: Mesh, cands: list[tuple[Signature, ...]],
     return edges
 
 
+def search_sources(graph: Graph, mesh: Mesh, outs: list[tuple[Layout, ...]],
+                   cands: list[tuple[Signature, ...]]) -> dict[tuple[int, ...], int]:
+    """Per tensor shape, the distinct layouts `_edges` searches redistributions from (each
+    one search, shared by the tensors of that shape): producers' output layouts, a
+    dataset's layout, a first consumer's kept input layouts."""
+    producer = {op.output: v for v, op in enumerate(graph.ops)}
+    first: dict[str, tuple[int, int]] = {}
+    sources: dict[tuple[int, ...], set[Layout]] = {}
+    for v, op in enumerate(graph.ops):
+        for i, name in enumerate(op.inputs):
+            shape = graph.tensors[name].shape
+            if name in producer:
+                src = set(outs[producer[name]])
+            elif (loaded := _loaded(graph, name, mesh)) is not None:
+                src = {loaded}
+            elif name in first:
+                u, j = first[name]
+                src = {_kept(s.input_layout(j)) for s in cands[u]}
+            else:
+                first[name] = (v, i)
+                continue
+            sources.setdefault(shape, set()).update(src)
+    return {shape: len(src) for shape, src in sources.items()}
+
+
 def build_problem(graph: Graph, mesh: Mesh, itemsize: int = 4,
-                  fully_use_devices: bool = True) -> Problem:
+                  fully_use_devices: bool = True,
+                  check: Callable[[dict[tuple[int, ...], int]], None] | None = None
+                  ) -> Problem:
     """The cost tables of propagating over `graph`: ops with a strategy are fixed
-    (SignatureError naming the op when their strategy is invalid)."""
+    (SignatureError naming the op when their strategy is invalid). `check` sees
+    `search_sources` before any search runs (and may raise to refuse the work)."""
     cands: list[tuple[Signature, ...]] = []
     outs: list[tuple[Layout, ...]] = []
     for op in graph.ops:
@@ -268,6 +297,8 @@ def build_problem(graph: Graph, mesh: Mesh, itemsize: int = 4,
             cands.append((sig,))
             outs.append((out,))
     node = [_node_cost(op, graph, mesh, c, itemsize) for op, c in zip(graph.ops, cands)]
+    if check is not None:
+        check(search_sources(graph, mesh, outs, cands))
     tie = tuple(_tie_rank(op, graph, mesh, c) for op, c in zip(graph.ops, cands))
     edges = _edges(graph, mesh, cands, outs, node, itemsize)
     fixed = tuple(op.strategy is not None for op in graph.ops)
@@ -305,11 +336,13 @@ def _searches() -> dict[str, Callable[[Problem], tuple[int, ...]]]:
 
 
 def propagate(graph: Graph, mesh: Mesh, itemsize: int = 4, search: str = "ilp",
-              fully_use_devices: bool = True) -> Propagation:
+              fully_use_devices: bool = True,
+              check: Callable[[dict[tuple[int, ...], int]], None] | None = None
+              ) -> Propagation:
     """Choose every unconfigured op's signature with `search`: sharding_propagation,
-    dynamic_programming or ilp (propagate_solvers.py)."""
+    dynamic_programming or ilp (propagate_solvers.py); `check` as `build_problem`'s."""
     solvers = _searches()
     if search not in solvers:
         raise KeyError(f"unknown search {search!r} (registered: {', '.join(solvers)})")
-    problem = build_problem(graph, mesh, itemsize, fully_use_devices)
+    problem = build_problem(graph, mesh, itemsize, fully_use_devices, check)
     return Propagation(problem, solvers[search](problem), search)

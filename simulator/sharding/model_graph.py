@@ -5,6 +5,7 @@ and `run` (schedule), so both see the same plan, propagated or as written."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from simulator.errors import InputError
@@ -98,18 +99,69 @@ def with_dataset(graph: Graph, s: Scenario, mesh: Mesh) -> Graph:
 def propagated(s: Scenario) -> Propagation:
     """Sharding propagation over the scenario's graph with `parallel.search`; InputError for
     a configured strategy no rule allows, or when dynamic_programming meets a graph that is
-    not chains and trees."""
+    not chains and trees. One propagation per scenario (its JSON), however many callers
+    ask (verify's work estimate, then its run): the result is a function of the scenario's
+    fields, `source` among them."""
+    key = s.model_dump_json()
+    if key not in _PROPAGATED:
+        if len(_PROPAGATED) >= 8:
+            _PROPAGATED.pop(next(iter(_PROPAGATED)))
+        _PROPAGATED[key] = _propagate(s)
+    return _PROPAGATED[key]
+
+
+_PROPAGATED: dict[str, Propagation] = {}
+
+
+def _propagate(s: Scenario) -> Propagation:
     from simulator.planner.propagate import propagate
     from simulator.planner.propagate_solvers import NotATree
 
     graph, mesh = written_graph(s)
     try:
-        return propagate(graph, mesh, DTYPE_BYTES[s.model.dtype], s.parallel.search)
+        return propagate(graph, mesh, DTYPE_BYTES[s.model.dtype], s.parallel.search,
+                         check=_work_check(s, graph, mesh))
     except NotATree as exc:
         raise InputError(s.source, "parallel.search", f"dynamic_programming: {exc}; "
                          "use ilp (exact on any graph) or sharding_propagation") from None
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
+
+
+_REMEDY = ("give model.mesh with fewer, larger axes (each of more than one device "
+           "multiplies the count), use fewer devices, or write the strategies "
+           "(parallel.mode=semi_auto)")
+
+
+def _work_check(s: Scenario, graph: Graph, mesh: Mesh
+                ) -> Callable[[dict[tuple[int, ...], int]], None]:
+    """InputError naming the key that drives it when propagation would enumerate more
+    signatures than `budget.DEFAULT_MAX_SIGNATURES`; else `propagate`'s check, the same
+    when its searches would visit more layouts than `budget.DEFAULT_MAX_LAYOUT_PAIRS`
+    (both grow with the number of mesh axes)."""
+    from simulator.budget import (
+        DEFAULT_MAX_LAYOUT_PAIRS,
+        DEFAULT_MAX_SIGNATURES,
+        Estimate,
+        estimate_propagation,
+        estimate_signatures,
+    )
+    from simulator.sharding.rules import signatures_1d
+
+    def refuse(est: Estimate, limit: int, what: str) -> None:
+        if est.count > limit:
+            raise InputError(s.source, est.key, f"parallel.mode=auto: about {est.count:,} "
+                             f"{what} ({est.detail}), above the limit of {limit:,}; {_REMEDY}")
+
+    per_axis = [len(signatures_1d(graph.labels(op))) for op in graph.ops if op.strategy is None]
+    refuse(estimate_signatures(s, per_axis, mesh.shape), DEFAULT_MAX_SIGNATURES,
+           "signatures for sharding propagation to enumerate")
+
+    def check(sources: dict[tuple[int, ...], int]) -> None:
+        refuse(estimate_propagation(s, sources, mesh.shape), DEFAULT_MAX_LAYOUT_PAIRS,
+               "layouts for sharding propagation to search")
+
+    return check
 
 
 def planned_graph(s: Scenario) -> tuple[Graph, Mesh]:
