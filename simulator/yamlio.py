@@ -213,11 +213,17 @@ def blame_override(err: InputError, overrides: Sequence[str], prefix: str = "") 
     """
     if not err.key:
         return err
-    for item in reversed(overrides):
-        key = item.partition("=")[0].strip()
-        if key == err.key or key.startswith(err.key + ".") or err.key.startswith(
-                (key + ".", key + "[")) or _mentions(err.message, prefix + key):
-            return InputError(f"{err.source} with --set {prefix}{item}", err.key, err.message)
+
+    def owns(key: str) -> bool:
+        return key == err.key or key.startswith(err.key + ".") or err.key.startswith(
+            (key + ".", key + "["))
+
+    # the override of the error's own key first, then one its message names
+    for test in (owns, lambda key: _mentions(err.message, prefix + key)):
+        for item in reversed(overrides):
+            if test(item.partition("=")[0].strip()):
+                return InputError(f"{err.source} with --set {prefix}{item}", err.key,
+                                  err.message)
     return err
 
 

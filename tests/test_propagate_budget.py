@@ -14,7 +14,10 @@ from simulator.cli._common import load_scenario
 
 REMEDY = ("give model.mesh with fewer, larger axes (each of more than one device multiplies "
           "the count), use fewer devices, or write the strategies (parallel.mode=semi_auto)")
-HEAD = "error: scenarios/seed-c-resnet-boundary.yaml: cluster.nodes: parallel.mode=auto: about "
+def _head(nodes: int) -> str:
+    """The refusal names the --set that drives the count."""
+    return (f"error: scenarios/seed-c-resnet-boundary.yaml with --set cluster.nodes={nodes}: "
+            "cluster.nodes: parallel.mode=auto: about ")
 
 
 def test_the_estimates_are_their_closed_forms():
@@ -37,16 +40,16 @@ def test_seed_c_on_64_devices_is_refused_for_its_signatures(invoke_cli):
     # Reshape and 4 of 3) to the power of the 6 mesh axes
     count = 2 * 8 ** 6 + 2 * 5 ** 6 + 2 * 6 ** 6 + 4 ** 6 + 4 * 3 ** 6
     assert _last_line(invoke_cli, 8) == (
-        f"{HEAD}{count:,} signatures for sharding propagation to enumerate (the mesh "
+        f"{_head(8)}{count:,} signatures for sharding propagation to enumerate (the mesh "
         "2*2*2*2*2*2 of the 64 devices, one axis per prime factor: each of 11 operators' "
         f"one-axis signatures to the power 6), above the limit of {DEFAULT_MAX_SIGNATURES:,}; "
         f"{REMEDY}")
 
 
 def test_seed_c_on_32_devices_is_refused_for_its_layouts(invoke_cli):
-    line = _last_line(invoke_cli, 4)
-    assert line.startswith(HEAD)
-    count = int(line[len(HEAD):].split(" ")[0].replace(",", ""))
+    line, head = _last_line(invoke_cli, 4), _head(4)
+    assert line.startswith(head)
+    count = int(line[len(head):].split(" ")[0].replace(",", ""))
     assert count > DEFAULT_MAX_LAYOUT_PAIRS
     assert line.endswith(
         "layouts for sharding propagation to search (the mesh 2*2*2*2*2 of the 32 devices, "

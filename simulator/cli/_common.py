@@ -40,6 +40,20 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
+# the scenario `--set` overrides of the command running now (set by load_scenario): an
+# InputError raised later, by work the scenario drives (an estimate, a plan), is blamed on
+# the override of its key as errors of the scenario file itself are
+_SCENARIO_OVERRIDES: list[str] = []
+
+
+def _blamed(exc: InputError) -> InputError:
+    from simulator.yamlio import blame_override
+
+    if not _SCENARIO_OVERRIDES or " with --set " in exc.source:
+        return exc
+    return blame_override(exc, _SCENARIO_OVERRIDES)
+
+
 @contextlib.contextmanager
 def guarded() -> Iterator[IO[str]]:
     """Run a command body: yield the real stdout, send stray prints to stderr, and turn
@@ -48,13 +62,14 @@ def guarded() -> Iterator[IO[str]]:
     Set SHARDSIM_DEBUG=1 to see the traceback of an internal error.
     """
     out = sys.stdout
+    _SCENARIO_OVERRIDES.clear()
     try:
         with contextlib.redirect_stdout(sys.stderr):
             yield out
     except typer.Exit:
         raise
     except InputError as exc:
-        fail(str(exc), EXIT_BAD_INPUT)
+        fail(str(_blamed(exc)), EXIT_BAD_INPUT)
     except InfeasibleError as exc:
         fail(str(exc), EXIT_FAILED)
     except ShardsimError as exc:
@@ -162,6 +177,7 @@ def load_scenario(arg: str, overrides: Sequence[str]) -> LoadedScenario:
     scen_o, hw_o = split_overrides(overrides)
     scenario = parse_scenario(data, shown, scen_o)
     hw_path = resolve_hardware(scenario, path.parent, scen_o)
+    _SCENARIO_OVERRIDES[:] = list(scen_o)
     return LoadedScenario(scenario, hw_path, hw_o, path.stem, tuple(overrides))
 
 
