@@ -94,7 +94,9 @@ def _file_case(rng: random.Random, base: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def _check(args: list[str]) -> None:
+def check_command(args: list[str]) -> object:
+    """Run one CLI command in-process: exit 0, 1 or 2, never a traceback, a refusal one
+    `error: ...` line, within LIMIT_S seconds. Returns typer's result."""
     t0 = time.perf_counter()
     result = CliRunner().invoke(app, args, prog_name="shardsim")
     elapsed = time.perf_counter() - t0
@@ -107,6 +109,7 @@ def _check(args: list[str]) -> None:
         assert result.stderr.startswith("error: "), (shown, result.stderr[:300])
         assert result.stderr.count("\n") == 1, (shown, result.stderr[:300])
     assert elapsed < LIMIT_S, (shown, elapsed)
+    return result
 
 
 def test_fuzzed_inputs_never_crash_or_hang(tiny_scenario_data, tmp_path):
@@ -124,5 +127,5 @@ def test_fuzzed_inputs_never_crash_or_hang(tiny_scenario_data, tmp_path):
             path = _file_case(rng, tiny_scenario_data, tmp_path / f"case{i}.yaml")
             args = [command, str(path), "--json"]
             codes["file"] += 1
-        _check(args)
+        check_command(args)
     assert codes["set"] > 150 and codes["file"] > 40
