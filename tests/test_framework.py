@@ -254,3 +254,25 @@ def test_fused_cross_entropy_moves_the_logits_once_each_way() -> None:
     assert ce(plain.head_fwd, "cross_entropy").bytes_accessed == 38 * logits
     assert ce(plain.head_bwd, "cross_entropy.bwd").bytes_accessed == 14 * logits
     assert plain.head_activation_bytes - fused.head_activation_bytes == 2 * logits
+
+
+def test_weights_stored_in_another_16_bit_dtype_are_cast_each_micro_batch() -> None:
+    # MindFormers' param_init_type float16 under compute_dtype bfloat16: every weight read
+    # and written once before its matmuls (2 + 2 bytes) and its gradient cast back (2 + 2)
+    hw = load_profile("h100-sxm")
+    plain = transformer_program(_scenario(), hw.software, hw.compute_units)
+    cast = transformer_program(_scenario(model={"type": "transformer", "layers": 4,
+                                                "hidden_size": 1024, "num_heads": 16,
+                                                "seq_length": 1024, "vocab_size": 8192,
+                                                "dtype": "bf16", "param_dtype": "fp16"}),
+                               hw.software, hw.compute_units)
+    extra = {op.name: op for op in cast.layer_fwd + cast.layer_bwd
+             if op.name.startswith("weight_cast_layer")}
+    assert set(extra) == {"weight_cast_layer", "weight_cast_layer.bwd"}
+    assert all(op.bytes_accessed == 4 * plain.params_per_layer for op in extra.values())
+    assert len(cast.layer_fwd) == len(plain.layer_fwd) + 1
+    with pytest.raises(InputError, match=r"model\.param_dtype: fp16 weights cast to a fp32 "
+                                         r"computation are not simulated"):
+        _scenario(model={"type": "transformer", "layers": 4, "hidden_size": 1024,
+                         "num_heads": 16, "seq_length": 1024, "vocab_size": 8192,
+                         "dtype": "fp32", "param_dtype": "fp16"})

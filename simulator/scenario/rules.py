@@ -92,6 +92,10 @@ def _transformer(s: Scenario) -> Iterator[Problem]:
     m, p = s.model, s.parallel
     if not isinstance(m, TransformerModel):
         return
+    if m.param_dtype is not None and m.dtype not in ("fp16", "bf16"):
+        yield "model.param_dtype", (
+            f"{m.param_dtype} weights cast to a {m.dtype} computation are not simulated "
+            "(allowed: a 16-bit model.dtype, fp16 or bf16, whose weights take the same bytes)")
     yield from _must_divide("model.num_heads", m.num_heads, "model.hidden_size", m.hidden_size)
     if m.num_kv_heads is not None:
         yield from _must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)

@@ -169,6 +169,12 @@ class TransformerModel(_Closed):
     # ...) return input`), as in Nemotron-4 (NeMo Nemotron4Config340B / NeMo-Framework-
     # Launcher nemotron_340b.yaml: hidden_dropout 0.0, attention_dropout 0.0) and Llama
     dropout: DropoutP = 0.1
+    # the dtype the weights are stored in when it differs from the compute dtype `dtype`
+    # (MindFormers' param_init_type float16 with compute_dtype bfloat16): every weight is
+    # cast to the compute dtype before its matmul and its gradient cast back, each micro-
+    # batch (MindSpore Dense: P.Cast(weight, compute_dtype)); null: stored as computed.
+    # Only 16-bit pairs (fp16 <-> bf16): the weights take the same bytes either way
+    param_dtype: Literal["fp16", "bf16"] | None = None
 
     @property
     def ffn(self) -> int:

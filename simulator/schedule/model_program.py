@@ -51,6 +51,7 @@ from simulator.schedule.stack_ops import (
     p2p_blocking,
     slot_fill,
     tp_overlap,
+    weight_casts,
     with_impl,
 )
 from simulator.schedule.unfused import unfused_ops
@@ -315,6 +316,10 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         bwd["layer"] += main_grad(e, dtype, "main_grad_add", params)
         bwd["embed"] += main_grad(e, dtype, "main_grad_add_embed", embed_params)
         bwd["head"] += main_grad(e, dtype, "main_grad_add_head", head_params + output_params)
+    if m.param_dtype is not None and m.param_dtype != dtype:
+        for block, n in (("layer", params), ("head", head_params + output_params)):
+            cast_fwd, cast_bwd = weight_casts(f"weight_cast_{block}", n, dtype)
+            fwd[block], bwd[block] = cast_fwd + fwd[block], bwd[block] + cast_bwd
     policy = software.selective_recompute
     picked = recomputed_ops(p.recompute, policy, dims.swiglu)
     region = None if picked is None else (lambda n: layer.select(n) and picked(n))

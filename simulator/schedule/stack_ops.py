@@ -15,7 +15,7 @@ from simulator.scenario.schema import Scenario
 from simulator.schedule.program import Op, TpOverlap
 
 __all__ = ["main_grad", "tp_overlap", "p2p_blocking", "with_impl", "fused_cross_entropy",
-           "imbalanced", "slot_fill"]
+           "imbalanced", "slot_fill", "weight_casts"]
 
 
 def main_grad(e: int, dtype: str, name: str, params: float) -> tuple[Op, ...]:
@@ -106,3 +106,17 @@ def slot_fill(dims: GptDims) -> float:
     if dims.experts == 0:
         return 1.0
     return dims.top_k * dims.seq / (dims.experts * dims.capacity)
+
+
+def weight_casts(name: str, params: float, dtype: str) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """(forward, backward) kernels of weights stored in another 16-bit dtype than the
+    computation's (`model.param_dtype`): before its matmuls each weight is cast to the
+    compute dtype (read 2, write 2 bytes per parameter: MindSpore's Dense casts its weight
+    to compute_dtype on every call, mindformers configs with param_init_type float16 and
+    compute_dtype bfloat16), and after the backward its gradient is cast back (2 + 2).
+    Nothing without parameters."""
+    if params <= 0:
+        return (), ()
+    n = float(params)
+    return ((ComputeSpec(name, "elementwise", n, 4.0 * n, dtype, "fwd"),),
+            (ComputeSpec(f"{name}.bwd", "elementwise", n, 4.0 * n, dtype, "bwd"),))
