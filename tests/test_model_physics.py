@@ -138,8 +138,9 @@ def _fixed_costs(gemm_s, comm_s):
 
 @pytest.mark.parametrize("gemm_s,comm_s", [(4e-3, 1e-3), (1e-3, 4e-3)])
 def test_tp_collectives_pipeline_against_their_gemm(gemm_s, comm_s):
-    """Per collective next to a GEMM: exposed max(0, c - g) + min(c, g)/chunks; the GEMM
-    loses the SMs the collective's kernels hold while both run."""
+    """Transformer Engine's default userbuffer methods: the all-gathers ring-exchange on
+    the copy engines (one SM; exposed max(0, c - g)); the forward reduce-scatters are
+    pipelined in 4 pieces on 16 SMs (exposed max(0, c - g) + min(c, g)/4)."""
     from simulator.schedule.costs import price_ops
 
     s = _case("validation/r026-megatron-readme-table-gpt-32b-384g")
@@ -148,15 +149,25 @@ def test_tp_collectives_pipeline_against_their_gemm(gemm_s, comm_s):
     serial = transformer_program(s, sw.model_copy(update={"tp_comm_overlap": False}), 132)
     assert serial.tp_overlap is None
     tp = prog.tp_overlap
-    assert (tp.chunks, tp.sm_fraction) == (8, 16 / 132)
+    assert (tp.chunks, tp.sm_fraction, tp.ring_sm_fraction, tp.rs_splits) == (
+        8, 16 / 132, 1 / 132, 4)
     groups = {"tp": GroupSpec(8, 1, 8)}
     costs = _fixed_costs(gemm_s, comm_s)
     ops = prog.layer_fwd  # sequence parallel: all-gather before qkv and fc1, reduce-scatter
-    both, n = min(gemm_s, comm_s), 4  # after proj and fc2: each next to its GEMM
+    both = min(gemm_s, comm_s)  # after proj and fc2: each next to its GEMM
     over, base = price_ops(ops, costs, groups, tp), price_ops(ops, costs, groups)
-    assert base.comm_s == pytest.approx(n * comm_s)
-    assert over.comm_s == pytest.approx(n * (max(0.0, comm_s - gemm_s) + both / 8))
-    assert over.compute_s - base.compute_s == pytest.approx(n * both * 16 / 116)
+    assert base.comm_s == pytest.approx(4 * comm_s)
+    exposed = max(0.0, comm_s - gemm_s)
+    assert over.comm_s == pytest.approx(2 * exposed + 2 * (exposed + both / 4))
+    assert over.compute_s - base.compute_s == pytest.approx(
+        2 * both * 1 / 131 + 2 * both * 16 / 116)
+    # backward: the all-gathers before proj/fc2 dgrad ring-exchange too, the reduce-scatters
+    # after the qkv/fc1 wgrad run in bulk on 16 SMs (nothing after the GEMM)
+    bwd, bwd_base = price_ops(prog.layer_bwd, costs, groups, tp), price_ops(
+        prog.layer_bwd, costs, groups)
+    assert bwd.comm_s == pytest.approx(4 * exposed)
+    assert bwd.compute_s - bwd_base.compute_s == pytest.approx(
+        2 * both * 1 / 131 + 2 * both * 16 / 116)
 
 
 def test_scenario_switches_tp_overlap_either_way():

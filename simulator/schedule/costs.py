@@ -91,14 +91,24 @@ def _gemm_partner(ops: tuple[Op, ...], i: int) -> int | None:
     return None
 
 
-def _overlapped(comm_s: float, gemm_s: float, tp: TpOverlap) -> tuple[float, float]:
-    """(extra compute seconds, exposed comm seconds) of a collective of comm_s pipelined in
-    tp.chunks pieces against a GEMM of gemm_s: while both run, the GEMM has 1 - sm_fraction
-    of the compute units; the first (or last) chunk of the collective has no GEMM chunk to
-    hide under; what the GEMM cannot cover stays exposed."""
+def _overlapped(comm_s: float, gemm_s: float, tp: TpOverlap, op: CommSpec
+                ) -> tuple[float, float]:
+    """(extra compute seconds, exposed comm seconds) of a collective of comm_s overlapped
+    with a GEMM of gemm_s: while both run, the GEMM has 1 - (the collective's SM share) of
+    the compute units; what the GEMM cannot cover stays exposed. An all-gather ring-
+    exchanges its chunks on the copy engines (the local chunk's GEMM needs nothing, each
+    step hides the next chunk: max(0, c - g)); a forward reduce-scatter is pipelined in
+    rs_splits pieces, the last piece after the last GEMM piece (+ min(c, g) / rs_splits); a
+    backward one runs in bulk beside the wgrad GEMM; any other collective is pipelined in
+    `chunks` pieces (TpOverlap)."""
     both = min(comm_s, gemm_s)
-    slower = both * tp.sm_fraction / (1.0 - tp.sm_fraction)
-    return slower, max(0.0, comm_s - gemm_s) + both / tp.chunks
+    if op.collective == "all_gather":
+        sm, tail = tp.ring_sm_fraction, 0.0
+    elif op.collective == "reduce_scatter":
+        sm, tail = tp.sm_fraction, (both / tp.rs_splits if op.phase == "fwd" else 0.0)
+    else:
+        sm, tail = tp.sm_fraction, both / tp.chunks
+    return both * sm / (1.0 - sm), max(0.0, comm_s - gemm_s) + tail
 
 
 def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec],
@@ -113,7 +123,7 @@ def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec
             seconds = costs.collective_s(op.collective, op.bytes, groups[op.axis])
             partner = _gemm_partner(ops, i) if tp_overlap and op.axis == "tp" else None
             if partner is not None and tp_overlap is not None:
-                slower, seconds = _overlapped(seconds, times[partner], tp_overlap)
+                slower, seconds = _overlapped(seconds, times[partner], tp_overlap, op)
                 compute += slower
             comm += seconds
             volumes.append((op.collective, op.bytes))

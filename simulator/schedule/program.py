@@ -25,13 +25,18 @@ Op = ComputeSpec | CommSpec
 
 @dataclass(frozen=True)
 class TpOverlap:
-    """Tensor-parallel collectives split into `chunks` pieces and pipelined against the
-    GEMM next to them (Transformer Engine userbuffers, used by Megatron-Core
-    --tp-comm-overlap); while they overlap, their kernels hold `sm_fraction` of the compute
-    units, so the GEMM runs that much slower."""
+    """Tensor-parallel collectives pipelined against the GEMM next to them (Transformer
+    Engine userbuffers, used by Megatron-Core --tp-comm-overlap), by TE's default methods
+    (transformer_engine/pytorch/module/base.py `initialize_ub`): the all-gathers ring-exchange
+    their `chunks` (= tensor degree) pieces peer to peer on the copy engines, one SM each
+    (`ring_sm_fraction`: num_sm 1, no SM margin); the forward reduce-scatters are pipelined
+    in `rs_splits` (4) pieces and the backward ones run in bulk beside the wgrad GEMM, both
+    on 16 SMs carved from the GEMM (`sm_fraction`: num_sm 16, set_sm_margin)."""
 
     chunks: int
     sm_fraction: float
+    ring_sm_fraction: float = 0.0
+    rs_splits: int = 4
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ def tp_overlap(scenario: Scenario, software: Software, compute_units: int
     t = scenario.parallel.tensor
     if not on or t <= 1 or scenario.parallel.tensor_nd:
         return None
-    return TpOverlap(chunks=t, sm_fraction=min(0.5, software.tp_comm_sms / compute_units))
+    return TpOverlap(chunks=t, sm_fraction=min(0.5, software.tp_comm_sms / compute_units),
+                     ring_sm_fraction=1.0 / compute_units)
 
 
 def p2p_blocking(software: Software, schedule: str) -> bool:
