@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 __all__ = [
     "Dtype",
@@ -35,92 +35,31 @@ __all__ = [
     "DTYPE_BYTES",
 ]
 
-Dtype = Literal["fp32", "fp16", "bf16", "fp8"]
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
-
-PosInt = Annotated[StrictInt, Field(ge=1)]
-NonNegInt = Annotated[StrictInt, Field(ge=0)]
-PosFloat = Annotated[StrictFloat, Field(gt=0)]  # strict floats accept integers, not booleans
-
-# Physical bounds: the range a real system could have, with margin (largest published model
-# sizes are ~10^2 layers, ~10^4-10^5 hidden, ~10^6 vocabulary; clusters ~10^5 devices), so a
-# typo such as a missing decimal point or an extra three zeros is an input error rather than
-# hours of simulation. Floats are finite (NaN and inf are refused) and strict (no booleans).
-Count = Annotated[StrictInt, Field(ge=1, le=1_000_000)]  # widths, classes, channels
-Layers = Annotated[StrictInt, Field(ge=1, le=10_000)]
-Vocab = Annotated[StrictInt, Field(ge=1, le=10_000_000)]
-SeqLength = Annotated[StrictInt, Field(ge=1, le=100_000_000)]
-Degree = Annotated[StrictInt, Field(ge=1, le=100_000)]   # parallel degrees, nodes
-PerNode = Annotated[StrictInt, Field(ge=1, le=1024)]     # devices in one node
-GlobalBatch = Annotated[StrictInt, Field(ge=1, le=1 << 24)]
-MicroBatch = Annotated[StrictInt, Field(ge=1, le=1 << 16)]
-Dim = Annotated[StrictInt, Field(ge=1, le=1 << 31)]      # one dimension of a graph tensor
-LearningRate = Annotated[StrictFloat, Field(ge=1e-10, le=10.0, allow_inf_nan=False)]
-BucketMB = Annotated[StrictFloat, Field(ge=0.01, le=100_000.0, allow_inf_nan=False)]
-Seed = Annotated[StrictInt, Field(ge=0, le=2**32 - 1)]   # numpy's legacy seed range
-DropoutP = Annotated[StrictFloat, Field(ge=0.0, lt=1.0, allow_inf_nan=False)]
-NicGbps = Annotated[StrictFloat, Field(ge=1e-3 * 8, le=1e5 * 8, allow_inf_nan=False)]
-
-
-class _Closed(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# A straggler's share of its profile's speed: 1e-3 (each kernel or transfer 1000x slower) is
-# slower than any degraded device that still trains; 1e-300 would make an iteration 1e300 s.
-Speed = Annotated[StrictFloat, Field(ge=1e-3, le=1, allow_inf_nan=False)]
-Rank = Annotated[StrictInt, Field(ge=0, le=100_000_000)]
-
-
-class NodeType(_Closed):
-    """`nodes` consecutive nodes of hardware profile `hardware` (a bundled name or a path)."""
-
-    hardware: StrictStr
-    nodes: Degree
-
-
-class SlowSpec(_Closed):
-    """Devices that run below their profile: `devices` (global ranks) and every device of
-    `nodes` (node indices). `compute`: share of the profile's kernel throughput the device
-    delivers (each kernel takes 1/compute as long); `nic`: share of its NIC bandwidth.
-    A device named by several entries takes the product of their factors."""
-
-    devices: tuple[Rank, ...] = ()
-    nodes: tuple[Rank, ...] = ()
-    compute: Speed = 1.0
-    nic: Speed = 1.0
-
-
-class JitterSpec(_Closed):
-    """Run-to-run variability: `samples` iterations, each drawing every device's kernel-time
-    multiplier from a lognormal of mean 1 and coefficient of variation `compute_cv`, from
-    numpy's generator seeded with `seed` (the same seed, the same distribution)."""
-
-    compute_cv: Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)]
-    seed: Seed = 0
-    samples: Annotated[StrictInt, Field(ge=1, le=1000)] = 20
-
-
-class ClusterSpec(_Closed):
-    """`nodes` nodes of `devices_per_node` devices. Optional: `node_types` (mixed device
-    kinds, in node order, default every node of the scenario's `hardware`), `slow`
-    (stragglers) and `jitter` (a distribution of iteration times);
-    see simulator/hardware/cluster.py for how they are simulated."""
-
-    nodes: Degree = 1
-    devices_per_node: PerNode = 1
-    node_types: tuple[NodeType, ...] | None = None
-    slow: tuple[SlowSpec, ...] = ()
-    jitter: JitterSpec | None = None
-
-    @property
-    def uniform(self) -> bool:
-        """Every device alike: one kind, none slowed, no jitter."""
-        return self.node_types is None and not self.slow and self.jitter is None
-
-    @property
-    def devices(self) -> int:
-        return self.nodes * self.devices_per_node
+from simulator.scenario.schema_cluster import ClusterSpec, JitterSpec, NodeType, SlowSpec
+from simulator.scenario.schema_types import (  # noqa: F401  (re-exported)
+    DTYPE_BYTES,
+    BucketMB,
+    Count,
+    Degree,
+    Dim,
+    DropoutP,
+    Dtype,
+    GlobalBatch,
+    Layers,
+    LearningRate,
+    MicroBatch,
+    NicGbps,
+    NonNegInt,
+    PerNode,
+    PosFloat,
+    PosInt,
+    Rank,
+    Seed,
+    SeqLength,
+    Speed,
+    Vocab,
+    _Closed,
+)
 
 
 class MoeSpec(_Closed):
