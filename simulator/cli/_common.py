@@ -200,13 +200,12 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
     from simulator.framework.load import framework_for
 
     scenario = loaded.scenario
+    dtype = scenario.model.dtype
     framework_for(scenario, hw)  # a framework: that is no framework profile, before any work
-    if not hw.has_dtype(scenario.model.dtype):
-        try:
-            hw.peak_flops_per_s(scenario.model.dtype)
-        except InputError as err:
-            raise InputError(err.source, err.key, f"{err.message} (the scenario's "
-                             f"model.dtype is {scenario.model.dtype})") from None
+    err = _no_peak(hw, dtype)
+    if err is not None:
+        raise InputError(err.source, err.key, f"{err.message} (the scenario's model.dtype "
+                         f"is {dtype})")
     if scenario.cluster.node_types is None:
         return
     from simulator.hardware.cluster import cluster_hardware
@@ -217,24 +216,27 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
     for i, t in enumerate(scenario.cluster.node_types):
         prof = cluster.profiles[cluster.kind[first_node * scenario.cluster.devices_per_node]]
         first_node += t.nodes
-        if not prof.has_dtype(scenario.model.dtype):
-            try:
-                prof.peak_flops_per_s(scenario.model.dtype)
-            except InputError as err:
-                raise InputError(scenario.source, f"cluster.node_types[{i}].hardware",
-                                 f"{err.message} (the scenario's model.dtype is "
-                                 f"{scenario.model.dtype})") from None
+        err = _no_peak(prof, dtype)
+        if err is not None:
+            raise InputError(scenario.source, f"cluster.node_types[{i}].hardware",
+                             f"{err.message} (the scenario's model.dtype is {dtype})")
+
+
+def _no_peak(hw: Any, dtype: str) -> InputError | None:
+    """The profile's own refusal of `dtype` when it has no peak for it, else None."""
+    if hw.has_dtype(dtype):
+        return None
+    try:
+        hw.peak_flops_per_s(dtype)
+    except InputError as err:
+        return err
+    return None
 
 
 def load_checked(arg: str, overrides: Sequence[str]) -> tuple[LoadedScenario, Any]:
-    """The scenario, its hardware profile, and the checks `run` and `verify` share."""
-    from simulator.scenario import split_overrides
-    from simulator.yamlio import blame_override
-
+    """The scenario, its hardware profile, and the checks `run` and `verify` share (an
+    error names the `--set` that caused it: `guarded`)."""
     loaded = load_scenario(arg, overrides)
     hw = load_hardware(loaded)
-    try:
-        check_supported(loaded, hw)
-    except InputError as err:
-        raise blame_override(err, split_overrides(loaded.overrides)[0]) from None
+    check_supported(loaded, hw)
     return loaded, hw

@@ -48,8 +48,8 @@ from simulator.numeric.ps import PsRun, ps_step
 from simulator.numeric.reference import Beside, Streamed, fork_pays
 from simulator.numeric.stacked_offsets import clear_dropout_masks
 from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
-from simulator.schedule.model_program import layer_role, unsharded_roles
-from simulator.schedule.recompute_policy import SelectivePolicy, recomputed_ops
+from simulator.schedule.model_program import unsharded_roles
+from simulator.schedule.recompute_policy import SelectivePolicy, layer_role, recomputed_ops
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh

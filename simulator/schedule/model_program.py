@@ -25,7 +25,6 @@ flat buffer).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ from typing import Any
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
+from simulator.graph.ops.loss import CE_FWD_FLOPS
 from simulator.hardware.schema import Software
 from simulator.scenario.dataset import dataset_choice
 from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
@@ -43,7 +43,7 @@ from simulator.schedule.graph_recompute import recomputing
 from simulator.schedule.graph_stages import fixed_counts, staged_graph
 from simulator.schedule.host import host_kernels, host_placed
 from simulator.schedule.program import GraphStages, Op, TransformerProgram
-from simulator.schedule.recompute_policy import recomputed_ops, sac_recompute
+from simulator.schedule.recompute_policy import layer_role, recomputed_ops, sac_recompute
 from simulator.schedule.stack_ops import (
     fused_cross_entropy,
     imbalanced,
@@ -142,10 +142,6 @@ def _recomputed(ops: tuple[Op, ...], keep: Select) -> tuple[Op, ...]:
                  else replace(op, phase="recompute") for op in ops if keep(op.name))
 
 
-def _role(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
 def _small(plan: ShardingPlan, threshold_bytes: float, e: float) -> dict[str, int]:
     """{parameter: local elements} of the parameters whose local size is at most
     `threshold_bytes` (MindSpore's parallel_optimizer_threshold: not sharded)."""
@@ -197,11 +193,6 @@ def unsharded_roles(scenario: Scenario, fused_attention: bool = False) -> frozen
         return frozenset()
     plan, _ = _planned(scenario, fused_attention, pe)
     return frozenset(layer_role(n) for n in _small(plan, threshold, pe))
-
-
-def layer_role(name: str) -> str:
-    """A tensor's name without its layer prefix (`l3.ln1.g` -> `ln1.g`)."""
-    return re.sub(r"^l\d+\.", "", name)
 
 
 def _layer_block(layers: int, unit: int) -> Select:
@@ -300,7 +291,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         fwd["head"] = fused_cross_entropy(fwd["head"], e)
         bwd["head"] = fused_cross_entropy(bwd["head"], e)
         # it keeps the model-dtype logits for its backward, not the fp32 softmax
-        logits = sum(op.flops / 5.0 for op in fwd["head"]
+        logits = sum(op.flops / CE_FWD_FLOPS for op in fwd["head"]
                      if isinstance(op, ComputeSpec) and op.name == "cross_entropy")
         head_saved -= (4.0 - e) * logits
     imbalance = m.moe.imbalance if m.moe else 1.0

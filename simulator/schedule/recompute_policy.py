@@ -27,7 +27,7 @@ from typing import Literal
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.schedule.program import Op
 
-__all__ = ["recomputed_ops", "sac_recompute", "SelectivePolicy", "CORE_ROLES"]
+__all__ = ["recomputed_ops", "sac_recompute", "layer_role", "SelectivePolicy", "CORE_ROLES"]
 
 Select = Callable[[str], bool]
 SelectivePolicy = Literal["attention_core", "every_second_mm"]
@@ -38,7 +38,8 @@ _MM_ORDER = ("q_mm", "k_mm", "v_mm", "proj", "fc1_mm", "fc3_mm", "fc2")
 _MM_KERNEL = {"proj": "proj", "fc3_mm": "fc_up", "fc2": "fc2"}
 
 
-def _role(name: str) -> str:
+def layer_role(name: str) -> str:
+    """A name without its layer prefix (`l3.ln1.g` -> `ln1.g`)."""
     return re.sub(r"^l\d+\.", "", name)
 
 
@@ -58,9 +59,9 @@ def recomputed_ops(mode: str, policy: SelectivePolicy = "attention_core",
         return layer
     if mode == "selective" and policy == "every_second_mm":
         kept = _saved_mms(gated) | {"attn"}
-        return lambda n: layer(n) and _role(n) not in kept
+        return lambda n: layer(n) and layer_role(n) not in kept
     if mode == "selective":
-        return lambda n: layer(n) and _role(n) in CORE_ROLES
+        return lambda n: layer(n) and layer_role(n) in CORE_ROLES
     return None
 
 

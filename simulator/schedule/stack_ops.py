@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
+from simulator.graph.ops.loss import CE_BWD_FLOPS, CE_FWD_FLOPS
 from simulator.hardware.schema import Software
 from simulator.scenario.schema import Scenario
 from simulator.schedule.program import Op, TpOverlap
@@ -70,9 +71,9 @@ def fused_cross_entropy(ops: tuple[Op, ...], e: int) -> tuple[Op, ...]:
     out: list[Op] = []
     for op in ops:
         if isinstance(op, ComputeSpec) and op.name == "cross_entropy":
-            op = replace(op, bytes_accessed=e * op.flops / 5.0)  # 5 FLOPs per logit
+            op = replace(op, bytes_accessed=e * op.flops / CE_FWD_FLOPS)
         elif isinstance(op, ComputeSpec) and op.name == "cross_entropy.bwd":
-            op = replace(op, bytes_accessed=2.0 * e * op.flops / 2.0)  # 2 FLOPs per logit
+            op = replace(op, bytes_accessed=2.0 * e * op.flops / CE_BWD_FLOPS)
         out.append(op)
     return tuple(out)
 

@@ -23,6 +23,8 @@ import numpy as np
 from simulator.graph.ops.base import GroupKernel, LabelView, OpError, OpFamily, Shape, register
 
 _STAT_BYTES = 4.0  # the max, sum-exp and target logit are fp32, one per row
+CE_FWD_FLOPS = 5.0  # FLOPs per logit of the forward (max, subtract, exp, sum, divide)
+CE_BWD_FLOPS = 2.0  # FLOPs per logit of the backward (scale, subtract the one-hot)
 
 
 def _infer(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
@@ -98,12 +100,12 @@ def _cost(ins: list[Shape], out: Shape, attrs: dict[str, Any], e: float, phase: 
           ) -> tuple[float, float, float]:
     logits = float(math.prod(ins[0]))
     if phase == "fwd":
-        return 5.0 * logits, (e + 36.0) * logits, 1.0
-    return 2.0 * logits, (12.0 + e) * logits, 1.0
+        return CE_FWD_FLOPS * logits, (e + 36.0) * logits, 1.0
+    return CE_BWD_FLOPS * logits, (12.0 + e) * logits, 1.0
 
 
 register(OpFamily("SoftmaxCrossEntropy", (2, 2), _infer, _labels, _forward, _vjp,
-                  lambda s, o, a: 5.0 * math.prod(s[0]), kind="softmax",
+                  lambda s, o, a: CE_FWD_FLOPS * math.prod(s[0]), kind="softmax",
                   differentiable=(True, False), saves=(),
                   saved_extra=lambda ins, out: _STAT_BYTES * math.prod(ins[0]),
                   cost=_cost, group=GroupKernel(_group_forward, _group_vjp, _comm)),
