@@ -3,7 +3,9 @@
 Each scenario in `scenarios/validation/` is one published measured training run (Narayanan et
 al. 2021 Table 1 on A100-80GB; the Megatron-LM README weak-scaling table on H100; NeMo,
 llm-foundry, torchtitan, Megatron-DeepSpeed, MindFormers and MindSpeed runs, each naming its
-`framework:`; see scenarios/validation/README.md). Its measured
+`framework:`; see scenarios/validation/README.md), and so is each in `scenarios/calibration/`
+(NeMo's published H100 runs the profiles were first checked against); both are read by
+default. Its measured
 seconds per iteration, `target_iteration_time_s`, is the source's TFLOP/s/GPU converted with the
 source's own FLOP count (see /work/shared/validation/README.md). This script simulates each run
 in-process with `simulate()` and prints, per run, the prediction, the target, the signed error
@@ -12,7 +14,7 @@ in-process with `simulate()` and prints, per run, the prediction, the target, th
 run fits in device memory (every published run ran, so each should) and the simulated peak.
 It measures and never asserts: the exit status is always 0.
 
-    python -m benchmarks.accuracy [--json | --markdown] [--csv PATH] [--dir DIR]   (repo root)
+    python -m benchmarks.accuracy [--json | --markdown] [--csv PATH] [--dir DIR ...]   (repo root)
 
 Targets come from `published_runs.csv` (matched on source, model name and GPU count) when that
 file exists, else from the scenario's `# target_iteration_time_s:` header comment, so the
@@ -37,6 +39,8 @@ __all__ = ["Row", "error_pct", "mape", "header_target", "csv_targets", "evaluate
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "scenarios" / "validation"
+# the published runs the hardware profiles were checked on first (NeMo on H100); counted too
+CALIBRATION_DIR = REPO / "scenarios" / "calibration"
 DEFAULT_CSV = Path("/work/shared/validation/published_runs.csv")
 _TARGET = re.compile(r"^#\s*target_iteration_time_s:\s*([0-9.eE+-]+)\s*$", re.MULTILINE)
 _MODEL = re.compile(r"^#\s*model:\s*(\S+)\s*\(", re.MULTILINE)
@@ -177,10 +181,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--markdown", action="store_true", help="print the per-run Markdown table")
     ap.add_argument("--csv", type=Path, default=DEFAULT_CSV, help="published_runs.csv")
-    ap.add_argument("--dir", type=Path, default=DEFAULT_DIR, help="folder of case files")
+    ap.add_argument("--dir", type=Path, action="append",
+                    help="folder of case files (repeatable; default: scenarios/validation and "
+                         "scenarios/calibration, every bundled published run)")
     args = ap.parse_args(argv)
+    dirs = args.dir or [DEFAULT_DIR, CALIBRATION_DIR]
     table = csv_targets(args.csv) if args.csv.is_file() else {}
-    rows = [evaluate(p, table) for p in sorted(args.dir.glob("*.yaml"))]
+    rows = [evaluate(p, table) for d in dirs for p in sorted(d.glob("*.yaml"))]
     if args.json:
         worst = max(rows, key=lambda r: abs(r.error_pct)) if rows else None
         print(json.dumps({"runs": [asdict(r) for r in rows],
@@ -197,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif rows:
         _print(rows)
     else:
-        print(f"no case files in {args.dir}")
+        print(f"no case files in {', '.join(str(d) for d in dirs)}")
     return 0
 
 

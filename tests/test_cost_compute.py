@@ -45,11 +45,13 @@ def test_attention_runs_at_its_own_fraction(a100):
 
 
 @pytest.mark.parametrize("impl, phase, fraction", [
+    ("fa1", "fwd", 0.1505), ("fa1", "bwd", 0.147),
     ("fa2", "fwd", 0.301), ("fa2", "bwd", 0.294), ("fa2", "recompute", 0.301),
     ("fa3", "fwd", 0.527), ("cudnn", "bwd", 0.470), ("te", "fwd", 0.489)])
 def test_attention_is_priced_by_its_implementation_on_hopper(impl, phase, fraction):
     # FlashAttention-3 paper (Shah et al. 2024) Figs. 5-6: FA2 reaches ~30% of H100's peak,
-    # FA3 and cuDNN ~50%; the sustained-clock factor applies on top, as for every kernel
+    # FA3 and cuDNN ~50%; FlashAttention v1 half of FA2 (FA2 paper abstract, "around 2x"); the
+    # sustained-clock factor applies on top, as for every kernel
     h100 = load_profile("h100-sxm")
     spec = ComputeSpec("fa", "attention", flops=1e12, bytes_accessed=1e6, dtype="bf16",
                        phase=phase, executed_fraction=0.5, impl=impl)
@@ -61,9 +63,19 @@ def test_attention_is_priced_by_its_implementation_on_hopper(impl, phase, fracti
 def test_an_implementation_the_profile_lacks_runs_at_the_generic_fraction(a100):
     plain = ComputeSpec("fa", "attention", flops=1e12, bytes_accessed=1e6, dtype="bf16")
     marked = ComputeSpec("fa", "attention", flops=1e12, bytes_accessed=1e6, dtype="bf16",
-                         impl="fa2")
-    assert a100.efficiency.attention_kernels is None
+                         impl="fa3")
+    assert a100.efficiency.attention_kernels.fa3 is None
     assert compute_time_s(marked, a100) == compute_time_s(plain, a100)
+
+
+def test_flashattention_v1_is_priced_at_half_of_flashattention_2(a100):
+    # Dao 2023 (FlashAttention-2, abstract): "around 2x speedup compared to FlashAttention";
+    # on A100 FA2 is the generic fused-attention rate, on H100 its own entry
+    h100 = load_profile("h100-sxm").efficiency.attention_kernels
+    fa1 = a100.efficiency.attention_kernels.fa1
+    assert fa1.fwd == fa1.bwd == pytest.approx(a100.efficiency.attention_peak_fraction / 2)
+    assert h100.fa1.fwd == pytest.approx(h100.fa2.fwd / 2, abs=5e-4)
+    assert h100.fa1.bwd == pytest.approx(h100.fa2.bwd / 2, abs=5e-4)
 
 
 def test_empty_kernel_costs_nothing(a100):

@@ -46,7 +46,7 @@ class ComputeSpec:
     #                                 causal attention skips the masked half; its backward
     #                                 recomputes the scores): prices time, not model FLOPs
     impl: str = ""  # the kernel implementation where the profile prices them apart (fused
-    #                 attention: the framework's fa2 / fa3 / cudnn / te); "" = the generic one
+    #                 attention: the framework's fa1 / fa2 / fa3 / cudnn / te); "" = the generic one
 
     def __str__(self) -> str:
         shape = f" {self.gemm_batch}x{self.gemm_mnk}" if self.gemm_mnk else ""

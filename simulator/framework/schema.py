@@ -96,7 +96,7 @@ class Attention(_Closed):
     source: StrictStr
     # which fused-attention implementation the stack runs (priced by the hardware profile's
     # `efficiency.attention_kernels`); null: not one the profiles tell apart
-    implementation: Literal["fa2", "fa3", "cudnn", "te"] | None = None
+    implementation: Literal["fa1", "fa2", "fa3", "cudnn", "te"] | None = None
 
 
 class FusedKernels(_Closed):

@@ -131,6 +131,7 @@ class AttentionKernels(_Closed):
     `attention.implementation`); one that is absent here runs at `attention_peak_fraction`.
     `te` is Transformer Engine's DotProductAttention, which picks its backend per device."""
 
+    fa1: AttentionKernel | None = None
     fa2: AttentionKernel | None = None
     fa3: AttentionKernel | None = None
     cudnn: AttentionKernel | None = None

@@ -94,9 +94,9 @@ class TransformerModel(_Closed):
     # standard: scores materialised (QK^T, softmax, dropout, PV as separate kernels);
     # flash: one fused kernel (Dao et al. 2022), no s x s tensor in memory; auto: the
     # hardware profile's `software.fused_attention` (its reference training stack);
-    # fa2 / fa3 / cudnn / te: fused, with that implementation's rate (`efficiency.
+    # fa1 / fa2 / fa3 / cudnn / te: fused, with that implementation's rate (`efficiency.
     # attention_kernels`) instead of the framework's (`attention.implementation`).
-    attention: Literal["auto", "standard", "flash", "fa2", "fa3", "cudnn", "te"] = "auto"
+    attention: Literal["auto", "standard", "flash", "fa1", "fa2", "fa3", "cudnn", "te"] = "auto"
     seq_length: SeqLength
     vocab_size: Vocab
     dtype: Dtype = "bf16"
