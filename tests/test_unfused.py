@@ -88,7 +88,7 @@ def test_selective_recompute_does_not_rerun_them() -> None:
 
 
 @pytest.mark.parametrize("name", ["megatron-lm-2021", "megatron-core", "nemo", "mindspeed",
-                                  "torchtitan", "llm-foundry", "pytorch-fsdp", "reference"])
+                                  "llm-foundry", "pytorch-fsdp", "reference"])
 def test_fused_stacks_have_none(name: str) -> None:
     assert load_framework(name).software.unfused_passes == ()
 
@@ -122,3 +122,31 @@ def test_a_pass_naming_an_activation_skips_other_models() -> None:
     names = lambda sc: [o.name for o in unfused_ops(sc, passes, "bf16")[0]]  # noqa: E731
     assert "unfused.silu_then_mul" in names(swiglu)
     assert names(gelu) == [n for n in names(swiglu) if n != "unfused.silu_then_mul"]
+
+
+def test_torchtitan_eager_model_code_passes() -> None:
+    # the 64-A100 presets run norm_type "rmsnorm" with compile = false: eager RMSNorm (the
+    # same code and count as AscendSpeed's), RoPE through complex fp32, SiLU then Mul, and
+    # repeat_kv's copies for grouped-query attention
+    passes = load_framework("torchtitan").software.unfused_passes
+    assert [(p.name, p.tensor, p.count, p.fwd_bytes, p.bwd_bytes) for p in passes] == [
+        ("rmsnorm_eager", "hidden", 2, 32, 78), ("rope_complex_fp32_q", "heads", 1, 20, 20),
+        ("rope_complex_fp32_k", "kv_heads", 1, 20, 20), ("silu_then_mul", "ffn", 1, 4, 9),
+        ("repeat_kv_heads", "heads", 2, 2, 2), ("repeat_kv_kv_heads", "kv_heads", 2, 2, 2)]
+    ascend = load_framework("ascendspeed").software.unfused_passes[0]
+    assert (passes[0].fwd_bytes, passes[0].bwd_bytes) == (ascend.fwd_bytes, ascend.bwd_bytes)
+
+
+def test_a_grouped_query_pass_skips_models_with_as_many_kv_heads_as_heads() -> None:
+    passes = load_framework("torchtitan").software.unfused_passes
+    gqa = _scenario()                                   # 16 heads, 4 kv heads
+    mha = parse_scenario({**gqa.model_dump(mode="json", exclude_none=True),
+                          "model": {**gqa.model.model_dump(mode="json", exclude_none=True),
+                                    "num_kv_heads": HEADS}}, "m.yaml")
+    names = lambda sc: [o.name for o in unfused_ops(sc, passes, "bf16")[0]]  # noqa: E731
+    repeats = ["unfused.repeat_kv_heads", "unfused.repeat_kv_kv_heads"]
+    assert names(gqa)[-2:] == repeats
+    assert names(mha) == [n for n in names(gqa) if n not in repeats]
+    n = B * S * HEADS * (H // HEADS) // 4               # the repeated keys: heads / tp
+    fwd, _ = unfused_ops(gqa, passes, "bf16")
+    assert {o.name: o.bytes_accessed for o in fwd}["unfused.repeat_kv_heads"] == 2 * n * 2

@@ -58,6 +58,9 @@ class UnfusedPass(_Closed):
     ops: StrictStr  # the kernels counted, for the reader
     # only for models with this FFN activation (a SiLU-then-Mul pass is a SwiGLU layer's); null: all
     activation: Literal["gelu", "swiglu"] | None = None
+    # only for models with fewer key/value heads than query heads (grouped-query attention: a
+    # copy that repeats the key/value heads is a no-op without it)
+    grouped_query_only: StrictBool = False
 
 
 class Software(_Closed):

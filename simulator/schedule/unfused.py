@@ -8,7 +8,8 @@ framework profile states them as passes (`framework.schema.UnfusedPass`): bytes 
 written per element of a tensor of the layer, counted op by op from the stack's code.
 
 Each pass is one memory-bound kernel per direction on one device's share of one micro-batch
-(a pass that names an FFN `activation` only for models with it):
+(a pass that names an FFN `activation` only for models with it, a `grouped_query_only` one
+only for models with fewer key/value heads than query heads):
 
     elements = count x tokens x width,   tokens = micro_batch x seq / context
     hidden:   width = hidden (/ tp with sequence parallel: the norm runs on the sequence slice)
@@ -51,6 +52,9 @@ def unfused_ops(scenario: Scenario, passes: tuple[UnfusedPass, ...], dtype: str
     m = scenario.model
     for ps in passes:
         if ps.activation is not None and getattr(m, "ffn_activation", None) != ps.activation:
+            continue
+        if ps.grouped_query_only and not (isinstance(m, TransformerModel)
+                                          and m.kv_heads < m.num_heads):
             continue
         n = float(ps.count * unfused_elements(scenario, ps.tensor))
         if ps.fwd_bytes > 0:
