@@ -136,12 +136,46 @@ def test_fp8_runs_the_recipe_gemms_in_fp8_with_casts() -> None:
     assert gemms == {"qkv": "fp8", "proj": "fp8", "fc1": "fp8", "fc2": "fp8",
                      "lm_head": "bf16"}
     assert prog.dtype == "bf16"  # weights, activations and states stay 16-bit
-    casts = [op for op in prog.layer_fwd if ".fp8_cast" in op.name]
+    casts = [op for op in prog.layer_fwd if ".fp8_" in op.name]
     assert len(casts) == 8  # input and weight of each of the 4 FP8 GEMMs
     qkv = next(op for op in prog.layer_fwd if op.name == "qkv")
     m, _, k = qkv.gemm_mnk
-    cast = next(op for op in casts if op.name == "qkv.fp8_cast_input")
+    # Megatron-Core's TE userbuffers gather qkv's input in FP8: quantized in the norm on
+    # the shard, the gathered FP8 copy transposed (read 1, write 1)
+    cast = next(op for op in casts if op.name == "qkv.fp8_transpose_input")
+    assert cast.bytes_accessed == 2.0 * m * k
+    # without the TP-comm overlap the gather is bf16 and the cast a cast_transpose of it
+    plain_sc = _scenario(dtype="fp8", parallel={"overlap": {"tp_comm": False}})
+    plain = transformer_program(plain_sc, fw.software, hw.compute_units,
+                                fp8_recipe(plain_sc, fw))
+    cast = next(op for op in plain.layer_fwd if op.name == "qkv.fp8_cast_input")
     assert cast.bytes_accessed == 4.0 * m * k  # read bf16, write FP8 and its transpose
+
+
+def test_te_userbuffers_gather_fp8_operands() -> None:
+    """transformer_engine/pytorch/module/base.py initialize_ub: fp8_buf for every
+    all-gather-overlap layer: the gathers feeding FP8 GEMMs move 1 byte an element; the
+    reduce-scatters and the gathers of bf16 GEMMs keep 2."""
+    from simulator.cost.specs import CommSpec, ComputeSpec
+
+    tp, m, k, n = 4, 64, 32, 16
+    ops = (CommSpec("ag_x", "all_gather", 2.0 * m * k, "tp"),
+           ComputeSpec("fc1", "gemm", 1.0, 1.0, "bf16", "fwd", (m, n, k)),
+           CommSpec("rs_y", "reduce_scatter", 2.0 * m * n, "tp"),
+           CommSpec("ag_h", "all_gather", 2.0 * m * k, "tp"),
+           ComputeSpec("lm_head", "gemm", 1.0, 1.0, "bf16", "fwd", (m, n, k)))
+    bwd = (CommSpec("ag_dy", "all_gather", 2.0 * m * n, "tp", "bwd"),
+           ComputeSpec("fc2.dgrad", "gemm", 1.0, 1.0, "bf16", "bwd", (m, k, n)))
+    te = Fp8Recipe(frozenset({"fc1", "fc2"}), False, 1, gather_tp=tp)
+    got = {op.name: op.bytes if isinstance(op, CommSpec) else op.bytes_accessed
+           for op in apply_fp8(ops, te) + apply_fp8(bwd, te)}
+    assert got["ag_x.fp8"] == 1.0 * m * k and got["ag_dy.fp8"] == 1.0 * m * n
+    assert got["rs_y"] == 2.0 * m * n and got["ag_h"] == 2.0 * m * k  # bf16 GEMM's gather
+    assert got["fc1.fp8_transpose_input"] == 2.0 * m * k
+    assert got["fc2.dgrad.fp8_cast_grad"] == (2.0 + 3.0 / tp) * m * n  # shard cast + transpose
+    off = apply_fp8(ops, Fp8Recipe(frozenset({"fc1", "fc2"}), False, 1))
+    assert [op.bytes for op in off if isinstance(op, CommSpec)] == [2.0 * m * k, 2.0 * m * n,
+                                                                    2.0 * m * k]
 
 
 def test_fp8_weight_cast_once_per_step_with_delayed_scaling() -> None:

@@ -19,7 +19,16 @@ core (QK^T, softmax, PV), norms, embedding, LM head and the optimizer in bf16/fp
   X^T for wgrad), 1 byte instead of 2 where only FP8 GEMMs keep the tensor (`fp8_saved`);
 - dynamic scaling reads each tensor once more for its amax before the cast (torchao
   `tensor_to_amax`, then the cast); delayed scaling takes the amax inside the cast kernel
-  (TE fuses amax into cast_transpose) and updates the scales once per step (negligible).
+  (TE fuses amax into cast_transpose) and updates the scales once per step (negligible);
+- with Transformer Engine's tensor-parallel comm overlap (userbuffers) every all-gather
+  that feeds a GEMM travels in FP8 (transformer_engine/pytorch/module/base.py
+  initialize_ub: `fp8_buf = name in layers_all_gather_overlap`, buffer dtype uint8 under
+  FP8): the sequence-parallel input of qkv and fc1 and the output gradient of proj and fc2
+  are quantized on the local shard before the gather (forward: inside the LayerNorm kernel
+  of LayerNormLinear / LayerNormMLP, no kernel of its own; backward: a cast of the shard,
+  read 2 write 1) and the gathered FP8 tensor is transposed for the wgrad GEMM (read 1,
+  write 1), so the gather moves 1 byte an element instead of 2 (`Fp8Recipe.gather_tp`;
+  such a collective's name ends in `.fp8`).
 
 Sources: NVIDIA TransformerEngine docs (DelayedScaling, Format.HYBRID, fp8 weight caching);
 pytorch/ao torchao/float8 (float8_linear.py, float8_scaling_utils.py); framework profiles'
@@ -30,7 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from simulator.cost.specs import ComputeSpec, Phase
+from simulator.cost.specs import CommSpec, ComputeSpec, Phase
 from simulator.sharding.lower import Saved, kernel_of
 from simulator.sharding.plan import ShardingPlan
 
@@ -41,6 +50,8 @@ FP8_OPS = {"qkv": ("qkv",), "proj": ("proj",), "fc1": ("fc1", "fc_gate", "fc_up"
            "fc2": ("fc2",), "lm_head": ("lm_head",)}
 _CAST_T_BYTES = 4.0   # cast + transpose: read bf16 (2), write FP8 and its transpose (1 + 1)
 _AMAX_BYTES = 2.0     # a separate amax pass reads the bf16 tensor once more
+_TRANSPOSE_BYTES = 2.0  # FP8 transpose of a gathered FP8 tensor: read 1, write 1
+_SHARD_CAST_BYTES = 3.0  # cast of a local bf16 shard before an FP8 gather: read 2, write 1
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,9 @@ class Fp8Recipe:
     kernels: frozenset[str]
     dynamic: bool            # current scaling: separate amax pass, weights cast per use
     micro_batches: int = 1   # delayed scaling casts the weights once per step
+    # tensor-parallel degree when the operands all-gathered over 'tp' travel in FP8
+    # (Transformer Engine userbuffers, module doc); 0: they are gathered in the model dtype
+    gather_tp: int = 0
 
     @staticmethod
     def of(roles: tuple[str, ...], dynamic: bool, micro_batches: int) -> Fp8Recipe:
@@ -61,43 +75,74 @@ def _cast(name: str, elems: float, per_elem: float, phase: Phase) -> ComputeSpec
     return ComputeSpec(name, "elementwise", float(elems), per_elem * elems, "bf16", phase)
 
 
-def _forward_casts(op: ComputeSpec, r: Fp8Recipe) -> tuple[ComputeSpec, ...]:
+def _forward_casts(op: ComputeSpec, r: Fp8Recipe, gathered: bool) -> tuple[ComputeSpec, ...]:
     m, n, k = op.gemm_mnk or (0, 0, 0)
     b = max(1, op.gemm_batch)
     per = _CAST_T_BYTES + (_AMAX_BYTES if r.dynamic else 0.0)
     weight_share = 1.0 if r.dynamic else 1.0 / r.micro_batches
-    return (_cast(f"{op.name}.fp8_cast_input", b * m * k, per, op.phase),
-            _cast(f"{op.name}.fp8_cast_weight", k * n * weight_share, per, op.phase))
+    weight = _cast(f"{op.name}.fp8_cast_weight", k * n * weight_share, per, op.phase)
+    if gathered:  # quantized inside the norm on the shard; the gathered copy transposed
+        return (_cast(f"{op.name}.fp8_transpose_input", b * m * k, _TRANSPOSE_BYTES, op.phase),
+                weight)
+    return (_cast(f"{op.name}.fp8_cast_input", b * m * k, per, op.phase), weight)
 
 
-def _backward_casts(op: ComputeSpec, r: Fp8Recipe) -> tuple[ComputeSpec, ...]:
+def _backward_casts(op: ComputeSpec, r: Fp8Recipe, gathered: bool) -> tuple[ComputeSpec, ...]:
     """Casts before a dgrad GEMM (m, k_fwd, n_fwd): dY is m x n_fwd."""
     m, _, n = op.gemm_mnk or (0, 0, 0)
     b = max(1, op.gemm_batch)
     per = _CAST_T_BYTES + (_AMAX_BYTES if r.dynamic else 0.0)
-    out = [_cast(f"{op.name}.fp8_cast_grad", b * m * n, per, op.phase)]
+    if gathered:  # the shard cast before the FP8 gather, the gathered copy transposed
+        out = [_cast(f"{op.name}.fp8_cast_grad", b * m * n,
+                     _TRANSPOSE_BYTES + _SHARD_CAST_BYTES / r.gather_tp, op.phase)]
+    else:
+        out = [_cast(f"{op.name}.fp8_cast_grad", b * m * n, per, op.phase)]
     if r.dynamic:  # the weight is cast again (transposed) for the dgrad GEMM
         out.append(_cast(f"{op.name}.fp8_cast_weight", op.gemm_mnk[1] * n if op.gemm_mnk
                          else 0.0, per, op.phase))
     return tuple(out)
 
 
+def _fp8_part(op: object, r: Fp8Recipe) -> str | None:
+    """'' (forward) or the backward part of an FP8 GEMM of the recipe; None otherwise."""
+    if not isinstance(op, ComputeSpec) or op.kind != "gemm":
+        return None
+    base, _, part = op.name.partition(".")
+    return part if base in r.kernels else None
+
+
+def _gathered_in_fp8(ops: tuple, r: Fp8Recipe) -> dict[int, int]:
+    """{index of a 'tp' all-gather: index of the FP8 GEMM (forward or dgrad) it feeds, the
+    next GEMM after it}, when the recipe gathers in FP8; empty otherwise."""
+    out: dict[int, int] = {}
+    if r.gather_tp <= 1:
+        return out
+    for i, op in enumerate(ops):
+        if isinstance(op, CommSpec) and op.axis == "tp" and op.collective == "all_gather":
+            j = next((j for j in range(i + 1, len(ops)) if isinstance(ops[j], ComputeSpec)
+                      and ops[j].kind == "gemm"), None)
+            if j is not None and _fp8_part(ops[j], r) in ("", "dgrad"):
+                out[i] = j
+    return out
+
+
 def apply_fp8(ops: tuple, r: Fp8Recipe) -> tuple:
     """`ops` (one block's forward or backward) with the recipe's GEMMs in FP8 and their
-    casts in front of them."""
+    casts in front of them; with `r.gather_tp`, the all-gathers that feed them in FP8."""
+    feeds = _gathered_in_fp8(ops, r)
+    gathered = set(feeds.values())
     out: list = []
-    for op in ops:
-        if not isinstance(op, ComputeSpec) or op.kind != "gemm":
-            out.append(op)
-            continue
-        base, _, part = op.name.partition(".")
-        if base not in r.kernels:
-            out.append(op)
+    for i, op in enumerate(ops):
+        part = _fp8_part(op, r)
+        if part is None:
+            # the model dtype is bf16 whenever a recipe applies (model_program): 2 -> 1 byte
+            out.append(replace(op, name=f"{op.name}.fp8", bytes=op.bytes / 2) if i in feeds
+                       else op)
             continue
         if part == "":
-            out += _forward_casts(op, r)
+            out += _forward_casts(op, r, i in gathered)
         elif part == "dgrad":
-            out += _backward_casts(op, r)
+            out += _backward_casts(op, r, i in gathered)
         out.append(replace(op, dtype="fp8"))
     return tuple(out)
 

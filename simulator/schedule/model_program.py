@@ -263,6 +263,11 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     p, m = scenario.parallel, scenario.model
     assert isinstance(m, TransformerModel)
     recipe = fp8 if m.dtype == "fp8" else None
+    if recipe is not None and not recipe.dynamic and tp_overlap(scenario, software,
+                                                                compute_units):
+        # Transformer Engine (delayed scaling) with its userbuffers TP overlap gathers the
+        # GEMM operands in FP8 (schedule.fp8)
+        recipe = replace(recipe, gather_tp=p.tensor)
     dtype = "bf16" if recipe is not None else m.dtype
     e = DTYPE_BYTES[dtype]
     unit = m.moe.every if m.moe else 1
