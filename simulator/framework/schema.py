@@ -71,6 +71,8 @@ class Software(_Closed):
     fused_attention: StrictBool = False
     # the wgrad GEMM accumulates into the fp32 main gradient (no separate add pass)
     fused_grad_accumulation: StrictBool = False
+    # the separate add casts the 16-bit gradient to fp32 in a kernel of its own first
+    grad_accumulation_cast: StrictBool = False
     # tensor-parallel collectives are chunked and pipelined against the GEMM that produces
     # or consumes them (`parallel.overlap.tp_comm: auto`), their kernels taking tp_comm_sms
     # of the compute units while they run
@@ -114,6 +116,10 @@ class FusedGradAccumulation(_Closed):
     enabled: StrictBool | None  # null: not found in public code (taken as not fused)
     detail: StrictStr
     source: StrictStr
+    # when not fused: the 16-bit gradient is cast to fp32 by a kernel of its own before the
+    # add (DeepSpeed BF16_Optimizer: hp_grad.add_(lp.grad.to(fp32))); false: one add kernel
+    # that reads the 16-bit gradient as it is (Megatron LocalDDP main_grad.add_)
+    separate_cast: StrictBool = False
 
 
 class GradReduction(_Closed):
@@ -241,6 +247,7 @@ class FrameworkProfile(_Closed):
         return Software(
             fused_attention=self.attention.fused_default,
             fused_grad_accumulation=bool(self.fused_grad_accumulation.enabled),
+            grad_accumulation_cast=self.fused_grad_accumulation.separate_cast,
             tp_comm_overlap=self.overlap.tp_comm_enabled,
             tp_comm_sms=self.overlap.tp_comm_sms,
             bf16_grads_fp32=self.grad_reduction.fp32_for_bf16,

@@ -309,9 +309,11 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
     output_params = _Block(lambda n: n == "head").params(plan, graph)[0]
     if not software.fused_grad_accumulation:
-        bwd["layer"] += main_grad(e, dtype, "main_grad_add", params)
-        bwd["embed"] += main_grad(e, dtype, "main_grad_add_embed", embed_params)
-        bwd["head"] += main_grad(e, dtype, "main_grad_add_head", head_params + output_params)
+        cast = software.grad_accumulation_cast
+        bwd["layer"] += main_grad(e, dtype, "main_grad_add", params, cast)
+        bwd["embed"] += main_grad(e, dtype, "main_grad_add_embed", embed_params, cast)
+        bwd["head"] += main_grad(e, dtype, "main_grad_add_head", head_params + output_params,
+                                 cast)
     if m.param_dtype is not None and m.param_dtype != dtype:
         for block, n in (("layer", params), ("head", head_params + output_params)):
             cast_fwd, cast_bwd = weight_casts(f"weight_cast_{block}", n, dtype)

@@ -19,15 +19,19 @@ __all__ = ["main_grad", "tp_overlap", "p2p_blocking", "with_impl", "fused_cross_
            "imbalanced", "slot_fill", "weight_casts"]
 
 
-def main_grad(e: int, dtype: str, name: str, params: float) -> tuple[Op, ...]:
+def main_grad(e: int, dtype: str, name: str, params: float, cast: bool = False
+              ) -> tuple[Op, ...]:
     """Mixed precision keeps fp32 main gradients (Micikevicius et al. 2018, Sec. 3.1): after
     each micro-batch's backward the 16-bit weight gradients are added into them (Megatron-LM
     LocalDDP's main_grad.add_, PyTorch AMP's AccumulateGrad): read e, read 4, write 4 bytes
-    per parameter. None in fp32 training, where the gradient is the main gradient."""
+    per parameter. With `cast` the gradient is first cast to fp32 by a kernel of its own
+    (DeepSpeed BF16_Optimizer update_hp_grads: hp_grad.add_(lp.grad.to(fp32))): read e,
+    write 4, then the add reads 4 + 4 and writes 4. None in fp32 training, where the
+    gradient is the main gradient."""
     if e >= 4 or params <= 0:
         return ()
-    return (ComputeSpec(name, "elementwise", float(params), (e + 8.0) * params, dtype,
-                        "bwd"),)
+    per = e + 16.0 if cast else e + 8.0
+    return (ComputeSpec(name, "elementwise", float(params), per * params, dtype, "bwd"),)
 
 
 def tp_overlap(scenario: Scenario, software: Software, compute_units: int
