@@ -325,3 +325,14 @@ def test_deepspeed_bf16_optimizer_casts_before_it_accumulates() -> None:
     assert main_grad(4, "fp32", "g", 1000.0, cast=True) == ()
     assert load_framework("megatron-deepspeed").software.grad_accumulation_cast
     assert not load_framework("megatron-lm-2021").software.grad_accumulation_cast
+
+
+def test_swiglu_gate_and_up_share_one_fp8_input_cast() -> None:
+    from simulator.cost.specs import ComputeSpec
+
+    gate = ComputeSpec("fc_gate", "gemm", 1.0, 1.0, "bf16", "fwd", (64, 32, 16))
+    up = ComputeSpec("fc_up", "gemm", 1.0, 1.0, "bf16", "fwd", (64, 32, 16))
+    names = [op.name for op in apply_fp8((gate, up), Fp8Recipe(frozenset({"fc_gate", "fc_up"}),
+                                                               False, 1))]
+    assert names == ["fc_gate.fp8_cast_input", "fc_gate.fp8_cast_weight", "fc_gate",
+                     "fc_up.fp8_cast_weight", "fc_up"]
