@@ -23,6 +23,7 @@ SEED = 1313
 # key -> values (good, bad, out of range, wrong type); several are set in one command
 VALUES: dict[str, list[str]] = {
     "framework": ["megatron-core", "mindspore", "nope", "''", "123", "/etc/hostname", "[a]"],
+    "model.attention": ["fa1", "fa2", "te", "standard", "fa9", "1"],
     "parallel.tensor_nd": ["[2, 1]", "[1, 2]", "[2, 2]", "[0, 2]", "[2]", "[2, 2, 2, 2]",
                            "[a, b]", "[2.0, 1]", "2", "[1, 1, 2]", "[100000, 100000]", "null"],
     "parallel.context": ["1", "2", "0", "3", "100000", "-1", "true"],
