@@ -118,3 +118,24 @@ def test_table_output_names_mape_and_worst(tmp_path: Path, capsys) -> None:
     assert accuracy.main(["--dir", str(path.parent), "--csv", str(tmp_path / "no.csv")]) == 0
     out = capsys.readouterr().out
     assert "r900-synthetic" in out and "MAPE" in out and "worst" in out
+
+
+def test_default_reads_the_validation_and_the_calibration_runs(tmp_path: Path, capsys,
+                                                               monkeypatch) -> None:
+    """Every bundled published run counts (issue 9): without --dir both folders are read;
+    --dir repeats."""
+    one = _synthetic_case(tmp_path, 1.0)
+    other = tmp_path / "calibration" / "r901-synthetic.yaml"
+    other.parent.mkdir()
+    other.write_text(one.read_text())
+    monkeypatch.setattr(accuracy, "DEFAULT_DIR", one.parent)
+    monkeypatch.setattr(accuracy, "CALIBRATION_DIR", other.parent)
+    csv_path = str(tmp_path / "absent.csv")
+    accuracy.main(["--json", "--csv", csv_path])
+    assert [r["run"] for r in json.loads(capsys.readouterr().out)["runs"]] == [
+        "r900-synthetic", "r901-synthetic"]
+    accuracy.main(["--json", "--csv", csv_path, "--dir", str(other.parent)])
+    assert [r["run"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["r901-synthetic"]
+    assert sorted(p.name for p in (REPO / "scenarios" / "calibration").glob("*.yaml")) == [
+        "nemo-h100-gpt3-175b-128g.yaml", "nemo-h100-gpt3-175b-2048g.yaml",
+        "nemo-h100-nemotron4-15b-16g.yaml", "nemo-h100-nemotron4-15b-2048g.yaml"]
