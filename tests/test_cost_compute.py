@@ -155,3 +155,42 @@ def test_fp8_gemms_reach_their_own_measured_share_of_the_fp8_peak():
     # a profile without an FP8 figure keeps one fraction for every dtype
     a100 = load_profile("a100-80gb")
     assert a100.efficiency.gemm_peak_fraction_fp8 is None
+
+
+def test_attention_rate_follows_the_key_length():
+    # fractions are quoted at 2048 keys; the rate follows s / (s + half) (FlashAttention-3
+    # paper Fig. 5, FlashAttention-2 on H100: 191 at 512 keys, 298 at 2k, 335 at 16k TFLOP/s)
+    from simulator.cost.compute import attention_seq_factor
+
+    half = load_profile("h100-sxm").efficiency.attention_seq_half
+    assert attention_seq_factor(2048, half) == 1.0
+    assert attention_seq_factor(8192, half) == pytest.approx(
+        (8192 / (8192 + half)) / (2048 / (2048 + half)), rel=1e-12)
+    assert attention_seq_factor(512, half) < 1.0 < attention_seq_factor(16384, half)
+    assert attention_seq_factor(512, half) == pytest.approx(191 / 298, rel=0.05)
+    assert attention_seq_factor(16384, half) == pytest.approx(335 / 298, rel=0.05)
+    assert attention_seq_factor(0, half) == attention_seq_factor(4096, 0.0) == 1.0
+    h100 = load_profile("h100-sxm")
+    at = {s: compute_time_s(ComputeSpec("fa", "attention", 1e12, 1e6, "bf16", seq=s), h100)
+          for s in (2048, 8192)}
+    assert (at[2048] - h100.kernel_launch_s) / (at[8192] - h100.kernel_launch_s) == \
+        pytest.approx(attention_seq_factor(8192, half), rel=1e-9)
+
+
+def test_lowering_gives_attention_kernels_their_local_key_length():
+    from simulator.scenario import parse_scenario
+    from simulator.schedule.model_program import transformer_program
+
+    data = {"name": "s", "hardware": "h100-sxm",
+            "cluster": {"nodes": 1, "devices_per_node": 8},
+            "model": {"type": "transformer", "layers": 2, "hidden_size": 512, "num_heads": 8,
+                      "seq_length": 4096, "vocab_size": 1024, "attention": "flash"},
+            "training": {"global_batch_size": 8, "micro_batch_size": 1},
+            "parallel": {"data": 4, "tensor": 2}}
+    sc = parse_scenario(data, "s.yaml")
+    hw = load_profile("h100-sxm")
+    prog = transformer_program(sc, hw.software, hw.compute_units)
+    seqs = {op.name: op.seq for op in prog.layer_fwd + prog.layer_bwd
+            if isinstance(op, ComputeSpec)}
+    assert seqs["flash_attention"] == seqs["flash_attention.bwd"] == 4096
+    assert seqs["qkv"] == 0

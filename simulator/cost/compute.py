@@ -28,7 +28,8 @@ Memory-bound GEMMs (small k, skinny m) fall on the memory roof through `bytes_ac
 Non-GEMM kinds are memory-bound kernels: their FLOPs run on the vector units
 (`vector_flops_per_s * vector_peak_fraction`) and their bytes at `memory_bandwidth_fraction`
 of HBM bandwidth. `attention` (a fused FlashAttention-style kernel) is compute-bound at
-the fraction of the matrix peak its implementation reaches (`attention_fraction`).
+the fraction of the matrix peak its implementation reaches (`attention_fraction`), quoted
+at 2048 keys and scaled with the kernel's key length (`attention_seq_factor`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from simulator.cost.specs import ComputeSpec
 from simulator.hardware.schema import HardwareProfile
 
 __all__ = ["compute_time_s", "gemm_efficiency", "compute_efficiency", "attention_fraction",
-           "DTYPE_BYTES"]
+           "attention_seq_factor", "DTYPE_BYTES"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 _MIN_TILE = 16  # the smallest MMA tile edge (16x8x16 mma.sync on Ampere/Hopper; 16^3 cube)
@@ -107,8 +108,23 @@ def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, f
                                    spec.dtype, hw)
         return hw.peak_flops_per_s(spec.dtype) * fraction * sustained, mem
     if spec.kind == "attention":
-        return hw.peak_flops_per_s(spec.dtype) * attention_fraction(spec, hw) * sustained, mem
+        return (hw.peak_flops_per_s(spec.dtype) * attention_fraction(spec, hw)
+                * attention_seq_factor(spec.seq, eff.attention_seq_half) * sustained, mem)
     return hw.vector_flops_per_s * eff.vector_peak_fraction * sustained, mem
+
+
+ATTENTION_QUOTED_SEQ = 2048  # the key length the attention fractions are quoted at
+
+
+def attention_seq_factor(seq: int, half: float) -> float:
+    """How much faster (> 1) or slower a fused attention kernel runs over `seq` keys than at
+    the 2048 its fraction is quoted at: its rate follows s / (s + half) (each query tile's
+    prologue, epilogue and causal-diagonal work amortised over more key tiles; FlashAttention-
+    3 paper Figs. 5-6). 1 where either is unknown (0)."""
+    if seq <= 0 or half <= 0:
+        return 1.0
+    q = ATTENTION_QUOTED_SEQ
+    return (seq / (seq + half)) / (q / (q + half))
 
 
 def attention_fraction(spec: ComputeSpec, hw: HardwareProfile) -> float:

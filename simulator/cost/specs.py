@@ -47,6 +47,8 @@ class ComputeSpec:
     #                                 recomputes the scores): prices time, not model FLOPs
     impl: str = ""  # the kernel implementation where the profile prices them apart (fused
     #                 attention: the framework's fa1 / fa2 / fa3 / cudnn / te); "" = the generic one
+    seq: int = 0  # fused attention: the keys each query row runs over (its local key length),
+    #               which sets how well the kernel's tiles amortise; 0: not an attention kernel
 
     def __str__(self) -> str:
         shape = f" {self.gemm_batch}x{self.gemm_mnk}" if self.gemm_mnk else ""

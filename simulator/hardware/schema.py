@@ -150,6 +150,10 @@ class Efficiency(_Closed):
     gemm_k_half: KHalf = 0.0
     attention_peak_fraction: Fraction
     attention_kernels: AttentionKernels | None = None
+    # the key length at which fused attention reaches half its long-sequence rate: the
+    # attention fractions above are quoted at 2048 tokens and scale by
+    # (s / (s + half)) / (2048 / (2048 + half)) (cost.compute); 0: no dependence
+    attention_seq_half: KHalf = 0.0
     vector_peak_fraction: Fraction = 0.5
     memory_bandwidth_fraction: Fraction
     intra_node_bus_fraction: Fraction

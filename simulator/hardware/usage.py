@@ -52,6 +52,7 @@ FIELD_USES: dict[str, str] = {
     "efficiency.gemm_tile_mn": "GEMM tile quantisation (cost.compute)",
     "efficiency.gemm_k_half": "GEMM k-loop efficiency (cost.compute)",
     "efficiency.attention_peak_fraction": "fused attention kernels (cost.compute)",
+    "efficiency.attention_seq_half": "fused attention by key length (cost.compute)",
     "efficiency.attention_kernels.fa1.fwd": "fwd attention of fa1 stacks (cost.compute)",
     "efficiency.attention_kernels.fa1.bwd": "bwd attention of fa1 stacks (cost.compute)",
     "efficiency.attention_kernels.fa2.fwd": "fwd attention of fa2 stacks (cost.compute)",

@@ -123,6 +123,17 @@ def _flops(plan: ShardingPlan, k: _Kernel) -> float:
     return total
 
 
+def _key_length(plan: ShardingPlan, k: _Kernel) -> int:
+    """A fused attention kernel's local key length (the t of its k input [b, t, ...]);
+    0 for other kernels."""
+    for p in k.ops:
+        if p.op.family.kind == "attention" and len(p.op.inputs) >= 2:
+            ins, _ = local_shapes(plan, p)
+            if len(ins[1]) >= 2:
+                return int(ins[1][1])
+    return 0
+
+
 def _forward_spec(plan: ShardingPlan, k: _Kernel, dtype: str, e: float,
                   kept: dict[str, float] | None = None) -> ComputeSpec:
     """The kernel's forward; `kept`: activation bytes each op keeps (Saved.by_op)."""
@@ -133,7 +144,8 @@ def _forward_spec(plan: ShardingPlan, k: _Kernel, dtype: str, e: float,
     keep = sum((kept or {}).get(p.op.name, 0.0) for p in k.ops)
     return ComputeSpec(k.name, kind, _flops(plan, k) + own_f,  # type: ignore[arg-type]
                        e * _external(plan, k) + own_b, dtype, "fwd", mnk, batch,
-                       saved_bytes=keep, executed_fraction=frac)
+                       saved_bytes=keep, executed_fraction=frac,
+                       seq=_key_length(plan, k) if kind == "attention" else 0)
 
 
 def _needs_grad(plan: ShardingPlan, name: str) -> bool:
@@ -155,7 +167,7 @@ def _backward_specs(plan: ShardingPlan, k: _Kernel, dtype: str, e: float) -> lis
     own_f, own_b, frac = _own(plan, k, e, "bwd")
     return [ComputeSpec(k.name + ".bwd", fwd.kind, 2.0 * _flops(plan, k) + own_f,
                         1.5 * e * _external(plan, k) + own_b, dtype, "bwd",
-                        executed_fraction=frac)]
+                        executed_fraction=frac, seq=fwd.seq)]
 
 
 def _comm(plan: ShardingPlan, name: str, step, phase: Phase) -> CommSpec:
