@@ -44,6 +44,7 @@ __all__ = ["compute_time_s", "gemm_efficiency", "compute_efficiency", "attention
            "attention_seq_factor", "DTYPE_BYTES"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+ATTENTION_QUOTED_SEQ = 2048  # the key length the attention fractions are quoted at
 _MIN_TILE = 16  # the smallest MMA tile edge (16x8x16 mma.sync on Ampere/Hopper; 16^3 cube)
 
 
@@ -111,9 +112,6 @@ def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, f
         return (hw.peak_flops_per_s(spec.dtype) * attention_fraction(spec, hw)
                 * attention_seq_factor(spec.seq, eff.attention_seq_half) * sustained, mem)
     return hw.vector_flops_per_s * eff.vector_peak_fraction * sustained, mem
-
-
-ATTENTION_QUOTED_SEQ = 2048  # the key length the attention fractions are quoted at
 
 
 def attention_seq_factor(seq: int, half: float) -> float:

@@ -112,18 +112,14 @@ def _fp8_part(op: object, r: Fp8Recipe) -> str | None:
 
 
 def _gathered_in_fp8(ops: tuple, r: Fp8Recipe) -> dict[int, int]:
-    """{index of a 'tp' all-gather: index of the FP8 GEMM (forward or dgrad) it feeds, the
-    next GEMM after it}, when the recipe gathers in FP8; empty otherwise."""
-    out: dict[int, int] = {}
+    """{index of a 'tp' all-gather: index of the FP8 GEMM (forward or dgrad) right after it,
+    the consumer the TP-comm overlap pipelines it against}, when the recipe gathers in FP8;
+    empty otherwise."""
     if r.gather_tp <= 1:
-        return out
-    for i, op in enumerate(ops):
-        if isinstance(op, CommSpec) and op.axis == "tp" and op.collective == "all_gather":
-            j = next((j for j in range(i + 1, len(ops)) if isinstance(ops[j], ComputeSpec)
-                      and ops[j].kind == "gemm"), None)
-            if j is not None and _fp8_part(ops[j], r) in ("", "dgrad"):
-                out[i] = j
-    return out
+        return {}
+    return {i: i + 1 for i, op in enumerate(ops[:-1])
+            if isinstance(op, CommSpec) and op.axis == "tp" and op.collective == "all_gather"
+            and _fp8_part(ops[i + 1], r) in ("", "dgrad")}
 
 
 def apply_fp8(ops: tuple, r: Fp8Recipe) -> tuple:

@@ -263,8 +263,8 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     p, m = scenario.parallel, scenario.model
     assert isinstance(m, TransformerModel)
     recipe = fp8 if m.dtype == "fp8" else None
-    if recipe is not None and not recipe.dynamic and tp_overlap(scenario, software,
-                                                                compute_units):
+    tpo = tp_overlap(scenario, software, compute_units)
+    if recipe is not None and not recipe.dynamic and tpo is not None:
         # Transformer Engine (delayed scaling) with its userbuffers TP overlap gathers the
         # GEMM operands in FP8 (schedule.fp8)
         recipe = replace(recipe, gather_tp=p.tensor)
@@ -347,7 +347,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         layer_working_bytes=sv.total(layer.select),
         boundary_bytes=float(boundary), dtype=dtype,
         grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
-        tp_overlap=tp_overlap(scenario, software, compute_units),
+        tp_overlap=tpo,
         grad_sync_layer=_coalesce(_sync(plan, steps, layer.select), "grad_sync"),
         grad_sync_embed=_coalesce(_sync(plan, steps, embed.select), "grad_sync"),
         grad_sync_head=_coalesce(_sync(plan, steps, head.select, embed.select), "grad_sync"),
