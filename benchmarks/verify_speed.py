@@ -77,7 +77,7 @@ sys.path.insert(0, str(REPO))
 
 from simulator.config.scenario import parse_scenario  # noqa: E402
 from simulator.config.yamlio import read_yaml_file  # noqa: E402
-from simulator.numeric.verify import verify_scenario  # noqa: E402
+from simulator.simulation.verify import verify_scenario  # noqa: E402
 
 
 def scenario(devices: int):

@@ -65,7 +65,7 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") ->
 def verify(scenario: Any, hw: Any = None) -> Any:
     """The numpy proof of `shardsim verify`: a VerifyResult (`.ok`, `.to_dict()`)."""
     from simulator.config.framework.load import framework_for
-    from simulator.numeric.verify import verify_scenario
+    from simulator.simulation.verify import verify_scenario
 
     sc, profile = _scenario_and_hw(scenario, hw)
     software = framework_for(sc, profile).software  # the scenario's stack, as `run` takes it

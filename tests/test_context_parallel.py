@@ -17,9 +17,10 @@ from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.graph.ops import KernelCtx, get_family, ring_attention
 from simulator.numeric.cases import build_case
-from simulator.numeric.verify import verify_case, verify_scenario
+from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program
 from simulator.sharding.plan import build_plan
+from simulator.simulation.verify import verify_scenario
 
 
 def _bundled(name: str, overrides=()):

@@ -16,8 +16,8 @@ from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.numeric.execute import Faults
-from simulator.numeric.verify import verify_scenario
 from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 F32 = 4
 

@@ -21,10 +21,10 @@ from simulator.lower.costs import CostModel
 from simulator.lower.layout import rank_mesh
 from simulator.lower.stages import stage_work
 from simulator.numeric.pipeline import SendFaults
-from simulator.numeric.verify import verify_scenario
 from simulator.program.graph_stages import balanced
 from simulator.program.model_program import graph_program
 from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 A100 = load_profile("a100-80gb")
 F32 = 4  # bytes of an fp32 element

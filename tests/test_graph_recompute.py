@@ -19,10 +19,10 @@ from simulator.config.scenario import parse_scenario
 from simulator.cost.specs import CommSpec
 from simulator.errors import InputError
 from simulator.numeric.execute import Faults
-from simulator.numeric.verify import verify_scenario
 from simulator.program.model_program import graph_program
 from simulator.program.program import total_flops
 from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 F32 = 4
 RESNET = {"type": "resnet", "conv_layers": 4, "in_channels": 4, "channels": 4,

@@ -20,12 +20,13 @@ from simulator.graph.graph import Graph, GraphBuilder
 from simulator.graph.ops import halo
 from simulator.numeric.cases import build_case
 from simulator.numeric.rulecheck import check_signature
-from simulator.numeric.verify import verify_case, verify_scenario
+from simulator.numeric.verify import verify_case
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import from_axis_choices, from_mindspore
 from simulator.sharding.plan import Strategy, build_plan
 from simulator.sharding.propagate.search import build_problem
 from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 
 def _bundled(name: str, overrides=()):

@@ -25,13 +25,14 @@ from simulator.graph.ops.moe import expert_capacity, gate_weights, route_tokens
 from simulator.numeric.cases import build_case
 from simulator.numeric.execute import Faults
 from simulator.numeric.rulecheck import check_signature
-from simulator.numeric.verify import verify_case, verify_scenario
+from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Partial, Shard
 from simulator.sharding.plan import build_plan
 from simulator.sharding.rules import signatures
 from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 
 def _bundled(name: str, overrides=()):

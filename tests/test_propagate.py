@@ -11,9 +11,9 @@ from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.models.model_graph import propagated
-from simulator.numeric.verify import verify_scenario
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy, _resolve
+from simulator.simulation.verify import verify_scenario
 
 
 def _scenario(name, overrides=()):

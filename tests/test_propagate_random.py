@@ -143,7 +143,7 @@ def _scenario_data(rng: random.Random, shape: str, mesh: Mesh) -> dict:
 def test_propagated_random_graphs_verify(i):
     """Whatever propagation chooses computes what one device computes."""
     from simulator.config.scenario import parse_scenario
-    from simulator.numeric.verify import verify_scenario
+    from simulator.simulation.verify import verify_scenario
 
     rng = random.Random(100 + i)
     data = _scenario_data(rng, ("chain", "tree", "dag")[i % 3], MESHES[i % len(MESHES)])

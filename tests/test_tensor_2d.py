@@ -26,11 +26,12 @@ from simulator.lower.layout import rank_mesh
 from simulator.models.transformer_plan import planned_transformer
 from simulator.numeric.cases import build_case
 from simulator.numeric.execute import Faults
-from simulator.numeric.verify import verify_case, verify_scenario
+from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program
 from simulator.sharding.placement import Shard
 from simulator.sharding.plan import build_plan
 from simulator.sharding.redistribute import moved_bytes
+from simulator.simulation.verify import verify_scenario
 
 TINY = "tp2d-tiny-verify"
 BIG = "tp2d-gpt-32b-64-h100"

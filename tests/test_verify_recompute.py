@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from simulator.api import load_scenario
-from simulator.numeric.verify import verify_scenario
 from simulator.program.model_program import recomputed_ops
+from simulator.simulation.verify import verify_scenario
 
 
 @pytest.fixture(scope="module")

@@ -73,8 +73,8 @@ def _progress(text: str) -> Any:
 
 
 def _verify_with_progress(scenario: Any, software: Any, hw: Any = None) -> Any:
-    from simulator.numeric.verify import verify_scenario
     from simulator.simulation.budget import estimate_verify
+    from simulator.simulation.verify import verify_scenario
 
     with _progress(f"verifying {scenario.name} on {estimate_verify(scenario).count} "
                    "numpy devices"):

@@ -5,6 +5,7 @@ and `run` (schedule), so both see the same plan, propagated or as written."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -139,20 +140,29 @@ _REMEDY = ("give model.mesh with fewer, larger axes (each of more than one devic
            "(parallel.mode=semi_auto)")
 
 
+def _mesh_key(s: Scenario, mesh_shape: tuple[int, ...]) -> tuple[str, str]:
+    """The key that sets a graph's mesh, and the mesh in words."""
+    axes = "*".join(str(n) for n in mesh_shape)
+    if isinstance(s.model, GraphModel) and s.model.mesh is not None:
+        return "model.mesh", f"the mesh {axes} of model.mesh"
+    return "cluster.nodes", (f"the mesh {axes} of the {math.prod(mesh_shape)} devices, one "
+                             "axis per prime factor")
+
+
 def _work_check(s: Scenario, graph: Graph, mesh: Mesh
                 ) -> Callable[[dict[tuple[int, ...], int]], None]:
     """InputError naming the key that drives it when propagation would enumerate more
-    signatures than `budget.DEFAULT_MAX_SIGNATURES`; else `propagate`'s check, the same
-    when its searches would visit more layouts than `budget.DEFAULT_MAX_LAYOUT_PAIRS`
+    signatures than `limits.DEFAULT_MAX_SIGNATURES`; else `propagate`'s check, the same
+    when its searches would visit more layouts than `limits.DEFAULT_MAX_LAYOUT_PAIRS`
     (both grow with the number of mesh axes)."""
-    from simulator.sharding.rules import signatures_1d
-    from simulator.simulation.budget import (
+    from simulator.limits import (
         DEFAULT_MAX_LAYOUT_PAIRS,
         DEFAULT_MAX_SIGNATURES,
         Estimate,
         estimate_propagation,
         estimate_signatures,
     )
+    from simulator.sharding.rules import signatures_1d
 
     def refuse(est: Estimate, limit: int, what: str) -> None:
         if est.count > limit:
@@ -160,11 +170,12 @@ def _work_check(s: Scenario, graph: Graph, mesh: Mesh
                              f"{what} ({est.detail}), above the limit of {limit:,}; {_REMEDY}")
 
     per_axis = [len(signatures_1d(graph.labels(op))) for op in graph.ops if op.strategy is None]
-    refuse(estimate_signatures(s, per_axis, mesh.shape), DEFAULT_MAX_SIGNATURES,
+    key = _mesh_key(s, mesh.shape)
+    refuse(estimate_signatures(key, per_axis, mesh.shape), DEFAULT_MAX_SIGNATURES,
            "signatures for sharding propagation to enumerate")
 
     def check(sources: dict[tuple[int, ...], int]) -> None:
-        refuse(estimate_propagation(s, sources, mesh.shape), DEFAULT_MAX_LAYOUT_PAIRS,
+        refuse(estimate_propagation(key, sources, mesh.shape), DEFAULT_MAX_LAYOUT_PAIRS,
                "layouts for sharding propagation to search")
 
     return check

@@ -27,17 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError, ShardsimError
+from simulator.report.sweep_table import ROW_METRICS
 
 __all__ = ["SweepSpec", "Config", "ROW_METRICS", "parse_grid", "expand", "evaluate",
            "run_sweep", "sweep_into", "load_sweep_file"]
-
-# Metric columns of a row (floats; None when the configuration failed), after `index`,
-# `config`, one column per grid key, `status` and `error`.
-ROW_METRICS: tuple[str, ...] = (
-    "iteration_time_s", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
-    "peak_memory_bytes", "capacity_bytes", "compute_s", "recompute_s", "comm_exposed_s",
-    "bubble_s", "offload_exposed_s", "optimizer_s", "comm_bytes_per_device")
-
 
 @dataclass(frozen=True)
 class SweepSpec:

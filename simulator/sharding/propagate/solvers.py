@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from simulator.sharding.propagate.search import Problem
+from simulator.sharding.propagate.problem import Problem
 
 __all__ = ["NotATree", "solve_dp", "solve_ilp", "solve_greedy"]
 
