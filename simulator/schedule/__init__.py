@@ -1,4 +1,4 @@
-"""Lowering a scenario into per-device task streams (see DESIGN.md, `schedule`).
+"""Lowering a scenario into per-device task streams (see docs/design.md, `schedule`).
 
 transformer_program(scenario) -> TransformerProgram   one device, one micro-batch
 lower(scenario, program, costs, fidelity) -> Plan     task streams with dependencies
