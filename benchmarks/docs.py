@@ -8,7 +8,7 @@ Two kinds of block are checked (tests/test_docs.py runs `--check`'s comparison b
 transcript   a fenced code block whose first line is `$ shardsim ARGS`: the lines after it
              are what the command prints (stdout and stderr, stripped). Several `$` lines
              may share a block. A line ending in `...` stands for any line that starts the
-             same way; in "N events in X s" the seconds are not compared (wall time).
+             same way; a line's final "in X s" is wall time and not compared.
 figures      a Markdown table between `<!-- figures` (a YAML spec, then `-->`) and
              `<!-- /figures -->`. The spec names the command of every row and the JSON
              field of every column:
@@ -22,7 +22,8 @@ figures      a Markdown table between `<!-- figures` (a YAML spec, then `-->`) a
                    fits: memory.fits yesno
                  -->
 
-             The first column shows each row's own arguments (`as bundled` for none) unless
+             The first column shows each row's own arguments (`as bundled` for none, or
+             `no further change` when `command` has its own `--set`) unless
              `label:` names it and each row is a mapping `{label: [cells], args: ...}`.
              FIELD is a dotted path into the command's JSON output; `?` after it means
              0 when absent; a list prints joined by `/`; FORMAT is a Python format spec,
@@ -31,7 +32,9 @@ figures      a Markdown table between `<!-- figures` (a YAML spec, then `-->`) a
 output       the text between `<!-- output: python -m benchmarks.NAME ARGS -->` and
              `<!-- /output -->`: what that benchmark script prints on stdout (a Markdown
              table, or text inside a ``` fence); `| tail -N` after the command keeps its last
-             N lines. These run as a subprocess from the repository root.
+             N lines and `| grep -E RE` the lines RE finds. These run as a subprocess from
+             the repository root; a command ending in `# slow` is checked only by
+             `pytest -m benchmark` (tests/test_docs.py).
 
 Commands run in-process through the typer app (typer's CliRunner, the code path of the
 console script), in a temporary folder so that report files land there. `run` without
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import json
 import os
 import re
@@ -51,6 +55,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,7 +64,7 @@ from typing import Any
 import yaml
 
 __all__ = ["Block", "blocks", "expected", "main", "matches", "pages", "render_table",
-           "run_benchmark", "run_command", "same"]
+           "benchmark_args", "is_slow", "run_benchmark", "run_command", "same"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -67,8 +72,11 @@ DOCS = ROOT / "docs"
 IMAGES = (
     ("run llama2-70b-64-h100 --out {out}",
      ("timeline.png", "breakdown.png", "memory.png"), "example"),
+    ("plan llama2-7b-8-ascend910b --top 5 --out {out}", ("pareto.png",), "plan"),
+    ("plan llama2-7b-8-ascend910b --tokens 1e11 --days 14 --top 3 --out {out}",
+     ("scaling.png",), "plan"),
 )
-_TIMING = re.compile(r"events in [0-9.]+ s$")
+_TIMING = re.compile(r" in [0-9.]+ s$")  # wall time: "N events in X s", "... probes) in X s"
 _FIGURES = re.compile(r"<!-- figures\n(.*?)-->\n(.*?)<!-- /figures -->", re.S)
 _OUTPUT = re.compile(r"<!-- output: (.*?) -->\n(.*?)<!-- /output -->", re.S)
 _FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
@@ -115,9 +123,9 @@ class _Runner:
 
     def __init__(self) -> None:
         self.cwd = Path(tempfile.mkdtemp(prefix="shardsim-docs-"))
-        self._cache: dict[str, tuple[int, str]] = {}
+        self._cache: dict[str, tuple[int, str, str]] = {}
 
-    def __call__(self, command: str) -> tuple[int, str]:
+    def __call__(self, command: str) -> tuple[int, str, str]:
         if command not in self._cache:
             self._cache[command] = run_command(command, self.cwd)
         return self._cache[command]
@@ -126,8 +134,8 @@ class _Runner:
         shutil.rmtree(self.cwd, ignore_errors=True)
 
 
-def run_command(command: str, cwd: Path) -> tuple[int, str]:
-    """(exit status, stdout and stderr) of `shardsim ARGS` run in-process in `cwd`."""
+def run_command(command: str, cwd: Path) -> tuple[int, str, str]:
+    """(exit status, stdout and stderr, stdout) of `shardsim ARGS` run in-process in `cwd`."""
     from typer.testing import CliRunner
 
     from simulator.cli import app
@@ -141,23 +149,50 @@ def run_command(command: str, cwd: Path) -> tuple[int, str]:
         result = CliRunner().invoke(app, args, prog_name="shardsim")
     finally:
         os.chdir(old)
-    return result.exit_code, result.output
+    return result.exit_code, result.output, result.stdout
 
 
-def run_benchmark(command: str) -> str:
-    """What `python -m benchmarks.NAME ARGS [| tail -N]` prints, run from the repository root."""
+def is_slow(block: Block) -> bool:
+    """An output block marked `# slow`: the default test run leaves it to `-m benchmark`."""
+    return block.kind == "output" and block.spec.rstrip().endswith("# slow")
+
+
+def _parts(command: str) -> tuple[tuple[str, ...], str, str]:
+    """(python arguments, tail count, grep pattern) of an output block's command."""
+    command = command.split(" # ", 1)[0]
+    command, _, grep = command.partition("| grep -E ")
     command, _, tail = command.partition("| tail -")
     args = shlex.split(command)
     if args[:2] != ["python", "-m"] or not args[2].startswith("benchmarks."):
         raise ValueError(f"an output block runs `python -m benchmarks.NAME`, found {command!r}")
+    return tuple(args[1:]), tail.strip(), grep.strip()
+
+
+def benchmark_args(command: str) -> tuple[str, ...]:
+    """The `python` arguments an output block's command runs (its filters left out)."""
+    return _parts(command)[0]
+
+
+def run_benchmark(command: str) -> str:
+    """What `python -m benchmarks.NAME ARGS [| tail -N | grep -E RE]` prints, from the root."""
+    args, tail, grep = _parts(command)
+    lines = [ln.rstrip() for ln in _stdout(args).strip("\n").splitlines()]
+    if grep:
+        lines = [ln for ln in lines if re.search(grep, ln)]
+    return "\n".join(lines[-int(tail):] if tail else lines) + "\n"
+
+
+@functools.cache
+def _stdout(args: tuple[str, ...]) -> str:
+    """stdout of `python ARGS` from the repository root (once per process)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    done = subprocess.run([sys.executable, *args[1:]], cwd=ROOT, env=env, text=True,
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, text=True,
                           capture_output=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"`{command}` exited {done.returncode}: {done.stderr[-800:]}")
-    lines = [ln.rstrip() for ln in done.stdout.strip("\n").splitlines()]
-    return "\n".join(lines[-int(tail):] if tail else lines) + "\n"
+        raise RuntimeError(f"`python {' '.join(args)}` exited {done.returncode}: "
+                           f"{done.stderr[-800:]}")
+    return done.stdout
 
 
 def _output(block: Block) -> str:
@@ -173,7 +208,7 @@ def _transcript(block: Block, run: _Runner) -> str:
     for line in block.text.splitlines():
         if line.startswith("$ shardsim "):
             lines.append(line)
-            _, output = run(line[2:])
+            _, output, _ = run(line[2:])
             lines += [ln.rstrip() for ln in output.splitlines() if ln.strip()]
     return "\n".join(lines) + "\n"
 
@@ -186,7 +221,8 @@ def _field(data: Any, path: str) -> Any:
         elif optional:
             return 0
         else:
-            raise KeyError(f"{path}: no key {key!r} (has: {', '.join(data) if isinstance(data, dict) else type(data).__name__})")
+            has = ", ".join(data) if isinstance(data, dict) else type(data).__name__
+            raise KeyError(f"{path}: no key {key!r} (has: {has})")
     return data
 
 
@@ -225,13 +261,14 @@ def render_table(spec_text: str, run: _Runner | None = None) -> str:
             args = str(row.get("args") or "")
             cells = row.get("label")
             if cells is None:
-                cells = [f"`{args}`" if args else "as bundled"]
+                plain = "--set" not in base
+                cells = [f"`{args}`" if args else "as bundled" if plain else "no further change"]
             cells = [cells] if isinstance(cells, str) else [str(c) for c in cells]
             command = f"{base} {args}".strip()
-            status, output = runner(command)
+            status, output, stdout = runner(command)
             if status not in (0, 1):
                 raise RuntimeError(f"`shardsim {command}` exited {status}: {output[-500:]}")
-            data = json.loads(output[output.index("{"):])
+            data = json.loads(stdout)
             lines.append("| " + " | ".join(cells + [_cell(data, c) for c in columns.values()])
                          + " |")
         return "\n".join(lines) + "\n"
@@ -260,7 +297,7 @@ def matches(want: str, got: str) -> bool:
     want, got = want.strip(), got.strip()
     if want.endswith("...") and not got.endswith("..."):
         return got.startswith(want[:-3])
-    return _TIMING.sub("events in", want) == _TIMING.sub("events in", got)
+    return _TIMING.sub(" in", want) == _TIMING.sub(" in", got)
 
 
 def same(committed: str, now: str) -> bool:
@@ -277,12 +314,20 @@ def _merge(committed: str, now: str) -> str:
     return "\n".join(a if matches(a, b) else b for a, b in zip(old, new)) + "\n"
 
 
-def _each(selected: Sequence[Path]) -> Iterator[tuple[Block, str]]:
+def _each(selected: Sequence[Path], times: bool) -> Iterator[tuple[Block, str]]:
+    """(block, what it should hold) for every block; a command that fails is reported."""
     runner = _Runner()
     try:
         for page in selected:
             for block in blocks(page):
-                yield block, expected(block, runner)
+                start = time.perf_counter()
+                try:
+                    now = expected(block, runner)
+                except (RuntimeError, ValueError, KeyError, yaml.YAMLError) as err:
+                    now = f"ERROR: {err}\n"
+                if times:
+                    print(f"{time.perf_counter() - start:7.2f} s  {block.name}", file=sys.stderr)
+                yield block, now
     finally:
         runner.close()
 
@@ -291,7 +336,7 @@ def _write_images() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for command, names, folder in IMAGES:
             out = Path(tmp) / folder
-            status, output = run_command(command.format(out=out), Path(tmp))
+            status, output, _ = run_command(command.format(out=out), Path(tmp))
             if status != 0:
                 raise RuntimeError(output)
             (DOCS / "img" / folder).mkdir(parents=True, exist_ok=True)
@@ -306,15 +351,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="print each block that differs")
     ap.add_argument("pages", nargs="*", type=Path, help="pages (default: README.md, docs/)")
     ap.add_argument("--no-images", action="store_true", help="with --write: keep docs/img")
+    ap.add_argument("--times", action="store_true", help="print each block's seconds")
     args = ap.parse_args(argv)
     selected = [p.resolve() for p in args.pages] or pages()
     stale = 0
     pending: dict[Path, list[tuple[Block, str]]] = {}
-    for block, now in _each(selected):
+    for block, now in _each(selected, args.times):
         if same(block.text, now):
             continue
         stale += 1
         print(f"{block.name}: {block.kind} differs", file=sys.stderr)
+        if now.startswith("ERROR: "):
+            print(now, file=sys.stderr, end="")
+            continue
         if args.check:
             sys.stdout.writelines(difflib.unified_diff(
                 block.text.splitlines(True), now.splitlines(True), "committed", "now"))
