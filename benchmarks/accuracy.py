@@ -113,10 +113,10 @@ def _target(text: str, devices: int, table: dict[tuple[str, str, int], float]) -
 
 def _simulate(path: Path) -> tuple[object, object, object]:
     """(scenario, hardware profile, SimResult) of one case file."""
-    from simulator.hardware.load import load_profile
-    from simulator.scenario import parse_scenario, resolve_hardware
-    from simulator.simulate import simulate
-    from simulator.yamlio import read_yaml_file
+    from simulator.config.hardware.load import load_profile
+    from simulator.config.scenario import parse_scenario, resolve_hardware
+    from simulator.config.yamlio import read_yaml_file
+    from simulator.simulation.simulate import simulate
 
     scenario = parse_scenario(read_yaml_file(path, str(path)), str(path))
     hw = load_profile(str(resolve_hardware(scenario, path.parent)))

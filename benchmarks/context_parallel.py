@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import yaml
 
-from simulator.hardware import load_profile
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.simulate import simulate
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
+from simulator.simulation.simulate import simulate
 
 NAME = "cp-llama3-8b-128k-16-h100"
 

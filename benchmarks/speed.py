@@ -83,7 +83,7 @@ def added_micro_batch_s(micro: int) -> float:
     """Iteration time that one more micro-batch adds to the `micro` run, both simulated in
     full (every micro-batch): the pipeline's steady period at `micro`."""
     from simulator.api import load_hardware, load_scenario
-    from simulator.simulate import simulate
+    from simulator.simulation.simulate import simulate
 
     times = []
     for m in (micro, micro + 1):

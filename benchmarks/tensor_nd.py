@@ -21,13 +21,13 @@ from collections import Counter
 
 import yaml
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.cost.collectives import busbw_factor
 from simulator.cost.specs import CommSpec
-from simulator.hardware import load_profile
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.schedule.layout import rank_mesh
-from simulator.simulate import simulate
+from simulator.lower.layout import rank_mesh
+from simulator.simulation.simulate import simulate
 
 NAME = "tp3d-gpt-32b-64-h100"
 LAYOUTS = ("null", "[16,4]", "[8,8]", "[4,4,4]")

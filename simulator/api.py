@@ -41,8 +41,8 @@ def _scenario_and_hw(scenario: Any, hw: Any) -> tuple[Any, Any]:
     if isinstance(scenario, LoadedScenario):
         return scenario.scenario, hw if hw is not None else load_hardware(scenario)
     if hw is None:
-        from simulator.hardware.load import load_profile
-        from simulator.scenario import resolve_hardware
+        from simulator.config.hardware.load import load_profile
+        from simulator.config.scenario import resolve_hardware
 
         hw = load_profile(str(resolve_hardware(scenario)))
     return scenario, hw
@@ -56,8 +56,8 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") ->
     import dataclasses
 
     from simulator.cli._common import LoadedScenario
-    from simulator.overrides import override_notes
-    from simulator.simulate import simulate as _simulate
+    from simulator.simulation.overrides import override_notes
+    from simulator.simulation.simulate import simulate as _simulate
 
     if isinstance(scenario, str):
         scenario = load_scenario(scenario)
@@ -70,7 +70,7 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") ->
 
 def verify(scenario: Any, hw: Any = None) -> Any:
     """The numpy proof of `shardsim verify`: a VerifyResult (`.ok`, `.to_dict()`)."""
-    from simulator.framework.load import framework_for
+    from simulator.config.framework.load import framework_for
     from simulator.numeric.verify import verify_scenario
 
     sc, profile = _scenario_and_hw(scenario, hw)

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 import simulator
 from simulator.cli import app
+from simulator.config.scenario.schema import Scenario
 from simulator.report import summary
-from simulator.scenario.schema import Scenario
 
 API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.resources import list_bundled
+from simulator.config.resources import list_bundled
 
 REPO = Path(__file__).resolve().parent.parent
 # Subprocesses import the same `simulator` as this process (the source tree).

@@ -11,9 +11,9 @@ import pytest
 import yaml
 from model_kinds import run_kind, stderr_of
 
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.numeric.verify import verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
 from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import dataset_layout

@@ -9,8 +9,8 @@ import pytest
 from simulator.cli._common import load_hardware, load_scenario
 from simulator.errors import InputError
 from simulator.numeric.verify import verify_scenario
-from simulator.schedule.model_program import unsharded_roles
-from simulator.simulate import simulate
+from simulator.program.model_program import unsharded_roles
+from simulator.simulation.simulate import simulate
 
 # tiny-cpu: fp32 Adam (8 bytes of states per parameter), data 2 x tensor 2
 BASE = ["parallel.optimizer_shard=1"]

@@ -4,13 +4,13 @@ mesh axis more multiplies the signatures it enumerates (`budget.estimate_signatu
 
 from __future__ import annotations
 
-from simulator.budget import (
+from simulator.cli._common import load_scenario
+from simulator.simulation.budget import (
     DEFAULT_MAX_LAYOUT_PAIRS,
     DEFAULT_MAX_SIGNATURES,
     estimate_propagation,
     estimate_signatures,
 )
-from simulator.cli._common import load_scenario
 
 REMEDY = ("give model.mesh with fewer, larger axes (each of more than one device multiplies "
           "the count), use fewer devices, or write the strategies (parallel.mode=semi_auto)")

@@ -47,7 +47,7 @@ _SCENARIO_OVERRIDES: list[str] = []
 
 
 def _blamed(exc: InputError) -> InputError:
-    from simulator.yamlio import blame_override
+    from simulator.config.yamlio import blame_override
 
     if not _SCENARIO_OVERRIDES or " with --set " in exc.source:
         return exc
@@ -124,7 +124,7 @@ def stdout_console(out: IO[str]) -> Any:
 
 def check_overrides(overrides: Sequence[str]) -> None:
     """InputError for the first `--set` item that is not KEY=VALUE with a dotted key."""
-    from simulator.yamlio import parse_override
+    from simulator.config.yamlio import parse_override
 
     for item in overrides:
         parse_override(item)
@@ -153,8 +153,8 @@ def _short_list(names: list[str]) -> str:
 
 def _scenario_path(arg: str) -> tuple[Path, str]:
     """The file SCENARIO names and how messages call it; InputError when there is none."""
-    from simulator.resources import list_bundled, resolve_yaml
-    from simulator.yamlio import did_you_mean
+    from simulator.config.resources import list_bundled, resolve_yaml
+    from simulator.config.yamlio import did_you_mean
 
     path = resolve_yaml(arg, "scenarios")
     if path is None:
@@ -168,8 +168,8 @@ def _scenario_path(arg: str) -> tuple[Path, str]:
 
 def load_scenario(arg: str, overrides: Sequence[str]) -> LoadedScenario:
     """Read and validate SCENARIO (a path or a bundled name) with `--set` overrides."""
-    from simulator.scenario import parse_scenario, resolve_hardware, split_overrides
-    from simulator.yamlio import read_yaml_file
+    from simulator.config.scenario import parse_scenario, resolve_hardware, split_overrides
+    from simulator.config.yamlio import read_yaml_file
 
     check_overrides(overrides)
     path, shown = _scenario_path(arg)
@@ -184,8 +184,8 @@ def load_scenario(arg: str, overrides: Sequence[str]) -> LoadedScenario:
 def load_hardware(loaded: LoadedScenario) -> Any:
     """The scenario's hardware profile with the `--set hardware.KEY=VALUE` overrides; an
     error caused by one of them names it."""
-    from simulator.hardware.load import load_profile
-    from simulator.yamlio import blame_override
+    from simulator.config.hardware.load import load_profile
+    from simulator.config.yamlio import blame_override
 
     try:
         return load_profile(str(loaded.hardware_path), loaded.hardware_overrides)
@@ -196,8 +196,8 @@ def load_hardware(loaded: LoadedScenario) -> Any:
 def check_supported(loaded: LoadedScenario, hw: Any) -> None:
     """What `run` refuses and a scenario alone cannot tell, checked the same way for every
     command: a dtype the device has no peak for. (Offloads that are not simulated are a
-    scenario rule, simulator.scenario.rules.)"""
-    from simulator.framework.load import framework_for
+    scenario rule, simulator.config.scenario.rules.)"""
+    from simulator.config.framework.load import framework_for
 
     scenario = loaded.scenario
     dtype = scenario.model.dtype
@@ -208,7 +208,7 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
                          f"is {dtype})")
     if scenario.cluster.node_types is None:
         return
-    from simulator.hardware.cluster import cluster_hardware
+    from simulator.config.hardware.cluster import cluster_hardware
 
     # every node kind loads and runs the model's dtype, for `verify` as for `run`
     cluster = cluster_hardware(scenario, hw)

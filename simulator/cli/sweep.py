@@ -30,8 +30,8 @@ class Executor(str, Enum):
 def _spec(scenario: str, grid: list[str], overrides: list[str], fidelity: str) -> Any:
     """The SweepSpec of the command line (or of a sweep file with a `sweep:` block)."""
     from simulator.cli._common import _scenario_path
+    from simulator.config.yamlio import read_yaml_file
     from simulator.planner.sweep import SweepSpec, load_sweep_file, parse_grid
-    from simulator.yamlio import read_yaml_file
 
     path, shown = _scenario_path(scenario)
     data = read_yaml_file(path, shown)

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
+from simulator.config.scenario.schema import Scenario
 from simulator.graph.graph import Graph
 from simulator.numeric.execute import Recompute
-from simulator.scenario.schema import Scenario
-from simulator.schedule.graph_recompute import recomputed, verify_runs
-from simulator.schedule.graph_stages import graph_units
+from simulator.program.graph_recompute import recomputed, verify_runs
+from simulator.program.graph_stages import graph_units
 
 __all__ = ["graph_recompute"]
 

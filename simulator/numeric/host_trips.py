@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from simulator.config.scenario.schema import Scenario
 from simulator.graph.graph import Graph
 from simulator.numeric.dist import DistTensor
-from simulator.scenario.schema import Scenario
-from simulator.schedule.graph_stages import graph_units
+from simulator.program.graph_stages import graph_units
 from simulator.sharding.plan import ShardingPlan
 
 __all__ = ["HostTrips", "host_trips"]

@@ -231,11 +231,11 @@ def stage_split(scenario, hw=None, faults: SendFaults | None = None) -> Pipeline
     """{operator: virtual stage} of an mlp, resnet or graph scenario's pipeline, the split
     `run` times: with the hardware profile `hw`, its stages exactly (a balanced split is
     priced on `hw`); without one, the given split or units balanced by count."""
-    from simulator.schedule.costs import CostModel
-    from simulator.schedule.graph_stages import graph_units, split_units, stage_ops
-    from simulator.schedule.layout import rank_mesh
-    from simulator.schedule.model_program import graph_program
-    from simulator.schedule.stages import stage_work
+    from simulator.lower.costs import CostModel
+    from simulator.lower.layout import rank_mesh
+    from simulator.lower.stages import stage_work
+    from simulator.program.graph_stages import graph_units, split_units, stage_ops
+    from simulator.program.model_program import graph_program
 
     gp = graph_program(scenario)
     staged = gp.program.staged
@@ -277,17 +277,17 @@ def _run_layers(scenario, chunks: int, hw) -> tuple[int, ...]:
     """Layers of each virtual stage as `run` assigns them: `parallel.pipeline_layers`, or
     the split `stage_work` prices on the profile `hw` (without one: an even split whose
     remainder goes to the earliest stages, `stage_layers` with equal weights)."""
-    from simulator.schedule.stages import stage_layers, stage_work
+    from simulator.lower.stages import stage_layers, stage_work
 
     p, m = scenario.parallel, scenario.model
     unit = m.moe.every if m.moe else 1
     if p.pipeline_layers is not None or hw is None:
         return tuple(n * unit for n in stage_layers(scenario, chunks, 1.0, 0.0, 0.0, unit))
-    from simulator.framework.apply import fp8_recipe
-    from simulator.framework.load import framework_for
-    from simulator.schedule.costs import CostModel
-    from simulator.schedule.layout import rank_mesh
-    from simulator.schedule.model_program import transformer_program
+    from simulator.config.framework.load import framework_for
+    from simulator.lower.costs import CostModel
+    from simulator.lower.framework_apply import fp8_recipe
+    from simulator.lower.layout import rank_mesh
+    from simulator.program.model_program import transformer_program
 
     fw = framework_for(scenario, hw)
     prog = transformer_program(scenario, fw.software, hw.compute_units,

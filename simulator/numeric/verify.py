@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from simulator.config.scenario.schema import GraphModel, Scenario, TransformerModel
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.numeric.cases import VerifyCase, build_case, staged_pipeline
@@ -47,9 +48,8 @@ from simulator.numeric.pipeline import (
 from simulator.numeric.ps import PsRun, ps_step
 from simulator.numeric.reference import Beside, Streamed, fork_pays
 from simulator.numeric.stacked_offsets import clear_dropout_masks
-from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
-from simulator.schedule.model_program import unsharded_roles
-from simulator.schedule.recompute_policy import SelectivePolicy, layer_role, recomputed_ops
+from simulator.program.model_program import unsharded_roles
+from simulator.program.recompute_policy import SelectivePolicy, layer_role, recomputed_ops
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh

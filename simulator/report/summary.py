@@ -70,7 +70,7 @@ def summary(result: Any) -> dict[str, Any]:
 
 
 def _critical(result: Any) -> dict[str, Any] | None:
-    """Who set the pace (simulator.heterogeneous.pace_report), rounded for reading."""
+    """Who set the pace (simulator.simulation.heterogeneous.pace_report), rounded for reading."""
     path = getattr(result, "critical_path", None)
     return dict(path) if path else None
 
