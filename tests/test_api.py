@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 import simulator
@@ -70,3 +71,17 @@ def test_api_plan_refuses_what_the_cli_refuses():
 
     with pytest.raises(InputError, match="cannot be combined with --devices"):
         simulator.plan("tiny-cpu", devices=4, nodes=1)
+
+
+def test_api_takes_a_plain_dict_scenario():
+    """A mapping of the YAML's keys is the same scenario as the file it was read from."""
+    import yaml
+
+    from simulator.api import load_scenario
+
+    data = yaml.safe_load((Path(__file__).parents[1] / "scenarios" / "tiny-cpu.yaml").read_text())
+    from_dict = simulator.simulate(data)
+    assert from_dict.iteration_time_s == simulator.simulate("tiny-cpu").iteration_time_s
+    assert load_scenario(data).scenario.source == "<dict>"
+    with pytest.raises(simulator.api.InputError, match=r"^<dict>: model\.layers"):
+        load_scenario({**data, "model": {**data["model"], "layers": 0}})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
 from simulator.errors import InputError
 from simulator.lower.buckets import grad_bucket_runs
 from simulator.simulation.simulate import simulate

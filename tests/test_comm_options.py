@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.api import load_scenario, simulate
-from simulator.cli._common import load_scenario as load_cli
+from simulator.api import load_scenario as load_cli
 from simulator.errors import InputError
 from simulator.lower.comm_graph import CommOp, distinct_ops
 from simulator.numeric.cases import build_case

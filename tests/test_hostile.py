@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
 from simulator.config.yamlio import MAX_DEPTH, parse_override, read_yaml_file
 from simulator.errors import InputError
 from simulator.simulation.budget import check_budget, estimate_run, estimate_verify

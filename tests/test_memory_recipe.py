@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
 from simulator.config.scenario.schema import TransformerModel
 from simulator.lower.pipeline import schedule_steps
 from simulator.lower.state import model_state_bytes, state_bytes_per_param

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
 from simulator.errors import InputError
 from simulator.numeric.verify import verify_scenario
 from simulator.program.model_program import unsharded_roles

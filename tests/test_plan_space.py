@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
 from simulator.config.scenario.schema import TransformerModel
 from simulator.planner.memory import (
     Workload,

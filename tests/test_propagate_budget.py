@@ -4,7 +4,7 @@ mesh axis more multiplies the signatures it enumerates (`budget.estimate_signatu
 
 from __future__ import annotations
 
-from simulator.cli._common import load_scenario
+from simulator.api import load_scenario
 from simulator.simulation.budget import (
     DEFAULT_MAX_LAYOUT_PAIRS,
     DEFAULT_MAX_SIGNATURES,

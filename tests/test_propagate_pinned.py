@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli._common import load_scenario
+from simulator.api import load_scenario
 from simulator.models.model_graph import propagated
 from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh

@@ -166,7 +166,7 @@ def test_random_gpipe_plans_extend_exactly_or_not_at_all(a100, seed):
 def test_a_sweep_row_of_gpipe_equals_run():
     """The sweep extends GPipe (and leaves out the critical path); its row holds the
     figures `run --json` reports for the same overrides, every micro-batch simulated."""
-    from simulator.cli._common import load_hardware, load_scenario
+    from simulator.api import load_hardware, load_scenario
     from simulator.config.resources import resolve_yaml
     from simulator.planner.sweep import ROW_METRICS, SweepSpec, evaluate, expand, parse_grid
 

@@ -192,7 +192,7 @@ def test_cluster_rules(value, key, message):
 def test_plan_keeps_the_stragglers_of_its_own_cluster():
     """The planner's configurations keep `cluster.slow` (and node kinds, jitter) on the
     scenario's own devices, and refuse a resized cluster by name rather than drop them."""
-    from simulator.cli._common import load_scenario
+    from simulator.api import load_scenario
     from simulator.errors import InputError
     from simulator.planner.space import Config, apply_config, config_of
 

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from simulator.api import load_hardware, load_scenario
 from simulator.cli import app
-from simulator.cli._common import load_hardware, load_scenario
 from simulator.config.resources import resolve_yaml
 from simulator.errors import InputError
 from simulator.planner.sweep import SweepSpec, expand, parse_grid, sweep_into

@@ -63,7 +63,7 @@ class _Only:
                                    "parallel.comm_fusion.bucket_mb=400",
                                    "training.global_batch_size=768"])
 def test_a_program_is_shared_only_where_its_inputs_agree(other):
-    from simulator.cli._common import load_scenario
+    from simulator.api import load_scenario
 
     base = load_scenario("gpt3-175b-1024-a100", []).scenario
     same = load_scenario("gpt3-175b-1024-a100", [other]).scenario
@@ -81,7 +81,7 @@ def test_a_program_is_shared_only_where_its_inputs_agree(other):
 def test_the_optimizer_threshold_is_part_of_the_program_key():
     """The program reads optimizer_shard (the threshold applies only to a sharded
     optimizer): configurations that differ there must not share a program."""
-    from simulator.cli._common import load_hardware, load_scenario
+    from simulator.api import load_hardware, load_scenario
     from simulator.program.model_program import memoised_programs, transformer_program
 
     store: dict = {}

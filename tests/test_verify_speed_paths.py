@@ -12,7 +12,7 @@ import signal
 import numpy as np
 import pytest
 
-from simulator.cli._common import load_scenario
+from simulator.api import load_scenario
 from simulator.numeric import kept
 from simulator.numeric.cases import build_case
 from simulator.numeric.dist import distribute

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_scenario
+from simulator.api import load_scenario
 from simulator.numeric.cases import build_case
 from simulator.numeric.execute import Faults
 from simulator.numeric.verify import verify_case, verify_scenario

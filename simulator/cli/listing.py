@@ -56,7 +56,7 @@ SetOpt = Annotated[list[str] | None, typer.Option(
 
 def _profile_fields(name: str, overrides: list[str], json_out: bool, out: IO[str]) -> None:
     """Every field of one profile: value, source (file, default, --set), what reads it."""
-    from simulator.cli._common import check_overrides
+    from simulator.api import check_overrides
     from simulator.config.hardware.load import load_profile, raw_profile
     from simulator.config.hardware.usage import field_rows
     from simulator.config.yamlio import blame_override

@@ -23,7 +23,6 @@ hosts (still priced as the device's collective).
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
@@ -31,40 +30,9 @@ from typing import Any
 from simulator.cost.specs import ComputeSpec
 from simulator.lower.costs import CostModel
 
-__all__ = ["HOST_PROFILE", "HOST_TARGET", "host_placed", "host_kernels", "host_costs",
-           "host_optimizer_s"]
+__all__ = ["HOST_PROFILE", "host_costs", "host_optimizer_s"]
 
 HOST_PROFILE = "cpu-x86"  # hardware_profiles/cpu-x86.yaml: one socket of a 2-socket Xeon server
-HOST_TARGET = "CPU"       # MindSpore's primitive_target value for the host
-_BWD_SUFFIXES = (".bwd", ".dgrad", ".wgrad")
-
-
-def host_placed(op: Any) -> bool:
-    """The graph operator runs on the host."""
-    return op.attrs.get("primitive_target") == HOST_TARGET
-
-
-def host_kernels(plan: Any, e: float) -> tuple[tuple[str, float], ...]:
-    """(ComputeSpec name, bytes over the host link) of every kernel of a host-placed op:
-    forward: its non-parameter inputs down and its output up; backward: the output's
-    gradient down and the gradients of its floating inputs produced on the device up."""
-    from simulator.sharding.lower import kernel_of, local_shapes
-
-    out: list[tuple[str, float]] = []
-    tensors = plan.graph.tensors
-    for p in plan.ops:
-        if not host_placed(p.op):
-            continue
-        ins, shape = local_shapes(plan, p)
-        acts = [(n, s) for n, s in zip(p.op.inputs, ins) if tensors[n].kind != "parameter"]
-        down = sum(math.prod(s) for _, s in acts)
-        grads = sum(math.prod(s) for n, s in acts if tensors[n].kind not in ("input", "label"))
-        name = kernel_of(p)
-        out.append((name, e * (down + math.prod(shape))))
-        # the backward's copies ride on its first kernel (.bwd, or .dgrad of a GEMM)
-        out += [(name + sfx, e * (math.prod(shape) + grads) if sfx != ".wgrad" else 0.0)
-                for sfx in _BWD_SUFFIXES]
-    return tuple(out)
 
 
 @lru_cache(maxsize=1)

@@ -35,7 +35,7 @@ from simulator.config.scenario.schema import GraphModel, Scenario
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
-from simulator.lower.comm_options import recompute_comm_ops
+from simulator.program.comm_options import recompute_comm_ops
 from simulator.sharding.lower import Saved, forward_specs
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import ShardingPlan

@@ -33,8 +33,8 @@ from dataclasses import replace
 
 from simulator.config.scenario.schema import GraphModel, Scenario
 from simulator.errors import InputError
-from simulator.lower.host import host_placed
 from simulator.program.graph_recompute import Recomputing, recompute_saved, regen_units
+from simulator.program.host_placement import host_placed
 from simulator.program.program import GraphStages, GraphUnit
 from simulator.sharding.lower import Saved, backward_specs, forward_specs, gradient_steps
 from simulator.sharding.plan import ShardingPlan, grad_layouts

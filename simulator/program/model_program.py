@@ -37,12 +37,12 @@ from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
-from simulator.lower import comm_options
-from simulator.lower.host import host_kernels, host_placed
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
+from simulator.program import comm_options
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.program.graph_recompute import recomputing
 from simulator.program.graph_stages import fixed_counts, staged_graph
+from simulator.program.host_placement import host_kernels, host_placed
 from simulator.program.program import GraphStages, Op, TransformerProgram
 from simulator.program.recompute_policy import layer_role, recomputed_ops, sac_recompute
 from simulator.program.stack_ops import (

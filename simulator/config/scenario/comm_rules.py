@@ -2,7 +2,7 @@
 a value that would change nothing is refused with the key and what it needs. The rules that
 need the planned graph (`enable_alltoall: false` without an all-to-all, `recompute_comm.
 tensor: false` on a region without a model-parallel collective) are judged where the plan
-is built (`simulator.lower.comm_options`)."""
+is built (`simulator.program.comm_options`)."""
 
 from __future__ import annotations
 
