@@ -1,4 +1,4 @@
-"""Pipeline parallel on the bundled mlp, resnet and graph scenarios: the README's table.
+"""Pipeline parallel on the bundled mlp, resnet and graph scenarios (docs/techniques/pipeline.md).
 
 For each scenario and pipeline degree (data * pipeline kept at the scenario's devices, the
 graph's stages from its operators' `pipeline_stage`), simulates in-process and prints, as a

@@ -6,7 +6,7 @@ training.global_batch_size=8*m`), where the steady state of the 1F1B pipeline is
 shortened and extended, and against the gradient bucket size, where identical buckets run
 as one task (issue 13).
 
-Targets (DESIGN.md): 175B <= 1 s, 1T <= 5 s on two cores; 196,608 micro-batches (global
+Targets (docs/design.md): 175B <= 1 s, 1T <= 5 s on two cores; 196,608 micro-batches (global
 batch 1,572,864) <= 5 s with the same time per added micro-batch as the 1536 run. Run:
 
     python benchmarks/speed.py [--repeat N] [--micro-only]

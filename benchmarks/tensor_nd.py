@@ -1,5 +1,5 @@
-"""1-D, 2-D and 3-D tensor parallel on the bundled GPT-32B, 64 H100 scenario: the README's
-tables.
+"""1-D, 2-D and 3-D tensor parallel on the bundled GPT-32B, 64 H100 scenario: the tables of
+docs/techniques/tensor-nd.md.
 
 For each layout of the 64 tensor-parallel devices (1-D `tensor_nd: null`, 2-D [16,4] and
 [8,8], 3-D [4,4,4]) and micro-batches of 4 and 16 samples (global batch 4 micro-batches),

@@ -1,4 +1,4 @@
-"""The Python API: the README's example runs as written, and the API returns what the CLI
+"""The Python API: the example of docs/api.md runs as written, and the API returns what the CLI
 prints; `shardsim schema` is pydantic's JSON Schema of the scenario."""
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from simulator.cli import app
 from simulator.config.scenario.schema import Scenario
 from simulator.report import summary
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 
-def test_readme_example_runs(capsys):
-    section = README.read_text().split("## Python API", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    exec(compile(code, "README.md", "exec"), {})
+def test_docs_api_example_runs(capsys):
+    code = re.search(r"```python\n(.*?)```", API_PAGE.read_text(), re.S).group(1)
+    exec(compile(code, "docs/api.md", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     assert re.fullmatch(r"[0-9.]+ ms per iteration, peak [0-9.]+ MB", lines[0])
     assert [ln.split()[:2] for ln in lines[1:]] == [["1", "ok"], ["2", "ok"], ["4", "ok"]]

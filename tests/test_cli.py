@@ -1,4 +1,4 @@
-"""The command line's normal paths (CONTRACT.md section 1): listings, JSON purity, exit
+"""The command line's normal paths (docs/contract.md section 1): listings, JSON purity, exit
 statuses, and what `run`, `verify` and `comm` print."""
 
 from __future__ import annotations

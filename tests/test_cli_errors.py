@@ -1,5 +1,5 @@
 """Bad input on the command line: exit status 2, one exact message on stderr naming the
-file and dotted key, nothing on stdout, never a traceback (CONTRACT.md section 1)."""
+file and dotted key, nothing on stdout, never a traceback (docs/contract.md section 1)."""
 
 from __future__ import annotations
 

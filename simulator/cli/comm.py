@@ -1,4 +1,4 @@
-"""`shardsim comm`: the time of one collective, like nccl-tests (CONTRACT.md sections 1, 4)."""
+"""`shardsim comm`: the time of one collective, like nccl-tests (docs/contract.md sections 1, 4)."""
 
 from __future__ import annotations
 

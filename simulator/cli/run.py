@@ -1,4 +1,4 @@
-"""`shardsim run` and `shardsim verify`: one scenario in, a result out (CONTRACT.md 1, 3, 5)."""
+"""`shardsim run` and `shardsim verify`: one scenario in, a result out (docs/contract.md 1,3,5)."""
 
 from __future__ import annotations
 

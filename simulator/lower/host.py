@@ -1,8 +1,8 @@
 """Host & device heterogeneous placement: operators of a `type: graph` model marked
 `attrs: {primitive_target: CPU}` run on the host CPU.
 
-MindSpore's heterogeneous training (shared/seeds/mindspore-other-features.md,
-"EmbeddingLookUp: add_prim_attr('primitive_target', 'CPU')"; mindspore-parallel-overview.md,
+MindSpore's heterogeneous training (MindSpore tutorial "Other Features",
+"EmbeddingLookUp: add_prim_attr('primitive_target', 'CPU')"; "Distributed Parallelism Overview",
 "Host&Device Heterogeneous"; the tutorial tutorials/parallel/host_device_training) puts an
 operator with much memory and little computation -- the embedding-table lookup of a large
 recommendation model -- on the host: its parameters (and their gradients and optimizer states)

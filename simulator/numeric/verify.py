@@ -1,6 +1,6 @@
 """`shardsim verify`: run the sharded plan on virtual numpy devices and compare every op
 output (first micro-batch), every parameter gradient and every updated parameter with a
-single-device run of the whole global batch (CONTRACT.md section 5). The whole-batch
+single-device run of the whole global batch (docs/contract.md section 5). The whole-batch
 reference runs in a forked child beside the sharded run where that pays, and the first
 micro-batch's reference forward op by op beside the sharded one (`numeric.reference`)."""
 

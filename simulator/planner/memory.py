@@ -1,7 +1,7 @@
 """Closed-form peak memory of one device under a parallel configuration, in bytes.
 
 Used to prune the search space before any simulation. The accounting is the one
-CONTRACT.md section 3 states for `memory.by_category_bytes`:
+docs/contract.md section 3 states for `memory.by_category_bytes`:
 
 - model states (Rajbhandari et al. 2020, "ZeRO", Sec. 3.1 and Fig. 1): mixed-precision
   Adam keeps 2 + 2 + 12 bytes per parameter (16-bit weights, 16-bit gradients, fp32 master

@@ -13,8 +13,8 @@ keep nothing for their backward and run their forward again, what stays stored, 
   `Cell.recompute()` on every cell. A block whose re-run would make nothing its backward
   reads (a Reshape, an Add: they keep nothing) is not recomputed.
 - `attrs.recompute: true` on a `type: graph` operator (MindSpore `Primitive.recompute()`,
-  `Cell.recompute()` on the operators of a cell; shared/seeds/mindspore-optimization-
-  techniques.rst, "Recomputation"): that operator's output is not stored; its forward runs
+  `Cell.recompute()` on the operators of a cell; MindSpore tutorial "Optimization
+  Techniques", "Recomputation"): that operator's output is not stored; its forward runs
   again from its (stored) inputs before the first backward that reads the output.
   Consecutive recomputed operators form one run, re-run together.
 - `parallel.recompute: selective` means a transformer layer's attention core (Korthikanti

@@ -1,4 +1,4 @@
-"""`summary(result)`: the `run --json` object of CONTRACT.md section 3 (its keys, and
+"""`summary(result)`: the `run --json` object of docs/contract.md section 3 (its keys, and
 `pipeline_layers`: the layers of each virtual pipeline stage); and `format_table(summary)`:
 the same as aligned text for people.
 """

@@ -56,7 +56,7 @@ def _strategy(op, i: int, source: str) -> Strategy | None:
     return None
 
 
-# MindSpore operator attributes (shared/seeds) that the simulator does not model yet: refused
+# MindSpore operator attributes (MindSpore docs) that the simulator does not model yet: refused
 # by name rather than accepted and ignored
 NOT_SIMULATED: dict[str, str] = {}
 # attributes that say how the training runs an operator, not what it computes: where it runs
@@ -67,7 +67,7 @@ NOT_SIMULATED: dict[str, str] = {}
 STAGE_ATTRS = ("pipeline_stage", "recompute")
 
 
-# Where an operator runs (MindSpore `primitive_target`, shared/seeds/mindspore-other-features.md):
+# Where an operator runs (MindSpore `primitive_target`, MindSpore "Other Features"):
 # 'CPU' places it on the host (simulator/lower/host.py); the device's own names keep it there
 PLACEMENT = {"primitive_target": ("CPU", "GPU", "Ascend")}
 

@@ -1,4 +1,4 @@
-"""Cross-field rules of a scenario (CONTRACT.md section 2), each with a message that says how
+"""Cross-field rules of a scenario (docs/contract.md section 2), each with a message that says how
 to fix it. A rule returns (dotted key, message) pairs; `check_rules` raises the first.
 """
 

@@ -1,4 +1,4 @@
-"""The scenario schema (CONTRACT.md section 2): what, how and where as separate values.
+"""The scenario schema (docs/contract.md section 2): what, how and where as separate values.
 
 Pydantic models, frozen, strict about types (a boolean is not a number, a string is not an
 integer) and closed (unknown keys are errors). Cross-field rules live in `rules.py`.
