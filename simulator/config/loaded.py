@@ -9,6 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.config.framework.load import framework_for
+from simulator.config.hardware.cluster import cluster_hardware
+from simulator.config.hardware.load import load_profile
+from simulator.config.resources import list_bundled, resolve_yaml
+from simulator.config.scenario import parse_scenario, resolve_hardware, split_overrides
+from simulator.config.yamlio import blame_override, did_you_mean, parse_override, read_yaml_file
 from simulator.errors import InputError
 
 __all__ = ["LoadedScenario", "scenario_path", "load_scenario", "load_hardware",
@@ -17,7 +23,6 @@ __all__ = ["LoadedScenario", "scenario_path", "load_scenario", "load_hardware",
 
 def check_overrides(overrides: Sequence[str]) -> None:
     """InputError for the first `--set` item that is not KEY=VALUE with a dotted key."""
-    from simulator.config.yamlio import parse_override
 
     for item in overrides:
         parse_override(item)
@@ -46,8 +51,6 @@ def _short_list(names: list[str]) -> str:
 
 def scenario_path(arg: str) -> tuple[Path, str]:
     """The file SCENARIO names and how messages call it; InputError when there is none."""
-    from simulator.config.resources import list_bundled, resolve_yaml
-    from simulator.config.yamlio import did_you_mean
 
     path = resolve_yaml(arg, "scenarios")
     if path is None:
@@ -64,8 +67,6 @@ def load_scenario(arg: str | Mapping[str, Any], overrides: Sequence[str] = (),
     """Read and validate SCENARIO (a path, a bundled name, or a mapping of the YAML's keys
     called `source` in messages) with `--set` overrides. A mapping's relative paths
     (`hardware:` files, `from_hf:` configs) are looked up from the current folder."""
-    from simulator.config.scenario import parse_scenario, resolve_hardware, split_overrides
-    from simulator.config.yamlio import read_yaml_file
 
     check_overrides(overrides)
     if isinstance(arg, Mapping):
@@ -83,8 +84,6 @@ def load_scenario(arg: str | Mapping[str, Any], overrides: Sequence[str] = (),
 def load_hardware(loaded: LoadedScenario) -> Any:
     """The scenario's hardware profile with the `--set hardware.KEY=VALUE` overrides; an
     error caused by one of them names it."""
-    from simulator.config.hardware.load import load_profile
-    from simulator.config.yamlio import blame_override
 
     try:
         return load_profile(str(loaded.hardware_path), loaded.hardware_overrides)
@@ -96,7 +95,6 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
     """What `run` refuses and a scenario alone cannot tell, checked the same way for every
     command: a dtype the device has no peak for. (Offloads that are not simulated are a
     scenario rule, simulator.config.scenario.rules.)"""
-    from simulator.config.framework.load import framework_for
 
     scenario = loaded.scenario
     dtype = scenario.model.dtype
@@ -107,7 +105,6 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
                          f"is {dtype})")
     if scenario.cluster.node_types is None:
         return
-    from simulator.config.hardware.cluster import cluster_hardware
 
     # every node kind loads and runs the model's dtype, for `verify` as for `run`
     cluster = cluster_hardware(scenario, hw)

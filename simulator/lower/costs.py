@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from simulator.cost import collective_time_s, compute_time_s, send_recv_time_s
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
 from simulator.program.program import Op, TpOverlap
 
@@ -36,7 +37,6 @@ class CostModel:
     @classmethod
     def from_hardware(cls, hw: Any) -> CostModel:
         """The cost model of `simulator.cost` for hardware profile `hw`."""
-        from simulator.cost import collective_time_s, compute_time_s, send_recv_time_s
 
         pcie = float(hw.pcie_bandwidth_bytes_per_s)
 

@@ -27,8 +27,11 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
+from simulator.config.hardware import load_profile
+from simulator.cost import compute_time_s
 from simulator.cost.specs import ComputeSpec
 from simulator.lower.costs import CostModel
+from simulator.lower.state import optimizer_spec
 
 __all__ = ["HOST_PROFILE", "host_costs", "host_optimizer_s"]
 
@@ -37,7 +40,6 @@ HOST_PROFILE = "cpu-x86"  # hardware_profiles/cpu-x86.yaml: one socket of a 2-so
 
 @lru_cache(maxsize=1)
 def _host() -> Any:
-    from simulator.config.hardware import load_profile
 
     return load_profile(HOST_PROFILE)
 
@@ -46,8 +48,6 @@ def host_optimizer_s(params: int, dtype: str, optimizer: str) -> float:
     """The host's optimizer step over the parameters it keeps (dense: every row of a table,
     as MindSpore's Adam; its LazyAdam/FTRL sparse updates would touch fewer), priced on the
     host profile like the device's step (`schedule.state.optimizer_spec`)."""
-    from simulator.cost import compute_time_s
-    from simulator.lower.state import optimizer_spec
 
     host = _host()
     spec = optimizer_spec(params, dtype if host.has_dtype(dtype) else "fp32", optimizer, 0, 1)
@@ -58,7 +58,6 @@ def host_costs(costs: CostModel, kernels: tuple[tuple[str, float], ...]) -> Cost
     """`costs` with the kernels named in `kernels` priced on the host, plus their copies."""
     if not kernels:
         return costs
-    from simulator.cost import compute_time_s
 
     table, device = dict(kernels), costs.compute_s
     host = _host()

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from simulator.engine.tasks import Alloc
+from simulator.program.host_placement import host_placed
 
 if TYPE_CHECKING:
     from simulator.lower.lowering import Lowering
@@ -166,7 +167,6 @@ def verify_note(scenario: Any) -> str | None:
     """What `verify` proves for offloaded tensors and host-placed operators: copies between
     device and host memory and a kernel run by the host leave every value as it is, so the
     numpy run checks the same tensors the placement moves (said in the verify report)."""
-    from simulator.program.host_placement import host_placed
 
     off = scenario.parallel.offload
     moved = [k for k in ("optimizer_states", "parameters", "activations") if getattr(off, k)]

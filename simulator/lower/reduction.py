@@ -37,6 +37,7 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from simulator.config.hardware import load_profile
 from simulator.cost.parameter_server import PsLinks, ps_links, server_update_s, transfer_s
 from simulator.cost.specs import GroupSpec
 from simulator.errors import InputError
@@ -425,7 +426,6 @@ def _group_starts(low: Lowering, vs: int, index: tuple[int, ...]) -> tuple[int, 
 
 def _server_profile(low: Lowering):
     """The hardware profile of the server hosts (`parallel.parameter_server.server_hardware`)."""
-    from simulator.config.hardware import load_profile
 
     name = low.par.parameter_server.server_hardware
     try:

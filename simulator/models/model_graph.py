@@ -14,11 +14,20 @@ from simulator.config.scenario.schema import (
 )
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
+from simulator.limits import (
+    DEFAULT_MAX_LAYOUT_PAIRS,
+    DEFAULT_MAX_SIGNATURES,
+    Estimate,
+    estimate_propagation,
+    estimate_signatures,
+)
 from simulator.models.registry import family
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.rules import SignatureError
+from simulator.sharding.propagate.search import propagate
+from simulator.sharding.propagate.solvers import NotATree
+from simulator.sharding.rules import SignatureError, signatures_1d
 
 if TYPE_CHECKING:
     from simulator.sharding.propagate.search import Propagation
@@ -57,8 +66,6 @@ _PROPAGATED: dict[str, Propagation] = {}
 
 
 def _propagate(s: Scenario) -> Propagation:
-    from simulator.sharding.propagate.search import propagate
-    from simulator.sharding.propagate.solvers import NotATree
 
     graph, mesh = written_graph(s)
     try:
@@ -91,14 +98,6 @@ def _work_check(s: Scenario, graph: Graph, mesh: Mesh
     signatures than `limits.DEFAULT_MAX_SIGNATURES`; else `propagate`'s check, the same
     when its searches would visit more layouts than `limits.DEFAULT_MAX_LAYOUT_PAIRS`
     (both grow with the number of mesh axes)."""
-    from simulator.limits import (
-        DEFAULT_MAX_LAYOUT_PAIRS,
-        DEFAULT_MAX_SIGNATURES,
-        Estimate,
-        estimate_propagation,
-        estimate_signatures,
-    )
-    from simulator.sharding.rules import signatures_1d
 
     def refuse(est: Estimate, limit: int, what: str) -> None:
         if est.count > limit:

@@ -35,7 +35,8 @@ from simulator.numeric.execute import (
     rerun,
 )
 from simulator.numeric.stacked_saved import clear_saved
-from simulator.sharding.plan import ShardingPlan
+from simulator.sharding.mesh import Mesh
+from simulator.sharding.plan import ShardingPlan, build_plan
 
 __all__ = ["SendFaults", "StagedRun", "SendKey", "PipelineSplit", "reference_sends",
            "transformer_stage_of", "layer_count"]
@@ -232,8 +233,6 @@ def reference_sends(graph, stage_of: dict[str, int], params: dict[str, np.ndarra
                     ) -> dict[SendKey, np.ndarray]:
     """The sends of one micro-batch of `graph` (strategies dropped) on one device per
     stage: what each stage must receive."""
-    from simulator.sharding.mesh import Mesh
-    from simulator.sharding.plan import build_plan
 
     plan = build_plan(graph, Mesh.of(single=1))
     run = StagedRun(plan, stage_of)

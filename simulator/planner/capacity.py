@@ -18,6 +18,7 @@ from simulator.config.scenario.schema import Scenario
 from simulator.models.registry import family
 from simulator.models.transformer import transformer_model
 from simulator.planner.search import Candidate, SearchOptions, SearchResult, search
+from simulator.simulation.budget import _transformer_params
 
 __all__ = ["pareto_front", "target_time_s", "CapacityResult", "fewest_devices",
            "device_hours"]
@@ -68,7 +69,6 @@ def _floor_devices(scenario: Scenario, hw: Any, target_s: float) -> float:
     """Devices below which no configuration can meet `target_s`: an iteration's matrix
     FLOPs, at least 6 x parameters x tokens (forward 2, backward 4: Kaplan et al. 2020,
     sec. 2.1), over the target at every device's dense peak."""
-    from simulator.simulation.budget import _transformer_params
 
     if not family(scenario.model).layered:
         return 1.0

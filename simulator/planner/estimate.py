@@ -34,8 +34,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
+from simulator.cost.collectives import collective_time_s, send_recv_time_s
+from simulator.cost.specs import GroupSpec
 from simulator.planner.memory import Workload, layer_params
 from simulator.planner.space import Config
+from simulator.simulation.simulate import simulate
 
 __all__ = ["LayerCosts", "Probes", "estimate_time"]
 
@@ -79,7 +82,6 @@ class Probes:
         self.simulations = 0
 
     def _time(self, cfg: Config, layers: int, micro: int) -> float:
-        from simulator.simulation.simulate import simulate
 
         self.simulations += 1
         sc = _probe_scenario(self.base, cfg, layers, micro, self.per_node)
@@ -98,8 +100,6 @@ class Probes:
 
 
 def _coll(name: str, nbytes: float, size: int, stride: int, per_node: int, hw: Any) -> float:
-    from simulator.cost.collectives import collective_time_s
-    from simulator.cost.specs import GroupSpec
 
     return collective_time_s(name, nbytes, GroupSpec(size, stride, per_node), hw)
 
@@ -122,7 +122,6 @@ def _pipeline_s(cfg: Config, micro: int, stage_s: float, ends_s: float, send_s: 
 
 
 def _send_s(w: Workload, cfg: Config, per_node: int, hw: Any) -> float:
-    from simulator.cost.collectives import send_recv_time_s
 
     if cfg.pipeline == 1:
         return 0.0

@@ -27,7 +27,9 @@ from typing import Any
 from simulator.config.scenario.schema import Scenario
 from simulator.planner.estimate import Probes, estimate_time
 from simulator.planner.memory import MemoryEstimate, Workload, estimate_memory, workload_of
-from simulator.planner.space import Config, SpaceLimits, apply_config, enumerate_space
+from simulator.planner.space import Config, SpaceLimits, apply_config, config_of, enumerate_space
+from simulator.report import summary
+from simulator.simulation.simulate import simulate
 
 __all__ = ["Evaluation", "Candidate", "SearchOptions", "SearchResult", "search",
            "simulate_config", "OBJECTIVES", "Progress"]
@@ -109,8 +111,6 @@ class SearchResult:
 def simulate_config(scenario: Scenario, hw: Any, cfg: Config,
                     devices_per_node: int | None = None) -> Evaluation:
     """Run the event engine on `scenario` under configuration `cfg`."""
-    from simulator.report import summary
-    from simulator.simulation.simulate import simulate
 
     s = summary(simulate(apply_config(scenario, cfg, devices_per_node), hw, steady=True))
     mem = s["memory"]
@@ -175,7 +175,6 @@ class _Search:
 
     def current(self, cands: list[Candidate]) -> None:
         """Simulate the scenario's own configuration, when the space holds it."""
-        from simulator.planner.space import config_of
 
         mine = config_of(self.sc)
         for cand in cands:

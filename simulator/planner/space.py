@@ -25,7 +25,9 @@ from typing import Any
 
 from simulator.config.scenario.comm_rules import keeps_gathered_params, keeps_tensor_outputs
 from simulator.config.scenario.rule_helpers import fused_collectives
+from simulator.config.scenario.rules import check_rules
 from simulator.config.scenario.schema import CommFusionSpec, Scenario, TransformerModel
+from simulator.errors import InputError
 from simulator.models.transformer import transformer_model
 
 __all__ = ["Config", "SpaceLimits", "enumerate_space", "apply_config", "divisors_of",
@@ -164,7 +166,6 @@ def apply_config(scenario: Scenario, cfg: Config, devices_per_node: int | None =
                  ) -> Scenario:
     """`scenario` run with configuration `cfg` (the cluster resized to its devices, nodes of
     `devices_per_node`, default the scenario's). Validated as a scenario file would be."""
-    from simulator.config.scenario.rules import check_rules
 
     per_node = devices_per_node or scenario.cluster.devices_per_node
     devices = cfg.data * cfg.tensor * cfg.pipeline
@@ -174,7 +175,6 @@ def apply_config(scenario: Scenario, cfg: Config, devices_per_node: int | None =
     same = cluster == {"nodes": scenario.cluster.nodes,
                        "devices_per_node": scenario.cluster.devices_per_node}
     if not scenario.cluster.uniform and not same:
-        from simulator.errors import InputError
 
         raise InputError(scenario.source, "cluster", "node_types, slow and jitter describe "
                          f"this cluster's {scenario.cluster.devices} devices; a plan on "

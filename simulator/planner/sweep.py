@@ -26,8 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from simulator.config.hardware.load import load_profile
+from simulator.config.scenario import parse_scenario, resolve_hardware, split_overrides
+from simulator.config.yamlio import blame_override, parse_override, read_yaml_file
 from simulator.errors import InputError, ShardsimError
-from simulator.report.sweep_table import ROW_METRICS
+from simulator.lower.costs import CostModel
+from simulator.program.model_program import memoised_programs
+from simulator.report.html import sweep_page
+from simulator.report.summary import summary
+from simulator.report.sweep_table import ROW_METRICS, SweepJournal, plot_sweep, write_final
+from simulator.simulation.simulate import simulate
 
 __all__ = ["SweepSpec", "Config", "ROW_METRICS", "parse_grid", "expand", "evaluate",
            "run_sweep", "sweep_into", "load_sweep_file"]
@@ -77,7 +85,6 @@ def parse_grid(items: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """`['parallel.tensor=1,2,4', ...]` -> (('parallel.tensor', ('1', '2', '4')), ...).
 
     Each value is parsed later as YAML, as `--set` parses it; a key may appear once."""
-    from simulator.config.yamlio import parse_override
 
     grid: dict[str, tuple[str, ...]] = {}
     for item in items:
@@ -106,15 +113,12 @@ def expand(spec: SweepSpec) -> list[Config]:
 
 @functools.lru_cache(maxsize=8)
 def _scenario_data(path: str, shown: str) -> dict[str, Any]:
-    from simulator.config.yamlio import read_yaml_file
 
     return read_yaml_file(Path(path), shown)
 
 
 @functools.lru_cache(maxsize=64)
 def _profile(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
-    from simulator.config.hardware.load import load_profile
-    from simulator.config.yamlio import blame_override
 
     try:
         return load_profile(hw_path, hw_overrides)
@@ -128,7 +132,6 @@ _PROGRAMS: dict[Any, Any] = {}  # this process's memoised model programs
 @functools.lru_cache(maxsize=64)
 def _costs(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
     """The profile's cost model with each pure function memoised across configurations."""
-    from simulator.lower.costs import CostModel
 
     base = CostModel.from_hardware(_profile(hw_path, hw_overrides))
     return CostModel(compute_s=functools.lru_cache(maxsize=None)(base.compute_s),
@@ -139,7 +142,6 @@ def _costs(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
 
 def _load(spec: SweepSpec, overrides: tuple[str, ...]) -> tuple[Any, str, tuple[str, ...]]:
     """(validated scenario, profile path, hardware overrides) of one configuration."""
-    from simulator.config.scenario import parse_scenario, resolve_hardware, split_overrides
 
     path = Path(spec.scenario_path)
     scen_o, hw_o = split_overrides(overrides)
@@ -177,9 +179,6 @@ def _collector_paused() -> Iterator[None]:
 def _simulated(spec: SweepSpec, config: Config) -> dict[str, Any]:
     """The metrics of one configuration's simulation (its plan and trace are dropped on
     return, before the collector runs again: it then finds little left to scan)."""
-    from simulator.program.model_program import memoised_programs
-    from simulator.report.summary import summary
-    from simulator.simulation.simulate import simulate
 
     scenario, hw_path, hw_o = _load(spec, config.overrides)
     # a sweep extends every steady state it can (exact, or simulated in full), GPipe's
@@ -287,7 +286,6 @@ def sweep_into(spec: SweepSpec, folder: Path | None, executor: Any, resume: bool
     """Run `spec`, journaling rows into `folder` (None: in memory only), and write the final
     table and plot there. `on_start(total, already_done)` is called once before the first
     configuration runs. Returns every row, sorted by index."""
-    from simulator.report.sweep_table import SweepJournal, plot_sweep, write_final
 
     if folder is None:
         rows: list[dict[str, Any]] = []
@@ -312,7 +310,6 @@ def sweep_into(spec: SweepSpec, folder: Path | None, executor: Any, resume: bool
         journal.flush()
     rows = write_final(folder, spec.keys)
     plot_sweep(rows, spec.keys, folder / "sweep.png")
-    from simulator.report.html import sweep_page
 
     page = sweep_page(rows, spec.keys, folder / "sweep.png", f"shardsim sweep: {spec.shown}")
     (folder / "report.html").write_text(page, encoding="utf-8")

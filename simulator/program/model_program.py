@@ -37,6 +37,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
+from simulator.models.model_graph import planned_graph
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
@@ -401,7 +402,6 @@ def _dataset_extras(scenario: Scenario, loaded: float) -> tuple[tuple[str, objec
 
 def graph_program(scenario: Scenario) -> GraphProgram:
     """The program of an mlp, resnet or graph model: the whole planned graph as one block."""
-    from simulator.models.model_graph import planned_graph
 
     graph, mesh = planned_graph(scenario)
     dtype = scenario.model.dtype

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator.report.chrome import chrome_trace
+from simulator.report.html import run_page
+from simulator.report.plots import plot_breakdown, plot_memory, plot_timeline
 from simulator.report.summary import format_table, summary
 
 __all__ = ["write_report", "flatten"]
@@ -40,7 +42,6 @@ def write_report(result: Any, out_dir: str | Path) -> list[Path]:
     their paths."""
     import pandas as pd
 
-    from simulator.report.plots import plot_breakdown, plot_memory, plot_timeline
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -54,7 +55,6 @@ def write_report(result: Any, out_dir: str | Path) -> list[Path]:
     plot_timeline(result, paths[3])
     plot_breakdown(result, paths[4])
     plot_memory(result, paths[5])
-    from simulator.report.html import run_page
 
     page = out / "report.html"
     page.write_text(run_page(s, {p.name: p for p in paths[3:6]}), encoding="utf-8")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError
+from simulator.report.plots import _pyplot
 
 __all__ = ["ROW_METRICS", "SweepJournal", "row_schema", "read_rows", "plot_sweep",
            "write_final"]
@@ -127,7 +128,6 @@ def _number(text: str) -> float | None:
 def plot_sweep(rows: list[dict[str, Any]], keys: Sequence[str], path: Path) -> None:
     """Iteration time (top) and peak memory (bottom) against the first swept key, one line
     per combination of the other keys (at most 12 lines); failed rows are left out."""
-    from simulator.report.plots import _pyplot
 
     plt = _pyplot()
     x_key, rest = keys[0], keys[1:]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.placement import Partial, Placement, Shard, dual
+from simulator.sharding.placement import B, Partial, Placement, Shard, dual
 
 __all__ = ["Layout", "LayoutError", "chunk", "regions"]
 
@@ -50,7 +50,6 @@ class Layout:
 
     @classmethod
     def replicated(cls, mesh: Mesh) -> Layout:
-        from simulator.sharding.placement import B
 
         return cls(tuple(B for _ in range(mesh.ndim)))
 

@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from simulator.cost.collectives import busbw_factor
+from simulator.cost.collectives import busbw_factor, collective_time_s
+from simulator.cost.specs import GroupSpec
 from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import B, Broadcast, P, Partial, Placement, Shard
@@ -93,8 +94,6 @@ def link_seconds(hw: HardwareProfile, devices_per_node: int) -> StepCost:
     """A StepCost in seconds: each collective priced by `cost.collectives` on the links its
     group crosses (a mesh axis of `size` devices, `mesh.stride(axis)` apart in rank order,
     on nodes of `devices_per_node`); local steps are free."""
-    from simulator.cost.collectives import collective_time_s
-    from simulator.cost.specs import GroupSpec
 
     def seconds(step: RedistStep, mesh: Mesh) -> float:
         if not step.is_comm:

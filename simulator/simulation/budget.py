@@ -29,9 +29,11 @@ from simulator.limits import (
 )
 from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.pipeline import steady_window
+from simulator.models.model_graph import planned_graph
 from simulator.models.opgraph import graph_model
 from simulator.models.registry import family
 from simulator.models.transformer import transformer_model
+from simulator.program.model_program import graph_model_flops
 
 __all__ = ["Estimate", "estimate_run", "estimate_every_micro_batch", "estimate_verify",
            "check_budget", "shortened_run",
@@ -229,8 +231,6 @@ def estimate_verify_gflop(s: Scenario) -> Estimate | None:
     run and the single-device reference)."""
     if not family(s.model).writes_ops:
         return None
-    from simulator.models.model_graph import planned_graph
-    from simulator.program.model_program import graph_model_flops
 
     graph, _ = planned_graph(s)
     micro = min(s.grad_accum_steps, 2)  # verify runs two micro-batches (models.cases)

@@ -15,6 +15,8 @@ from simulator.config.hardware.load import parse_profile
 from simulator.config.hardware.usage import FIELD_USES, field_value, shadow_notes
 from simulator.config.yamlio import read_yaml_file
 from simulator.errors import InputError
+from simulator.report import summary
+from simulator.simulation.simulate import simulate
 
 __all__ = ["override_notes"]
 
@@ -33,8 +35,6 @@ def _comparable(summ: dict[str, Any]) -> dict[str, Any]:
 def _unused(loaded: Any, hw: Any, raw: dict[str, Any], result: Any, i: int) -> str | None:
     """Why override i of `loaded` changed nothing, or None when it did (or is needed).
     `raw`: the profile file's mapping."""
-    from simulator.report import summary
-    from simulator.simulation.simulate import simulate
 
     items = loaded.hardware_overrides
     key, _, value = items[i].partition("=")

@@ -43,11 +43,14 @@ from simulator.lower.lowering import FIDELITIES, Cuts, lower
 from simulator.lower.pipeline import STEADY_PERIODS_KEPT, steady_window
 from simulator.models.registry import family
 from simulator.program.flops import iteration_flops
-from simulator.program.model_program import transformer_program
+from simulator.program.model_program import graph_program, transformer_program
 from simulator.program.program import TransformerProgram
 from simulator.report.metrics import (
     MemoryPeak,
 )
+from simulator.sharding.graph_yaml import strategy_key
+from simulator.sharding.layout import LayoutError
+from simulator.sharding.rules import SignatureError
 from simulator.simulation.budget import (
     DEFAULT_MAX_EVENTS,
     check_budget,
@@ -111,14 +114,10 @@ def _check(scenario: Scenario, fidelity: str) -> None:
 def _graph_program(scenario: Scenario):
     """The program of an mlp, resnet or graph model, from its sharding plan; plan errors
     become input errors naming the strategy."""
-    from simulator.program.model_program import graph_program
-    from simulator.sharding.layout import LayoutError
-    from simulator.sharding.rules import SignatureError
 
     try:
         return graph_program(scenario)
     except (SignatureError, LayoutError) as exc:
-        from simulator.sharding.graph_yaml import strategy_key
 
         raise InputError(scenario.source, strategy_key(scenario, exc), str(exc)) from None
 

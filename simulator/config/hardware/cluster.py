@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from simulator.config.hardware.load import load_profile
 from simulator.config.hardware.schema import HardwareProfile
+from simulator.config.scenario.rules import cluster_problems
 from simulator.errors import InputError
 
 __all__ = ["ClusterHardware", "cluster_hardware", "jitter_multipliers", "with_nic"]
@@ -114,8 +116,6 @@ def cluster_hardware(scenario: Any, hw: HardwareProfile,
                      load: Callable[[str], HardwareProfile] | None = None) -> ClusterHardware:
     """The per-device kinds and speeds of `scenario`'s cluster; `hw` is the scenario's own
     profile; `load` reads another profile by name (default: `hardware.load.load_profile`)."""
-    from simulator.config.hardware.load import load_profile
-    from simulator.config.scenario.rules import cluster_problems
 
     for key, message in cluster_problems(scenario):  # a scenario changed after validation
         raise InputError(scenario.source, key, message)

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
+from simulator.config.framework.load import load_framework
 from simulator.config.framework.schema import Software
 from simulator.errors import InputError
 
@@ -207,7 +208,6 @@ class HardwareProfile(_Closed):
     @property
     def software(self) -> Software:
         """The kernels and overlaps of the default framework (`default_framework`)."""
-        from simulator.config.framework.load import load_framework
 
         return load_framework(self.default_framework, where=self.source,
                               key="default_framework").software
