@@ -2,8 +2,9 @@
 task streams with dependencies, every duration priced by the cost model.
 
 Per simulated device (one per pipeline stage, or every rank under full fidelity):
-- compute stream: one task per (virtual stage, micro-batch, F | R | B) in the pipeline
-  schedule's order (`schedule.pipeline`); its duration is the sum of its kernels plus its
+- compute stream: one task per (virtual stage, micro-batch, F | R | B | W) in the pipeline
+  schedule's order (`schedule.pipeline`; with W steps, zb_h1, B is the input gradient and W
+  the `weight_grad` kernels); its duration is the sum of its kernels plus its
   critical-path tensor-parallel collectives (`Task.comm_s` keeps the split). Under
   recompute, R re-runs the forward right before B, once B's gradient has arrived (Megatron
   recomputes inside the backward). The optimizer step ends the stream.
@@ -22,8 +23,9 @@ down and parameters come back over PCIe on the offload stream, and the wait is
 offload_exposed. Offloading parameters or activations (`schedule.offload`) runs compute
 piece by piece with host copies on the offload streams. A pipeline over a program kept as
 one block is refused (InputError).
-Memory: F allocates the micro-batch's activations, B frees them; transfers hold their
-buffers while they run; model states are allocated before the iteration (`Plan.static_memory`).
+Memory: F allocates the micro-batch's activations, B frees them (with W steps: but the W
+GEMMs' saved inputs, and allocates the output gradients W reads; W frees both); transfers
+hold their buffers while they run; model states are allocated before the iteration.
 With `cuts` given (representative fidelity), a run of at least COLLAPSE_MIN identical
 gradient buckets of one piece becomes one task of that many units (`Task.units`), cut
 where `cuts` says another transfer on the link must run between two of its buckets
@@ -92,7 +94,7 @@ class Lowering:
         self.vstages = ranks.virtual_stages
         self.data = ranks.data
         self.peers: dict[tuple[int, int], int] = share.peers if share else {}
-        self.w_pass = False  # the device's schedule splits W off its backwards (`device`)
+        self.w_pass = False  # the device's schedule has W steps: B and W split (`device`)
 
     def release(self) -> None:
         """Drop the emitters' references back to this lowering once the plan is built:
@@ -219,8 +221,8 @@ class Lowering:
             self.dp.reduce(dev, mb, vs, tids[-1:] if w.whole_grads else tids)
 
     def _bwd_pieces(self, vs: int, kind: str, split: bool) -> tuple[Priced, ...]:
-        """The pieces a backward ('B') or weight-gradient ('W') task runs, or its whole as
-        one: with W passes in the schedule, B is the input-gradient part of the backward."""
+        """The pieces a 'B' or 'W' task runs, or their whole as one (with W passes, B is
+        the input-gradient part of the backward)."""
         w = self.work[vs]
         if kind == "B" and not self.w_pass:
             return w.bwd_pieces if split else (w.bwd,)
@@ -228,15 +230,12 @@ class Lowering:
         return pieces if split else (sum(pieces[1:], pieces[0]),)
 
     def _w_inputs(self, vs: int) -> float:
-        """Saved bytes a B leaves alive for its W pass: the W GEMMs' saved inputs (at most
-        what the stage saved). B allocates the output gradients W reads besides."""
+        """Saved bytes a B leaves alive for its W: the W GEMMs' inputs, at most all."""
         w = self.work[vs]
         return min(w.w_input_bytes, w.activation_bytes) if self.w_pass else 0.0
 
     def weight(self, dev: int, mb: int, vs: int) -> None:
-        """The W pass of micro-batch mb (Qi et al. 2023, Sec. 2): the weight-gradient
-        kernels its B left, after it on the compute stream; it frees what they read, and the
-        gradient reduction follows it as it follows a backward."""
+        """W of micro-batch mb (Qi et al. 2023, Sec. 2); the gradient reductions follow it."""
         w = self.work[vs]
         split = self.dp.per_unit or (
             mb == self.micro - 1 and self.data > 1 and self.par.overlap.grad_reduce)
@@ -245,7 +244,7 @@ class Lowering:
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
-            key = ("C", dev, "W", mb, vs) if last else ("C", dev, "W", mb, vs, k)
+            key = ("C", dev, "W", mb, vs) + (() if last else (k,))
             tids.append(self.b.add(key, device=dev, stream="compute", name="W", phase="bwd",
                                    micro=mb, chunk=vs,
                                    duration_s=piece.compute_s + piece.comm_s,
@@ -337,7 +336,6 @@ class Lowering:
         vss = sorted({vs for _, _, vs in steps})
         for vs, gates in self.dp.early_gates(dev, vss).items():
             self.gates[(dev, vs)] = gates
-        # a schedule with W passes runs each backward as B and W (`schedule.pipeline`)
         self.w_pass = any(kind == "W" for kind, _, _ in steps)
         emit = {"F": self.forward, "B": self.backward, "W": self.weight}
         for kind, mb, vs in steps:
