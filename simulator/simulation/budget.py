@@ -230,7 +230,7 @@ def estimate_verify_gflop(s: Scenario) -> Estimate | None:
     from simulator.program.model_program import graph_model_flops
 
     graph, _ = planned_graph(s)
-    micro = min(s.grad_accum_steps, 2)  # verify runs two micro-batches (numeric.cases)
+    micro = min(s.grad_accum_steps, 2)  # verify runs two micro-batches (models.cases)
     gflop = 2 * graph_model_flops(graph, micro) / 1e9
     return Estimate(math.ceil(gflop), "model.tensors",
                     "matrix GFLOP of the graph's forward and backward, run sharded and on one "

@@ -12,7 +12,8 @@ from typing import Any
 from simulator.config.scenario.schema import GraphModel, Scenario, TransformerModel
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
-from simulator.numeric.cases import VerifyCase, build_case, staged_pipeline
+from simulator.models.cases import VerifyCase, build_case
+from simulator.models.transformer import staged_pipeline
 from simulator.numeric.execute import Faults, Recompute
 from simulator.numeric.host_trips import HostTrips
 from simulator.numeric.pipeline import PipelineSplit, SendFaults

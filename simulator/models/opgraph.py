@@ -1,0 +1,29 @@
+"""The `graph` family: tensors and operators written out in the scenario (`type: graph`,
+`sharding.graph_yaml`), each operator a unit, on the model's own mesh (each pipeline stage
+on devices of its own)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.graph.graph import Graph
+from simulator.models.dataset import with_dataset
+from simulator.models.family import ModelFamily
+from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph
+from simulator.sharding.mesh import Mesh
+
+__all__ = ["FAMILY"]
+
+
+def _graph(s: Any, batch: int) -> Graph:
+    return graph_from_model(s.model, s.source)  # its batch is its input tensors'
+
+
+def _written(s: Any) -> tuple[Graph, Mesh]:
+    p = s.parallel
+    mesh = mesh_for_graph(s.model, s.devices // p.pipeline, s.source, p.pipeline)
+    return with_dataset(graph_from_model(s.model, s.source), s, mesh), mesh
+
+
+FAMILY = ModelFamily("graph", layered=False, unplanned=_graph, written=_written,
+                     unit_start=lambda name: True)
