@@ -101,12 +101,6 @@ def test_bubble_is_p_minus_1_times_tf_plus_tb_minus_tw(p: int, m: int):
     assert _bubble(_gpt(p, m, "1f1b")) == pytest.approx((p - 1) * (tf + tb + tw), rel=1e-9)
 
 
-def test_the_shortened_steady_run_equals_the_full_one():
-    full = simulate(_gpt(4, 16), A100, steady=False)
-    short = simulate(_gpt(4, 16), A100)
-    assert short.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-12)
-
-
 def _eager(stage: int, stages: int, micro: int, chunks: int) -> list[pipeline.Step]:
     """Mutation: each W right after its B (nothing deferred)."""
     steps: list[pipeline.Step] = []

@@ -1,7 +1,7 @@
 """Pipeline schedules: the order in which one pipeline stage runs its forward and backward
 passes. A schedule is a pure function `(stage, stages, micro_batches, chunks) -> steps`,
-registered by name in SCHEDULES; each step is (kind 'F' | 'B', micro-batch, virtual stage),
-where virtual stage = chunk * stages + stage (Megatron-LM's model-chunk numbering).
+registered by name in SCHEDULES; each step is (kind 'F' | 'B' | 'W', micro-batch, virtual
+stage), where virtual stage = chunk * stages + stage (Megatron-LM's model-chunk numbering).
 
 - gpipe: all forwards, then all backwards (Huang et al. 2019, "GPipe", Fig. 2c).
 - 1f1b: min(p - i - 1, m) warm-up forwards on stage i, then one forward / one backward,
@@ -11,14 +11,16 @@ where virtual stage = chunk * stages + stage (Megatron-LM's model-chunk numberin
   bottom), ordered as Megatron-LM's forward_backward_pipelining_with_interleaving.
 - zb_h1: 1F1B's order of F and B, with each backward split into B (the input gradient: what
   the previous stage waits for) and W (the weight gradients, `ComputeSpec.weight_grad`);
-  stage i defers its first i W passes and runs them after its last B, where 1F1B's
-  cool-down leaves the stage idle (Qi et al. 2023, "Zero Bubble Pipeline Parallelism",
-  arXiv 2401.10241, Sec. 3.1, Fig. 3 top: ZB-H1, the hand schedule of their
-  efficiency.py `get_hand_schedule(warmup_c=1)`). With uniform stages, free communication,
-  m >= p and T_W <= min(T_F, T_B) it takes m(T_F + T_B + T_W) + (p-1)(T_F + T_B - T_W):
-  the bubble (p-1)(T_F + T_B - T_W), where 1F1B's is (p-1)(T_F + T_B + T_W) (Sec. 3.1).
-  No stage holds more micro-batches' activations than stage 0, which defers nothing: the
-  peak of 1F1B (a deferred W keeps only its GEMMs' inputs and output gradients).
+  stage i runs each W i micro-batches after its B, the last i after its last B, where
+  1F1B's cool-down leaves the stage idle (Qi et al. 2023, "Zero Bubble Pipeline
+  Parallelism", arXiv 2401.10241, Sec. 3.1, Fig. 3 top: ZB-H1; the authors' hand schedule
+  `get_hand_schedule(warmup_c=1)` in sail-sg/zero-bubble-pipeline-parallelism, branch
+  arxiv, megatron/core/pipeline_parallel/efficiency.py). With uniform stages, free
+  communication, m >= p and T_W <= min(T_F, T_B) it takes m(T_F + T_B + T_W) plus the
+  bubble (p-1)(T_F + T_B - T_W), where 1F1B's is (p-1)(T_F + T_B + T_W) (Sec. 3.1).
+  Stage i holds 1F1B's p - i micro-batches' activations plus what its i deferred W's keep
+  (their GEMMs' inputs and output gradients, `lower.lowering`): 1F1B's peak as long as
+  that is less than i micro-batches' activations (Sec. 3.1), more where it is not.
 """
 
 from __future__ import annotations
@@ -100,10 +102,14 @@ def _warmup_interleaved(stages: int, chunks: int) -> tuple[int, int]:
 # adding `period` micro-batches inserts one more period on every stage and changes nothing
 # else. GPipe has no such period: its backward phase starts after every forward, so each
 # added micro-batch moves all of the backwards (two insertion points).
-# zb_h1 repeats (F, B, W) once per micro-batch after 1F1B's warm-up forwards and the W's
-# it defers, p - 1 micro-batches on every stage
+def _warmup_zb_h1(stages: int, chunks: int) -> tuple[int, int]:
+    """ZB-H1 repeats (F, B, W) once per micro-batch after 1F1B's p - 1 warm-up forwards
+    and up to p - 1 micro-batches more whose W's are still deferred (`_zb_h1`)."""
+    return 1, 2 * (stages - 1)
+
+
 STEADY_PERIODS: dict[str, Callable[[int, int], tuple[int, int]]] = {
-    "1f1b": _warmup_1f1b, "interleaved_1f1b": _warmup_interleaved, "zb_h1": _warmup_1f1b}
+    "1f1b": _warmup_1f1b, "interleaved_1f1b": _warmup_interleaved, "zb_h1": _warmup_zb_h1}
 STEADY_PERIODS_KEPT = 4  # steady periods the shortened run keeps on every stage
 
 
