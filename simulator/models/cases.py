@@ -28,7 +28,7 @@ def build_case(s: Scenario, fused_attention: bool = False) -> VerifyCase:
     sharded, mesh = planned_graph(s)
     micro = min(s.grad_accum_steps, 2)
     rows = sharded.tensors[next(t.name for t in sharded.of_kind("input"))].shape[0]
-    written = s.model.type == "graph"  # its batch is its input tensors: run it again
+    written = family(s.model).writes_ops  # its batch is in its inputs: run it again
     whole = sharded if micro == 1 or written else unplanned_graph(s, rows * micro)
     notes = (f"{micro} of {s.grad_accum_steps} micro-batches run",) \
         if micro < s.grad_accum_steps else ()

@@ -45,6 +45,8 @@ class ModelFamily:
         recompute cut at); the others join the unit before.
     case(scenario, fused_attention): its own verification case (shrunk where large); None:
         the operator graph as planned (`models.cases`).
+    writes_ops: the scenario lists the operators (and their batch is in their input
+        tensors' shapes, not `training.micro_batch_size`).
     """
 
     name: str
@@ -53,3 +55,4 @@ class ModelFamily:
     unit_start: Callable[[str], bool]
     written: Callable[[Any], tuple[Graph, Mesh]] | None = None
     case: Callable[[Any, bool], VerifyCase] | None = None
+    writes_ops: bool = False

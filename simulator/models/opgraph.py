@@ -6,13 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.config.scenario.schema import GraphModel
 from simulator.graph.graph import Graph
 from simulator.models.dataset import with_dataset
 from simulator.models.family import ModelFamily
 from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph
 from simulator.sharding.mesh import Mesh
 
-__all__ = ["FAMILY"]
+__all__ = ["FAMILY", "graph_model"]
+
+
+def graph_model(m: Any) -> GraphModel:
+    """`m`, the model section of a `type: graph` scenario (for code of written graphs)."""
+    assert isinstance(m, GraphModel), f"a written operator graph, not {m.type!r}"
+    return m
 
 
 def _graph(s: Any, batch: int) -> Graph:
@@ -26,4 +33,4 @@ def _written(s: Any) -> tuple[Graph, Mesh]:
 
 
 FAMILY = ModelFamily("graph", layered=False, unplanned=_graph, written=_written,
-                     unit_start=lambda name: True)
+                     unit_start=lambda name: True, writes_ops=True)

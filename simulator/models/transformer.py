@@ -23,10 +23,16 @@ from simulator.models.transformer_plan import (
     with_moe,
 )
 
-__all__ = ["FAMILY", "staged_pipeline"]
+__all__ = ["FAMILY", "staged_pipeline", "transformer_model"]
 
 # a unit (block) starts at the embedding, at each layer's first norm and at the final norm
 _UNIT_START = re.compile(r"embed|l\d+\.ln1|lnf")
+
+
+def transformer_model(m: Any) -> TransformerModel:
+    """`m`, a transformer's model section (for code of the transformer program only)."""
+    assert isinstance(m, TransformerModel), f"a transformer model, not {m.type!r}"
+    return m
 
 
 def staged_pipeline(s: Scenario) -> bool:

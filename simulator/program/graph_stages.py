@@ -30,8 +30,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from simulator.config.scenario.schema import GraphModel, Scenario
+from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
+from simulator.models.opgraph import graph_model
 from simulator.models.registry import family
 from simulator.program.graph_recompute import Recomputing, recompute_saved, regen_units
 from simulator.program.host_placement import host_placed
@@ -237,8 +238,10 @@ def fixed_counts(scenario: Scenario, names: Sequence[str], parts: int
     """Units (operators) per virtual stage from `attrs.pipeline_stage` of a graph model's
     operators (an operator without it stays on the stage of the one before; the scenario
     rules have checked the stages), or None when no operator gives one."""
-    m = scenario.model
-    if not isinstance(m, GraphModel) or not any("pipeline_stage" in op.attrs for op in m.ops):
+    if not family(scenario.model).writes_ops:
+        return None
+    m = graph_model(scenario.model)
+    if not any("pipeline_stage" in op.attrs for op in m.ops):
         return None
     stage_of: dict[str, int] = {}
     current = 0
