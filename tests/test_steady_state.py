@@ -72,6 +72,11 @@ CASES = [
                  id="zero3"),
     pytest.param(40, {"offload": {"optimizer_states": True}}, id="optimizer-offload"),
     pytest.param(40, {"comm_fusion": {"mode": "size", "bucket_mb": 0.01}}, id="collapsed-buckets"),
+    pytest.param(40, {"schedule": "zb_h1"}, id="zb-h1"),
+    pytest.param(40, {"schedule": "zb_h1", "recompute": "selective", "sequence_parallel": True},
+                 id="zb-h1-selective-sp"),
+    pytest.param(40, {"schedule": "zb_h1", "optimizer_shard": 2, "data": 4, "tensor": 1},
+                 id="zb-h1-zero2"),
 ]
 
 

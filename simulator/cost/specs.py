@@ -31,6 +31,10 @@ class ComputeSpec:
     local problem shape (batch x m x k times k x n), which the efficiency model needs.
 
     `saved_bytes` is what this op keeps alive for the backward pass (activation memory).
+    `weight_grad`: the kernel computes (or accumulates) a parameter's gradient and nothing on
+    the activation-gradient path reads its output, so a schedule may run it later than the
+    rest of the backward (the W pass of Qi et al. 2023, "Zero Bubble Pipeline Parallelism",
+    Sec. 2).
     """
 
     name: str
@@ -49,6 +53,7 @@ class ComputeSpec:
     #                 attention: the framework's fa1 / fa2 / fa3 / cudnn / te); "" = the generic one
     seq: int = 0  # fused attention: the keys each query row runs over (its local key length),
     #               which sets how well the kernel's tiles amortise; 0: not an attention kernel
+    weight_grad: bool = False
 
     def __str__(self) -> str:
         shape = f" {self.gemm_batch}x{self.gemm_mnk}" if self.gemm_mnk else ""

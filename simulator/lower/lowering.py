@@ -2,8 +2,9 @@
 task streams with dependencies, every duration priced by the cost model.
 
 Per simulated device (one per pipeline stage, or every rank under full fidelity):
-- compute stream: one task per (virtual stage, micro-batch, F | R | B) in the pipeline
-  schedule's order (`schedule.pipeline`); its duration is the sum of its kernels plus its
+- compute stream: one task per (virtual stage, micro-batch, F | R | B | W) in the pipeline
+  schedule's order (`schedule.pipeline`; with W steps, zb_h1, B is the input gradient and W
+  the `weight_grad` kernels); its duration is the sum of its kernels plus its
   critical-path tensor-parallel collectives (`Task.comm_s` keeps the split). Under
   recompute, R re-runs the forward right before B, once B's gradient has arrived (Megatron
   recomputes inside the backward). The optimizer step ends the stream.
@@ -22,8 +23,9 @@ down and parameters come back over PCIe on the offload stream, and the wait is
 offload_exposed. Offloading parameters or activations (`schedule.offload`) runs compute
 piece by piece with host copies on the offload streams. A pipeline over a program kept as
 one block is refused (InputError).
-Memory: F allocates the micro-batch's activations, B frees them; transfers hold their
-buffers while they run; model states are allocated before the iteration (`Plan.static_memory`).
+Memory: F allocates the micro-batch's activations, B frees them (with W steps: but the W
+GEMMs' saved inputs, and allocates the output gradients W reads; W frees both); transfers
+hold their buffers while they run; model states are allocated before the iteration.
 With `cuts` given (representative fidelity), a run of at least COLLAPSE_MIN identical
 gradient buckets of one piece becomes one task of that many units (`Task.units`), cut
 where `cuts` says another transfer on the link must run between two of its buckets
@@ -39,7 +41,7 @@ from simulator.engine.tasks import Alloc, Plan, Task
 from simulator.errors import InputError
 from simulator.lower import comm_graph
 from simulator.lower.buckets import COLLAPSE_MIN
-from simulator.lower.costs import CostModel
+from simulator.lower.costs import CostModel, Priced
 from simulator.lower.host import host_optimizer_s
 from simulator.lower.layout import RankMesh, rank_mesh
 from simulator.lower.offload import Offload
@@ -92,6 +94,7 @@ class Lowering:
         self.vstages = ranks.virtual_stages
         self.data = ranks.data
         self.peers: dict[tuple[int, int], int] = share.peers if share else {}
+        self.w_pass = False  # the device's schedule has W steps: B and W split (`device`)
 
     def release(self) -> None:
         """Drop the emitters' references back to this lowering once the plan is built:
@@ -180,7 +183,8 @@ class Lowering:
 
     def backward(self, dev: int, mb: int, vs: int) -> None:
         w, deps = self.work[vs], self._grad_dep(dev, mb, vs)
-        free: Alloc = (("activations", w.activation_bytes),)
+        saved = self._w_inputs(vs)
+        free: Alloc = (("activations", w.activation_bytes - saved),)
         if w.recomputed:
             deps += self.dp.gather_before(dev, vs, ("R", mb, vs))
             r = w.recompute
@@ -188,14 +192,15 @@ class Lowering:
                        phase="recompute", micro=mb, chunk=vs,
                        duration_s=r.compute_s + r.comm_s, comm_s=r.comm_s, deps=deps,
                        comm=r.comm, alloc=(("activations", w.working_bytes),))
-            deps, free = (), (("activations", w.activation_bytes + w.working_bytes),
+            deps, free = (), (("activations", w.activation_bytes + w.working_bytes - saved),
                               *self.dp.backward_frees(vs))
         deps += self.dp.gather_before(dev, vs, ("B", mb, vs))
         units = None if w.recomputed else self.dp.unit_gates(dev, "B", mb, vs)
         split = units is not None or self.off.split or (
             mb == self.micro - 1 and self.data > 1 and self.par.overlap.grad_reduce)
-        pieces = w.bwd_pieces if split else (w.bwd,)
+        pieces = self._bwd_pieces(vs, "B", split)
         gates, held = units if units is not None else (((),) * len(pieces), ())
+        grads: Alloc = (("activations", w.w_grad_bytes),) if self.w_pass else ()
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
@@ -209,9 +214,43 @@ class Lowering:
                                    comm_s=piece.comm_s,
                                    deps=(deps if k == 0 else ()) + gates[k]
                                    + (io.deps if io else ()), comm=piece.comm,
-                                   free=own + gathered))
+                                   alloc=grads if k == 0 else (), free=own + gathered))
         if vs > 0:
             self._send(dev, self._peer(dev, vs - 1), "bwd", mb, vs, tids[-1])
+        if not self.w_pass and (self.par.overlap.grad_reduce or self.dp.per_unit):
+            self.dp.reduce(dev, mb, vs, tids[-1:] if w.whole_grads else tids)
+
+    def _bwd_pieces(self, vs: int, kind: str, split: bool) -> tuple[Priced, ...]:
+        """The pieces a 'B' or 'W' task runs, or their whole as one (with W passes, B is
+        the input-gradient part of the backward)."""
+        w = self.work[vs]
+        if kind == "B" and not self.w_pass:
+            return w.bwd_pieces if split else (w.bwd,)
+        pieces = w.weight_pieces if kind == "W" else w.input_pieces
+        return pieces if split else (sum(pieces[1:], pieces[0]),)
+
+    def _w_inputs(self, vs: int) -> float:
+        """Saved bytes a B leaves alive for its W: the W GEMMs' inputs, at most all."""
+        w = self.work[vs]
+        return min(w.w_input_bytes, w.activation_bytes) if self.w_pass else 0.0
+
+    def weight(self, dev: int, mb: int, vs: int) -> None:
+        """W of micro-batch mb (Qi et al. 2023, Sec. 2); the gradient reductions follow it."""
+        w = self.work[vs]
+        split = self.dp.per_unit or (
+            mb == self.micro - 1 and self.data > 1 and self.par.overlap.grad_reduce)
+        pieces = self._bwd_pieces(vs, "W", split)
+        kept = (("activations", self._w_inputs(vs) + w.w_grad_bytes),)
+        tids = []
+        for k, piece in enumerate(pieces):
+            last = k == len(pieces) - 1
+            key = ("C", dev, "W", mb, vs) + (() if last else (k,))
+            tids.append(self.b.add(key, device=dev, stream="compute", name="W", phase="bwd",
+                                   micro=mb, chunk=vs,
+                                   duration_s=piece.compute_s + piece.comm_s,
+                                   comm_s=piece.comm_s, comm=piece.comm,
+                                   deps=(self.b.ids[("C", dev, "B", mb, vs)],) if k == 0 else (),
+                                   free=kept if last else ()))
         if self.par.overlap.grad_reduce or self.dp.per_unit:
             self.dp.reduce(dev, mb, vs, tids[-1:] if w.whole_grads else tids)
 
@@ -297,8 +336,10 @@ class Lowering:
         vss = sorted({vs for _, _, vs in steps})
         for vs, gates in self.dp.early_gates(dev, vss).items():
             self.gates[(dev, vs)] = gates
+        self.w_pass = any(kind == "W" for kind, _, _ in steps)
+        emit = {"F": self.forward, "B": self.backward, "W": self.weight}
         for kind, mb, vs in steps:
-            (self.forward if kind == "F" else self.backward)(dev, mb, vs)
+            emit[kind](dev, mb, vs)
         self.finish(dev, vss)
         params = sum(self.work[vs].params for vs in vss)
         return self.off.static(model_state_bytes(

@@ -1,7 +1,7 @@
 """Pipeline schedules: the order in which one pipeline stage runs its forward and backward
 passes. A schedule is a pure function `(stage, stages, micro_batches, chunks) -> steps`,
-registered by name in SCHEDULES; each step is (kind 'F' | 'B', micro-batch, virtual stage),
-where virtual stage = chunk * stages + stage (Megatron-LM's model-chunk numbering).
+registered by name in SCHEDULES; each step is (kind 'F' | 'B' | 'W', micro-batch, virtual
+stage), where virtual stage = chunk * stages + stage (Megatron-LM's model-chunk numbering).
 
 - gpipe: all forwards, then all backwards (Huang et al. 2019, "GPipe", Fig. 2c).
 - 1f1b: min(p - i - 1, m) warm-up forwards on stage i, then one forward / one backward,
@@ -9,6 +9,18 @@ where virtual stage = chunk * stages + stage (Megatron-LM's model-chunk numberin
   Flush). With uniform stages both take (m + p - 1)(t_f + t_b): bubble (p-1)/(m+p-1).
 - interleaved_1f1b: v model chunks per device (Narayanan et al. 2021, Sec. 2.2.2, Fig. 4
   bottom), ordered as Megatron-LM's forward_backward_pipelining_with_interleaving.
+- zb_h1: 1F1B's order of F and B, with each backward split into B (the input gradient: what
+  the previous stage waits for) and W (the weight gradients, `ComputeSpec.weight_grad`);
+  stage i runs each W i micro-batches after its B, the last i after its last B, where
+  1F1B's cool-down leaves the stage idle (Qi et al. 2023, "Zero Bubble Pipeline
+  Parallelism", arXiv 2401.10241, Sec. 3.1, Fig. 3 top: ZB-H1; the authors' hand schedule
+  `get_hand_schedule(warmup_c=1)` in sail-sg/zero-bubble-pipeline-parallelism, branch
+  arxiv, megatron/core/pipeline_parallel/efficiency.py). With uniform stages, free
+  communication, m >= p and T_W <= min(T_F, T_B) it takes m(T_F + T_B + T_W) plus the
+  bubble (p-1)(T_F + T_B - T_W), where 1F1B's is (p-1)(T_F + T_B + T_W) (Sec. 3.1).
+  Stage i holds 1F1B's p - i micro-batches' activations plus what its i deferred W's keep
+  (their GEMMs' inputs and output gradients, `lower.lowering`): 1F1B's peak as long as
+  that is less than i micro-batches' activations (Sec. 3.1), more where it is not.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ from simulator.errors import InputError
 
 __all__ = ["Step", "SCHEDULES", "schedule_steps", "steady_window", "STEADY_PERIODS"]
 
-Step = tuple[str, int, int]  # (kind 'F' | 'B', micro-batch, virtual stage)
+Step = tuple[str, int, int]  # (kind 'F' | 'B' | 'W', micro-batch, virtual stage)
 Schedule = Callable[[int, int, int, int], list[Step]]
 
 
@@ -55,8 +67,23 @@ def _interleaved(stage: int, stages: int, micro: int, chunks: int) -> list[Step]
     return steps
 
 
+def _zb_h1(stage: int, stages: int, micro: int, chunks: int) -> list[Step]:
+    """1F1B's steps with a W after B_j once warm-up + j >= p - 1: stage i (p - i - 1
+    warm-up forwards) runs its W's i micro-batches behind its B's, in micro-batch order,
+    and the i it deferred after its last B (Qi et al. 2023, Sec. 3.1)."""
+    warmup = min(stages - stage - 1, micro)
+    steps: list[Step] = []
+    done = 0  # W passes emitted
+    for kind, j, vs in _one_f_one_b(stage, stages, micro, chunks):
+        steps.append((kind, j, vs))
+        if kind == "B" and warmup + j >= stages - 1:
+            steps.append(("W", done, vs))
+            done += 1
+    return steps + [("W", j, stage) for j in range(done, micro)]
+
+
 SCHEDULES: dict[str, Schedule] = {"gpipe": _gpipe, "1f1b": _one_f_one_b,
-                                  "interleaved_1f1b": _interleaved}
+                                  "interleaved_1f1b": _interleaved, "zb_h1": _zb_h1}
 
 
 def _warmup_1f1b(stages: int, chunks: int) -> tuple[int, int]:
@@ -75,8 +102,14 @@ def _warmup_interleaved(stages: int, chunks: int) -> tuple[int, int]:
 # adding `period` micro-batches inserts one more period on every stage and changes nothing
 # else. GPipe has no such period: its backward phase starts after every forward, so each
 # added micro-batch moves all of the backwards (two insertion points).
+def _warmup_zb_h1(stages: int, chunks: int) -> tuple[int, int]:
+    """ZB-H1 repeats (F, B, W) once per micro-batch after 1F1B's p - 1 warm-up forwards
+    and up to p - 1 micro-batches more whose W's are still deferred (`_zb_h1`)."""
+    return 1, 2 * (stages - 1)
+
+
 STEADY_PERIODS: dict[str, Callable[[int, int], tuple[int, int]]] = {
-    "1f1b": _warmup_1f1b, "interleaved_1f1b": _warmup_interleaved}
+    "1f1b": _warmup_1f1b, "interleaved_1f1b": _warmup_interleaved, "zb_h1": _warmup_zb_h1}
 STEADY_PERIODS_KEPT = 4  # steady periods the shortened run keeps on every stage
 
 

@@ -15,18 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.config.scenario.schema import Scenario
-from simulator.cost.specs import CommSpec, GroupSpec
+from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
 from simulator.lower.costs import CostModel, Priced, price_ops
 from simulator.lower.host import host_costs
 from simulator.lower.layout import RankMesh
 from simulator.lower.multicopy import multi_copy
 from simulator.models.registry import family
 from simulator.program.graph_stages import split_units
-from simulator.program.program import GraphStages, TransformerProgram
+from simulator.program.program import GraphStages, Op, TransformerProgram
 
-__all__ = ["StageWork", "stage_work", "stage_layers"]
+__all__ = ["StageWork", "stage_work", "stage_layers", "split_backward"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,15 @@ class StageWork:
     # block (an operator graph cut into units only for recompute or offload: its gradient
     # buckets are not followed unit by unit, as without those)
     whole_grads: bool = False
+    # the backward split for a schedule that runs W passes (`schedule.pipeline`, zb_h1; Qi
+    # et al. 2023, Sec. 2): per bwd piece, its input-gradient part (B: every kernel but the
+    # `weight_grad` ones) and its weight-gradient part (W), each priced as a sequence of its
+    # own; the bytes W reads that outlive B (`split_backward`): the saved inputs X of its
+    # GEMMs, which B leaves saved, and the output gradients dY, which B allocates
+    input_pieces: tuple[Priced, ...] = ()
+    weight_pieces: tuple[Priced, ...] = ()
+    w_input_bytes: float = 0.0
+    w_grad_bytes: float = 0.0
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -76,6 +86,60 @@ def _sum(pieces: tuple[Priced, ...]) -> Priced:
     for piece in pieces[1:]:
         total = total + piece
     return total
+
+
+_NONE = Priced(0.0, 0.0, ())
+
+
+def split_backward(fwd: tuple[Op, ...], bwd: tuple[Op, ...]
+                   ) -> tuple[tuple[Op, ...], tuple[Op, ...], float, float]:
+    """(B ops, W ops, X bytes, dY bytes) of one backward: W the `weight_grad` kernels, B
+    the rest in their order. What W reads that must outlive B: the inputs X its GEMMs'
+    forward kernels (`fwd`, the same kernel name before the suffix) saved, as saved (under
+    sequence parallelism the shard, re-gathered by W as Megatron's zero-bubble
+    LinearWithGradAccumulation does), and the output gradients dY as its GEMMs read them
+    (a GEMM (m, n, k) reads k(m + n) elements: dY is its forward's output)."""
+    forward = {op.name: op for op in fwd if isinstance(op, ComputeSpec) and op.gemm_mnk}
+    b_ops = tuple(op for op in bwd if not getattr(op, "weight_grad", False))
+    w_ops = tuple(op for op in bwd if getattr(op, "weight_grad", False))
+    x = dy = 0.0
+    for op in w_ops:
+        f = forward.get(op.name.rpartition(".")[0])
+        if not isinstance(op, ComputeSpec) or op.gemm_mnk is None or f is None:
+            continue
+        m, n, k = op.gemm_mnk
+        per = op.bytes_accessed / (op.gemm_batch * (m * k + k * n + m * n))  # bytes/element
+        fm, fn, _ = f.gemm_mnk or (0, 0, 0)
+        dy += per * min(f.gemm_batch * fm * fn, op.gemm_batch * k * (m + n))
+        x += f.saved_bytes
+    return b_ops, w_ops, x, dy
+
+
+@dataclass(frozen=True)
+class _Split:
+    """One block's backward as B and W (`split_backward`), priced."""
+
+    b: Priced
+    w: Priced
+    x: float
+    dy: float
+
+
+def _priced_split(fwd: tuple[Op, ...], bwd: tuple[Op, ...], price: Callable[[tuple], Priced]
+                  ) -> _Split:
+    b_ops, w_ops, x, dy = split_backward(fwd, bwd)
+    return _Split(price(b_ops) if b_ops else _NONE, price(w_ops) if w_ops else _NONE, x, dy)
+
+
+def _stage_split(prog: TransformerProgram, parts: dict[str, _Split], n: int, first: bool,
+                 last: bool, head_params: int) -> dict[str, Any]:
+    """The StageWork fields of the split backward of a stage of n layers."""
+    lay, head, emb = parts["layer"], parts["head"], parts["embed"]
+    return dict(
+        input_pieces=_pieces(prog, lay.b, head.b, emb.b, n, first, last, head_params)[0],
+        weight_pieces=_pieces(prog, lay.w, head.w, emb.w, n, first, last, head_params)[0],
+        w_input_bytes=n * lay.x + (emb.x if first else 0.0) + (head.x if last else 0.0),
+        w_grad_bytes=n * lay.dy + (emb.dy if first else 0.0) + (head.dy if last else 0.0))
 
 
 def _pieces(prog: TransformerProgram, layer: Priced, head: Priced, embed: Priced,
@@ -181,6 +245,9 @@ def _price_stages(scenario: Scenario, prog: TransformerProgram, layout: RankMesh
     lf, lb, lr = price(prog.layer_fwd), price(prog.layer_bwd), price(prog.layer_recompute)
     ef, eb = price(prog.embed_fwd), price(prog.embed_bwd)
     hf, hb = price(prog.head_fwd), price(prog.head_bwd)
+    parts = {k: _priced_split(f, b, price) for k, f, b in (
+        ("layer", prog.layer_fwd, prog.layer_bwd), ("embed", prog.embed_fwd, prog.embed_bwd),
+        ("head", prog.head_fwd, prog.head_bwd))}
     seconds = lambda f, b: f.compute_s + f.comm_s + b.compute_s + b.comm_s  # noqa: E731
     split = layers or stage_layers(scenario, layout.virtual_stages, seconds(lf, lb),
                                    seconds(ef, eb), seconds(hf, hb), prog.layers_per_block)
@@ -212,7 +279,8 @@ def _price_stages(scenario: Scenario, prog: TransformerProgram, layout: RankMesh
                              + (prog.unsharded_head if last else 0),
                              send_fwd_bytes=prog.boundary_bytes,
                              send_bwd_bytes=prog.boundary_bytes,
-                             recomputed=scenario.parallel.recompute != "none"))
+                             recomputed=scenario.parallel.recompute != "none",
+                             **_stage_split(prog, parts, n, first, last, head_params)))
     return tuple(out)
 
 
@@ -226,6 +294,7 @@ def _price_units(scenario: Scenario, staged: GraphStages, stages: int,
     cuts."""
     fwd = [price(u.fwd) for u in staged.units]
     bwd = [price(u.bwd) for u in staged.units]
+    split = [_priced_split(u.fwd, u.bwd, price) for u in staged.units]
     seconds = [f.compute_s + f.comm_s + b.compute_s + b.comm_s for f, b in zip(fwd, bwd)]
     counts = layers or split_units(scenario, staged, stages, seconds)
     out, start = [], 0
@@ -246,7 +315,11 @@ def _price_units(scenario: Scenario, staged: GraphStages, stages: int,
             # the last unit's activations are read by the backward right after its forward
             offloadable=(True,) * (n - 1) + (vs < stages - 1,),
             send_fwd_bytes=staged.cut_fwd_bytes[stop - 1] if vs < stages - 1 else 0.0,
-            send_bwd_bytes=staged.cut_bwd_bytes[start - 1] if vs > 0 else 0.0))
+            send_bwd_bytes=staged.cut_bwd_bytes[start - 1] if vs > 0 else 0.0,
+            input_pieces=tuple(sp.b for sp in split[start:stop][::-1]),
+            weight_pieces=tuple(sp.w for sp in split[start:stop][::-1]),
+            w_input_bytes=sum(sp.x for sp in split[start:stop]),
+            w_grad_bytes=sum(sp.dy for sp in split[start:stop])))
         start = stop
     return tuple(out)
 

@@ -27,11 +27,12 @@ def main_grad(e: int, dtype: str, name: str, params: float, cast: bool = False
     per parameter. With `cast` the gradient is first cast to fp32 by a kernel of its own
     (DeepSpeed BF16_Optimizer update_hp_grads: hp_grad.add_(lp.grad.to(fp32))): read e,
     write 4, then the add reads 4 + 4 and writes 4. None in fp32 training, where the
-    gradient is the main gradient."""
+    gradient is the main gradient. It reads the weight gradients: `weight_grad`."""
     if e >= 4 or params <= 0:
         return ()
     per = e + 16.0 if cast else e + 8.0
-    return (ComputeSpec(name, "elementwise", float(params), per * params, dtype, "bwd"),)
+    return (ComputeSpec(name, "elementwise", float(params), per * params, dtype, "bwd",
+                        weight_grad=True),)
 
 
 def tp_overlap(scenario: Scenario, software: Software, compute_units: int

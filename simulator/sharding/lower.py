@@ -13,8 +13,11 @@ The forward and backward passes are the plan's own item lists (`ShardingPlan.for
   GEMM's bias epilogue is free); a family with its own `cost` (vocabulary-parallel
   cross-entropy, fused attention, embedding lookup) prices its share itself;
 - backward: a GEMM kernel runs dgrad (m,k,n) and wgrad (k,n,m) GEMMs for the inputs that need
-  a gradient; other kernels cost twice the FLOPs and 1.5x the bytes of their forward (they
-  read the output gradient and a saved input, and write the input gradient);
+  a gradient (of its first and second input: the second is an activation in attention's
+  scores and context GEMMs, so only a GEMM differentiating a parameter is `weight_grad`,
+  what a zero-bubble schedule defers); other kernels cost twice the FLOPs and 1.5x the
+  bytes of their forward (they read the output gradient and a saved input, and write the
+  input gradient);
 - activation memory: each op keeps what its backward reads (`OpFamily.saves`, inputs or
   output, plus `saved_extra`: a dropout mask, a log-sum-exp), each tensor once, at its local
   size in the layout it is KEPT in (so a sequence-parallel GEMM input counts its sequence
@@ -158,12 +161,12 @@ def _backward_specs(plan: ShardingPlan, k: _Kernel, dtype: str, e: float) -> lis
         m, n, kk = fwd.gemm_mnk
         first = next(p for p in k.ops if p.op.type == "Einsum")
         shapes = {".dgrad": (m, kk, n), ".wgrad": (kk, n, m)}
-        wanted = {".dgrad": _needs_grad(plan, first.op.inputs[0]),
-                  ".wgrad": _needs_grad(plan, first.op.inputs[1])}
+        operand = dict(zip(shapes, first.op.inputs[:2]))  # the input each one differentiates
         b = fwd.gemm_batch
         return [ComputeSpec(k.name + sfx, "gemm", 2.0 * b * mm * nn * k2,
-                            e * b * (mm * k2 + k2 * nn + mm * nn), dtype, "bwd", (mm, nn, k2), b)
-                for sfx, (mm, nn, k2) in shapes.items() if wanted[sfx]]
+                            e * b * (mm * k2 + k2 * nn + mm * nn), dtype, "bwd", (mm, nn, k2), b,
+                            weight_grad=plan.graph.tensors[operand[sfx]].kind == "parameter")
+                for sfx, (mm, nn, k2) in shapes.items() if _needs_grad(plan, operand[sfx])]
     own_f, own_b, frac = _own(plan, k, e, "bwd")
     return [ComputeSpec(k.name + ".bwd", fwd.kind, 2.0 * _flops(plan, k) + own_f,
                         1.5 * e * _external(plan, k) + own_b, dtype, "bwd",

@@ -228,6 +228,7 @@ def _schedule(s: Scenario) -> Iterator[Problem]:
     elif p.schedule == "interleaved_1f1b" and p.virtual_stages == 1:
         yield "parallel.schedule", ("interleaved_1f1b with parallel.virtual_stages 1 is 1f1b: "
                                     "give virtual_stages > 1 or schedule 1f1b")
+    yield from _w_pass(s)
     if isinstance(s.model, GraphModel) and p.schedule != "1f1b" and (
             p.pipeline == 1 or p.micro_batches == 1):
         yield "parallel.schedule", (f"{p.schedule} orders the micro-batches of a pipeline; "
@@ -239,6 +240,28 @@ def _schedule(s: Scenario) -> Iterator[Problem]:
             f"{p.micro_batches} applies to model.type graph; a model of type "
             f"'{s.model.type}' has training.global_batch_size / (micro_batch_size * data) "
             f"micro-batches (allowed: 1)")
+
+
+def _w_pass(s: Scenario) -> Iterator[Problem]:
+    """zb_h1 keeps each micro-batch's weight-gradient inputs from its B to its W pass
+    (`lower.pipeline`); what moves or remakes saved activations meanwhile is not
+    simulated with it."""
+    p = s.parallel
+    if p.schedule != "zb_h1":
+        return
+    per_op = [i for i, op in enumerate(getattr(s.model, "ops", ()))
+              if op.attrs.get("recompute") is True]
+    if per_op:
+        yield f"model.ops[{per_op[0]}].attrs.recompute", (
+            "true with parallel.schedule zb_h1 is not simulated yet (allowed: false)")
+    if p.recompute == "full":
+        yield "parallel.recompute", ("full with parallel.schedule zb_h1 is not simulated yet "
+                                     "(the W pass needs its layers' inputs, which full "
+                                     "recompute does not keep; allowed: none, selective)")
+    for key in ("parameters", "activations"):
+        if getattr(p.offload, key):
+            yield f"parallel.offload.{key}", ("true with parallel.schedule zb_h1 is not "
+                                              "simulated yet (allowed: false)")
 
 
 def _transformer_knobs(s: Scenario) -> Iterator[Problem]:

@@ -321,7 +321,7 @@ class ParallelSpec(_Closed):
     # exchanging key/value blocks around a ring (Megatron-LM --context-parallel-size;
     # simulator/graph/ops/ring_attention.py): devices are data * tensor * pipeline * context.
     context: Degree = 1
-    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b"] = "1f1b"
+    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b", "zb_h1"] = "1f1b"
     # Micro-batches per step of an operator graph (type: graph), each its graph as written
     # (MindSpore PipelineCell's micro_size; gradients accumulated over them). Other models
     # derive them: global_batch_size / (micro_batch_size * data).

@@ -1,0 +1,196 @@
+"""The zero-bubble schedule zb_h1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism",
+arXiv 2401.10241): its order, its bubble against the paper's closed form, its memory,
+which kernels its W pass defers, its refusals, and `verify` of a scenario under it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from simulator.config.hardware import load_profile
+from simulator.config.scenario import parse_scenario
+from simulator.config.scenario.schema import Scenario
+from simulator.cost import compute_time_s
+from simulator.cost.specs import ComputeSpec
+from simulator.errors import InputError
+from simulator.lower import pipeline
+from simulator.lower.costs import CostModel
+from simulator.lower.layout import rank_mesh
+from simulator.lower.pipeline import schedule_steps
+from simulator.lower.stages import split_backward, stage_work
+from simulator.numeric.pipeline import SendFaults
+from simulator.program.model_program import transformer_program
+from simulator.report.metrics import memory_timeline
+from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
+
+A100 = load_profile("a100-80gb")
+
+
+def _gpt(p: int, m: int, schedule: str = "zb_h1", **parallel: Any) -> Scenario:
+    return parse_scenario({
+        "name": "zb", "hardware": "a100-80gb",
+        "cluster": {"nodes": 1, "devices_per_node": p},
+        "model": {"type": "transformer", "layers": 8, "hidden_size": 1024, "num_heads": 16,
+                  "seq_length": 1024, "vocab_size": 8192, "dtype": "bf16"},
+        "training": {"global_batch_size": m, "micro_batch_size": 1},
+        "parallel": {"tensor": 1, "data": 1, "pipeline": p, "schedule": schedule, **parallel},
+    }, "zb.yaml")
+
+
+# ---- the order ---------------------------------------------------------------------------
+def test_stage_i_defers_its_first_i_weight_passes_to_the_end():
+    """Qi et al. 2023, Fig. 3 top (ZB-H1), p = 4: 1F1B's F/B order; W_j follows B_{j+i}."""
+    order = [" ".join(k + str(j) for k, j, _ in schedule_steps("zb_h1", i, 4, 6, 1))
+             for i in range(4)]
+    assert order == [
+        "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 B3 W3 B4 W4 B5 W5",
+        "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 B4 W3 B5 W4 W5",
+        "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 B5 W3 W4 W5",
+        "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 W3 W4 W5"]
+
+
+@pytest.mark.parametrize("stage", [0, 1, 3])
+@pytest.mark.parametrize("m", [2, 4, 9])
+def test_every_pass_once_and_w_after_its_b(stage: int, m: int):
+    steps = schedule_steps("zb_h1", stage, 4, m, 1)
+    assert sorted(steps) == sorted((k, j, stage) for k in "FBW" for j in range(m))
+    no_w = [(k, j) for k, j, _ in steps if k != "W"]
+    assert no_w == [(k, j) for k, j, _ in schedule_steps("1f1b", stage, 4, m, 1)]
+    for j in range(m):
+        assert steps.index(("B", j, stage)) < steps.index(("W", j, stage))
+
+
+# ---- the bubble: the paper's closed form ---------------------------------------------------
+def _layer_costs(sc: Scenario) -> CostModel:
+    """The profile's roofline time for a layer's kernels, nothing else costs time: uniform
+    stages (the embedding, head and optimizer free) and free communication, the setting of
+    the closed forms (Qi et al. 2023, Sec. 3.1)."""
+    prog = transformer_program(sc)
+    names = {op.name for op in prog.layer_fwd + prog.layer_bwd}
+    return CostModel(
+        compute_s=lambda spec: compute_time_s(spec, A100) if spec.name in names else 0.0,
+        collective_s=lambda *a: 0.0, send_recv_s=lambda nbytes, intra: 0.0)
+
+
+def _t_fbw(sc: Scenario) -> tuple[float, float, float]:
+    """T_F, T_B, T_W of one stage and micro-batch, from the program's own kernels."""
+    prog, layers = transformer_program(sc), 8 // sc.parallel.pipeline
+    b_ops, w_ops, _, _ = split_backward(prog.layer_fwd, prog.layer_bwd)
+
+    def t(ops: tuple) -> float:
+        return layers * sum(compute_time_s(op, A100) for op in ops
+                            if isinstance(op, ComputeSpec))
+
+    return t(prog.layer_fwd), t(b_ops), t(w_ops)
+
+
+def _bubble(sc: Scenario, **kw: Any) -> float:
+    r = simulate(sc, A100, costs=_layer_costs(sc), **kw)
+    return dict(r.breakdown_s)["bubble"]
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (2, 5), (4, 4), (4, 8), (8, 8), (8, 12)])
+def test_bubble_is_p_minus_1_times_tf_plus_tb_minus_tw(p: int, m: int):
+    """Qi et al. 2023, Sec. 3.1: ZB-H1's bubble is (p-1)(T_F + T_B - T_W) where 1F1B's is
+    (p-1)(T_F + T_B + T_W) (uniform stages, free communication, T_W <= T_F, T_B)."""
+    tf, tb, tw = _t_fbw(_gpt(p, m))
+    assert 0 < tw <= min(tf, tb)
+    assert _bubble(_gpt(p, m)) == pytest.approx((p - 1) * (tf + tb - tw), rel=1e-9)
+    assert _bubble(_gpt(p, m, "1f1b")) == pytest.approx((p - 1) * (tf + tb + tw), rel=1e-9)
+
+
+def _eager(stage: int, stages: int, micro: int, chunks: int) -> list[pipeline.Step]:
+    """Mutation: each W right after its B (nothing deferred)."""
+    steps: list[pipeline.Step] = []
+    for kind, j, vs in schedule_steps("1f1b", stage, stages, micro, chunks):
+        steps += [(kind, j, vs)] + ([("W", j, vs)] if kind == "B" else [])
+    return steps
+
+
+def test_w_passes_not_deferred_miss_the_closed_form(monkeypatch: pytest.MonkeyPatch):
+    """The closed form tells ZB-H1 apart: with every W right after its B, the previous
+    stage still waits for B alone, but no W fills a cool-down slot: the bubble is
+    (p-1)(T_F + T_B), T_W per stage more than ZB-H1's."""
+    p, m = 4, 8
+    tf, tb, tw = _t_fbw(_gpt(p, m))
+    monkeypatch.setitem(pipeline.SCHEDULES, "zb_h1", _eager)
+    bubble = _bubble(_gpt(p, m), steady=False)
+    assert bubble != pytest.approx((p - 1) * (tf + tb - tw), rel=1e-3)
+    assert bubble == pytest.approx((p - 1) * (tf + tb), rel=1e-9)
+
+
+# ---- memory ------------------------------------------------------------------------------
+def _peaks(sc: Scenario) -> list[float]:
+    r = simulate(sc, A100)
+    return [max(s["activations"] for s in memory_timeline(r.plan, r.trace, d)[1])
+            for d in r.plan.devices]
+
+
+def test_a_deferred_w_keeps_its_inputs_and_output_gradients():
+    """1F1B's stage i holds p - i micro-batches' activations A (Narayanan et al. 2021,
+    Sec. 2.2.1); under ZB-H1 its i deferred W's keep their GEMMs' saved inputs X and output
+    gradients dY (Qi et al. 2023, Sec. 3.1: W's memory), and a running B holds its dY:
+    (p - i) A + i (X + dY) + dY."""
+    p, m = 4, 8
+    sc = _gpt(p, m)
+    work = stage_work(sc, transformer_program(sc), rank_mesh(sc), CostModel.from_hardware(A100))
+    expected = [(p - i) * w.activation_bytes + i * (w.w_input_bytes + w.w_grad_bytes)
+                + w.w_grad_bytes for i, w in enumerate(work)]
+    assert _peaks(sc) == pytest.approx(expected, rel=1e-12)
+    assert _peaks(_gpt(p, m, "1f1b")) == pytest.approx(
+        [(p - i) * w.activation_bytes for i, w in enumerate(work)], rel=1e-12)
+    assert all(0 < w.w_input_bytes < w.activation_bytes for w in work)
+
+
+# ---- what W runs -------------------------------------------------------------------------
+def test_w_holds_the_parameter_gradients_only():
+    """Attention's scores / context GEMMs differentiate K and V (activations) in their
+    `.wgrad`: those stay in B, which the previous stage waits for; W holds the weight
+    GEMMs' gradients and the fp32 main-gradient add."""
+    prog = transformer_program(_gpt(2, 2))
+    b_ops, w_ops, x, dy = split_backward(prog.layer_fwd, prog.layer_bwd)
+    assert {op.name for op in w_ops} == {"qkv.wgrad", "proj.wgrad", "fc1.wgrad", "fc2.wgrad",
+                                         "main_grad_add"}
+    assert {"scores.wgrad", "context.wgrad"} <= {op.name for op in b_ops}
+    s, h, e = 1024, 1024, 2  # seq, hidden, bf16 bytes
+    assert dy == (3 * h + h + 4 * h + h) * s * e  # dY of qkv, proj, fc1, fc2
+    assert x == (h + h + h + 4 * h) * s * e  # their saved inputs
+
+
+# ---- refusals ----------------------------------------------------------------------------
+@pytest.mark.parametrize("extra, key", [
+    ({"virtual_stages": 2}, "parallel.virtual_stages"),
+    ({"recompute": "full"}, "parallel.recompute"),
+    ({"offload": {"activations": True}}, "parallel.offload.activations"),
+])
+def test_combinations_not_simulated_are_refused(extra: dict, key: str):
+    with pytest.raises(InputError) as err:
+        _gpt(2, 4, **extra)
+    assert err.value.key == key
+    assert "zb_h1" in str(err.value)
+
+
+# ---- verify ------------------------------------------------------------------------------
+def _tiny(**parallel: Any) -> Scenario:
+    return parse_scenario({
+        "name": "tiny zb", "hardware": "cpu-x86",
+        "cluster": {"nodes": 1, "devices_per_node": 4},
+        "model": {"type": "transformer", "layers": 4, "hidden_size": 16, "num_heads": 4,
+                  "ffn_hidden_size": 32, "seq_length": 8, "vocab_size": 32, "dtype": "fp32"},
+        "training": {"global_batch_size": 2, "micro_batch_size": 1, "optimizer": "adam",
+                     "learning_rate": 1e-3},
+        "parallel": {"data": 1, "tensor": 2, "pipeline": 2, "schedule": "zb_h1",
+                     **parallel}}, "t.yaml")
+
+
+def test_verify_passes_and_fails_under_a_dropped_gradient_send():
+    """The schedule reorders the same computation: verify runs each stage on its own
+    devices and passes; a dropped input-gradient send (what B hands the previous stage)
+    fails it."""
+    assert verify_scenario(_tiny()).ok
+    broken = verify_scenario(_tiny(), send_faults=SendFaults(drop=("bwd", 1)))
+    assert not broken.ok
+    failed = {c.tensor for c in broken.checks if not c.ok}
+    assert {"l1.res2.grad (sent stage 1 -> 0)", "l0.wq.grad"} <= failed
