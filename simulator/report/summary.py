@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES
+from simulator.report.uncertainty import result_band
 
-__all__ = ["summary", "format_table"]
+__all__ = ["summary", "format_table", "error_bar"]
 
 
 def _memory(result: Any) -> dict[str, Any]:
@@ -66,6 +67,8 @@ def summary(result: Any) -> dict[str, Any]:
         **({"jitter": result.jitter} if result.jitter else {}),
         "notes": list(getattr(result, "notes", ())) + _steady_note(result),
         **dict(result.plan.extras),
+        # the measured error of this group's published runs (report.uncertainty)
+        "uncertainty": result_band(result).to_dict(),
     }
 
 
@@ -98,11 +101,22 @@ def pace_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def error_bar(u: dict[str, Any] | None) -> str:
+    """The uncertainty of a summary in words: the interval, or why there is none."""
+    if not u:
+        return "not computed"
+    if u["low_s"] is None:
+        return f"none: {u['basis']}"
+    return (f"{u['low_s']:.4f} .. {u['high_s']:.4f} s (from the measured error of "
+            f"{u['runs']} published runs of {u['group']}; basis in --json)")
+
+
 def format_table(s: dict[str, Any]) -> str:
     """A plain-text table of a summary dict, for the terminal."""
     t = s["iteration_time_s"]
     rows = [("scenario", s["scenario"]), ("devices", str(s["devices"])),
             ("iteration time", f"{t:.4f} s"),
+            ("likely range", error_bar(s.get("uncertainty"))),
             ("throughput", f"{s['samples_per_s']:.2f} samples/s, "
                            f"{s['tokens_per_s']:.4g} tokens/s"),
             ("TFLOP/s per device", f"{s['tflops_per_device']:.1f}"),
