@@ -24,3 +24,16 @@ def test_distributed_optimizer_shards_over_data_times_context():
     # stage 2 shards the gradients over the same 8 ranks
     stage2 = _states("parallel.optimizer_shard=2")
     assert stage2["gradients"] == pytest.approx(whole["gradients"] / 8)
+
+
+def test_run_json_splits_the_peak_into_allocated_and_framework_overhead():
+    from simulator.report import summary
+
+    result = simulate(load_scenario("llama2-7b-8-ascend910b"))
+    mem = summary(result)["memory"]
+    overhead = dict(result.memory.by_category)["framework_overhead"]
+    assert overhead > 0
+    assert mem["framework_overhead_bytes"] == round(overhead)
+    assert mem["allocated_peak_bytes"] + mem["framework_overhead_bytes"] == pytest.approx(
+        mem["peak_bytes"], abs=1)
+    assert mem["reserved_peak_bytes"] is None  # no cited fragmentation rule: not invented

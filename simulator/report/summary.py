@@ -15,7 +15,17 @@ __all__ = ["summary", "format_table", "error_bar"]
 
 def _memory(result: Any) -> dict[str, Any]:
     peak = result.memory
+    overhead = dict(peak.by_category).get("framework_overhead", 0.0)
     return {"peak_bytes": int(round(peak.peak_bytes)),
+            # the allocator's view at the peak rank (issue 24 (e)): torch's
+            # max_memory_allocated counts the tensors, not the CUDA context, the collective
+            # library's buffers or its workspaces (the framework profile's
+            # memory_overheads, schedule.state.framework_overhead_bytes)
+            "allocated_peak_bytes": int(round(peak.peak_bytes - overhead)),
+            "framework_overhead_bytes": int(round(overhead)),
+            # max_memory_reserved adds the caching allocator's rounding and fragmentation:
+            # no public source states it as a rule yet, so it is not invented
+            "reserved_peak_bytes": None,
             "capacity_bytes": int(round(result.capacity_bytes)),
             "fits": bool(peak.peak_bytes <= result.capacity_bytes),
             # capacity left at the peak (negative: short by that much)
