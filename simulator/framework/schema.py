@@ -12,8 +12,8 @@ fields are cited prose; the fields the simulator reads are typed:
 - `grad_reduction.bucket_*` is the bucket rule of `parallel.comm_fusion.mode: auto`
   (`simulator.schedule.buckets.auto_bucket_bytes`);
 - `memory_overheads.*_bytes` is the `framework_overhead` share of the memory report;
-- `fp8.gemm_roles` / `fp8.dynamic_scaling` / `fp8.weight_copy_bytes_per_param` is the FP8
-  recipe of `dtype: fp8`.
+- `fp8.gemm_roles` / `fp8.dynamic_scaling` / `fp8.weight_copy_bytes_per_param` /
+  `fp8.saved_inputs` is the FP8 recipe of `dtype: fp8`.
 
 Pydantic models, frozen, closed (unknown keys are errors) and strict, like the hardware and
 scenario schemas.
@@ -186,6 +186,11 @@ class Fp8(_Closed):
     # FP8 weight copies kept next to the bf16 weights, bytes per parameter of an FP8 GEMM
     # (the e4m3 weight and its transpose)
     weight_copy_bytes_per_param: NonNegInt = 0
+    # what an FP8 GEMM keeps for its backward: its inputs cast to FP8 (Transformer Engine's
+    # Linear saves the FP8 input for the weight gradient), or the model-dtype inputs it
+    # casts again in the backward (torchao Float8Linear)
+    saved_inputs: Literal["fp8", "high_precision"] = "fp8"
+    saved_inputs_source: StrictStr = ""
     source: StrictStr
 
 

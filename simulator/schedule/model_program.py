@@ -277,7 +277,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     embed = _Block(lambda n: n.startswith("embed"))
     head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
     sv: Saved = saved(plan, e)
-    if recipe is not None:
+    if recipe is not None and recipe.saves_fp8:
         sv = fp8_saved(sv, plan, recipe, e)
     fwd = {k: forward_specs(plan, dtype, b.select, e, sv) for k, b in
            (("layer", layer), ("embed", embed), ("head", head))}
