@@ -1,6 +1,6 @@
 """Predicted vs published peak memory per device (issue 24 item 1's memory validation set).
 
-Each row of benchmarks/data/memory_runs.csv is one published measured peak that names its
+Each row of benchmarks/data/memory/memory_runs.csv is one published measured peak that names its
 full configuration: a base case under benchmarks/data/memory/ (its header cites the source
 and the counter) plus `--set` overrides (`;`-separated) for the row. The counter decides
 what it is compared with:
@@ -33,7 +33,7 @@ from pathlib import Path
 __all__ = ["MemRow", "COMPARED", "load_rows", "evaluate", "by_source", "main"]
 
 ROOT = Path(__file__).resolve().parent
-DATA = ROOT / "data" / "memory_runs.csv"
+DATA = ROOT / "data" / "memory" / "memory_runs.csv"
 CASES = ROOT / "data" / "memory"
 GIB = 2**30
 # counter -> the run --json memory fields it is compared with, first modelled one wins

@@ -63,3 +63,25 @@ def test_memory_validation_rows_load_and_name_their_counter():
     first = memory_accuracy.evaluate(rows[0])
     # max_memory_reserved is compared with allocated while reserved is not modelled
     assert first.compared == "allocated_peak_bytes" and first.measured_gib == 82.4
+
+
+TT_8B = "benchmarks/data/memory/tt-h100-llama31-8b.yaml"
+TOKENS = 2 * 8192  # local batch 2 of 8192 tokens
+
+
+def test_torch_sac_keeps_the_kept_ops_outputs_and_the_block_input():
+    """every_second_mm under torch's selective checkpointing: per token, the outputs of
+    wq (4096), wv (1024), w1 (14336), w2 (4096), the attention output (4096) and the block
+    input (4096), 2 bytes each, plus the attention's fp32 log-sum-exp per head (32 x 4)."""
+    prog = simulate(load_scenario(TT_8B)).program
+    per_token = 2 * (4096 + 1024 + 14336 + 4096 + 4096 + 4096) + 4 * 32
+    assert prog.activation_bytes_per_layer == TOKENS * per_token
+
+
+def test_unfused_fp32_cross_entropy_backward_buffers():
+    """torchtitan's F.cross_entropy on fp32 logits allocates 8 bytes a logit in its
+    backward beyond the saved log-softmax; a stack whose profile states none adds 0."""
+    tt = simulate(load_scenario(TT_8B)).program
+    assert tt.head_transient_bytes == 8 * TOKENS * 128256
+    te = simulate(load_scenario(TT_8B, ["framework=megatron-core"])).program
+    assert te.head_transient_bytes == 0.0

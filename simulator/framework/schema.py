@@ -87,6 +87,9 @@ class Software(_Closed):
     # the loss is one fused kernel over the logits in the model dtype (`CrossEntropy.fused`)
     # instead of fp32 passes one by one
     fused_cross_entropy: StrictBool = False
+    # bytes per logit the loss's backward allocates beyond what its forward saved
+    # (`CrossEntropy.backward_transient_bytes_per_logit`; 0: not known)
+    ce_backward_transient_bytes_per_logit: NonNegFloat = 0.0
     # what `parallel.recompute: selective` recomputes (`ActivationRecompute.selective`;
     # schedule.recompute_policy)
     selective_recompute: Literal["attention_core", "every_second_mm"] = "attention_core"
@@ -214,6 +217,10 @@ class CrossEntropy(_Closed):
     logits_dtype: Text
     fused: StrictBool | None
     source: StrictStr
+    # the gradient buffers the loss's backward allocates on top of what its forward saved,
+    # bytes per logit of the stage's micro-batch (null: not found in a public source)
+    backward_transient_bytes_per_logit: NonNegFloat | None = None
+    backward_transient_source: StrictStr = ""
 
 
 class ActivationRecompute(_Closed):
@@ -259,6 +266,8 @@ class FrameworkProfile(_Closed):
             attention_impl=self.attention.implementation or "",
             p2p_blocking=self.overlap.p2p_blocking,
             fused_cross_entropy=bool(self.cross_entropy.fused),
+            ce_backward_transient_bytes_per_logit=(
+                self.cross_entropy.backward_transient_bytes_per_logit or 0.0),
             selective_recompute=self.activation_recompute.selective,
             unfused_passes=self.fused_kernels.unfused_passes)
 

@@ -17,6 +17,10 @@ def _memory(result: Any) -> dict[str, Any]:
     peak = result.memory
     overhead = dict(peak.by_category).get("framework_overhead", 0.0)
     return {"peak_bytes": int(round(peak.peak_bytes)),
+            "capacity_bytes": int(round(result.capacity_bytes)),
+            "fits": bool(peak.peak_bytes <= result.capacity_bytes),
+            # capacity left at the peak (negative: short by that much)
+            "headroom_bytes": int(round(result.capacity_bytes - peak.peak_bytes)),
             # the allocator's view at the peak rank (issue 24 (e)): torch's
             # max_memory_allocated counts the tensors, not the CUDA context, the collective
             # library's buffers or its workspaces (the framework profile's
@@ -26,10 +30,6 @@ def _memory(result: Any) -> dict[str, Any]:
             # max_memory_reserved adds the caching allocator's rounding and fragmentation:
             # no public source states it as a rule yet, so it is not invented
             "reserved_peak_bytes": None,
-            "capacity_bytes": int(round(result.capacity_bytes)),
-            "fits": bool(peak.peak_bytes <= result.capacity_bytes),
-            # capacity left at the peak (negative: short by that much)
-            "headroom_bytes": int(round(result.capacity_bytes - peak.peak_bytes)),
             "by_category_bytes": {c: int(round(dict(peak.by_category).get(c, 0.0)))
                                   for c in CATEGORIES}}
 

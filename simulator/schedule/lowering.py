@@ -209,13 +209,15 @@ class Lowering:
             gathered = (("parameters", held[k]),) if held and held[k] else ()
             io = self.off.before(dev, "B", mb, vs, k) if self.off.split else None
             own = io.free if io else (free if last else ())
+            transient = (("activations", w.transient_bytes),) \
+                if k == 0 and w.transient_bytes else ()
             tids.append(self.b.add(key, device=dev, stream="compute", name="B", phase="bwd",
                                    micro=mb, chunk=vs,
                                    duration_s=piece.compute_s + piece.comm_s,
                                    comm_s=piece.comm_s,
                                    deps=(deps if k == 0 else ()) + gates[k]
                                    + (io.deps if io else ()), comm=piece.comm,
-                                   free=own + gathered))
+                                   alloc=transient, free=own + gathered + transient))
         if vs > 0:
             self._send(dev, self._peer(dev, vs - 1), "bwd", mb, vs, tids[-1])
         if self.par.overlap.grad_reduce or self.dp.per_unit:
