@@ -8,9 +8,8 @@ rows (simulator.report.uncertainty) instead of simulating 72 runs itself.
     python -m benchmarks.uncertainty_data --check   # exit 1 and list the rows that moved
     python -m benchmarks.uncertainty_data --write   # after a change that moves predictions
 
-Targets are the case headers' `target_iteration_time_s` (identical to
-/work/shared/validation/published_runs.csv, checked when the table was first written), so
-the file is reproducible from the repository alone. Rewrite it before
+Targets are the case headers' `target_iteration_time_s` (what `benchmarks.accuracy` reads
+by default), so the file is reproducible from the repository alone. Rewrite it before
 `python -m benchmarks.golden --write`: every `run --json` entry carries its band.
 """
 

@@ -1,6 +1,6 @@
 """shardsim: discrete-event performance modeler for distributed deep-learning training.
 
-The package is layered (see DESIGN.md): scenario -> graph -> sharding -> numeric | schedule
+The package is layered (see docs/design.md): scenario -> graph -> sharding -> numeric | schedule
 -> engine -> report, with cost as pure functions and cli on top. A lower layer never
 imports a higher one.
 
@@ -30,9 +30,9 @@ def __getattr__(name: str) -> Any:
 
 
 class _Package(types.ModuleType):
-    """Keeps `simulator.simulate` the API function: importing the submodule
-    simulator/simulate.py would otherwise rebind the package attribute to the module (the
-    module stays importable as `from simulator.simulate import ...`)."""
+    """Keeps `simulator.simulation.simulate` the API function: importing the submodule
+    simulator/simulation/simulate.py would otherwise rebind the package attribute to the module (the
+    module stays importable as `from simulator.simulation.simulate import ...`)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _API and isinstance(value, types.ModuleType):

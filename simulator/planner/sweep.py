@@ -3,7 +3,7 @@
     grid {key: values} --expand--> configs (index, overrides) --executor--> rows --sink-->
 
 `simulate` is a black box: each configuration is the scenario with its overrides applied by
-the same mechanism as `shardsim run --set` (`simulator.yamlio.apply_overrides`), so a sweep
+the same mechanism as `shardsim run --set` (`simulator.config.yamlio.apply_overrides`), so a sweep
 row equals the `run --json` of that command line. A row whose configuration is rejected
 (bad combination, an internal error) records the message and the sweep goes on.
 
@@ -27,17 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError, ShardsimError
+from simulator.report.sweep_table import ROW_METRICS
 
 __all__ = ["SweepSpec", "Config", "ROW_METRICS", "parse_grid", "expand", "evaluate",
            "run_sweep", "sweep_into", "load_sweep_file"]
-
-# Metric columns of a row (floats; None when the configuration failed), after `index`,
-# `config`, one column per grid key, `status` and `error`.
-ROW_METRICS: tuple[str, ...] = (
-    "iteration_time_s", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
-    "peak_memory_bytes", "capacity_bytes", "compute_s", "recompute_s", "comm_exposed_s",
-    "bubble_s", "offload_exposed_s", "optimizer_s", "comm_bytes_per_device")
-
 
 @dataclass(frozen=True)
 class SweepSpec:
@@ -84,7 +77,7 @@ def parse_grid(items: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """`['parallel.tensor=1,2,4', ...]` -> (('parallel.tensor', ('1', '2', '4')), ...).
 
     Each value is parsed later as YAML, as `--set` parses it; a key may appear once."""
-    from simulator.yamlio import parse_override
+    from simulator.config.yamlio import parse_override
 
     grid: dict[str, tuple[str, ...]] = {}
     for item in items:
@@ -113,15 +106,15 @@ def expand(spec: SweepSpec) -> list[Config]:
 
 @functools.lru_cache(maxsize=8)
 def _scenario_data(path: str, shown: str) -> dict[str, Any]:
-    from simulator.yamlio import read_yaml_file
+    from simulator.config.yamlio import read_yaml_file
 
     return read_yaml_file(Path(path), shown)
 
 
 @functools.lru_cache(maxsize=64)
 def _profile(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
-    from simulator.hardware.load import load_profile
-    from simulator.yamlio import blame_override
+    from simulator.config.hardware.load import load_profile
+    from simulator.config.yamlio import blame_override
 
     try:
         return load_profile(hw_path, hw_overrides)
@@ -135,7 +128,7 @@ _PROGRAMS: dict[Any, Any] = {}  # this process's memoised model programs
 @functools.lru_cache(maxsize=64)
 def _costs(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
     """The profile's cost model with each pure function memoised across configurations."""
-    from simulator.schedule.costs import CostModel
+    from simulator.lower.costs import CostModel
 
     base = CostModel.from_hardware(_profile(hw_path, hw_overrides))
     return CostModel(compute_s=functools.lru_cache(maxsize=None)(base.compute_s),
@@ -146,7 +139,7 @@ def _costs(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
 
 def _load(spec: SweepSpec, overrides: tuple[str, ...]) -> tuple[Any, str, tuple[str, ...]]:
     """(validated scenario, profile path, hardware overrides) of one configuration."""
-    from simulator.scenario import parse_scenario, resolve_hardware, split_overrides
+    from simulator.config.scenario import parse_scenario, resolve_hardware, split_overrides
 
     path = Path(spec.scenario_path)
     scen_o, hw_o = split_overrides(overrides)
@@ -184,9 +177,9 @@ def _collector_paused() -> Iterator[None]:
 def _simulated(spec: SweepSpec, config: Config) -> dict[str, Any]:
     """The metrics of one configuration's simulation (its plan and trace are dropped on
     return, before the collector runs again: it then finds little left to scan)."""
+    from simulator.program.model_program import memoised_programs
     from simulator.report.summary import summary
-    from simulator.schedule.model_program import memoised_programs
-    from simulator.simulate import simulate
+    from simulator.simulation.simulate import simulate
 
     scenario, hw_path, hw_o = _load(spec, config.overrides)
     # a sweep extends every steady state it can (exact, or simulated in full), GPipe's
@@ -225,7 +218,7 @@ def _warm(spec: SweepSpec, first: Config) -> None:
     them instead of each importing (most of a second) and loading its own. A failure is
     left to the configuration's row to report."""
     import simulator.report.summary  # noqa: F401
-    import simulator.simulate  # noqa: F401
+    import simulator.simulation.simulate  # noqa: F401
 
     try:
         _, hw_path, hw_o = _load(spec, first.overrides)

@@ -23,14 +23,20 @@ from typing import Any
 
 from simulator.errors import InputError
 
-__all__ = ["SweepJournal", "row_schema", "read_rows", "plot_sweep", "write_final"]
+__all__ = ["ROW_METRICS", "SweepJournal", "row_schema", "read_rows", "plot_sweep",
+           "write_final"]
+
+# Metric columns of a row (floats; None when the configuration failed), after `index`,
+# `config`, one column per grid key, `status` and `error`.
+ROW_METRICS: tuple[str, ...] = (
+    "iteration_time_s", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
+    "peak_memory_bytes", "capacity_bytes", "compute_s", "recompute_s", "comm_exposed_s",
+    "bubble_s", "offload_exposed_s", "optimizer_s", "comm_bytes_per_device")
 
 
 def row_schema(keys: Sequence[str]) -> Any:
     """The Arrow schema of a row: fixed, so that every part file concatenates."""
     import pyarrow as pa
-
-    from simulator.planner.sweep import ROW_METRICS
 
     fields = [pa.field("index", pa.int64()), pa.field("config", pa.string())]
     fields += [pa.field(k, pa.string()) for k in keys]
