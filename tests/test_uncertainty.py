@@ -134,3 +134,14 @@ def test_every_published_run_gets_a_band_in_run_json():
     for name, path in published.items():
         u = runs[path.relative_to(ROOT).as_posix()]["stdout"]["uncertainty"]
         assert u["low_s"] is not None and u["low_s"] < u["high_s"], name
+
+
+def test_plans_whose_error_bars_overlap_are_ties():
+    from types import SimpleNamespace as NS
+
+    from simulator.cli.plan_output import ties
+
+    best = NS(low_s=9.0, high_s=11.0)
+    assert ties(NS(low_s=10.5, high_s=12.0), best) is True
+    assert ties(NS(low_s=11.5, high_s=12.0), best) is False
+    assert ties(NS(low_s=None, high_s=None), best) is None
