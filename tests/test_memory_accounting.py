@@ -85,3 +85,20 @@ def test_unfused_fp32_cross_entropy_backward_buffers():
     assert tt.head_transient_bytes == 8 * TOKENS * 128256
     te = simulate(load_scenario(TT_8B, ["framework=megatron-core"])).program
     assert te.head_transient_bytes == 0.0
+
+
+def test_interleaved_last_chunk_holds_one_micro_batch_of_the_loss():
+    """Issue 24 (c): Megatron's interleaved 1F1B runs the last rank's last chunk (head and
+    loss) one-forward-one-backward, so one micro-batch of its fp32 loss state is alive at a
+    time: every forward of the last chunk is followed by its backward before the next."""
+    from simulator.lower.pipeline import schedule_steps
+
+    stages, chunks, micro = 4, 2, 8
+    last_vs = stages * chunks - 1
+    steps = schedule_steps("interleaved_1f1b", stages - 1, stages, micro, chunks, "test")
+    alive, most = 0, 0
+    for kind, _, vs in steps:
+        if vs == last_vs:
+            alive += 1 if kind == "F" else -1
+            most = max(most, alive)
+    assert most == 1
