@@ -35,7 +35,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["Row", "error_pct", "mape", "header_target", "csv_targets", "evaluate", "main"]
+from simulator.report.uncertainty import (
+    TARGET_COVERAGE,
+    Band,
+    Measured,
+    band,
+    coverage,
+    leave_one_out,
+    result_regime,
+)
+
+__all__ = ["Row", "error_pct", "mape", "header_target", "csv_targets", "evaluate", "evaluate_all",
+           "intervals", "coverage_summary", "main"]
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "scenarios" / "validation"
@@ -65,6 +76,14 @@ class Row:
     framework: str = ""
     fits: bool = True
     peak_gib: float = 0.0
+    model: str = "transformer"
+    regime: str = ""  # simulator.report.uncertainty.regime_tags joined by '+'
+
+    def measured(self) -> Measured:
+        """This run as a row of the uncertainty table."""
+        return Measured(self.run, self.framework, self.hardware, self.model,
+                        tuple(t for t in self.regime.split("+") if t), self.predicted_s,
+                        self.target_s)
 
 
 def error_pct(predicted_s: float, target_s: float) -> float:
@@ -131,10 +150,17 @@ def evaluate(path: Path, table: dict[tuple[str, str, int], float]) -> Row:
     predicted = result.iteration_time_s  # type: ignore[attr-defined]
     mfu = result.model_flops / predicted / scenario.devices / result.peak_flops_per_s  # type: ignore
     peak = result.memory.peak_bytes  # type: ignore[attr-defined]
-    fw = result.framework.name if result.framework else ""  # type: ignore[attr-defined]
+    fw, _, family, regime = result_regime(result)
     return Row(path.stem, scenario.hardware, scenario.devices, p.tensor, p.pipeline,  # type: ignore
                p.data, predicted, target, error_pct(predicted, target), mfu, fw,
-               bool(peak <= result.capacity_bytes), peak / 2**30)  # type: ignore[attr-defined]
+               bool(peak <= result.capacity_bytes), peak / 2**30,  # type: ignore[attr-defined]
+               family, "+".join(regime))
+
+
+def evaluate_all(dirs: Sequence[Path] = (DEFAULT_DIR, CALIBRATION_DIR),
+                 table: dict[tuple[str, str, int], float] | None = None) -> list[Row]:
+    """`evaluate` of every case file in `dirs`, in folder then name order."""
+    return [evaluate(p, table or {}) for d in dirs for p in sorted(d.glob("*.yaml"))]
 
 
 def _groups(rows: Sequence[Row], key: str) -> dict[str, list[float]]:
@@ -142,6 +168,40 @@ def _groups(rows: Sequence[Row], key: str) -> dict[str, list[float]]:
     for r in rows:
         out.setdefault(getattr(r, key), []).append(r.error_pct)
     return dict(sorted(out.items()))
+
+
+def intervals(rows: Sequence[Row]) -> dict[str, list[tuple[Measured, Band]]]:
+    """Each run with its error bar, in-sample (the band of the shipped table, which holds
+    the run itself) and leave-one-out (the band of the other runs of its group)."""
+    table = [r.measured() for r in rows]
+    inside = [(m, band(m.predicted_s, m.framework, m.hardware, m.model, m.regime, table))
+              for m in table]
+    return {"in_sample": inside, "leave_one_out": leave_one_out(table)}
+
+
+def coverage_summary(rows: Sequence[Row]) -> dict[str, dict[str, object]]:
+    """Per way of evaluating: runs whose band holds their measured time, runs with a band,
+    and the runs that fall outside theirs."""
+    out: dict[str, dict[str, object]] = {}
+    for how, pairs in intervals(rows).items():
+        held, banded = coverage(pairs)
+        out[how] = {"held": held, "banded": banded, "runs": len(pairs),
+                    "fraction": held / banded if banded else math.nan,
+                    "outside": [m.run for m, b in pairs
+                                if b.low_s is not None and not b.holds(m.measured_s)]}
+    return out
+
+
+def _print_coverage(rows: Sequence[Row], out: TextIO) -> None:
+    for how, c in coverage_summary(rows).items():
+        print(f"interval coverage, {how.replace('_', '-')}: {c['held']}/{c['banded']} runs "
+              f"with a band hold their measured time ({c['fraction']:.0%}; target >= "
+              f"{TARGET_COVERAGE:.0%}); {c['runs'] - c['banded']} runs without a band "  # type: ignore
+              f"(no validated run in their group)", file=out)
+        if how == "leave_one_out" and c["outside"]:
+            print(f"  outside: {', '.join(c['outside'])}", file=out)  # type: ignore[arg-type]
+    print("  (in-sample: each band is drawn from runs that include the one it is checked on, "
+          "so it holds it by construction; leave-one-out is the honest figure)", file=out)
 
 
 def _print(rows: Sequence[Row], out: TextIO | None = None) -> None:
@@ -163,6 +223,7 @@ def _print(rows: Sequence[Row], out: TextIO | None = None) -> None:
         print(f"per {key}:", file=out)
         for name, part in _groups(rows, key).items():
             print(f"  {name}: MAPE {mape(part):.1f}% over {len(part)} runs", file=out)
+    _print_coverage(rows, out)
 
 
 def _markdown(rows: Sequence[Row], out: TextIO | None = None) -> None:
@@ -188,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     dirs = args.dir or [DEFAULT_DIR, CALIBRATION_DIR]
     table = csv_targets(args.csv) if args.csv is not None and args.csv.is_file() else {}
-    rows = [evaluate(p, table) for d in dirs for p in sorted(d.glob("*.yaml"))]
+    rows = evaluate_all(dirs, table)
     if args.json:
         worst = max(rows, key=lambda r: abs(r.error_pct)) if rows else None
         print(json.dumps({"runs": [asdict(r) for r in rows],
@@ -198,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "mape_pct_by_hardware": {k: mape(v) for k, v in
                                                    _groups(rows, "hardware").items()},
                           "not_fitting": [r.run for r in rows if not r.fits],
+                          "interval_coverage": coverage_summary(rows),
                           "worst": asdict(worst) if worst else None,
                           "targets_from": str(args.csv) if table else "case headers"}))
     elif args.markdown:

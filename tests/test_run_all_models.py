@@ -14,7 +14,8 @@ from simulator.simulation.simulate import simulate
 
 KEYS = {"scenario", "devices", "iteration_time_s", "samples_per_s", "tokens_per_s",
         "model_flops_per_iteration", "tflops_per_device", "mfu", "hfu", "breakdown_s",
-        "memory", "communication", "simulation", "pipeline_layers", "critical_path", "notes"}
+        "memory", "communication", "simulation", "pipeline_layers", "critical_path", "notes",
+        "uncertainty"}
 FAST = [n for n in list_bundled("scenarios")
         if not n.startswith("validation/")]
 
@@ -38,6 +39,10 @@ def test_run_contract_on_every_bundled_scenario(name):
     # a dataset strategy adds the bytes each device loads
     ps |= {"dataset"} if dataset_choice(s.parallel) else set()
     assert set(out) == KEYS | ps
+    # an error bar from the group's published runs, or none with the reason in `basis`
+    u = out["uncertainty"]
+    assert u["basis"] and (u["low_s"] is None) == (u["high_s"] is None)
+    assert u["low_s"] is None or u["low_s"] < u["high_s"]
     assert out["iteration_time_s"] > 0
     assert sum(out["breakdown_s"].values()) == pytest.approx(out["iteration_time_s"], rel=0.01)
     assert out["devices"] == s.devices

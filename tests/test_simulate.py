@@ -195,12 +195,13 @@ def test_summary_has_exactly_the_contract_keys(a100):
     assert list(s) == ["scenario", "devices", "iteration_time_s", "samples_per_s",
                        "tokens_per_s", "model_flops_per_iteration", "tflops_per_device",
                        "mfu", "hfu", "breakdown_s", "memory", "communication", "simulation",
-                       "pipeline_layers", "critical_path", "notes"]
+                       "pipeline_layers", "critical_path", "notes", "uncertainty"]
     assert s["pipeline_layers"] == [8]
     assert list(s["breakdown_s"]) == ["compute", "recompute", "comm_exposed", "bubble",
                                       "offload_exposed", "optimizer"]
     assert list(s["memory"]) == ["peak_bytes", "capacity_bytes", "fits", "headroom_bytes",
-                                 "by_category_bytes"]
+                                 "allocated_peak_bytes", "framework_overhead_bytes",
+                                 "reserved_peak_bytes", "by_category_bytes"]
     assert list(s["memory"]["by_category_bytes"]) == [
         "parameters", "gradients", "optimizer_states", "activations", "communication_buffers",
         "framework_overhead"]

@@ -75,9 +75,9 @@ def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
         "search": {"configurations": res.space, "pruned_by_memory": res.pruned,
                    "simulated": res.simulations, "probe_simulations": res.probes,
                    "wall_s": res.wall_s},
-        "best": row(res.best, n, price) if res.best else None,
-        "top": [row(c, n, price) for c in res.ranked[:top]],
-        "pareto": [row(c, n, price) for c in front], "files": {}}
+        "best": row(res.best, n, price, res.best) if res.best else None,
+        "top": [row(c, n, price, res.best) for c in res.ranked[:top]],
+        "pareto": [row(c, n, price, res.best) for c in front], "files": {}}
     if out_dir is not None and res.ranked:
         path = make_out_dir(out_dir) / "pareto.png"
         pareto_png(list(res.ranked), front, f"{loaded.scenario.name}: {n} devices", path)
@@ -101,7 +101,7 @@ def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices
         best = res.best
         time_s = best.ev.iteration_time_s if best else None
         scaling.append({"devices": n, "configurations": res.space,
-                        "best": row(best, n, price) if best else None,
+                        "best": row(best, n, price, best) if best else None,
                         "meets": time_s is not None and time_s <= target})
         pts.append((n, time_s))
     chosen_n = cap.chosen
@@ -110,9 +110,11 @@ def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices
         "scenario": loaded.scenario.name, "mode": "target", "objective": objective,
         "target_iteration_time_s": target, "devices": chosen_n,
         "interrupted": cap.interrupted,
-        "best": row(chosen.best, chosen_n, price) if chosen_n and chosen and chosen.best
+        "best": row(chosen.best, chosen_n, price, chosen.best)
+        if chosen_n and chosen and chosen.best
         else None,
-        "top": [row(c, chosen_n, price) for c in chosen.ranked[:top]] if chosen_n and chosen
+        "top": [row(c, chosen_n, price, chosen.best) for c in chosen.ranked[:top]]
+        if chosen_n and chosen
         else [],
         "scaling": scaling, "files": {}}
     if out_dir is not None and cap.points:

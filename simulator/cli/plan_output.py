@@ -9,11 +9,20 @@ from typing import IO, Any
 from simulator.cli._common import stdout_console
 from simulator.errors import InputError
 
-__all__ = ["row", "print_table", "pareto_png", "scaling_png", "make_out_dir"]
+__all__ = ["row", "ties", "print_table", "pareto_png", "scaling_png", "make_out_dir"]
 
 
-def row(cand: Any, devices: int, price: float | None) -> dict[str, Any]:
-    """One ranked configuration as a JSON-ready dict."""
+def ties(a: Any, b: Any) -> bool | None:
+    """Whether two evaluations' error bars overlap (issue 24: plans whose intervals overlap
+    are ties); None when either has no error bar."""
+    if a.low_s is None or b.low_s is None:
+        return None
+    return bool(a.low_s <= b.high_s and b.low_s <= a.high_s)
+
+
+def row(cand: Any, devices: int, price: float | None, best: Any = None) -> dict[str, Any]:
+    """One ranked configuration as a JSON-ready dict; with `best`, whether its error bar
+    overlaps the best configuration's (`ties_best`)."""
     ev = cand.evaluation
     hours = devices * ev.iteration_time_s / 3600.0
     out = {"config": cand.config.to_dict(), "label": str(cand.config),
@@ -21,7 +30,10 @@ def row(cand: Any, devices: int, price: float | None) -> dict[str, Any]:
            "tokens_per_s": ev.tokens_per_s, "mfu": ev.mfu, "peak_bytes": int(ev.peak_bytes),
            "capacity_bytes": int(ev.capacity_bytes), "fits": ev.fits,
            "estimate_s": cand.estimate_s, "estimated_peak_bytes": int(cand.memory.peak_bytes),
-           "device_hours_per_iteration": hours}
+           "device_hours_per_iteration": hours,
+           "uncertainty": {"low_s": ev.low_s, "high_s": ev.high_s}}
+    if best is not None and best.evaluation is not None:
+        out["ties_best"] = ties(ev, best.evaluation)
     if price is not None:
         out["cost_per_iteration"] = hours * price
     return out
@@ -31,21 +43,34 @@ def print_table(rows: list[dict[str, Any]], title: str, out: IO[str]) -> None:
     from rich import box
     from rich.table import Table
 
-    table = Table(title=title, box=box.SIMPLE_HEAD)
-    cols = ["#", "iteration s", "tokens/s", "MFU", "peak GB", "fits", "configuration"]
+    table = Table(title=title, box=box.SIMPLE_HEAD,
+                  caption="likely s: error bar (run --json uncertainty); = ties the best")
+    cols = ["#", "iteration s", "likely s", "tokens/s", "MFU", "peak GB", "fits",
+            "configuration"]
     priced = bool(rows) and "cost_per_iteration" in rows[0]
     if priced:
-        cols.insert(5, "cost/iter")
+        cols.insert(6, "cost/iter")
     for col in cols:
         table.add_column(col, justify="left" if col == "configuration" else "right")
     for i, r in enumerate(rows, 1):
-        cells = [str(i), f"{r['iteration_time_s']:.4g}", f"{r['tokens_per_s']:.4g}",
+        cells = [str(i), f"{r['iteration_time_s']:.4g}", _likely(r, i > 1),
+                 f"{r['tokens_per_s']:.4g}",
                  f"{r['mfu']:.1%}", f"{r['peak_bytes'] / 1e9:.3g}",
                  "yes" if r["fits"] else "[red]no[/]", r["label"]]
         if priced:
-            cells.insert(5, f"{r['cost_per_iteration']:.4g}")
+            cells.insert(6, f"{r['cost_per_iteration']:.4g}")
         table.add_row(*cells)
     stdout_console(out).print(table)
+
+
+def _likely(r: dict[str, Any], mark: bool) -> str:
+    """The error bar of a row, with ' =' (`mark`: not the best itself) when it overlaps the
+    best's: a tie within the measured error of the stack."""
+    u = r.get("uncertainty") or {}
+    if u.get("low_s") is None:
+        return "-"
+    tie = " =" if mark and r.get("ties_best") else ""
+    return f"{u['low_s']:.3g}-{u['high_s']:.3g}{tie}"
 
 
 def make_out_dir(path: Path) -> Path:

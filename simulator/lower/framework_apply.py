@@ -38,7 +38,8 @@ def fp8_recipe(scenario: Scenario, fw: FrameworkProfile) -> Fp8Recipe | None:
                          f"fp8 needs a framework with an FP8 recipe; '{fw.name}' "
                          f"({fw.source}) has none (fp8.supported: {str(fw.fp8.supported).lower()}"
                          f"); with one: megatron-core, nemo, torchtitan, llm-foundry")
-    return Fp8Recipe.of(fw.fp8.gemm_roles, fw.fp8.dynamic_scaling, scenario.grad_accum_steps)
+    return Fp8Recipe.of(fw.fp8.gemm_roles, fw.fp8.dynamic_scaling, scenario.grad_accum_steps,
+                        fw.fp8.saved_inputs == "fp8")
 
 
 def with_auto_fusion(scenario: Scenario, fw: FrameworkProfile, grad_bytes: float

@@ -93,6 +93,12 @@ class Lowering:
         # rank arithmetic asked for once per task, computed once per plan
         self.vstages = ranks.virtual_stages
         self.data = ranks.data
+        # the ranks that hold identical replicas of a parameter and so share its optimizer
+        # states (ZeRO / distributed optimizer): data x context. Megatron-LM builds its
+        # distributed optimizer over get_data_parallel_group(with_context_parallel=True)
+        # (megatron/core/optimizer/__init__.py, get_megatron_optimizer); context ranks hold
+        # the same weights and see different tokens (issue 24 (b)).
+        self.shard_ranks = ranks.data * ranks.size("cp")
         self.peers: dict[tuple[int, int], int] = share.peers if share else {}
         self.w_pass = False  # the device's schedule has W steps: B and W split (`device`)
 
@@ -208,13 +214,16 @@ class Lowering:
             gathered = (("parameters", held[k]),) if held and held[k] else ()
             io = self.off.before(dev, "B", mb, vs, k) if self.off.split else None
             own = io.free if io else (free if last else ())
+            transient = (("activations", w.transient_bytes),) \
+                if k == 0 and w.transient_bytes else ()
             tids.append(self.b.add(key, device=dev, stream="compute", name="B", phase="bwd",
                                    micro=mb, chunk=vs,
                                    duration_s=piece.compute_s + piece.comm_s,
                                    comm_s=piece.comm_s,
                                    deps=(deps if k == 0 else ()) + gates[k]
                                    + (io.deps if io else ()), comm=piece.comm,
-                                   alloc=grads if k == 0 else (), free=own + gathered))
+                                   alloc=(grads if k == 0 else ()) + transient,
+                                   free=own + gathered + transient))
         if vs > 0:
             self._send(dev, self._peer(dev, vs - 1), "bwd", mb, vs, tids[-1])
         if not self.w_pass and (self.par.overlap.grad_reduce or self.dp.per_unit):
@@ -275,7 +284,7 @@ class Lowering:
             step = self._host_optimizer(dev, params, deps)
         else:
             spec = optimizer_spec(params, self.prog.dtype, self.sc.training.optimizer,
-                                  self.par.optimizer_shard, self.ranks.data, self.ge,
+                                  self.par.optimizer_shard, self.shard_ranks, self.ge,
                                   self.state_dtype, self.fp8_params)
             step = self.b.add(("O", dev), device=dev, stream="compute", name="opt",
                               phase="optimizer", duration_s=self.costs.compute_s(spec),
@@ -313,7 +322,7 @@ class Lowering:
         host over PCIe, the host runs the optimizer (its time is not modelled), and the
         updated 16-bit parameters come back; the device waits for them. Returns the task
         after which the parameters are back."""
-        local = params / (self.ranks.data if self.par.optimizer_shard >= 1 else 1)
+        local = params / (self.shard_ranks if self.par.optimizer_shard >= 1 else 1)
         # after the backward too (without data-parallel reductions nothing else orders it)
         deps += (self.b.streams[(dev, "compute")][-1],)
         back = 0.0 if self.off.params else local * self.e  # ZeRO-Infinity: stays on the host
@@ -344,7 +353,7 @@ class Lowering:
         params = sum(self.work[vs].params for vs in vss)
         return self.off.static(model_state_bytes(
             params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
-            self.ranks.data, self.par.offload.optimizer_states or self.dp.remote_optimizer,
+            self.shard_ranks, self.par.offload.optimizer_states or self.dp.remote_optimizer,
             self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss),
             state_dtype=self.state_dtype, fp8_params=self.fp8_params)) + self.prog.resident
 

@@ -66,6 +66,9 @@ class StageWork:
     send_fwd_bytes: float = 0.0
     send_bwd_bytes: float = 0.0
     recomputed: bool = False  # a recompute pass runs before each backward
+    # bytes the first backward piece (the head's, on the last stage) allocates and frees:
+    # the loss's gradient buffers beyond the saved set (program.head_transient_bytes)
+    transient_bytes: float = 0.0
     # the data-parallel reduction waits for the whole backward, as for a model kept as one
     # block (an operator graph cut into units only for recompute or offload: its gradient
     # buckets are not followed unit by unit, as without those)
@@ -280,8 +283,17 @@ def _price_stages(scenario: Scenario, prog: TransformerProgram, layout: RankMesh
                              send_fwd_bytes=prog.boundary_bytes,
                              send_bwd_bytes=prog.boundary_bytes,
                              recomputed=scenario.parallel.recompute != "none",
+                             transient_bytes=_head_transient(prog, working) if last else 0.0,
                              **_stage_split(prog, parts, n, first, last, head_params)))
     return tuple(out)
+
+
+def _head_transient(prog: TransformerProgram, working: float) -> float:
+    """What the loss's backward adds to the last stage's peak. Its gradient buffers are
+    freed before the first recomputed layer's working set is allocated (the head runs its
+    backward first), but the lowering holds that working set from the recompute task to
+    the end of the backward: only the excess over it is added."""
+    return max(0.0, prog.head_transient_bytes - working)
 
 
 def _price_units(scenario: Scenario, staged: GraphStages, stages: int,

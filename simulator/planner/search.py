@@ -49,6 +49,10 @@ class Evaluation:
     peak_bytes: float
     capacity_bytes: float
     fits: bool
+    # the error bar of iteration_time_s (run --json `uncertainty`; None: no published runs
+    # of its group)
+    low_s: float | None = None
+    high_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -114,8 +118,10 @@ def simulate_config(scenario: Scenario, hw: Any, cfg: Config,
 
     s = summary(simulate(apply_config(scenario, cfg, devices_per_node), hw, steady=True))
     mem = s["memory"]
+    u = s["uncertainty"]
     return Evaluation(s["iteration_time_s"], s["tokens_per_s"], s["mfu"],
-                      float(mem["peak_bytes"]), float(mem["capacity_bytes"]), mem["fits"])
+                      float(mem["peak_bytes"]), float(mem["capacity_bytes"]), mem["fits"],
+                      u["low_s"], u["high_s"])
 
 
 def _family(cfg: Config) -> tuple:

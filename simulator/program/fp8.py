@@ -64,11 +64,15 @@ class Fp8Recipe:
     # tensor-parallel degree when the operands all-gathered over 'tp' travel in FP8
     # (Transformer Engine userbuffers, module doc); 0: they are gathered in the model dtype
     gather_tp: int = 0
+    # the FP8 GEMMs keep their inputs for the backward in FP8 (1 byte an element); false:
+    # in the model dtype, cast again in the backward (framework fp8.saved_inputs)
+    saves_fp8: bool = True
 
     @staticmethod
-    def of(roles: tuple[str, ...], dynamic: bool, micro_batches: int) -> Fp8Recipe:
+    def of(roles: tuple[str, ...], dynamic: bool, micro_batches: int,
+           saves_fp8: bool = True) -> Fp8Recipe:
         kernels = frozenset(k for r in roles for k in FP8_OPS[r])
-        return Fp8Recipe(kernels, dynamic, max(1, micro_batches))
+        return Fp8Recipe(kernels, dynamic, max(1, micro_batches), saves_fp8=saves_fp8)
 
 
 def _cast(name: str, elems: float, per_elem: float, phase: Phase) -> ComputeSpec:

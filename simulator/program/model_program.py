@@ -46,7 +46,12 @@ from simulator.program.graph_recompute import recomputing
 from simulator.program.graph_stages import fixed_counts, staged_graph
 from simulator.program.host_placement import host_kernels, host_placed
 from simulator.program.program import GraphStages, Op, TransformerProgram
-from simulator.program.recompute_policy import layer_role, recomputed_ops, sac_recompute
+from simulator.program.recompute_policy import (
+    layer_role,
+    recomputed_ops,
+    sac_cached_bytes,
+    sac_recompute,
+)
 from simulator.program.stack_ops import (
     fused_cross_entropy,
     imbalanced,
@@ -277,7 +282,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     embed = _Block(lambda n: n.startswith("embed"))
     head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
     sv: Saved = saved(plan, e)
-    if recipe is not None:
+    if recipe is not None and recipe.saves_fp8:
         sv = fp8_saved(sv, plan, recipe, e)
     fwd = {k: forward_specs(plan, dtype, b.select, e, sv) for k, b in
            (("layer", layer), ("embed", embed), ("head", head))}
@@ -292,12 +297,13 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         fwd = {k: with_impl(v, impl) for k, v in fwd.items()}
         bwd = {k: with_impl(v, impl) for k, v in bwd.items()}
     head_saved = sv.total(head.select)
+    # the logits of one micro-batch on this device (vocabulary-parallel share)
+    logits = sum(op.flops / CE_FWD_FLOPS for op in fwd["head"]
+                 if isinstance(op, ComputeSpec) and op.name == "cross_entropy")
     if software.fused_cross_entropy:
         fwd["head"] = fused_cross_entropy(fwd["head"], e)
         bwd["head"] = fused_cross_entropy(bwd["head"], e)
         # it keeps the model-dtype logits for its backward, not the fp32 softmax
-        logits = sum(op.flops / CE_FWD_FLOPS for op in fwd["head"]
-                     if isinstance(op, ComputeSpec) and op.name == "cross_entropy")
         head_saved -= (4.0 - e) * logits
     imbalance = m.moe.imbalance if m.moe else 1.0
     fwd["layer"], bwd["layer"] = (imbalanced(fwd["layer"], imbalance),
@@ -331,6 +337,11 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     out_name = next(op.op.output for op in reversed(plan.ops) if layer.select(op.op.name))
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
                                                                 mesh))
+    per_layer = sv.total(layer.select, region) + kept
+    if p.recompute == "selective" and policy == "every_second_mm" and region is not None:
+        # the kept ops' cached outputs and the block's input (boundary: the previous
+        # layer's output, the same shape), not the inputs the kept ops save
+        per_layer = sac_cached_bytes(plan, sv.extra, layer.select, region, e) + boundary + kept
     steps = gradient_steps(plan, ("dp",))
     bwd, steps = _gathered_params(plan, {"layer": (layer.select, None),
                                          "embed": (embed.select, None),
@@ -342,8 +353,9 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         embed_fwd=fwd["embed"], embed_bwd=bwd["embed"], head_fwd=fwd["head"],
         head_bwd=bwd["head"], params_per_layer=params, params_embedding=embed_params,
         params_head=head_params, params_output=output_params, param_tensors_per_layer=tensors,
-        activation_bytes_per_layer=sv.total(layer.select, region) + kept,
+        activation_bytes_per_layer=per_layer,
         embed_activation_bytes=sv.total(embed.select), head_activation_bytes=head_saved,
+        head_transient_bytes=software.ce_backward_transient_bytes_per_logit * logits,
         layer_working_bytes=sv.total(layer.select),
         boundary_bytes=float(boundary), dtype=dtype,
         grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,

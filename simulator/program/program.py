@@ -196,6 +196,9 @@ class TransformerProgram:
     unsharded_head: int = 0
     expert_slot_fill: float = 1.0
     expert_load: float = 1.0
+    # bytes the loss's backward allocates beyond the head's saved set, per micro-batch
+    # (the stack's `cross_entropy.backward_transient_bytes_per_logit` x the logits)
+    head_transient_bytes: float = 0.0
     # (kernel name, bytes over the host link) of operators placed on the host CPU
     # (`schedule.host`: a graph's `primitive_target: CPU`); priced on the host profile
     host_kernels: tuple[tuple[str, float], ...] = ()

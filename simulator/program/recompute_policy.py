@@ -26,8 +26,10 @@ from typing import Literal
 
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.program.program import Op
+from simulator.sharding.plan import ShardingPlan
 
-__all__ = ["recomputed_ops", "sac_recompute", "layer_role", "SelectivePolicy", "CORE_ROLES"]
+__all__ = ["recomputed_ops", "sac_recompute", "sac_cached_bytes", "layer_role",
+           "SelectivePolicy", "CORE_ROLES"]
 
 Select = Callable[[str], bool]
 SelectivePolicy = Literal["attention_core", "every_second_mm"]
@@ -63,6 +65,27 @@ def recomputed_ops(mode: str, policy: SelectivePolicy = "attention_core",
     if mode == "selective":
         return lambda n: layer(n) and layer_role(n) in CORE_ROLES
     return None
+
+
+def sac_cached_bytes(plan: ShardingPlan, extra: dict[str, float], select: Select,
+                     recomputed: Select, itemsize: float) -> float:
+    """Bytes one device keeps per layer under `every_second_mm`: torch's selective
+    checkpointing (torch/utils/checkpoint.py, create_selective_checkpoint_contexts) caches
+    the outputs of the ops its policy marks MUST_SAVE and stores nothing else of the block
+    (the non-reentrant checkpoint drops every saved tensor and replays the forward in the
+    backward), so the layer keeps the outputs of its kept ops (with their extra saved
+    state, `extra`: the attention's statistics), not the inputs they save for their own
+    backward (a norm's output feeding a kept matmul is made again). The block's input,
+    which the checkpoint keeps, is added by the caller."""
+    g, mesh = plan.graph, plan.mesh
+    out = 0.0
+    for p in plan.ops:
+        name = p.op.name
+        if select(name) and not recomputed(name):
+            t = g.tensors[p.op.output]
+            out += itemsize * math.prod(plan.layouts[t.name].local_shape(t.shape, mesh))
+            out += extra.get(name, 0.0)
+    return out
 
 
 def sac_recompute(fwd: tuple[Op, ...], gated: bool, heads: int, kv_heads: int

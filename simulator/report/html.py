@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.report.summary import pace_rows
+from simulator.report.summary import error_bar, pace_rows
 
 __all__ = ["run_page", "sweep_page", "FIGURES"]
 
@@ -68,6 +68,7 @@ def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     fits = "fits" if mem["fits"] else '<span class="bad">does not fit</span>'
     return [("scenario", _esc(s["scenario"])), ("devices", str(s["devices"])),
             ("iteration time", f"{s['iteration_time_s']:.4f} s"),
+            ("likely range", _esc(error_bar(s.get("uncertainty")))),
             ("throughput", f"{s['samples_per_s']:.3g} samples/s, {s['tokens_per_s']:.4g} "
                            "tokens/s"),
             ("TFLOP/s per device", f"{s['tflops_per_device']:.1f}"),

@@ -8,17 +8,28 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES
+from simulator.report.uncertainty import result_band
 
-__all__ = ["summary", "format_table"]
+__all__ = ["summary", "format_table", "error_bar"]
 
 
 def _memory(result: Any) -> dict[str, Any]:
     peak = result.memory
+    overhead = dict(peak.by_category).get("framework_overhead", 0.0)
     return {"peak_bytes": int(round(peak.peak_bytes)),
             "capacity_bytes": int(round(result.capacity_bytes)),
             "fits": bool(peak.peak_bytes <= result.capacity_bytes),
             # capacity left at the peak (negative: short by that much)
             "headroom_bytes": int(round(result.capacity_bytes - peak.peak_bytes)),
+            # the allocator's view at the peak rank (issue 24 (e)): torch's
+            # max_memory_allocated counts the tensors, not the CUDA context, the collective
+            # library's buffers or its workspaces (the framework profile's
+            # memory_overheads, schedule.state.framework_overhead_bytes)
+            "allocated_peak_bytes": int(round(peak.peak_bytes - overhead)),
+            "framework_overhead_bytes": int(round(overhead)),
+            # max_memory_reserved adds the caching allocator's rounding and fragmentation:
+            # no public source states it as a rule yet, so it is not invented
+            "reserved_peak_bytes": None,
             "by_category_bytes": {c: int(round(dict(peak.by_category).get(c, 0.0)))
                                   for c in CATEGORIES}}
 
@@ -66,6 +77,8 @@ def summary(result: Any) -> dict[str, Any]:
         **({"jitter": result.jitter} if result.jitter else {}),
         "notes": list(getattr(result, "notes", ())) + _steady_note(result),
         **dict(result.plan.extras),
+        # the measured error of this group's published runs (report.uncertainty)
+        "uncertainty": result_band(result).to_dict(),
     }
 
 
@@ -98,11 +111,22 @@ def pace_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def error_bar(u: dict[str, Any] | None) -> str:
+    """The uncertainty of a summary in words: the interval, or why there is none."""
+    if not u:
+        return "not computed"
+    if u["low_s"] is None:
+        return f"none: {u['basis']}"
+    return (f"{u['low_s']:.4f} .. {u['high_s']:.4f} s (from the measured error of "
+            f"{u['runs']} published runs of {u['group']}; basis in --json)")
+
+
 def format_table(s: dict[str, Any]) -> str:
     """A plain-text table of a summary dict, for the terminal."""
     t = s["iteration_time_s"]
     rows = [("scenario", s["scenario"]), ("devices", str(s["devices"])),
             ("iteration time", f"{t:.4f} s"),
+            ("likely range", error_bar(s.get("uncertainty"))),
             ("throughput", f"{s['samples_per_s']:.2f} samples/s, "
                            f"{s['tokens_per_s']:.4g} tokens/s"),
             ("TFLOP/s per device", f"{s['tflops_per_device']:.1f}"),

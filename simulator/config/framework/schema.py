@@ -12,8 +12,8 @@ fields are cited prose; the fields the simulator reads are typed:
 - `grad_reduction.bucket_*` is the bucket rule of `parallel.comm_fusion.mode: auto`
   (`simulator.lower.buckets.auto_bucket_bytes`);
 - `memory_overheads.*_bytes` is the `framework_overhead` share of the memory report;
-- `fp8.gemm_roles` / `fp8.dynamic_scaling` / `fp8.weight_copy_bytes_per_param` is the FP8
-  recipe of `dtype: fp8`.
+- `fp8.gemm_roles` / `fp8.dynamic_scaling` / `fp8.weight_copy_bytes_per_param` /
+  `fp8.saved_inputs` is the FP8 recipe of `dtype: fp8`.
 
 Pydantic models, frozen, closed (unknown keys are errors) and strict, like the hardware and
 scenario schemas.
@@ -87,6 +87,9 @@ class Software(_Closed):
     # the loss is one fused kernel over the logits in the model dtype (`CrossEntropy.fused`)
     # instead of fp32 passes one by one
     fused_cross_entropy: StrictBool = False
+    # bytes per logit the loss's backward allocates beyond what its forward saved
+    # (`CrossEntropy.backward_transient_bytes_per_logit`; 0: not known)
+    ce_backward_transient_bytes_per_logit: NonNegFloat = 0.0
     # what `parallel.recompute: selective` recomputes (`ActivationRecompute.selective`;
     # schedule.recompute_policy)
     selective_recompute: Literal["attention_core", "every_second_mm"] = "attention_core"
@@ -186,6 +189,11 @@ class Fp8(_Closed):
     # FP8 weight copies kept next to the bf16 weights, bytes per parameter of an FP8 GEMM
     # (the e4m3 weight and its transpose)
     weight_copy_bytes_per_param: NonNegInt = 0
+    # what an FP8 GEMM keeps for its backward: its inputs cast to FP8 (Transformer Engine's
+    # Linear saves the FP8 input for the weight gradient), or the model-dtype inputs it
+    # casts again in the backward (torchao Float8Linear)
+    saved_inputs: Literal["fp8", "high_precision"] = "fp8"
+    saved_inputs_source: StrictStr = ""
     source: StrictStr
 
 
@@ -209,6 +217,10 @@ class CrossEntropy(_Closed):
     logits_dtype: Text
     fused: StrictBool | None
     source: StrictStr
+    # the gradient buffers the loss's backward allocates on top of what its forward saved,
+    # bytes per logit of the stage's micro-batch (null: not found in a public source)
+    backward_transient_bytes_per_logit: NonNegFloat | None = None
+    backward_transient_source: StrictStr = ""
 
 
 class ActivationRecompute(_Closed):
@@ -254,6 +266,8 @@ class FrameworkProfile(_Closed):
             attention_impl=self.attention.implementation or "",
             p2p_blocking=self.overlap.p2p_blocking,
             fused_cross_entropy=bool(self.cross_entropy.fused),
+            ce_backward_transient_bytes_per_logit=(
+                self.cross_entropy.backward_transient_bytes_per_logit or 0.0),
             selective_recompute=self.activation_recompute.selective,
             unfused_passes=self.fused_kernels.unfused_passes)
 
