@@ -81,10 +81,12 @@ def verify(scenario: Any, hw: Any = None) -> Any:
 
 def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[str] = (),
           out: str | Path | None = None, executor: str = "local", resume: bool = False,
-          workers: int | None = None, address: str | None = None) -> list[dict[str, Any]]:
+          workers: int | None = None, address: str | None = None,
+          force: bool = False) -> list[dict[str, Any]]:
     """Every combination of `grid` ({dotted key: values}) simulated (`shardsim sweep`): the
     rows, sorted by index. With `out`, the folder gets sweep.parquet, sweep.csv, sweep.png
-    and report.html, and `resume=True` continues a sweep there."""
+    and report.html, `resume=True` continues a sweep there and `force=True` continues it
+    even though the scenario file or shardsim changed since it began."""
     from simulator.cli._common import _scenario_path
     from simulator.planner.sweep import SweepSpec, _yaml_scalar, parse_grid, sweep_into
     from simulator.planner.sweep_exec import make_executor
@@ -93,7 +95,8 @@ def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[
     items = [f"{k}=" + ",".join(_yaml_scalar(v) for v in values) for k, values in grid.items()]
     spec = SweepSpec(str(path), shown, parse_grid(items), tuple(overrides))
     folder = Path(out) if out is not None else None
-    return sweep_into(spec, folder, make_executor(executor, address, workers), resume)
+    return sweep_into(spec, folder, make_executor(executor, address, workers), resume,
+                      force=force)
 
 
 def plan(scenario: Any, devices: int | None = None, *, nodes: int | None = None,

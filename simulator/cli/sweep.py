@@ -9,9 +9,11 @@ from typing import IO, Annotated, Any
 import typer
 
 from simulator.cli._common import (
+    EXIT_FAILED,
     EXIT_OK,
     check_overrides,
     emit_json,
+    fail,
     guarded,
     stderr_console,
     stdout_console,
@@ -121,6 +123,10 @@ def sweep(
     resume: Annotated[bool, typer.Option(
         "--resume", metavar="", help="Continue the sweep in --out: configurations already "
         "there are skipped.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", metavar="", help="With --resume: continue even though the scenario file "
+        "or shardsim's version changed since the sweep began (the old rows are kept).")
+        ] = False,
     executor: Annotated[Executor, typer.Option(
         "--executor", help="local: a process pool on this machine; ray: Ray tasks; serial: "
         "this process.")] = Executor.local,
@@ -143,6 +149,9 @@ def sweep(
         from simulator.planner.sweep import sweep_into
         from simulator.planner.sweep_exec import make_executor
 
+        if force and not resume:
+            raise InputError("--force", "", "only resumes a changed sweep; give it with "
+                             "--resume")
         spec = _spec(scenario, grid or [], overrides or [], "representative")
         _check_size(spec, max_configs)
         ex = make_executor(executor.value, address, workers)
@@ -157,11 +166,20 @@ def sweep(
                 bar.update(task, advance=1, failed=failed[0])
 
             rows = sweep_into(spec, folder, ex, resume, on_row=on_row,
-                              on_start=lambda total, done: bar.update(task, completed=done))
+                              on_start=lambda total, done: bar.update(task, completed=done),
+                              force=force, on_note=_note)
         if json_out:
             emit_json(rows, stdout)
         else:
             _print_summary(rows, spec.keys, stdout)
             stdout.write(f"sweep files: {folder}/ (sweep.parquet, sweep.csv, sweep.png, "
                          "report.html)\n")
+    failed_rows = sum(r["status"] != "ok" for r in rows)
+    if failed_rows:
+        fail(f"{failed_rows} of {len(rows)} configurations failed; the error column of "
+             f"{folder / 'sweep.csv'} says why", EXIT_FAILED)
     raise typer.Exit(EXIT_OK)
+
+
+def _note(text: str) -> None:
+    stderr_console().print(f"note: {text}", markup=False, highlight=False)

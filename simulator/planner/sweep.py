@@ -290,12 +290,13 @@ def _yaml_scalar(value: Any) -> str:
 def sweep_into(spec: SweepSpec, folder: Path | None, executor: Any, resume: bool = False,
                on_row: Callable[[dict[str, Any]], None] = lambda row: None,
                on_start: Callable[[int, int], None] = lambda total, done: None,
+               force: bool = False, on_note: Callable[[str], None] = lambda note: None,
                ) -> list[dict[str, Any]]:
     """Run `spec`, journaling rows into `folder` (None: in memory only), and write the final
     table and plot there. `on_start(total, already_done)` is called once before the first
-    configuration runs. Returns every row, sorted by index."""
-    from simulator.report.sweep_table import SweepJournal, plot_sweep, write_final
-
+    configuration runs; `on_note` gets what the journal had to repair. `force` resumes a
+    folder whose scenario file or shardsim version changed. Returns every row, sorted by
+    index."""
     if folder is None:
         rows: list[dict[str, Any]] = []
 
@@ -306,21 +307,39 @@ def sweep_into(spec: SweepSpec, folder: Path | None, executor: Any, resume: bool
         on_start(spec.size, 0)
         run_sweep(spec, executor, on_row=keep)
         return sorted(rows, key=lambda r: r["index"])
-    journal = SweepJournal(folder, spec.manifest(), spec.keys, resume)
+    from simulator.report.sweep_journal import SweepJournal
 
-    def journaled(row: dict[str, Any]) -> None:
-        journal.add(row)
-        on_row(row)
+    with SweepJournal(folder, _manifest(spec), spec.keys).open(resume, force, on_note) as journal:
 
-    on_start(spec.size, len(journal.done))
-    try:
+        def journaled(row: dict[str, Any]) -> None:
+            journal.add(row)
+            on_row(row)
+
+        on_start(spec.size, len(journal.done))
         run_sweep(spec, executor, set(journal.done), on_row=journaled)
-    finally:
         journal.flush()
+        return _write_tables(spec, folder)
+
+
+def _manifest(spec: SweepSpec) -> dict[str, Any]:
+    """The sweep's manifest with what its rows depend on besides the grid: the scenario
+    file's content and the shardsim that simulated them."""
+    from simulator import __version__
+    from simulator.report.sweep_journal import scenario_sha256
+
+    return {**spec.manifest(), "scenario_sha256": scenario_sha256(Path(spec.scenario_path)),
+            "shardsim_version": __version__}
+
+
+def _write_tables(spec: SweepSpec, folder: Path) -> list[dict[str, Any]]:
+    """sweep.parquet, sweep.csv, sweep.png and report.html of the journaled rows."""
+    from simulator.report.html import sweep_page
+    from simulator.report.sweep_journal import atomic_write, writing
+    from simulator.report.sweep_table import plot_sweep, write_final
+
     rows = write_final(folder, spec.keys)
     plot_sweep(rows, spec.keys, folder / "sweep.png")
-    from simulator.report.html import sweep_page
-
     page = sweep_page(rows, spec.keys, folder / "sweep.png", f"shardsim sweep: {spec.shown}")
-    (folder / "report.html").write_text(page, encoding="utf-8")
+    with writing(folder, "report.html"):
+        atomic_write(folder / "report.html", lambda f: f.write(page.encode("utf-8")))
     return rows
