@@ -28,6 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 GRID = ("parallel.tensor=2,3", "training.micro_batch_size=1,2,4")
 
 
+@pytest.fixture(autouse=True)
+def no_affinity(monkeypatch):
+    """macOS and Windows have no os.sched_getaffinity: these sweeps run without it."""
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+
+
 def _spec(grid=GRID, fixed=()) -> SweepSpec:
     return SweepSpec(str(resolve_yaml("tiny-cpu", "scenarios")), "scenarios/tiny-cpu.yaml",
                      parse_grid(grid), tuple(fixed))
