@@ -56,15 +56,18 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") ->
     import dataclasses
 
     from simulator.cli._common import LoadedScenario
-    from simulator.overrides import override_notes
+    from simulator.overrides import override_notes, stack_notes
     from simulator.simulate import simulate as _simulate
 
     if isinstance(scenario, str):
         scenario = load_scenario(scenario)
     sc, profile = _scenario_and_hw(scenario, hw)
     result = _simulate(sc, profile, fidelity)
-    if isinstance(scenario, LoadedScenario) and hw is None and scenario.hardware_overrides:
-        result = dataclasses.replace(result, notes=override_notes(scenario, profile, result))
+    if isinstance(scenario, LoadedScenario) and hw is None:
+        notes = stack_notes(scenario, profile)
+        if scenario.hardware_overrides:
+            notes += override_notes(scenario, profile, result)
+        result = dataclasses.replace(result, notes=notes)
     return result
 
 

@@ -20,7 +20,7 @@ SUB_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
 
 CONTRACT_RUN_KEYS = {"scenario", "devices", "iteration_time_s", "samples_per_s",
                      "tokens_per_s", "model_flops_per_iteration", "tflops_per_device", "mfu",
-                     "hfu", "breakdown_s", "memory", "communication", "simulation"}
+                     "hfu", "breakdown_s", "memory", "communication", "simulation", "config"}
 
 
 def test_help_lists_every_command(invoke_cli):

@@ -139,6 +139,7 @@ class LoadedScenario:
     hardware_overrides: list[str]
     stem: str
     overrides: tuple[str, ...] = ()
+    path: Path | None = None  # the scenario file
 
 
 def _short_list(names: list[str]) -> str:
@@ -178,7 +179,7 @@ def load_scenario(arg: str, overrides: Sequence[str]) -> LoadedScenario:
     scenario = parse_scenario(data, shown, scen_o)
     hw_path = resolve_hardware(scenario, path.parent, scen_o)
     _SCENARIO_OVERRIDES[:] = list(scen_o)
-    return LoadedScenario(scenario, hw_path, hw_o, path.stem, tuple(overrides))
+    return LoadedScenario(scenario, hw_path, hw_o, path.stem, tuple(overrides), path)
 
 
 def load_hardware(loaded: LoadedScenario) -> Any:

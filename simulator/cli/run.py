@@ -98,17 +98,18 @@ def _simulate(scenario: Any, hw: Any, fidelity: str, max_events: int = DEFAULT_M
 
 def _with_notes(loaded: Any, hw: Any, result: Any, summ: dict[str, Any]
                 ) -> tuple[Any, dict[str, Any]]:
-    """The result with notes on `--set hardware.` overrides that change nothing (or whose
-    role another field takes), each also printed on stderr."""
-    if not loaded.hardware_overrides:
-        return result, summ
+    """The result with notes on `--set hardware=` changing the software stack too, and on
+    `--set hardware.` overrides that change nothing (or whose role another field takes),
+    each also printed on stderr."""
     import dataclasses
 
-    from simulator.overrides import override_notes
+    from simulator.overrides import override_notes, stack_notes
     from simulator.report import summary
 
-    with stderr_console().status("checking the --set hardware. overrides"):
-        notes = override_notes(loaded, hw, result)
+    notes = stack_notes(loaded, hw)
+    if loaded.hardware_overrides:
+        with stderr_console().status("checking the --set hardware. overrides"):
+            notes += override_notes(loaded, hw, result)
     for note in notes:
         sys.stderr.write(f"note: {note}\n")
     if not notes:

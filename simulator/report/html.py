@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from simulator.report.run_config import config_lines
 from simulator.report.summary import pace_rows
 
 __all__ = ["run_page", "sweep_page", "FIGURES"]
@@ -66,7 +67,9 @@ def _gb(nbytes: float) -> str:
 def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     mem = s["memory"]
     fits = "fits" if mem["fits"] else '<span class="bad">does not fit</span>'
+    config = config_lines(s["config"]) if "config" in s else []
     return [("scenario", _esc(s["scenario"])), ("devices", str(s["devices"])),
+            *((k, _esc(v)) for k, v in config),
             ("iteration time", f"{s['iteration_time_s']:.4f} s"),
             ("throughput", f"{s['samples_per_s']:.3g} samples/s, {s['tokens_per_s']:.4g} "
                            "tokens/s"),
