@@ -168,13 +168,15 @@ def _scenario_path(arg: str) -> tuple[Path, str]:
 
 
 def load_scenario(arg: str, overrides: Sequence[str]) -> LoadedScenario:
-    """Read and validate SCENARIO (a path or a bundled name) with `--set` overrides."""
-    from simulator.scenario import parse_scenario, resolve_hardware, split_overrides
+    """Read and validate SCENARIO (a path or a bundled name) with `--set` overrides. The
+    file is read (and a hostile one refused) before the validation code is imported."""
     from simulator.yamlio import read_yaml_file
 
     check_overrides(overrides)
     path, shown = _scenario_path(arg)
     data = read_yaml_file(path, shown)
+    from simulator.scenario import parse_scenario, resolve_hardware, split_overrides
+
     scen_o, hw_o = split_overrides(overrides)
     scenario = parse_scenario(data, shown, scen_o)
     hw_path = resolve_hardware(scenario, path.parent, scen_o)

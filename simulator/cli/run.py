@@ -169,9 +169,9 @@ def run(
 ) -> None:
     """Simulate one training iteration: time, breakdown, memory, communication."""
     with guarded() as stdout:
-        from simulator.budget import estimate_run
-
         loaded, hw = load_checked(scenario, overrides or [])
+        from simulator.budget import estimate_run  # after the input is read and checked
+
         _check_work(loaded, estimate_run(loaded.scenario, fidelity.value), max_events,
                     "events to simulate", "--max-events")
         out_dir = out if out is not None or json_out else Path("reports") / loaded.stem
