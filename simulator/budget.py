@@ -37,6 +37,10 @@ DEFAULT_MAX_VERIFY_DEVICES = 1024
 # and the single-device reference; a graph is run at the shapes it gives, not shrunk): float64
 # numpy reaches about 15 GFLOP/s on one core at best (benchmarks/verify_speed.py)
 DEFAULT_MAX_VERIFY_GFLOP = 20
+# GB of tensors `verify` holds for an operator graph (`estimate_verify_gb`): a graph of
+# elementwise operators on large tensors has no matrix GFLOP but ran out of memory after
+# two minutes (issue 25); the bundled graphs need at most 0.1 GB
+DEFAULT_MAX_VERIFY_GB = 4
 # Layouts sharding propagation's searches may visit (`estimate_propagation`): seed (c) on 16
 # devices (a 2x2x2x2 mesh) counts 5.0e5 and propagates in about 2.3 s of CPU; on 32 (five
 # axes) 9.9e6, and ran over a minute in 1.2 GB (issue 13)
@@ -253,6 +257,23 @@ def estimate_verify_gflop(s: Scenario) -> Estimate | None:
     return Estimate(math.ceil(gflop), "model.tensors",
                     "matrix GFLOP of the graph's forward and backward, run sharded and on one "
                     "device at the shapes model.tensors gives")
+
+
+def estimate_verify_gb(s: Scenario) -> Estimate | None:
+    """GB of tensors `verify` holds for an operator graph (None for the other model types,
+    which verify shrinks): every tensor of the graph (inputs, parameters, every operator's
+    output) in float64, its gradient too, once on the single-device reference and once
+    spread over the sharded devices; rounded up to whole GB."""
+    if not isinstance(s.model, GraphModel):
+        return None
+    from simulator.sharding.model_graph import planned_graph
+
+    graph, _ = planned_graph(s)
+    elements = sum(math.prod(t.shape) for t in graph.tensors.values())
+    gb = 2 * 2 * 8 * elements / 1e9
+    return Estimate(math.ceil(gb), "model.tensors",
+                    "float64 values and gradients of every tensor of the graph, on one device "
+                    "and sharded, at the shapes model.tensors gives")
 
 
 def _mesh_key(s: Scenario, mesh_shape: tuple[int, ...]) -> tuple[str, str]:

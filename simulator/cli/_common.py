@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sys
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL",
     "LoadedScenario", "guarded", "fail", "emit_json", "to_jsonable", "load_scenario",
     "check_overrides", "stderr_console", "stdout_console", "load_hardware", "load_checked",
+    "make_out_dir", "shorten",
 ]
 
 EXIT_OK = 0
@@ -33,9 +35,18 @@ EXIT_INTERNAL = 3     # a bug in shardsim; the message asks for a report
 DEBUG_ENV = "SHARDSIM_DEBUG"
 
 
+def printable(text: str) -> str:
+    """`text` with each control character but newline and tab written as its escape
+    (`\\x1b`), so that an ANSI or window-title sequence in a name reaches the terminal as
+    text."""
+    return "".join(c if c in "\n\t" or unicodedata.category(c) != "Cc"
+                   else repr(c)[1:-1] for c in text)
+
+
 def fail(message: str, code: int) -> NoReturn:
-    """Print `error: message` on stderr and leave with `code`."""
-    sys.stderr.write(f"error: {message}\n")
+    """Print `error: message` on stderr (control characters escaped: a file name or value
+    it quotes cannot drive the terminal) and leave with `code`."""
+    sys.stderr.write(f"error: {printable(message)}\n")
     sys.stderr.flush()
     raise typer.Exit(code)
 
@@ -110,7 +121,9 @@ def stderr_console() -> Any:
     """A rich console on stderr, for progress and notes."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    # markup off: names and values from the user's files are printed as they are
+    # (`[/]` is a name, not a closing tag); styles go through Text objects
+    return Console(stderr=True, highlight=False, markup=False)
 
 
 def stdout_console(out: IO[str]) -> Any:
@@ -119,7 +132,7 @@ def stdout_console(out: IO[str]) -> Any:
 
     # Piped output is not squeezed into 80 columns; tables keep their natural width.
     wide = None if getattr(out, "isatty", lambda: False)() else 160
-    return Console(file=out, highlight=False, width=wide)
+    return Console(file=out, highlight=False, width=wide, markup=False)
 
 
 def check_overrides(overrides: Sequence[str]) -> None:
@@ -154,17 +167,53 @@ def _short_list(names: list[str]) -> str:
 
 def _scenario_path(arg: str) -> tuple[Path, str]:
     """The file SCENARIO names and how messages call it; InputError when there is none."""
-    from simulator.resources import list_bundled, resolve_yaml
+    from simulator.resources import is_file, list_bundled, resolve_yaml
     from simulator.yamlio import did_you_mean
 
+    long = [p for p in Path(arg).parts if len(os.fsencode(p)) > NAME_MAX_BYTES]
+    if long:
+        raise InputError(shorten(arg), "", f"a name of {len(os.fsencode(long[0])):,} bytes; "
+                         f"a file system allows at most {NAME_MAX_BYTES}")
     path = resolve_yaml(arg, "scenarios")
     if path is None:
         names = list_bundled("scenarios")
         hint = did_you_mean(arg, names)
-        raise InputError(arg, "", f"no such file or bundled scenario{hint}; bundled: "
+        raise InputError(shorten(arg), "", f"no such file or bundled scenario{hint}; bundled: "
                          f"{_short_list(names)} (`shardsim scenarios` lists them)")
-    shown = arg if Path(arg).is_file() else f"scenarios/{arg}.yaml"
+    shown = arg if is_file(Path(arg)) else f"scenarios/{arg}.yaml"
     return path, shown
+
+
+NAME_MAX_BYTES = 255  # a file or folder name, on every common file system
+MAX_OUT_DEPTH = 64  # folders in an --out path; a real one has a dozen
+
+
+def shorten(text: str, keep: int = 80) -> str:
+    """`text` cut to `keep` characters for a message (a 4,000-character path is unreadable)."""
+    return text if len(text) <= keep else f"{text[:keep - 30]}...{text[-27:]}"
+
+
+def make_out_dir(out: Path) -> Path:
+    """Create `--out` (and its parents), or InputError saying why it cannot be: a name no
+    file system holds, a path nested too deep, a file in its place, a read-only folder."""
+    shown = shorten(str(out))
+    long = [p for p in out.parts if len(os.fsencode(p)) > NAME_MAX_BYTES]
+    if long:
+        raise InputError("--out", shown, f"a folder name of {len(os.fsencode(long[0])):,} "
+                         f"bytes; a file system allows at most {NAME_MAX_BYTES}")
+    if len(out.parts) > MAX_OUT_DEPTH:
+        raise InputError("--out", shown, f"{len(out.parts):,} folders deep; at most "
+                         f"{MAX_OUT_DEPTH}")
+    try:
+        if out.exists() and not out.is_dir():
+            raise InputError("--out", shown, "is a file; expected a folder (new or existing)")
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError("--out", shown, f"cannot create the folder ({exc.strerror})"
+                         ) from None
+    if not os.access(out, os.W_OK):
+        raise InputError("--out", shown, "the folder is read-only; choose a writable one")
+    return out
 
 
 def load_scenario(arg: str, overrides: Sequence[str]) -> LoadedScenario:

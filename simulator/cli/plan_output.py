@@ -9,7 +9,7 @@ from typing import IO, Any
 from simulator.cli._common import stdout_console
 from simulator.errors import InputError
 
-__all__ = ["row", "print_table", "pareto_png", "scaling_png", "make_out_dir"]
+__all__ = ["row", "print_table", "pareto_png", "scaling_png"]
 
 
 def row(cand: Any, devices: int, price: float | None) -> dict[str, Any]:
@@ -30,6 +30,7 @@ def row(cand: Any, devices: int, price: float | None) -> dict[str, Any]:
 def print_table(rows: list[dict[str, Any]], title: str, out: IO[str]) -> None:
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, box=box.SIMPLE_HEAD)
     cols = ["#", "iteration s", "tokens/s", "MFU", "peak GB", "fits", "configuration"]
@@ -41,20 +42,11 @@ def print_table(rows: list[dict[str, Any]], title: str, out: IO[str]) -> None:
     for i, r in enumerate(rows, 1):
         cells = [str(i), f"{r['iteration_time_s']:.4g}", f"{r['tokens_per_s']:.4g}",
                  f"{r['mfu']:.1%}", f"{r['peak_bytes'] / 1e9:.3g}",
-                 "yes" if r["fits"] else "[red]no[/]", r["label"]]
+                 "yes" if r["fits"] else Text("no", style="red"), r["label"]]
         if priced:
             cells.insert(5, f"{r['cost_per_iteration']:.4g}")
         table.add_row(*cells)
     stdout_console(out).print(table)
-
-
-def make_out_dir(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError("--out", str(path), f"cannot create the folder ({exc.strerror})"
-                         ) from None
-    return path
 
 
 def _save(fig: Any, path: Path) -> None:

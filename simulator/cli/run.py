@@ -15,6 +15,7 @@ from simulator.cli._common import (
     emit_json,
     guarded,
     load_checked,
+    make_out_dir,
     stderr_console,
     stdout_console,
 )
@@ -43,6 +44,7 @@ JsonOpt = Annotated[bool, typer.Option(
 DEFAULT_MAX_EVENTS = 500_000
 DEFAULT_MAX_VERIFY_DEVICES = 1024
 DEFAULT_MAX_VERIFY_GFLOP = 20
+DEFAULT_MAX_VERIFY_GB = 4
 MaxEventsOpt = Annotated[int, typer.Option(
     "--max-events", metavar="N", min=1, help="Refuse scenarios estimated to need more than N "
     "simulation events (10-20 s per 500,000).")]
@@ -118,18 +120,6 @@ def _with_notes(loaded: Any, hw: Any, result: Any, summ: dict[str, Any]
     return result, {**summary(result), "simulation": summ["simulation"]}
 
 
-def _make_dir(out_dir: Path) -> None:
-    """Create `--out` (and its parents), or InputError saying why it cannot be."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError("--out", str(out_dir), "is a file; expected a folder (new or "
-                         "existing)")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError("--out", str(out_dir), f"cannot create the folder ({exc.strerror})"
-                         ) from None
-
-
 def _write_report(result: Any, out_dir: Path) -> None:
     from simulator.report import write_report
 
@@ -176,7 +166,7 @@ def run(
                     "events to simulate", "--max-events")
         out_dir = out if out is not None or json_out else Path("reports") / loaded.stem
         if out_dir is not None:
-            _make_dir(out_dir)  # before simulating: a bad --out fails at once
+            make_out_dir(out_dir)  # before simulating: a bad --out fails at once
         result, summ = _simulate(loaded.scenario, hw, fidelity.value, max_events)
         result, summ = _with_notes(loaded, hw, result, summ)
         if not json_out:
@@ -205,7 +195,7 @@ def _explain_no_fit(loaded: Any, hw: Any, summ: dict[str, Any], fidelity: str,
         from simulator.cli.remedy import cheapest_remedy
 
         line += "; " + cheapest_remedy(loaded, hw, fidelity)
-    stderr_console().print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
+    stderr_console().print(line, style="yellow", highlight=False, soft_wrap=True)
 
 
 def verify(
@@ -220,17 +210,24 @@ def verify(
         "--max-gflop", metavar="N", min=1, help="Refuse operator graphs whose numpy run needs "
         "more than N matrix GFLOP (graphs run at their own shapes; ~15 GFLOP/s at best).")
     ] = DEFAULT_MAX_VERIFY_GFLOP,
+    max_gb: Annotated[int, typer.Option(
+        "--max-gb", metavar="N", min=1, help="Refuse operator graphs whose numpy run holds "
+        "more than N GB of tensors (values and gradients, float64).")
+    ] = DEFAULT_MAX_VERIFY_GB,
 ) -> None:
     """Execute the sharded plan on virtual numpy devices and compare with one device."""
     with guarded() as stdout:
-        from simulator.budget import estimate_verify, estimate_verify_gflop
+        from simulator.budget import estimate_verify, estimate_verify_gb, estimate_verify_gflop
 
         loaded, hw = load_checked(scenario, overrides or [])
         _check_work(loaded, estimate_verify(loaded.scenario), max_devices, "numpy devices to run",
                     "--max-devices")
-        work = estimate_verify_gflop(loaded.scenario)
-        if work is not None:
-            _check_work(loaded, work, max_gflop, "GFLOP to execute", "--max-gflop")
+        for estimate, limit, unit, flag in (
+                (estimate_verify_gflop, max_gflop, "GFLOP to execute", "--max-gflop"),
+                (estimate_verify_gb, max_gb, "GB of tensors to hold", "--max-gb")):
+            work = estimate(loaded.scenario)
+            if work is not None:
+                _check_work(loaded, work, limit, unit, flag)
         from simulator.framework.load import framework_for
 
         software = framework_for(loaded.scenario, hw).software
@@ -258,6 +255,7 @@ def _print_verify(report: dict[str, Any], out: IO[str]) -> None:
     """The failed checks (all checks when few), then one verdict line."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     checks = report.get("checks", [])
     failed = [c for c in checks if not c.get("ok")]
@@ -270,13 +268,14 @@ def _print_verify(report: dict[str, Any], out: IO[str]) -> None:
         for check in shown[:_MAX_ROWS]:
             table.add_row(str(check.get("tensor")), f"{check.get('max_abs_error', 0.0):.3g}",
                           f"{check.get('max_rel_error', 0.0):.3g}",
-                          "yes" if check.get("ok") else "[red]NO[/]")
+                          "yes" if check.get("ok") else Text("NO", style="red"))
         console.print(table)
         if len(shown) > _MAX_ROWS:
             console.print(f"... and {len(shown) - _MAX_ROWS} more (see --json)")
-    verdict = "[green]OK[/]" if report.get("ok") else f"[red]FAILED[/] ({len(failed)} checks)"
-    console.print(f"{verdict}: {report.get('scenario', '')}: "
+    verdict = (Text("OK", style="green") if report.get("ok") else
+               Text.assemble(("FAILED", "red"), f" ({len(failed)} checks)"))
+    console.print(verdict + Text(f": {report.get('scenario', '')}: "
                   f"{report.get('tensors_checked', 0)} tensors on "
                   f"{report.get('devices', '?')} devices, max abs error "
                   f"{report.get('max_abs_error', 0.0):.3g}, max rel error "
-                  f"{report.get('max_rel_error', 0.0):.3g}", markup=True, highlight=False)
+                  f"{report.get('max_rel_error', 0.0):.3g}"), highlight=False)

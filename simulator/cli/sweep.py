@@ -15,6 +15,7 @@ from simulator.cli._common import (
     emit_json,
     fail,
     guarded,
+    make_out_dir,
     stderr_console,
     stdout_console,
 )
@@ -145,7 +146,6 @@ def sweep(
 ) -> None:
     """Simulate every combination of a grid of overrides; a table row per combination."""
     with guarded() as stdout:
-        from simulator.cli.run import _make_dir
         from simulator.planner.sweep import sweep_into
         from simulator.planner.sweep_exec import make_executor
 
@@ -156,7 +156,7 @@ def sweep(
         _check_size(spec, max_configs)
         ex = make_executor(executor.value, address, workers)
         folder = out or Path("reports") / f"{Path(spec.scenario_path).stem}-sweep"
-        _make_dir(folder)  # before the first configuration: a bad --out fails at once
+        make_out_dir(folder)  # before the first configuration: a bad --out fails at once
         with _progress() as bar:
             task = bar.add_task("sweep", total=spec.size, failed=0)
             failed = [0]
