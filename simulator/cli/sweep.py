@@ -87,14 +87,14 @@ def _print_summary(rows: list[dict[str, Any]], keys: tuple[str, ...], out: IO[st
     from rich.table import Table
 
     ok = [r for r in rows if r["status"] == "ok"]
-    fit = sorted((r for r in ok if r["peak_memory_bytes"] <= r["capacity_bytes"]),
+    fit = sorted((r for r in ok if r["fits"]),
                  key=lambda r: r["iteration_time_s"])
     table = Table(title=f"fastest configurations that fit ({min(len(fit), _SHOWN)} of "
                   f"{len(fit)})", box=box.SIMPLE_HEAD)
     for col in (*keys, "iteration s", "tokens/s", "MFU", "peak GB"):
         table.add_column(col, justify="right")
     for r in fit[:_SHOWN]:
-        table.add_row(*(r[k] for k in keys), f"{r['iteration_time_s']:.4g}",
+        table.add_row(*(str(r[k]) for k in keys), f"{r['iteration_time_s']:.4g}",
                       f"{r['tokens_per_s']:.4g}", f"{r['mfu']:.1%}",
                       f"{r['peak_memory_bytes'] / 1e9:.1f}")
     console = stdout_console(out)

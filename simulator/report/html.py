@@ -120,10 +120,10 @@ def sweep_page(rows: list[dict[str, Any]], keys: Sequence[str], figure: Path | N
     ok = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["iteration_time_s"])
     failed = [r for r in rows if r["status"] != "ok"]
     header = (*keys, "iteration s", "tokens/s", "MFU", "peak GB", "fits")
-    table = [(*(_esc(r[k]) for k in keys), f"{r['iteration_time_s']:.4g}",
+    table = [(*(_esc(str(r[k])) for k in keys), f"{r['iteration_time_s']:.4g}",
               f"{r['tokens_per_s']:.4g}", f"{r['mfu']:.1%}",
               f"{r['peak_memory_bytes'] / 1e9:.1f}",
-              "yes" if r["peak_memory_bytes"] <= r["capacity_bytes"]
+              "yes" if r["fits"]
               else '<span class="bad">no</span>') for r in ok]
     body = f"<section><h2>Comparison</h2>{_table('summary-table', header, table)}</section>"
     if figure is not None and figure.is_file():

@@ -37,15 +37,19 @@ LOCK = ".lock"
 FLUSH_S = 0.5  # rows buffered at most this long before a part file is written
 
 
-def row_schema(keys: Sequence[str]) -> Any:
+Columns = Sequence[tuple[str, str]]  # (grid key, Arrow type name: int64, float64, bool, string)
+
+
+def row_schema(columns: Columns) -> Any:
     """The Arrow schema of a row: fixed, so that every part file concatenates."""
     import pyarrow as pa
 
     from simulator.planner.sweep import ROW_METRICS
 
     fields = [pa.field("index", pa.int64()), pa.field("config", pa.string())]
-    fields += [pa.field(k, pa.string()) for k in keys]
-    fields += [pa.field("status", pa.string()), pa.field("error", pa.string())]
+    fields += [pa.field(k, pa.type_for_alias(kind)) for k, kind in columns]
+    fields += [pa.field("status", pa.string()), pa.field("error", pa.string()),
+               pa.field("fits", pa.bool_())]
     fields += [pa.field(m, pa.float64()) for m in ROW_METRICS]
     return pa.schema(fields)
 
@@ -85,7 +89,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
         raise
 
 
-def read_rows(folder: Path, keys: Sequence[str],
+def read_rows(folder: Path, columns: Columns,
               on_note: Callable[[str], None] = lambda note: None) -> list[dict[str, Any]]:
     """Every row journaled in `folder/rows`, once per index, sorted by index. A part that
     cannot be read is renamed `*.damaged` (its rows then count as not done)."""
@@ -95,7 +99,7 @@ def read_rows(folder: Path, keys: Sequence[str],
     rows: dict[int, dict[str, Any]] = {}
     for part in sorted((folder / "rows").glob("part-*.parquet")):
         try:
-            table = pq.read_table(part, schema=row_schema(keys))
+            table = pq.read_table(part, schema=row_schema(columns))
         except (OSError, ValueError, pa.ArrowException) as exc:
             with writing(folder, part.name):
                 os.replace(part, part.with_name(part.name + ".damaged"))
@@ -112,9 +116,9 @@ class SweepJournal:
     reads what is done, `add` buffers a row (written at once for the first, then every
     `flush_s` seconds), `close` flushes and frees the lock. Use it as a context manager."""
 
-    def __init__(self, folder: Path, manifest: dict[str, Any], keys: Sequence[str],
+    def __init__(self, folder: Path, manifest: dict[str, Any], columns: Columns,
                  flush_s: float | None = None) -> None:
-        self.folder, self.manifest, self.keys = folder, manifest, tuple(keys)
+        self.folder, self.manifest, self.columns = folder, manifest, tuple(columns)
         self.flush_s = FLUSH_S if flush_s is None else flush_s
         self.last = -math.inf  # the first row is written at once
         self.pending: list[dict[str, Any]] = []
@@ -135,7 +139,7 @@ class SweepJournal:
                     stale.unlink()
                 atomic_write(self.folder / MANIFEST, lambda f: f.write(
                     (json.dumps(self.manifest, indent=2) + "\n").encode()))
-            self.done = {r["index"] for r in read_rows(self.folder, self.keys, on_note)}
+            self.done = {r["index"] for r in read_rows(self.folder, self.columns, on_note)}
         except BaseException:
             self.close(flush=False)
             raise
@@ -199,7 +203,7 @@ class SweepJournal:
         self.last = time.monotonic()
         if not self.pending:
             return
-        table = pa.Table.from_pylist(self.pending, schema=row_schema(self.keys))
+        table = pa.Table.from_pylist(self.pending, schema=row_schema(self.columns))
         first = min(r["index"] for r in self.pending)
         final = self.folder / "rows" / f"part-{first:08d}.parquet"
         # the lock and the skipped indices make a name taken only by this very batch

@@ -15,19 +15,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.report.sweep_journal import atomic_write, read_rows, row_schema, writing
+from simulator.report.sweep_journal import (
+    Columns,
+    atomic_write,
+    read_rows,
+    row_schema,
+    writing,
+)
 
 __all__ = ["plot_sweep", "write_final"]
 
 
-def write_final(folder: Path, keys: Sequence[str]) -> list[dict[str, Any]]:
+def write_final(folder: Path, columns: Columns) -> list[dict[str, Any]]:
     """sweep.parquet and sweep.csv of every flushed row; returns the rows."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    rows = read_rows(folder, keys)
-    table = pa.Table.from_pylist(rows, schema=row_schema(keys))
+    rows = read_rows(folder, columns)
+    table = pa.Table.from_pylist(rows, schema=row_schema(columns))
     with writing(folder, "sweep.parquet"):
         atomic_write(folder / "sweep.parquet", lambda f: pq.write_table(table, f))
     with writing(folder, "sweep.csv"):
@@ -42,9 +48,24 @@ def _number(text: str) -> float | None:
         return None
 
 
+MAX_SERIES = 12  # lines a legend can still tell apart
+
+
+def best_series(lines: dict[str, list[dict[str, Any]]]) -> tuple[list[str], str]:
+    """The labels of the series to draw, and a note when some are left out: all of them up
+    to MAX_SERIES, else the MAX_SERIES with the fastest iteration, in their grid order."""
+    if len(lines) <= MAX_SERIES:
+        return list(lines), ""
+    fastest = sorted(lines, key=lambda k: min(r["iteration_time_s"] for r in lines[k]))
+    kept = set(fastest[:MAX_SERIES])
+    return ([k for k in lines if k in kept],
+            f"; the {MAX_SERIES} fastest of {len(lines)} series shown (sweep.csv has all)")
+
+
 def plot_sweep(rows: list[dict[str, Any]], keys: Sequence[str], path: Path) -> None:
     """Iteration time (top) and peak memory (bottom) against the first swept key, one line
-    per combination of the other keys (at most 12 lines); failed rows are left out."""
+    per combination of the other keys (the MAX_SERIES fastest where there are more, as the
+    title says); failed rows are left out."""
     from simulator.report.plots import _pyplot
 
     plt = _pyplot()
@@ -56,7 +77,9 @@ def plot_sweep(rows: list[dict[str, Any]], keys: Sequence[str], path: Path) -> N
     for r in ok:
         lines.setdefault(" ".join(f"{k}={r[k]}" for k in rest), []).append(r)
     fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
-    for label, group in list(lines.items())[:12]:
+    shown, note = best_series(lines)
+    for label in shown:
+        group = lines[label]
         xs = [_number(r[x_key]) if numeric else order.index(r[x_key]) for r in group]
         ax_t.plot(xs, [r["iteration_time_s"] for r in group], "o-", label=label or None)
         ax_m.plot(xs, [r["peak_memory_bytes"] / 1e9 for r in group], "o-")
@@ -65,11 +88,12 @@ def plot_sweep(rows: list[dict[str, Any]], keys: Sequence[str], path: Path) -> N
                      label="capacity")
         ax_m.legend(loc="best", fontsize="small")
     if not numeric:
-        ax_m.set_xticks(range(len(order)), order)
+        ax_m.set_xticks(range(len(order)), [str(o) for o in order])
     ax_t.set_ylabel("iteration time (s)")
     ax_m.set_ylabel("peak memory (GB)")
     ax_m.set_xlabel(x_key)
-    ax_t.set_title(f"sweep of {', '.join(keys)}: {len(ok)} of {len(rows)} configurations ran")
+    ax_t.set_title(f"sweep of {', '.join(keys)}: {len(ok)} of {len(rows)} configurations "
+                   f"ran{note}", fontsize="medium")
     if rest and lines:
         ax_t.legend(loc="best", fontsize="x-small")
     fig.tight_layout()
