@@ -263,7 +263,9 @@ def _simulated(spec: SweepSpec, overrides: tuple[str, ...]) -> dict[str, Any]:
 
     scenario, hw_path, hw_o = _load(spec, overrides)
     # simulated as `run` simulates it (the same steady-state extension and event limit),
-    # so that a row equals `run --json` of its configuration to the last digit; only what
+    # so that a row equals `run --json` of its configuration to the last digit (extending
+    # GPipe's steady state too, as sweeps did, was 40% faster but differed from `run` in
+    # the 15th digit: benchmarks/sweep_speed.py, tests/test_sweep_rows.py); only what
     # the reports alone show (critical path, jitter) is left out, and the pure cost
     # functions and model programs are memoised across configurations
     with memoised_programs(_PROGRAMS):
