@@ -7,7 +7,7 @@ llm-foundry, torchtitan, Megatron-DeepSpeed, MindFormers and MindSpeed runs, eac
 (NeMo's published H100 runs the profiles were first checked against); both are read by
 default. Its measured
 seconds per iteration, `target_iteration_time_s`, is the source's TFLOP/s/GPU converted with the
-source's own FLOP count (see /work/shared/validation/README.md). This script simulates each run
+source's own FLOP count (each case file's header says how). This script simulates each run
 in-process with `simulate()` and prints, per run, the prediction, the target, the signed error
 `100 * (predicted / target - 1)`, and the model's MFU; then the mean absolute percentage error
 (MAPE) and the worst run, and the MAPE per framework and per hardware profile; whether the
@@ -41,7 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "scenarios" / "validation"
 # the published runs the hardware profiles were checked on first (NeMo on H100); counted too
 CALIBRATION_DIR = REPO / "scenarios" / "calibration"
-DEFAULT_CSV = Path("/work/shared/validation/published_runs.csv")
+# targets come from the case headers unless --csv names a published_runs.csv (one row per run)
+DEFAULT_CSV: Path | None = None
 _TARGET = re.compile(r"^#\s*target_iteration_time_s:\s*([0-9.eE+-]+)\s*$", re.MULTILINE)
 _MODEL = re.compile(r"^#\s*model:\s*(\S+)\s*\(", re.MULTILINE)
 _SOURCE = re.compile(r"^#\s*source:\s*(.+?)\s*$", re.MULTILINE)
@@ -112,10 +113,10 @@ def _target(text: str, devices: int, table: dict[tuple[str, str, int], float]) -
 
 def _simulate(path: Path) -> tuple[object, object, object]:
     """(scenario, hardware profile, SimResult) of one case file."""
-    from simulator.hardware.load import load_profile
-    from simulator.scenario import parse_scenario, resolve_hardware
-    from simulator.simulate import simulate
-    from simulator.yamlio import read_yaml_file
+    from simulator.config.hardware.load import load_profile
+    from simulator.config.scenario import parse_scenario, resolve_hardware
+    from simulator.config.yamlio import read_yaml_file
+    from simulator.simulation.simulate import simulate
 
     scenario = parse_scenario(read_yaml_file(path, str(path)), str(path))
     hw = load_profile(str(resolve_hardware(scenario, path.parent)))
@@ -165,7 +166,7 @@ def _print(rows: Sequence[Row], out: TextIO | None = None) -> None:
 
 
 def _markdown(rows: Sequence[Row], out: TextIO | None = None) -> None:
-    """The per-run table as Markdown (the README's accuracy table is this output)."""
+    """The per-run table as Markdown."""
     out = out or sys.stdout
     print("| run | framework | hardware | devices | measured s | predicted s | error | fits "
           "| peak GiB |", file=out)
@@ -186,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "scenarios/calibration, every bundled published run)")
     args = ap.parse_args(argv)
     dirs = args.dir or [DEFAULT_DIR, CALIBRATION_DIR]
-    table = csv_targets(args.csv) if args.csv.is_file() else {}
+    table = csv_targets(args.csv) if args.csv is not None and args.csv.is_file() else {}
     rows = [evaluate(p, table) for d in dirs for p in sorted(d.glob("*.yaml"))]
     if args.json:
         worst = max(rows, key=lambda r: abs(r.error_pct)) if rows else None

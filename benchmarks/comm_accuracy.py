@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from simulator.config.hardware import load_profile
+from simulator.config.hardware.schema import HardwareProfile
 from simulator.cost.collectives import busbw_factor, collective_choice
 from simulator.cost.specs import GroupSpec
-from simulator.hardware import load_profile
-from simulator.hardware.schema import HardwareProfile
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -1,4 +1,4 @@
-"""Context parallelism on the bundled Llama-3-8B 128K scenario: the README's table.
+"""Context parallel on the bundled Llama-3-8B 128K scenario (docs/techniques/context-parallel.md).
 
 For each context degree n (data * n = 8 on the scenario's 16 H100s, tensor 2), simulates
 `cp-llama3-8b-128k-16-h100` in-process and prints, as a markdown table, the tokens each rank
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import yaml
 
-from simulator.hardware import load_profile
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.simulate import simulate
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
+from simulator.simulation.simulate import simulate
 
 NAME = "cp-llama3-8b-128k-16-h100"
 

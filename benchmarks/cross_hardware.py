@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import statistics
 
-from simulator.hardware import load_profile
-from simulator.scenario import parse_scenario
-from simulator.simulate import simulate
+from simulator.config.hardware import load_profile
+from simulator.config.scenario import parse_scenario
+from simulator.simulation.simulate import simulate
 
 MPT = {"760m": (1536, 12, 24), "1b": (2048, 16, 24), "3b": (2560, 20, 32),
        "7b": (4096, 32, 32), "13b": (5120, 40, 40)}

@@ -70,7 +70,7 @@ def floor_row(path: Path, table: dict) -> dict | None:
 
 
 def main() -> int:
-    table = csv_targets(DEFAULT_CSV) if DEFAULT_CSV.exists() else {}
+    table = csv_targets(DEFAULT_CSV) if DEFAULT_CSV is not None and DEFAULT_CSV.exists() else {}
     print(f"{'run':<44} {'m':>3} {'C s':>7} {'RS s':>7} {'AG s':>7} {'floor s':>8} "
           f"{'vs meas':>8} {'line-rate floor':>16}")
     for path in sorted(DEFAULT_DIR.glob("*.yaml")):

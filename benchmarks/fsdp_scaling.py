@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import sys
 
-from simulator.hardware import load_profile
-from simulator.scenario import parse_scenario
-from simulator.simulate import simulate
+from simulator.config.hardware import load_profile
+from simulator.config.scenario import parse_scenario
+from simulator.simulation.simulate import simulate
 
 DEVICES = (8, 16, 64, 256, 512, 1024, 2048)
 MICRO = 2

@@ -1,4 +1,4 @@
-"""Pipeline parallel on the bundled mlp, resnet and graph scenarios: the README's table.
+"""Pipeline parallel on the bundled mlp, resnet and graph scenarios (docs/techniques/pipeline.md).
 
 For each scenario and pipeline degree (data * pipeline kept at the scenario's devices, the
 graph's stages from its operators' `pipeline_stage`), simulates in-process and prints, as a
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import yaml
 
-from simulator.hardware import load_profile
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.simulate import simulate
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
+from simulator.simulation.simulate import simulate
 
 # (scenario, overrides of each row)
 ROWS = [

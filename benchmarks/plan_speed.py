@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.cli._common import load_hardware, load_scenario  # noqa: E402
+from simulator.api import load_hardware, load_scenario  # noqa: E402
 from simulator.planner.memory import estimate_memory, workload_of  # noqa: E402
 from simulator.planner.search import simulate_config  # noqa: E402
 from simulator.planner.space import Config, SpaceLimits, enumerate_space  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from simulator.cli._common import load_hardware, load_scenario  # noqa: E402
+from simulator.api import load_hardware, load_scenario  # noqa: E402
 from simulator.planner.search import SearchOptions, search, simulate_config  # noqa: E402
 from simulator.planner.space import config_of  # noqa: E402
 

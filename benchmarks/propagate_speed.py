@@ -12,12 +12,12 @@ import time
 
 import yaml
 
-from simulator.planner.propagate import build_problem
-from simulator.planner.propagate_solvers import NotATree, solve_dp, solve_greedy, solve_ilp
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.scenario.schema import DTYPE_BYTES
-from simulator.sharding.model_graph import written_graph
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
+from simulator.config.scenario.schema import DTYPE_BYTES
+from simulator.models.model_graph import written_graph
+from simulator.sharding.propagate.search import build_problem
+from simulator.sharding.propagate.solvers import NotATree, solve_dp, solve_greedy, solve_ilp
 
 # (scenario, overrides): the last is issue 13's case, 16 devices as a 2x2x2x2 mesh
 CASES = (("seed-a-propagate", []), ("seed-b-propagate", []), ("seed-c-propagate", []),

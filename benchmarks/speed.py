@@ -6,7 +6,7 @@ training.global_batch_size=8*m`), where the steady state of the 1F1B pipeline is
 shortened and extended, and against the gradient bucket size, where identical buckets run
 as one task (issue 13).
 
-Targets (DESIGN.md): 175B <= 1 s, 1T <= 5 s on two cores; 196,608 micro-batches (global
+Targets (docs/design.md): 175B <= 1 s, 1T <= 5 s on two cores; 196,608 micro-batches (global
 batch 1,572,864) <= 5 s with the same time per added micro-batch as the 1536 run. Run:
 
     python benchmarks/speed.py [--repeat N] [--micro-only]
@@ -83,7 +83,7 @@ def added_micro_batch_s(micro: int) -> float:
     """Iteration time that one more micro-batch adds to the `micro` run, both simulated in
     full (every micro-batch): the pipeline's steady period at `micro`."""
     from simulator.api import load_hardware, load_scenario
-    from simulator.simulate import simulate
+    from simulator.simulation.simulate import simulate
 
     times = []
     for m in (micro, micro + 1):

@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from simulator.config.resources import resolve_yaml
 from simulator.planner.sweep import SweepSpec, evaluate, expand, parse_grid, sweep_into
 from simulator.planner.sweep_exec import make_executor
-from simulator.resources import resolve_yaml
 
 SCENARIO = "gpt3-175b-1024-a100"
 # 5 x 5 x 2 x 2 x 2 = 200 configurations, all of 1024 devices (global batch 1536, data 8).
@@ -31,8 +31,8 @@ STAGES = {"parse + validate": ("scenario/load.py", "parse_scenario"),
           "lowering": ("schedule/lowering.py", "lower"),
           "engine (SimPy)": ("engine/core.py", "run"),
           "steady-state check": ("engine/steady.py", "splice"),
-          "metrics": ("simulator/simulate.py", "_measure"),
-          "extension": ("simulator/simulate.py", "_extend")}
+          "metrics": ("simulator/simulation/simulate.py", "_measure"),
+          "extension": ("simulator/simulation/simulate.py", "_extend")}
 
 
 def _spec() -> SweepSpec:

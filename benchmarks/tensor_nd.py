@@ -1,5 +1,5 @@
-"""1-D, 2-D and 3-D tensor parallel on the bundled GPT-32B, 64 H100 scenario: the README's
-tables.
+"""1-D, 2-D and 3-D tensor parallel on the bundled GPT-32B, 64 H100 scenario: the tables of
+docs/techniques/tensor-nd.md.
 
 For each layout of the 64 tensor-parallel devices (1-D `tensor_nd: null`, 2-D [16,4] and
 [8,8], 3-D [4,4,4]) and micro-batches of 4 and 16 samples (global batch 4 micro-batches),
@@ -21,13 +21,13 @@ from collections import Counter
 
 import yaml
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.cost.collectives import busbw_factor
 from simulator.cost.specs import CommSpec
-from simulator.hardware import load_profile
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.schedule.layout import rank_mesh
-from simulator.simulate import simulate
+from simulator.lower.layout import rank_mesh
+from simulator.simulation.simulate import simulate
 
 NAME = "tp3d-gpt-32b-64-h100"
 LAYOUTS = ("null", "[16,4]", "[8,8]", "[4,4,4]")

@@ -75,9 +75,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from simulator.numeric.verify import verify_scenario  # noqa: E402
-from simulator.scenario import parse_scenario  # noqa: E402
-from simulator.yamlio import read_yaml_file  # noqa: E402
+from simulator.config.scenario import parse_scenario  # noqa: E402
+from simulator.config.yamlio import read_yaml_file  # noqa: E402
+from simulator.simulation.verify import verify_scenario  # noqa: E402
 
 
 def scenario(devices: int):

@@ -497,7 +497,7 @@ PROFILES["reference"] = prof(
     notes=["Default framework of hardware_profiles/cpu-x86.yaml."],
 )
 
-# Typed fields the simulator reads (simulator/framework/schema.py), merged into the blocks above.
+# Typed fields the simulator reads (simulator/config/framework/schema.py), merged into the blocks above.
 # grad_reduction.fp32_for_bf16: bf16 gradients kept and reduced in fp32; overlap.tp_comm_enabled /
 # tp_comm_sms: what parallel.overlap.tp_comm: auto resolves to; fp8.gemm_roles: the GEMMs dtype fp8
 # runs in FP8 (qkv, proj, fc1, fc2, lm_head); fp8.weight_copy_bytes_per_param: FP8 weight copies;

@@ -1,6 +1,6 @@
 """shardsim: discrete-event performance modeler for distributed deep-learning training.
 
-The package is layered (see DESIGN.md): scenario -> graph -> sharding -> numeric | schedule
+The package is layered (see docs/design.md): scenario -> graph -> sharding -> numeric | schedule
 -> engine -> report, with cost as pure functions and cli on top. A lower layer never
 imports a higher one.
 
@@ -14,7 +14,8 @@ import sys
 import types
 from typing import Any
 
-__version__ = "0.1.0"
+from simulator._version import __version__
+
 __all__ = ["__version__", "load_scenario", "load_hardware", "simulate", "verify", "sweep", "plan"]
 
 _API = frozenset(__all__[1:])
@@ -30,9 +31,9 @@ def __getattr__(name: str) -> Any:
 
 
 class _Package(types.ModuleType):
-    """Keeps `simulator.simulate` the API function: importing the submodule
-    simulator/simulate.py would otherwise rebind the package attribute to the module (the
-    module stays importable as `from simulator.simulate import ...`)."""
+    """Keeps `simulator.simulation.simulate` the API function: importing the submodule
+    simulator/simulation/simulate.py would otherwise rebind the package attribute to the module (the
+    module stays importable as `from simulator.simulation.simulate import ...`)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _API and isinstance(value, types.ModuleType):

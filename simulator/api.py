@@ -15,34 +15,29 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_scenario", "load_hardware", "simulate", "verify", "sweep", "plan"]
+from simulator.config.loaded import (
+    LoadedScenario,
+    check_overrides,
+    check_supported,
+    load_hardware,
+    load_scenario,
+    scenario_path,
+)
+from simulator.errors import InfeasibleError, InputError, ShardsimError
 
-
-def load_scenario(scenario: str, overrides: Sequence[str] = ()) -> Any:
-    """A scenario file or bundled name with `--set`-style overrides (`hardware.KEY=VALUE`
-    for profile fields): a LoadedScenario (`.scenario` is the validated Scenario)."""
-    from simulator.cli._common import load_scenario as _load
-
-    return _load(scenario, list(overrides))
-
-
-def load_hardware(loaded: Any) -> Any:
-    """The hardware profile of a LoadedScenario, with its `hardware.` overrides."""
-    from simulator.cli._common import load_hardware as _hw
-
-    return _hw(loaded)
+__all__ = ["load_scenario", "load_hardware", "check_supported", "check_overrides",
+           "scenario_path", "LoadedScenario", "simulate", "verify", "sweep", "plan",
+           "InputError", "InfeasibleError", "ShardsimError"]
 
 
 def _scenario_and_hw(scenario: Any, hw: Any) -> tuple[Any, Any]:
-    from simulator.cli._common import LoadedScenario
-
-    if isinstance(scenario, str):
+    if isinstance(scenario, (str, Mapping)):
         scenario = load_scenario(scenario)
     if isinstance(scenario, LoadedScenario):
         return scenario.scenario, hw if hw is not None else load_hardware(scenario)
     if hw is None:
-        from simulator.hardware.load import load_profile
-        from simulator.scenario import resolve_hardware
+        from simulator.config.hardware.load import load_profile
+        from simulator.config.scenario import resolve_hardware
 
         hw = load_profile(str(resolve_hardware(scenario)))
     return scenario, hw
@@ -55,11 +50,10 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") ->
     `hardware.` overrides of a LoadedScenario changed nothing, as `run` does."""
     import dataclasses
 
-    from simulator.cli._common import LoadedScenario
-    from simulator.overrides import override_notes, stack_notes
-    from simulator.simulate import simulate as _simulate
+    from simulator.simulation.overrides import override_notes, stack_notes
+    from simulator.simulation.simulate import simulate as _simulate
 
-    if isinstance(scenario, str):
+    if isinstance(scenario, (str, Mapping)):
         scenario = load_scenario(scenario)
     sc, profile = _scenario_and_hw(scenario, hw)
     result = _simulate(sc, profile, fidelity)
@@ -73,8 +67,8 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") ->
 
 def verify(scenario: Any, hw: Any = None) -> Any:
     """The numpy proof of `shardsim verify`: a VerifyResult (`.ok`, `.to_dict()`)."""
-    from simulator.framework.load import framework_for
-    from simulator.numeric.verify import verify_scenario
+    from simulator.config.framework.load import framework_for
+    from simulator.simulation.verify import verify_scenario
 
     sc, profile = _scenario_and_hw(scenario, hw)
     software = framework_for(sc, profile).software  # the scenario's stack, as `run` takes it
@@ -90,11 +84,10 @@ def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[
     rows, sorted by index. With `out`, the folder gets sweep.parquet, sweep.csv, sweep.png
     and report.html, `resume=True` continues a sweep there and `force=True` continues it
     even though the scenario file or shardsim changed since it began."""
-    from simulator.cli._common import _scenario_path
     from simulator.planner.sweep import SweepSpec, _yaml_scalar, parse_grid, sweep_into
     from simulator.planner.sweep_exec import make_executor
 
-    path, shown = _scenario_path(scenario)
+    path, shown = scenario_path(scenario)
     items = [f"{k}=" + ",".join(_yaml_scalar(v) for v in values) for k, values in grid.items()]
     spec = SweepSpec(str(path), shown, parse_grid(items), tuple(overrides))
     folder = Path(out) if out is not None else None
@@ -117,16 +110,16 @@ def plan(scenario: Any, devices: int | None = None, *, nodes: int | None = None,
     `options` (a `planner.search.SearchOptions`) replaces `objective` and `top`;
     `progress(phase, done, total)` is called as the search goes. Bad input raises InputError
     with the message the CLI prints."""
-    from simulator.cli.plan import _check, _check_model, _cluster, _options
     from simulator.planner.capacity import fewest_devices
+    from simulator.planner.requests import check_model, check_request, cluster_for, options_for
     from simulator.planner.search import search
 
     sc, hw = _scenario_and_hw(scenario, None)
-    _check(devices, nodes, target_time_s, None, None, objective)
-    _check_model(sc)
-    opts = options if options is not None else _options(objective, top, 8, 8, 3)
+    check_request(devices, nodes, target_time_s, None, None, objective)
+    check_model(sc)
+    opts = options if options is not None else options_for(objective, top, 8, 8, 3)
     if target_time_s is not None:
         return fewest_devices(sc, hw, target_time_s, sc.cluster.devices_per_node,
                               max_devices, opts, progress)
-    n, per_node = _cluster(sc, devices, nodes)
+    n, per_node = cluster_for(sc, devices, nodes)
     return search(sc, hw, n, per_node, opts, progress)

@@ -60,7 +60,7 @@ def fake_bundled_profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> li
     them do not change when profiles are added; returns their names. Bundled scenarios
     stay the real ones. (It moves `resources._PKG`, which `bundled_dir` reads on every
     call, so modules that imported `bundled_dir` by name see the same folders.)"""
-    import simulator.resources as resources
+    import simulator.config.resources as resources
 
     pkg = tmp_path / "_pkg" / "simulator"
     profiles = pkg / "_bundled" / "hardware_profiles"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from simulator.config.scenario import parse_scenario
 from simulator.report import summary
-from simulator.scenario import parse_scenario
 
 
 def small_gpt(micro: int, *, name: str = "small", pipeline: int = 4, data: int = 2,

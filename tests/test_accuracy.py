@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks import accuracy
-from simulator.hardware.load import load_profile
-from simulator.scenario import parse_scenario, resolve_hardware
-from simulator.simulate import simulate
-from simulator.yamlio import read_yaml_file
+from simulator.config.hardware.load import load_profile
+from simulator.config.scenario import parse_scenario, resolve_hardware
+from simulator.config.yamlio import read_yaml_file
+from simulator.simulation.simulate import simulate
 
 REPO = Path(__file__).resolve().parent.parent
 CASES = sorted((REPO / "scenarios" / "validation").glob("*.yaml"))

@@ -1,4 +1,4 @@
-"""The Python API: the README's example runs as written, and the API returns what the CLI
+"""The Python API: the example of docs/api.md runs as written, and the API returns what the CLI
 prints; `shardsim schema` is pydantic's JSON Schema of the scenario."""
 
 from __future__ import annotations
@@ -7,20 +7,20 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 import simulator
 from simulator.cli import app
+from simulator.config.scenario.schema import Scenario
 from simulator.report import summary
-from simulator.scenario.schema import Scenario
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+API_PAGE = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 
-def test_readme_example_runs(capsys):
-    section = README.read_text().split("## Python API", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
-    exec(compile(code, "README.md", "exec"), {})
+def test_docs_api_example_runs(capsys):
+    code = re.search(r"```python\n(.*?)```", API_PAGE.read_text(), re.S).group(1)
+    exec(compile(code, "docs/api.md", "exec"), {})
     lines = capsys.readouterr().out.splitlines()
     assert re.fullmatch(r"[0-9.]+ ms per iteration, peak [0-9.]+ MB", lines[0])
     assert [ln.split()[:2] for ln in lines[1:]] == [["1", "ok"], ["2", "ok"], ["4", "ok"]]
@@ -71,3 +71,17 @@ def test_api_plan_refuses_what_the_cli_refuses():
 
     with pytest.raises(InputError, match="cannot be combined with --devices"):
         simulator.plan("tiny-cpu", devices=4, nodes=1)
+
+
+def test_api_takes_a_plain_dict_scenario():
+    """A mapping of the YAML's keys is the same scenario as the file it was read from."""
+    import yaml
+
+    from simulator.api import load_scenario
+
+    data = yaml.safe_load((Path(__file__).parents[1] / "scenarios" / "tiny-cpu.yaml").read_text())
+    from_dict = simulator.simulate(data)
+    assert from_dict.iteration_time_s == simulator.simulate("tiny-cpu").iteration_time_s
+    assert load_scenario(data).scenario.source == "<dict>"
+    with pytest.raises(simulator.api.InputError, match=r"^<dict>: model\.layers"):
+        load_scenario({**data, "model": {**data["model"], "layers": 0}})

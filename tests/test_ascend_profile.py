@@ -3,7 +3,7 @@ platform file, and the best-matmul fraction on the A100 profile's MAMF footing."
 
 from __future__ import annotations
 
-from simulator.hardware.load import load_profile
+from simulator.config.hardware.load import load_profile
 
 
 def test_cube_peak_is_cores_times_cube_times_clock() -> None:

@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 from sim_cases import assert_same, small_gpt
 
-from simulator.budget import DEFAULT_MAX_EVENTS, estimate_run
+from simulator.config.hardware import load_profile
 from simulator.engine.blocks import cuts_needed
 from simulator.engine.core import run
-from simulator.hardware import load_profile
+from simulator.engine.tasks import Plan, Task
+from simulator.lower.buckets import COLLAPSE_MIN, grad_bucket_runs, grad_buckets
+from simulator.lower.costs import CostModel
+from simulator.lower.lowering import lower
+from simulator.program.model_program import transformer_program
 from simulator.report import summary
-from simulator.schedule.buckets import COLLAPSE_MIN, grad_bucket_runs, grad_buckets
-from simulator.schedule.costs import CostModel
-from simulator.schedule.lowering import lower
-from simulator.schedule.model_program import transformer_program
-from simulator.schedule.tasks import Plan, Task
-from simulator.simulate import simulate
+from simulator.simulation.budget import DEFAULT_MAX_EVENTS, estimate_run
+from simulator.simulation.simulate import simulate
 
 
 @pytest.fixture(scope="module")

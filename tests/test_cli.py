@@ -1,4 +1,4 @@
-"""The command line's normal paths (CONTRACT.md section 1): listings, JSON purity, exit
+"""The command line's normal paths (docs/contract.md section 1): listings, JSON purity, exit
 statuses, and what `run`, `verify` and `comm` print."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.resources import list_bundled
+from simulator.config.resources import list_bundled
 
 REPO = Path(__file__).resolve().parent.parent
 # Subprocesses import the same `simulator` as this process (the source tree).

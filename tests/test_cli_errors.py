@@ -1,12 +1,12 @@
 """Bad input on the command line: exit status 2, one exact message on stderr naming the
-file and dotted key, nothing on stdout, never a traceback (CONTRACT.md section 1)."""
+file and dotted key, nothing on stdout, never a traceback (docs/contract.md section 1)."""
 
 from __future__ import annotations
 
 import pytest
 from test_scenario_validation import DATA_CASES, FILE_CASES, SET_CASES
 
-from simulator.yamlio import apply_overrides
+from simulator.config.yamlio import apply_overrides
 
 
 def _assert_bad_input(result, expected: str) -> None:
@@ -47,7 +47,7 @@ def test_bad_override(invoke_cli, write_file, in_tmp, tiny_scenario_data,
 
 
 def test_unknown_scenario_lists_bundled(invoke_cli, in_tmp):
-    from simulator.resources import list_bundled
+    from simulator.config.resources import list_bundled
 
     names = list_bundled("scenarios")
     assert "gpt3-175b-1024-a100" in names
@@ -121,7 +121,7 @@ def test_internal_error_is_one_line(invoke_cli, monkeypatch):
 @pytest.mark.parametrize("command", ["run", "verify"])
 def test_bad_hardware_override_is_blamed(invoke_cli, write_file, in_tmp, tiny_scenario_data,
                                          command):
-    from simulator.resources import list_bundled
+    from simulator.config.resources import list_bundled
 
     if "a100-80gb" not in list_bundled("hardware_profiles"):
         pytest.skip("the a100-80gb profile has not landed yet")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
 from simulator.errors import InputError
-from simulator.schedule.buckets import grad_bucket_runs
-from simulator.simulate import simulate
+from simulator.lower.buckets import grad_bucket_runs
+from simulator.simulation.simulate import simulate
 
 BASE = ["model.layers=4", "parallel.tensor=1", "parallel.data=4"]
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 import pytest
 
 from simulator.api import load_scenario, simulate
-from simulator.cli._common import load_scenario as load_cli
+from simulator.api import load_scenario as load_cli
 from simulator.errors import InputError
+from simulator.lower.comm_graph import CommOp, distinct_ops
 from simulator.numeric.cases import build_case
 from simulator.numeric.execute import Faults
-from simulator.numeric.verify import verify_scenario
+from simulator.program.model_program import transformer_program
 from simulator.report import summary
 from simulator.report.chrome import chrome_trace
-from simulator.schedule.comm_graph import CommOp, distinct_ops
-from simulator.schedule.model_program import transformer_program
 from simulator.sharding.plan import build_plan
+from simulator.simulation.verify import verify_scenario
 
 FULL = ["parallel.recompute=full"]
 # tiny-cpu: 2 layers, s=32, b=2, h=64, fp32, tensor 2, data 2, 2 micro-batches per replica

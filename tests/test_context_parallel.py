@@ -12,14 +12,15 @@ import pytest
 import yaml
 from model_kinds import refusal
 
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.graph.ops import KernelCtx, get_family, ring_attention
 from simulator.numeric.cases import build_case
-from simulator.numeric.verify import verify_case, verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.schedule.model_program import transformer_program
+from simulator.numeric.verify import verify_case
+from simulator.program.model_program import transformer_program
 from simulator.sharding.plan import build_plan
+from simulator.simulation.verify import verify_scenario
 
 
 def _bundled(name: str, overrides=()):

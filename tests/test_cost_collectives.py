@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import list_bundled
 from simulator.cost.collectives import (
     busbw_factor,
     candidate_algorithms,
@@ -19,8 +21,6 @@ from simulator.cost.collectives import (
 )
 from simulator.cost.specs import COLLECTIVES, GroupSpec
 from simulator.errors import InputError
-from simulator.hardware import load_profile
-from simulator.resources import list_bundled
 
 GiB = 1 << 30
 

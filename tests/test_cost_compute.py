@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.config.hardware import load_profile
 from simulator.cost.compute import compute_time_s, gemm_efficiency
 from simulator.cost.specs import ComputeSpec
-from simulator.hardware import load_profile
 
 
 @pytest.fixture(scope="module")
@@ -178,8 +178,8 @@ def test_attention_rate_follows_the_key_length():
 
 
 def test_lowering_gives_attention_kernels_their_local_key_length():
-    from simulator.scenario import parse_scenario
-    from simulator.schedule.model_program import transformer_program
+    from simulator.config.scenario import parse_scenario
+    from simulator.program.model_program import transformer_program
 
     data = {"name": "s", "hardware": "h100-sxm",
             "cluster": {"nodes": 1, "devices_per_node": 8},

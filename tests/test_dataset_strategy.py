@@ -11,14 +11,14 @@ import pytest
 import yaml
 from model_kinds import run_kind, stderr_of
 
-from simulator.numeric.verify import verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import dataset_layout
 from simulator.sharding.placement import B, Shard
 from simulator.sharding.rules import SignatureError
+from simulator.simulation.verify import verify_scenario
 
 TINY = "hw-split-tiny-verify"  # image [4, 3, 16, 16] on dp=2 x h=2 x w=2, labels [4]
 IMAGE_BYTES = 4 * 3 * 16 * 16 * 4

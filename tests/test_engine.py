@@ -7,7 +7,7 @@ from dataclasses import replace
 from pytest import approx
 
 from simulator.engine.core import run, simpy_event_rate
-from simulator.schedule.tasks import Plan, Task
+from simulator.engine.tasks import Plan, Task
 
 
 def _plan(tasks: list[Task], devices: tuple[int, ...] = (0, 1)) -> Plan:

@@ -3,7 +3,7 @@ their costs, and the configured operator the choice came from."""
 
 import json
 
-from simulator.resources import resolve_yaml
+from simulator.config.resources import resolve_yaml
 
 EXPECTED_SEED_B = """\
 seed (b) dimension-changing operators only, the rest propagated

@@ -9,18 +9,18 @@ from typing import Any
 import pytest
 import yaml
 
+from simulator.config.framework import framework_for, list_frameworks, load_framework
+from simulator.config.hardware.load import list_profiles, load_profile
+from simulator.config.resources import list_bundled
+from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
-from simulator.framework import framework_for, list_frameworks, load_framework
-from simulator.framework.apply import communicators, fp8_recipe, with_auto_fusion
-from simulator.hardware.load import list_profiles, load_profile
+from simulator.lower.buckets import auto_fusion
+from simulator.lower.framework_apply import communicators, fp8_recipe, with_auto_fusion
+from simulator.lower.state import framework_overhead_bytes
+from simulator.program.fp8 import Fp8Recipe, apply_fp8
+from simulator.program.model_program import transformer_program
 from simulator.report.summary import summary
-from simulator.resources import list_bundled
-from simulator.scenario import parse_scenario
-from simulator.schedule.buckets import auto_fusion
-from simulator.schedule.fp8 import Fp8Recipe, apply_fp8
-from simulator.schedule.model_program import transformer_program
-from simulator.schedule.state import framework_overhead_bytes
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
 
 MIB = 2**20
 
@@ -88,7 +88,7 @@ def test_bad_profile_field_names_file_and_key(write_file) -> None:
 
 
 def _bundled_text(name: str) -> dict:
-    from simulator.resources import bundled_dir
+    from simulator.config.resources import bundled_dir
 
     return yaml.safe_load((bundled_dir("framework_profiles") / f"{name}.yaml").read_text())
 
@@ -237,10 +237,10 @@ def test_fp8_weight_copies_are_counted_as_parameters() -> None:
 def test_fp8_gemm_inputs_are_kept_in_fp8() -> None:
     """Tensors kept only by FP8 GEMMs are saved as their 1-byte FP8 copy: the layer keeps
     less than in bf16, but not half (norm, attention and residual tensors stay bf16)."""
-    from simulator.schedule.fp8 import fp8_saved
+    from simulator.models.transformer_plan import gpt_dims, planned_transformer
+    from simulator.program.fp8 import fp8_saved
     from simulator.sharding.lower import Saved
     from simulator.sharding.plan import build_plan
-    from simulator.sharding.transformer_plan import gpt_dims, planned_transformer
 
     hw = load_profile("h100-sxm")
     sc, sc8 = _scenario(), _scenario(dtype="fp8")
@@ -317,7 +317,7 @@ def test_deepspeed_bf16_optimizer_casts_before_it_accumulates() -> None:
     """DeepSpeed BF16_Optimizer.update_hp_grads runs hp_grad.add_(lp.grad.to(fp32)) after
     every micro-batch: a cast (read 2, write 4) and an add (read 4 + 4, write 4), 18 bytes
     per parameter against the 10 of one add that reads the bf16 gradient as it is."""
-    from simulator.schedule.stack_ops import main_grad
+    from simulator.program.stack_ops import main_grad
 
     (fused,), (cast,) = main_grad(2, "bf16", "g", 1000.0), main_grad(2, "bf16", "g", 1000.0,
                                                                      cast=True)

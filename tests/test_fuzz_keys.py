@@ -86,7 +86,7 @@ _check = check_command
 
 
 def _graph_case(rng: random.Random, path: Path) -> Path:
-    from simulator.resources import bundled_dir
+    from simulator.config.resources import bundled_dir
 
     name = rng.choice(["recompute-graph-seed-a-ops", "pipeline-graph-seed-c-8-cpu",
                        "hetero-embedding-cpu-8-a100"])

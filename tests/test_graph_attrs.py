@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from simulator.resources import resolve_yaml
+from simulator.config.resources import resolve_yaml
 
 
 def _with_attrs(tmp_path, op_index: int, attrs: dict) -> str:

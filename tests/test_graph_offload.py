@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
-from simulator.hardware import load_profile
 from simulator.numeric.execute import Faults
-from simulator.numeric.verify import verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 F32 = 4
 

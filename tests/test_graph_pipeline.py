@@ -13,18 +13,18 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
-from simulator.hardware import load_profile
+from simulator.lower.costs import CostModel
+from simulator.lower.layout import rank_mesh
+from simulator.lower.stages import stage_work
 from simulator.numeric.pipeline import SendFaults
-from simulator.numeric.verify import verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.schedule.costs import CostModel
-from simulator.schedule.graph_stages import balanced
-from simulator.schedule.layout import rank_mesh
-from simulator.schedule.model_program import graph_program
-from simulator.schedule.stages import stage_work
-from simulator.simulate import simulate
+from simulator.program.graph_stages import balanced
+from simulator.program.model_program import graph_program
+from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 A100 = load_profile("a100-80gb")
 F32 = 4  # bytes of an fp32 element

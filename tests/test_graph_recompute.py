@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 import yaml
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.cost.specs import CommSpec
 from simulator.errors import InputError
-from simulator.hardware import load_profile
 from simulator.numeric.execute import Faults
-from simulator.numeric.verify import verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.schedule.model_program import graph_program
-from simulator.schedule.program import total_flops
-from simulator.simulate import simulate
+from simulator.program.model_program import graph_program
+from simulator.program.program import total_flops
+from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 F32 = 4
 RESNET = {"type": "resnet", "conv_layers": 4, "in_channels": 4, "channels": 4,

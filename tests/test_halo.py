@@ -13,19 +13,20 @@ import numpy as np
 import pytest
 import yaml
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.graph.graph import Graph, GraphBuilder
 from simulator.graph.ops import halo
-from simulator.hardware import load_profile
 from simulator.numeric.cases import build_case
 from simulator.numeric.rulecheck import check_signature
-from simulator.numeric.verify import verify_case, verify_scenario
-from simulator.planner.propagate import build_problem
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
+from simulator.numeric.verify import verify_case
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import from_axis_choices, from_mindspore
 from simulator.sharding.plan import Strategy, build_plan
-from simulator.simulate import simulate
+from simulator.sharding.propagate.search import build_problem
+from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 
 def _bundled(name: str, overrides=()):
@@ -131,7 +132,7 @@ def test_large_image_scenario_keeps_the_split_and_prices_every_halo():
     the three convolutions in closed form."""
     s = _bundled("seed-hw-split-large-images")
     result = simulate(s, load_profile(s.hardware))
-    from simulator.sharding.model_graph import planned_graph
+    from simulator.models.model_graph import planned_graph
 
     graph, _ = planned_graph(s)
     assert dict(result.comm_bytes)["send_recv"] == pytest.approx(

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from simulator.config.hardware import list_profiles, load_profile, profile_summary
+from simulator.config.resources import bundled_dir, list_bundled
 from simulator.errors import InputError
-from simulator.hardware import list_profiles, load_profile, profile_summary
-from simulator.resources import bundled_dir, list_bundled
 
 REQUIRED = ("ascend-910a", "ascend-910b", "a100-40gb", "a100-80gb", "h100-sxm", "h200-sxm",
             "b200-sxm", "gb200-nvl72", "cpu-x86")

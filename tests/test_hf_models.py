@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from simulator.config.resources import list_bundled
+from simulator.config.scenario import parse_scenario
+from simulator.config.scenario.hf import bundled_models, load_hf
 from simulator.errors import InputError
-from simulator.resources import list_bundled
-from simulator.scenario import parse_scenario
-from simulator.scenario.hf import bundled_models, load_hf
 
 # Published totals, cited per file in scenarios/models/SOURCES.md.
 PUBLISHED = {
@@ -90,8 +90,8 @@ def test_unknown_model_and_override_are_blamed():
 
 
 def test_from_hf_simulates_as_the_transcribed_model():
-    from simulator.hardware.load import load_profile
-    from simulator.simulate import simulate
+    from simulator.config.hardware.load import load_profile
+    from simulator.simulation.simulate import simulate
 
     hw = load_profile("a100-80gb")
     via_hf = _scenario({"from_hf": "llama-2-7b", "seq_length": 512})

@@ -1,4 +1,4 @@
-"""Host & device heterogeneous placement (simulator/schedule/host.py): a graph operator with
+"""Host & device heterogeneous placement (simulator/lower/host.py): a graph operator with
 `primitive_target: CPU` runs at the cpu-x86 profile's speed and pays the PCIe copies of its
 inputs and outputs; its parameters (and their gradients and optimizer states) leave the
 device; `verify` still passes (placement does not change the tensors)."""
@@ -10,13 +10,13 @@ import json
 import pytest
 import yaml
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.cost import compute_time_s
-from simulator.hardware import load_profile
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.schedule.host import HOST_PROFILE, host_optimizer_s
-from simulator.schedule.model_program import graph_program
-from simulator.simulate import simulate
+from simulator.lower.host import HOST_PROFILE, host_optimizer_s
+from simulator.program.model_program import graph_program
+from simulator.simulation.simulate import simulate
 
 NAME = "hetero-embedding-cpu-8-a100"
 E = 4  # fp32

@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from simulator.budget import check_budget, estimate_run, estimate_verify
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
+from simulator.config.yamlio import MAX_DEPTH, parse_override, read_yaml_file
 from simulator.errors import InputError
-from simulator.simulate import simulate
-from simulator.yamlio import MAX_DEPTH, parse_override, read_yaml_file
+from simulator.simulation.budget import check_budget, estimate_run, estimate_verify
+from simulator.simulation.simulate import simulate
 
 
 def test_deep_yaml_file_is_refused_with_its_key_path(write_file):
@@ -125,9 +125,9 @@ def test_verify_with_a_million_devices_is_refused(invoke_cli):
 def test_verify_of_a_graph_too_large_to_execute_is_refused_with_its_gflop(invoke_cli):
     # an operator graph runs at the shapes it gives (two 4096^2 images through three
     # convolutions): 2 x (forward + backward) contractions, estimated before anything runs
-    from simulator.budget import estimate_verify_gflop
-    from simulator.schedule.model_program import graph_model_flops
-    from simulator.sharding.model_graph import planned_graph
+    from simulator.models.model_graph import planned_graph
+    from simulator.program.model_program import graph_model_flops
+    from simulator.simulation.budget import estimate_verify_gflop
 
     sc = load_scenario("seed-hw-split-large-images", []).scenario
     graph, _ = planned_graph(sc)
@@ -206,10 +206,10 @@ def test_vocabulary_not_split_by_tensor_is_an_input_error(invoke_cli):
 
 def test_the_cli_defaults_are_the_budgets():
     # simulator.cli.run writes the limits again to keep `shardsim --help` from importing the
-    # scenario schema; they must stay the ones simulator.budget applies
+    # scenario schema; they must stay the ones simulator.simulation.budget applies
     import importlib
 
-    from simulator import budget
+    from simulator.simulation import budget
 
     run = importlib.import_module("simulator.cli.run")  # (simulator.cli.run is the command)
     for name in ("DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "DEFAULT_MAX_VERIFY_GFLOP",

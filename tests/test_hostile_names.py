@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fs_faults import read_only_run
 
-from simulator.resources import resolve_yaml
+from simulator.config.resources import resolve_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 LONG = "a" * 300

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from simulator.resources import resolve_yaml
-from simulator.yamlio import MAX_FILE_BYTES, MAX_NODES, load_yaml_text
+from simulator.config.resources import resolve_yaml
+from simulator.config.yamlio import MAX_FILE_BYTES, MAX_NODES, load_yaml_text
 
 TINY = resolve_yaml("tiny-cpu", "scenarios").read_text()
 LAUGHS = "".join(
@@ -101,7 +101,7 @@ def test_too_many_nodes_are_refused(invoke_cli, write_file):
 
 def test_syntax_errors_read_the_same_with_or_without_libyaml(write_file, monkeypatch):
     """libyaml parses where PyYAML has it; its errors are given as the Python parser's."""
-    from simulator import yamlio
+    from simulator.config import yamlio
 
     path = write_file("bad.yaml", "a: [1, 2\nb: 3\n")
     with pytest.raises(Exception) as fast:

@@ -10,13 +10,13 @@ import shutil
 
 import pytest
 
-from simulator.hardware import load_profile
+from simulator.config.hardware import load_profile
+from simulator.config.scenario import parse_scenario
 from simulator.report import write_report
 from simulator.report.chrome import TP_THREAD, chrome_trace
 from simulator.report.html import FIGURES
 from simulator.report.metrics import memory_timeline
-from simulator.scenario import parse_scenario
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
 
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser",
                                                "google-chrome")) if p), None)

@@ -10,18 +10,18 @@ from typing import Any
 import pytest
 import yaml
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.cost.specs import ComputeSpec
 from simulator.errors import InputError
-from simulator.hardware import load_profile
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.schedule.costs import CostModel
-from simulator.schedule.layout import rank_mesh
-from simulator.schedule.lowering import lower
-from simulator.schedule.model_program import graph_program, transformer_program
-from simulator.schedule.tasks_builder import Builder
+from simulator.lower.costs import CostModel
+from simulator.lower.layout import rank_mesh
+from simulator.lower.lowering import lower
+from simulator.lower.tasks_builder import Builder
+from simulator.program.model_program import graph_program, transformer_program
 from simulator.sharding.mesh import Mesh
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
 
 
 def _scenario(**parallel: Any):

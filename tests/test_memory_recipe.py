@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
+from simulator.config.scenario.schema import TransformerModel
+from simulator.lower.pipeline import schedule_steps
+from simulator.lower.state import model_state_bytes, state_bytes_per_param
 from simulator.planner.memory import estimate_memory, layer_bytes, layer_params, workload_of
 from simulator.planner.space import config_of
-from simulator.scenario.schema import TransformerModel
-from simulator.schedule.pipeline import schedule_steps
-from simulator.schedule.state import model_state_bytes, state_bytes_per_param
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
 
 NEMOTRON = "scenarios/validation/dgxc2411-h100-nemotron4-340b-bf16-128g.yaml"
 NEMOTRON_FP8 = "scenarios/validation/dgxc2411-h100-nemotron4-340b-fp8-128g.yaml"

@@ -3,13 +3,13 @@
 import pytest
 import yaml
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.cost.collectives import collective_time_s
 from simulator.cost.specs import ComputeSpec, GroupSpec
-from simulator.hardware import load_profile
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.schedule.model_program import transformer_program, uses_flash
-from simulator.simulate import simulate
+from simulator.program.model_program import transformer_program, uses_flash
+from simulator.simulation.simulate import simulate
 
 
 def _case(name, overrides=()):
@@ -129,7 +129,7 @@ def test_cross_node_rings_take_ll128_when_latency_dominates():
 
 def _fixed_costs(gemm_s, comm_s):
     """Every GEMM takes gemm_s, every other kernel 1 us, every collective comm_s."""
-    from simulator.schedule.costs import CostModel
+    from simulator.lower.costs import CostModel
 
     return CostModel(compute_s=lambda spec: gemm_s if spec.kind == "gemm" else 1e-6,
                      collective_s=lambda coll, nbytes, group: comm_s,
@@ -141,7 +141,7 @@ def test_tp_collectives_pipeline_against_their_gemm(gemm_s, comm_s):
     """Transformer Engine's default userbuffer methods: the all-gathers ring-exchange on
     the copy engines (one SM; exposed max(0, c - g)); the forward reduce-scatters are
     pipelined in 4 pieces on 16 SMs (exposed max(0, c - g) + min(c, g)/4)."""
-    from simulator.schedule.costs import price_ops
+    from simulator.lower.costs import price_ops
 
     s = _case("validation/r026-megatron-readme-table-gpt-32b-384g")
     sw = load_profile("h100-sxm").software

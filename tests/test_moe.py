@@ -14,24 +14,25 @@ import pytest
 import yaml
 from model_kinds import refusal
 
+from simulator.config.hardware import load_profile
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.graph.graph import Graph, GraphBuilder
 from simulator.graph.ops import KernelCtx, get_family
 from simulator.graph.ops import base as ops_base
 from simulator.graph.ops.moe import expert_capacity, gate_weights, route_tokens
-from simulator.hardware import load_profile
 from simulator.numeric.cases import build_case
 from simulator.numeric.execute import Faults
 from simulator.numeric.rulecheck import check_signature
-from simulator.numeric.verify import verify_case, verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.schedule.model_program import transformer_program
+from simulator.numeric.verify import verify_case
+from simulator.program.model_program import transformer_program
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Partial, Shard
 from simulator.sharding.plan import build_plan
 from simulator.sharding.rules import signatures
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 
 def _bundled(name: str, overrides=()):

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
-from simulator.schedule.costs import CostModel, price_ops
-from simulator.schedule.multicopy import multi_copy
+from simulator.lower.costs import CostModel, price_ops
+from simulator.lower.multicopy import multi_copy
 
 GROUPS = {"tp": GroupSpec(2, 1, 8)}
 OPS = (ComputeSpec("a", "gemm", 0.0, 0.0, "bf16"), CommSpec("x", "all_reduce", 1000.0, "tp"),

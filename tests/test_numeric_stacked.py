@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from test_rules_property import KINDS, _graph
 
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.graph.graph import GraphBuilder
 from simulator.numeric.cases import build_case
 from simulator.numeric.dist import DistTensor, distribute
@@ -21,12 +23,11 @@ from simulator.numeric.execute import Execution, Faults, run_microbatch
 from simulator.numeric.local import forward_blocks, vjp_blocks
 from simulator.numeric.rulecheck import random_inputs
 from simulator.numeric.stacked import stacked_kernel
-from simulator.numeric.verify import _data, _params, _run, _split_batch, verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
+from simulator.numeric.verify import _data, _params, _run, _split_batch
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import OpPlan, ShardingPlan, build_plan, grad_layouts
 from simulator.sharding.rules import signatures
+from simulator.simulation.verify import verify_scenario
 
 
 def _scenario(name: str, overrides=()):

@@ -1,4 +1,4 @@
-"""Offloading parameters and activations to the host (simulator/schedule/offload.py): bytes
+"""Offloading parameters and activations to the host (simulator/lower/offload.py): bytes
 per step in closed form, the exposed copy time out of the event engine against its closed
 form in the two simple regimes, and the direction of every effect (device memory down,
 host-link bytes up, time up when the copies cannot hide)."""
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from simulator.config.hardware import load_profile
+from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
-from simulator.hardware import load_profile
-from simulator.scenario import parse_scenario
-from simulator.schedule.costs import CostModel
-from simulator.schedule.model_program import transformer_program
-from simulator.simulate import simulate
+from simulator.lower.costs import CostModel
+from simulator.program.model_program import transformer_program
+from simulator.simulation.simulate import simulate
 
 LAYERS = 4
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
 from simulator.errors import InputError
-from simulator.numeric.verify import verify_scenario
-from simulator.schedule.model_program import unsharded_roles
-from simulator.simulate import simulate
+from simulator.program.model_program import unsharded_roles
+from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 # tiny-cpu: fp32 Adam (8 bytes of states per parameter), data 2 x tensor 2
 BASE = ["parallel.optimizer_shard=1"]

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
-from simulator.hardware.load import load_profile
-from simulator.hardware.usage import FIELD_USES, field_value, leaf_fields
+from simulator.config.hardware.load import load_profile
+from simulator.config.hardware.usage import FIELD_USES, field_value, leaf_fields
 
 FIELDS = list(leaf_fields())
 # a small transformer across 2 nodes of 2 devices (tensor 2 inside, data 2 across)

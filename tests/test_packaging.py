@@ -50,7 +50,7 @@ def test_wheel_declares_console_script(wheel_path):
 def test_unpacked_wheel_finds_bundled_files(wheel_path, tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel_path).extractall(site)
-    code = ("import simulator.resources as r; "
+    code = ("import simulator.config.resources as r; "
             "print(r.bundled_dir('scenarios')); "
             "print(r.resolve_yaml('gpt3-175b-1024-a100', 'scenarios')); "
             "print(len(r.list_bundled('hardware_profiles')))")
@@ -66,7 +66,7 @@ def test_unpacked_wheel_finds_bundled_files(wheel_path, tmp_path):
 
 
 def test_bundled_dir_prefers_bundled_copy(tmp_path, monkeypatch):
-    import simulator.resources as resources
+    import simulator.config.resources as resources
 
     pkg = tmp_path / "simulator"
     (pkg / "_bundled" / "scenarios").mkdir(parents=True)
@@ -77,7 +77,7 @@ def test_bundled_dir_prefers_bundled_copy(tmp_path, monkeypatch):
 
 
 def test_source_tree_uses_repository_folders():
-    from simulator.resources import bundled_dir
+    from simulator.config.resources import bundled_dir
 
     if (REPO / "simulator" / "_bundled").exists():
         pytest.skip("a _bundled folder sits in the source tree")

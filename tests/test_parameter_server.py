@@ -10,10 +10,11 @@ import json
 
 import pytest
 
+from simulator.config.scenario import parse_scenario
 from simulator.numeric.cases import build_case
 from simulator.numeric.ps import PsRun, key_ranges
-from simulator.numeric.verify import verify_case, verify_scenario
-from simulator.scenario import parse_scenario
+from simulator.numeric.verify import verify_case
+from simulator.simulation.verify import verify_scenario
 
 # a100-80gb: 8 x 200 Gb/s NICs per node for 8 GPUs, bus fraction 0.91, 14 us network step;
 # cpu-x86 server host: one 200 Gb/s NIC, bus fraction 0.91, 2 sockets x 307.2 GB/s x 0.8

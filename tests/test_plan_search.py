@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
 from simulator.planner import search as search_mod
 from simulator.planner.capacity import pareto_front, target_time_s
 from simulator.planner.memory import estimate_memory, workload_of

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.api import load_hardware, load_scenario
+from simulator.config.scenario.schema import TransformerModel
 from simulator.planner.memory import (
     Workload,
     estimate_memory,
@@ -14,7 +15,6 @@ from simulator.planner.memory import (
     workload_of,
 )
 from simulator.planner.space import Config, SpaceLimits, apply_config, config_of, enumerate_space
-from simulator.scenario.schema import TransformerModel
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +121,7 @@ AGREE = [
 
 @pytest.mark.parametrize("name, cfg", AGREE, ids=[f"{n}:{c}" for n, c in AGREE])
 def test_memory_estimate_matches_simulator(name, cfg):
-    from simulator.simulate import simulate
+    from simulator.simulation.simulate import simulate
 
     loaded = load_scenario(name, [])
     sc, hw = loaded.scenario, load_hardware(loaded)

@@ -17,19 +17,19 @@ import numpy as np
 import pytest
 import yaml
 
+from simulator.config.framework.load import framework_for
+from simulator.config.hardware import load_profile
+from simulator.config.resources import list_bundled, resolve_yaml
+from simulator.config.scenario import DTYPE_BYTES, parse_scenario
 from simulator.cost.specs import CommSpec, ComputeSpec
-from simulator.framework.apply import fp8_recipe
-from simulator.framework.load import framework_for
 from simulator.graph.builders import GptDims
-from simulator.hardware import load_profile
+from simulator.lower.framework_apply import fp8_recipe
+from simulator.models import transformer_plan
 from simulator.numeric.cases import build_case
 from simulator.numeric.dist import distribute
 from simulator.numeric.execute import Execution, run_microbatch
 from simulator.numeric.verify import _opt_layout, reduce_grad
-from simulator.resources import list_bundled, resolve_yaml
-from simulator.scenario import DTYPE_BYTES, parse_scenario
-from simulator.schedule.model_program import transformer_program
-from simulator.sharding import transformer_plan
+from simulator.program.model_program import transformer_program
 from simulator.sharding.lower import local_shapes
 from simulator.sharding.plan import build_plan
 

@@ -6,14 +6,14 @@ import dataclasses
 import pytest
 import yaml
 
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
-from simulator.numeric.verify import verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
+from simulator.models.model_graph import propagated
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.model_graph import propagated
 from simulator.sharding.plan import Strategy, _resolve
+from simulator.simulation.verify import verify_scenario
 
 
 def _scenario(name, overrides=()):
@@ -123,9 +123,9 @@ def test_costs_are_bus_bytes_and_local_input_bytes():
     not every device must be used) reads 192 B after an all-gather of the 192 B result,
     half of it sent: 288 B."""
     from simulator.graph.graph import GraphBuilder
-    from simulator.planner.propagate import propagate
-    from simulator.planner.propagate_explain import explain
     from simulator.sharding.notation import from_axis_choices
+    from simulator.sharding.propagate.explain import explain
+    from simulator.sharding.propagate.search import propagate
 
     b = GraphBuilder()
     b.tensor("x", (8, 4), "input")

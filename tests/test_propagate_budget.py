@@ -1,16 +1,17 @@
 """Sharding propagation refuses, before working, a mesh it cannot search in seconds: one
-mesh axis more multiplies the signatures it enumerates (`budget.estimate_signatures`) and the
-(rank + 2)^k layouts each redistribution search may visit (`budget.estimate_propagation`)."""
+mesh axis more multiplies the signatures it enumerates (`limits.estimate_signatures`) and the
+(rank + 2)^k layouts each redistribution search may visit (`limits.estimate_propagation`)."""
 
 from __future__ import annotations
 
-from simulator.budget import (
+from simulator.api import load_scenario
+from simulator.limits import (
     DEFAULT_MAX_LAYOUT_PAIRS,
     DEFAULT_MAX_SIGNATURES,
     estimate_propagation,
     estimate_signatures,
 )
-from simulator.cli._common import load_scenario
+from simulator.models.model_graph import _mesh_key
 
 REMEDY = ("give model.mesh with fewer, larger axes (each of more than one device multiplies "
           "the count), use fewer devices, or write the strategies (parallel.mode=semi_auto)")
@@ -23,9 +24,10 @@ def _head(nodes: int) -> str:
 def test_the_estimates_are_their_closed_forms():
     s = load_scenario("seed-c-propagate", []).scenario
     # 3 sources of a rank-4 shape, 2 of a rank-2 one, on 2 x 1 x 2: k = 2 axes of >1 device
-    est = estimate_propagation(s, {(8, 4, 6, 6): 3, (8, 10): 2}, (2, 1, 2))
+    key = _mesh_key(s, (2, 1, 2))
+    est = estimate_propagation(key, {(8, 4, 6, 6): 3, (8, 10): 2}, (2, 1, 2))
     assert (est.count, est.key) == (3 * 6 ** 2 + 2 * 4 ** 2, "cluster.nodes")
-    assert estimate_signatures(s, [8, 5], (2, 1, 2)).count == 8 ** 3 + 5 ** 3
+    assert estimate_signatures(key, [8, 5], (2, 1, 2)).count == 8 ** 3 + 5 ** 3
 
 
 def _last_line(invoke_cli, nodes: int) -> str:

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli._common import load_scenario
+from simulator.api import load_scenario
+from simulator.models.model_graph import propagated
 from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.model_graph import propagated
 from simulator.sharding.placement import B, Broadcast, P, Shard
 from simulator.sharding.redistribute import (
     COMM_KINDS,

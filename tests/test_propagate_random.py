@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from simulator.graph.graph import Graph, GraphBuilder
-from simulator.planner.propagate import build_problem
-from simulator.planner.propagate_solvers import NotATree, solve_dp, solve_greedy, solve_ilp
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
+from simulator.sharding.propagate.search import build_problem
+from simulator.sharding.propagate.solvers import NotATree, solve_dp, solve_greedy, solve_ilp
 
 MESHES = [Mesh.of(x=2), Mesh.of(x=4), Mesh.of(x=2, y=2)]
 
@@ -142,8 +142,8 @@ def _scenario_data(rng: random.Random, shape: str, mesh: Mesh) -> dict:
 @pytest.mark.parametrize("i", range(6))
 def test_propagated_random_graphs_verify(i):
     """Whatever propagation chooses computes what one device computes."""
-    from simulator.numeric.verify import verify_scenario
-    from simulator.scenario import parse_scenario
+    from simulator.config.scenario import parse_scenario
+    from simulator.simulation.verify import verify_scenario
 
     rng = random.Random(100 + i)
     data = _scenario_data(rng, ("chain", "tree", "dag")[i % 3], MESHES[i % len(MESHES)])
@@ -153,7 +153,7 @@ def test_propagated_random_graphs_verify(i):
 def test_ilp_forbids_an_impossible_pair_instead_of_pricing_it():
     """(0, 0) and (1, 1) cannot be redistributed (inf); of the others, (1, 0) costs 3 and
     (0, 1) costs 5 + 1."""
-    from simulator.planner.propagate_solvers import _ilp
+    from simulator.sharding.propagate.solvers import _ilp
 
     node = {0: np.array([0.0, 0.0]), 1: np.array([0.0, 5.0])}
     edges = {(0, 1): np.array([[np.inf, 1.0], [3.0, np.inf]])}
@@ -166,7 +166,7 @@ def test_the_solver_banner_stays_off_stdout():
     import subprocess
     import sys
 
-    code = ("import numpy as np\nfrom simulator.planner.propagate_solvers import _ilp\n"
+    code = ("import numpy as np\nfrom simulator.sharding.propagate.solvers import _ilp\n"
             "print(_ilp({0: np.array([1.0, 0.0])}, {}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)

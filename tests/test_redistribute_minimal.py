@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.config.hardware import load_profile
 from simulator.cost.collectives import busbw_factor
-from simulator.hardware import load_profile
 from simulator.numeric.dist import apply_step, assemble, distribute, replica_mismatch
 from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh

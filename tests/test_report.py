@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from simulator.hardware import load_profile
+from simulator.config.hardware import load_profile
+from simulator.config.scenario import parse_scenario
 from simulator.report import format_table, summary, write_report
-from simulator.scenario import parse_scenario
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
 
 
 @pytest.fixture(scope="module")

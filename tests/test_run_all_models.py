@@ -4,13 +4,13 @@ a graph model's run prices exactly the collectives its sharding plan inserts."""
 import pytest
 import yaml
 
-from simulator.hardware import load_profile
+from simulator.config.hardware import load_profile
+from simulator.config.resources import list_bundled, resolve_yaml
+from simulator.config.scenario import parse_scenario
+from simulator.config.scenario.dataset import dataset_choice
+from simulator.program.model_program import graph_program
 from simulator.report import summary
-from simulator.resources import list_bundled, resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.scenario.dataset import dataset_choice
-from simulator.schedule.model_program import graph_program
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
 
 KEYS = {"scenario", "devices", "iteration_time_s", "samples_per_s", "tokens_per_s",
         "model_flops_per_iteration", "tflops_per_device", "mfu", "hfu", "breakdown_s",

@@ -1,4 +1,4 @@
-"""Every result says what was simulated: `config` in `run --json` (CONTRACT.md section 3),
+"""Every result says what was simulated: `config` in `run --json` (docs/contract.md section 3),
 the same in the table and report.html; `--set hardware=` keeps the scenario's framework, or
 says which stack it took when the scenario leaves that to the profile."""
 
@@ -8,7 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
-from simulator.resources import resolve_yaml
+from simulator.config.resources import resolve_yaml
 
 LLAMA = "llama2-70b-64-h100"
 LLAMA_CONFIG = {

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from simulator.config.resources import bundled_dir, list_bundled
+from simulator.config.scenario import parse_scenario, resolve_hardware, split_overrides
+from simulator.config.yamlio import apply_overrides, parse_override, read_yaml_file
 from simulator.errors import InputError
-from simulator.resources import bundled_dir, list_bundled
-from simulator.scenario import parse_scenario, resolve_hardware, split_overrides
-from simulator.yamlio import apply_overrides, parse_override, read_yaml_file
 
 # (id, raw file content, expected message)
 FILE_CASES = [
@@ -207,7 +207,7 @@ def test_override_does_not_touch_input(tiny_scenario_data):
 @pytest.mark.parametrize("name", ["gpt3-175b-1024-a100", "llama2-70b-64-h100",
                                   "llama2-7b-8-ascend910b", "tiny-cpu"])
 def test_bundled_scenario_is_valid(name):
-    from simulator.resources import bundled_dir
+    from simulator.config.resources import bundled_dir
 
     path = bundled_dir("scenarios") / f"{name}.yaml"
     s = parse_scenario(read_yaml_file(path), str(path))
@@ -223,7 +223,7 @@ def test_every_bundled_scenario_parses(name):
 
 
 def test_gpt3_scenario_is_the_contract_example():
-    from simulator.resources import bundled_dir
+    from simulator.config.resources import bundled_dir
 
     path = bundled_dir("scenarios") / "gpt3-175b-1024-a100.yaml"
     s = parse_scenario(read_yaml_file(path), "gpt3.yaml")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from simulator.errors import InputError
-from simulator.schedule.buckets import grad_buckets
-from simulator.schedule.pipeline import SCHEDULES, schedule_steps
-from simulator.schedule.state import model_state_bytes
+from simulator.lower.buckets import grad_buckets
+from simulator.lower.pipeline import SCHEDULES, schedule_steps
+from simulator.lower.state import model_state_bytes
 
 
 def test_1f1b_warms_up_with_p_minus_i_minus_1_forwards():

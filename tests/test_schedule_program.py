@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from simulator.config.scenario import parse_scenario
 from simulator.cost.specs import CommSpec
-from simulator.scenario import parse_scenario
-from simulator.schedule.flops import iteration_flops
-from simulator.schedule.model_program import transformer_program
-from simulator.schedule.program import comm_ops, compute_ops, saved_bytes, total_flops
+from simulator.program.flops import iteration_flops
+from simulator.program.model_program import transformer_program
+from simulator.program.program import comm_ops, compute_ops, saved_bytes, total_flops
 
 S, B, H, A = 512, 2, 1024, 16
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from simulator.graph.builders import GptDims, build_gpt
 from simulator.graph.graph import GraphBuilder
+from simulator.models.transformer_plan import apply_transformer_plan
 from simulator.numeric.dist import apply_step, assemble, distribute
 from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
@@ -17,7 +18,6 @@ from simulator.sharding.placement import B, P, Shard, dual, parse_placement
 from simulator.sharding.plan import build_plan
 from simulator.sharding.redistribute import plan_redistribution, step_kind
 from simulator.sharding.rules import signatures, signatures_1d
-from simulator.sharding.transformer_plan import apply_transformer_plan
 
 
 @pytest.fixture

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
+from simulator.config.hardware import load_profile
+from simulator.config.scenario import parse_scenario
 from simulator.cost import compute_time_s
-from simulator.hardware import load_profile
+from simulator.lower.costs import CostModel
+from simulator.lower.state import optimizer_spec
+from simulator.program.model_program import transformer_program
+from simulator.program.program import compute_ops
 from simulator.report import summary
 from simulator.report.chrome import chrome_trace
-from simulator.scenario import parse_scenario
-from simulator.schedule.costs import CostModel
-from simulator.schedule.model_program import transformer_program
-from simulator.schedule.program import compute_ops
-from simulator.schedule.state import optimizer_spec
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
 
 
 @pytest.fixture(scope="module")

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from sim_cases import assert_same_summary, small_gpt
 
+from simulator.config.hardware import load_profile
 from simulator.engine.core import run
 from simulator.engine.steady import splice
 from simulator.errors import InputError
-from simulator.hardware import load_profile
+from simulator.lower.costs import CostModel
+from simulator.lower.lowering import lower
+from simulator.program.model_program import transformer_program
 from simulator.report import summary
-from simulator.schedule.costs import CostModel
-from simulator.schedule.lowering import lower
-from simulator.schedule.model_program import transformer_program
-from simulator.simulate import GPIPE_SHORT, simulate
+from simulator.simulation.simulate import GPIPE_SHORT, simulate
 
 
 @pytest.fixture(scope="module")
@@ -166,9 +166,9 @@ def test_random_gpipe_plans_extend_exactly_or_not_at_all(a100, seed):
 def test_a_sweep_row_of_gpipe_equals_run():
     """The sweep extends GPipe (and leaves out the critical path); its row holds the
     figures `run --json` reports for the same overrides, every micro-batch simulated."""
-    from simulator.cli._common import load_hardware, load_scenario
+    from simulator.api import load_hardware, load_scenario
+    from simulator.config.resources import resolve_yaml
     from simulator.planner.sweep import ROW_METRICS, SweepSpec, evaluate, expand, parse_grid
-    from simulator.resources import resolve_yaml
 
     # tiny-cpu as a 2-stage pipeline of 2 data-parallel replicas, 20 micro-batches each
     fixed = ("parallel.pipeline=2", "parallel.tensor=1", "training.global_batch_size=80")

@@ -11,22 +11,22 @@ from typing import Any
 import pytest
 from sim_cases import assert_same_summary, small_gpt
 
-from simulator.budget import (
+from simulator.config.hardware import load_profile
+from simulator.engine.core import run
+from simulator.engine.steady import splice
+from simulator.errors import InputError
+from simulator.lower.costs import CostModel
+from simulator.lower.lowering import lower
+from simulator.lower.pipeline import steady_window
+from simulator.program.model_program import transformer_program
+from simulator.report import summary
+from simulator.simulation.budget import (
     DEFAULT_MAX_EVENTS,
     estimate_every_micro_batch,
     estimate_run,
     shortened_run,
 )
-from simulator.engine.core import run
-from simulator.engine.steady import splice
-from simulator.errors import InputError
-from simulator.hardware import load_profile
-from simulator.report import summary
-from simulator.schedule.costs import CostModel
-from simulator.schedule.lowering import lower
-from simulator.schedule.model_program import transformer_program
-from simulator.schedule.pipeline import steady_window
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
 
 
 @pytest.fixture(scope="module")

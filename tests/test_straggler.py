@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 import simulator
 from simulator.cli import app
+from simulator.config.hardware.cluster import with_nic
+from simulator.config.hardware.load import load_profile
 from simulator.cost import collective_time_s, send_recv_time_s
-from simulator.hardware.cluster import with_nic
-from simulator.hardware.load import load_profile
 
 STRAGGLER = "straggler-dp16-a100"
 MIXED = "mixed-a100-h100-pp2"
@@ -88,7 +88,7 @@ def test_slow_nic_adds_the_all_reduce_difference():
     base = sim(STRAGGLER, off, "cluster.slow=[]")
     slow = sim(STRAGGLER, off, "cluster.slow=[{devices: [3], nic: 0.5}]")
     hw, group = load_profile("a100-80gb"), None
-    from simulator.schedule.layout import rank_mesh
+    from simulator.lower.layout import rank_mesh
 
     group = rank_mesh(base.scenario).groups()["dp"]
     half = with_nic(hw, hw.inter_node.nic_bandwidth_Gbps * 0.5)
@@ -192,7 +192,7 @@ def test_cluster_rules(value, key, message):
 def test_plan_keeps_the_stragglers_of_its_own_cluster():
     """The planner's configurations keep `cluster.slow` (and node kinds, jitter) on the
     scenario's own devices, and refuse a resized cluster by name rather than drop them."""
-    from simulator.cli._common import load_scenario
+    from simulator.api import load_scenario
     from simulator.errors import InputError
     from simulator.planner.space import Config, apply_config, config_of
 

@@ -14,13 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
+from simulator.api import load_hardware, load_scenario
 from simulator.cli import app
-from simulator.cli._common import load_hardware, load_scenario
+from simulator.config.resources import resolve_yaml
 from simulator.errors import InputError
 from simulator.planner.sweep import SweepSpec, expand, parse_grid, sweep_into
 from simulator.planner.sweep_exec import RayExecutor, SerialExecutor
-from simulator.resources import resolve_yaml
-from simulator.simulate import simulate
+from simulator.simulation.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 # tiny-cpu: data 2 x tensor 2, global batch 8; parallel.tensor=3 is rejected (4 heads, and

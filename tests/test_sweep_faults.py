@@ -22,13 +22,13 @@ from filelock import FileLock
 from fs_faults import read_only_run
 from typer.testing import CliRunner
 
-import simulator
+import simulator._version
 from simulator.cli import app
+from simulator.config.resources import resolve_yaml
 from simulator.errors import InputError
 from simulator.planner.sweep import SweepSpec, parse_grid, sweep_into
 from simulator.planner.sweep_exec import LocalExecutor, SerialExecutor, make_executor
 from simulator.report import sweep_journal
-from simulator.resources import resolve_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -220,7 +220,7 @@ def test_an_edited_scenario_is_refused_unless_forced(tmp_path, tiny_whole):
 
 def test_another_shardsim_version_is_refused_unless_forced(tmp_path, monkeypatch):
     sweep_into(_spec(), tmp_path, SerialExecutor())
-    monkeypatch.setattr(simulator, "__version__", "99.0")
+    monkeypatch.setattr(simulator._version, "__version__", "99.0")
     with pytest.raises(InputError, match=r"shardsim's version changed since the sweep began "
                        r"\(shardsim_version 0\.1\.0 in .*sweep\.json, now 99\.0\)"):
         sweep_into(_spec(), tmp_path, SerialExecutor(), resume=True)

@@ -8,10 +8,11 @@ from __future__ import annotations
 import pytest
 
 import simulator.planner.sweep as sweep_mod
+from simulator.config.resources import resolve_yaml
+from simulator.lower import stages
 from simulator.planner.sweep import SweepSpec, parse_grid, sweep_into
 from simulator.planner.sweep_exec import SerialExecutor
-from simulator.resources import resolve_yaml
-from simulator.schedule import model_program, stages
+from simulator.program import model_program
 
 # GPT-3 175B on pipeline 4 x data 32, 512 samples: 16 or 8 micro-batches, so 1F1B with 16
 # is extended from shortened steady states, the other runs simulated in full
@@ -62,7 +63,7 @@ class _Only:
                                    "parallel.comm_fusion.bucket_mb=400",
                                    "training.global_batch_size=768"])
 def test_a_program_is_shared_only_where_its_inputs_agree(other):
-    from simulator.cli._common import load_scenario
+    from simulator.api import load_scenario
 
     base = load_scenario("gpt3-175b-1024-a100", []).scenario
     same = load_scenario("gpt3-175b-1024-a100", [other]).scenario
@@ -80,8 +81,8 @@ def test_a_program_is_shared_only_where_its_inputs_agree(other):
 def test_the_optimizer_threshold_is_part_of_the_program_key():
     """The program reads optimizer_shard (the threshold applies only to a sharded
     optimizer): configurations that differ there must not share a program."""
-    from simulator.cli._common import load_hardware, load_scenario
-    from simulator.schedule.model_program import memoised_programs, transformer_program
+    from simulator.api import load_hardware, load_scenario
+    from simulator.program.model_program import memoised_programs, transformer_program
 
     store: dict = {}
     progs = []

@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from simulator.cli import app
+from simulator.config.resources import resolve_yaml
 from simulator.planner.sweep import SweepSpec, parse_grid, sweep_into
 from simulator.planner.sweep_exec import SerialExecutor
 from simulator.report.sweep_table import MAX_SERIES, best_series
-from simulator.resources import resolve_yaml
 
 GPT3 = "gpt3-175b-1024-a100"  # data 8 x tensor 8 x pipeline 16 on 1024 devices
 GRID = ("parallel.pipeline=4,8", "parallel.schedule=gpipe,1f1b",

@@ -16,21 +16,22 @@ import pytest
 import yaml
 from model_kinds import refusal, stderr_of
 
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.cost.collectives import busbw_factor
 from simulator.cost.specs import CommSpec
 from simulator.errors import InputError
 from simulator.graph.builders import GptDims
+from simulator.lower.layout import rank_mesh
+from simulator.models.transformer_plan import planned_transformer
 from simulator.numeric.cases import build_case
 from simulator.numeric.execute import Faults
-from simulator.numeric.verify import verify_case, verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
-from simulator.schedule.layout import rank_mesh
-from simulator.schedule.model_program import transformer_program
+from simulator.numeric.verify import verify_case
+from simulator.program.model_program import transformer_program
 from simulator.sharding.placement import Shard
 from simulator.sharding.plan import build_plan
 from simulator.sharding.redistribute import moved_bytes
-from simulator.sharding.transformer_plan import planned_transformer
+from simulator.simulation.verify import verify_scenario
 
 TINY = "tp2d-tiny-verify"
 BIG = "tp2d-gpt-32b-64-h100"
@@ -193,8 +194,8 @@ def test_run_places_both_axes_and_prices_the_closed_form():
 def test_a_device_computes_at_the_pace_of_its_whole_grid():
     """A tensor-parallel group runs in lock step: under full fidelity a device's compute
     scope is its x * y grid (both axes), not one axis of it."""
-    from simulator.hardware import load_profile
-    from simulator.heterogeneous import Cluster
+    from simulator.config.hardware import load_profile
+    from simulator.simulation.heterogeneous import Cluster
 
     s = _bundled(TINY, ["cluster.slow=[{devices: [3], compute: 0.5}]"])
     costs = Cluster(s, load_profile(s.hardware), "full", None).costs

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 import yaml
 
+from simulator.config.framework import load_framework
+from simulator.config.framework.schema import Software, UnfusedPass
+from simulator.config.resources import bundled_dir
+from simulator.config.scenario import parse_scenario
 from simulator.cost.specs import ComputeSpec
 from simulator.errors import InputError
-from simulator.framework import load_framework
-from simulator.framework.schema import Software, UnfusedPass
-from simulator.resources import bundled_dir
-from simulator.scenario import parse_scenario
-from simulator.schedule.model_program import transformer_program
-from simulator.schedule.unfused import unfused_elements, unfused_ops
+from simulator.program.model_program import transformer_program
+from simulator.program.unfused import unfused_elements, unfused_ops
 
 H, HEADS, KV, F, S, B = 1024, 16, 4, 2816, 512, 2
 

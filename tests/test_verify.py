@@ -7,11 +7,11 @@ import sys
 import pytest
 import yaml
 
+from simulator.config.resources import resolve_yaml
+from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.numeric.execute import Faults
-from simulator.numeric.verify import verify_scenario
-from simulator.resources import resolve_yaml
-from simulator.scenario import parse_scenario
+from simulator.simulation.verify import verify_scenario
 
 
 def _scenario(name: str, overrides=()):

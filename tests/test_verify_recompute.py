@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_scenario
-from simulator.numeric.verify import verify_scenario
-from simulator.schedule.model_program import recomputed_ops
+from simulator.api import load_scenario
+from simulator.program.model_program import recomputed_ops
+from simulator.simulation.verify import verify_scenario
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +63,8 @@ def test_op_level_sac_keeps_the_odd_matmuls_and_the_fused_attention():
 
 def test_op_level_sac_is_priced_as_the_matmuls_it_reruns():
     # the fused qkv kernel reruns its key projection's share, kv / (heads + 2 kv) = 2 / 8
-    from simulator.framework import load_framework
-    from simulator.schedule.model_program import transformer_program
+    from simulator.config.framework import load_framework
+    from simulator.program.model_program import transformer_program
 
     sc = load_scenario("tiny-cpu", _SAC).scenario
     prog = transformer_program(sc, load_framework("torchtitan").software)

@@ -12,14 +12,15 @@ import signal
 import numpy as np
 import pytest
 
-from simulator.cli._common import load_scenario
+from simulator.api import load_scenario
 from simulator.numeric import kept
 from simulator.numeric.cases import build_case
 from simulator.numeric.dist import distribute
 from simulator.numeric.execute import Execution, Faults, run_microbatch
 from simulator.numeric.reference import Beside
-from simulator.numeric.verify import _data, _params, verify_scenario
+from simulator.numeric.verify import _data, _params
 from simulator.sharding.plan import build_plan
+from simulator.simulation.verify import verify_scenario
 
 
 def _sc(name: str, *sets: str):

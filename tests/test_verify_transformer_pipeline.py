@@ -11,14 +11,15 @@ from typing import Any
 
 import pytest
 
-from simulator.hardware import load_profile
+from simulator.config.hardware import load_profile
+from simulator.config.scenario.load import parse_scenario
+from simulator.config.scenario.schema import Scenario
 from simulator.numeric.cases import build_case
 from simulator.numeric.execute import Faults
-from simulator.numeric.pipeline import SendFaults, transformer_split
-from simulator.numeric.verify import verify_scenario
-from simulator.scenario.load import parse_scenario
-from simulator.scenario.schema import Scenario
-from simulator.simulate import simulate
+from simulator.numeric.pipeline import SendFaults
+from simulator.simulation.simulate import simulate
+from simulator.simulation.stage_split import transformer_split
+from simulator.simulation.verify import verify_scenario
 
 
 def _gpt(pipeline: int, layers: int = 4, data: int = 1, tensor: int = 2, micro: int = 2,

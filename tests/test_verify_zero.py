@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.cli._common import load_scenario
+from simulator.api import load_scenario
 from simulator.numeric.cases import build_case
 from simulator.numeric.execute import Faults
-from simulator.numeric.verify import verify_case, verify_scenario
+from simulator.numeric.verify import verify_case
+from simulator.simulation.verify import verify_scenario
 
 
 @pytest.fixture(scope="module", params=["verify-tiny-dp8", "verify-tiny-dp2-tp4-sp"])

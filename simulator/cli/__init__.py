@@ -1,4 +1,4 @@
-"""The `shardsim` command line (CONTRACT.md section 1): argument parsing and exit codes only.
+"""The `shardsim` command line (docs/contract.md section 1): argument parsing and exit codes only.
 
 Exit status: 0 success; 1 infeasible (`run --strict`) or a failed check (`verify`); 2 bad
 input, with a message on stderr naming the file and dotted key; 3 an internal error.

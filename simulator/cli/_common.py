@@ -13,7 +13,6 @@ import os
 import sys
 import unicodedata
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -23,9 +22,8 @@ from simulator.errors import InfeasibleError, InputError, ShardsimError
 
 __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL",
-    "LoadedScenario", "guarded", "fail", "emit_json", "to_jsonable", "load_scenario",
-    "check_overrides", "stderr_console", "stdout_console", "load_hardware", "load_checked",
-    "make_out_dir", "shorten",
+    "guarded", "fail", "emit_json", "to_jsonable", "load_scenario", "stderr_console",
+    "stdout_console", "load_checked", "make_out_dir", "printable",
 ]
 
 EXIT_OK = 0
@@ -58,7 +56,7 @@ _SCENARIO_OVERRIDES: list[str] = []
 
 
 def _blamed(exc: InputError) -> InputError:
-    from simulator.yamlio import blame_override
+    from simulator.config.yamlio import blame_override
 
     if not _SCENARIO_OVERRIDES or " with --set " in exc.source:
         return exc
@@ -135,75 +133,46 @@ def stdout_console(out: IO[str]) -> Any:
     return Console(file=out, highlight=False, width=wide, markup=False)
 
 
-def check_overrides(overrides: Sequence[str]) -> None:
-    """InputError for the first `--set` item that is not KEY=VALUE with a dotted key."""
-    from simulator.yamlio import parse_override
+def load_scenario(arg: str, overrides: Sequence[str]) -> Any:
+    """`api.load_scenario`, remembering the command's scenario overrides so that a later
+    InputError is blamed on the `--set` of its key (`guarded`)."""
+    from simulator import api
+    from simulator.config.scenario import split_overrides
 
-    for item in overrides:
-        parse_override(item)
-
-
-@dataclass(frozen=True)
-class LoadedScenario:
-    """A validated scenario, the profile file it names, and the `hardware.` overrides."""
-
-    scenario: Any
-    hardware_path: Path
-    hardware_overrides: list[str]
-    stem: str
-    overrides: tuple[str, ...] = ()
-    path: Path | None = None  # the scenario file
+    loaded = api.load_scenario(arg, overrides)
+    _SCENARIO_OVERRIDES[:] = list(split_overrides(overrides)[0])
+    return loaded
 
 
-def _short_list(names: list[str]) -> str:
-    """Top-level names in full, each subfolder as `folder/* (N)`, to keep messages short."""
-    top = [n for n in names if "/" not in n]
-    folders: dict[str, int] = {}
-    for n in names:
-        if "/" in n:
-            folders[n.split("/")[0]] = folders.get(n.split("/")[0], 0) + 1
-    return ", ".join(top + [f"{f}/* ({k})" for f, k in folders.items()]) or "(none)"
+def load_checked(arg: str, overrides: Sequence[str]) -> tuple[Any, Any]:
+    """The scenario, its hardware profile and the checks `run` and `verify` share."""
+    from simulator import api
+
+    loaded = load_scenario(arg, overrides)
+    hw = api.load_hardware(loaded)
+    api.check_supported(loaded, hw)
+    return loaded, hw
 
 
-def _scenario_path(arg: str) -> tuple[Path, str]:
-    """The file SCENARIO names and how messages call it; InputError when there is none."""
-    from simulator.resources import is_file, list_bundled, resolve_yaml
-    from simulator.yamlio import did_you_mean
-
-    long = [p for p in Path(arg).parts if len(os.fsencode(p)) > NAME_MAX_BYTES]
-    if long:
-        raise InputError(shorten(arg), "", f"a name of {len(os.fsencode(long[0])):,} bytes; "
-                         f"a file system allows at most {NAME_MAX_BYTES}")
-    path = resolve_yaml(arg, "scenarios")
-    if path is None:
-        names = list_bundled("scenarios")
-        hint = did_you_mean(arg, names)
-        raise InputError(shorten(arg), "", f"no such file or bundled scenario{hint}; bundled: "
-                         f"{_short_list(names)} (`shardsim scenarios` lists them)")
-    shown = arg if is_file(Path(arg)) else f"scenarios/{arg}.yaml"
-    return path, shown
+_NAME_MAX_BYTES = 255  # a file or folder name, on every common file system
+_MAX_OUT_DEPTH = 64  # folders in an --out path; a real one has a dozen
 
 
-NAME_MAX_BYTES = 255  # a file or folder name, on every common file system
-MAX_OUT_DEPTH = 64  # folders in an --out path; a real one has a dozen
-
-
-def shorten(text: str, keep: int = 80) -> str:
-    """`text` cut to `keep` characters for a message (a 4,000-character path is unreadable)."""
+def _shorten(text: str, keep: int = 80) -> str:
     return text if len(text) <= keep else f"{text[:keep - 30]}...{text[-27:]}"
 
 
 def make_out_dir(out: Path) -> Path:
     """Create `--out` (and its parents), or InputError saying why it cannot be: a name no
     file system holds, a path nested too deep, a file in its place, a read-only folder."""
-    shown = shorten(str(out))
-    long = [p for p in out.parts if len(os.fsencode(p)) > NAME_MAX_BYTES]
+    shown = _shorten(str(out))
+    long = [p for p in out.parts if len(os.fsencode(p)) > _NAME_MAX_BYTES]
     if long:
         raise InputError("--out", shown, f"a folder name of {len(os.fsencode(long[0])):,} "
-                         f"bytes; a file system allows at most {NAME_MAX_BYTES}")
-    if len(out.parts) > MAX_OUT_DEPTH:
+                         f"bytes; a file system allows at most {_NAME_MAX_BYTES}")
+    if len(out.parts) > _MAX_OUT_DEPTH:
         raise InputError("--out", shown, f"{len(out.parts):,} folders deep; at most "
-                         f"{MAX_OUT_DEPTH}")
+                         f"{_MAX_OUT_DEPTH}")
     try:
         if out.exists() and not out.is_dir():
             raise InputError("--out", shown, "is a file; expected a folder (new or existing)")
@@ -214,81 +183,3 @@ def make_out_dir(out: Path) -> Path:
     if not os.access(out, os.W_OK):
         raise InputError("--out", shown, "the folder is read-only; choose a writable one")
     return out
-
-
-def load_scenario(arg: str, overrides: Sequence[str]) -> LoadedScenario:
-    """Read and validate SCENARIO (a path or a bundled name) with `--set` overrides. The
-    file is read (and a hostile one refused) before the validation code is imported."""
-    from simulator.yamlio import read_yaml_file
-
-    check_overrides(overrides)
-    path, shown = _scenario_path(arg)
-    data = read_yaml_file(path, shown)
-    from simulator.scenario import parse_scenario, resolve_hardware, split_overrides
-
-    scen_o, hw_o = split_overrides(overrides)
-    scenario = parse_scenario(data, shown, scen_o)
-    hw_path = resolve_hardware(scenario, path.parent, scen_o)
-    _SCENARIO_OVERRIDES[:] = list(scen_o)
-    return LoadedScenario(scenario, hw_path, hw_o, path.stem, tuple(overrides), path)
-
-
-def load_hardware(loaded: LoadedScenario) -> Any:
-    """The scenario's hardware profile with the `--set hardware.KEY=VALUE` overrides; an
-    error caused by one of them names it."""
-    from simulator.hardware.load import load_profile
-    from simulator.yamlio import blame_override
-
-    try:
-        return load_profile(str(loaded.hardware_path), loaded.hardware_overrides)
-    except InputError as err:
-        raise blame_override(err, loaded.hardware_overrides, "hardware.") from None
-
-
-def check_supported(loaded: LoadedScenario, hw: Any) -> None:
-    """What `run` refuses and a scenario alone cannot tell, checked the same way for every
-    command: a dtype the device has no peak for. (Offloads that are not simulated are a
-    scenario rule, simulator.scenario.rules.)"""
-    from simulator.framework.load import framework_for
-
-    scenario = loaded.scenario
-    dtype = scenario.model.dtype
-    framework_for(scenario, hw)  # a framework: that is no framework profile, before any work
-    err = _no_peak(hw, dtype)
-    if err is not None:
-        raise InputError(err.source, err.key, f"{err.message} (the scenario's model.dtype "
-                         f"is {dtype})")
-    if scenario.cluster.node_types is None:
-        return
-    from simulator.hardware.cluster import cluster_hardware
-
-    # every node kind loads and runs the model's dtype, for `verify` as for `run`
-    cluster = cluster_hardware(scenario, hw)
-    first_node = 0
-    for i, t in enumerate(scenario.cluster.node_types):
-        prof = cluster.profiles[cluster.kind[first_node * scenario.cluster.devices_per_node]]
-        first_node += t.nodes
-        err = _no_peak(prof, dtype)
-        if err is not None:
-            raise InputError(scenario.source, f"cluster.node_types[{i}].hardware",
-                             f"{err.message} (the scenario's model.dtype is {dtype})")
-
-
-def _no_peak(hw: Any, dtype: str) -> InputError | None:
-    """The profile's own refusal of `dtype` when it has no peak for it, else None."""
-    if hw.has_dtype(dtype):
-        return None
-    try:
-        hw.peak_flops_per_s(dtype)
-    except InputError as err:
-        return err
-    return None
-
-
-def load_checked(arg: str, overrides: Sequence[str]) -> tuple[LoadedScenario, Any]:
-    """The scenario, its hardware profile, and the checks `run` and `verify` share (an
-    error names the `--set` that caused it: `guarded`)."""
-    loaded = load_scenario(arg, overrides)
-    hw = load_hardware(loaded)
-    check_supported(loaded, hw)
-    return loaded, hw

@@ -1,4 +1,4 @@
-"""`shardsim comm`: the time of one collective, like nccl-tests (CONTRACT.md sections 1, 4)."""
+"""`shardsim comm`: the time of one collective, like nccl-tests (docs/contract.md sections 1, 4)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["comm", "parse_bytes"]
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30,
           "gib": 2**30, "t": 2**40, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9,
           "tb": 10**12}
-# Bounds a real system could have (as the scenario's, simulator/scenario/schema.py): a
+# Bounds a real system could have (as the scenario's, simulator/config/scenario/schema.py): a
 # buffer of at most 16 TiB (2^44 bytes, ~50x the largest device memory), at most 100,000
 # devices in a group and 1,024 in a node.
 MAX_BYTES = 2**44
@@ -43,8 +43,8 @@ def parse_bytes(text: str) -> int:
 
 
 def _profile_path(ref: str) -> Any:
-    from simulator.resources import list_bundled, resolve_yaml
-    from simulator.yamlio import did_you_mean
+    from simulator.config.resources import list_bundled, resolve_yaml
+    from simulator.config.yamlio import did_you_mean
 
     path = resolve_yaml(ref, "hardware_profiles")
     if path is None:
@@ -90,8 +90,8 @@ def comm(
 ) -> None:
     """Time one collective on a hardware profile: algorithm, time, algbw and busbw."""
     with guarded() as stdout:
+        from simulator.config.yamlio import did_you_mean
         from simulator.cost.specs import COLLECTIVES
-        from simulator.yamlio import did_you_mean
 
         if collective not in COLLECTIVES:
             raise InputError("COLLECTIVE", "", f"found {collective!r}; allowed: "
@@ -105,8 +105,8 @@ def comm(
         if devices_per_node is not None and devices_per_node > MAX_PER_NODE:
             raise InputError("--devices-per-node", "", f"found {devices_per_node}; expected "
                              f"at most {MAX_PER_NODE:,} (a range a real system could have)")
+        from simulator.config.hardware.load import load_profile
         from simulator.cost.collectives import comm_benchmark
-        from simulator.hardware.load import load_profile
 
         hw = load_profile(str(_profile_path(hardware)), [])
         per_node = _devices_per_node(devices, devices_per_node, hw)

@@ -1,6 +1,6 @@
 """`shardsim explain`: the plan sharding propagation chooses for an operator graph (graph,
 mlp, resnet), per operator: the signature, the two best alternatives and their costs, and
-the configured operator the choice came from (simulator/planner/propagate_explain.py)."""
+the configured operator the choice came from (simulator/sharding/propagate/search_explain.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ __all__ = ["explain"]
 
 
 def _report(s: Any) -> dict[str, Any]:
-    from simulator.planner.propagate_explain import explain as explain_plan
-    from simulator.sharding.model_graph import propagated
+    from simulator.models.model_graph import propagated
+    from simulator.sharding.propagate.explain import explain as explain_plan
 
     prop = propagated(s)
     return {"scenario": s.name, "search": s.parallel.search, "mesh": str(prop.problem.mesh),

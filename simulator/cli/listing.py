@@ -56,10 +56,10 @@ SetOpt = Annotated[list[str] | None, typer.Option(
 
 def _profile_fields(name: str, overrides: list[str], json_out: bool, out: IO[str]) -> None:
     """Every field of one profile: value, source (file, default, --set), what reads it."""
-    from simulator.cli._common import check_overrides
-    from simulator.hardware.load import load_profile, raw_profile
-    from simulator.hardware.usage import field_rows
-    from simulator.yamlio import blame_override
+    from simulator.api import check_overrides
+    from simulator.config.hardware.load import load_profile, raw_profile
+    from simulator.config.hardware.usage import field_rows
+    from simulator.config.yamlio import blame_override
 
     check_overrides(overrides)
     # `hardware.KEY=V` as `run --set` spells it is the same field (was "hardware: unknown key")
@@ -88,7 +88,7 @@ def profiles(name: NameArg = None, json_out: JsonOpt = False, overrides: SetOpt 
     """List the bundled hardware profiles with their key figures; with NAME, every field of
     that profile with its source."""
     with guarded() as stdout:
-        from simulator.hardware.load import list_profiles, profile_summary
+        from simulator.config.hardware.load import list_profiles, profile_summary
 
         if name is not None:
             _profile_fields(name, overrides or [], json_out, stdout)
@@ -111,8 +111,8 @@ def profiles(name: NameArg = None, json_out: JsonOpt = False, overrides: SetOpt 
 def _scenario_row(name: str) -> dict[str, Any]:
     """Name, title, hardware and device count of a bundled scenario, read without
     validation so one broken file does not hide the others."""
-    from simulator.resources import bundled_dir
-    from simulator.yamlio import load_yaml_text
+    from simulator.config.resources import bundled_dir
+    from simulator.config.yamlio import load_yaml_text
 
     path = bundled_dir("scenarios") / f"{name}.yaml"
     try:
@@ -134,7 +134,7 @@ def _mapping(value: Any) -> dict[str, Any]:
 def scenarios(json_out: JsonOpt = False) -> None:
     """List the bundled scenarios (run one with `shardsim run NAME`)."""
     with guarded() as stdout:
-        from simulator.resources import list_bundled
+        from simulator.config.resources import list_bundled
 
         rows = [_scenario_row(name) for name in list_bundled("scenarios")]
         if json_out:

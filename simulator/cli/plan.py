@@ -8,7 +8,6 @@ target up to --max-devices; 2 bad input; 130 interrupted (what was ranked is pri
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -20,98 +19,23 @@ from simulator.cli._common import (
     EXIT_OK,
     emit_json,
     guarded,
-    load_hardware,
     load_scenario,
     stderr_console,
 )
 from simulator.cli.run import JsonOpt, ScenarioArg, SetOpt
-from simulator.errors import InputError
+from simulator.planner.requests import (
+    at_most,
+    check_model,
+    check_request,
+    cluster_for,
+    options_for,
+    positive,
+)
 
 __all__ = ["plan"]
 
 EXIT_INTERRUPTED = 130
 
-
-# the most devices a scenario may have (parallel degrees and nodes: scenario.schema.Degree)
-MAX_PLAN_DEVICES = 100_000
-
-
-def _positive(flag: str, value: float | None, kind: str = "a finite number > 0") -> None:
-    if value is not None and not (value > 0 and math.isfinite(value)):
-        raise InputError(flag, "", f"found {value:g}; expected {kind}")
-
-
-def _at_most(flag: str, value: int | None, limit: int = MAX_PLAN_DEVICES) -> None:
-    if value is not None and value > limit:
-        raise InputError(flag, "", f"found {value}; expected at most {limit:,} devices (a "
-                         "range a real system could have)")
-
-
-def _check(devices: int | None, nodes: int | None, target: float | None,
-           tokens: float | None, days: float | None, objective: str) -> None:
-    """InputError for the first bad or conflicting option."""
-    from simulator.planner.search import OBJECTIVES
-
-    if objective not in OBJECTIVES:
-        raise InputError("--objective", "", f"found '{objective}'; expected one of "
-                         f"{', '.join(OBJECTIVES)}")
-    if devices is not None and nodes is not None:
-        raise InputError("--nodes", "", "cannot be combined with --devices; give one of them")
-    for flag, count in (("--devices", devices), ("--nodes", nodes)):
-        _positive(flag, count, "an integer >= 1")
-    _at_most("--devices", devices)
-    for flag, val in (("--target-time", target), ("--tokens", tokens), ("--days", days)):
-        _positive(flag, val)
-    if (tokens is None) != (days is None):
-        given, other = ("--tokens", "--days") if days is None else ("--days", "--tokens")
-        raise InputError(given, "", f"needs {other} too (the target is tokens in days)")
-    if target is not None and tokens is not None:
-        raise InputError("--target-time", "", "cannot be combined with --tokens/--days; "
-                         "give one target")
-    if (target is not None or tokens is not None) and (devices or nodes):
-        raise InputError("--devices" if devices else "--nodes", "", "cannot be combined with "
-                         "a target (--target-time, --tokens/--days), which finds the devices")
-
-
-def _cluster(scenario: Any, devices: int | None, nodes: int | None) -> tuple[int, int]:
-    """(devices, devices per node) to plan for; InputError when they do not make nodes."""
-    per_node = scenario.cluster.devices_per_node
-    if nodes is not None:
-        _at_most("--nodes", nodes * per_node)
-        return nodes * per_node, per_node
-    n = devices or scenario.devices
-    if n > per_node and n % per_node:
-        raise InputError("--devices", "", f"found {n}; expected at most or a multiple of "
-                         f"cluster.devices_per_node={per_node} (whole nodes)")
-    return n, min(per_node, n)
-
-
-def _check_model(scenario: Any) -> None:
-    if getattr(scenario.model, "type", "") != "transformer":
-        raise InputError(scenario.source, "model.type", f"found '{scenario.model.type}'; "
-                         "`plan` searches transformer models (supported: transformer)")
-    if getattr(scenario.model, "moe", None) is not None:
-        # the search space (planner/space.py) has no expert degree and its memory and time
-        # estimates count dense layers: refuse rather than rank configurations wrongly
-        raise InputError(scenario.source, "model.moe", "a mixture of experts is not searched "
-                         "by `plan` yet (its space has no expert-parallel degree); compare "
-                         "configurations with `shardsim sweep` over parallel.expert "
-                         "(supported: dense transformers)")
-    if scenario.parallel.context > 1:
-        # likewise no context-parallel degree in the space: refuse rather than rank
-        # configurations of another device count
-        raise InputError(scenario.source, "parallel.context", f"{scenario.parallel.context} "
-                         "is not searched by `plan` yet (its space has no context-parallel "
-                         "degree); compare configurations with `shardsim sweep` over "
-                         "parallel.context (supported: 1)")
-    nd = scenario.parallel.tensor_nd
-    if nd is not None:
-        # nor a 2-D or 3-D tensor-parallel layout: its configurations would keep the grid of
-        # another tensor degree
-        raise InputError(scenario.source, "parallel.tensor_nd", f"{nd} is not searched "
-                         "by `plan` yet (its space has 1-D "
-                         "tensor parallel only); compare with `shardsim run --set "
-                         "parallel.tensor_nd=null` (supported: null)")
 
 
 @contextlib.contextmanager
@@ -133,20 +57,6 @@ def _progress(quiet: bool) -> Iterator[Any]:
             bar.update(task, description=phase, completed=done, total=max(total, 1))
 
         yield update
-
-
-def _options(objective: str, top: int, max_mb: int, max_v: int, max_zero: int) -> Any:
-    from simulator.planner.search import SearchOptions
-    from simulator.planner.space import SpaceLimits
-
-    for flag, val in (("--top", top), ("--max-micro-batch", max_mb),
-                      ("--max-virtual-stages", max_v)):
-        _positive(flag, val, "an integer >= 1")
-    if max_zero not in range(4):
-        raise InputError("--max-optimizer-shard", "", f"found {max_zero}; expected 0, 1, 2 "
-                         "or 3 (the highest ZeRO stage tried)")
-    return SearchOptions(objective=objective, top_k=top,
-                         limits=SpaceLimits(max_mb, max_v, max_zero))
 
 
 def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
@@ -288,14 +198,16 @@ def plan(
     """Search parallel configurations: the best on a cluster, or the fewest devices for a
     target."""
     with guarded() as stdout:
-        _check(devices, nodes, target_time, tokens, days, objective)
-        _positive("--price-per-device-hour", price)
-        opts = _options(objective, top, max_micro_batch, max_virtual_stages,
+        check_request(devices, nodes, target_time, tokens, days, objective)
+        positive("--price-per-device-hour", price)
+        opts = options_for(objective, top, max_micro_batch, max_virtual_stages,
                         max_optimizer_shard)
-        _positive("--max-devices", max_devices, "an integer >= 1")
-        _at_most("--max-devices", max_devices)
+        positive("--max-devices", max_devices, "an integer >= 1")
+        at_most("--max-devices", max_devices)
         loaded = load_scenario(scenario, overrides or [])
-        _check_model(loaded.scenario)
+        check_model(loaded.scenario)
+        from simulator.api import load_hardware
+
         hw = load_hardware(loaded)
         out_dir = out if out is not None or json_out else Path("reports") / f"{loaded.stem}-plan"
         if target_time is not None or tokens is not None:
@@ -310,7 +222,7 @@ def plan(
             report = _target_mode(loaded, hw, target_time, per_node, max_devices, opts,
                                   price, out_dir, False)
         else:
-            n, per_node = _cluster(loaded.scenario, devices, nodes)
+            n, per_node = cluster_for(loaded.scenario, devices, nodes)
             report = _devices_mode(loaded, hw, n, per_node, opts, price, out_dir, False)
         if json_out:
             emit_json(report, stdout)

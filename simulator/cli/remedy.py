@@ -36,9 +36,9 @@ def candidates(scenario: Any) -> list[list[str]]:
 
 def _try(loaded: Any, hw: Any, sets: list[str], fidelity: str) -> tuple[float, float] | None:
     """(iteration seconds, peak bytes) with `sets` applied, when it is valid and fits."""
-    from simulator.budget import estimate_run
-    from simulator.scenario import parse_scenario
-    from simulator.simulate import simulate
+    from simulator.config.scenario import parse_scenario
+    from simulator.simulation.budget import estimate_run
+    from simulator.simulation.simulate import simulate
 
     data = loaded.scenario.model_dump(exclude={"source"})
     try:

@@ -1,4 +1,4 @@
-"""`shardsim run` and `shardsim verify`: one scenario in, a result out (CONTRACT.md 1, 3, 5)."""
+"""`shardsim run` and `shardsim verify`: one scenario in, a result out (docs/contract.md 1,3,5)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ JsonOpt = Annotated[bool, typer.Option(
     "--json", metavar="", help="Print exactly one JSON object on stdout and nothing else.")]
 
 
-# the defaults of simulator.budget, written here so that `shardsim --help` stays light
+# the defaults of simulator.simulation.budget, written here so that `shardsim --help` stays light
 DEFAULT_MAX_EVENTS = 500_000
 DEFAULT_MAX_VERIFY_DEVICES = 1024
 DEFAULT_MAX_VERIFY_GFLOP = 20
@@ -53,7 +53,7 @@ MaxEventsOpt = Annotated[int, typer.Option(
 def _check_work(loaded: Any, est: Any, limit: int, unit: str, flag: str) -> None:
     """Refuse work above `limit` (the error names the `--set` that set the driving key:
     `guarded`)."""
-    from simulator.budget import check_budget
+    from simulator.simulation.budget import check_budget
 
     check_budget(est, limit, loaded.scenario.source, unit, flag)
 
@@ -75,8 +75,8 @@ def _progress(text: str) -> Any:
 
 
 def _verify_with_progress(scenario: Any, software: Any, hw: Any = None) -> Any:
-    from simulator.budget import estimate_verify
-    from simulator.numeric.verify import verify_scenario
+    from simulator.simulation.budget import estimate_verify
+    from simulator.simulation.verify import verify_scenario
 
     with _progress(f"verifying {scenario.name} on {estimate_verify(scenario).count} "
                    "numpy devices"):
@@ -87,9 +87,9 @@ def _verify_with_progress(scenario: Any, software: Any, hw: Any = None) -> Any:
 def _simulate(scenario: Any, hw: Any, fidelity: str, max_events: int = DEFAULT_MAX_EVENTS
               ) -> tuple[Any, dict[str, Any]]:
     """Simulate and summarise, with a progress bar on stderr."""
-    from simulator.budget import estimate_run
     from simulator.report import summary
-    from simulator.simulate import simulate
+    from simulator.simulation.budget import estimate_run
+    from simulator.simulation.simulate import simulate
 
     events = estimate_run(scenario, fidelity).count
     with _progress(f"simulating {scenario.name} on {scenario.devices} devices "
@@ -105,8 +105,8 @@ def _with_notes(loaded: Any, hw: Any, result: Any, summ: dict[str, Any]
     each also printed on stderr."""
     import dataclasses
 
-    from simulator.overrides import override_notes, stack_notes
     from simulator.report import summary
+    from simulator.simulation.overrides import override_notes, stack_notes
 
     notes = stack_notes(loaded, hw)
     if loaded.hardware_overrides:
@@ -160,7 +160,7 @@ def run(
     """Simulate one training iteration: time, breakdown, memory, communication."""
     with guarded() as stdout:
         loaded, hw = load_checked(scenario, overrides or [])
-        from simulator.budget import estimate_run  # after the input is read and checked
+        from simulator.simulation.budget import estimate_run  # after the input is checked
 
         _check_work(loaded, estimate_run(loaded.scenario, fidelity.value), max_events,
                     "events to simulate", "--max-events")
@@ -217,7 +217,11 @@ def verify(
 ) -> None:
     """Execute the sharded plan on virtual numpy devices and compare with one device."""
     with guarded() as stdout:
-        from simulator.budget import estimate_verify, estimate_verify_gb, estimate_verify_gflop
+        from simulator.simulation.budget import (
+            estimate_verify,
+            estimate_verify_gb,
+            estimate_verify_gflop,
+        )
 
         loaded, hw = load_checked(scenario, overrides or [])
         _check_work(loaded, estimate_verify(loaded.scenario), max_devices, "numpy devices to run",
@@ -228,14 +232,14 @@ def verify(
             work = estimate(loaded.scenario)
             if work is not None:
                 _check_work(loaded, work, limit, unit, flag)
-        from simulator.framework.load import framework_for
+        from simulator.config.framework.load import framework_for
 
         software = framework_for(loaded.scenario, hw).software
         res = _verify_with_progress(loaded.scenario, software, hw)
         if res.shrunk_note:
             sys.stderr.write(f"note: {res.shrunk_note}\n")
         report = res.to_dict()
-        from simulator.schedule.offload import verify_note
+        from simulator.lower.offload import verify_note
 
         placed = verify_note(loaded.scenario)  # offload / host placement: what was checked
         if placed:

@@ -20,8 +20,8 @@ def schema(
 
     Point an editor at it, e.g. `# yaml-language-server: $schema=scenario.schema.json`."""
     with guarded() as stdout:
-        from simulator.hardware.schema import HardwareProfile
-        from simulator.scenario.schema import Scenario
+        from simulator.config.hardware.schema import HardwareProfile
+        from simulator.config.scenario.schema import Scenario
 
         model = HardwareProfile if hardware else Scenario
         doc = model.model_json_schema(mode="validation")

@@ -11,7 +11,6 @@ import typer
 from simulator.cli._common import (
     EXIT_FAILED,
     EXIT_OK,
-    check_overrides,
     emit_json,
     fail,
     guarded,
@@ -32,9 +31,9 @@ class Executor(str, Enum):
 
 def _spec(scenario: str, grid: list[str], overrides: list[str], fidelity: str) -> Any:
     """The SweepSpec of the command line (or of a sweep file with a `sweep:` block)."""
-    from simulator.cli._common import _scenario_path
+    from simulator.api import scenario_path as _scenario_path
+    from simulator.config.yamlio import read_yaml_file
     from simulator.planner.sweep import SweepSpec, load_sweep_file, parse_grid
-    from simulator.yamlio import read_yaml_file
 
     path, shown = _scenario_path(scenario)
     data = read_yaml_file(path, shown)
@@ -42,6 +41,8 @@ def _spec(scenario: str, grid: list[str], overrides: list[str], fidelity: str) -
         ref, file_grid, fixed = load_sweep_file(path, data)
         path, shown = _scenario_path(ref)
         grid, overrides = file_grid + grid, fixed + overrides
+    from simulator.api import check_overrides
+
     check_overrides(overrides)
     if not grid:
         raise InputError("--grid", "", "nothing to sweep; give --grid KEY=V1,V2,... (or a "

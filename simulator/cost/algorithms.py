@@ -45,6 +45,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from simulator.config.hardware.schema import HardwareProfile
 from simulator.cost.links import (
     group_network_bandwidth,
     intra_bus_bandwidth,
@@ -52,7 +53,6 @@ from simulator.cost.links import (
     ring_link,
 )
 from simulator.cost.specs import GroupSpec
-from simulator.hardware.schema import HardwareProfile
 
 __all__ = ["Algorithm", "ALGORITHMS", "PROTOCOLS", "busbw_factor", "applicable",
            "protocols_of", "price", "Pricer"]

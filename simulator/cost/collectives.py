@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.config.hardware.schema import HardwareProfile
+from simulator.config.yamlio import did_you_mean
 from simulator.cost import algorithms as _algorithms
 from simulator.cost.algorithms import PROTOCOLS, applicable, busbw_factor, price, protocols_of
 from simulator.cost.links import (
@@ -23,8 +25,6 @@ from simulator.cost.links import (
 )
 from simulator.cost.specs import COLLECTIVES, GroupSpec
 from simulator.errors import InputError
-from simulator.hardware.schema import HardwareProfile
-from simulator.yamlio import did_you_mean
 
 __all__ = ["collective_time_s", "collective_cost", "collective_choice", "choose_algorithm",
            "Choice", "send_recv_time_s", "link_kind", "intra_bus_bandwidth",

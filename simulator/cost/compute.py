@@ -37,8 +37,8 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from simulator.config.hardware.schema import HardwareProfile
 from simulator.cost.specs import ComputeSpec
-from simulator.hardware.schema import HardwareProfile
 
 __all__ = ["compute_time_s", "gemm_efficiency", "compute_efficiency", "attention_fraction",
            "attention_seq_factor", "DTYPE_BYTES"]

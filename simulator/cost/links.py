@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
+from simulator.config.hardware.schema import HardwareProfile
 from simulator.cost.specs import GroupSpec
-from simulator.hardware.schema import HardwareProfile
 
 __all__ = ["intra_bus_bandwidth", "nic_share_bandwidth", "inter_bus_bandwidth",
            "group_network_bandwidth", "ring_link", "measured_bus_time"]

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simulator.config.hardware.schema import HardwareProfile
 from simulator.cost.links import inter_bus_bandwidth
-from simulator.hardware.schema import HardwareProfile
 
 __all__ = ["PsLinks", "ps_links", "transfer_s", "server_update_s", "OPTIMIZER_STATE_BYTES"]
 

@@ -1,4 +1,4 @@
-"""The SimPy model (see DESIGN.md, `engine`): `run(plan) -> Trace`. Only this package
+"""The SimPy model (see docs/design.md, `engine`): `run(plan) -> Trace`. Only this package
 imports simpy; a Trace holds plain tuples."""
 
 from simulator.engine.core import run, simpy_event_rate

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import sys
 
+from simulator.engine.tasks import Plan
 from simulator.engine.trace import Trace
-from simulator.schedule.tasks import Plan
 
 __all__ = ["cuts_needed"]
 

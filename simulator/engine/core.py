@@ -33,8 +33,8 @@ from collections.abc import Generator
 
 import simpy
 
+from simulator.engine.tasks import Plan, Task
 from simulator.engine.trace import Trace
-from simulator.schedule.tasks import Plan, Task
 
 __all__ = ["run", "simpy_event_rate"]
 

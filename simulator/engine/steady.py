@@ -2,7 +2,7 @@
 
 A pipeline schedule in its steady state repeats one period (`schedule.pipeline.
 steady_window`): a run of m + P micro-batches is the run of m with one more period on every
-stream. `simulator.simulate` extends a shortened run to the scenario's micro-batch count
+stream. `simulator.simulation.simulate` extends a shortened run to the scenario's micro-batch count
 only where the two simulated runs A (m micro-batches) and B (m + P) show exactly that, task
 by task, on every stream:
 
@@ -38,8 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 
+from simulator.engine.tasks import Plan, Task
 from simulator.engine.trace import Trace
-from simulator.schedule.tasks import Plan, Task
 
 __all__ = ["Splice", "splice"]
 

@@ -1,1 +1,1 @@
-"""graph layer (see DESIGN.md)."""
+"""graph layer (see docs/design.md)."""

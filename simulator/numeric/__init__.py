@@ -1,1 +1,1 @@
-"""numeric layer (see DESIGN.md)."""
+"""numeric layer (see docs/design.md)."""

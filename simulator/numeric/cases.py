@@ -12,17 +12,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.config.scenario.schema import GraphModel, Scenario, TransformerModel
 from simulator.graph.builders import GptDims, build_gpt
 from simulator.graph.graph import Graph
-from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
-from simulator.sharding.mesh import Mesh
-from simulator.sharding.model_graph import planned_graph, unplanned_graph
-from simulator.sharding.transformer_plan import (
+from simulator.models.model_graph import planned_graph, unplanned_graph
+from simulator.models.transformer_plan import (
     gpt_dims,
     planned_transformer,
     uses_flash,
     with_moe,
 )
+from simulator.sharding.mesh import Mesh
 
 __all__ = ["VerifyCase", "build_case", "staged_pipeline"]
 

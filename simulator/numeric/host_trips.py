@@ -24,13 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from simulator.graph.graph import Graph
 from simulator.numeric.dist import DistTensor
-from simulator.scenario.schema import Scenario
-from simulator.schedule.graph_stages import graph_units
 from simulator.sharding.plan import ShardingPlan
 
-__all__ = ["HostTrips", "host_trips"]
+__all__ = ["HostTrips"]
 
 
 @dataclass
@@ -86,13 +83,3 @@ class HostTrips:
         return (f"offload ({', '.join(what)}): {self.moved['d2h']:.0f} bytes went to the host "
                 f"and came back (all ranks, micro-batches run); the run continued with the "
                 f"copies")
-
-
-def host_trips(s: Scenario, graph: Graph) -> HostTrips | None:
-    """The round trips of an operator graph scenario's offload; None without one."""
-    off = s.parallel.offload
-    if not (off.parameters or off.activations):
-        return None
-    units = graph_units(s.model.type, [op.name for op in graph.ops])
-    acts = frozenset(n for u in units[:-1] for n in u) if off.activations else frozenset()
-    return HostTrips(off.parameters, acts)

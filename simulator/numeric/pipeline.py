@@ -37,8 +37,8 @@ from simulator.numeric.execute import (
 from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.plan import ShardingPlan
 
-__all__ = ["SendFaults", "StagedRun", "SendKey", "PipelineSplit", "stage_split",
-           "reference_sends", "transformer_split"]
+__all__ = ["SendFaults", "StagedRun", "SendKey", "PipelineSplit", "reference_sends",
+           "transformer_stage_of", "layer_count"]
 
 SendKey = tuple[str, int, int, str]  # (direction 'fwd' | 'bwd', from stage, to stage, tensor)
 
@@ -227,30 +227,6 @@ class StagedRun:
         return out
 
 
-def stage_split(scenario, hw=None, faults: SendFaults | None = None) -> PipelineSplit:
-    """{operator: virtual stage} of an mlp, resnet or graph scenario's pipeline, the split
-    `run` times: with the hardware profile `hw`, its stages exactly (a balanced split is
-    priced on `hw`); without one, the given split or units balanced by count."""
-    from simulator.schedule.costs import CostModel
-    from simulator.schedule.graph_stages import graph_units, split_units, stage_ops
-    from simulator.schedule.layout import rank_mesh
-    from simulator.schedule.model_program import graph_program
-    from simulator.schedule.stages import stage_work
-
-    gp = graph_program(scenario)
-    staged = gp.program.staged
-    assert staged is not None, "a pipeline's program is cut into units"
-    layout = rank_mesh(scenario, gp.mesh)
-    if hw is not None:
-        counts = tuple(w.layers for w in stage_work(scenario, gp.program, layout,
-                                                    CostModel.from_hardware(hw)))
-    else:
-        counts = split_units(scenario, staged, layout.virtual_stages, None)
-    units = graph_units(scenario.model.type, [op for u in staged.units for op in u.ops])
-    return PipelineSplit(stage_ops(scenario, units, counts), layout.pipeline,
-                         faults or SendFaults())
-
-
 def reference_sends(graph, stage_of: dict[str, int], params: dict[str, np.ndarray],
                     batch: dict[str, np.ndarray], loss_scale: float
                     ) -> dict[SendKey, np.ndarray]:
@@ -273,45 +249,20 @@ def _layer_of(op_name: str) -> int | None:
     return int(head[1:]) if dot and head[:1] == "l" and head[1:].isdigit() else None
 
 
-def _run_layers(scenario, chunks: int, hw) -> tuple[int, ...]:
-    """Layers of each virtual stage as `run` assigns them: `parallel.pipeline_layers`, or
-    the split `stage_work` prices on the profile `hw` (without one: an even split whose
-    remainder goes to the earliest stages, `stage_layers` with equal weights)."""
-    from simulator.schedule.stages import stage_layers, stage_work
-
-    p, m = scenario.parallel, scenario.model
-    unit = m.moe.every if m.moe else 1
-    if p.pipeline_layers is not None or hw is None:
-        return tuple(n * unit for n in stage_layers(scenario, chunks, 1.0, 0.0, 0.0, unit))
-    from simulator.framework.apply import fp8_recipe
-    from simulator.framework.load import framework_for
-    from simulator.schedule.costs import CostModel
-    from simulator.schedule.layout import rank_mesh
-    from simulator.schedule.model_program import transformer_program
-
-    fw = framework_for(scenario, hw)
-    prog = transformer_program(scenario, fw.software, hw.compute_units,
-                               fp8_recipe(scenario, fw))
-    return tuple(w.layers for w in stage_work(scenario, prog, rank_mesh(scenario),
-                                              CostModel.from_hardware(hw)))
-
-
-def transformer_split(scenario, graph, hw=None, faults: SendFaults | None = None
-                      ) -> PipelineSplit:
-    """{operator: virtual stage} of a transformer pipeline's verify graph (`build_gpt`):
-    the embedding with the first virtual stage's layers, the final norm, LM head and loss
-    with the last's (Megatron-LM's split). With the scenario's own layer count, its layers
-    as `run` assigns them (`_run_layers`); a shrunk model keeps one block of layers (one
-    MoE period) per virtual stage."""
-    p = scenario.parallel
-    chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    layers = {n for n in map(_layer_of, (op.name for op in graph.ops)) if n is not None}
-    counts = (_run_layers(scenario, chunks, hw) if len(layers) == scenario.model.layers
-              else (len(layers) // chunks,) * chunks)
+def transformer_stage_of(graph, counts: tuple[int, ...]) -> dict[str, int]:
+    """{operator: virtual stage} of a transformer pipeline's verify graph (`build_gpt`) whose
+    virtual stages hold `counts` layers: the embedding with the first virtual stage's
+    layers, the final norm, LM head and loss with the last's (Megatron-LM's split)."""
+    chunks = len(counts)
     bounds = np.cumsum(counts)
     stage_of = {}
     for op in graph.ops:
         layer = _layer_of(op.name)
         stage_of[op.name] = (0 if op.name.startswith("embed") else chunks - 1) \
             if layer is None else int(np.searchsorted(bounds, layer, side="right"))
-    return PipelineSplit(stage_of, p.pipeline, faults or SendFaults())
+    return stage_of
+
+
+def layer_count(graph) -> int:
+    """Transformer layers of a verify graph (`build_gpt`)."""
+    return len({n for n in map(_layer_of, (op.name for op in graph.ops)) if n is not None})

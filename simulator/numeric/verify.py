@@ -1,6 +1,6 @@
 """`shardsim verify`: run the sharded plan on virtual numpy devices and compare every op
 output (first micro-batch), every parameter gradient and every updated parameter with a
-single-device run of the whole global batch (CONTRACT.md section 5). The whole-batch
+single-device run of the whole global batch (docs/contract.md section 5). The whole-batch
 reference runs in a forked child beside the sharded run where that pays, and the first
 micro-batch's reference forward op by op beside the sharded one (`numeric.reference`)."""
 
@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from simulator.errors import InputError
 from simulator.graph.graph import Graph
-from simulator.numeric.cases import VerifyCase, build_case, staged_pipeline
+from simulator.numeric.cases import VerifyCase
 from simulator.numeric.compare import Check
 from simulator.numeric.compare import compare as _compare
 from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
@@ -30,34 +29,24 @@ from simulator.numeric.execute import (
     reduce_unless_skipped,
     run_microbatch,
 )
-from simulator.numeric.graph_recompute import graph_recompute
 from simulator.numeric.heap import kept_heap
-from simulator.numeric.host_trips import HostTrips, host_trips
+from simulator.numeric.host_trips import HostTrips
 from simulator.numeric.inputs import _data, _params, _split_batch
 from simulator.numeric.optimizer import update
 from simulator.numeric.pipeline import (
     PipelineSplit,
-    SendFaults,
     SendKey,
     StagedRun,
     reference_sends,
-    stage_split,
-    transformer_split,
 )
 from simulator.numeric.ps import PsRun, ps_step
 from simulator.numeric.reference import Beside, Streamed, fork_pays
 from simulator.numeric.stacked_offsets import clear_dropout_masks
-from simulator.scenario.schema import GraphModel, Scenario, TransformerModel
-from simulator.schedule.model_program import unsharded_roles
-from simulator.schedule.recompute_policy import SelectivePolicy, layer_role, recomputed_ops
-from simulator.sharding.graph_yaml import strategy_key
-from simulator.sharding.layout import LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Broadcast, Shard
 from simulator.sharding.plan import ShardingPlan, build_plan
-from simulator.sharding.rules import SignatureError
 
-__all__ = ["Check", "VerifyResult", "verify_scenario", "verify_case", "reduce_grad"]
+__all__ = ["Check", "VerifyResult", "verify_case", "reduce_grad"]
 
 
 @dataclass(frozen=True)
@@ -227,7 +216,7 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
 
     # the optimizer-sharding level (ZeRO stage; True counts as 1) of each parameter: 0 for
     # those the threshold keeps whole
-    levels = {n: 0 if layer_role(n) in unsharded else int(shard) for n in params}
+    levels = {n: 0 if n in unsharded else int(shard) for n in params}
     held = {n: ex.move(p, _opt_layout(plan, n, True), forward=False) if levels[n] >= 3 else p
             for n, p in params.items()}  # ZeRO-3 keeps shards (sliced locally: no transfer)
     def regather(n: str) -> Any:  # a recompute pass's gather of a ZeRO-3 shard
@@ -375,65 +364,3 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
         got.collectives["send_recv"] = stages.sends
         devices *= pipeline.stages
     return VerifyResult(name, devices, tuple(checks), notes, tol, got.collectives, phases)
-
-
-def _split(s: Scenario, case: VerifyCase, hw: Any, faults: SendFaults | None
-           ) -> PipelineSplit | None:
-    """Where each operator of the case runs when its pipeline stages run on devices of
-    their own; None where they run in sequence on one set of devices."""
-    if isinstance(s.model, TransformerModel):
-        return transformer_split(s, case.sharded, hw, faults) if staged_pipeline(s) else None
-    return None if s.parallel.pipeline == 1 else stage_split(s, hw, faults)
-
-
-def verify_scenario(s: Scenario, faults: Faults | None = None,
-                    fused_attention: bool = False, hw: Any = None,
-                    send_faults: SendFaults | None = None, fork: bool | None = None,
-                    selective: SelectivePolicy = "attention_core") -> VerifyResult:
-    """Verify a scenario's plan; InputError when its strategies cannot be planned.
-    `fused_attention`: the hardware profile's default for `model.attention: auto`, so that
-    verify proves the plan `run` times; `hw`: that profile, which prices the balanced split
-    of an mlp, resnet or graph pipeline as `run` does (without it: units balanced by
-    count). `send_faults`: mutations of those pipelines' sends (tests). `fork`: run the
-    whole-batch reference in a child process (None: where it pays, `reference.fork_pays`).
-    `selective`: what the stack's selective recompute re-runs (schedule.recompute_policy),
-    as `run` prices it."""
-    copies = s.parallel.overlap.copies
-    if copies > 1 and not isinstance(s.model, GraphModel):
-        # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
-        # after another, their gradients summed: verify executes exactly those slices
-        s = s.model_copy(update={"training": s.training.model_copy(update={
-            "micro_batch_size": s.training.micro_batch_size // copies})})
-    try:
-        case = build_case(s, fused_attention)
-        spec = s.parallel.parameter_server
-        ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
-        select = recomputed_ops(s.parallel.recompute, selective,
-                                s.model.ffn_activation == "swiglu") \
-            if isinstance(s.model, TransformerModel) else None
-        split = _split(s, case, hw, send_faults)
-        recompute = Recompute(select, s.parallel.recompute_comm.tensor,
-                              s.parallel.recompute_comm.optimizer) if select else None
-        if not isinstance(s.model, TransformerModel):
-            recompute = graph_recompute(s, case.sharded, split.stage_of if split else None)
-        result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
-                             s.parallel.optimizer_shard, faults, s.name, ps,
-                             recompute=recompute,
-                             unsharded=unsharded_roles(s, fused_attention)
-                             if isinstance(s.model, TransformerModel) else frozenset(),
-                             enable_alltoall=s.parallel.enable_alltoall,
-                             pipeline=split, host=None if isinstance(
-                                 s.model, TransformerModel) else host_trips(s, case.sharded),
-                             fork=fork)
-    except (SignatureError, LayoutError) as exc:
-        raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
-    if copies > 1 and not isinstance(s.model, GraphModel):
-        note = (f"multi-copy: each micro-batch ran as {copies} slices of "
-                f"{s.training.micro_batch_size}, one after another, gradients summed")
-        result = dataclasses.replace(result, notes=result.notes + (note,))
-    elif copies > 1:
-        result = dataclasses.replace(result, notes=result.notes + (
-            "multi-copy is not executed for an operator graph (its batch is its input "
-            "tensors): the plan was checked whole",))
-    return result
-

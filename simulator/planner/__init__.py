@@ -1,1 +1,1 @@
-"""planner layer (see DESIGN.md)."""
+"""planner layer (see docs/design.md)."""

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.config.scenario.schema import Scenario, TransformerModel
 from simulator.planner.search import Candidate, SearchOptions, SearchResult, search
-from simulator.scenario.schema import Scenario, TransformerModel
 
 __all__ = ["pareto_front", "target_time_s", "CapacityResult", "fewest_devices",
            "device_hours"]
@@ -66,7 +66,7 @@ def _floor_devices(scenario: Scenario, hw: Any, target_s: float) -> float:
     """Devices below which no configuration can meet `target_s`: an iteration's matrix
     FLOPs, at least 6 x parameters x tokens (forward 2, backward 4: Kaplan et al. 2020,
     sec. 2.1), over the target at every device's dense peak."""
-    from simulator.budget import _transformer_params
+    from simulator.simulation.budget import _transformer_params
 
     if not isinstance(scenario.model, TransformerModel):
         return 1.0

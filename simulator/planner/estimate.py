@@ -33,9 +33,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.planner.memory import Workload, layer_params
 from simulator.planner.space import Config
-from simulator.scenario.schema import DTYPE_BYTES, Scenario
 
 __all__ = ["LayerCosts", "Probes", "estimate_time"]
 
@@ -79,7 +79,7 @@ class Probes:
         self.simulations = 0
 
     def _time(self, cfg: Config, layers: int, micro: int) -> float:
-        from simulator.simulate import simulate
+        from simulator.simulation.simulate import simulate
 
         self.simulations += 1
         sc = _probe_scenario(self.base, cfg, layers, micro, self.per_node)

@@ -1,7 +1,7 @@
 """Closed-form peak memory of one device under a parallel configuration, in bytes.
 
 Used to prune the search space before any simulation. The accounting is the one
-CONTRACT.md section 3 states for `memory.by_category_bytes`:
+docs/contract.md section 3 states for `memory.by_category_bytes`:
 
 - model states (Rajbhandari et al. 2020, "ZeRO", Sec. 3.1 and Fig. 1): mixed-precision
   Adam keeps 2 + 2 + 12 bytes per parameter (16-bit weights, 16-bit gradients, fp32 master
@@ -40,11 +40,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.framework.load import framework_for
+from simulator.config.framework.load import framework_for
+from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
+from simulator.lower.state import framework_overhead_bytes, state_bytes_per_param
+from simulator.models.transformer_plan import uses_flash
 from simulator.planner.space import Config
-from simulator.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
-from simulator.schedule.state import framework_overhead_bytes, state_bytes_per_param
-from simulator.sharding.transformer_plan import uses_flash
 
 __all__ = ["Workload", "workload_of", "MemoryEstimate", "estimate_memory", "layer_bytes",
            "layer_params", "STATE_BYTES_PER_PARAM"]
@@ -69,11 +69,11 @@ class Workload:
     fusion_mode: str = "size"
     bucket_bytes: float = 25e6
     overheads: Any = None  # the framework profile's memory_overheads (None: none)
-    # parallel.offload.parameters / activations (simulator/schedule/offload.py): a layer's
+    # parallel.offload.parameters / activations (simulator/lower/offload.py): a layer's
     # weights or saved activations are on the device only around its compute
     offload_parameters: bool = False
     offload_activations: bool = False
-    state_dtype: str = "fp32"  # training.optimizer_dtype (simulator/schedule/state.py)
+    state_dtype: str = "fp32"  # training.optimizer_dtype (simulator/lower/state.py)
     # FP8 recipe: bytes of FP8 weight copies per parameter of an FP8 GEMM (the framework's
     # fp8.weight_copy_bytes_per_param, less the bf16 weight they replace with fp8_params)
     fp8_copy_bytes: float = 0.0
@@ -126,7 +126,7 @@ class MemoryEstimate:
 
 def _storage(m: TransformerModel) -> int:
     """Bytes of a stored element: an FP8 recipe keeps weights, gradients and activations
-    in bf16 (simulator/schedule/fp8.py) except the FP8 copies."""
+    in bf16 (simulator/program/fp8.py) except the FP8 copies."""
     return 2 if m.dtype == "fp8" else DTYPE_BYTES[m.dtype]
 
 
@@ -213,7 +213,7 @@ def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool
 
 def _fp8_share(m: TransformerModel, cfg: Config) -> float:
     """Share of the model's parameters that feed FP8 GEMMs (the layers'), applied to each
-    device's, as simulator/framework/apply.py counts the FP8 weight copies."""
+    device's, as simulator/lower/framework_apply.py counts the FP8 weight copies."""
     t, sp = cfg.tensor, cfg.sequence_parallel
     layers = m.layers * layer_params(m, t)
     rest = m.vocab_size // t * m.hidden_size * (2 if cfg.pipeline > 1 else 1)
@@ -278,7 +278,7 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
         # simulator does: in the estimate, not in the floor
         fp8_copies = st.params * copies / (d if z >= 3 else 1)
         # ZeRO-3 / FSDP holds the unit it computes whole and prefetches the next one
-        # (simulator/schedule/reduction.py, ShardedParameters): in the estimate, not in the
+        # (simulator/lower/reduction.py, ShardedParameters): in the estimate, not in the
         # floor (a unit is freed when its compute ends, not always at the activation peak)
         unit = layer_params(m, cfg.tensor) * e if z >= 3 and d > 1 else 0.0
         grads = st.params * w.grad_bytes / (d if z >= 2 else 1)

@@ -24,10 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from simulator.config.scenario.schema import Scenario
 from simulator.planner.estimate import Probes, estimate_time
 from simulator.planner.memory import MemoryEstimate, Workload, estimate_memory, workload_of
 from simulator.planner.space import Config, SpaceLimits, apply_config, enumerate_space
-from simulator.scenario.schema import Scenario
 
 __all__ = ["Evaluation", "Candidate", "SearchOptions", "SearchResult", "search",
            "simulate_config", "OBJECTIVES", "Progress"]
@@ -110,7 +110,7 @@ def simulate_config(scenario: Scenario, hw: Any, cfg: Config,
                     devices_per_node: int | None = None) -> Evaluation:
     """Run the event engine on `scenario` under configuration `cfg`."""
     from simulator.report import summary
-    from simulator.simulate import simulate
+    from simulator.simulation.simulate import simulate
 
     s = summary(simulate(apply_config(scenario, cfg, devices_per_node), hw, steady=True))
     mem = s["memory"]

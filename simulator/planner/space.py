@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.scenario.comm_rules import keeps_gathered_params, keeps_tensor_outputs
-from simulator.scenario.rule_helpers import fused_collectives
-from simulator.scenario.schema import CommFusionSpec, Scenario, TransformerModel
+from simulator.config.scenario.comm_rules import keeps_gathered_params, keeps_tensor_outputs
+from simulator.config.scenario.rule_helpers import fused_collectives
+from simulator.config.scenario.schema import CommFusionSpec, Scenario, TransformerModel
 
 __all__ = ["Config", "SpaceLimits", "enumerate_space", "apply_config", "divisors_of",
            "config_of", "RECOMPUTE"]
@@ -164,7 +164,7 @@ def apply_config(scenario: Scenario, cfg: Config, devices_per_node: int | None =
                  ) -> Scenario:
     """`scenario` run with configuration `cfg` (the cluster resized to its devices, nodes of
     `devices_per_node`, default the scenario's). Validated as a scenario file would be."""
-    from simulator.scenario.rules import check_rules
+    from simulator.config.scenario.rules import check_rules
 
     per_node = devices_per_node or scenario.cluster.devices_per_node
     devices = cfg.data * cfg.tensor * cfg.pipeline

@@ -3,7 +3,7 @@
     grid {key: values} --expand--> configs (index, overrides) --executor--> rows --sink-->
 
 `simulate` is a black box: each configuration is the scenario with its overrides applied by
-the same mechanism as `shardsim run --set` (`simulator.yamlio.apply_overrides`), so a sweep
+the same mechanism as `shardsim run --set` (`simulator.config.yamlio.apply_overrides`), so a sweep
 row equals the `run --json` of that command line. A row whose configuration is rejected
 (bad combination, an internal error) records the message and the sweep goes on.
 
@@ -27,18 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import InputError, ShardsimError
+from simulator.report.sweep_table import ROW_METRICS
 
 __all__ = ["SweepSpec", "Config", "ROW_METRICS", "parse_grid", "expand", "evaluate",
            "run_sweep", "sweep_into", "load_sweep_file"]
-
-# Metric columns of a row (floats; None when the configuration failed), after `index`,
-# `config`, one column per grid key (typed: SweepSpec.columns), `status`, `error` and `fits`
-# (peak memory within capacity; None when the configuration failed).
-ROW_METRICS: tuple[str, ...] = (
-    "iteration_time_s", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
-    "peak_memory_bytes", "capacity_bytes", "compute_s", "recompute_s", "comm_exposed_s",
-    "bubble_s", "offload_exposed_s", "optimizer_s", "comm_bytes_per_device")
-
 
 @dataclass(frozen=True)
 class SweepSpec:
@@ -76,7 +68,7 @@ class SweepSpec:
 
 
 def _scalar(text: str) -> Any:
-    from simulator.yamlio import parse_override
+    from simulator.config.yamlio import parse_override
 
     try:
         return parse_override(f"k={text}")[1]
@@ -119,7 +111,7 @@ def parse_grid(items: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """`['parallel.tensor=1,2,4', ...]` -> (('parallel.tensor', ('1', '2', '4')), ...).
 
     Each value is parsed later as YAML, as `--set` parses it; a key may appear once."""
-    from simulator.yamlio import parse_override
+    from simulator.config.yamlio import parse_override
 
     grid: dict[str, tuple[str, ...]] = {}
     for item in items:
@@ -148,15 +140,15 @@ def expand(spec: SweepSpec) -> list[Config]:
 
 @functools.lru_cache(maxsize=8)
 def _scenario_data(path: str, shown: str) -> dict[str, Any]:
-    from simulator.yamlio import read_yaml_file
+    from simulator.config.yamlio import read_yaml_file
 
     return read_yaml_file(Path(path), shown)
 
 
 @functools.lru_cache(maxsize=64)
 def _profile(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
-    from simulator.hardware.load import load_profile
-    from simulator.yamlio import blame_override
+    from simulator.config.hardware.load import load_profile
+    from simulator.config.yamlio import blame_override
 
     try:
         return load_profile(hw_path, hw_overrides)
@@ -174,7 +166,7 @@ def _costs(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
     `overlap_slowdown`, and rows differed from `run` by up to 2%)."""
     import dataclasses
 
-    from simulator.schedule.costs import CostModel
+    from simulator.lower.costs import CostModel
 
     base = CostModel.from_hardware(_profile(hw_path, hw_overrides))
     memo = functools.lru_cache(maxsize=None)
@@ -194,7 +186,7 @@ def with_data(spec: SweepSpec, overrides: tuple[str, ...]) -> tuple[str, ...]:
     over tensor*pipeline*context, where that divides and differs from the scenario's.
     Unchanged otherwise (an operator graph, or values validation refuses with its own
     message)."""
-    from simulator.yamlio import apply_overrides
+    from simulator.config.yamlio import apply_overrides
 
     keys = {o.partition("=")[0].strip() for o in overrides}
     if "parallel.data" in keys or not keys & _LAYOUT_KEYS:
@@ -219,7 +211,7 @@ def with_data(spec: SweepSpec, overrides: tuple[str, ...]) -> tuple[str, ...]:
 
 def _load(spec: SweepSpec, overrides: tuple[str, ...]) -> tuple[Any, str, tuple[str, ...]]:
     """(validated scenario, profile path, hardware overrides) of one configuration."""
-    from simulator.scenario import parse_scenario, resolve_hardware, split_overrides
+    from simulator.config.scenario import parse_scenario, resolve_hardware, split_overrides
 
     path = Path(spec.scenario_path)
     scen_o, hw_o = split_overrides(overrides)
@@ -257,9 +249,9 @@ def _collector_paused() -> Iterator[None]:
 def _simulated(spec: SweepSpec, overrides: tuple[str, ...]) -> dict[str, Any]:
     """The metrics of one configuration's simulation (its plan and trace are dropped on
     return, before the collector runs again: it then finds little left to scan)."""
+    from simulator.program.model_program import memoised_programs
     from simulator.report.summary import summary
-    from simulator.schedule.model_program import memoised_programs
-    from simulator.simulate import simulate
+    from simulator.simulation.simulate import simulate
 
     scenario, hw_path, hw_o = _load(spec, overrides)
     # simulated as `run` simulates it (the same steady-state extension and event limit),
@@ -303,7 +295,7 @@ def _warm(spec: SweepSpec, first: Config) -> None:
     them instead of each importing (most of a second) and loading its own. A failure is
     left to the configuration's row to report."""
     import simulator.report.summary  # noqa: F401
-    import simulator.simulate  # noqa: F401
+    import simulator.simulation.simulate  # noqa: F401
 
     try:
         _, hw_path, hw_o = _load(spec, with_data(spec, first.overrides))
@@ -403,7 +395,7 @@ def sweep_into(spec: SweepSpec, folder: Path | None, executor: Any, resume: bool
 def _manifest(spec: SweepSpec) -> dict[str, Any]:
     """The sweep's manifest with what its rows depend on besides the grid: the scenario
     file's content and the shardsim that simulated them."""
-    from simulator import __version__
+    from simulator._version import __version__
     from simulator.report.sweep_journal import scenario_sha256
 
     return {**spec.manifest(), "scenario_sha256": scenario_sha256(Path(spec.scenario_path)),

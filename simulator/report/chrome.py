@@ -27,8 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.engine.tasks import STREAMS
 from simulator.report.metrics import memory_timeline
-from simulator.schedule.tasks import STREAMS
 
 __all__ = ["chrome_trace", "TP_THREAD", "MAX_DEVICES"]
 

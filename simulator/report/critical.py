@@ -14,8 +14,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
+from simulator.engine.tasks import Plan
 from simulator.engine.trace import Trace
-from simulator.schedule.tasks import Plan
 
 __all__ = ["critical_path", "Pace", "pace"]
 

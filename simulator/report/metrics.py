@@ -20,11 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
 
+from simulator.engine.tasks import CATEGORIES as TASK_CATEGORIES
+from simulator.engine.tasks import Plan, Task
 from simulator.engine.trace import Trace
-from simulator.schedule.tasks import CATEGORIES as TASK_CATEGORIES
-from simulator.schedule.tasks import Plan, Task
 
-# the tasks' categories and the stack's own constant memory (simulator.framework.apply)
+# the tasks' categories and the stack's own constant memory (simulator.lower.framework_apply)
 CATEGORIES: tuple[str, ...] = (*TASK_CATEGORIES, "framework_overhead")
 
 __all__ = ["BREAKDOWN_KEYS", "MemoryPeak", "iteration_time", "slowest_device", "breakdown",

@@ -1,4 +1,4 @@
-"""What a run simulated (CONTRACT.md section 3, `config`): the hardware profile and the
+"""What a run simulated (docs/contract.md section 3, `config`): the hardware profile and the
 software stack actually used, the dtype, the devices, every parallel degree and strategy
 knob, the batch sizes; and its one-line rendering for the table and the HTML page."""
 

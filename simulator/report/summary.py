@@ -1,4 +1,4 @@
-"""`summary(result)`: the `run --json` object of CONTRACT.md section 3 (its keys, and
+"""`summary(result)`: the `run --json` object of docs/contract.md section 3 (its keys, and
 `pipeline_layers`: the layers of each virtual pipeline stage); and `format_table(summary)`:
 the same as aligned text for people.
 """
@@ -72,7 +72,7 @@ def summary(result: Any) -> dict[str, Any]:
 
 
 def _critical(result: Any) -> dict[str, Any] | None:
-    """Who set the pace (simulator.heterogeneous.pace_report), rounded for reading."""
+    """Who set the pace (simulator.simulation.heterogeneous.pace_report), rounded for reading."""
     path = getattr(result, "critical_path", None)
     return dict(path) if path else None
 

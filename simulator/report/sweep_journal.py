@@ -29,13 +29,21 @@ from typing import IO, Any
 
 from simulator.errors import InputError
 
-__all__ = ["SweepJournal", "row_schema", "read_rows", "atomic_write", "scenario_sha256",
-           "writing"]
+__all__ = ["ROW_METRICS", "SweepJournal", "row_schema", "read_rows", "atomic_write",
+           "scenario_sha256", "writing"]
 
 MANIFEST = "sweep.json"
 LOCK = ".lock"
 FLUSH_S = 0.5  # rows buffered at most this long before a part file is written
 
+
+# Metric columns of a row (floats; None when the configuration failed), after `index`,
+# `config`, one column per grid key (typed: planner.sweep.SweepSpec.columns), `status`,
+# `error` and `fits` (peak memory within capacity; None when the configuration failed).
+ROW_METRICS: tuple[str, ...] = (
+    "iteration_time_s", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
+    "peak_memory_bytes", "capacity_bytes", "compute_s", "recompute_s", "comm_exposed_s",
+    "bubble_s", "offload_exposed_s", "optimizer_s", "comm_bytes_per_device")
 
 Columns = Sequence[tuple[str, str]]  # (grid key, Arrow type name: int64, float64, bool, string)
 
@@ -43,8 +51,6 @@ Columns = Sequence[tuple[str, str]]  # (grid key, Arrow type name: int64, float6
 def row_schema(columns: Columns) -> Any:
     """The Arrow schema of a row: fixed, so that every part file concatenates."""
     import pyarrow as pa
-
-    from simulator.planner.sweep import ROW_METRICS
 
     fields = [pa.field("index", pa.int64()), pa.field("config", pa.string())]
     fields += [pa.field(k, pa.type_for_alias(kind)) for k, kind in columns]

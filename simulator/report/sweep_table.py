@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.report.sweep_journal import (
+    ROW_METRICS,
     Columns,
     atomic_write,
     read_rows,
@@ -23,7 +24,7 @@ from simulator.report.sweep_journal import (
     writing,
 )
 
-__all__ = ["plot_sweep", "write_final"]
+__all__ = ["ROW_METRICS", "plot_sweep", "write_final"]
 
 
 def write_final(folder: Path, columns: Columns) -> list[dict[str, Any]]:

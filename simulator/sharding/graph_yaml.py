@@ -7,10 +7,10 @@ Without `model.mesh`, the mesh is the device count factored into primes, outermo
 
 from __future__ import annotations
 
+from simulator.config.scenario.schema import GraphModel
 from simulator.errors import InputError
 from simulator.graph.graph import Graph, GraphBuilder
 from simulator.graph.ops import OpError, get_family
-from simulator.scenario.schema import GraphModel
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
@@ -56,19 +56,19 @@ def _strategy(op, i: int, source: str) -> Strategy | None:
     return None
 
 
-# MindSpore operator attributes (shared/seeds) that the simulator does not model yet: refused
+# MindSpore operator attributes (MindSpore docs) that the simulator does not model yet: refused
 # by name rather than accepted and ignored
 NOT_SIMULATED: dict[str, str] = {}
 # attributes that say how the training runs an operator, not what it computes: where it runs
 # in the pipeline (MindSpore Cell.pipeline_stage, checked by the scenario rules, read by
-# simulator/schedule/graph_stages.py) and whether its output is recomputed for the backward
-# (MindSpore Primitive.recompute(), read by simulator/schedule/graph_recompute.py): kept out
+# simulator/program/graph_stages.py) and whether its output is recomputed for the backward
+# (MindSpore Primitive.recompute(), read by simulator/program/graph_recompute.py): kept out
 # of the operator's own attrs
 STAGE_ATTRS = ("pipeline_stage", "recompute")
 
 
-# Where an operator runs (MindSpore `primitive_target`, shared/seeds/mindspore-other-features.md):
-# 'CPU' places it on the host (simulator/schedule/host.py); the device's own names keep it there
+# Where an operator runs (MindSpore `primitive_target`, MindSpore "Other Features"):
+# 'CPU' places it on the host (simulator/lower/host.py); the device's own names keep it there
 PLACEMENT = {"primitive_target": ("CPU", "GPU", "Ascend")}
 
 

@@ -50,7 +50,7 @@ class Strategy:
     in_strategy: list[list[int]] | None = None
     out_strategy: list[list[int]] | None = None
     placements: dict[str, list[str]] | None = None
-    # Set by sharding propagation (simulator/planner/propagate.py): the N-D signature it
+    # Set by sharding propagation (simulator/sharding/propagate/search.py): the N-D signature it
     # chose, used as is.
     signature: Signature | None = None
 

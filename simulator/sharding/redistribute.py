@@ -47,7 +47,7 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import B, Broadcast, P, Partial, Placement, Shard
 
 if TYPE_CHECKING:
-    from simulator.hardware.schema import HardwareProfile
+    from simulator.config.hardware.schema import HardwareProfile
 
 __all__ = ["RedistStep", "plan_redistribution", "step_kind", "COMM_KINDS", "StepCost",
            "moved_bytes", "link_seconds", "plan_cost", "plan_costs"]

@@ -1,0 +1,261 @@
+"""The framework profile schema: what one training stack does, separate from the hardware.
+
+A framework profile (`framework_profiles/NAME.yaml`) states, with a `source:` per block, which
+kernels the stack fuses, how it buckets and reduces gradients, what overlaps with what, its
+FP8 recipe and its memory overheads (field meanings: framework_profiles/README.md). Most
+fields are cited prose; the fields the simulator reads are typed:
+
+- `attention.fused_default`, `attention.implementation`, `fused_grad_accumulation.enabled`,
+  `grad_reduction.fp32_for_bf16`, `overlap.tp_comm_enabled` / `overlap.tp_comm_sms`,
+  `overlap.p2p_blocking`, `fused_kernels.unfused_passes` make the
+  `Software` value the model program takes (`FrameworkProfile.software`);
+- `grad_reduction.bucket_*` is the bucket rule of `parallel.comm_fusion.mode: auto`
+  (`simulator.lower.buckets.auto_bucket_bytes`);
+- `memory_overheads.*_bytes` is the `framework_overhead` share of the memory report;
+- `fp8.gemm_roles` / `fp8.dynamic_scaling` / `fp8.weight_copy_bytes_per_param` is the FP8
+  recipe of `dtype: fp8`.
+
+Pydantic models, frozen, closed (unknown keys are errors) and strict, like the hardware and
+scenario schemas.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+__all__ = ["FrameworkProfile", "Software", "Fp8", "MemoryOverheads", "GradReduction",
+           "UnfusedPass", "FP8_ROLES"]
+
+PosInt = Annotated[StrictInt, Field(ge=1)]
+NonNegInt = Annotated[StrictInt, Field(ge=0)]
+NonNegFloat = Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)] | NonNegInt
+Text = StrictStr | None
+# GEMM roles of the transformer layer and head (names of the planned GPT graph's kernels)
+FP8_ROLES = ("qkv", "proj", "fc1", "fc2", "lm_head")
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UnfusedPass(_Closed):
+    """Memory traffic a stack adds to every transformer layer with kernels the simulator's
+    layer does not have or has fused (a norm run in fp32 between two Casts, a rotary
+    embedding as separate fp32 ops, layout transposes): `fwd_bytes` / `bwd_bytes` bytes read
+    plus written per element of `tensor`, `count` tensors of that kind per layer, in the
+    forward (re-run by a full recompute) and the backward. `tensor` is one device's share of
+    one micro-batch: `hidden` tokens x hidden (over tensor parallel only with sequence
+    parallel), `heads` tokens x heads x head_dim / tp, `kv_heads` tokens x kv_heads x
+    head_dim / tp, `ffn` tokens x ffn_hidden / tp; tokens = micro_batch x seq / context."""
+
+    name: StrictStr
+    tensor: Literal["hidden", "heads", "kv_heads", "ffn"]
+    count: PosInt = 1
+    fwd_bytes: NonNegFloat
+    bwd_bytes: NonNegFloat
+    ops: StrictStr  # the kernels counted, for the reader
+    # only for models with this FFN activation (a SiLU-then-Mul pass is a SwiGLU layer's); null: all
+    activation: Literal["gelu", "swiglu"] | None = None
+    # only for models with fewer key/value heads than query heads (grouped-query attention: a
+    # copy that repeats the key/value heads is a no-op without it)
+    grouped_query_only: StrictBool = False
+
+
+class Software(_Closed):
+    """The kernels and overlaps of a training stack that the model program reads (made from
+    a framework profile by `FrameworkProfile.software`)."""
+
+    # `model.attention: auto` runs attention as one fused (FlashAttention-style) kernel
+    fused_attention: StrictBool = False
+    # the wgrad GEMM accumulates into the fp32 main gradient (no separate add pass)
+    fused_grad_accumulation: StrictBool = False
+    # the separate add casts the 16-bit gradient to fp32 in a kernel of its own first
+    grad_accumulation_cast: StrictBool = False
+    # tensor-parallel collectives are chunked and pipelined against the GEMM that produces
+    # or consumes them (`parallel.overlap.tp_comm: auto`), their kernels taking tp_comm_sms
+    # of the compute units while they run
+    tp_comm_overlap: StrictBool = False
+    tp_comm_sms: PosInt = 16
+    # bf16 gradients are accumulated and reduced in fp32 (a 4-byte gradient buffer)
+    bf16_grads_fp32: StrictBool = False
+    # the fused-attention implementation (`Attention.implementation`); "" = generic
+    attention_impl: StrictStr = ""
+    # pipeline sends block the compute stream (`Overlap.p2p_blocking`)
+    p2p_blocking: Literal["always", "non_interleaved", "never"] = "never"
+    # the loss is one fused kernel over the logits in the model dtype (`CrossEntropy.fused`)
+    # instead of fp32 passes one by one
+    fused_cross_entropy: StrictBool = False
+    # what `parallel.recompute: selective` recomputes (`ActivationRecompute.selective`;
+    # schedule.recompute_policy)
+    selective_recompute: Literal["attention_core", "every_second_mm"] = "attention_core"
+    # memory traffic of the stack's unfused kernels beyond what the layer's own kernels
+    # move (`FusedKernels.unfused_passes`, priced by `schedule.unfused`)
+    unfused_passes: tuple[UnfusedPass, ...] = ()
+
+
+class Attention(_Closed):
+    fused_default: StrictBool
+    kernel: StrictStr
+    source: StrictStr
+    # which fused-attention implementation the stack runs (priced by the hardware profile's
+    # `efficiency.attention_kernels`); null: not one the profiles tell apart
+    implementation: Literal["fa1", "fa2", "fa3", "cudnn", "te"] | None = None
+
+
+class FusedKernels(_Closed):
+    list: tuple[StrictStr, ...]
+    source: StrictStr
+    # traffic of kernels the stack leaves unfused (default none: the layer's kernels as the
+    # simulator prices them, fused norm / activation and no separate rotary embedding)
+    unfused_passes: tuple[UnfusedPass, ...] = ()
+
+
+class FusedGradAccumulation(_Closed):
+    enabled: StrictBool | None  # null: not found in public code (taken as not fused)
+    detail: StrictStr
+    source: StrictStr
+    # when not fused: the 16-bit gradient is cast to fp32 by a kernel of its own before the
+    # add (DeepSpeed BF16_Optimizer: hp_grad.add_(lp.grad.to(fp32))); false: one add kernel
+    # that reads the 16-bit gradient as it is (Megatron LocalDDP main_grad.add_)
+    separate_cast: StrictBool = False
+
+
+class GradReduction(_Closed):
+    bucket_rule: StrictStr
+    bucket_params: PosInt | None
+    bucket_params_per_dp_rank: PosInt | None
+    bucket_bytes: PosInt | None
+    first_bucket_bytes: PosInt | None
+    collective: StrictStr
+    dtype: StrictStr
+    # bf16 training keeps and reduces the gradients in fp32
+    fp32_for_bf16: StrictBool
+    source: StrictStr
+
+
+class ParamGather(_Closed):
+    rule: StrictStr
+    dtype: Text
+    source: StrictStr
+
+
+class Sharding(_Closed):
+    optimizer_states: StrictStr
+    gradients: StrictStr
+    parameters: StrictStr
+    wrap_unit: Text
+    reshard_after_forward: StrictBool | StrictStr | None
+    source: StrictStr
+
+
+class Overlap(_Closed):
+    grad_reduce: StrictBool | StrictStr
+    param_gather: StrictBool | StrictStr
+    tp_comm: StrictBool | StrictStr
+    # what `parallel.overlap.tp_comm: auto` resolves to, and the SMs its kernels take
+    tp_comm_enabled: StrictBool
+    tp_comm_sms: PosInt = 16
+    pipeline_p2p: Text
+    # whether the compute stream waits for each pipeline send/receive (Megatron's
+    # `_communicate`: batch_isend_irecv, req.wait(), torch.cuda.synchronize()): always,
+    # only outside the interleaved schedule (whose sends overlap: overlap_p2p_comm), never
+    p2p_blocking: Literal["always", "non_interleaved", "never"] = "never"
+    fsdp_forward_prefetch_depth: NonNegInt | None
+    fsdp_backward_prefetch_depth: NonNegInt | None
+    limit_inflight_all_gathers: PosInt | None
+    source: StrictStr
+
+
+class Fp8(_Closed):
+    supported: StrictBool
+    recipe: Text
+    format: Text
+    amax_history_len: PosInt | None
+    amax_compute_algo: Text
+    scaling_granularity: Text
+    fp8_gemms: tuple[StrictStr, ...]
+    bf16_ops: tuple[StrictStr, ...]
+    cast_costs: Text
+    # the GEMMs `dtype: fp8` runs in FP8 (roles of FP8_ROLES); every other op stays bf16
+    gemm_roles: tuple[Literal["qkv", "proj", "fc1", "fc2", "lm_head"], ...] = ()
+    # current (dynamic) scaling: each tensor's amax from a separate pass, weights cast at
+    # every use; false: delayed scaling (amax history, amax inside the cast kernel)
+    dynamic_scaling: StrictBool = False
+    # FP8 weight copies kept next to the bf16 weights, bytes per parameter of an FP8 GEMM
+    # (the e4m3 weight and its transpose)
+    weight_copy_bytes_per_param: NonNegInt = 0
+    source: StrictStr
+
+
+class MemoryOverheads(_Closed):
+    cuda_context_bytes: NonNegInt | None
+    cuda_context_source: StrictStr
+    comm_buffer_bytes: NonNegInt | None
+    comm_buffer_rule: StrictStr
+    comm_buffer_source: StrictStr
+    # buffers of comm_buffer_bytes one communicator holds (channels x connections)
+    comm_buffers_per_communicator: NonNegInt
+    allocator: StrictStr
+    persistent_buffers: StrictStr
+    workspace_bytes: NonNegInt | None
+    workspace_source: StrictStr
+
+
+class CrossEntropy(_Closed):
+    implementation: StrictStr
+    vocab_parallel: StrictBool
+    logits_dtype: Text
+    fused: StrictBool | None
+    source: StrictStr
+
+
+class ActivationRecompute(_Closed):
+    options: tuple[StrictStr, ...]
+    default_in_published_runs: Text
+    source: StrictStr
+    # what the stack's selective recompute re-runs: the attention core (Megatron) or every
+    # op but the odd-numbered matmuls and the fused attention (torchtitan's op-level SAC)
+    selective: Literal["attention_core", "every_second_mm"] = "attention_core"
+    selective_source: StrictStr = ""
+
+
+class FrameworkProfile(_Closed):
+    """A validated framework profile. `source` is the file it came from (for messages)."""
+
+    name: StrictStr
+    description: StrictStr = ""
+    basis: StrictStr = ""
+    attention: Attention
+    fused_kernels: FusedKernels
+    fused_grad_accumulation: FusedGradAccumulation
+    grad_reduction: GradReduction
+    param_gather: ParamGather
+    sharding: Sharding
+    overlap: Overlap
+    fp8: Fp8
+    memory_overheads: MemoryOverheads
+    cross_entropy: CrossEntropy
+    activation_recompute: ActivationRecompute
+    notes: tuple[StrictStr, ...] = ()
+    source: StrictStr = "<framework>"
+
+    @property
+    def software(self) -> Software:
+        """The Software value the model program takes."""
+        return Software(
+            fused_attention=self.attention.fused_default,
+            fused_grad_accumulation=bool(self.fused_grad_accumulation.enabled),
+            grad_accumulation_cast=self.fused_grad_accumulation.separate_cast,
+            tp_comm_overlap=self.overlap.tp_comm_enabled,
+            tp_comm_sms=self.overlap.tp_comm_sms,
+            bf16_grads_fp32=self.grad_reduction.fp32_for_bf16,
+            attention_impl=self.attention.implementation or "",
+            p2p_blocking=self.overlap.p2p_blocking,
+            fused_cross_entropy=bool(self.cross_entropy.fused),
+            selective_recompute=self.activation_recompute.selective,
+            unfused_passes=self.fused_kernels.unfused_passes)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.description})"

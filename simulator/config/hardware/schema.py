@@ -1,0 +1,277 @@
+"""The hardware profile schema: one device type and the node it sits in.
+
+YAML field names carry their units (`memory_GB`, `bandwidth_GBps`, `nic_bandwidth_Gbps`,
+`latency_us`); the properties below convert them once to SI (bytes, bytes/s, FLOP/s, s) and
+nothing else in shardsim reads the unit-suffixed fields. GB means 10^9 bytes and Gb 10^9 bits,
+as datasheets use them.
+
+Pydantic models, frozen, closed (unknown keys are errors) and strict (a boolean is not a
+number). `efficiency` holds the physical parameters of the cost model (see `simulator.cost`);
+they are per profile and never per run.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+
+from simulator.config.framework.schema import Software
+from simulator.errors import InputError
+
+__all__ = ["HardwareProfile", "Software", "PeakTflops", "IntraNode", "Nvls", "InterNode", "Host",
+           "Efficiency", "DTYPES"]
+
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+
+PosFloat = Annotated[StrictFloat, Field(gt=0)]  # strict floats accept integers, not booleans
+PosInt = Annotated[StrictInt, Field(ge=1)]
+Fraction = Annotated[StrictFloat, Field(gt=0, le=1, allow_inf_nan=False)]
+
+# Physical bounds, wide enough for any device built or announced (B200: 4.5 PFLOP/s fp8, 8 TB/s
+# HBM, 900 GB/s NVLink; a 1 Gb/s NIC; a laptop CPU) and narrow enough that a slipped exponent
+# is refused instead of simulated (`bandwidth_GBps: 1e-300` would make one iteration 1e303 s).
+# Every float is finite.
+GBps = Annotated[StrictFloat, Field(ge=1e-3, le=1e5, allow_inf_nan=False)]
+Gbps = Annotated[StrictFloat, Field(ge=1e-3, le=8e5, allow_inf_nan=False)]
+Tflops = Annotated[StrictFloat, Field(ge=1e-6, le=1e6, allow_inf_nan=False)]
+MemoryGB = Annotated[StrictFloat, Field(ge=1e-3, le=1e5, allow_inf_nan=False)]
+HostGB = Annotated[StrictFloat, Field(ge=1e-3, le=1e7, allow_inf_nan=False)]
+LatencyUs = Annotated[StrictFloat, Field(ge=1e-3, le=1e6, allow_inf_nan=False)]
+LaunchUs = Annotated[StrictFloat, Field(ge=0, le=1e3, allow_inf_nan=False)]
+MessageBytes = Annotated[StrictFloat, Field(ge=1, le=1e15, allow_inf_nan=False)]
+Units = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
+Links = Annotated[StrictInt, Field(ge=1, le=1024)]
+Tile = Annotated[StrictInt, Field(ge=1, le=65_536)]
+KHalf = Annotated[StrictFloat, Field(ge=0, le=1e9, allow_inf_nan=False)]
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PeakTflops(_Closed):
+    """Dense (not 2:4 sparse) peak of the matrix units per dtype, 10^12 FLOP/s.
+    A dtype the device cannot run is left out."""
+
+    fp32: Tflops | None = None
+    tf32: Tflops | None = None
+    bf16: Tflops | None = None
+    fp16: Tflops | None = None
+    fp8: Tflops | None = None
+
+
+class Nvls(_Closed):
+    """NVLink SHARP (NVLS): the NVSwitch reduces and multicasts in the switch (3rd-gen NVSwitch
+    on H100/H200, 4th-gen on B200/GB200). `efficiency` is the share of the ring's effective
+    NVLink bandwidth that NVLS transfers reach (NCCL's `nvlsEfficiency`); `latency_us` the
+    fixed time of one NVLS operation (NCCL's NVLink NVLS latency). See
+    `simulator.cost.algorithms` for how they price a collective."""
+
+    efficiency: Fraction
+    latency_us: LatencyUs
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+class IntraNode(_Closed):
+    """The fabric between the devices of one node (NVLink/NVSwitch, HCCS, UPI).
+
+    `bandwidth_GBps` is per device per direction; `latency_us` is the per-step latency alpha
+    of a collective step on this fabric (link, synchronisation and software). On a `mesh`,
+    `bandwidth_GBps` is spread over `mesh_links` direct links (default: one to each other
+    device of the node)."""
+
+    bandwidth_GBps: GBps
+    latency_us: LatencyUs
+    topology: Literal["switch", "ring", "mesh"] = "switch"
+    mesh_links: Links | None = None
+    # Measured all_reduce bus bandwidth on the node's devices, [[message bytes, busbw GB/s],
+    # ...] ascending (nccl-tests all_reduce_perf). Where given, rings inside the node take
+    # their time from it (NCCL's chunk pipelining and channel ramp-up make mid-size messages
+    # slower than alpha-beta predicts); outside its range the ends hold.
+    allreduce_busbw_GBps: tuple[tuple[MessageBytes, GBps], ...] | None = None
+    # in-switch reduction (NVLink SHARP); absent where the switch has none
+    nvls: Nvls | None = None
+
+
+class InterNode(_Closed):
+    """The network between nodes: `nics_per_node` NICs of `nic_bandwidth_Gbps` each (per
+    direction), shared by the devices of the node; `latency_us` is the per-step alpha.
+    With fewer NICs than devices, nics_per_node divides the devices into equal sets that
+    each share one NIC (a device uses its nearest NIC, as NCCL does without PXN)."""
+
+    nics_per_node: Links
+    nic_bandwidth_Gbps: Gbps
+    latency_us: LatencyUs
+
+
+class Host(_Closed):
+    """The host side: `memory_GB` of host DRAM per node, `pcie_bandwidth_GBps` per device
+    per direction between host and device memory."""
+
+    memory_GB: HostGB
+    pcie_bandwidth_GBps: GBps
+
+
+class AttentionKernel(_Closed):
+    """What one fused-attention implementation reaches on this device: the fraction of the
+    matrix peak, forward and backward, over the FLOPs the kernel executes (a causal kernel
+    skips the masked half; its backward counts 2.5x the forward), as FlashAttention's
+    benchmarks count them."""
+
+    fwd: Fraction
+    bwd: Fraction
+
+
+class AttentionKernels(_Closed):
+    """Fused attention by implementation (the framework profile's
+    `attention.implementation`); one that is absent here runs at `attention_peak_fraction`.
+    `te` is Transformer Engine's DotProductAttention, which picks its backend per device."""
+
+    fa1: AttentionKernel | None = None
+    fa2: AttentionKernel | None = None
+    fa3: AttentionKernel | None = None
+    cudnn: AttentionKernel | None = None
+    te: AttentionKernel | None = None
+
+
+class Efficiency(_Closed):
+    """Physical parameters of the cost model (docs in `simulator.cost.compute` and
+    `simulator.cost.collectives`). Fractions are of the datasheet peak."""
+
+    gemm_peak_fraction: Fraction
+    # the same measurement for FP8 inputs where the profile has one (an FP8 matmul reaches a
+    # lower share of its doubled peak); None: gemm_peak_fraction
+    gemm_peak_fraction_fp8: Fraction | None = None
+    gemm_tile_mn: tuple[Tile, Tile] = (128, 128)
+    gemm_k_half: KHalf = 0.0
+    attention_peak_fraction: Fraction
+    attention_kernels: AttentionKernels | None = None
+    # the key length at which fused attention reaches half its long-sequence rate: the
+    # attention fractions above are quoted at 2048 tokens and scale by
+    # (s / (s + half)) / (2048 / (2048 + half)) (cost.compute); 0: no dependence
+    attention_seq_half: KHalf = 0.0
+    vector_peak_fraction: Fraction = 0.5
+    memory_bandwidth_fraction: Fraction
+    intra_node_bus_fraction: Fraction
+    inter_node_bus_fraction: Fraction
+    # compute roofs (tensor and vector) under a sustained multi-GPU training load, as a
+    # fraction of the short-microbenchmark figures above (power-limited clocks); memory
+    # and link bandwidths are not scaled
+    sustained_compute_fraction: Fraction = 1.0
+    # a compute kernel runs this fraction slower while a collective of the same device runs
+    # beside it (the communication kernels hold SMs and memory bandwidth; engine.core);
+    # 0: overlap is free
+    overlap_compute_slowdown: Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)
+                                        ] = 0.0
+
+
+class HardwareProfile(_Closed):
+    """A validated hardware profile. `source` is the file it came from (for messages)."""
+
+    name: StrictStr
+    description: StrictStr = ""
+    device_type: Literal["gpu", "npu", "cpu"] = "gpu"
+    compute_units: Units
+    memory_GB: MemoryGB
+    memory_bandwidth_GBps: GBps
+    peak_tflops: PeakTflops
+    vector_tflops: Tflops | None = None
+    l2_bandwidth_GBps: Annotated[StrictFloat, Field(ge=1e-3, le=1e6, allow_inf_nan=False)
+                                 ] | None = None
+    intra_node: IntraNode
+    inter_node: InterNode
+    host: Host
+    kernel_launch_us: LaunchUs
+    devices_per_node_default: Links
+    # the training stack this profile's runs use when a scenario names none: a framework
+    # profile (framework_profiles/NAME.yaml) or a path
+    default_framework: StrictStr
+    efficiency: Efficiency
+    source: StrictStr = "<hardware>"
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        """Dense peak FLOP/s of the matrix units for `dtype`; InputError when the device has
+        none (the message names the profile file and the dtypes it does have)."""
+        value = getattr(self.peak_tflops, dtype, None) if dtype in DTYPES else None
+        if value is None:
+            have = [d for d in DTYPES if getattr(self.peak_tflops, d) is not None]
+            raise InputError(self.source, f"peak_tflops.{dtype}",
+                              f"device '{self.name}' has no peak for dtype '{dtype}'; "
+                              f"it has: {', '.join(have)}")
+        return value * 1e12
+
+    @property
+    def software(self) -> Software:
+        """The kernels and overlaps of the default framework (`default_framework`)."""
+        from simulator.config.framework.load import load_framework
+
+        return load_framework(self.default_framework, where=self.source,
+                              key="default_framework").software
+
+    def has_dtype(self, dtype: str) -> bool:
+        return dtype in DTYPES and getattr(self.peak_tflops, dtype) is not None
+
+    @property
+    def vector_flops_per_s(self) -> float:
+        """Peak of the vector (non-matrix) units, FLOP/s; defaults to the fp32 peak."""
+        if self.vector_tflops is not None:
+            return self.vector_tflops * 1e12
+        return self.peak_flops_per_s("fp32")
+
+    @property
+    def memory_capacity_bytes(self) -> float:
+        return self.memory_GB * 1e9
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self.memory_bandwidth_GBps * 1e9
+
+    @property
+    def intra_link_bandwidth_bytes_per_s(self) -> float:
+        """Datasheet intra-node bandwidth per device per direction."""
+        return self.intra_node.bandwidth_GBps * 1e9
+
+    @property
+    def intra_link_latency_s(self) -> float:
+        return self.intra_node.latency_us * 1e-6
+
+    @property
+    def nic_bandwidth_bytes_per_s(self) -> float:
+        """One NIC, one direction."""
+        return self.inter_node.nic_bandwidth_Gbps * 1e9 / 8
+
+    @property
+    def node_network_bandwidth_bytes_per_s(self) -> float:
+        """All NICs of one node together, one direction."""
+        return self.nic_bandwidth_bytes_per_s * self.inter_node.nics_per_node
+
+    def inter_link_bandwidth_bytes_per_s(self, devices_per_node: int | None = None) -> float:
+        """Each device's fair share of its node's NICs, one direction (all devices of the
+        node sending at once, as in data-parallel gradient reduction)."""
+        per_node = devices_per_node or self.devices_per_node_default
+        return self.node_network_bandwidth_bytes_per_s / per_node
+
+    @property
+    def inter_link_latency_s(self) -> float:
+        return self.inter_node.latency_us * 1e-6
+
+    @property
+    def host_memory_bytes(self) -> float:
+        """Host DRAM per node."""
+        return self.host.memory_GB * 1e9
+
+    @property
+    def pcie_bandwidth_bytes_per_s(self) -> float:
+        """Host <-> device, per device per direction."""
+        return self.host.pcie_bandwidth_GBps * 1e9
+
+    @property
+    def kernel_launch_s(self) -> float:
+        return self.kernel_launch_us * 1e-6
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.memory_GB:g} GB, {self.memory_bandwidth_GBps:g} GB/s)"

@@ -1,0 +1,229 @@
+"""Models from Hugging Face `config.json` files, read offline: `model: {from_hf: PATH}`.
+
+PATH is a config.json file (as given, or relative to the scenario's folder) or the name of
+a bundled config in `scenarios/models/` (e.g. `llama-2-7b`). The keys each architecture's
+transformers class reads (transformers/models/*/configuration_*.py):
+
+    llama, mistral, mixtral, qwen2   hidden_size, num_hidden_layers, num_attention_heads,
+                                     num_key_value_heads, intermediate_size, hidden_act
+                                     (silu: a SwiGLU FFN), vocab_size, tie_word_embeddings,
+                                     max_position_embeddings, head_dim, num_local_experts,
+                                     num_experts_per_tok (Mixtral: experts, top_k)
+    gpt2                             n_embd, n_layer, n_head, n_inner (None: 4 n_embd),
+                                     activation_function, vocab_size, n_positions (tied)
+    gpt_neox                         hidden_size, num_hidden_layers, num_attention_heads,
+                                     intermediate_size, hidden_act, vocab_size,
+                                     tie_word_embeddings, max_position_embeddings
+
+A mixture of experts (num_local_experts > 1) becomes `model.moe` with `experts` and `top_k`
+(num_experts_per_tok) in every layer (transformers' MixtralSparseMoeBlock); its capacity
+factor is the scenario's (`capacity_factor` of `model.moe`, default 1.0): Hugging Face's
+Mixtral routes without dropping tokens, which a capacity of `experts / top_k` reproduces.
+What the simulator's transformer (graph/builders.build_gpt) cannot express is not hidden: the
+simulated model always ties the LM head to the embedding and adds a learned position table,
+and carries biases exactly when its FFN is gelu (so RoPE, RMSNorm, an untied head and
+Qwen2's q/k/v biases are approximated; `param_count` here counts the real model). Keys
+written next to `from_hf` override the config's (e.g. `seq_length`, `vocab_size`, `dtype`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.config.resources import bundled_dir
+from simulator.errors import InputError
+
+__all__ = ["HfModel", "read_hf_config", "load_hf", "expand_from_hf", "bundled_models"]
+
+_KEY = "model.from_hf"
+
+
+@dataclass(frozen=True)
+class HfModel:
+    """The shape of a decoder-only model as its config.json gives it.
+
+    norm: 'rms' (weight only) or 'layer' (weight and bias); bias: biases on every linear
+    layer (GPT-2, GPT-NeoX); qkv_bias: biases on q, k, v only (Qwen2); positions: the
+    learned position table's rows (0 with rotary embeddings)."""
+
+    family: str
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    ffn: int
+    activation: str  # 'swiglu' | 'gelu'
+    vocab: int
+    tied: bool
+    experts: int
+    max_positions: int
+    top_k: int = 1
+    norm: str = "rms"
+    bias: bool = False
+    qkv_bias: bool = False
+    positions: int = 0
+
+    def param_count(self) -> int:
+        """Parameters of the model as the transformers class builds it (embedding, blocks,
+        final norm, LM head unless tied)."""
+        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        attn = h * (q + 2 * kv) + q * h
+        attn += (q + 2 * kv + h) * self.bias + (q + 2 * kv) * self.qkv_bias
+        mats = 3 if self.activation == "swiglu" else 2
+        ffn = mats * h * self.ffn + (self.ffn + h) * self.bias
+        ffn = ffn * self.experts + (h * self.experts if self.experts > 1 else 0)  # router
+        norm = h * (2 if self.norm == "layer" else 1)
+        block = attn + ffn + 2 * norm
+        embed = self.vocab * h * (1 if self.tied else 2) + self.positions * h
+        return embed + self.layers * block + norm
+
+    def model_fields(self) -> dict[str, Any]:
+        """The `model:` keys of the simulator's transformer."""
+        fields = {"type": "transformer", "layers": self.layers, "hidden_size": self.hidden,
+                  "num_heads": self.heads, "num_kv_heads": self.kv_heads,
+                  "ffn_hidden_size": self.ffn, "ffn_activation": self.activation,
+                  "vocab_size": self.vocab, "seq_length": self.max_positions}
+        if self.experts > 1:
+            fields["moe"] = {"experts": self.experts, "top_k": self.top_k}
+        return fields
+
+
+def _get(cfg: dict[str, Any], key: str, src: str) -> int:
+    """A size the config must give: a positive integer (0 heads would divide by zero)."""
+    if key not in cfg or cfg[key] is None:
+        raise InputError(src, _KEY, f"the config has no '{key}'; a {cfg.get('model_type')} "
+                         f"config.json needs it")
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(src, _KEY, f"the config's '{key}' is {value!r}; expected a positive "
+                         "integer")
+    return value
+
+
+def _count(cfg: dict[str, Any], key: str, src: str) -> int:
+    """A positive integer of the config (1 when absent or null): int() would take 0 as a
+    dense model, 1.5 as 1 and fail on 'x' or inf."""
+    value = cfg.get(key)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100_000:
+        raise InputError(src, _KEY, f"{key}: found {value!r}; expected an integer from 1 "
+                         "to 100000 (a range a real system could have)")
+    return value
+
+
+def _activation(name: str, gated: bool, src: str) -> str:
+    gelus = ("gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh")
+    if gated and name == "silu":
+        return "swiglu"
+    if not gated and name in gelus:
+        return "gelu"
+    raise InputError(src, _KEY, f"activation '{name}' is not simulated; allowed: silu (gated, "
+                     f"SwiGLU) for llama-like models, {', '.join(gelus)} for gpt2/gpt_neox")
+
+
+def _llama(cfg: dict[str, Any], src: str) -> HfModel:
+    """LlamaConfig / MistralConfig / MixtralConfig / Qwen2Config."""
+    h, heads = _get(cfg, "hidden_size", src), _get(cfg, "num_attention_heads", src)
+    return HfModel(
+        family=cfg["model_type"], hidden=h, layers=_get(cfg, "num_hidden_layers", src),
+        heads=heads, kv_heads=cfg.get("num_key_value_heads") or heads,
+        head_dim=cfg.get("head_dim") or h // heads, ffn=_get(cfg, "intermediate_size", src),
+        activation=_activation(cfg.get("hidden_act", "silu"), True, src),
+        vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", False)),
+        experts=_count(cfg, "num_local_experts", src),
+        top_k=_count(cfg, "num_experts_per_tok", src),
+        max_positions=_get(cfg, "max_position_embeddings", src),
+        qkv_bias=cfg["model_type"] == "qwen2" or bool(cfg.get("attention_bias", False)))
+
+
+def _gpt2(cfg: dict[str, Any], src: str) -> HfModel:
+    """GPT2Config: learned positions, LayerNorm, biases everywhere, tied head."""
+    h, heads = _get(cfg, "n_embd", src), _get(cfg, "n_head", src)
+    return HfModel(
+        family="gpt2", hidden=h, layers=_get(cfg, "n_layer", src), heads=heads,
+        kv_heads=heads, head_dim=h // heads, ffn=cfg.get("n_inner") or 4 * h,
+        activation=_activation(cfg.get("activation_function", "gelu_new"), False, src),
+        vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", True)),
+        experts=1, max_positions=_get(cfg, "n_positions", src), norm="layer", bias=True,
+        positions=_get(cfg, "n_positions", src))
+
+
+def _neox(cfg: dict[str, Any], src: str) -> HfModel:
+    """GPTNeoXConfig: rotary positions, LayerNorm, biases everywhere, untied head."""
+    h, heads = _get(cfg, "hidden_size", src), _get(cfg, "num_attention_heads", src)
+    return HfModel(
+        family="gpt_neox", hidden=h, layers=_get(cfg, "num_hidden_layers", src), heads=heads,
+        kv_heads=heads, head_dim=h // heads, ffn=_get(cfg, "intermediate_size", src),
+        activation=_activation(cfg.get("hidden_act", "gelu"), False, src),
+        vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", False)),
+        experts=1, max_positions=_get(cfg, "max_position_embeddings", src), norm="layer",
+        bias=True)
+
+
+READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {
+    "llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama,
+    "gpt2": _gpt2, "gpt_neox": _neox,
+}
+
+
+def read_hf_config(cfg: dict[str, Any], src: str) -> HfModel:
+    """The HfModel of a parsed config.json; InputError naming model.from_hf otherwise."""
+    kind = cfg.get("model_type")
+    if kind not in READERS:
+        raise InputError(src, _KEY, f"model_type {kind!r} is not read; allowed: "
+                         f"{', '.join(READERS)}")
+    return READERS[kind](cfg, src)
+
+
+def bundled_models() -> list[str]:
+    """Names of the configs in scenarios/models/."""
+    return sorted(p.stem for p in (bundled_dir("scenarios") / "models").glob("*.json"))
+
+
+def _config_path(ref: str, source: str) -> Path:
+    for path in (Path(ref), Path(source).parent / ref,
+                 bundled_dir("scenarios") / "models" / f"{ref}.json"):
+        if path.is_file():
+            return path
+    raise InputError(source, _KEY, f"found {ref!r}, which is neither a config.json file nor a "
+                     f"bundled model; bundled: {', '.join(bundled_models())}")
+
+
+def load_hf(ref: str, source: str = "<scenario>") -> HfModel:
+    """The HfModel of a config.json path or bundled model name."""
+    path = _config_path(ref, source)
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # JSON, UTF-8 and 4300-digit integer errors
+        raise InputError(source, _KEY, f"{path}: not a readable JSON file ({exc})") from None
+    except RecursionError:
+        raise InputError(source, _KEY, f"{path}: nested too deeply to be a config.json "
+                         "(a model config nests 2 or 3 levels)") from None
+    if not isinstance(cfg, dict):
+        raise InputError(source, _KEY, f"{path}: expected a JSON object")
+    return read_hf_config(cfg, source)
+
+
+def expand_from_hf(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """`data` with `model.from_hf` replaced by the model keys it reads (keys written beside
+    it win; a `moe` written beside it is merged into the config's experts)."""
+    model = data.get("model")
+    if not isinstance(model, dict) or "from_hf" not in model:
+        return data
+    ref = model["from_hf"]
+    if not isinstance(ref, str):
+        raise InputError(source, _KEY, f"found {ref!r}; expected a config.json path or a "
+                         f"bundled model name ({', '.join(bundled_models())})")
+    hf = load_hf(ref, source)
+    fields = hf.model_fields()
+    moe = model.get("moe")
+    if isinstance(moe, dict) and isinstance(fields.get("moe"), dict):
+        model = {**model, "moe": {**fields["moe"], **moe}}
+    fields.update({k: v for k, v in model.items() if k != "from_hf"})
+    return {**data, "model": fields}

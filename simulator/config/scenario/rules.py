@@ -1,0 +1,419 @@
+"""Cross-field rules of a scenario (docs/contract.md section 2), each with a message that says how
+to fix it. A rule returns (dotted key, message) pairs; `check_rules` raises the first.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Iterator
+
+from simulator.config.scenario.axis_rules import context, expert, parameter_server, tensor_nd
+from simulator.config.scenario.comm_rules import comm_subgraph, recompute_comm
+from simulator.config.scenario.dataset import dataset_problems
+from simulator.config.scenario.pipeline_rules import graph_pipeline
+from simulator.config.scenario.rule_helpers import (
+    Problem,
+    divisors,
+    fused_collectives,
+    stage_count_problem,
+)
+from simulator.config.scenario.rule_helpers import must_divide as _must_divide
+from simulator.config.scenario.schema import (
+    CommFusionSpec,
+    GraphModel,
+    ParallelSpec,
+    Scenario,
+    TransformerModel,
+)
+from simulator.errors import InputError
+
+__all__ = ["check_rules", "divisors", "cluster_problems"]
+
+def _devices(s: Scenario) -> Iterator[Problem]:
+    p, c = s.parallel, s.cluster
+    if isinstance(s.model, GraphModel):
+        return
+    if p.devices != c.devices:
+        yield "parallel", (
+            f"{_product(p)} = {p.devices} must equal "
+            f"cluster.nodes*cluster.devices_per_node = {c.nodes}*{c.devices_per_node} = "
+            f"{c.devices}"
+        )
+
+
+def _product(p: ParallelSpec) -> str:
+    """'data*tensor*pipeline = 2*4*1', with `*context` when the sequence is split."""
+    if p.context == 1:
+        return f"data*tensor*pipeline = {p.data}*{p.tensor}*{p.pipeline}"
+    return f"data*tensor*pipeline*context = {p.data}*{p.tensor}*{p.pipeline}*{p.context}"
+
+
+_HETERO_MAX_DEVICES = 1_000_000  # per-device speeds are arrays of this length at most
+
+
+def cluster_problems(s: Scenario) -> Iterator[Problem]:
+    """node_types cover the nodes exactly; slow entries name devices and nodes that exist."""
+    c = s.cluster
+    if c.node_types is not None and sum(t.nodes for t in c.node_types) != c.nodes:
+        counts = "+".join(str(t.nodes) for t in c.node_types)
+        yield "cluster.node_types", (f"nodes add up to {counts} = "
+                                     f"{sum(t.nodes for t in c.node_types)}; expected "
+                                     f"cluster.nodes = {c.nodes}")
+    for i, slow in enumerate(c.slow):
+        where = f"cluster.slow[{i}]"
+        if not slow.devices and not slow.nodes:
+            yield where, "names no device; give devices: [ranks] or nodes: [indices]"
+        for key, ids, n in (("devices", slow.devices, c.devices), ("nodes", slow.nodes, c.nodes)):
+            bad = [x for x in ids if x >= n]
+            if bad:
+                yield f"{where}.{key}", f"{bad[0]} is out of range (allowed: 0..{n - 1})"
+    if not c.uniform and c.devices > _HETERO_MAX_DEVICES:
+        yield "cluster", (f"{c.devices} devices with node_types, slow or jitter; at most "
+                          f"{_HETERO_MAX_DEVICES} are simulated with per-device speeds")
+
+
+def _batch(s: Scenario) -> Iterator[Problem]:
+    t, p = s.training, s.parallel
+    per_step = t.micro_batch_size * p.data
+    if isinstance(s.model, GraphModel):
+        return
+    if t.global_batch_size % per_step:
+        yield "training.global_batch_size", (
+            f"{t.global_batch_size} must be a multiple of training.micro_batch_size*"
+            f"parallel.data = {t.micro_batch_size}*{p.data} = {per_step} "
+            f"(gradient-accumulation steps must be whole)"
+        )
+    if t.fp8_params and getattr(s.model, "dtype", "") != "fp8":
+        yield "training.fp8_params", (
+            "true stores the weights of the FP8 GEMMs in FP8; it needs model.dtype: fp8 "
+            f"(found {getattr(s.model, 'dtype', 'none')})")
+
+
+def _transformer(s: Scenario) -> Iterator[Problem]:
+    m, p = s.model, s.parallel
+    if not isinstance(m, TransformerModel):
+        return
+    if m.param_dtype is not None and m.dtype not in ("fp16", "bf16"):
+        yield "model.param_dtype", (
+            f"{m.param_dtype} weights cast to a {m.dtype} computation are not simulated "
+            "(allowed: a 16-bit model.dtype, fp16 or bf16, whose weights take the same bytes)")
+    yield from _must_divide("model.num_heads", m.num_heads, "model.hidden_size", m.hidden_size)
+    if m.num_kv_heads is not None:
+        yield from _must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
+    if m.moe is None or m.layers % m.moe.every == 0:  # else axis_rules names model.moe.every
+        yield from _stage_layers(m.layers, p, m.moe.every if m.moe else 1)
+    if p.tensor_nd is not None and len(p.tensor_nd) == 3:
+        return  # 3-D splits these dims x*y ways (axis_rules.tensor_nd checks them)
+    yield from _must_divide("parallel.tensor", p.tensor, "model.num_heads", m.num_heads)
+    if m.num_kv_heads is not None:
+        yield from _must_divide("parallel.tensor", p.tensor, "model.num_kv_heads", m.kv_heads)
+    yield from _must_divide("parallel.tensor", p.tensor, "model.ffn_hidden_size", m.ffn)
+    if m.vocab_size % p.tensor:
+        # the embedding and LM head split the vocabulary across tensor-parallel ranks;
+        # Megatron-LM pads it (--make-vocab-size-divisible-by, megatron/training/tokenizer)
+        padded = -(-m.vocab_size // (128 * p.tensor)) * 128 * p.tensor
+        yield "model.vocab_size", (
+            f"{m.vocab_size} must be a multiple of parallel.tensor={p.tensor} (the "
+            f"embedding is split across tensor-parallel ranks; Megatron-LM pads it to "
+            f"{padded})")
+    if p.sequence_parallel:
+        yield from _must_divide("parallel.tensor", p.tensor, "model.seq_length", m.seq_length)
+
+
+def _stage_layers(layers: int, p, unit: int = 1) -> Iterator[Problem]:
+    """Explicit per-stage layer counts: one per virtual stage, adding up to the model's
+    layers; only the first and last stage (which hold the embedding and the head) may have
+    none. Without them every stage needs at least one layer (one block of `unit` layers: a
+    mixture of experts every `unit` layers repeats in blocks of that many)."""
+    chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
+    given = p.pipeline_layers
+    if given is None:
+        if layers < chunks * unit:
+            yield "parallel.pipeline", (
+                f"{p.pipeline} stages x {chunks // p.pipeline} chunks need at least "
+                f"{chunks * unit} layers; model.layers is {layers}")
+        return
+    if unit > 1 and any(n % unit for n in given):
+        yield "parallel.pipeline_layers", (
+            f"{given}: each stage's layers must be a multiple of model.moe.every={unit} "
+            f"(the block of dense layers and one MoE layer that repeats)")
+    problem = stage_count_problem(given, chunks, layers, "layers", "model.layers")
+    if problem is not None:
+        yield problem
+    elif any(n == 0 for n in given[1:-1]):
+        yield "parallel.pipeline_layers", (
+            f"{given}: only the first and last stage may have 0 layers")
+
+
+def _graph(s: Scenario) -> Iterator[Problem]:
+    """An operator graph carries its own batch (its input tensors) and its own device mesh
+    (`model.mesh` and the strategies): the batch and degree keys do not apply."""
+    if not isinstance(s.model, GraphModel):
+        return
+    fixed = (("parallel.data", s.parallel.data), ("parallel.tensor", s.parallel.tensor),
+             ("training.micro_batch_size", s.training.micro_batch_size),
+             ("training.global_batch_size", s.training.global_batch_size))
+    for key, value in fixed:
+        if value != 1:
+            yield key, (f"{value} does not apply to model.type graph, whose batch is its "
+                        f"input tensors' first dim and whose split is model.mesh with the "
+                        f"operators' strategies (allowed: 1)")
+
+
+def _graph_reductions(s: Scenario) -> Iterator[Problem]:
+    """An operator graph's gradient reductions follow its operators' strategies on its own
+    mesh (some parameters split where others are replicated) and run coalesced once after
+    the backward: sharding the optimizer, bucketing and overlapping them per parameter is
+    not simulated yet, so those keys are refused rather than ignored."""
+    if not isinstance(s.model, GraphModel):
+        return
+    p = s.parallel
+    why = ("not simulated yet for model.type graph, whose gradient reductions follow its "
+           "operators' strategies on model.mesh and run once after the backward")
+    if p.optimizer_shard:
+        yield "parallel.optimizer_shard", f"{p.optimizer_shard}: {why} (allowed: 0)"
+    if p.comm_fusion != CommFusionSpec():
+        yield "parallel.comm_fusion", f"{why} (remove the key)"
+    for key in ("grad_reduce", "param_gather"):
+        if getattr(p.overlap, key) is not True:
+            yield f"parallel.overlap.{key}", f"false: {why} (allowed: true)"
+
+
+def _one_block_overlap(s: Scenario) -> Iterator[Problem]:
+    """A one-block model's gradients are all ready when its single backward ends: the
+    data-parallel reduction cannot overlap it either way (a pipeline's stages are cut into
+    units, whose gradients the reduction can follow)."""
+    if isinstance(s.model, (TransformerModel, GraphModel)):
+        return
+    if s.parallel.comm_fusion.mode == "index" and s.parallel.pipeline > 1:
+        yield "parallel.comm_fusion.mode", (
+            f"index: fusion groups by layer index are simulated for transformers; a model "
+            f"of type '{s.model.type}' fuses its stages' gradients by size (allowed: size, "
+            f"auto, none)")
+    elif s.parallel.comm_fusion.mode == "index":
+        yield "parallel.comm_fusion.mode", (
+            f"index fuses each block's gradients into one bucket; a model of type "
+            f"'{s.model.type}' is one block, so that is one bucket of its whole gradient "
+            f"(allowed: size, auto, none)")
+    # a pipeline cuts the model into units whose gradients are ready one after another
+    if s.parallel.overlap.grad_reduce or s.parallel.pipeline > 1:
+        return
+    yield "parallel.overlap.grad_reduce", (
+        f"false: a model of type '{s.model.type}' is one block, whose gradients are ready "
+        f"only when its whole backward ends, so the reduction runs after it either way "
+        f"(allowed: true)")
+
+
+def _graph_recompute(s: Scenario) -> Iterator[Problem]:
+    """An operator graph recomputes unit by unit (`full`, `schedule.graph_recompute`);
+    `selective` recomputes a transformer layer's attention core (Korthikanti et al. 2022,
+    Sec. 5), which these models do not have: refused rather than ignored."""
+    if isinstance(s.model, TransformerModel) or s.parallel.recompute != "selective":
+        return
+    yield "parallel.recompute", (
+        f"selective recomputes a transformer layer's attention core; a model of type "
+        f"'{s.model.type}' has none (allowed: none, full; or attrs.recompute: true on the "
+        f"operators of a type graph model)")
+
+
+def _schedule(s: Scenario) -> Iterator[Problem]:
+    p = s.parallel
+    if p.virtual_stages > 1 and p.schedule != "interleaved_1f1b":
+        yield "parallel.virtual_stages", (
+            f"{p.virtual_stages} needs parallel.schedule=interleaved_1f1b "
+            f"(found {p.schedule})"
+        )
+    if p.schedule == "interleaved_1f1b" and p.pipeline == 1:
+        yield "parallel.schedule", ("interleaved_1f1b interleaves the model chunks of a "
+                                    "pipeline and needs parallel.pipeline > 1 (found 1)")
+    elif p.schedule == "interleaved_1f1b" and p.virtual_stages == 1:
+        yield "parallel.schedule", ("interleaved_1f1b with parallel.virtual_stages 1 is 1f1b: "
+                                    "give virtual_stages > 1 or schedule 1f1b")
+    if isinstance(s.model, GraphModel) and p.schedule != "1f1b" and (
+            p.pipeline == 1 or p.micro_batches == 1):
+        yield "parallel.schedule", (f"{p.schedule} orders the micro-batches of a pipeline; "
+                                    f"this operator graph runs {p.micro_batches} on "
+                                    f"{p.pipeline} stage(s) (allowed: 1f1b; give "
+                                    f"parallel.pipeline and parallel.micro_batches > 1)")
+    if not isinstance(s.model, GraphModel) and p.micro_batches != 1:
+        yield "parallel.micro_batches", (
+            f"{p.micro_batches} applies to model.type graph; a model of type "
+            f"'{s.model.type}' has training.global_batch_size / (micro_batch_size * data) "
+            f"micro-batches (allowed: 1)")
+
+
+def _transformer_knobs(s: Scenario) -> Iterator[Problem]:
+    """Keys that only a transformer's program uses: refused on other models (and the graph
+    search on a transformer, whose plan is Megatron's), never ignored."""
+    p = s.parallel
+    if isinstance(s.model, TransformerModel):
+        if p.mode == "auto":
+            yield "parallel.mode", ("auto searches the strategies of an operator graph (mlp, "
+                                    "resnet, graph); a transformer runs Megatron's plan with "
+                                    "parallel.tensor (allowed: semi_auto, parameter_server)")
+        return
+    kind = s.model.type
+    if p.sequence_parallel:
+        yield "parallel.sequence_parallel", (
+            f"true splits a transformer's norm and dropout regions along the sequence; a "
+            f"model of type '{kind}' has none (allowed: false)")
+    if p.overlap.tp_comm != "auto":
+        yield "parallel.overlap.tp_comm", (
+            f"{str(p.overlap.tp_comm).lower()}: not simulated yet for a model of type "
+            f"'{kind}' (chunked tensor-parallel overlap is modelled on the transformer's "
+            f"GEMMs; allowed: auto)")
+
+
+def _copies(s: Scenario) -> Iterator[Problem]:
+    """Multi-copy parallel splits a micro-batch into `copies` slices along the batch."""
+    c = s.parallel.overlap.copies
+    if c > 1 and not isinstance(s.model, GraphModel) and s.training.micro_batch_size % c:
+        yield "parallel.overlap.copies", (
+            f"{c} must divide training.micro_batch_size={s.training.micro_batch_size} (the "
+            f"copies are slices of the micro-batch; valid: "
+            f"{divisors(s.training.micro_batch_size)})")
+
+
+def _comm_fusion(s: Scenario) -> Iterator[Problem]:
+    """Fusion index lists (MindSpore's `all_reduce_fusion_config`): increasing layer numbers
+    inside the model, with mode index; nothing to fuse under ZeRO-3's per-unit reductions."""
+    f, layers = s.parallel.comm_fusion, getattr(s.model, "layers", 1)
+    entries = [("parallel.comm_fusion", f.mode, f.index)] + [
+        (f"parallel.comm_fusion.{k}", e.mode, e.index)
+        for k in ("all_reduce", "reduce_scatter", "all_gather")
+        if (e := getattr(f, k)) is not None]
+    for kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        e = getattr(f, kind)
+        if e is not None and e.bucket_mb is not None and e.mode != "size":
+            yield f"parallel.comm_fusion.{kind}.bucket_mb", (
+                f"{e.bucket_mb:g} is read only with parallel.comm_fusion.{kind}.mode: size "
+                f"(found {e.mode}, which ignores it); add the mode or remove the key")
+    for key, mode, index in entries:
+        if index is None:
+            continue
+        if mode != "index":
+            yield f"{key}.index", f"needs {key}.mode: index (found {mode})"
+        elif not index:
+            yield f"{key}.index", ("[]: expected at least one layer number that starts a "
+                                   "fusion group (or leave the key out: one group per layer)")
+        elif any(b <= a for a, b in zip(index, index[1:])) or index[-1] >= layers:
+            yield f"{key}.index", (f"{index}: layer numbers that start a fusion group must "
+                                   f"increase and stay below model.layers={layers}")
+    z = s.parallel.optimizer_shard
+    for kind, ok in fused_collectives(z).items():
+        if getattr(f, kind) is not None and not ok:
+            yield f"parallel.comm_fusion.{kind}", (
+                f"fuses no collective with parallel.optimizer_shard {z} (the gradients are "
+                + ("all-reduced" if z == 0 else "reduce-scattered" if z < 3 else
+                   "reduced unit by unit") + "; remove the entry)")
+    if z == 3 and f != CommFusionSpec() and f.mode != "auto":
+        yield "parallel.comm_fusion", (
+            "does not apply with parallel.optimizer_shard 3: ZeRO-3 / FSDP gathers and "
+            "reduce-scatters one unit (layer) at a time (allowed: mode auto or the default)")
+
+
+def _optimizer_threshold(s: Scenario) -> Iterator[Problem]:
+    """MindSpore's parallel_optimizer_threshold applies to a sharded optimizer, and is
+    judged on the transformer's planned parameters."""
+    p = s.parallel
+    if p.optimizer_threshold_kb <= 0:
+        return
+    if not p.optimizer_shard:
+        yield "parallel.optimizer_threshold_kb", (
+            f"{p.optimizer_threshold_kb:g} applies to a sharded optimizer (parallel."
+            f"optimizer_shard 1, 2 or 3; found 0)")
+    elif not isinstance(s.model, TransformerModel):
+        yield "parallel.optimizer_threshold_kb", (
+            f"{p.optimizer_threshold_kb:g}: not simulated yet for a model of type "
+            f"'{s.model.type}' (allowed: 0)")
+
+
+def _param_gather(s: Scenario) -> Iterator[Problem]:
+    p = s.parallel
+    if not p.overlap.param_gather and p.optimizer_shard not in (1, 2):
+        yield "parallel.overlap.param_gather", (
+            f"false applies to the all-gather of updated parameters after a sharded optimizer step "
+            f"(parallel.optimizer_shard 1 or 2; found {p.optimizer_shard}: "
+            + ("ZeRO-3 gathers each unit before use)" if p.optimizer_shard == 3
+               else "nothing is gathered)"))
+
+
+def _offload(s: Scenario) -> Iterator[Problem]:
+    """Offloading parameters / activations (simulator/lower/offload.py) moves them piece
+    by piece: a transformer's layers, an operator graph's units (`schedule.graph_stages`);
+    the combinations not modelled are refused, for `run` and `verify` alike."""
+    p, off = s.parallel, s.parallel.offload
+    per_op = [i for i, op in enumerate(getattr(s.model, "ops", ()))
+              if op.attrs.get("recompute") is True]
+    for key, on in (("parameters", off.parameters), ("activations", off.activations)):
+        if not on:
+            continue
+        where = f"parallel.offload.{key}"
+        if p.recompute != "none":
+            yield where, (f"true with parallel.recompute {p.recompute} is not simulated yet "
+                          f"(allowed: recompute none)")
+        elif per_op:
+            yield where, (f"true with model.ops[{per_op[0]}].attrs.recompute true is not "
+                          f"simulated yet (allowed: false, or no operator recomputed)")
+        elif key == "parameters" and p.optimizer_shard != 0:
+            yield where, (f"true with parallel.optimizer_shard {p.optimizer_shard} is not "
+                          f"simulated yet (allowed: optimizer_shard 0)")
+        elif key == "parameters" and p.mode == "parameter_server":
+            yield where, ("true with parallel.mode parameter_server is not simulated yet "
+                          "(the servers hold the parameters; allowed: false)")
+
+
+def _printable(s: Scenario) -> Iterator[Problem]:
+    """The name reaches terminals: no control character (an ANSI or window-title escape)."""
+    bad = next(((i, c) for i, c in enumerate(s.name) if unicodedata.category(c) == "Cc"),
+               None)
+    if bad is not None:
+        yield "name", (f"contains the control character {bad[1]!r} at position {bad[0]}; "
+                       "a name is printed on terminals: use printable text")
+
+
+def _search(s: Scenario) -> Iterator[Problem]:
+    """`parallel.search` chooses the strategies under mode auto; elsewhere nothing reads it.
+    (Judged on the value, not on whether the key was written: the planner's candidates
+    are re-validated from full dumps, where every key is written.)"""
+    p = s.parallel
+    if p.search != ParallelSpec.model_fields["search"].default and p.mode != "auto":
+        yield "parallel.search", (f"{p.search} is read only with parallel.mode: auto (the "
+                                  f"search fills the strategies left open; found mode "
+                                  f"{p.mode}); set the mode or remove the key")
+
+
+RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
+    _printable,
+    _search,
+    context,
+    _devices,
+    cluster_problems,
+    _batch,
+    _transformer,
+    expert,
+    _graph,
+    _graph_reductions,
+    graph_pipeline,
+    _graph_recompute,
+    _one_block_overlap,
+    _schedule,
+    _transformer_knobs,
+    _param_gather,
+    _optimizer_threshold,
+    _comm_fusion,
+    _copies,
+    _offload,
+    parameter_server,
+    tensor_nd,
+    recompute_comm,
+    comm_subgraph,
+    dataset_problems,
+)
+
+
+def check_rules(s: Scenario) -> None:
+    """Raise InputError for the first rule the scenario breaks."""
+    for rule in RULES:
+        for key, message in rule(s):
+            raise InputError(s.source, key, message)

@@ -1,0 +1,132 @@
+"""The cost functions the lowering prices tasks with, bundled so tests can inject their own.
+
+`CostModel.from_hardware(hw)` binds the pure functions of `simulator.cost` to a hardware
+profile; tests pass plain lambdas (zero-cost communication, unit compute, ...). Nothing here
+keeps state: pricing an op tuple is a pure sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
+from simulator.program.program import Op, TpOverlap
+
+__all__ = ["CostModel", "Priced", "price_ops", "merge_volumes"]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds for a kernel, a collective over a group, and a point-to-point message."""
+
+    compute_s: Callable[[ComputeSpec], float]
+    collective_s: Callable[[str, float, GroupSpec], float]
+    send_recv_s: Callable[[float, bool], float]
+    copy_s: Callable[[float], float] = lambda nbytes: 0.0  # host <-> device, one direction
+    hardware: Any = None  # the profile priced (for costs outside the device: servers)
+    # a point-to-point message between two given ranks (nbytes, intra, sender, receiver),
+    # where the two ends may differ (schedule.device_costs); None: send_recv_s
+    peer_send_s: Callable[[float, bool, int, int], float] | None = None
+    # compute kernels run this fraction slower while a collective runs beside them
+    overlap_slowdown: float = 0.0
+
+    @classmethod
+    def from_hardware(cls, hw: Any) -> CostModel:
+        """The cost model of `simulator.cost` for hardware profile `hw`."""
+        from simulator.cost import collective_time_s, compute_time_s, send_recv_time_s
+
+        pcie = float(hw.pcie_bandwidth_bytes_per_s)
+
+        @lru_cache(maxsize=4096)
+        def collective(coll: str, nbytes: float, group: GroupSpec) -> float:
+            # pure in its arguments: gradient buckets repeat one size hundreds of times
+            return collective_time_s(coll, nbytes, group, hw)
+
+        return cls(
+            compute_s=lambda spec: compute_time_s(spec, hw),
+            collective_s=collective,
+            send_recv_s=lambda nbytes, intra: send_recv_time_s(nbytes, intra, hw),
+            copy_s=lambda nbytes: nbytes / pcie,
+            hardware=hw,
+            overlap_slowdown=float(hw.efficiency.overlap_compute_slowdown),
+        )
+
+
+@dataclass(frozen=True)
+class Priced:
+    """Seconds of an op sequence on one device: kernels, and critical-path collectives."""
+
+    compute_s: float
+    comm_s: float
+    comm: tuple[tuple[str, float], ...]  # (collective, total bytes), one entry per kind
+
+    def __add__(self, other: Priced) -> Priced:
+        return Priced(self.compute_s + other.compute_s, self.comm_s + other.comm_s,
+                      merge_volumes(self.comm + other.comm))
+
+    def scaled(self, k: int) -> Priced:
+        """The same ops run k times in a row."""
+        return Priced(self.compute_s * k, self.comm_s * k,
+                      tuple((c, b * k) for c, b in self.comm))
+
+
+def merge_volumes(pairs: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
+    """(collective, bytes) pairs summed per collective, in first-seen order."""
+    out: dict[str, float] = {}
+    for coll, nbytes in pairs:
+        out[coll] = out.get(coll, 0.0) + nbytes
+    return tuple(out.items())
+
+
+def _gemm_partner(ops: tuple[Op, ...], i: int) -> int | None:
+    """Index of the GEMM a tensor-parallel collective at i pipelines against: the GEMM that
+    consumes it (next op) or else the one that produced it (previous op)."""
+    for j in (i + 1, i - 1):
+        op = ops[j] if 0 <= j < len(ops) else None
+        if isinstance(op, ComputeSpec) and op.kind == "gemm":
+            return j
+    return None
+
+
+def _overlapped(comm_s: float, gemm_s: float, tp: TpOverlap, op: CommSpec
+                ) -> tuple[float, float]:
+    """(extra compute seconds, exposed comm seconds) of a collective of comm_s overlapped
+    with a GEMM of gemm_s: while both run, the GEMM has 1 - (the collective's SM share) of
+    the compute units; what the GEMM cannot cover stays exposed. An all-gather ring-
+    exchanges its chunks on the copy engines (the local chunk's GEMM needs nothing, each
+    step hides the next chunk: max(0, c - g)); a forward reduce-scatter is pipelined in
+    rs_splits pieces, the last piece after the last GEMM piece (+ min(c, g) / rs_splits); a
+    backward one runs in bulk beside the wgrad GEMM; any other collective is pipelined in
+    `chunks` pieces (TpOverlap)."""
+    both = min(comm_s, gemm_s)
+    if op.collective == "all_gather":
+        sm, tail = tp.ring_sm_fraction, 0.0
+    elif op.collective == "reduce_scatter":
+        sm, tail = tp.sm_fraction, (both / tp.rs_splits if op.phase == "fwd" else 0.0)
+    else:
+        sm, tail = tp.sm_fraction, both / tp.chunks
+    return both * sm / (1.0 - sm), max(0.0, comm_s - gemm_s) + tail
+
+
+def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec],
+              tp_overlap: TpOverlap | None = None) -> Priced:
+    """Price `ops` run back to back: collectives on axis a use group `groups[a]`. With
+    `tp_overlap`, each collective on axis 'tp' next to a GEMM overlaps that GEMM."""
+    compute = comm = 0.0
+    volumes: list[tuple[str, float]] = []
+    times = [costs.compute_s(op) if isinstance(op, ComputeSpec) else 0.0 for op in ops]
+    for i, op in enumerate(ops):
+        if isinstance(op, CommSpec):
+            seconds = costs.collective_s(op.collective, op.bytes, groups[op.axis])
+            partner = _gemm_partner(ops, i) if tp_overlap and op.axis == "tp" else None
+            if partner is not None and tp_overlap is not None:
+                slower, seconds = _overlapped(seconds, times[partner], tp_overlap, op)
+                compute += slower
+            comm += seconds
+            volumes.append((op.collective, op.bytes))
+        else:
+            compute += times[i]
+    return Priced(compute, comm, merge_volumes(tuple(volumes)))

@@ -1,0 +1,100 @@
+"""What a framework profile changes in one simulated iteration, besides the Software value
+the model program takes: the FP8 recipe of `dtype: fp8`, the bucket rule of
+`comm_fusion.mode: auto`, and the memory the stack holds besides the model's tensors.
+Pure functions of (scenario, profile, program, plan); `simulator.simulation.simulate` calls them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from simulator.config.framework.schema import FrameworkProfile
+from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
+from simulator.engine.tasks import Plan
+from simulator.errors import InputError
+from simulator.lower.buckets import auto_fusion
+from simulator.lower.state import fp8_weight_copy_bytes, framework_overhead_bytes
+from simulator.program.fp8 import Fp8Recipe
+from simulator.program.program import TransformerProgram
+from simulator.sharding.mesh import Mesh
+
+__all__ = ["fp8_recipe", "with_auto_fusion", "with_framework_memory", "communicators",
+           "OVERHEAD"]
+
+OVERHEAD = "framework_overhead"  # the memory category of the stack's own buffers
+
+
+def fp8_recipe(scenario: Scenario, fw: FrameworkProfile) -> Fp8Recipe | None:
+    """The recipe of a `dtype: fp8` transformer under `fw`; None for other dtypes. An
+    InputError when the framework has no FP8 recipe."""
+    m = scenario.model
+    if not isinstance(m, TransformerModel) or m.dtype != "fp8":
+        return None
+    if not fw.fp8.supported or not fw.fp8.gemm_roles:
+        raise InputError(scenario.source, "model.dtype",
+                         f"fp8 needs a framework with an FP8 recipe; '{fw.name}' "
+                         f"({fw.source}) has none (fp8.supported: {str(fw.fp8.supported).lower()}"
+                         f"); with one: megatron-core, nemo, torchtitan, llm-foundry")
+    return Fp8Recipe.of(fw.fp8.gemm_roles, fw.fp8.dynamic_scaling, scenario.grad_accum_steps)
+
+
+def with_auto_fusion(scenario: Scenario, fw: FrameworkProfile, grad_bytes: float
+                     ) -> Scenario:
+    """`scenario` with `comm_fusion.mode: auto` replaced by the framework's rule (mode and
+    bucket size, `schedule.buckets.auto_fusion`); other modes unchanged."""
+    p = scenario.parallel
+    if p.comm_fusion.mode != "auto":
+        return scenario
+    mode, mb = auto_fusion(fw, p.data, grad_bytes, p.optimizer_shard, p.comm_fusion.bucket_mb)
+    if mode == "size":
+        mode = "auto"  # the lowering cuts 'auto' buckets by size, like 'size'
+    fusion = p.comm_fusion.model_copy(update={"mode": mode, "bucket_mb": mb})
+    return scenario.model_copy(update={"parallel": p.model_copy(
+        update={"comm_fusion": fusion})})
+
+
+def communicators(scenario: Scenario, mesh: Mesh | None = None) -> int:
+    """Communicators a device is a member of: one per parallel axis of more than one
+    device (data, tensor, pipeline; with expert parallelism the expert group and the
+    experts' data-parallel group, Megatron-Core's expert-data-parallel group; an operator
+    graph's own mesh axes and pipeline)."""
+    p = scenario.parallel
+    if mesh is not None:
+        return sum(1 for _, n in mesh.axes if n > 1) + (1 if p.pipeline > 1 else 0)
+    expert = (p.expert > 1) + (1 < p.expert < p.data)  # ep, and the experts' own dp
+    return sum(1 for n in (p.data, p.tensor, p.pipeline) if n > 1) + expert
+
+
+def _fp8_share(prog: TransformerProgram, scenario: Scenario, fw: FrameworkProfile) -> float:
+    """Share of a device's parameters that feed FP8 GEMMs: the layers' (and the LM head's
+    when the recipe runs it in FP8), over all parameters of the model."""
+    m = scenario.model
+    assert isinstance(m, TransformerModel)
+    layers = prog.params_per_layer * (m.layers // prog.layers_per_block)
+    head = prog.params_output if "lm_head" in fw.fp8.gemm_roles else 0
+    total = layers + prog.params_embedding + prog.params_head + prog.params_output
+    return (layers + head) / total if total > 0 else 0.0
+
+
+def with_framework_memory(plan: Plan, scenario: Scenario, fw: FrameworkProfile,
+                          prog: TransformerProgram, mesh: Mesh | None = None) -> Plan:
+    """`plan` with the stack's constant memory added to every device's static memory: the
+    `framework_overhead` category (context, collective buffers, workspaces), and with an
+    FP8 recipe the FP8 weight copies (under `parameters`). With `training.fp8_params`
+    (Transformer Engine fp8_model_init, NeMo `model.fp8_params`) an FP8 GEMM's weight is
+    stored as its FP8 data and transpose alone: the copies take the 16-bit weight's place
+    (`weight_copy_bytes_per_param` - 2 bytes more, none at 2)."""
+    extra = framework_overhead_bytes(fw.memory_overheads, communicators(scenario, mesh))
+    copies = float(fw.fp8.weight_copy_bytes_per_param if fp8_recipe(scenario, fw) else 0)
+    e = float(DTYPE_BYTES.get(prog.dtype, 2))
+    if copies and scenario.training.fp8_params:  # the FP8 copies replace the 16-bit weight
+        copies = max(0.0, copies - e)
+    share = _fp8_share(prog, scenario, fw) if copies else 0.0
+    static = []
+    for alloc in plan.static_memory:
+        add: list[tuple[str, Any]] = [(OVERHEAD, extra)]
+        if copies:
+            add.append(("parameters", fp8_weight_copy_bytes(alloc, copies, e, share)))
+        static.append(tuple(alloc) + tuple(add))
+    return replace(plan, static_memory=tuple(static))

@@ -1,0 +1,359 @@
+"""`lower(scenario, program, costs, fidelity) -> Plan`: one training iteration as per-device
+task streams with dependencies, every duration priced by the cost model.
+
+Per simulated device (one per pipeline stage, or every rank under full fidelity):
+- compute stream: one task per (virtual stage, micro-batch, F | R | B) in the pipeline
+  schedule's order (`schedule.pipeline`); its duration is the sum of its kernels plus its
+  critical-path tensor-parallel collectives (`Task.comm_s` keeps the split). Under
+  recompute, R re-runs the forward right before B, once B's gradient has arrived (Megatron
+  recomputes inside the backward). The optimizer step ends the stream.
+- pp_fwd / pp_bwd: point-to-point sends of activations and their gradients (s*b*h*dtype
+  bytes, /t under sequence parallelism; an operator graph's: the tensors crossing the cut,
+  `schedule.graph_stages`) to the neighbouring stage; the receiver's task depends on the
+  send. Sends do not block the sender's compute (asynchronous p2p) unless the stack's sends
+  are blocking (`TransformerProgram.p2p_blocking`): then they run on its compute stream.
+- dp: the data-parallel gradient reduction and parameter gathers of the optimizer-sharding
+  level (`schedule.reduction`, one strategy per ZeRO stage). With overlap.grad_reduce the
+  buckets of the last micro-batch leave as its backward produces them (its backward is split
+  into per-layer tasks for that); otherwise they all wait for the end of the backward.
+  Gradient reductions on the other mesh axes run once, before the optimizer step.
+With offload.optimizer_states the optimizer runs on the host (ZeRO-Offload): gradients go
+down and parameters come back over PCIe on the offload stream, and the wait is
+offload_exposed. Offloading parameters or activations (`schedule.offload`) runs compute
+piece by piece with host copies on the offload streams. A pipeline over a program kept as
+one block is refused (InputError).
+Memory: F allocates the micro-batch's activations, B frees them; transfers hold their
+buffers while they run; model states are allocated before the iteration (`Plan.static_memory`).
+With `cuts` given (representative fidelity), a run of at least COLLAPSE_MIN identical
+gradient buckets of one piece becomes one task of that many units (`Task.units`), cut
+where `cuts` says another transfer on the link must run between two of its buckets
+(`engine.blocks`, `simulator.simulation.simulate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
+from simulator.engine.tasks import Alloc, Plan, Task
+from simulator.errors import InputError
+from simulator.lower import comm_graph
+from simulator.lower.buckets import COLLAPSE_MIN
+from simulator.lower.costs import CostModel
+from simulator.lower.host import host_optimizer_s
+from simulator.lower.layout import RankMesh, rank_mesh
+from simulator.lower.offload import Offload
+from simulator.lower.pipeline import schedule_steps
+from simulator.lower.reduction import DataParallel, strategy_for
+from simulator.lower.stages import StageWork, stage_work
+from simulator.lower.state import model_state_bytes, optimizer_spec
+from simulator.lower.tasks_builder import Builder
+from simulator.program.program import TransformerProgram
+from simulator.sharding.mesh import Mesh
+
+__all__ = ["lower", "FIDELITIES", "Lowering", "COLLAPSE_MIN", "Cuts"]
+
+FIDELITIES = ("representative", "full")
+Cuts = dict[tuple[int, int, int], tuple[int, ...]]  # (device, vs, bucket run) -> unit offsets
+
+
+class Lowering:
+    """The pipeline emitter: per simulated device, the compute tasks of its schedule, the
+    point-to-point sends between stages, the optimizer step; the data-parallel strategy
+    (`schedule.reduction`) adds its collectives. Used once by `lower`, then dropped."""
+
+    def __init__(self, scenario: Scenario, prog: TransformerProgram, costs: CostModel,
+                 fidelity: str, ranks: RankMesh, share: Lowering | None = None,
+                 micro: int | None = None, cuts: Cuts | None = None) -> None:
+        self.sc, self.prog, self.costs, self.fidelity = scenario, prog, costs, fidelity
+        self.ranks = ranks
+        # share: a view for devices priced by another cost model (schedule.device_costs),
+        # emitting into the same plan with the same layers per stage
+        layers = tuple(w.layers for w in share.work) if share else None
+        self.work: tuple[StageWork, ...] = stage_work(scenario, prog, ranks, costs, layers)
+        self.b: Builder = share.b if share else Builder()
+        self.e = DTYPE_BYTES[prog.dtype]
+        self.ge = prog.grad_bytes  # gradient elements: buffer and reduction
+        tr = scenario.training  # the optimizer's state dtype, FP8 weights (schedule.state)
+        self.state_dtype: str = tr.optimizer_dtype
+        self.fp8_params = tr.fp8_params and getattr(scenario.model, "dtype", "") == "fp8"
+        self.par = scenario.parallel
+        self.micro: int = share.micro if share else (
+            scenario.grad_accum_steps if micro is None else micro)
+        self.cuts: Cuts | None = share.cuts if share else (
+            cuts if fidelity == "representative" else None)
+        self.block_of: list[tuple[int, tuple[int, int, int, int]]] = (
+            share.block_of if share else [])
+        self.dp: DataParallel = strategy_for(self)
+        self.off: Offload = Offload(self, share.off if share else None)
+        self.gates: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
+        self.send_s: dict[tuple[float, bool], float] = {}  # (bytes, intra) -> seconds
+        # rank arithmetic asked for once per task, computed once per plan
+        self.vstages = ranks.virtual_stages
+        self.data = ranks.data
+        self.peers: dict[tuple[int, int], int] = share.peers if share else {}
+
+    def release(self) -> None:
+        """Drop the emitters' references back to this lowering once the plan is built:
+        without that cycle the builder is freed as soon as the lowering is, not by a pass
+        of the cyclic garbage collector (which a sweep pauses, `planner.sweep`)."""
+        del self.dp, self.off
+
+    def blocks(self, count: int, where: tuple[int, int, int]) -> list[tuple[int, int]]:
+        """(first unit, units) of the tasks that run `count` identical buckets: one each,
+        or, collapsing, one block between consecutive cuts."""
+        if self.cuts is None or count < COLLAPSE_MIN or not self.dp.collapsible():
+            return [(u, 1) for u in range(count)]
+        edges = (0, *self.cuts.get(where, ()), count)
+        return [(a, b - a) for a, b in zip(edges, edges[1:])]
+
+    def _peer(self, dev: int, vs: int) -> int:
+        """The rank holding virtual stage vs with the same coordinates as dev elsewhere."""
+        peer = self.peers.get((dev, vs))
+        if peer is None:
+            peer = self.peers[(dev, vs)] = self.ranks.with_stage(
+                dev, self.ranks.stage_of_virtual(vs))
+        return peer
+
+    # ---- compute tasks -------------------------------------------------------------------
+    def forward(self, dev: int, mb: int, vs: int) -> None:
+        w, deps = self.work[vs], self.dp.gather_before(dev, vs, ("F", mb, vs))
+        if vs > 0:
+            prev = self._peer(dev, vs - 1)
+            deps += (self.b.ids[("S", prev, "fwd", mb, vs - 1) if prev != dev
+                                else ("C", dev, "F", mb, vs - 1)],)
+        # the first micro-batch's forward waits, piece by piece, for the parameter all-gather;
+        # under ZeRO-3 every forward does, for the gather of its unit
+        gates = self.gates.pop((dev, vs), None) if mb == 0 else None
+        held: tuple[float, ...] = ()
+        units = self.dp.unit_gates(dev, "F", mb, vs)
+        if units is not None:
+            gates, held = units
+        if not gates and self.off.split:
+            gates = ((),) * len(w.fwd_pieces)
+        pieces, gates = (w.fwd_pieces, gates) if gates else ((w.fwd,), ((),))
+        for k, (piece, gate) in enumerate(zip(pieces, gates)):
+            first, last = k == 0, k == len(pieces) - 1
+            key = ("C", dev, "F", mb, vs) if last else ("C", dev, "F", mb, vs, k)
+            io = self.off.before(dev, "F", mb, vs, k) if self.off.split else None
+            alloc = (("activations", w.activation_bytes),) if first else ()
+            tid = self.b.add(key, device=dev, stream="compute", name="F", phase="fwd",
+                             micro=mb, chunk=vs, duration_s=piece.compute_s + piece.comm_s,
+                             comm_s=piece.comm_s,
+                             deps=(deps if first else ()) + gate + (io.deps if io else ()),
+                             comm=piece.comm, alloc=io.alloc if io else alloc,
+                             free=((("parameters", held[k]),) if held and held[k] else ())
+                             + (io.free if io else ()))
+            if io:
+                self.off.after_forward(dev, mb, vs, k, tid)
+        if vs < self.vstages - 1:
+            self._send(dev, self._peer(dev, vs + 1), "fwd", mb, vs, tid)
+
+    def _send(self, dev: int, peer: int, direction: str, mb: int, vs: int, after: int) -> None:
+        if peer == dev:
+            return
+        w = self.work[vs]
+        nbytes = w.send_fwd_bytes if direction == "fwd" else w.send_bwd_bytes
+        intra = self.ranks.same_node(dev, peer)
+        buf = (("communication_buffers", nbytes),)
+        pair = self.costs.peer_send_s
+        if pair:
+            seconds = pair(nbytes, intra, dev, peer)
+        elif (nbytes, intra) in self.send_s:
+            seconds = self.send_s[(nbytes, intra)]
+        else:
+            seconds = self.send_s[(nbytes, intra)] = self.costs.send_recv_s(nbytes, intra)
+        # a blocking send (program.p2p_blocking) holds the sender's compute stream
+        stream = "compute" if self.prog.p2p_blocking else "pp_" + direction
+        self.b.add(("S", dev, direction, mb, vs), device=dev, stream=stream,
+                   name="send_" + direction, phase="comm", micro=mb, chunk=vs,
+                   duration_s=seconds, deps=(after,),
+                   link="fabric" if intra else "nic", comm=(("send_recv", nbytes),),
+                   alloc=buf, free=buf)
+
+    def _grad_dep(self, dev: int, mb: int, vs: int) -> tuple[int, ...]:
+        if vs == self.vstages - 1:
+            return ()
+        nxt = self._peer(dev, vs + 1)
+        key = ("S", nxt, "bwd", mb, vs + 1) if nxt != dev else ("C", dev, "B", mb, vs + 1)
+        return (self.b.ids[key],)
+
+    def backward(self, dev: int, mb: int, vs: int) -> None:
+        w, deps = self.work[vs], self._grad_dep(dev, mb, vs)
+        free: Alloc = (("activations", w.activation_bytes),)
+        if w.recomputed:
+            deps += self.dp.gather_before(dev, vs, ("R", mb, vs))
+            r = w.recompute
+            self.b.add(("C", dev, "R", mb, vs), device=dev, stream="compute", name="R",
+                       phase="recompute", micro=mb, chunk=vs,
+                       duration_s=r.compute_s + r.comm_s, comm_s=r.comm_s, deps=deps,
+                       comm=r.comm, alloc=(("activations", w.working_bytes),))
+            deps, free = (), (("activations", w.activation_bytes + w.working_bytes),
+                              *self.dp.backward_frees(vs))
+        deps += self.dp.gather_before(dev, vs, ("B", mb, vs))
+        units = None if w.recomputed else self.dp.unit_gates(dev, "B", mb, vs)
+        split = units is not None or self.off.split or (
+            mb == self.micro - 1 and self.data > 1 and self.par.overlap.grad_reduce)
+        pieces = w.bwd_pieces if split else (w.bwd,)
+        gates, held = units if units is not None else (((),) * len(pieces), ())
+        tids = []
+        for k, piece in enumerate(pieces):
+            last = k == len(pieces) - 1
+            key = ("C", dev, "B", mb, vs) if last else ("C", dev, "B", mb, vs, k)
+            gathered = (("parameters", held[k]),) if held and held[k] else ()
+            io = self.off.before(dev, "B", mb, vs, k) if self.off.split else None
+            own = io.free if io else (free if last else ())
+            tids.append(self.b.add(key, device=dev, stream="compute", name="B", phase="bwd",
+                                   micro=mb, chunk=vs,
+                                   duration_s=piece.compute_s + piece.comm_s,
+                                   comm_s=piece.comm_s,
+                                   deps=(deps if k == 0 else ()) + gates[k]
+                                   + (io.deps if io else ()), comm=piece.comm,
+                                   free=own + gathered))
+        if vs > 0:
+            self._send(dev, self._peer(dev, vs - 1), "bwd", mb, vs, tids[-1])
+        if self.par.overlap.grad_reduce or self.dp.per_unit:
+            self.dp.reduce(dev, mb, vs, tids[-1:] if w.whole_grads else tids)
+
+    # ---- the end of the iteration --------------------------------------------------------
+    def finish(self, dev: int, vss: list[int]) -> None:
+        """Deferred reductions (no overlap), the gradient synchronisation on the other axes,
+        the optimizer step (on the device, or on the host), the parameter all-gather."""
+        compute = self.b.streams[(dev, "compute")]
+        if not self.par.overlap.grad_reduce and not self.dp.per_unit:
+            for vs in vss:
+                for mb in range(self.micro):
+                    self.dp.reduce(dev, mb, vs, [compute[-1]])
+        last_comm = tuple(self.b.streams[(dev, s)][-1] for s in ("dp", "dp_reduce")
+                          if self.b.streams.get((dev, s)))
+        params = sum(self.work[vs].params for vs in vss)
+        deps = last_comm + self._grad_sync(dev, vss)
+        deps += self._host_ops_step(dev, deps + (compute[-1],))
+        remote = self.dp.remote_step(dev, params, deps)
+        if remote is not None:
+            step = remote
+        elif self.par.offload.optimizer_states:
+            step = self._host_optimizer(dev, params, deps)
+        else:
+            spec = optimizer_spec(params, self.prog.dtype, self.sc.training.optimizer,
+                                  self.par.optimizer_shard, self.ranks.data, self.ge,
+                                  self.state_dtype, self.fp8_params)
+            step = self.b.add(("O", dev), device=dev, stream="compute", name="opt",
+                              phase="optimizer", duration_s=self.costs.compute_s(spec),
+                              deps=deps)
+            step = self.off.after_step(dev, params, step)
+        self.dp.after_step(dev, vss, step)
+
+    def _host_ops_step(self, dev: int, deps: tuple[int, ...]) -> tuple[int, ...]:
+        """The optimizer step of the parameters operators on the host CPU keep there
+        (`schedule.host`), after the backward; the device's step follows it (the iteration
+        ends when both have), so a wait for it is charged to the optimizer."""
+        if not self.prog.host_params:
+            return ()
+        seconds = host_optimizer_s(self.prog.host_params, self.prog.dtype,
+                                   self.sc.training.optimizer)
+        return (self.b.add(("HO", dev), device=dev, stream="offload", name="host_opt",
+                           phase="optimizer", duration_s=seconds, deps=deps),)
+
+    def _grad_sync(self, dev: int, vss: list[int]) -> tuple[int, ...]:
+        """Gradient reductions on non-dp axes (tensor-parallel replicas of sequence-parallel
+        norms, ...), once per iteration on the compute stream before the optimizer step, as
+        Megatron-LM's finalize_model_grads runs them."""
+        sync = [self.work[vs].grad_sync for vs in vss if self.work[vs].grad_sync.comm_s > 0]
+        if not sync:
+            return ()
+        total = sync[0]
+        for part in sync[1:]:
+            total = total + part
+        return (self.b.add(("G", dev), device=dev, stream="compute", name="grad_sync",
+                           phase="bwd", duration_s=total.comm_s, comm_s=total.comm_s,
+                           comm=total.comm),)
+
+    def _host_optimizer(self, dev: int, params: int, deps: tuple[int, ...]) -> int:
+        """ZeRO-Offload (Ren et al. 2021, Sec. 4): the reduced gradient shard goes to the
+        host over PCIe, the host runs the optimizer (its time is not modelled), and the
+        updated 16-bit parameters come back; the device waits for them. Returns the task
+        after which the parameters are back."""
+        local = params / (self.ranks.data if self.par.optimizer_shard >= 1 else 1)
+        # after the backward too (without data-parallel reductions nothing else orders it)
+        deps += (self.b.streams[(dev, "compute")][-1],)
+        back = 0.0 if self.off.params else local * self.e  # ZeRO-Infinity: stays on the host
+        self.off.count(dev, "d2h", local * self.ge)
+        self.off.count(dev, "h2d", back)
+        d2h = self.b.add(("H", dev, "d2h"), device=dev, stream="offload", name="grad_d2h",
+                         phase="offload", duration_s=self.costs.copy_s(local * self.ge),
+                         deps=deps)
+        h2d = self.b.add(("H", dev, "h2d"), device=dev, stream="offload", name="param_h2d",
+                         phase="offload", duration_s=self.costs.copy_s(back),
+                         deps=(d2h,))
+        self.b.add(("O", dev), device=dev, stream="compute", name="opt", phase="optimizer",
+                   duration_s=0.0, deps=(h2d,))
+        return h2d
+
+    def device(self, dev: int) -> Alloc:
+        stage = self.ranks.stage(dev)
+        steps = schedule_steps(self.par.schedule, stage, self.ranks.pipeline, self.micro,
+                               self.ranks.chunks, self.sc.source)
+        vss = sorted({vs for _, _, vs in steps})
+        for vs, gates in self.dp.early_gates(dev, vss).items():
+            self.gates[(dev, vs)] = gates
+        for kind, mb, vs in steps:
+            (self.forward if kind == "F" else self.backward)(dev, mb, vs)
+        self.finish(dev, vss)
+        params = sum(self.work[vs].params for vs in vss)
+        return self.off.static(model_state_bytes(
+            params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
+            self.ranks.data, self.par.offload.optimizer_states or self.dp.remote_optimizer,
+            self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss),
+            state_dtype=self.state_dtype, fp8_params=self.fp8_params)) + self.prog.resident
+
+
+def _check(scenario: Scenario, prog: TransformerProgram) -> None:
+    """What the program cannot do (the scenario rules refuse it first; this guards callers
+    that lower a program of their own)."""
+    if scenario.parallel.pipeline > 1 and prog.single_block:
+        raise InputError(scenario.source, "parallel.pipeline",
+                         f"{scenario.parallel.pipeline} needs a model the pipeline can "
+                         f"partition into stages; a model of type "
+                         f"'{scenario.model.type}' is one block (allowed: 1)")
+
+
+def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
+          fidelity: str = "representative", model_mesh: Mesh | None = None,
+          device_costs: Callable[[int], CostModel] | None = None, micro: int | None = None,
+          cuts: Cuts | None = None) -> Plan:
+    """The task streams of one training iteration of `scenario` (see the module docstring).
+    `model_mesh`: an operator graph's own device mesh (default: (dp, tp) of `parallel`).
+    `device_costs(rank)`: the cost model of each simulated device where they differ
+    (`lower.device_costs`; default `costs` for all). `micro`: micro-batches per replica
+    instead of the scenario's (a shortened run of the steady state,
+    `simulator.simulation.simulate`); `cuts`: collapse identical buckets, cut there."""
+    assert fidelity in FIDELITIES, f"fidelity must be one of {FIDELITIES}"
+    _check(scenario, program)
+    low = Lowering(scenario, program, costs, fidelity, rank_mesh(scenario, model_mesh),
+                   micro=micro, cuts=cuts)
+    devices, represents = low.ranks.simulated(fidelity)
+    views: dict[int, Lowering] = {}
+
+    def view(dev: int) -> Lowering:
+        if device_costs is None:
+            return low
+        c = device_costs(dev)
+        if id(c) not in views:
+            views[id(c)] = Lowering(scenario, program, c, fidelity, low.ranks, share=low)
+        return views[id(c)]
+
+    static = tuple(view(dev).device(dev) for dev in devices)
+    tasks: tuple[Task, ...] = low.b.tasks()
+    streams = tuple((dev, name, tuple(tids)) for (dev, name), tids in low.b.streams.items())
+    plan = Plan(tasks=tasks, streams=streams, devices=devices, represents=represents,
+                stage_of=tuple(low.ranks.stage(d) for d in devices), static_memory=static,
+                total_devices=low.ranks.devices, micro_batches=low.micro,
+                stage_layers=tuple(w.layers for w in low.work),
+                extras=low.dp.extras() + low.off.extras() + comm_graph.extras(low)
+                + program.extras,
+                blocks=tuple(low.block_of),
+                slowdown=tuple(view(dev).costs.overlap_slowdown for dev in devices))
+    for each in (low, *views.values()):
+        each.release()
+    return plan

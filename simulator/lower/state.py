@@ -1,0 +1,109 @@
+"""Model states (parameters, gradients, optimizer states) per device, and the optimizer step.
+
+Mixed-precision training keeps 16-bit parameters and gradients and an fp32 master copy with
+the optimizer's moments: 2 + 2 + K bytes per parameter, K = 12 for Adam (Rajbhandari et al.
+2020, "ZeRO", Sec. 3.1). Optimizer sharding over the N data-parallel ranks divides the
+optimizer states (stage 1), then the gradients (stage 2), then the parameters (stage 3):
+16Psi, 4Psi + 12Psi/N, 2Psi + 14Psi/N, 16Psi/N (ZeRO, Fig. 1). In fp32 training there is no
+master copy, so K drops by 4.
+
+The optimizer's states may be kept in bf16 (`training.optimizer_dtype: bf16`: Apex
+DistributedFusedAdam's `dtype`, "datatype for optimizer state", set by NeMo's `optim.dtype`):
+each moment takes 2 bytes, and a master copy of the weights is kept only where it differs
+from the model's weights. NeMo's MegatronBaseModel.setup_optimization (NVIDIA/NeMo
+nemo/collections/nlp/models/language_modeling/megatron_base_model.py, 2024) passes
+`store_params = True` when `fp8_params` (the weights are FP8, the optimizer keeps a copy in
+its own dtype), `False` when the optimizer dtype equals the model's (bf16 states of a bf16
+model: no master copy), and a full copy otherwise; so Adam keeps 2 x 2 = 4 bytes per
+parameter (6 with FP8 weights) instead of 12. (Its fp32 case stores 16-bit remainders,
+`store_param_remainders`, 10 bytes: not modelled, K stays 12.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.config.scenario.schema import DTYPE_BYTES
+from simulator.cost.specs import ComputeSpec
+from simulator.engine.tasks import Alloc
+
+__all__ = ["model_state_bytes", "optimizer_spec", "STATE_BYTES", "OPTIMIZER_FLOPS",
+           "state_bytes_per_param",
+           "framework_overhead_bytes", "fp8_weight_copy_bytes"]
+
+STATE_BYTES = {"adam": 12, "momentum": 8, "sgd": 4}  # mixed precision: fp32 master + moments
+OPTIMIZER_FLOPS = {"adam": 12.0, "momentum": 4.0, "sgd": 2.0}  # per parameter per step
+
+
+def state_bytes_per_param(optimizer: str, dtype: str, state_dtype: str = "fp32",
+                          fp8_params: bool = False) -> int:
+    """Optimizer-state bytes per parameter (K): its moments in `state_dtype`, plus a master
+    copy of the weights in `state_dtype` where the model's weights are not already that
+    copy (see the module docstring): 12 / 8 / 4 for Adam / momentum / SGD of a 16-bit
+    model in fp32 states, 4 less in fp32 training; Adam in bf16 states 4 (6 with FP8
+    weights)."""
+    sb = DTYPE_BYTES[state_dtype]
+    moments = (STATE_BYTES[optimizer] - 4) // 4
+    weights = DTYPE_BYTES[dtype]
+    master = fp8_params or weights != sb
+    return moments * sb + (sb if master else 0)
+
+
+def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: int,
+                      offload_states: bool = False, grad_bytes: float | None = None,
+                      unsharded: float = 0.0, state_dtype: str = "fp32",
+                      fp8_params: bool = False) -> Alloc:
+    """Bytes of model states of a device holding `params` parameters (before optimizer
+    sharding), as (category, bytes) pairs: ZeRO stage `shard` over `dp` ranks. Gradients
+    take `grad_bytes` per element (default: the dtype's; 4 where bf16 gradients are kept
+    in fp32, as Megatron-LM does). `unsharded` of the parameters stay whole whatever the
+    stage (MindSpore's parallel_optimizer_threshold). `state_dtype` / `fp8_params`: see
+    `state_bytes_per_param`."""
+    e = DTYPE_BYTES[dtype]
+    ge = grad_bytes or e
+    k = state_bytes_per_param(optimizer, dtype, state_dtype, fp8_params)
+
+    def held(per: float, sharded: bool) -> float:
+        return (params - unsharded) * per / (dp if sharded else 1) + unsharded * per
+
+    return (
+        ("parameters", held(e, shard >= 3)),
+        ("gradients", held(ge, shard >= 2)),
+        ("optimizer_states", 0.0 if offload_states else held(k, shard >= 1)),
+    )
+
+
+def optimizer_spec(params: int, dtype: str, optimizer: str, shard: int, dp: int,
+                   grad_bytes: float | None = None, state_dtype: str = "fp32",
+                   fp8_params: bool = False) -> ComputeSpec:
+    """The optimizer step as one memory-bound kernel over the local shard: read the gradient
+    (`grad_bytes` per element, default the dtype's) and the states, write the states and the
+    16-bit parameter."""
+    local = params / (dp if shard >= 1 else 1)
+    e = DTYPE_BYTES[dtype]
+    k = state_bytes_per_param(optimizer, dtype, state_dtype, fp8_params)
+    per_param = (grad_bytes or e) + 2 * k + e
+    return ComputeSpec("optimizer_step", "optimizer", OPTIMIZER_FLOPS[optimizer] * local,
+                       per_param * local, dtype, "optimizer")
+
+
+def framework_overhead_bytes(overheads: Any, communicators: int) -> float:
+    """Device memory a training stack takes besides the model's tensors (framework profile
+    `memory_overheads`): the CUDA/runtime context, the collective library's buffers
+    (`comm_buffer_bytes` x `comm_buffers_per_communicator` per communicator the device is
+    in: NCCL's 4 MiB Simple-protocol FIFO per channel per ring connection; HCCL's
+    2 x HCCL_BUFFSIZE), and the library workspaces. A figure the profile leaves null (not
+    found in public sources) counts 0. Allocator fragmentation is not counted: no public
+    figure states it as a rule."""
+    context = overheads.cuda_context_bytes or 0
+    per_comm = (overheads.comm_buffer_bytes or 0) * overheads.comm_buffers_per_communicator
+    return float(context + per_comm * communicators + (overheads.workspace_bytes or 0))
+
+
+def fp8_weight_copy_bytes(static: Alloc, copy_bytes_per_param: float, dtype_bytes: float,
+                          fp8_share: float) -> float:
+    """FP8 weight copies (the e4m3 weight and its transpose, `copy_bytes_per_param` each
+    parameter of an FP8 GEMM) of a device whose `parameters` category holds its
+    `dtype_bytes`-wide weights; `fp8_share` of them feed FP8 GEMMs."""
+    params = sum(b for cat, b in static if cat == "parameters") / dtype_bytes
+    return params * fp8_share * copy_bytes_per_param

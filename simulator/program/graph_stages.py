@@ -1,0 +1,256 @@
+"""Pipeline stages of an operator graph (mlp, resnet, `type: graph`).
+
+The planned graph is cut into units, the pieces a stage is made of (GPipe, Huang et al.
+2019, Sec. 2: a network as a sequence of L layers partitioned into K cells):
+
+- mlp: one unit per hidden layer (its MatMul and activation); the classifier and the loss
+  join the last;
+- resnet: one unit per conv block (Conv2D, ReLU, residual Add) and per FC layer (the
+  flatten joins the first FC layer; the loss the last);
+- graph: one unit per operator.
+
+The units of each virtual stage are, in order of precedence: MindSpore's
+`Cell.pipeline_stage` written as `attrs.pipeline_stage` on graph operators (an operator
+without it stays on the stage of the one before), `parallel.pipeline_layers` (units per
+stage), or a split that minimises the slowest stage's priced work per micro-batch (the
+partition PipeDream's optimizer balances, Narayanan et al. SOSP 2019, Sec. 3.1, without
+its replication).
+
+A stage sends forward the activations produced on it or before and read after it, in the
+layout they are kept in, and receives their gradients back; `GraphStages` carries those
+bytes per cut, and `numeric.pipeline` runs each stage on its own devices with exactly
+those sends. Under recompute (`schedule.graph_recompute`) each unit also carries the
+forward it runs again before its backward, and the tensors stored are those the recompute
+keeps.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from simulator.config.scenario.schema import GraphModel, Scenario
+from simulator.errors import InputError
+from simulator.program.graph_recompute import Recomputing, recompute_saved, regen_units
+from simulator.program.host_placement import host_placed
+from simulator.program.program import GraphStages, GraphUnit
+from simulator.sharding.lower import Saved, backward_specs, forward_specs, gradient_steps
+from simulator.sharding.plan import ShardingPlan, grad_layouts
+
+__all__ = ["UNIT_STARTS", "graph_units", "staged_graph", "split_units", "balanced",
+           "stage_ops", "cut_tensors", "fixed_counts"]
+
+# which operator starts a new unit, by model type (the others join the unit before)
+UNIT_STARTS: dict[str, Callable[[str], bool]] = {
+    "mlp": lambda name: re.fullmatch(r"fc\d+", name) is not None,
+    "resnet": lambda name: re.fullmatch(r"conv\d+|flatten|fc[1-9]\d*", name) is not None,
+    "graph": lambda name: True,
+}
+
+
+def graph_units(model_type: str, names: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """The operators (by name, in order) of each unit of a graph of `model_type`."""
+    starts = UNIT_STARTS[model_type]
+    units: list[list[str]] = []
+    for name in names:
+        if not units or starts(name):
+            units.append([name])
+        else:
+            units[-1].append(name)
+    return tuple(tuple(u) for u in units)
+
+
+def _local_bytes(plan: ShardingPlan, name: str, layout, e: float) -> float:
+    shape = plan.graph.tensors[name].shape
+    return e * math.prod(layout.local_shape(shape, plan.mesh))
+
+
+def cut_tensors(plan: ShardingPlan, units: tuple[tuple[str, ...], ...]
+                ) -> tuple[list[dict[str, None]], list[dict[tuple, None]]]:
+    """Per cut k (after unit k): the activations crossing it forward (produced up to unit k,
+    read after it) and the (tensor, layout) gradient contributions crossing it backward
+    (one per layout a later consumer produces, as the numeric backward sums them)."""
+    unit_of = {op: u for u, names in enumerate(units) for op in names}
+    made = {p.op.output: unit_of[p.op.name] for p in plan.ops}
+    fwd: list[dict[str, None]] = [{} for _ in units[:-1]]
+    bwd: list[dict[tuple, None]] = [{} for _ in units[:-1]]
+    for p in plan.ops:
+        u = unit_of[p.op.name]
+        wants = p.op.family.grads_for(len(p.op.inputs))
+        layouts = grad_layouts(p)[1]
+        for i, name in enumerate(p.op.inputs):
+            if name not in made or made[name] >= u:
+                continue
+            for k in range(made[name], u):
+                fwd[k][name] = None
+                if wants[i]:
+                    bwd[k][(name, layouts[i])] = None
+    return fwd, bwd
+
+
+def _params(plan: ShardingPlan, units: tuple[tuple[str, ...], ...]
+            ) -> tuple[list[dict[str, int]], tuple[tuple[str, int, int], ...]]:
+    """{parameter: local elements} of the parameters each unit reads first, and the spans
+    of those read by several units (those only operators on the host CPU read stay in its
+    memory: 0 elements on the device, their gradient reductions kept)."""
+    graph, mesh = plan.graph, plan.mesh
+    readers: dict[str, list[int]] = {}
+    on_device: set[str] = set()
+    for u, names in enumerate(units):
+        for op in names:
+            if not host_placed(plan.op_plan(op).op):
+                on_device.update(plan.op_plan(op).op.inputs)
+            for n in plan.op_plan(op).op.inputs:
+                if graph.tensors[n].kind == "parameter":
+                    readers.setdefault(n, [])
+                    if u not in readers[n]:
+                        readers[n].append(u)
+    owned: list[dict[str, int]] = [{} for _ in units]
+    for n, us in readers.items():
+        local = math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, mesh))
+        owned[us[0]][n] = local if n in on_device else 0  # (its gradient is still reduced)
+    spans = tuple((n, us[0], us[-1]) for n, us in readers.items() if len(us) > 1)
+    return owned, spans
+
+
+def staged_graph(plan: ShardingPlan, model_type: str, dtype: str, e: float,
+                 skip: tuple[str, ...], sv: Saved, fixed: tuple[int, ...] | None,
+                 rc: Recomputing | None = None) -> GraphStages:
+    """The units of a planned operator graph with their work, saved tensors and the bytes
+    crossing each cut (see the module docstring). `skip`: mesh axes whose gradient
+    reduction the lowering runs (data parallel); `fixed`: units per virtual stage from
+    `attrs.pipeline_stage`; `rc`: what is recomputed (`schedule.graph_recompute`)."""
+    units = graph_units(model_type, [p.op.name for p in plan.ops])
+    unit_of = {op: u for u, names in enumerate(units) for op in names}
+    owned, spans = _params(plan, units)
+    steps = gradient_steps(plan, skip)
+    on_host = {p.op.name for p in plan.ops if host_placed(p.op)}
+    sv = full = Saved({n: t for n, t in sv.tensors.items() if set(t[2]) - on_host},
+                      {op: b for op, b in sv.extra.items() if op not in on_host})
+    ran = rc.ops(plan.graph, units) if rc is not None else None
+    regen: dict[int, int] = {}
+    if ran is not None:
+        sv = recompute_saved(plan, sv, ran, e)
+        regen = regen_units(plan, ran, unit_of)
+    out = []
+    for u, names in enumerate(units):
+        mine = set(names)
+        select = mine.__contains__
+        sync = tuple(c for c in steps if c.name.split(".grad.")[0] in owned[u]
+                     or c.name.rsplit(".", 1)[0] in owned[u])
+        again, held = rc.unit(plan, dtype, e, sv, names, ran) if rc and ran else ((), 0.0)
+        unit = GraphUnit(names, forward_specs(plan, dtype, select, e, sv),
+                         backward_specs(plan, dtype, select, e), sum(owned[u].values()),
+                         sync, held + sum(b for op, b in sv.extra.items() if op in mine),
+                         recompute=again)
+        out.append(replace(unit, working_bytes=_dropped(full, sv, mine),
+                           regen_at=regen.get(u, u)) if ran else unit)
+    if rc is not None and not rc.scenario.parallel.recompute_comm.tensor:
+        rc.check(tuple(op for u in out if u.recompute for op in u.fwd), plan.mesh)
+    kept = tuple((nbytes, frozenset(unit_of[k] for k in keepers))
+                 for nbytes, _, keepers in sv.tensors.values())
+    fwd, bwd = cut_tensors(plan, units)
+    layouts = plan.layouts
+    return GraphStages(
+        tuple(out), kept,
+        tuple(sum(_local_bytes(plan, n, layouts[n], e) for n in cut) for cut in fwd),
+        tuple(sum(_local_bytes(plan, n, lay, e) for n, lay in cut) for cut in bwd),
+        tuple(tuple(cut) for cut in fwd), fixed, spans)
+
+
+def _dropped(full: Saved, kept: Saved, mine: set[str]) -> float:
+    """Bytes the ops `mine` save without recompute and not with it: made again, alive
+    while the unit's recomputed forward and backward run."""
+    def total(sv: Saved) -> float:
+        return (sum(b for b, prod, _ in sv.tensors.values() if prod in mine)
+                + sum(b for op, b in sv.extra.items() if op in mine))
+    return max(0.0, total(full) - total(kept))
+
+
+def balanced(weights: Sequence[float], parts: int) -> tuple[int, ...]:
+    """Units per part of the contiguous split of `weights` into `parts` non-empty parts
+    whose heaviest part is lightest: the least bound T that greedy packing (as many units
+    as fit under T, left to right) meets in `parts` parts, found by bisection; parts left
+    over split the part of most units, its last unit becoming a part of its own."""
+    assert 0 < parts <= len(weights)
+
+    def packed(bound: float) -> list[int]:
+        counts, load = [0], 0.0
+        for w in weights:
+            if counts[-1] and load + w > bound:
+                counts.append(0)
+                load = 0.0
+            counts[-1] += 1
+            load += w
+        return counts
+
+    lo, hi = max(weights), float(sum(weights))
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mid <= lo or mid >= hi:
+            break
+        lo, hi = (lo, mid) if len(packed(mid)) <= parts else (mid, hi)
+    counts = packed(hi)
+    while len(counts) < parts:
+        k = max(range(len(counts)), key=lambda i: (counts[i], -i))
+        counts[k] -= 1
+        counts.insert(k + 1, 1)
+    return tuple(counts)
+
+
+def split_units(scenario: Scenario, staged: GraphStages, parts: int,
+                seconds: Sequence[float] | None) -> tuple[int, ...]:
+    """Units of each of `parts` virtual stages: `attrs.pipeline_stage`, else
+    `parallel.pipeline_layers`, else balanced on `seconds` per unit (None: equal weights).
+    InputError where a parameter read by several units would be cut apart."""
+    given = scenario.parallel.pipeline_layers
+    if staged.fixed is not None:
+        counts = staged.fixed
+    elif given is not None:
+        counts = tuple(given)
+    else:
+        counts = balanced(seconds or [1.0] * len(staged.units), parts)
+    assert sum(counts) == len(staged.units), "the scenario rules check the split's units"
+    ends = [sum(counts[:k + 1]) for k in range(len(counts))]
+    for name, first, last in staged.spans:
+        a = next(k for k, end in enumerate(ends) if first < end)
+        b = next(k for k, end in enumerate(ends) if last < end)
+        if a != b:
+            key = ("model.ops" if staged.fixed is not None else "parallel.pipeline_layers"
+                   if given is not None else "parallel.pipeline")
+            raise InputError(scenario.source, key, (
+                f"parameter {name!r} is read on pipeline stages {a} and {b}; each stage "
+                f"holds its own parameters: keep its readers on one stage"))
+    return counts
+
+
+def stage_ops(scenario: Scenario, units: tuple[tuple[str, ...], ...],
+              counts: tuple[int, ...]) -> dict[str, int]:
+    """{operator name: virtual stage} of a split."""
+    out: dict[str, int] = {}
+    start = 0
+    for vs, n in enumerate(counts):
+        for names in units[start:start + n]:
+            for op in names:
+                out[op] = vs
+        start += n
+    return out
+
+
+def fixed_counts(scenario: Scenario, names: Sequence[str], parts: int
+                 ) -> tuple[int, ...] | None:
+    """Units (operators) per virtual stage from `attrs.pipeline_stage` of a graph model's
+    operators (an operator without it stays on the stage of the one before; the scenario
+    rules have checked the stages), or None when no operator gives one."""
+    m = scenario.model
+    if not isinstance(m, GraphModel) or not any("pipeline_stage" in op.attrs for op in m.ops):
+        return None
+    stage_of: dict[str, int] = {}
+    current = 0
+    for op in m.ops:
+        current = op.attrs.get("pipeline_stage", current)
+        stage_of[op.name] = current
+    stages = [stage_of[n] for n in names]
+    return tuple(stages.count(v) for v in range(parts))

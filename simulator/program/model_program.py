@@ -1,0 +1,432 @@
+"""The program `run` times, derived from the planned operator graph that `verify` executes.
+
+    scenario --(planned_transformer | planned_graph)--> graph + mesh --build_plan--> plan
+             --sharding.lower (kernels, collectives, saved tensors)--> TransformerProgram
+
+Transformers: the Megatron plan of `sharding.transformer_plan` on a GPT graph of the
+scenario's own dimensions with up to three layers (the middle one stands for every layer:
+its neighbours are layers on both sides); its blocks are the embedding (ops before the first
+layer), the layer and the head (final norm, LM head, cross-entropy and the loss). Operator
+graphs (mlp, resnet, graph): the whole graph is one block, or under a pipeline, recompute
+(`schedule.graph_recompute`) or offload a sequence of units that the lowering cuts into
+stages (`schedule.graph_stages`).
+
+What the training stack (the framework profile's `Software`) adds on top of the plan are cost
+annotations, each cited where it is made: fused attention (`model.attention`), the fp32
+main-gradient add of unfused stacks, fp32 gradient reduction of bf16 models, TP-comm
+overlap, and with `dtype: fp8` the framework's FP8 recipe (`schedule.fp8`: the recipe's
+GEMMs in FP8 with their casts, everything else in bf16). Data-parallel gradient reductions
+(mesh axis `dp`) are left to the lowering, which buckets and overlaps them; reductions on
+the other axes run once per iteration before the optimizer, coalesced per collective
+(Megatron's finalize_model_grads all-reduces the sequence-parallel norm gradients as one
+flat buffer).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Any
+
+from simulator.config.hardware.schema import Software
+from simulator.config.scenario.dataset import dataset_choice
+from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
+from simulator.cost.specs import CommSpec, ComputeSpec
+from simulator.graph.builders import GptDims
+from simulator.graph.graph import Graph
+from simulator.graph.ops.loss import CE_FWD_FLOPS
+from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
+from simulator.program import comm_options
+from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
+from simulator.program.graph_recompute import recomputing
+from simulator.program.graph_stages import fixed_counts, staged_graph
+from simulator.program.host_placement import host_kernels, host_placed
+from simulator.program.program import GraphStages, Op, TransformerProgram
+from simulator.program.recompute_policy import layer_role, recomputed_ops, sac_recompute
+from simulator.program.stack_ops import (
+    fused_cross_entropy,
+    imbalanced,
+    main_grad,
+    p2p_blocking,
+    slot_fill,
+    tp_overlap,
+    weight_casts,
+    with_impl,
+)
+from simulator.program.unfused import unfused_ops
+from simulator.sharding.lower import (
+    Saved,
+    backward_specs,
+    forward_specs,
+    gradient_steps,
+    loaded_bytes,
+    param_gathers,
+    saved,
+)
+from simulator.sharding.mesh import Mesh
+from simulator.sharding.plan import ShardingPlan
+
+__all__ = ["recomputed_ops", "transformer_program", "graph_program", "GraphProgram",
+           "gpt_dims", "uses_flash", "ATTENTION_CORE", "graph_model_flops",
+           "memoised_programs"]
+
+ATTENTION_CORE = ("scores", "softmax", "attn_dropout", "context", "flash_attention")
+Select = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class _Block:
+    """Ops of one block (by name) and how they are selected."""
+
+    select: Select
+
+    def params(self, plan: ShardingPlan, graph: Graph) -> tuple[int, int]:
+        """(local elements, tensors) of the parameters the block's ops read."""
+        names = {n for p in plan.ops if self.select(p.op.name) for n in p.op.inputs
+                 if graph.tensors[n].kind == "parameter"}
+        elems = sum(math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, plan.mesh))
+                    for n in names)
+        return elems, len(names)
+
+
+def _coalesce(specs: tuple[CommSpec, ...], name: str) -> tuple[CommSpec, ...]:
+    """One collective per (kind, axis), bytes summed (a flat coalesced buffer)."""
+    out: dict[tuple[str, str], float] = {}
+    for c in specs:
+        out[(c.collective, c.axis)] = out.get((c.collective, c.axis), 0.0) + c.bytes
+    return tuple(CommSpec(f"{name}.{kind}", kind, nb, axis, "bwd")  # type: ignore[arg-type]
+                 for (kind, axis), nb in out.items())
+
+
+def _sync(plan: ShardingPlan, steps: tuple[CommSpec, ...], select: Select,
+          besides: Select | None = None) -> tuple[CommSpec, ...]:
+    """The gradient reductions (`steps`, from `gradient_steps`) of the parameters the
+    selected ops read, except those `besides` also reads (a tied LM head's table is the
+    embedding's: reduced once, with it)."""
+    params = _param_names(plan, select) - (_param_names(plan, besides) if besides else set())
+    return tuple(c for c in steps if c.name.split(".grad.")[0] in params
+                 or c.name.rsplit(".", 1)[0] in params)
+
+
+def _param_names(plan: ShardingPlan, select: Select) -> set[str]:
+    return {n for p in plan.ops if select(p.op.name) for n in p.op.inputs
+            if plan.graph.tensors[n].kind == "parameter"}
+
+
+def _gathered_params(plan: ShardingPlan, blocks: dict[str, tuple[Select, Select | None]],
+                     bwd: dict[str, tuple[Op, ...]], steps: tuple[CommSpec, ...]
+                     ) -> tuple[dict[str, tuple[Op, ...]], tuple[CommSpec, ...]]:
+    """Parameters kept split on an axis and gathered before use (`TensorDef.gathered`: 3-D
+    tensor parallel's weight axis) in each block's backward: all-gathered again before it
+    (the forward's gathered copies are not kept, so weights stay 1/(x*y*z) per device) and
+    their gradients reduce-scattered there after it, every micro-batch, as Colossal-AI's
+    `_Linear3D.backward` does (colossalai/legacy/nn/layer/parallel_3d/_operation.py) and
+    `numeric.execute` runs them. `blocks`: name -> (its ops, ops whose parameters another
+    block reduces). Returns (backward per block, the gradient steps left for once per
+    iteration)."""
+    axes = {a for t in plan.graph.of_kind("parameter") for a in t.gathered}
+    if not axes:
+        return bwd, steps
+    out = dict(bwd)
+    for name, (select, besides) in blocks.items():
+        reduced = tuple(replace(c, name=f"{c.name}.per_micro_batch")
+                        for c in _sync(plan, steps, select, besides) if c.axis in axes)
+        out[name] = param_gathers(plan, select) + bwd[name] + reduced
+    return out, tuple(c for c in steps if c.axis not in axes)
+
+
+def _recomputed(ops: tuple[Op, ...], keep: Select) -> tuple[Op, ...]:
+    return tuple(replace(op, phase="recompute", saved_bytes=0.0) if isinstance(op, ComputeSpec)
+                 else replace(op, phase="recompute") for op in ops if keep(op.name))
+
+
+def _small(plan: ShardingPlan, threshold_bytes: float, e: float) -> dict[str, int]:
+    """{parameter: local elements} of the parameters whose local size is at most
+    `threshold_bytes` (MindSpore's parallel_optimizer_threshold: not sharded)."""
+    if threshold_bytes <= 0:
+        return {}
+    graph, mesh = plan.graph, plan.mesh
+    out = {}
+    for name, t in graph.tensors.items():
+        local = math.prod(plan.layouts[name].local_shape(t.shape, mesh))
+        if t.kind == "parameter" and local * e <= threshold_bytes:
+            out[name] = local
+    return out
+
+
+def _threshold(scenario: Scenario) -> tuple[float, int]:
+    """(threshold bytes, bytes per stored parameter element) of `optimizer_threshold_kb`:
+    0 without a sharded optimizer; an FP8 model keeps its parameters in bf16."""
+    p, m = scenario.parallel, scenario.model
+    threshold = p.optimizer_threshold_kb * 1024 if p.optimizer_shard else 0.0
+    return threshold, DTYPE_BYTES["bf16" if m.dtype == "fp8" else m.dtype]
+
+
+def _planned(scenario: Scenario, fused_attention: bool, e: int
+             ) -> tuple[ShardingPlan, GptDims]:
+    """The planned GPT graph a transformer's program is derived from (the representative
+    layers: three blocks at most), and its dimensions."""
+    p, m = scenario.parallel, scenario.model
+    assert isinstance(m, TransformerModel)
+    dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
+                    min(m.layers, 3 * (m.moe.every if m.moe else 1)))
+    nd = tuple(p.tensor_nd) if p.tensor_nd else None
+    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert,
+                                      nd)
+    return comm_options.plan(scenario, graph, mesh, e), dims
+
+
+def small_params(plan: ShardingPlan, select: Select, small: dict[str, int]) -> int:
+    """Elements of the `small` parameters read by the selected ops."""
+    names = {n for p in plan.ops if select(p.op.name) for n in p.op.inputs if n in small}
+    return sum(small[n] for n in names)
+
+
+def unsharded_roles(scenario: Scenario, fused_attention: bool = False) -> frozenset[str]:
+    """The parameters (by name, a layer's without its `lN.` prefix) the optimizer keeps
+    whole under `parallel.optimizer_threshold_kb`, judged at the scenario's own sizes (a
+    shrunk verify case keeps the decision of the model it stands for)."""
+    threshold, pe = _threshold(scenario)
+    if threshold <= 0:
+        return frozenset()
+    plan, _ = _planned(scenario, fused_attention, pe)
+    return frozenset(layer_role(n) for n in _small(plan, threshold, pe))
+
+
+def _layer_block(layers: int, unit: int) -> Select:
+    """The ops of the block of `unit` layers that stands for every block: the middle one of
+    three (its neighbours are blocks on both sides), else the first. A block is one layer,
+    or with a mixture of experts every `unit` layers, its `unit - 1` dense layers and the
+    MoE layer that ends it."""
+    first = unit if layers >= 3 * unit else 0
+    prefixes = tuple(f"l{i}." for i in range(first, first + unit))
+    return lambda n: n.startswith(prefixes)
+
+
+# Scenario fields `_derive` provably never reads (pydantic `exclude` form): a memoised
+# program is keyed on the scenario's JSON without them, so configurations of a sweep that
+# differ only there (buckets, schedule, pipeline, batch size, optimizer) share one program.
+# A field not listed here is part of the key: a field read later can only cost hits.
+_UNREAD: dict[str, Any] = {
+    "name": True, "source": True, "hardware": True, "framework": True, "cluster": True,
+    "seed": True, "training": {"global_batch_size": True, "optimizer": True,
+                               "learning_rate": True},
+    "parallel": {k: True for k in ("pipeline", "schedule", "virtual_stages", "pipeline_layers",
+                                   "offload", "comm_fusion", "mode", "parameter_server",
+                                   "search", "comm_subgraph")}
+    | {"overlap": {"grad_reduce": True, "param_gather": True, "copies": True}}}
+_MEMO: list[dict[Any, TransformerProgram]] = []  # the active store (innermost last)
+MEMO_SIZE = 256  # programs kept at most, the store emptied when full (0: not memoised)
+
+
+@contextmanager
+def memoised_programs(store: dict[Any, TransformerProgram]) -> Iterator[None]:
+    """Within the block, `transformer_program` returns the program it derived before for
+    the same inputs from `store` (programs are frozen: sharing one is safe) and adds the
+    ones it derives. A sweep keeps one store per worker process (`planner.sweep`)."""
+    _MEMO.append(store)
+    try:
+        yield
+    finally:
+        _MEMO.pop()
+
+
+def transformer_program(scenario: Scenario, software: Software | None = None,
+                        compute_units: int = 132, fp8: Fp8Recipe | None = None
+                        ) -> TransformerProgram:
+    """`_derive`, or inside `memoised_programs` the stored program of the same inputs."""
+    software = software or Software()
+    if not _MEMO or MEMO_SIZE <= 0:
+        return _derive(scenario, software, compute_units, fp8)
+    store = _MEMO[-1]
+    key = (scenario.model_dump_json(exclude=_UNREAD), software, compute_units, fp8)
+    prog = store.get(key)
+    if prog is None:
+        prog = _derive(scenario, software, compute_units, fp8)
+        if len(store) >= MEMO_SIZE:
+            store.clear()
+        store[key] = prog
+    return prog
+
+
+def _derive(scenario: Scenario, software: Software, compute_units: int,
+            fp8: Fp8Recipe | None) -> TransformerProgram:
+    """One device's work for one micro-batch of `scenario` (a transformer model), derived
+    from its planned graph. `software` is the framework profile's stack: it
+    resolves `model.attention: auto`, says whether gradient accumulation into fp32 runs
+    inside the wgrad GEMMs, whether bf16 gradients are kept and reduced in fp32, and whether
+    TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores).
+    `fp8`: the framework's FP8 recipe for a `dtype: fp8` model: the model is bf16 except the
+    recipe's GEMMs (without one, every op runs in fp8)."""
+    p, m = scenario.parallel, scenario.model
+    assert isinstance(m, TransformerModel)
+    recipe = fp8 if m.dtype == "fp8" else None
+    tpo = tp_overlap(scenario, software, compute_units)
+    if recipe is not None and not recipe.dynamic and tpo is not None:
+        # Transformer Engine (delayed scaling) with its userbuffers TP overlap gathers the
+        # GEMM operands in FP8 (schedule.fp8)
+        recipe = replace(recipe, gather_tp=p.tensor)
+    dtype = "bf16" if recipe is not None else m.dtype
+    e = DTYPE_BYTES[dtype]
+    unit = m.moe.every if m.moe else 1
+    plan, dims = _planned(scenario, software.fused_attention, e)
+    graph, mesh = plan.graph, plan.mesh
+    layer = _Block(_layer_block(m.layers, unit))
+    embed = _Block(lambda n: n.startswith("embed"))
+    head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
+    sv: Saved = saved(plan, e)
+    if recipe is not None:
+        sv = fp8_saved(sv, plan, recipe, e)
+    fwd = {k: forward_specs(plan, dtype, b.select, e, sv) for k, b in
+           (("layer", layer), ("embed", embed), ("head", head))}
+    bwd = {k: backward_specs(plan, dtype, b.select, e) for k, b in
+           (("layer", layer), ("embed", embed), ("head", head))}
+    if recipe is not None:
+        fwd = {k: apply_fp8(v, recipe) for k, v in fwd.items()}
+        bwd = {k: apply_fp8(v, recipe) for k, v in bwd.items()}
+    impl = m.attention if m.attention not in ("auto", "standard", "flash") else \
+        software.attention_impl
+    if impl:
+        fwd = {k: with_impl(v, impl) for k, v in fwd.items()}
+        bwd = {k: with_impl(v, impl) for k, v in bwd.items()}
+    head_saved = sv.total(head.select)
+    if software.fused_cross_entropy:
+        fwd["head"] = fused_cross_entropy(fwd["head"], e)
+        bwd["head"] = fused_cross_entropy(bwd["head"], e)
+        # it keeps the model-dtype logits for its backward, not the fp32 softmax
+        logits = sum(op.flops / CE_FWD_FLOPS for op in fwd["head"]
+                     if isinstance(op, ComputeSpec) and op.name == "cross_entropy")
+        head_saved -= (4.0 - e) * logits
+    imbalance = m.moe.imbalance if m.moe else 1.0
+    fwd["layer"], bwd["layer"] = (imbalanced(fwd["layer"], imbalance),
+                                  imbalanced(bwd["layer"], imbalance))
+    more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
+    fwd["layer"], bwd["layer"] = fwd["layer"] + more[0], bwd["layer"] + more[1]
+    params, tensors = layer.params(plan, graph)
+    embed_params = embed.params(plan, graph)[0]
+    head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
+    output_params = _Block(lambda n: n == "head").params(plan, graph)[0]
+    if not software.fused_grad_accumulation:
+        cast = software.grad_accumulation_cast
+        bwd["layer"] += main_grad(e, dtype, "main_grad_add", params, cast)
+        bwd["embed"] += main_grad(e, dtype, "main_grad_add_embed", embed_params, cast)
+        bwd["head"] += main_grad(e, dtype, "main_grad_add_head", head_params + output_params,
+                                 cast)
+    if m.param_dtype is not None and m.param_dtype != dtype:
+        for block, n in (("layer", params), ("head", head_params + output_params)):
+            cast_fwd, cast_bwd = weight_casts(f"weight_cast_{block}", n, dtype)
+            fwd[block], bwd[block] = cast_fwd + fwd[block], bwd[block] + cast_bwd
+    policy = software.selective_recompute
+    picked = recomputed_ops(p.recompute, policy, dims.swiglu)
+    region = None if picked is None else (lambda n: layer.select(n) and picked(n))
+    if p.recompute == "selective" and policy == "every_second_mm":
+        recompute = sac_recompute(fwd["layer"], dims.swiglu, dims.heads, dims.kv_heads)
+    else:
+        recompute = () if region is None else _recomputed(
+            fwd["layer"], (lambda n: True) if p.recompute == "full" else
+            (lambda n: n in ATTENTION_CORE))
+    recompute, kept = comm_options.recompute_comm_ops(scenario, recompute, mesh)
+    out_name = next(op.op.output for op in reversed(plan.ops) if layer.select(op.op.name))
+    boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
+                                                                mesh))
+    steps = gradient_steps(plan, ("dp",))
+    bwd, steps = _gathered_params(plan, {"layer": (layer.select, None),
+                                         "embed": (embed.select, None),
+                                         "head": (head.select, embed.select)}, bwd, steps)
+    threshold, pe = _threshold(scenario)
+    small = _small(plan, threshold, pe)
+    return TransformerProgram(
+        layer_fwd=fwd["layer"], layer_bwd=bwd["layer"], layer_recompute=recompute,
+        embed_fwd=fwd["embed"], embed_bwd=bwd["embed"], head_fwd=fwd["head"],
+        head_bwd=bwd["head"], params_per_layer=params, params_embedding=embed_params,
+        params_head=head_params, params_output=output_params, param_tensors_per_layer=tensors,
+        activation_bytes_per_layer=sv.total(layer.select, region) + kept,
+        embed_activation_bytes=sv.total(embed.select), head_activation_bytes=head_saved,
+        layer_working_bytes=sv.total(layer.select),
+        boundary_bytes=float(boundary), dtype=dtype,
+        grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
+        tp_overlap=tpo,
+        grad_sync_layer=_coalesce(_sync(plan, steps, layer.select), "grad_sync"),
+        grad_sync_embed=_coalesce(_sync(plan, steps, embed.select), "grad_sync"),
+        grad_sync_head=_coalesce(_sync(plan, steps, head.select, embed.select), "grad_sync"),
+        layers_per_block=unit, expert_slot_fill=slot_fill(dims),
+        expert_load=imbalance,
+        unsharded_per_layer=small_params(plan, layer.select, small),
+        unsharded_embedding=small_params(plan, embed.select, small),
+        unsharded_head=small_params(plan, lambda n: n == "lnf", small),
+        p2p_blocking=p2p_blocking(software, p.schedule),
+    )
+
+
+@dataclass(frozen=True)
+class GraphProgram:
+    program: TransformerProgram
+    mesh: Mesh  # the graph's own device mesh (the cluster mesh adds `pp` around it)
+    model_flops: float
+
+
+def graph_model_flops(graph: Graph, micro_batches: int) -> float:
+    """Contraction (GEMM, conv) FLOPs of forward and backward for the whole batch."""
+    total = 0.0
+    for op in graph.ops:
+        if op.family.kind == "gemm":
+            fwd = op.family.flops(graph.shapes(op), graph.tensors[op.output].shape, op.attrs)
+            total += fwd * (1.0 + op.family.bwd_flops_factor)
+    return total * micro_batches
+
+
+def _staged(scenario: Scenario, plan: ShardingPlan, dtype: str, e: int,
+            skip: tuple[str, ...], sv: Saved) -> GraphStages | None:
+    """The units a pipeline cuts the graph into (`schedule.graph_stages`), also without a
+    pipeline where recompute or offload works unit by unit; None otherwise (the whole
+    graph is one block)."""
+    p = scenario.parallel
+    rc = recomputing(scenario)
+    if p.pipeline == 1 and rc is None and not (p.offload.parameters or p.offload.activations):
+        return None
+    parts = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
+    fixed = fixed_counts(scenario, [op.op.name for op in plan.ops], parts)
+    return staged_graph(plan, scenario.model.type, dtype, e, skip, sv, fixed, rc)
+
+
+def _dataset_extras(scenario: Scenario, loaded: float) -> tuple[tuple[str, object], ...]:
+    """The dataset strategy a scenario gives and the input bytes one device loads per
+    micro-batch under it (`scenario.dataset`); nothing without one."""
+    choice = dataset_choice(scenario.parallel)
+    if choice is None:
+        return ()
+    return (("dataset", {"strategy": choice[1], "loaded_bytes_per_device": round(loaded)}),)
+
+
+def graph_program(scenario: Scenario) -> GraphProgram:
+    """The program of an mlp, resnet or graph model: the whole planned graph as one block."""
+    from simulator.models.model_graph import planned_graph
+
+    graph, mesh = planned_graph(scenario)
+    dtype = scenario.model.dtype
+    e = DTYPE_BYTES[dtype]
+    plan = comm_options.plan(scenario, graph, mesh, e)
+    skip = ("dp",) if scenario.parallel.data > 1 else ()
+    on_host = {op.name for op in graph.ops if host_placed(op)}
+    whole = _Block(lambda n: n not in on_host)  # host operators' tables stay in host memory
+    params, tensors = whole.params(plan, graph)
+    sv = saved(plan, e)
+    loaded = loaded_bytes(plan, e)
+    kept = sv.total(lambda n: n not in on_host)
+    staged = _staged(scenario, plan, dtype, e, skip, sv)
+    prog = TransformerProgram(
+        layer_fwd=forward_specs(plan, dtype), layer_bwd=backward_specs(plan, dtype),
+        layer_recompute=(), embed_fwd=(), embed_bwd=(), head_fwd=(), head_bwd=(),
+        params_per_layer=params, params_embedding=0, params_head=0, params_output=0,
+        param_tensors_per_layer=tensors, activation_bytes_per_layer=kept,
+        embed_activation_bytes=0.0, head_activation_bytes=0.0,
+        layer_working_bytes=kept, boundary_bytes=0.0, dtype=dtype,
+        single_block=staged is None, staged=staged,
+        grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"),
+        host_kernels=host_kernels(plan, e),
+        host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0,
+        resident=(("activations", loaded),), extras=_dataset_extras(scenario, loaded))
+    return GraphProgram(prog, mesh, graph_model_flops(graph, scenario.grad_accum_steps))
+

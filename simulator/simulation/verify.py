@@ -1,0 +1,135 @@
+"""`verify` of a scenario: the numeric proof (`numeric.verify.verify_case`) of the plan
+`run` times, given what the scenario decides and the program knows -- the pipeline's
+StageSplit (`simulation.stage_split`), the operators recompute re-runs, the parameters the
+optimizer keeps whole, the tensors offload sends to the host. The numeric backend receives
+them as plain values and imports nothing of the timing path."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from simulator.config.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.errors import InputError
+from simulator.graph.graph import Graph
+from simulator.numeric.cases import VerifyCase, build_case, staged_pipeline
+from simulator.numeric.execute import Faults, Recompute
+from simulator.numeric.host_trips import HostTrips
+from simulator.numeric.pipeline import PipelineSplit, SendFaults
+from simulator.numeric.ps import PsRun
+from simulator.numeric.verify import VerifyResult, verify_case
+from simulator.program.graph_recompute import recomputed, verify_runs
+from simulator.program.graph_stages import graph_units
+from simulator.program.model_program import unsharded_roles
+from simulator.program.recompute_policy import SelectivePolicy, layer_role, recomputed_ops
+from simulator.sharding.graph_yaml import strategy_key
+from simulator.sharding.layout import LayoutError
+from simulator.sharding.rules import SignatureError
+from simulator.simulation.stage_split import stage_split, transformer_split
+
+__all__ = ["verify_scenario"]
+
+
+def graph_recompute(s: Scenario, graph: Graph, stage_of: dict[str, int] | None
+                    ) -> Recompute | None:
+    """The recompute of an operator graph (mlp, resnet, `type: graph`; the verify case's, in
+    plan order) under `s`, the runs that `program.graph_recompute` times, as
+    `numeric.execute.Recompute` executes them; None where nothing is recomputed.
+    `stage_of`: operator -> pipeline stage, when the stages run on devices of their own."""
+    names = [op.name for op in graph.ops]
+    rc = recomputed(s, graph, graph_units(s.model.type, names), stage_of)
+    if rc is None:
+        return None
+    consumers: dict[str, tuple[str, ...]] = {}
+    for op in graph.ops:
+        for t in dict.fromkeys(op.inputs):
+            consumers[t] = consumers.get(t, ()) + (op.name,)
+    runs = verify_runs(names, consumers, {op.name: op.output for op in graph.ops}, rc,
+                       stage_of)
+    if not runs:  # (`recomputed` refuses a recompute without runs; an empty `runs` would
+        return None  # fall back to Recompute's transformer blocks)
+    return Recompute(rc.__contains__, s.parallel.recompute_comm.tensor,
+                     runs=tuple((k, run, readers) for k, (run, readers) in
+                                sorted(runs.items())))
+
+
+def host_trips(s: Scenario, graph: Graph) -> HostTrips | None:
+    """The round trips of an operator graph scenario's offload (`numeric.host_trips`): the
+    parameters, and the saved activations of every unit but the last; None without one."""
+    off = s.parallel.offload
+    if not (off.parameters or off.activations):
+        return None
+    units = graph_units(s.model.type, [op.name for op in graph.ops])
+    acts = frozenset(n for u in units[:-1] for n in u) if off.activations else frozenset()
+    return HostTrips(off.parameters, acts)
+
+
+def _kept_whole(s: Scenario, case: VerifyCase, fused_attention: bool) -> frozenset[str]:
+    """The parameters (full names) the optimizer keeps whole under
+    `parallel.optimizer_threshold_kb` (`program.model_program.unsharded_roles`)."""
+    if not isinstance(s.model, TransformerModel):
+        return frozenset()
+    roles = unsharded_roles(s, fused_attention)
+    return frozenset(n for n, t in case.sharded.tensors.items()
+                     if t.kind == "parameter" and layer_role(n) in roles)
+
+
+def _split(s: Scenario, case: VerifyCase, hw: Any, faults: SendFaults | None
+           ) -> PipelineSplit | None:
+    """Where each operator of the case runs when its pipeline stages run on devices of
+    their own; None where they run in sequence on one set of devices."""
+    if isinstance(s.model, TransformerModel):
+        return transformer_split(s, case.sharded, hw, faults) if staged_pipeline(s) else None
+    return None if s.parallel.pipeline == 1 else stage_split(s, hw, faults)
+
+
+def verify_scenario(s: Scenario, faults: Faults | None = None,
+                    fused_attention: bool = False, hw: Any = None,
+                    send_faults: SendFaults | None = None, fork: bool | None = None,
+                    selective: SelectivePolicy = "attention_core") -> VerifyResult:
+    """Verify a scenario's plan; InputError when its strategies cannot be planned.
+    `fused_attention`: the hardware profile's default for `model.attention: auto`, so that
+    verify proves the plan `run` times; `hw`: that profile, which prices the balanced split
+    of an mlp, resnet or graph pipeline as `run` does (without it: units balanced by
+    count). `send_faults`: mutations of those pipelines' sends (tests). `fork`: run the
+    whole-batch reference in a child process (None: where it pays, `reference.fork_pays`).
+    `selective`: what the stack's selective recompute re-runs (schedule.recompute_policy),
+    as `run` prices it."""
+    copies = s.parallel.overlap.copies
+    if copies > 1 and not isinstance(s.model, GraphModel):
+        # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
+        # after another, their gradients summed: verify executes exactly those slices
+        s = s.model_copy(update={"training": s.training.model_copy(update={
+            "micro_batch_size": s.training.micro_batch_size // copies})})
+    try:
+        case = build_case(s, fused_attention)
+        spec = s.parallel.parameter_server
+        ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
+        select = recomputed_ops(s.parallel.recompute, selective,
+                                s.model.ffn_activation == "swiglu") \
+            if isinstance(s.model, TransformerModel) else None
+        split = _split(s, case, hw, send_faults)
+        recompute = Recompute(select, s.parallel.recompute_comm.tensor,
+                              s.parallel.recompute_comm.optimizer) if select else None
+        if not isinstance(s.model, TransformerModel):
+            recompute = graph_recompute(s, case.sharded, split.stage_of if split else None)
+        result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
+                             s.parallel.optimizer_shard, faults, s.name, ps,
+                             recompute=recompute,
+                             unsharded=_kept_whole(s, case, fused_attention),
+                             enable_alltoall=s.parallel.enable_alltoall,
+                             pipeline=split, host=None if isinstance(
+                                 s.model, TransformerModel) else host_trips(s, case.sharded),
+                             fork=fork)
+    except (SignatureError, LayoutError) as exc:
+        raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
+    if copies > 1 and not isinstance(s.model, GraphModel):
+        note = (f"multi-copy: each micro-batch ran as {copies} slices of "
+                f"{s.training.micro_batch_size}, one after another, gradients summed")
+        result = dataclasses.replace(result, notes=result.notes + (note,))
+    elif copies > 1:
+        result = dataclasses.replace(result, notes=result.notes + (
+            "multi-copy is not executed for an operator graph (its batch is its input "
+            "tensors): the plan was checked whole",))
+    return result
+
