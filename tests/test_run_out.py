@@ -136,3 +136,15 @@ def test_an_old_report_set_aside_by_a_killed_swap_is_put_back(tmp_path, reports)
     out_folder._remove_stale(out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]
     assert _content(out) == reports["old"]
+
+
+def test_a_report_needs_no_pandas(tmp_path, reports):
+    """A plain install carries no pandas: the one-row summary.csv is the csv module's (the
+    same bytes pandas wrote, for tiny-cpu, a mixed cluster, stragglers and a parameter
+    server, when it was replaced)."""
+    argv = ["shardsim", "run", "tiny-cpu", "--out", str(tmp_path / "r"), *OLD]
+    code = ("import sys; sys.modules['pandas'] = None; from simulator.cli import main; "
+            f"sys.argv = {argv!r}; main()")
+    done = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert _content(tmp_path / "r") == reports["old"]

@@ -1,11 +1,12 @@
 """`write_report(result, out_dir)`: summary.csv, summary.md, trace.json, timeline.png,
 breakdown.png, memory.png and report.html (the page that inlines them) in out_dir. The only
-writer of files outside the CLI; pandas and matplotlib are imported here, when a report is
+writer of files outside the CLI; matplotlib is imported here, when a report is
 asked for, never on the simulation path.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -51,14 +52,16 @@ def write_report(result: Any, out_dir: str | Path) -> list[Path]:
 
 
 def _write_files(result: Any, out: Path) -> None:
-    import pandas as pd
-
     from simulator.report.html import run_page
     from simulator.report.plots import plot_breakdown, plot_memory, plot_timeline
 
     s = summary(result)
     paths = [out / n for n in REPORT_FILES]
-    pd.DataFrame([flatten(s)]).to_csv(paths[0], index=False)
+    row = flatten(s)
+    with paths[0].open("w", newline="") as fh:  # one row: the csv module, not pandas
+        writer = csv.DictWriter(fh, fieldnames=list(row), lineterminator="\n")
+        writer.writeheader()
+        writer.writerow(row)
     paths[1].write_text(_markdown(s))
     with paths[2].open("w") as fh:
         json.dump(chrome_trace(result), fh, separators=(",", ":"))
