@@ -190,3 +190,11 @@ def test_gpt3_run_json_within_one_second():
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr
     assert elapsed <= 1.0, f"{elapsed:.2f} s"
+
+
+def test_shell_completion_is_enabled(invoke_cli):
+    """`shardsim --install-completion` installs it; `--show-completion SHELL` prints it."""
+    res = invoke_cli("--show-completion", "bash")
+    assert res.exit_code == 0, res.output
+    assert "_SHARDSIM_COMPLETE=complete_bash" in res.stdout
+    assert "--install-completion" in invoke_cli("--help").stdout
