@@ -21,7 +21,7 @@ exponent n log n itself fits over the same counts. The machine is shared: each r
 the 1-minute load average when it started; CPU seconds are the figure a loaded machine
 distorts least, and on an idle machine the wall time is about the larger of the two
 processes' CPU seconds (this process's: `cpu_s - child_s`). Transformers are verified in
-float64 (numeric.cases) on one BLAS thread; nothing is sampled: every device, token,
+float64 (models.cases) on one BLAS thread; nothing is sampled: every device, token,
 tensor and element is computed and compared as before.
 
 Where the time goes. Each device runs 2 micro-batches of 32 tokens through a model of

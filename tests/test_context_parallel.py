@@ -16,7 +16,7 @@ from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.graph.ops import KernelCtx, get_family, ring_attention
-from simulator.numeric.cases import build_case
+from simulator.models.cases import build_case
 from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program
 from simulator.sharding.plan import build_plan

@@ -18,7 +18,7 @@ from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.graph.graph import Graph, GraphBuilder
 from simulator.graph.ops import halo
-from simulator.numeric.cases import build_case
+from simulator.models.cases import build_case
 from simulator.numeric.rulecheck import check_signature
 from simulator.numeric.verify import verify_case
 from simulator.sharding.mesh import Mesh

@@ -17,7 +17,7 @@ from test_rules_property import KINDS, _graph
 from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.graph.graph import GraphBuilder
-from simulator.numeric.cases import build_case
+from simulator.models.cases import build_case
 from simulator.numeric.dist import DistTensor, distribute
 from simulator.numeric.execute import Execution, Faults, run_microbatch
 from simulator.numeric.local import forward_blocks, vjp_blocks

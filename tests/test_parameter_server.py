@@ -11,7 +11,7 @@ import json
 import pytest
 
 from simulator.config.scenario import parse_scenario
-from simulator.numeric.cases import build_case
+from simulator.models.cases import build_case
 from simulator.numeric.ps import PsRun, key_ranges
 from simulator.numeric.verify import verify_case
 from simulator.simulation.verify import verify_scenario

@@ -25,7 +25,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
 from simulator.lower.framework_apply import fp8_recipe
 from simulator.models import transformer_plan
-from simulator.numeric.cases import build_case
+from simulator.models.cases import build_case
 from simulator.numeric.dist import distribute
 from simulator.numeric.execute import Execution, run_microbatch
 from simulator.numeric.verify import _opt_layout, reduce_grad

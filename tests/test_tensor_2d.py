@@ -23,8 +23,8 @@ from simulator.cost.specs import CommSpec
 from simulator.errors import InputError
 from simulator.graph.builders import GptDims
 from simulator.lower.layout import rank_mesh
+from simulator.models.cases import build_case
 from simulator.models.transformer_plan import planned_transformer
-from simulator.numeric.cases import build_case
 from simulator.numeric.execute import Faults
 from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program

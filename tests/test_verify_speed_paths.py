@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from simulator.api import load_scenario
+from simulator.models.cases import build_case
 from simulator.numeric import kept
-from simulator.numeric.cases import build_case
 from simulator.numeric.dist import distribute
 from simulator.numeric.execute import Execution, Faults, run_microbatch
 from simulator.numeric.reference import Beside

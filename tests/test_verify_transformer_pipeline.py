@@ -14,7 +14,7 @@ import pytest
 from simulator.config.hardware import load_profile
 from simulator.config.scenario.load import parse_scenario
 from simulator.config.scenario.schema import Scenario
-from simulator.numeric.cases import build_case
+from simulator.models.cases import build_case
 from simulator.numeric.execute import Faults
 from simulator.numeric.pipeline import SendFaults
 from simulator.simulation.simulate import simulate

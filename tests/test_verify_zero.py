@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.api import load_scenario
-from simulator.numeric.cases import build_case
+from simulator.models.cases import build_case
 from simulator.numeric.execute import Faults
 from simulator.numeric.verify import verify_case
 from simulator.simulation.verify import verify_scenario

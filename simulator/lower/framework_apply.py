@@ -10,11 +10,13 @@ from dataclasses import replace
 from typing import Any
 
 from simulator.config.framework.schema import FrameworkProfile
-from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
+from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.engine.tasks import Plan
 from simulator.errors import InputError
 from simulator.lower.buckets import auto_fusion
 from simulator.lower.state import fp8_weight_copy_bytes, framework_overhead_bytes
+from simulator.models.registry import family
+from simulator.models.transformer import transformer_model
 from simulator.program.fp8 import Fp8Recipe
 from simulator.program.program import TransformerProgram
 from simulator.sharding.mesh import Mesh
@@ -29,7 +31,7 @@ def fp8_recipe(scenario: Scenario, fw: FrameworkProfile) -> Fp8Recipe | None:
     """The recipe of a `dtype: fp8` transformer under `fw`; None for other dtypes. An
     InputError when the framework has no FP8 recipe."""
     m = scenario.model
-    if not isinstance(m, TransformerModel) or m.dtype != "fp8":
+    if not family(m).layered or m.dtype != "fp8":
         return None
     if not fw.fp8.supported or not fw.fp8.gemm_roles:
         raise InputError(scenario.source, "model.dtype",
@@ -69,8 +71,7 @@ def communicators(scenario: Scenario, mesh: Mesh | None = None) -> int:
 def _fp8_share(prog: TransformerProgram, scenario: Scenario, fw: FrameworkProfile) -> float:
     """Share of a device's parameters that feed FP8 GEMMs: the layers' (and the LM head's
     when the recipe runs it in FP8), over all parameters of the model."""
-    m = scenario.model
-    assert isinstance(m, TransformerModel)
+    m = transformer_model(scenario.model)
     layers = prog.params_per_layer * (m.layers // prog.layers_per_block)
     head = prog.params_output if "lm_head" in fw.fp8.gemm_roles else 0
     total = layers + prog.params_embedding + prog.params_head + prog.params_output

@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.config.scenario.schema import Scenario, TransformerModel
+from simulator.config.scenario.schema import Scenario
 from simulator.cost.specs import CommSpec, GroupSpec
 from simulator.lower.costs import CostModel, Priced, price_ops
 from simulator.lower.host import host_costs
 from simulator.lower.layout import RankMesh
 from simulator.lower.multicopy import multi_copy
+from simulator.models.registry import family
 from simulator.program.graph_stages import split_units
 from simulator.program.program import GraphStages, TransformerProgram
 
@@ -117,7 +118,7 @@ def stage_layers(scenario: Scenario, stages: int, layer_s: float, embed_s: float
     if given is not None:
         return tuple(n // unit for n in given)
     total = getattr(scenario.model, "layers", 1) // unit
-    if not isinstance(scenario.model, TransformerModel):
+    if not family(scenario.model).layered:
         return (1,) * stages  # an operator graph's program is the whole model as one block
     counts = [total // stages] * stages
     extra = [0.0] * stages
@@ -150,7 +151,7 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
     p, m = scenario.parallel, scenario.model
     key = (id(prog), id(costs), layout, layers, p.overlap.copies, p.recompute,
            None if p.pipeline_layers is None else tuple(p.pipeline_layers),
-           isinstance(m, TransformerModel), getattr(m, "layers", 1))
+           family(m).layered, getattr(m, "layers", 1))
     hit = _PRICED.get(key)
     if hit is not None and hit[0] is prog and hit[1] is costs:
         return hit[2]

@@ -10,8 +10,11 @@ model parallel on tp.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from simulator.graph.graph import Graph, OpNode
+from simulator.models.dataset import with_dataset
+from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
 __all__ = ["plan_mlp", "plan_resnet"]
@@ -58,3 +61,15 @@ def plan_resnet(graph: Graph, image_split: dict[str, int] | None = None) -> Grap
     flatten = [_set(op, "d0", "d0") for op in rest if op.type == "Reshape"]
     fc = _fc_chain([op for op in rest if op.type != "Reshape"], "fc")
     return Graph(graph.tensors, tuple(head + flatten + fc))
+
+
+def written_builtin(s: Any, graph: Graph, planned: Graph, mesh: Mesh) -> tuple[Graph, Mesh]:
+    """A built-in plan (`planned`, of `graph`) as the scenario runs it: under
+    `parallel.mode: auto` only the weight operators keep theirs (the key operators;
+    propagation chooses the rest), and the dataset strategy on the inputs."""
+    if s.parallel.mode == "auto":
+        params = {t.name for t in graph.of_kind("parameter")}
+        planned = Graph(planned.tensors, tuple(
+            op if params & set(op.inputs) else dataclasses.replace(op, strategy=None)
+            for op in planned.ops))
+    return with_dataset(planned, s, mesh), mesh

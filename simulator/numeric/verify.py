@@ -18,7 +18,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from simulator.graph.graph import Graph
-from simulator.numeric.cases import VerifyCase
+from simulator.models.family import VerifyCase
 from simulator.numeric.compare import Check
 from simulator.numeric.compare import compare as _compare
 from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch

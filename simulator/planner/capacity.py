@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.config.scenario.schema import Scenario, TransformerModel
+from simulator.config.scenario.schema import Scenario
+from simulator.models.registry import family
+from simulator.models.transformer import transformer_model
 from simulator.planner.search import Candidate, SearchOptions, SearchResult, search
 
 __all__ = ["pareto_front", "target_time_s", "CapacityResult", "fewest_devices",
@@ -68,9 +70,9 @@ def _floor_devices(scenario: Scenario, hw: Any, target_s: float) -> float:
     sec. 2.1), over the target at every device's dense peak."""
     from simulator.simulation.budget import _transformer_params
 
-    if not isinstance(scenario.model, TransformerModel):
+    if not family(scenario.model).layered:
         return 1.0
-    m = scenario.model
+    m = transformer_model(scenario.model)
     tokens = scenario.training.global_batch_size * m.seq_length
     flops = 6.0 * _transformer_params(m) * tokens
     return flops / (target_s * hw.peak_flops_per_s(m.dtype))

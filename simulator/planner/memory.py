@@ -43,6 +43,7 @@ from typing import Any
 from simulator.config.framework.load import framework_for
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
 from simulator.lower.state import framework_overhead_bytes, state_bytes_per_param
+from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import uses_flash
 from simulator.planner.space import Config
 
@@ -83,8 +84,7 @@ class Workload:
 def workload_of(scenario: Scenario, hw: Any) -> Workload:
     """The workload of a transformer scenario on hardware profile `hw` (whose software
     stack says whether `attention: auto` is fused and whether bf16 gradients are fp32)."""
-    m = scenario.model
-    assert isinstance(m, TransformerModel), "the planner searches transformer models"
+    m = transformer_model(scenario.model)
     fw = framework_for(scenario, hw)
     sw = fw.software
     flash = uses_flash(scenario, sw.fused_attention)

@@ -26,6 +26,7 @@ from typing import Any
 from simulator.config.scenario.comm_rules import keeps_gathered_params, keeps_tensor_outputs
 from simulator.config.scenario.rule_helpers import fused_collectives
 from simulator.config.scenario.schema import CommFusionSpec, Scenario, TransformerModel
+from simulator.models.transformer import transformer_model
 
 __all__ = ["Config", "SpaceLimits", "enumerate_space", "apply_config", "divisors_of",
            "config_of", "RECOMPUTE"]
@@ -140,8 +141,7 @@ def enumerate_space(scenario: Scenario, devices: int, flash: bool = False,
                     limits: SpaceLimits = SpaceLimits()) -> list[Config]:
     """Every configuration of `scenario`'s model and global batch on `devices` devices, in
     a fixed order. `flash`: attention runs as one fused kernel (drops selective recompute)."""
-    m = scenario.model
-    assert isinstance(m, TransformerModel), "the search space is for transformer models"
+    m = transformer_model(scenario.model)
     gb = scenario.training.global_batch_size
     out = []
     for t in _tensor_degrees(m, devices):

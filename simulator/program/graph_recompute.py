@@ -31,10 +31,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from simulator.config.scenario.schema import GraphModel, Scenario
+from simulator.config.scenario.schema import Scenario
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
+from simulator.models.opgraph import graph_model
+from simulator.models.registry import family
 from simulator.program.comm_options import recompute_comm_ops
 from simulator.sharding.lower import Saved, forward_specs
 from simulator.sharding.mesh import Mesh
@@ -192,8 +194,9 @@ def _useful(graph: Graph, run_of: dict[str, int]) -> dict[str, int]:
 def recomputing(scenario: Scenario) -> Recomputing | None:
     """What an operator graph scenario recomputes; None where nothing."""
     m = scenario.model
-    chosen = frozenset(op.name for op in m.ops if op.attrs.get("recompute") is True) \
-        if isinstance(m, GraphModel) else frozenset()
+    chosen = frozenset(op.name for op in graph_model(m).ops
+                       if op.attrs.get("recompute") is True) \
+        if family(m).writes_ops else frozenset()
     full = scenario.parallel.recompute == "full"
     return Recomputing(full, chosen, scenario) if full or chosen else None
 

@@ -27,32 +27,26 @@ keeps.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
-from simulator.config.scenario.schema import GraphModel, Scenario
+from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
+from simulator.models.opgraph import graph_model
+from simulator.models.registry import family
 from simulator.program.graph_recompute import Recomputing, recompute_saved, regen_units
 from simulator.program.host_placement import host_placed
 from simulator.program.program import GraphStages, GraphUnit
 from simulator.sharding.lower import Saved, backward_specs, forward_specs, gradient_steps
 from simulator.sharding.plan import ShardingPlan, grad_layouts
 
-__all__ = ["UNIT_STARTS", "graph_units", "staged_graph", "split_units", "balanced",
+__all__ = ["graph_units", "staged_graph", "split_units", "balanced",
            "stage_ops", "cut_tensors", "fixed_counts"]
 
-# which operator starts a new unit, by model type (the others join the unit before)
-UNIT_STARTS: dict[str, Callable[[str], bool]] = {
-    "mlp": lambda name: re.fullmatch(r"fc\d+", name) is not None,
-    "resnet": lambda name: re.fullmatch(r"conv\d+|flatten|fc[1-9]\d*", name) is not None,
-    "graph": lambda name: True,
-}
-
-
 def graph_units(model_type: str, names: Sequence[str]) -> tuple[tuple[str, ...], ...]:
-    """The operators (by name, in order) of each unit of a graph of `model_type`."""
-    starts = UNIT_STARTS[model_type]
+    """The operators (by name, in order) of each unit of a graph of `model_type` (where
+    its family's `unit_start` says a unit begins)."""
+    starts = family(model_type).unit_start
     units: list[list[str]] = []
     for name in names:
         if not units or starts(name):
@@ -244,8 +238,10 @@ def fixed_counts(scenario: Scenario, names: Sequence[str], parts: int
     """Units (operators) per virtual stage from `attrs.pipeline_stage` of a graph model's
     operators (an operator without it stays on the stage of the one before; the scenario
     rules have checked the stages), or None when no operator gives one."""
-    m = scenario.model
-    if not isinstance(m, GraphModel) or not any("pipeline_stage" in op.attrs for op in m.ops):
+    if not family(scenario.model).writes_ops:
+        return None
+    m = graph_model(scenario.model)
+    if not any("pipeline_stage" in op.attrs for op in m.ops):
         return None
     stage_of: dict[str, int] = {}
     current = 0

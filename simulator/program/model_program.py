@@ -32,11 +32,12 @@ from typing import Any
 
 from simulator.config.hardware.schema import Software
 from simulator.config.scenario.dataset import dataset_choice
-from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
+from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
+from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
@@ -168,8 +169,7 @@ def _planned(scenario: Scenario, fused_attention: bool, e: int
              ) -> tuple[ShardingPlan, GptDims]:
     """The planned GPT graph a transformer's program is derived from (the representative
     layers: three blocks at most), and its dimensions."""
-    p, m = scenario.parallel, scenario.model
-    assert isinstance(m, TransformerModel)
+    p, m = scenario.parallel, transformer_model(scenario.model)
     dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
                     min(m.layers, 3 * (m.moe.every if m.moe else 1)))
     nd = tuple(p.tensor_nd) if p.tensor_nd else None
@@ -260,8 +260,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores).
     `fp8`: the framework's FP8 recipe for a `dtype: fp8` model: the model is bf16 except the
     recipe's GEMMs (without one, every op runs in fp8)."""
-    p, m = scenario.parallel, scenario.model
-    assert isinstance(m, TransformerModel)
+    p, m = scenario.parallel, transformer_model(scenario.model)
     recipe = fp8 if m.dtype == "fp8" else None
     tpo = tp_overlap(scenario, software, compute_units)
     if recipe is not None and not recipe.dynamic and tpo is not None:

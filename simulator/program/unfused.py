@@ -25,16 +25,16 @@ forward, so a full recompute runs them again, as it re-runs the stack's forward.
 from __future__ import annotations
 
 from simulator.config.framework.schema import UnfusedPass
-from simulator.config.scenario.schema import Scenario, TransformerModel
+from simulator.config.scenario.schema import Scenario
 from simulator.cost.specs import ComputeSpec
+from simulator.models.transformer import transformer_model
 
 __all__ = ["unfused_elements", "unfused_ops"]
 
 
 def unfused_elements(scenario: Scenario, tensor: str) -> int:
     """Elements of one device's share of one micro-batch's `tensor` (see the module doc)."""
-    m, p = scenario.model, scenario.parallel
-    assert isinstance(m, TransformerModel)
+    m, p = transformer_model(scenario.model), scenario.parallel
     tokens = scenario.training.micro_batch_size * m.seq_length // p.context
     tp = p.tensor
     width = {"hidden": m.hidden_size // (tp if p.sequence_parallel else 1),
@@ -49,12 +49,11 @@ def unfused_ops(scenario: Scenario, passes: tuple[UnfusedPass, ...], dtype: str
     """(forward, backward) element-wise kernels of `passes` for one layer, one micro-batch."""
     fwd: list[ComputeSpec] = []
     bwd: list[ComputeSpec] = []
-    m = scenario.model
+    m = transformer_model(scenario.model)
     for ps in passes:
         if ps.activation is not None and getattr(m, "ffn_activation", None) != ps.activation:
             continue
-        if ps.grouped_query_only and not (isinstance(m, TransformerModel)
-                                          and m.kv_heads < m.num_heads):
+        if ps.grouped_query_only and not m.kv_heads < m.num_heads:
             continue
         n = float(ps.count * unfused_elements(scenario, ps.tensor))
         if ps.fwd_bytes > 0:

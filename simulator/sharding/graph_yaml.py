@@ -128,8 +128,8 @@ def strategy_key(s, exc: Exception) -> str:
     """The dotted key of the strategy a planning error comes from: model.ops[i].strategy
     (or .placements) for an operator graph, else `model`."""
     op = getattr(exc, "op", None)
-    if isinstance(s.model, GraphModel):
-        for i, node in enumerate(s.model.ops):
-            if node.name == op:
-                return f"model.ops[{i}].{'placements' if node.placements else 'strategy'}"
+    # a model that lists its operators (`type: graph`)
+    for i, node in enumerate(getattr(s.model, "ops", None) or ()):
+        if node.name == op:
+            return f"model.ops[{i}].{'placements' if node.placements else 'strategy'}"
     return "model"

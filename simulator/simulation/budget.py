@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from simulator.config.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.config.scenario.schema import Scenario, TransformerModel
 from simulator.limits import (
     DEFAULT_MAX_EVENTS,
     DEFAULT_MAX_LAYOUT_PAIRS,
@@ -30,6 +30,9 @@ from simulator.limits import (
 )
 from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.pipeline import steady_window
+from simulator.models.opgraph import graph_model
+from simulator.models.registry import family
+from simulator.models.transformer import transformer_model
 
 __all__ = ["Estimate", "estimate_run", "estimate_every_micro_batch", "estimate_verify",
            "check_budget", "shortened_run",
@@ -73,9 +76,9 @@ def _reduction_kind(s: Scenario) -> str:
 def _buckets(s: Scenario, kind: str | None = None) -> int:
     """Gradient buckets per simulated device under the fusion rule of collective `kind`
     (its own `comm_fusion.<kind>` entry where given; default: the gradient reduction)."""
-    m, p = s.model, s.parallel
-    if not isinstance(m, TransformerModel):
+    if not family(s.model).layered:
         return 0
+    m, p = transformer_model(s.model), s.parallel
     layers = m.layers // p.pipeline or 1
     mode, bucket_mb, _ = p.comm_fusion.of(kind or _reduction_kind(s))
     if mode == "index":
@@ -94,8 +97,8 @@ def _bucket_tasks(s: Scenario, fidelity: str, other_tasks: int) -> tuple[int, in
     ones, the cost of the second simulation that cuts them, as `simulator.simulation.simulate`
     decides); with optimizer sharding, a parameter gather per bucket as well."""
     n, p = _buckets(s), s.parallel
-    pieces = (s.model.layers // p.pipeline or 1) + 1 if isinstance(s.model, TransformerModel) \
-        else 1
+    pieces = (transformer_model(s.model).layers // p.pipeline or 1) + 1 \
+        if family(s.model).layered else 1
     gathers = _buckets(s, "all_gather") if p.optimizer_shard else 0
     overlapped_gather = (p.optimizer_shard in (1, 2) and p.overlap.param_gather
                          and not p.offload.optimizer_states)  # one task per bucket
@@ -178,8 +181,8 @@ def estimate_every_micro_batch(s: Scenario, fidelity: str = "representative") ->
 def _estimate(s: Scenario, fidelity: str, micro: int) -> Estimate:
     """Events of one simulated run of `micro` micro-batches per replica."""
     p = s.parallel
-    if isinstance(s.model, GraphModel):
-        ops, micro = len(s.model.ops), max(1, micro)
+    if family(s.model).writes_ops:
+        ops, micro = len(graph_model(s.model).ops), max(1, micro)
         count = ops * 2 * micro * (s.devices if fidelity == "full" else 1)
         if micro > 1:
             return Estimate(count, "parallel.micro_batches", f"{micro} micro-batches x "
@@ -208,9 +211,9 @@ def _estimate(s: Scenario, fidelity: str, micro: int) -> Estimate:
 
 def estimate_verify(s: Scenario) -> Estimate:
     """Numpy devices `verify` runs (pipeline stages are composed, so data x tensor)."""
-    if isinstance(s.model, GraphModel):
+    if family(s.model).writes_ops:
         n = 1
-        for size in (s.model.mesh or {}).values():
+        for size in (graph_model(s.model).mesh or {}).values():
             n *= size
         return Estimate(n, "model.mesh", "devices of the graph's mesh")
     p = s.parallel
@@ -226,13 +229,13 @@ def estimate_verify_gflop(s: Scenario) -> Estimate | None:
     """Matrix GFLOP `verify` runs for an operator graph (None for the other model types,
     which verify shrinks): twice the graph's forward and backward contractions (the sharded
     run and the single-device reference)."""
-    if not isinstance(s.model, GraphModel):
+    if not family(s.model).writes_ops:
         return None
     from simulator.models.model_graph import planned_graph
     from simulator.program.model_program import graph_model_flops
 
     graph, _ = planned_graph(s)
-    micro = min(s.grad_accum_steps, 2)  # verify runs two micro-batches (numeric.cases)
+    micro = min(s.grad_accum_steps, 2)  # verify runs two micro-batches (models.cases)
     gflop = 2 * graph_model_flops(graph, micro) / 1e9
     return Estimate(math.ceil(gflop), "model.tensors",
                     "matrix GFLOP of the graph's forward and backward, run sharded and on one "

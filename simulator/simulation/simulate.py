@@ -30,7 +30,7 @@ from typing import Any
 
 from simulator.config.framework.load import framework_for
 from simulator.config.framework.schema import FrameworkProfile
-from simulator.config.scenario.schema import Scenario, TransformerModel
+from simulator.config.scenario.schema import Scenario
 from simulator.engine.blocks import cuts_needed
 from simulator.engine.core import run
 from simulator.engine.steady import splice
@@ -41,6 +41,7 @@ from simulator.lower.costs import CostModel
 from simulator.lower.framework_apply import fp8_recipe, with_auto_fusion, with_framework_memory
 from simulator.lower.lowering import FIDELITIES, Cuts, lower
 from simulator.lower.pipeline import STEADY_PERIODS_KEPT, steady_window
+from simulator.models.registry import family
 from simulator.program.flops import iteration_flops
 from simulator.program.model_program import transformer_program
 from simulator.program.program import TransformerProgram
@@ -214,7 +215,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     injected = costs
     costs = costs or CostModel.from_hardware(hw)
     fw = framework_for(scenario, hw)
-    if isinstance(scenario.model, TransformerModel):
+    if family(scenario.model).layered:
         prog = transformer_program(scenario, fw.software, hw.compute_units,
                                    fp8_recipe(scenario, fw))
         mesh = None

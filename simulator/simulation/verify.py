@@ -9,10 +9,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from simulator.config.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
-from simulator.numeric.cases import VerifyCase, build_case, staged_pipeline
+from simulator.models.cases import VerifyCase, build_case
+from simulator.models.registry import family
+from simulator.models.transformer import staged_pipeline, transformer_model
 from simulator.numeric.execute import Faults, Recompute
 from simulator.numeric.host_trips import HostTrips
 from simulator.numeric.pipeline import PipelineSplit, SendFaults
@@ -67,7 +69,7 @@ def host_trips(s: Scenario, graph: Graph) -> HostTrips | None:
 def _kept_whole(s: Scenario, case: VerifyCase, fused_attention: bool) -> frozenset[str]:
     """The parameters (full names) the optimizer keeps whole under
     `parallel.optimizer_threshold_kb` (`program.model_program.unsharded_roles`)."""
-    if not isinstance(s.model, TransformerModel):
+    if not family(s.model).layered:
         return frozenset()
     roles = unsharded_roles(s, fused_attention)
     return frozenset(n for n, t in case.sharded.tensors.items()
@@ -78,7 +80,7 @@ def _split(s: Scenario, case: VerifyCase, hw: Any, faults: SendFaults | None
            ) -> PipelineSplit | None:
     """Where each operator of the case runs when its pipeline stages run on devices of
     their own; None where they run in sequence on one set of devices."""
-    if isinstance(s.model, TransformerModel):
+    if family(s.model).layered:
         return transformer_split(s, case.sharded, hw, faults) if staged_pipeline(s) else None
     return None if s.parallel.pipeline == 1 else stage_split(s, hw, faults)
 
@@ -96,7 +98,7 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
     `selective`: what the stack's selective recompute re-runs (schedule.recompute_policy),
     as `run` prices it."""
     copies = s.parallel.overlap.copies
-    if copies > 1 and not isinstance(s.model, GraphModel):
+    if copies > 1 and not family(s.model).writes_ops:
         # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
         # after another, their gradients summed: verify executes exactly those slices
         s = s.model_copy(update={"training": s.training.model_copy(update={
@@ -106,24 +108,24 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
         spec = s.parallel.parameter_server
         ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
         select = recomputed_ops(s.parallel.recompute, selective,
-                                s.model.ffn_activation == "swiglu") \
-            if isinstance(s.model, TransformerModel) else None
+                                transformer_model(s.model).ffn_activation == "swiglu") \
+            if family(s.model).layered else None
         split = _split(s, case, hw, send_faults)
         recompute = Recompute(select, s.parallel.recompute_comm.tensor,
                               s.parallel.recompute_comm.optimizer) if select else None
-        if not isinstance(s.model, TransformerModel):
+        if not family(s.model).layered:
             recompute = graph_recompute(s, case.sharded, split.stage_of if split else None)
         result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
                              s.parallel.optimizer_shard, faults, s.name, ps,
                              recompute=recompute,
                              unsharded=_kept_whole(s, case, fused_attention),
                              enable_alltoall=s.parallel.enable_alltoall,
-                             pipeline=split, host=None if isinstance(
-                                 s.model, TransformerModel) else host_trips(s, case.sharded),
+                             pipeline=split, host=None if family(s.model).layered
+                             else host_trips(s, case.sharded),
                              fork=fork)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
-    if copies > 1 and not isinstance(s.model, GraphModel):
+    if copies > 1 and not family(s.model).writes_ops:
         note = (f"multi-copy: each micro-batch ran as {copies} slices of "
                 f"{s.training.micro_batch_size}, one after another, gradients summed")
         result = dataclasses.replace(result, notes=result.notes + (note,))

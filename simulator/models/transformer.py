@@ -1,30 +1,38 @@
-"""From a scenario to a verification case: the graph with its strategies, the mesh, the data.
-
-Large scenarios are shrunk to small dimensions with the same parallel configuration; the
-case says what changed. A pipeline runs each stage on devices of its own
-(`numeric.pipeline`); a shrunk transformer keeps one block of layers per virtual stage.
-"""
+"""The `transformer` family: GPT-style decoder layers (`graph.builders.build_gpt`; dense or
+mixture-of-experts FFN), planned by the sharding algebra keyed on op roles
+(`models.transformer_plan`), its program one block repeated per layer. Its verification
+case keeps the scenario's dims where small, else shrinks them keeping every split of the
+parallel configuration."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+import re
+from typing import Any
 
 import numpy as np
 
-from simulator.config.scenario.schema import GraphModel, Scenario, TransformerModel
+from simulator.config.scenario.schema import Scenario, TransformerModel
 from simulator.graph.builders import GptDims, build_gpt
 from simulator.graph.graph import Graph
-from simulator.models.model_graph import planned_graph, unplanned_graph
+from simulator.models.family import ModelFamily, VerifyCase
 from simulator.models.transformer_plan import (
     gpt_dims,
     planned_transformer,
     uses_flash,
     with_moe,
 )
-from simulator.sharding.mesh import Mesh
 
-__all__ = ["VerifyCase", "build_case", "staged_pipeline"]
+__all__ = ["FAMILY", "staged_pipeline", "transformer_model"]
+
+# a unit (block) starts at the embedding, at each layer's first norm and at the final norm
+_UNIT_START = re.compile(r"embed|l\d+\.ln1|lnf")
+
+
+def transformer_model(m: Any) -> TransformerModel:
+    """`m`, a transformer's model section (for code of the transformer program only)."""
+    assert isinstance(m, TransformerModel), f"a transformer model, not {m.type!r}"
+    return m
 
 
 def staged_pipeline(s: Scenario) -> bool:
@@ -40,23 +48,6 @@ def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
     p = s.parallel
     chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
     return max(min(m.layers, 2), chunks * (m.moe.every if m.moe else 1))
-
-
-@dataclass(frozen=True, eq=False)
-class VerifyCase:
-    """`micro` builds the graph for one micro-batch (global across dp); `whole` the graph of
-    the global batch for the single-device reference."""
-
-    sharded: Graph
-    whole: Graph
-    micro_reference: Graph
-    mesh: Mesh
-    micro_batches: int
-    notes: tuple[str, ...]
-    dtype: type
-    # True: each micro-batch is `whole` with data of its own (an operator graph's
-    # parallel.micro_batches), and the reference accumulates them on one device
-    separate: bool = False
 
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
@@ -122,8 +113,11 @@ def _samples(p) -> int:
     return max(2, p.tensor_nd[2]) if p.tensor_nd and len(p.tensor_nd) == 3 else 2
 
 
-def _transformer(s: Scenario, m: TransformerModel, flash: bool) -> VerifyCase:
-    p = s.parallel
+def _case(s: Scenario, fused_attention: bool) -> VerifyCase:
+    """The verification case of a transformer scenario (`ModelFamily.case`)."""
+    p, m = s.parallel, s.model
+    assert isinstance(m, TransformerModel)
+    flash = uses_flash(s, fused_attention)
     dims, notes = _small_gpt(m, s, flash)
     micro = min(s.grad_accum_steps, 2)
     if micro < s.grad_accum_steps:
@@ -137,25 +131,10 @@ def _transformer(s: Scenario, m: TransformerModel, flash: bool) -> VerifyCase:
     return VerifyCase(sharded, whole, graph, mesh, micro, tuple(notes), np.float64)
 
 
-def _dtype(s: Scenario) -> type:
-    return np.float32 if s.model.dtype == "fp32" else np.float64
+def _graph(s: Any, batch: int) -> Graph:
+    return build_gpt(dataclasses.replace(gpt_dims(s, uses_flash(s)), batch=batch))
 
 
-def build_case(s: Scenario, fused_attention: bool = False) -> VerifyCase:
-    """The verification case of a scenario; InputError for graphs that cannot be planned.
-    `fused_attention`: the hardware profile's default for `model.attention: auto`."""
-    m = s.model
-    notes: list[str] = []
-    if isinstance(m, TransformerModel):
-        case = _transformer(s, m, uses_flash(s, fused_attention))
-    else:
-        sharded, mesh = planned_graph(s)
-        micro = min(s.grad_accum_steps, 2)
-        rows = sharded.tensors[next(t.name for t in sharded.of_kind("input"))].shape[0]
-        graph = isinstance(m, GraphModel)
-        whole = sharded if micro == 1 or graph else unplanned_graph(s, rows * micro)
-        case = VerifyCase(sharded, whole, sharded, mesh, micro, (), _dtype(s),
-                          separate=graph and micro > 1)
-        if micro < s.grad_accum_steps:
-            notes.append(f"{micro} of {s.grad_accum_steps} micro-batches run")
-    return dataclasses.replace(case, notes=tuple(notes) + case.notes)
+FAMILY = ModelFamily("transformer", layered=True, unplanned=_graph,
+                     unit_start=lambda name: _UNIT_START.fullmatch(name) is not None,
+                     case=_case)
