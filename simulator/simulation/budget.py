@@ -247,7 +247,7 @@ def estimate_verify_gb(s: Scenario) -> Estimate | None:
     which verify shrinks): every tensor of the graph (inputs, parameters, every operator's
     output) in float64, its gradient too, once on the single-device reference and once
     spread over the sharded devices; rounded up to whole GB."""
-    if not isinstance(s.model, GraphModel):
+    if not family(s.model).writes_ops:
         return None
     from simulator.models.model_graph import planned_graph
 
