@@ -12,7 +12,8 @@ The Python API (simulator/api.py) is imported lazily, so that `import simulator`
 
 from typing import Any
 
-__version__ = "0.1.0"
+from simulator._version import __version__
+
 __all__ = ["__version__", "load_scenario", "load_hardware", "simulate", "verify", "sweep", "plan"]
 
 _API = frozenset(__all__[1:])

@@ -50,15 +50,18 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") ->
     `hardware.` overrides of a LoadedScenario changed nothing, as `run` does."""
     import dataclasses
 
-    from simulator.simulation.overrides import override_notes
+    from simulator.simulation.overrides import override_notes, stack_notes
     from simulator.simulation.simulate import simulate as _simulate
 
     if isinstance(scenario, (str, Mapping)):
         scenario = load_scenario(scenario)
     sc, profile = _scenario_and_hw(scenario, hw)
     result = _simulate(sc, profile, fidelity)
-    if isinstance(scenario, LoadedScenario) and hw is None and scenario.hardware_overrides:
-        result = dataclasses.replace(result, notes=override_notes(scenario, profile, result))
+    if isinstance(scenario, LoadedScenario) and hw is None:
+        notes = stack_notes(scenario, profile)
+        if scenario.hardware_overrides:
+            notes += override_notes(scenario, profile, result)
+        result = dataclasses.replace(result, notes=notes)
     return result
 
 
@@ -75,10 +78,12 @@ def verify(scenario: Any, hw: Any = None) -> Any:
 
 def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[str] = (),
           out: str | Path | None = None, executor: str = "local", resume: bool = False,
-          workers: int | None = None, address: str | None = None) -> list[dict[str, Any]]:
+          workers: int | None = None, address: str | None = None,
+          force: bool = False) -> list[dict[str, Any]]:
     """Every combination of `grid` ({dotted key: values}) simulated (`shardsim sweep`): the
     rows, sorted by index. With `out`, the folder gets sweep.parquet, sweep.csv, sweep.png
-    and report.html, and `resume=True` continues a sweep there."""
+    and report.html, `resume=True` continues a sweep there and `force=True` continues it
+    even though the scenario file or shardsim changed since it began."""
     from simulator.planner.sweep import SweepSpec, _yaml_scalar, parse_grid, sweep_into
     from simulator.planner.sweep_exec import make_executor
 
@@ -86,7 +91,8 @@ def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[
     items = [f"{k}=" + ",".join(_yaml_scalar(v) for v in values) for k, values in grid.items()]
     spec = SweepSpec(str(path), shown, parse_grid(items), tuple(overrides))
     folder = Path(out) if out is not None else None
-    return sweep_into(spec, folder, make_executor(executor, address, workers), resume)
+    return sweep_into(spec, folder, make_executor(executor, address, workers), resume,
+                      force=force)
 
 
 def plan(scenario: Any, devices: int | None = None, *, nodes: int | None = None,

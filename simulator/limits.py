@@ -11,7 +11,7 @@ from simulator.errors import InputError
 
 __all__ = ["Estimate", "check_budget", "estimate_signatures", "estimate_propagation",
            "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "DEFAULT_MAX_VERIFY_GFLOP",
-           "DEFAULT_MAX_LAYOUT_PAIRS", "DEFAULT_MAX_SIGNATURES"]
+           "DEFAULT_MAX_VERIFY_GB", "DEFAULT_MAX_LAYOUT_PAIRS", "DEFAULT_MAX_SIGNATURES"]
 
 # 5e5 events simulate in 10-20 s on one core (issue 13: 4.4e6 events in 135 s; 1.7e6 in
 # 59 s for gpt3-175b-1024-a100 --fidelity full on a loaded 2-core machine)
@@ -23,6 +23,10 @@ DEFAULT_MAX_VERIFY_DEVICES = 1024
 # and the single-device reference; a graph is run at the shapes it gives, not shrunk): float64
 # numpy reaches about 15 GFLOP/s on one core at best (benchmarks/verify_speed.py)
 DEFAULT_MAX_VERIFY_GFLOP = 20
+# GB of tensors `verify` holds for an operator graph (`estimate_verify_gb`): a graph of
+# elementwise operators on large tensors has no matrix GFLOP but ran out of memory after
+# two minutes (issue 25); the bundled graphs need at most 0.1 GB
+DEFAULT_MAX_VERIFY_GB = 4
 # Layouts sharding propagation's searches may visit (`estimate_propagation`): seed (c) on 16
 # devices (a 2x2x2x2 mesh) counts 5.0e5 and propagates in about 2.3 s of CPU; on 32 (five
 # axes) 9.9e6, and ran over a minute in 1.2 GB (issue 13)

@@ -43,7 +43,10 @@ def test_schema_command_prints_the_scenario_json_schema():
     assert res.exit_code == 0
     doc = json.loads(res.stdout)
     want = Scenario.model_json_schema(mode="validation")
-    assert doc["properties"] == want["properties"] and doc["$defs"] == want["$defs"]
+    assert doc["$defs"] == want["$defs"]
+    assert {k: v for k, v in doc["properties"].items() if k != "model"} == {
+        k: v for k, v in want["properties"].items() if k != "model"}
+    assert doc["properties"]["model"]["anyOf"][0] == want["properties"]["model"]
     assert doc["title"] == "shardsim scenario" and "model" in doc["required"]
     hw = json.loads(CliRunner().invoke(app, ["schema", "--hardware"]).stdout)
     assert hw["title"] == "shardsim hardware profile"
@@ -85,3 +88,22 @@ def test_api_takes_a_plain_dict_scenario():
     assert load_scenario(data).scenario.source == "<dict>"
     with pytest.raises(simulator.api.InputError, match=r"^<dict>: model\.layers"):
         load_scenario({**data, "model": {**data["model"], "layers": 0}})
+
+
+def test_every_bundled_scenario_validates_against_the_schema():
+    """`from_hf` scenarios included (an editor flagged them); a misspelled key is caught."""
+    import jsonschema
+    import yaml
+
+    from simulator.config.resources import bundled_dir
+
+    doc = json.loads(CliRunner().invoke(app, ["schema"]).stdout)
+    files = sorted(bundled_dir("scenarios").rglob("*.yaml"))
+    hf = [f for f in files if "from_hf" in f.read_text()]
+    assert hf, "a bundled from_hf scenario"
+    for path in files:
+        jsonschema.validate(yaml.safe_load(path.read_text()), doc)
+    bad = yaml.safe_load(hf[0].read_text())
+    bad["parallel"] = {**bad.get("parallel", {}), "tensr": 2}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, doc)

@@ -20,7 +20,7 @@ SUB_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
 
 CONTRACT_RUN_KEYS = {"scenario", "devices", "iteration_time_s", "samples_per_s",
                      "tokens_per_s", "model_flops_per_iteration", "tflops_per_device", "mfu",
-                     "hfu", "breakdown_s", "memory", "communication", "simulation"}
+                     "hfu", "breakdown_s", "memory", "communication", "simulation", "config"}
 
 
 def test_help_lists_every_command(invoke_cli):
@@ -190,3 +190,11 @@ def test_gpt3_run_json_within_one_second():
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr
     assert elapsed <= 1.0, f"{elapsed:.2f} s"
+
+
+def test_shell_completion_is_enabled(invoke_cli):
+    """`shardsim --install-completion` installs it; `--show-completion SHELL` prints it."""
+    res = invoke_cli("--show-completion", "bash")
+    assert res.exit_code == 0, res.output
+    assert "_SHARDSIM_COMPLETE=complete_bash" in res.stdout
+    assert "--install-completion" in invoke_cli("--help").stdout

@@ -212,5 +212,6 @@ def test_the_cli_defaults_are_the_budgets():
     from simulator.simulation import budget
 
     run = importlib.import_module("simulator.cli.run")  # (simulator.cli.run is the command)
-    for name in ("DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "DEFAULT_MAX_VERIFY_GFLOP"):
+    for name in ("DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "DEFAULT_MAX_VERIFY_GFLOP",
+                 "DEFAULT_MAX_VERIFY_GB"):
         assert getattr(run, name) == getattr(budget, name), name

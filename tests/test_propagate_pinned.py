@@ -58,7 +58,9 @@ def _without_wall(obj):
 def test_run_json_is_the_one_before_the_speed_up(invoke_cli, command):
     result = invoke_cli(*command.split())
     assert result.exit_code == 0, result.output
-    assert _without_wall(json.loads(result.stdout)) == REFERENCE["runs"][command]
+    got = _without_wall(json.loads(result.stdout))
+    # `config` (what was simulated, issue 25) came after the pin; every figure is compared
+    assert {k: v for k, v in got.items() if k != "config"} == REFERENCE["runs"][command]
 
 
 # --- the reference planner (simulator/sharding/redistribute.py before the speed-up) ---

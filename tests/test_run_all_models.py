@@ -14,8 +14,8 @@ from simulator.simulation.simulate import simulate
 
 KEYS = {"scenario", "devices", "iteration_time_s", "samples_per_s", "tokens_per_s",
         "model_flops_per_iteration", "tflops_per_device", "mfu", "hfu", "breakdown_s",
-        "memory", "communication", "simulation", "pipeline_layers", "critical_path", "notes",
-        "uncertainty"}
+        "memory", "communication", "simulation", "config", "pipeline_layers", "critical_path",
+        "notes", "uncertainty"}
 FAST = [n for n in list_bundled("scenarios")
         if not n.startswith("validation/")]
 

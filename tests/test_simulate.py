@@ -195,7 +195,7 @@ def test_summary_has_exactly_the_contract_keys(a100):
     assert list(s) == ["scenario", "devices", "iteration_time_s", "samples_per_s",
                        "tokens_per_s", "model_flops_per_iteration", "tflops_per_device",
                        "mfu", "hfu", "breakdown_s", "memory", "communication", "simulation",
-                       "pipeline_layers", "critical_path", "notes", "uncertainty"]
+                       "config", "pipeline_layers", "critical_path", "notes", "uncertainty"]
     assert s["pipeline_layers"] == [8]
     assert list(s["breakdown_s"]) == ["compute", "recompute", "comm_exposed", "bubble",
                                       "offload_exposed", "optimizer"]

@@ -28,6 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 GRID = ("parallel.tensor=2,3", "training.micro_batch_size=1,2,4")
 
 
+@pytest.fixture(autouse=True)
+def no_affinity(monkeypatch):
+    """macOS and Windows have no os.sched_getaffinity: these sweeps run without it."""
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+
+
 def _spec(grid=GRID, fixed=()) -> SweepSpec:
     return SweepSpec(str(resolve_yaml("tiny-cpu", "scenarios")), "scenarios/tiny-cpu.yaml",
                      parse_grid(grid), tuple(fixed))
@@ -141,7 +147,9 @@ def test_cli_summary_and_sweep_file(tmp_path):
                           "    training.micro_batch_size: [1, 2, 4]\n")
     res = CliRunner().invoke(app, ["sweep", str(sweep_file), "--executor", "serial",
                                    "--out", str(tmp_path / "o")])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # rows failed: the status says so, not only the table
+    assert res.stderr.endswith(f"error: 3 of 6 configurations failed; the error column of "
+                               f"{tmp_path / 'o' / 'sweep.csv'} says why\n")
     assert "fastest configurations that fit (3 of 3)" in res.stdout
     assert "6 configurations: 3 fit, 0 do not fit, 3 failed" in res.stdout
     for name in ("sweep.parquet", "sweep.csv", "sweep.png", "sweep.json", "report.html"):

@@ -27,7 +27,7 @@ app = typer.Typer(
     cls=OneLineErrors,
     help="Simulate distributed deep-learning training: iteration time, where the time goes, "
     "memory, and a numpy proof that a sharded plan computes what one device would.",
-    add_completion=False,
+    add_completion=True,  # `shardsim --install-completion` (bash, zsh, fish, PowerShell)
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},

@@ -11,7 +11,9 @@ import json
 import math
 import os
 import sys
+import unicodedata
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import IO, Any, NoReturn
 
 import typer
@@ -21,7 +23,7 @@ from simulator.errors import InfeasibleError, InputError, ShardsimError
 __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL",
     "guarded", "fail", "emit_json", "to_jsonable", "load_scenario", "stderr_console",
-    "stdout_console", "load_checked",
+    "stdout_console", "load_checked", "make_out_dir", "printable",
 ]
 
 EXIT_OK = 0
@@ -31,9 +33,18 @@ EXIT_INTERNAL = 3     # a bug in shardsim; the message asks for a report
 DEBUG_ENV = "SHARDSIM_DEBUG"
 
 
+def printable(text: str) -> str:
+    """`text` with each control character but newline and tab written as its escape
+    (`\\x1b`), so that an ANSI or window-title sequence in a name reaches the terminal as
+    text."""
+    return "".join(c if c in "\n\t" or unicodedata.category(c) != "Cc"
+                   else repr(c)[1:-1] for c in text)
+
+
 def fail(message: str, code: int) -> NoReturn:
-    """Print `error: message` on stderr and leave with `code`."""
-    sys.stderr.write(f"error: {message}\n")
+    """Print `error: message` on stderr (control characters escaped: a file name or value
+    it quotes cannot drive the terminal) and leave with `code`."""
+    sys.stderr.write(f"error: {printable(message)}\n")
     sys.stderr.flush()
     raise typer.Exit(code)
 
@@ -108,7 +119,9 @@ def stderr_console() -> Any:
     """A rich console on stderr, for progress and notes."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    # markup off: names and values from the user's files are printed as they are
+    # (`[/]` is a name, not a closing tag); styles go through Text objects
+    return Console(stderr=True, highlight=False, markup=False)
 
 
 def stdout_console(out: IO[str]) -> Any:
@@ -117,7 +130,7 @@ def stdout_console(out: IO[str]) -> Any:
 
     # Piped output is not squeezed into 80 columns; tables keep their natural width.
     wide = None if getattr(out, "isatty", lambda: False)() else 160
-    return Console(file=out, highlight=False, width=wide)
+    return Console(file=out, highlight=False, width=wide, markup=False)
 
 
 def load_scenario(arg: str, overrides: Sequence[str]) -> Any:
@@ -139,3 +152,34 @@ def load_checked(arg: str, overrides: Sequence[str]) -> tuple[Any, Any]:
     hw = api.load_hardware(loaded)
     api.check_supported(loaded, hw)
     return loaded, hw
+
+
+_NAME_MAX_BYTES = 255  # a file or folder name, on every common file system
+_MAX_OUT_DEPTH = 64  # folders in an --out path; a real one has a dozen
+
+
+def _shorten(text: str, keep: int = 80) -> str:
+    return text if len(text) <= keep else f"{text[:keep - 30]}...{text[-27:]}"
+
+
+def make_out_dir(out: Path) -> Path:
+    """Create `--out` (and its parents), or InputError saying why it cannot be: a name no
+    file system holds, a path nested too deep, a file in its place, a read-only folder."""
+    shown = _shorten(str(out))
+    long = [p for p in out.parts if len(os.fsencode(p)) > _NAME_MAX_BYTES]
+    if long:
+        raise InputError("--out", shown, f"a folder name of {len(os.fsencode(long[0])):,} "
+                         f"bytes; a file system allows at most {_NAME_MAX_BYTES}")
+    if len(out.parts) > _MAX_OUT_DEPTH:
+        raise InputError("--out", shown, f"{len(out.parts):,} folders deep; at most "
+                         f"{_MAX_OUT_DEPTH}")
+    try:
+        if out.exists() and not out.is_dir():
+            raise InputError("--out", shown, "is a file; expected a folder (new or existing)")
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError("--out", shown, f"cannot create the folder ({exc.strerror})"
+                         ) from None
+    if not os.access(out, os.W_OK):
+        raise InputError("--out", shown, "the folder is read-only; choose a writable one")
+    return out

@@ -61,7 +61,8 @@ def _progress(quiet: bool) -> Iterator[Any]:
 
 def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
                   price: float | None, out_dir: Path | None, quiet: bool) -> dict[str, Any]:
-    from simulator.cli.plan_output import make_out_dir, pareto_png, row
+    from simulator.cli._common import make_out_dir
+    from simulator.cli.plan_output import pareto_png, row
     from simulator.planner.capacity import pareto_front
     from simulator.planner.search import search
 
@@ -88,7 +89,8 @@ def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
 def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices: int,
                  opts: Any, price: float | None, out_dir: Path | None,
                  quiet: bool) -> dict[str, Any]:
-    from simulator.cli.plan_output import make_out_dir, row, scaling_png
+    from simulator.cli._common import make_out_dir
+    from simulator.cli.plan_output import row, scaling_png
     from simulator.planner.capacity import fewest_devices
 
     objective, top = opts.objective, opts.top_k
@@ -152,7 +154,7 @@ def _print(report: dict[str, Any], out: IO[str]) -> None:
 
 def _exit_code(report: dict[str, Any]) -> int:
     if report["interrupted"]:
-        stderr_console().print("[yellow]interrupted: showing what was ranked so far[/]")
+        stderr_console().print("interrupted: showing what was ranked so far", style="yellow")
         return EXIT_INTERRUPTED
     return EXIT_OK if report["best"] else EXIT_FAILED
 

@@ -9,7 +9,7 @@ from typing import IO, Any
 from simulator.cli._common import stdout_console
 from simulator.errors import InputError
 
-__all__ = ["row", "ties", "print_table", "pareto_png", "scaling_png", "make_out_dir"]
+__all__ = ["row", "ties", "print_table", "pareto_png", "scaling_png"]
 
 
 def ties(a: Any, b: Any) -> bool | None:
@@ -42,6 +42,7 @@ def row(cand: Any, devices: int, price: float | None, best: Any = None) -> dict[
 def print_table(rows: list[dict[str, Any]], title: str, out: IO[str]) -> None:
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title, box=box.SIMPLE_HEAD,
                   caption="likely s: error bar (run --json uncertainty); = ties the best")
@@ -56,7 +57,7 @@ def print_table(rows: list[dict[str, Any]], title: str, out: IO[str]) -> None:
         cells = [str(i), f"{r['iteration_time_s']:.4g}", _likely(r, i > 1),
                  f"{r['tokens_per_s']:.4g}",
                  f"{r['mfu']:.1%}", f"{r['peak_bytes'] / 1e9:.3g}",
-                 "yes" if r["fits"] else "[red]no[/]", r["label"]]
+                 "yes" if r["fits"] else Text("no", style="red"), r["label"]]
         if priced:
             cells.insert(6, f"{r['cost_per_iteration']:.4g}")
         table.add_row(*cells)
@@ -71,15 +72,6 @@ def _likely(r: dict[str, Any], mark: bool) -> str:
         return "-"
     tie = " =" if mark and r.get("ties_best") else ""
     return f"{u['low_s']:.3g}-{u['high_s']:.3g}{tie}"
-
-
-def make_out_dir(path: Path) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError("--out", str(path), f"cannot create the folder ({exc.strerror})"
-                         ) from None
-    return path
 
 
 def _save(fig: Any, path: Path) -> None:

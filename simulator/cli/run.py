@@ -15,6 +15,7 @@ from simulator.cli._common import (
     emit_json,
     guarded,
     load_checked,
+    make_out_dir,
     stderr_console,
     stdout_console,
 )
@@ -43,6 +44,7 @@ JsonOpt = Annotated[bool, typer.Option(
 DEFAULT_MAX_EVENTS = 500_000
 DEFAULT_MAX_VERIFY_DEVICES = 1024
 DEFAULT_MAX_VERIFY_GFLOP = 20
+DEFAULT_MAX_VERIFY_GB = 4
 MaxEventsOpt = Annotated[int, typer.Option(
     "--max-events", metavar="N", min=1, help="Refuse scenarios estimated to need more than N "
     "simulation events (10-20 s per 500,000).")]
@@ -98,35 +100,24 @@ def _simulate(scenario: Any, hw: Any, fidelity: str, max_events: int = DEFAULT_M
 
 def _with_notes(loaded: Any, hw: Any, result: Any, summ: dict[str, Any]
                 ) -> tuple[Any, dict[str, Any]]:
-    """The result with notes on `--set hardware.` overrides that change nothing (or whose
-    role another field takes), each also printed on stderr."""
-    if not loaded.hardware_overrides:
-        return result, summ
+    """The result with notes on `--set hardware=` changing the software stack too, and on
+    `--set hardware.` overrides that change nothing (or whose role another field takes),
+    each also printed on stderr."""
     import dataclasses
 
     from simulator.report import summary
-    from simulator.simulation.overrides import override_notes
+    from simulator.simulation.overrides import override_notes, stack_notes
 
-    with stderr_console().status("checking the --set hardware. overrides"):
-        notes = override_notes(loaded, hw, result)
+    notes = stack_notes(loaded, hw)
+    if loaded.hardware_overrides:
+        with stderr_console().status("checking the --set hardware. overrides"):
+            notes += override_notes(loaded, hw, result)
     for note in notes:
         sys.stderr.write(f"note: {note}\n")
     if not notes:
         return result, summ
     result = dataclasses.replace(result, notes=notes)
     return result, {**summary(result), "simulation": summ["simulation"]}
-
-
-def _make_dir(out_dir: Path) -> None:
-    """Create `--out` (and its parents), or InputError saying why it cannot be."""
-    if out_dir.exists() and not out_dir.is_dir():
-        raise InputError("--out", str(out_dir), "is a file; expected a folder (new or "
-                         "existing)")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError("--out", str(out_dir), f"cannot create the folder ({exc.strerror})"
-                         ) from None
 
 
 def _write_report(result: Any, out_dir: Path) -> None:
@@ -168,14 +159,14 @@ def run(
 ) -> None:
     """Simulate one training iteration: time, breakdown, memory, communication."""
     with guarded() as stdout:
-        from simulator.simulation.budget import estimate_run
-
         loaded, hw = load_checked(scenario, overrides or [])
+        from simulator.simulation.budget import estimate_run  # after the input is checked
+
         _check_work(loaded, estimate_run(loaded.scenario, fidelity.value), max_events,
                     "events to simulate", "--max-events")
         out_dir = out if out is not None or json_out else Path("reports") / loaded.stem
         if out_dir is not None:
-            _make_dir(out_dir)  # before simulating: a bad --out fails at once
+            make_out_dir(out_dir)  # before simulating: a bad --out fails at once
         result, summ = _simulate(loaded.scenario, hw, fidelity.value, max_events)
         result, summ = _with_notes(loaded, hw, result, summ)
         if not json_out:
@@ -204,7 +195,7 @@ def _explain_no_fit(loaded: Any, hw: Any, summ: dict[str, Any], fidelity: str,
         from simulator.cli.remedy import cheapest_remedy
 
         line += "; " + cheapest_remedy(loaded, hw, fidelity)
-    stderr_console().print(f"[yellow]{line}[/]", highlight=False, soft_wrap=True)
+    stderr_console().print(line, style="yellow", highlight=False, soft_wrap=True)
 
 
 def verify(
@@ -219,17 +210,28 @@ def verify(
         "--max-gflop", metavar="N", min=1, help="Refuse operator graphs whose numpy run needs "
         "more than N matrix GFLOP (graphs run at their own shapes; ~15 GFLOP/s at best).")
     ] = DEFAULT_MAX_VERIFY_GFLOP,
+    max_gb: Annotated[int, typer.Option(
+        "--max-gb", metavar="N", min=1, help="Refuse operator graphs whose numpy run holds "
+        "more than N GB of tensors (values and gradients, float64).")
+    ] = DEFAULT_MAX_VERIFY_GB,
 ) -> None:
     """Execute the sharded plan on virtual numpy devices and compare with one device."""
     with guarded() as stdout:
-        from simulator.simulation.budget import estimate_verify, estimate_verify_gflop
+        from simulator.simulation.budget import (
+            estimate_verify,
+            estimate_verify_gb,
+            estimate_verify_gflop,
+        )
 
         loaded, hw = load_checked(scenario, overrides or [])
         _check_work(loaded, estimate_verify(loaded.scenario), max_devices, "numpy devices to run",
                     "--max-devices")
-        work = estimate_verify_gflop(loaded.scenario)
-        if work is not None:
-            _check_work(loaded, work, max_gflop, "GFLOP to execute", "--max-gflop")
+        for estimate, limit, unit, flag in (
+                (estimate_verify_gflop, max_gflop, "GFLOP to execute", "--max-gflop"),
+                (estimate_verify_gb, max_gb, "GB of tensors to hold", "--max-gb")):
+            work = estimate(loaded.scenario)
+            if work is not None:
+                _check_work(loaded, work, limit, unit, flag)
         from simulator.config.framework.load import framework_for
 
         software = framework_for(loaded.scenario, hw).software
@@ -257,6 +259,7 @@ def _print_verify(report: dict[str, Any], out: IO[str]) -> None:
     """The failed checks (all checks when few), then one verdict line."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     checks = report.get("checks", [])
     failed = [c for c in checks if not c.get("ok")]
@@ -269,13 +272,14 @@ def _print_verify(report: dict[str, Any], out: IO[str]) -> None:
         for check in shown[:_MAX_ROWS]:
             table.add_row(str(check.get("tensor")), f"{check.get('max_abs_error', 0.0):.3g}",
                           f"{check.get('max_rel_error', 0.0):.3g}",
-                          "yes" if check.get("ok") else "[red]NO[/]")
+                          "yes" if check.get("ok") else Text("NO", style="red"))
         console.print(table)
         if len(shown) > _MAX_ROWS:
             console.print(f"... and {len(shown) - _MAX_ROWS} more (see --json)")
-    verdict = "[green]OK[/]" if report.get("ok") else f"[red]FAILED[/] ({len(failed)} checks)"
-    console.print(f"{verdict}: {report.get('scenario', '')}: "
+    verdict = (Text("OK", style="green") if report.get("ok") else
+               Text.assemble(("FAILED", "red"), f" ({len(failed)} checks)"))
+    console.print(verdict + Text(f": {report.get('scenario', '')}: "
                   f"{report.get('tensors_checked', 0)} tensors on "
                   f"{report.get('devices', '?')} devices, max abs error "
                   f"{report.get('max_abs_error', 0.0):.3g}, max rel error "
-                  f"{report.get('max_rel_error', 0.0):.3g}", markup=True, highlight=False)
+                  f"{report.get('max_rel_error', 0.0):.3g}"), highlight=False)

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from simulator.cli._common import EXIT_OK, emit_json, guarded
 
 __all__ = ["schema"]
+
+# `model: {from_hf: NAME, ...}` is expanded into a transformer before validation
+# (simulator/config/scenario/hf.py), so pydantic's schema does not know it
+_FROM_HF = {
+    "type": "object", "required": ["from_hf"], "title": "ModelFromHf",
+    "description": "A transformer read from a Hugging Face config.json; every other key "
+                   "written here (seq_length, dtype, moe, ...) is a transformer key that "
+                   "overrides the config's value.",
+    "properties": {"from_hf": {
+        "type": "string",
+        "description": "A bundled config name (llama-2-7b, mixtral-8x7b, gpt2, ...) or the "
+                       "path of a config.json, relative to the scenario file."}},
+    "additionalProperties": True,
+}
+
+
+def _with_from_hf(model: dict[str, Any]) -> dict[str, Any]:
+    """The model property: one of the model types, or a `from_hf` mapping."""
+    return {"title": model.get("title", "Model"), "anyOf": [model, _FROM_HF]}
 
 
 def schema(
@@ -25,6 +44,8 @@ def schema(
 
         model = HardwareProfile if hardware else Scenario
         doc = model.model_json_schema(mode="validation")
+        if not hardware:
+            doc["properties"]["model"] = _with_from_hf(doc["properties"]["model"])
         doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         doc["title"] = "shardsim hardware profile" if hardware else "shardsim scenario"
         emit_json(doc, stdout)

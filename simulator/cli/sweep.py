@@ -9,9 +9,12 @@ from typing import IO, Annotated, Any
 import typer
 
 from simulator.cli._common import (
+    EXIT_FAILED,
     EXIT_OK,
     emit_json,
+    fail,
     guarded,
+    make_out_dir,
     stderr_console,
     stdout_console,
 )
@@ -85,14 +88,14 @@ def _print_summary(rows: list[dict[str, Any]], keys: tuple[str, ...], out: IO[st
     from rich.table import Table
 
     ok = [r for r in rows if r["status"] == "ok"]
-    fit = sorted((r for r in ok if r["peak_memory_bytes"] <= r["capacity_bytes"]),
+    fit = sorted((r for r in ok if r["fits"]),
                  key=lambda r: r["iteration_time_s"])
     table = Table(title=f"fastest configurations that fit ({min(len(fit), _SHOWN)} of "
                   f"{len(fit)})", box=box.SIMPLE_HEAD)
     for col in (*keys, "iteration s", "tokens/s", "MFU", "peak GB"):
         table.add_column(col, justify="right")
     for r in fit[:_SHOWN]:
-        table.add_row(*(r[k] for k in keys), f"{r['iteration_time_s']:.4g}",
+        table.add_row(*(str(r[k]) for k in keys), f"{r['iteration_time_s']:.4g}",
                       f"{r['tokens_per_s']:.4g}", f"{r['mfu']:.1%}",
                       f"{r['peak_memory_bytes'] / 1e9:.1f}")
     console = stdout_console(out)
@@ -122,6 +125,10 @@ def sweep(
     resume: Annotated[bool, typer.Option(
         "--resume", metavar="", help="Continue the sweep in --out: configurations already "
         "there are skipped.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", metavar="", help="With --resume: continue even though the scenario file "
+        "or shardsim's version changed since the sweep began (the old rows are kept).")
+        ] = False,
     executor: Annotated[Executor, typer.Option(
         "--executor", help="local: a process pool on this machine; ray: Ray tasks; serial: "
         "this process.")] = Executor.local,
@@ -140,15 +147,17 @@ def sweep(
 ) -> None:
     """Simulate every combination of a grid of overrides; a table row per combination."""
     with guarded() as stdout:
-        from simulator.cli.run import _make_dir
         from simulator.planner.sweep import sweep_into
         from simulator.planner.sweep_exec import make_executor
 
+        if force and not resume:
+            raise InputError("--force", "", "only resumes a changed sweep; give it with "
+                             "--resume")
         spec = _spec(scenario, grid or [], overrides or [], "representative")
         _check_size(spec, max_configs)
         ex = make_executor(executor.value, address, workers)
         folder = out or Path("reports") / f"{Path(spec.scenario_path).stem}-sweep"
-        _make_dir(folder)  # before the first configuration: a bad --out fails at once
+        make_out_dir(folder)  # before the first configuration: a bad --out fails at once
         with _progress() as bar:
             task = bar.add_task("sweep", total=spec.size, failed=0)
             failed = [0]
@@ -158,11 +167,20 @@ def sweep(
                 bar.update(task, advance=1, failed=failed[0])
 
             rows = sweep_into(spec, folder, ex, resume, on_row=on_row,
-                              on_start=lambda total, done: bar.update(task, completed=done))
+                              on_start=lambda total, done: bar.update(task, completed=done),
+                              force=force, on_note=_note)
         if json_out:
             emit_json(rows, stdout)
         else:
             _print_summary(rows, spec.keys, stdout)
             stdout.write(f"sweep files: {folder}/ (sweep.parquet, sweep.csv, sweep.png, "
                          "report.html)\n")
+    failed_rows = sum(r["status"] != "ok" for r in rows)
+    if failed_rows:
+        fail(f"{failed_rows} of {len(rows)} configurations failed; the error column of "
+             f"{folder / 'sweep.csv'} says why", EXIT_FAILED)
     raise typer.Exit(EXIT_OK)
+
+
+def _note(text: str) -> None:
+    stderr_console().print(f"note: {text}", markup=False, highlight=False)

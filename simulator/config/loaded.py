@@ -4,6 +4,7 @@ profile loaded with its overrides, and the checks every command shares."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from simulator.config.yamlio import blame_override, did_you_mean, parse_override
 from simulator.errors import InputError
 
 __all__ = ["LoadedScenario", "scenario_path", "load_scenario", "load_hardware",
-           "check_overrides", "check_supported", "load_checked"]
+           "check_overrides", "check_supported", "load_checked", "shorten", "NAME_MAX_BYTES"]
 
 
 def check_overrides(overrides: Sequence[str]) -> None:
@@ -37,6 +38,7 @@ class LoadedScenario:
     hardware_overrides: list[str]
     stem: str
     overrides: tuple[str, ...] = ()
+    path: Path | None = None  # the scenario file (None: a mapping)
 
 
 def _short_list(names: list[str]) -> str:
@@ -50,16 +52,30 @@ def _short_list(names: list[str]) -> str:
 
 
 def scenario_path(arg: str) -> tuple[Path, str]:
-    """The file SCENARIO names and how messages call it; InputError when there is none."""
+    """The file SCENARIO names and how messages call it; InputError when there is none (or
+    when it is a name no file system holds)."""
+    from simulator.config.resources import is_file
 
+    long = [p for p in Path(arg).parts if len(os.fsencode(p)) > NAME_MAX_BYTES]
+    if long:
+        raise InputError(shorten(arg), "", f"a name of {len(os.fsencode(long[0])):,} bytes; "
+                         f"a file system allows at most {NAME_MAX_BYTES}")
     path = resolve_yaml(arg, "scenarios")
     if path is None:
         names = list_bundled("scenarios")
         hint = did_you_mean(arg, names)
-        raise InputError(arg, "", f"no such file or bundled scenario{hint}; bundled: "
+        raise InputError(shorten(arg), "", f"no such file or bundled scenario{hint}; bundled: "
                          f"{_short_list(names)} (`shardsim scenarios` lists them)")
-    shown = arg if Path(arg).is_file() else f"scenarios/{arg}.yaml"
+    shown = arg if is_file(Path(arg)) else f"scenarios/{arg}.yaml"
     return path, shown
+
+
+NAME_MAX_BYTES = 255  # a file or folder name, on every common file system
+
+
+def shorten(text: str, keep: int = 80) -> str:
+    """`text` cut to `keep` characters for a message (a 4,000-character path is unreadable)."""
+    return text if len(text) <= keep else f"{text[:keep - 30]}...{text[-27:]}"
 
 
 def load_scenario(arg: str | Mapping[str, Any], overrides: Sequence[str] = (),
@@ -69,16 +85,19 @@ def load_scenario(arg: str | Mapping[str, Any], overrides: Sequence[str] = (),
     (`hardware:` files, `from_hf:` configs) are looked up from the current folder."""
 
     check_overrides(overrides)
+    file: Path | None = None
     if isinstance(arg, Mapping):
         data: Any = dict(arg)
         folder, shown, stem = Path.cwd(), source, Path(source).stem
     else:
-        path, shown = scenario_path(arg)
-        data, folder, stem = read_yaml_file(path, shown), path.parent, path.stem
+        file, shown = scenario_path(arg)
+        data, folder, stem = read_yaml_file(file, shown), file.parent, file.stem
+    # the file is read (a hostile one refused) before the validation code is imported
+
     scen_o, hw_o = split_overrides(overrides)
     scenario = parse_scenario(data, shown, scen_o)
     hw_path = resolve_hardware(scenario, folder, scen_o)
-    return LoadedScenario(scenario, hw_path, hw_o, stem, tuple(overrides))
+    return LoadedScenario(scenario, hw_path, hw_o, stem, tuple(overrides), file)
 
 
 def load_hardware(loaded: LoadedScenario) -> Any:

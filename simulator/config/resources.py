@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["bundled_dir", "resolve_yaml", "list_bundled"]
+__all__ = ["bundled_dir", "resolve_yaml", "list_bundled", "is_file"]
 
 _PKG = Path(__file__).resolve().parent.parent  # simulator/
 
@@ -31,12 +31,23 @@ def list_bundled(kind: str) -> list[str]:
     return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml"))
 
 
+def is_file(path: Path) -> bool:
+    """Path.is_file, False also for a path no file system can hold (a name over 255
+    bytes, a path over PATH_MAX), which Path.is_file raises OSError for."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def resolve_yaml(name_or_path: str, kind: str) -> Path | None:
-    """A path to an existing file, or a bundled name; None when neither exists."""
+    """A path to an existing file, or a bundled name; None when neither exists. A bundled
+    name is a relative path inside the bundled folder: one with `..`, or absolute, names
+    no bundled file (it would read files outside the folder)."""
     path = Path(name_or_path)
-    if path.is_file():
+    if is_file(path):
         return path
+    if path.is_absolute() or ".." in path.parts:
+        return None
     candidate = bundled_dir(kind) / f"{name_or_path}.yaml"
-    if candidate.is_file():
-        return candidate
-    return None
+    return candidate if is_file(candidate) else None

@@ -34,7 +34,7 @@ from simulator.lower.costs import CostModel
 from simulator.program.model_program import memoised_programs
 from simulator.report.html import sweep_page
 from simulator.report.summary import summary
-from simulator.report.sweep_table import ROW_METRICS, SweepJournal, plot_sweep, write_final
+from simulator.report.sweep_table import ROW_METRICS, plot_sweep, write_final
 from simulator.simulation.simulate import simulate
 
 __all__ = ["SweepSpec", "Config", "ROW_METRICS", "parse_grid", "expand", "evaluate",
@@ -57,6 +57,12 @@ class SweepSpec:
         return tuple(k for k, _ in self.grid)
 
     @property
+    def columns(self) -> tuple[tuple[str, str], ...]:
+        """(grid key, Arrow type of its column): int64, float64 or bool where every value
+        of the key reads as one (as `--set` reads it), else string."""
+        return tuple((k, _column_type(values)) for k, values in self.grid)
+
+    @property
     def size(self) -> int:
         n = 1
         for _, values in self.grid:
@@ -67,6 +73,34 @@ class SweepSpec:
         """What identifies the sweep (a resumed sweep must have the same)."""
         return {"scenario": self.shown, "grid": {k: list(v) for k, v in self.grid},
                 "set": list(self.fixed), "fidelity": self.fidelity}
+
+
+def _scalar(text: str) -> Any:
+    from simulator.config.yamlio import parse_override
+
+    try:
+        return parse_override(f"k={text}")[1]
+    except InputError:
+        return text
+
+
+def _column_type(values: Sequence[str]) -> str:
+    parsed = [_scalar(v) for v in values]
+    if all(isinstance(v, bool) for v in parsed):
+        return "bool"
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in parsed):
+        return "int64"
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in parsed):
+        return "float64"
+    return "string"
+
+
+def typed(text: str, kind: str) -> Any:
+    """A grid value in its column's type."""
+    if kind == "string":
+        return text
+    value = _scalar(text)
+    return float(value) if kind == "float64" else value
 
 
 @dataclass(frozen=True)
@@ -131,13 +165,51 @@ _PROGRAMS: dict[Any, Any] = {}  # this process's memoised model programs
 
 @functools.lru_cache(maxsize=64)
 def _costs(hw_path: str, hw_overrides: tuple[str, ...]) -> Any:
-    """The profile's cost model with each pure function memoised across configurations."""
+    """The profile's cost model with each pure function memoised across configurations;
+    every other field kept (a model rebuilt from the functions alone lost `hardware` and
+    `overlap_slowdown`, and rows differed from `run` by up to 2%)."""
+    import dataclasses
+
 
     base = CostModel.from_hardware(_profile(hw_path, hw_overrides))
-    return CostModel(compute_s=functools.lru_cache(maxsize=None)(base.compute_s),
-                     collective_s=functools.lru_cache(maxsize=None)(base.collective_s),
-                     send_recv_s=functools.lru_cache(maxsize=None)(base.send_recv_s),
-                     copy_s=base.copy_s)
+    memo = functools.lru_cache(maxsize=None)
+    return dataclasses.replace(base, compute_s=memo(base.compute_s),
+                               collective_s=memo(base.collective_s),
+                               send_recv_s=memo(base.send_recv_s))
+
+
+# keys that change the devices a replica spans, or the devices: parallel.data follows them
+_LAYOUT_KEYS = frozenset({"parallel.tensor", "parallel.pipeline", "parallel.context",
+                          "parallel.tensor_nd", "cluster.nodes", "cluster.devices_per_node"})
+
+
+def with_data(spec: SweepSpec, overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """`overrides` with `parallel.data=N` added, as `plan` derives it, when they change the
+    layout (tensor, pipeline, context or the cluster) but not parallel.data: the devices
+    over tensor*pipeline*context, where that divides and differs from the scenario's.
+    Unchanged otherwise (an operator graph, or values validation refuses with its own
+    message)."""
+    from simulator.config.yamlio import apply_overrides
+
+    keys = {o.partition("=")[0].strip() for o in overrides}
+    if "parallel.data" in keys or not keys & _LAYOUT_KEYS:
+        return overrides
+    try:
+        raw = apply_overrides(_scenario_data(spec.scenario_path, spec.shown),
+                              [o for o in overrides if not o.startswith("hardware.")])
+    except InputError:
+        return overrides
+    par, cl = raw.get("parallel") or {}, raw.get("cluster") or {}
+    model = raw.get("model")
+    sizes = [par.get("tensor", 1), par.get("pipeline", 1), par.get("context", 1),
+             cl.get("nodes", 1), cl.get("devices_per_node", 1)]
+    if (isinstance(model, dict) and model.get("type") == "graph" or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sizes)):
+        return overrides
+    per_replica, devices = sizes[0] * sizes[1] * sizes[2], sizes[3] * sizes[4]
+    if devices % per_replica or par.get("data", 1) == devices // per_replica:
+        return overrides
+    return (*overrides, f"parallel.data={devices // per_replica}")
 
 
 def _load(spec: SweepSpec, overrides: tuple[str, ...]) -> tuple[Any, str, tuple[str, ...]]:
@@ -176,30 +248,35 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _simulated(spec: SweepSpec, config: Config) -> dict[str, Any]:
+def _simulated(spec: SweepSpec, overrides: tuple[str, ...]) -> dict[str, Any]:
     """The metrics of one configuration's simulation (its plan and trace are dropped on
     return, before the collector runs again: it then finds little left to scan)."""
 
-    scenario, hw_path, hw_o = _load(spec, config.overrides)
-    # a sweep extends every steady state it can (exact, or simulated in full), GPipe's
-    # too, not only the runs too long to simulate: thousands of configurations are its
-    # routine; what only the reports show (critical path, jitter) is not in a row
+    scenario, hw_path, hw_o = _load(spec, overrides)
+    # simulated as `run` simulates it (the same steady-state extension and event limit),
+    # so that a row equals `run --json` of its configuration to the last digit (extending
+    # GPipe's steady state too, as sweeps did, was 40% faster but differed from `run` in
+    # the 15th digit: benchmarks/sweep_speed.py, tests/test_sweep_rows.py); only what
+    # the reports alone show (critical path, jitter) is left out, and the pure cost
+    # functions and model programs are memoised across configurations
     with memoised_programs(_PROGRAMS):
         result = simulate(scenario, _profile(hw_path, hw_o), spec.fidelity,
-                          costs=_costs(hw_path, hw_o), steady=True, reports=False,
-                          two_point=True)
+                          costs=_costs(hw_path, hw_o), reports=False)
     return _metrics(summary(result))
 
 
 def evaluate(spec: SweepSpec, config: Config) -> dict[str, Any]:
     """The row of one configuration: `run --json` figures, or status 'error' and why."""
-    row: dict[str, Any] = {"index": config.index, "config": config.label}
-    row.update({k: v.partition("=")[2] for k, v in
-                zip(spec.keys, config.overrides[len(spec.fixed):])})
-    row.update(status="ok", error=None, **dict.fromkeys(ROW_METRICS))
+    overrides = with_data(spec, config.overrides)
+    # the `--set` items that reproduce the row with `run` (a derived parallel.data too)
+    row: dict[str, Any] = {"index": config.index, "config": " ".join(overrides)}
+    row.update({k: typed(v.partition("=")[2], kind) for (k, kind), v in
+                zip(spec.columns, config.overrides[len(spec.fixed):])})
+    row.update(status="ok", error=None, fits=None, **dict.fromkeys(ROW_METRICS))
     try:
         with _collector_paused():
-            row.update(_simulated(spec, config))
+            row.update(_simulated(spec, overrides))
+        row["fits"] = row["peak_memory_bytes"] <= row["capacity_bytes"]
     except ShardsimError as exc:
         row.update(status="error", error=str(exc))
     except Exception as exc:  # an internal error of one configuration must not end the sweep
@@ -220,7 +297,7 @@ def _warm(spec: SweepSpec, first: Config) -> None:
     import simulator.simulation.simulate  # noqa: F401
 
     try:
-        _, hw_path, hw_o = _load(spec, first.overrides)
+        _, hw_path, hw_o = _load(spec, with_data(spec, first.overrides))
         _costs(hw_path, hw_o)
     except Exception:  # evaluate records it in the row
         return
@@ -282,11 +359,13 @@ def _yaml_scalar(value: Any) -> str:
 def sweep_into(spec: SweepSpec, folder: Path | None, executor: Any, resume: bool = False,
                on_row: Callable[[dict[str, Any]], None] = lambda row: None,
                on_start: Callable[[int, int], None] = lambda total, done: None,
+               force: bool = False, on_note: Callable[[str], None] = lambda note: None,
                ) -> list[dict[str, Any]]:
     """Run `spec`, journaling rows into `folder` (None: in memory only), and write the final
     table and plot there. `on_start(total, already_done)` is called once before the first
-    configuration runs. Returns every row, sorted by index."""
-
+    configuration runs; `on_note` gets what the journal had to repair. `force` resumes a
+    folder whose scenario file or shardsim version changed. Returns every row, sorted by
+    index."""
     if folder is None:
         rows: list[dict[str, Any]] = []
 
@@ -297,20 +376,38 @@ def sweep_into(spec: SweepSpec, folder: Path | None, executor: Any, resume: bool
         on_start(spec.size, 0)
         run_sweep(spec, executor, on_row=keep)
         return sorted(rows, key=lambda r: r["index"])
-    journal = SweepJournal(folder, spec.manifest(), spec.keys, resume)
+    from simulator.report.sweep_journal import SweepJournal
 
-    def journaled(row: dict[str, Any]) -> None:
-        journal.add(row)
-        on_row(row)
+    journal = SweepJournal(folder, _manifest(spec), spec.columns)
+    with journal.open(resume, force, on_note):
 
-    on_start(spec.size, len(journal.done))
-    try:
+        def journaled(row: dict[str, Any]) -> None:
+            journal.add(row)
+            on_row(row)
+
+        on_start(spec.size, len(journal.done))
         run_sweep(spec, executor, set(journal.done), on_row=journaled)
-    finally:
         journal.flush()
-    rows = write_final(folder, spec.keys)
-    plot_sweep(rows, spec.keys, folder / "sweep.png")
+        return _write_tables(spec, folder)
 
+
+def _manifest(spec: SweepSpec) -> dict[str, Any]:
+    """The sweep's manifest with what its rows depend on besides the grid: the scenario
+    file's content and the shardsim that simulated them."""
+    from simulator._version import __version__
+    from simulator.report.sweep_journal import scenario_sha256
+
+    return {**spec.manifest(), "scenario_sha256": scenario_sha256(Path(spec.scenario_path)),
+            "shardsim_version": __version__}
+
+
+def _write_tables(spec: SweepSpec, folder: Path) -> list[dict[str, Any]]:
+    """sweep.parquet, sweep.csv, sweep.png and report.html of the journaled rows."""
+    from simulator.report.sweep_journal import atomic_write, writing
+
+    rows = write_final(folder, spec.columns)
+    plot_sweep(rows, spec.keys, folder / "sweep.png")
     page = sweep_page(rows, spec.keys, folder / "sweep.png", f"shardsim sweep: {spec.shown}")
-    (folder / "report.html").write_text(page, encoding="utf-8")
+    with writing(folder, "report.html"):
+        atomic_write(folder / "report.html", lambda f: f.write(page.encode("utf-8")))
     return rows

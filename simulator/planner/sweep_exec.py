@@ -14,7 +14,18 @@ from typing import Any
 
 from simulator.errors import InputError
 
-__all__ = ["LocalExecutor", "RayExecutor", "SerialExecutor", "EXECUTORS", "make_executor"]
+__all__ = ["usable_cpus", "LocalExecutor", "RayExecutor", "SerialExecutor", "EXECUTORS",
+           "make_executor"]
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on: its affinity mask where the OS has one (Linux), else
+    the machine's count (macOS and Windows have no os.sched_getaffinity). The same as
+    simulator.numeric.reference.usable_cpus, without importing the numeric backend."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -36,7 +47,7 @@ class LocalExecutor:
     def imap(self, fn: Callable[[Any], Any], jobs: Sequence[Any]) -> Iterator[Any]:
         import multiprocessing as mp
 
-        n = min(self.workers or len(os.sched_getaffinity(0)), len(jobs))  # no idle forks
+        n = min(self.workers or usable_cpus(), len(jobs))  # no idle forks
         if n <= 1 or len(jobs) <= 1:
             yield from SerialExecutor().imap(fn, jobs)
             return
@@ -99,7 +110,7 @@ def make_executor(name: str, address: str | None = None, workers: int | None = N
     if address is not None and name != "ray":
         raise InputError("--address", address, f"only the ray executor takes an address, "
                          f"found --executor {name}")
-    limit = MAX_WORKERS_PER_CORE * len(os.sched_getaffinity(0))
+    limit = MAX_WORKERS_PER_CORE * usable_cpus()
     if workers is not None and not 1 <= workers <= limit:
         raise InputError("--workers", str(workers), f"expected 1 to {limit} processes "
                          f"({MAX_WORKERS_PER_CORE} per usable core of this machine; each "

@@ -1,6 +1,6 @@
 """Metrics, tables, plots and the Chrome trace of a simulated iteration.
 
-`summary` and `format_table` are cheap to import; `write_report` imports pandas and
+`summary` and `format_table` are cheap to import; `write_report` imports
 matplotlib only when called (a `shardsim run --json` never pays for them).
 """
 

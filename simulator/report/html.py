@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from simulator.report.run_config import config_lines
 from simulator.report.summary import error_bar, pace_rows
 
 __all__ = ["run_page", "sweep_page", "FIGURES"]
@@ -66,7 +67,9 @@ def _gb(nbytes: float) -> str:
 def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     mem = s["memory"]
     fits = "fits" if mem["fits"] else '<span class="bad">does not fit</span>'
+    config = config_lines(s["config"]) if "config" in s else []
     return [("scenario", _esc(s["scenario"])), ("devices", str(s["devices"])),
+            *((k, _esc(v)) for k, v in config),
             ("iteration time", f"{s['iteration_time_s']:.4f} s"),
             ("likely range", _esc(error_bar(s.get("uncertainty")))),
             ("throughput", f"{s['samples_per_s']:.3g} samples/s, {s['tokens_per_s']:.4g} "
@@ -118,10 +121,10 @@ def sweep_page(rows: list[dict[str, Any]], keys: Sequence[str], figure: Path | N
     ok = sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["iteration_time_s"])
     failed = [r for r in rows if r["status"] != "ok"]
     header = (*keys, "iteration s", "tokens/s", "MFU", "peak GB", "fits")
-    table = [(*(_esc(r[k]) for k in keys), f"{r['iteration_time_s']:.4g}",
+    table = [(*(_esc(str(r[k])) for k in keys), f"{r['iteration_time_s']:.4g}",
               f"{r['tokens_per_s']:.4g}", f"{r['mfu']:.1%}",
               f"{r['peak_memory_bytes'] / 1e9:.1f}",
-              "yes" if r["peak_memory_bytes"] <= r["capacity_bytes"]
+              "yes" if r["fits"]
               else '<span class="bad">no</span>') for r in ok]
     body = f"<section><h2>Comparison</h2>{_table('summary-table', header, table)}</section>"
     if figure is not None and figure.is_file():

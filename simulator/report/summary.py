@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES
+from simulator.report.run_config import config_lines, run_config
 from simulator.report.uncertainty import result_band
 
 __all__ = ["summary", "format_table", "error_bar"]
@@ -72,6 +73,7 @@ def summary(result: Any) -> dict[str, Any]:
         "communication": {"bytes_per_device": int(round(sum(comm.values()))),
                           "by_collective": {k: int(round(v)) for k, v in comm.items()}},
         "simulation": {"events": int(result.trace.events), "wall_s": result.wall_s},
+        "config": run_config(result),
         "pipeline_layers": list(result.plan.stage_layers),
         "critical_path": _critical(result),
         **({"jitter": result.jitter} if result.jitter else {}),
@@ -125,6 +127,7 @@ def format_table(s: dict[str, Any]) -> str:
     """A plain-text table of a summary dict, for the terminal."""
     t = s["iteration_time_s"]
     rows = [("scenario", s["scenario"]), ("devices", str(s["devices"])),
+            *(config_lines(s["config"]) if "config" in s else []),
             ("iteration time", f"{t:.4f} s"),
             ("likely range", error_bar(s.get("uncertainty"))),
             ("throughput", f"{s['samples_per_s']:.2f} samples/s, "

@@ -1,120 +1,44 @@
-"""The results table of a sweep: a Parquet journal that survives a kill, the final table,
-the summary and the plot of the swept keys against iteration time and memory.
+"""The results table of a sweep: the final table, the summary and the plot of the swept keys
+against iteration time and memory (the journal of rows is simulator.report.sweep_journal).
 
-Layout of a sweep folder:
-    sweep.json            what was swept (a resumed sweep must match it)
-    rows/part-NNNNNN.parquet  rows as they finish, each file written whole then renamed
-                          (os.replace is atomic), so a kill loses at most the rows not yet
-                          flushed, which `--resume` evaluates again: nothing lost, nothing twice
+Layout of a sweep folder, besides the journal (sweep.json, .lock, rows/):
     sweep.parquet, sweep.csv  every row, sorted by index (rewritten at the end of each run)
     sweep.png             iteration time and peak memory against the swept keys
     report.html           the comparison table and the plot on one offline page
+Each is written into a temporary file and renamed into place: a kill leaves the old file
+or the new one.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator.errors import InputError
-from simulator.report.plots import _pyplot
+from simulator.report.sweep_journal import (
+    ROW_METRICS,
+    Columns,
+    atomic_write,
+    read_rows,
+    row_schema,
+    writing,
+)
 
-__all__ = ["ROW_METRICS", "SweepJournal", "row_schema", "read_rows", "plot_sweep",
-           "write_final"]
-
-# Metric columns of a row (floats; None when the configuration failed), after `index`,
-# `config`, one column per grid key, `status` and `error`.
-ROW_METRICS: tuple[str, ...] = (
-    "iteration_time_s", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
-    "peak_memory_bytes", "capacity_bytes", "compute_s", "recompute_s", "comm_exposed_s",
-    "bubble_s", "offload_exposed_s", "optimizer_s", "comm_bytes_per_device")
+__all__ = ["ROW_METRICS", "plot_sweep", "write_final"]
 
 
-def row_schema(keys: Sequence[str]) -> Any:
-    """The Arrow schema of a row: fixed, so that every part file concatenates."""
-    import pyarrow as pa
-
-    fields = [pa.field("index", pa.int64()), pa.field("config", pa.string())]
-    fields += [pa.field(k, pa.string()) for k in keys]
-    fields += [pa.field("status", pa.string()), pa.field("error", pa.string())]
-    fields += [pa.field(m, pa.float64()) for m in ROW_METRICS]
-    return pa.schema(fields)
-
-
-def read_rows(folder: Path, keys: Sequence[str]) -> list[dict[str, Any]]:
-    """Every row flushed to `folder/rows`, sorted by index."""
-    import pyarrow.parquet as pq
-
-    rows: list[dict[str, Any]] = []
-    for part in sorted((folder / "rows").glob("part-*.parquet")):
-        rows += pq.read_table(part, schema=row_schema(keys)).to_pylist()
-    return sorted(rows, key=lambda r: r["index"])
-
-
-class SweepJournal:
-    """Appends rows to `folder/rows/` in part files: the first row at once (a killed sweep
-    has kept something from its first second), then every `flush_s` seconds and on close.
-    Opening checks the folder against the sweep's manifest."""
-
-    def __init__(self, folder: Path, manifest: dict[str, Any], keys: Sequence[str],
-                 resume: bool, flush_s: float = 0.5) -> None:
-        self.folder, self.keys, self.flush_s = folder, tuple(keys), flush_s
-        self.pending: list[dict[str, Any]] = []
-        self.last = -math.inf  # the first row is written as soon as it is done
-        self.done = self._open(manifest, resume)
-        self.parts = len(list((folder / "rows").glob("part-*.parquet")))
-
-    def _open(self, manifest: dict[str, Any], resume: bool) -> set[int]:
-        mfile = self.folder / "sweep.json"
-        if mfile.is_file():
-            if not resume:
-                raise InputError("--out", str(self.folder), "the folder already holds a sweep; "
-                                 "pass --resume to continue it, or choose another --out")
-            if json.loads(mfile.read_text()) != manifest:
-                raise InputError("--resume", str(self.folder), "the folder holds a different "
-                                 "sweep (scenario, grid, --set or fidelity differ); allowed: "
-                                 f"the sweep of {mfile}")
-        (self.folder / "rows").mkdir(parents=True, exist_ok=True)
-        mfile.write_text(json.dumps(manifest, indent=2) + "\n")
-        return {r["index"] for r in read_rows(self.folder, self.keys)}
-
-    def add(self, row: dict[str, Any]) -> None:
-        self.pending.append(row)
-        if time.monotonic() - self.last >= self.flush_s:
-            self.flush()
-
-    def flush(self) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        self.last = time.monotonic()
-        if not self.pending:
-            return
-        table = pa.Table.from_pylist(self.pending, schema=row_schema(self.keys))
-        final = self.folder / "rows" / f"part-{self.parts:06d}.parquet"
-        tmp = final.with_name(f".tmp-{os.getpid()}-{final.name}")
-        pq.write_table(table, tmp)
-        os.replace(tmp, final)
-        self.parts += 1
-        self.done.update(r["index"] for r in self.pending)
-        self.pending = []
-
-
-def write_final(folder: Path, keys: Sequence[str]) -> list[dict[str, Any]]:
+def write_final(folder: Path, columns: Columns) -> list[dict[str, Any]]:
     """sweep.parquet and sweep.csv of every flushed row; returns the rows."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    rows = read_rows(folder, keys)
-    table = pa.Table.from_pylist(rows, schema=row_schema(keys))
-    pq.write_table(table, folder / "sweep.parquet")
-    pcsv.write_csv(table, folder / "sweep.csv")
+    rows = read_rows(folder, columns)
+    table = pa.Table.from_pylist(rows, schema=row_schema(columns))
+    with writing(folder, "sweep.parquet"):
+        atomic_write(folder / "sweep.parquet", lambda f: pq.write_table(table, f))
+    with writing(folder, "sweep.csv"):
+        atomic_write(folder / "sweep.csv", lambda f: pcsv.write_csv(table, f))
     return rows
 
 
@@ -125,9 +49,25 @@ def _number(text: str) -> float | None:
         return None
 
 
+MAX_SERIES = 12  # lines a legend can still tell apart
+
+
+def best_series(lines: dict[str, list[dict[str, Any]]]) -> tuple[list[str], str]:
+    """The labels of the series to draw, and a note when some are left out: all of them up
+    to MAX_SERIES, else the MAX_SERIES with the fastest iteration, in their grid order."""
+    if len(lines) <= MAX_SERIES:
+        return list(lines), ""
+    fastest = sorted(lines, key=lambda k: min(r["iteration_time_s"] for r in lines[k]))
+    kept = set(fastest[:MAX_SERIES])
+    return ([k for k in lines if k in kept],
+            f"; the {MAX_SERIES} fastest of {len(lines)} series shown (sweep.csv has all)")
+
+
 def plot_sweep(rows: list[dict[str, Any]], keys: Sequence[str], path: Path) -> None:
     """Iteration time (top) and peak memory (bottom) against the first swept key, one line
-    per combination of the other keys (at most 12 lines); failed rows are left out."""
+    per combination of the other keys (the MAX_SERIES fastest where there are more, as the
+    title says); failed rows are left out."""
+    from simulator.report.plots import _pyplot
 
     plt = _pyplot()
     x_key, rest = keys[0], keys[1:]
@@ -138,7 +78,9 @@ def plot_sweep(rows: list[dict[str, Any]], keys: Sequence[str], path: Path) -> N
     for r in ok:
         lines.setdefault(" ".join(f"{k}={r[k]}" for k in rest), []).append(r)
     fig, (ax_t, ax_m) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
-    for label, group in list(lines.items())[:12]:
+    shown, note = best_series(lines)
+    for label in shown:
+        group = lines[label]
         xs = [_number(r[x_key]) if numeric else order.index(r[x_key]) for r in group]
         ax_t.plot(xs, [r["iteration_time_s"] for r in group], "o-", label=label or None)
         ax_m.plot(xs, [r["peak_memory_bytes"] / 1e9 for r in group], "o-")
@@ -147,13 +89,17 @@ def plot_sweep(rows: list[dict[str, Any]], keys: Sequence[str], path: Path) -> N
                      label="capacity")
         ax_m.legend(loc="best", fontsize="small")
     if not numeric:
-        ax_m.set_xticks(range(len(order)), order)
+        ax_m.set_xticks(range(len(order)), [str(o) for o in order])
     ax_t.set_ylabel("iteration time (s)")
     ax_m.set_ylabel("peak memory (GB)")
     ax_m.set_xlabel(x_key)
-    ax_t.set_title(f"sweep of {', '.join(keys)}: {len(ok)} of {len(rows)} configurations ran")
+    ax_t.set_title(f"sweep of {', '.join(keys)}: {len(ok)} of {len(rows)} configurations "
+                   f"ran{note}", fontsize="medium")
     if rest and lines:
         ax_t.legend(loc="best", fontsize="x-small")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        with writing(path.parent, path.name):
+            atomic_write(path, lambda f: fig.savefig(f, dpi=100, format="png"))
+    finally:
+        plt.close(fig)

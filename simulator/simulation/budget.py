@@ -21,6 +21,7 @@ from simulator.limits import (
     DEFAULT_MAX_LAYOUT_PAIRS,
     DEFAULT_MAX_SIGNATURES,
     DEFAULT_MAX_VERIFY_DEVICES,
+    DEFAULT_MAX_VERIFY_GB,
     DEFAULT_MAX_VERIFY_GFLOP,
     Estimate,
     check_budget,
@@ -38,7 +39,8 @@ from simulator.program.model_program import graph_model_flops
 __all__ = ["Estimate", "estimate_run", "estimate_every_micro_batch", "estimate_verify",
            "check_budget", "shortened_run",
            "DEFAULT_MAX_EVENTS", "DEFAULT_MAX_VERIFY_DEVICES", "DEFAULT_MAX_VERIFY_GFLOP",
-           "STEADY_MIN_EVENTS", "estimate_verify_gflop", "estimate_propagation",
+           "DEFAULT_MAX_VERIFY_GB", "STEADY_MIN_EVENTS", "estimate_verify_gflop",
+           "estimate_verify_gb", "estimate_propagation",
            "estimate_signatures", "DEFAULT_MAX_LAYOUT_PAIRS", "DEFAULT_MAX_SIGNATURES"]
 
 # Above this many events for every micro-batch, `run` simulates a shortened steady state
@@ -238,3 +240,20 @@ def estimate_verify_gflop(s: Scenario) -> Estimate | None:
     return Estimate(math.ceil(gflop), "model.tensors",
                     "matrix GFLOP of the graph's forward and backward, run sharded and on one "
                     "device at the shapes model.tensors gives")
+
+
+def estimate_verify_gb(s: Scenario) -> Estimate | None:
+    """GB of tensors `verify` holds for an operator graph (None for the other model types,
+    which verify shrinks): every tensor of the graph (inputs, parameters, every operator's
+    output) in float64, its gradient too, once on the single-device reference and once
+    spread over the sharded devices; rounded up to whole GB."""
+    if not family(s.model).writes_ops:
+        return None
+    from simulator.models.model_graph import planned_graph
+
+    graph, _ = planned_graph(s)
+    elements = sum(math.prod(t.shape) for t in graph.tensors.values())
+    gb = 2 * 2 * 8 * elements / 1e9
+    return Estimate(math.ceil(gb), "model.tensors",
+                    "float64 values and gradients of every tensor of the graph, on one device "
+                    "and sharded, at the shapes model.tensors gives")

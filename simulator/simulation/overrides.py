@@ -18,9 +18,11 @@ from simulator.errors import InputError
 from simulator.report import summary
 from simulator.simulation.simulate import simulate
 
-__all__ = ["override_notes"]
+__all__ = ["override_notes", "stack_notes"]
 
-_LABELS = ("scenario", "simulation", "notes")  # summary keys that are not results
+# summary keys that are not results (`config` names the inputs: a renamed profile is the
+# same hardware)
+_LABELS = ("scenario", "simulation", "notes", "config")
 
 
 def _comparable(summ: dict[str, Any]) -> dict[str, Any]:
@@ -63,3 +65,42 @@ def override_notes(loaded: Any, hw: Any, result: Any) -> tuple[str, ...]:
         if why:
             notes.append(f"--set hardware.{item} changed nothing: {why}")
     return tuple(notes)
+
+
+def stack_notes(loaded: Any, hw: Any) -> tuple[str, ...]:
+    """A note when `--set hardware=NAME` also changed the software stack: the scenario names
+    no `framework`, so the stack is the new profile's `default_framework` (an A100 profile's
+    is a 2021 Megatron-LM, an H100's Megatron-Core). A scenario that names its framework
+    keeps it, and gets no note."""
+    items = [o for o in loaded.overrides if o.partition("=")[0].strip() == "hardware"]
+    if not items or loaded.scenario.framework is not None:
+        return ()
+    taken = hw.default_framework
+    text = (f"--set {items[-1].strip()}: the scenario names no framework, so the software "
+            f"stack is {hw.name}'s default_framework, {taken}")
+    before = _scenario_default_framework(loaded)
+    if before is not None and before[1] != taken:
+        text += (f" (the scenario's {before[0]} runs {before[1]}); add --set "
+                 f"framework={before[1]} to change the hardware alone")
+    return (text,)
+
+
+def _scenario_default_framework(loaded: Any) -> tuple[str, str] | None:
+    """(hardware, its default_framework) as the scenario file names them, or None when the
+    file or its profile cannot tell (the run itself reports real errors)."""
+    from pathlib import Path
+
+    from simulator.config.resources import resolve_yaml
+
+    path = getattr(loaded, "path", None)
+    if path is None:
+        return None
+    try:
+        ref = read_yaml_file(Path(path)).get("hardware")
+        found = resolve_yaml(ref, "hardware_profiles") if isinstance(ref, str) else None
+        if found is None and isinstance(ref, str) and (Path(path).parent / ref).is_file():
+            found = Path(path).parent / ref
+        fw = read_yaml_file(found).get("default_framework") if found is not None else None
+    except (InputError, OSError):
+        return None
+    return (ref, fw) if isinstance(ref, str) and isinstance(fw, str) else None

@@ -99,6 +99,7 @@ class SimResult:
     jitter: dict[str, Any] | None = None
     notes: tuple[str, ...] = ()
     steady: Steady | None = None
+    hardware: str = ""  # the name of the hardware profile simulated (after --set hardware=)
 
     def __str__(self) -> str:
         return (f"SimResult({self.scenario.name}: {self.iteration_time_s:.4g} s/iteration, "
@@ -253,7 +254,8 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         model_flops=model, hardware_flops=hardware,
         peak_flops_per_s=cluster.mean_peak_flops_per_s(scenario.model.dtype),
         wall_s=time.perf_counter() - t0, framework=fw, critical_path=got.pace,
-        jitter=jitter_report(cluster, lower_with) if reports else None, steady=got.steady)
+        jitter=jitter_report(cluster, lower_with) if reports else None, steady=got.steady,
+        hardware=hw.name)
 
 
 # GPipe (Huang et al. 2019, Fig. 2c: all forwards, then all backwards) has no period that

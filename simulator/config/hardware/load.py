@@ -26,7 +26,20 @@ def parse_profile(data: dict[str, Any], source: str,
 
     An override of a key the schema does not know is reported against `--set hardware.KEY`.
     """
-    return validate_profile(HardwareProfile, apply_overrides(data, list(overrides)), source)
+    hw = validate_profile(HardwareProfile, apply_overrides(data, list(overrides)), source)
+    _check_curve(hw, source)
+    return hw
+
+
+def _check_curve(hw: HardwareProfile, source: str) -> None:
+    """A measured curve is read by interpolation between neighbours, so its message sizes
+    must increase: an unsorted one would give wrong times without a word."""
+    curve = hw.intra_node.allreduce_busbw_GBps or ()
+    for i in range(1, len(curve)):
+        if curve[i][0] <= curve[i - 1][0]:
+            raise InputError(source, f"intra_node.allreduce_busbw_GBps[{i}]", (
+                f"message size {curve[i][0]:g} bytes after {curve[i - 1][0]:g}: the points "
+                "must be in increasing order of message size, each size once"))
 
 
 def load_profile(name_or_path: str, overrides: Sequence[str] = ()) -> HardwareProfile:

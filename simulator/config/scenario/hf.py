@@ -93,11 +93,16 @@ class HfModel:
         return fields
 
 
-def _get(cfg: dict[str, Any], key: str, src: str) -> Any:
+def _get(cfg: dict[str, Any], key: str, src: str) -> int:
+    """A size the config must give: a positive integer (0 heads would divide by zero)."""
     if key not in cfg or cfg[key] is None:
         raise InputError(src, _KEY, f"the config has no '{key}'; a {cfg.get('model_type')} "
                          f"config.json needs it")
-    return cfg[key]
+    value = cfg[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(src, _KEY, f"the config's '{key}' is {value!r}; expected a positive "
+                         "integer")
+    return value
 
 
 def _count(cfg: dict[str, Any], key: str, src: str) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from simulator.config.resources import list_bundled, resolve_yaml
+from simulator.config.resources import is_file, list_bundled, resolve_yaml
 from simulator.config.scenario.hf import expand_from_hf
 from simulator.config.scenario.rules import check_rules
 from simulator.config.scenario.schema import Scenario
@@ -69,7 +69,7 @@ def resolve_hardware(
     """
     ref = scenario.hardware
     found = resolve_yaml(ref, "hardware_profiles")
-    if found is None and base_dir is not None and (base_dir / ref).is_file():
+    if found is None and base_dir is not None and is_file(base_dir / ref):
         found = base_dir / ref
     if found is not None:
         return found

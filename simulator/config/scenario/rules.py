@@ -4,6 +4,7 @@ to fix it. A rule returns (dotted key, message) pairs; `check_rules` raises the 
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable, Iterator
 
 from simulator.config.scenario.axis_rules import context, expert, parameter_server, tensor_nd
@@ -304,6 +305,12 @@ def _comm_fusion(s: Scenario) -> Iterator[Problem]:
         (f"parallel.comm_fusion.{k}", e.mode, e.index)
         for k in ("all_reduce", "reduce_scatter", "all_gather")
         if (e := getattr(f, k)) is not None]
+    for kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        e = getattr(f, kind)
+        if e is not None and e.bucket_mb is not None and e.mode != "size":
+            yield f"parallel.comm_fusion.{kind}.bucket_mb", (
+                f"{e.bucket_mb:g} is read only with parallel.comm_fusion.{kind}.mode: size "
+                f"(found {e.mode}, which ignores it); add the mode or remove the key")
     for key, mode, index in entries:
         if index is None:
             continue
@@ -379,7 +386,29 @@ def _offload(s: Scenario) -> Iterator[Problem]:
                           "(the servers hold the parameters; allowed: false)")
 
 
+def _printable(s: Scenario) -> Iterator[Problem]:
+    """The name reaches terminals: no control character (an ANSI or window-title escape)."""
+    bad = next(((i, c) for i, c in enumerate(s.name) if unicodedata.category(c) == "Cc"),
+               None)
+    if bad is not None:
+        yield "name", (f"contains the control character {bad[1]!r} at position {bad[0]}; "
+                       "a name is printed on terminals: use printable text")
+
+
+def _search(s: Scenario) -> Iterator[Problem]:
+    """`parallel.search` chooses the strategies under mode auto; elsewhere nothing reads it.
+    (Judged on the value, not on whether the key was written: the planner's candidates
+    are re-validated from full dumps, where every key is written.)"""
+    p = s.parallel
+    if p.search != ParallelSpec.model_fields["search"].default and p.mode != "auto":
+        yield "parallel.search", (f"{p.search} is read only with parallel.mode: auto (the "
+                                  f"search fills the strategies left open; found mode "
+                                  f"{p.mode}); set the mode or remove the key")
+
+
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
+    _printable,
+    _search,
     context,
     _devices,
     cluster_problems,
