@@ -93,14 +93,15 @@ def _quickstart_commands() -> list[str]:
 
 def test_readme_quickstart_is_two_commands():
     install, test = _quickstart_commands()
-    assert "pip install '.[dev]'" in install and "shardsim run " in install
+    assert "pip install . " in install and "shardsim run " in install
+    assert "[dev]" not in install  # a plain install runs a scenario
     assert "\n" not in install and "\n" not in test
-    assert test == "python -m pytest"
+    assert test == "pip install '.[dev]' && python -m pytest"
 
 
 def test_ci_runs_the_readme_test_command():
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert "set -euo pipefail" in ci
-    assert "pip install --quiet '.[dev]'" in ci
+    assert "pip install --quiet . " in ci
     assert f"\n{_quickstart_commands()[1]} " in ci
     assert os.access(REPO / ".ci" / "run", os.X_OK)
