@@ -18,7 +18,7 @@ from typing import IO, Any, NoReturn
 
 import typer
 
-from simulator.errors import InfeasibleError, InputError, ShardsimError
+from simulator.api import InfeasibleError, InputError, ShardsimError
 
 __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL",

@@ -7,8 +7,8 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from simulator.api import InputError
 from simulator.cli._common import emit_json, guarded, stdout_console
-from simulator.errors import InputError
 
 __all__ = ["comm", "parse_bytes"]
 
@@ -16,12 +16,9 @@ __all__ = ["comm", "parse_bytes"]
 _UNITS = {"": 1, "b": 1, "k": 2**10, "kib": 2**10, "m": 2**20, "mib": 2**20, "g": 2**30,
           "gib": 2**30, "t": 2**40, "tib": 2**40, "kb": 10**3, "mb": 10**6, "gb": 10**9,
           "tb": 10**12}
-# Bounds a real system could have (as the scenario's, simulator/config/scenario/schema.py): a
-# buffer of at most 16 TiB (2^44 bytes, ~50x the largest device memory), at most 100,000
-# devices in a group and 1,024 in a node.
+# A buffer of at most 16 TiB (2^44 bytes, ~50x the largest device memory): a bound a real
+# system could have, as the scenario's (simulator/config/scenario/schema.py)
 MAX_BYTES = 2**44
-MAX_DEVICES = 100_000
-MAX_PER_NODE = 1024
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -40,30 +37,6 @@ def parse_bytes(text: str) -> int:
         raise InputError("--bytes", "", f"found {text!r}; expected at most 16 TiB (2^44 "
                          "bytes, a range a real system could have)")
     return value
-
-
-def _profile_path(ref: str) -> Any:
-    from simulator.config.resources import list_bundled, resolve_yaml
-    from simulator.config.yamlio import did_you_mean
-
-    path = resolve_yaml(ref, "hardware_profiles")
-    if path is None:
-        names = list_bundled("hardware_profiles")
-        raise InputError("--hardware", "", f"found {ref!r}, which is neither a bundled profile "
-                         f"nor a file{did_you_mean(ref, names)}; bundled: {', '.join(names)}")
-    return path
-
-
-def _devices_per_node(devices: int, given: int | None, hw: Any) -> int:
-    if given is None:
-        given = int(getattr(hw, "devices_per_node_default", None) or devices)
-        return min(given, devices)
-    if given < 1:
-        raise InputError("--devices-per-node", "", f"found {given}; expected at least 1")
-    if devices > given and devices % given:
-        raise InputError("--devices-per-node", "", f"{given} must divide --devices={devices} "
-                         "when the group spans several nodes")
-    return min(given, devices)
 
 
 def comm(
@@ -90,27 +63,10 @@ def comm(
 ) -> None:
     """Time one collective on a hardware profile: algorithm, time, algbw and busbw."""
     with guarded() as stdout:
-        from simulator.config.yamlio import did_you_mean
-        from simulator.cost.specs import COLLECTIVES
+        from simulator import api  # the cost model loads here, not at start-up
 
-        if collective not in COLLECTIVES:
-            raise InputError("COLLECTIVE", "", f"found {collective!r}; allowed: "
-                             f"{', '.join(COLLECTIVES)}{did_you_mean(collective, COLLECTIVES)}")
-        size = parse_bytes(nbytes)
-        if devices < 1:
-            raise InputError("--devices", "", f"found {devices}; expected at least 1")
-        if devices > MAX_DEVICES:
-            raise InputError("--devices", "", f"found {devices}; expected at most "
-                             f"{MAX_DEVICES:,} (a range a real system could have)")
-        if devices_per_node is not None and devices_per_node > MAX_PER_NODE:
-            raise InputError("--devices-per-node", "", f"found {devices_per_node}; expected "
-                             f"at most {MAX_PER_NODE:,} (a range a real system could have)")
-        from simulator.config.hardware.load import load_profile
-        from simulator.cost.collectives import comm_benchmark
-
-        hw = load_profile(str(_profile_path(hardware)), [])
-        per_node = _devices_per_node(devices, devices_per_node, hw)
-        res = comm_benchmark(collective, size, devices, per_node, hw, algorithm)
+        res = api.comm(collective, parse_bytes(nbytes), devices, hardware, devices_per_node,
+                       algorithm)
         if json_out:
             emit_json(res, stdout)
         else:

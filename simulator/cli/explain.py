@@ -1,6 +1,6 @@
 """`shardsim explain`: the plan sharding propagation chooses for an operator graph (graph,
 mlp, resnet), per operator: the signature, the two best alternatives and their costs, and
-the configured operator the choice came from (simulator/sharding/propagate/search_explain.py)."""
+the configured operator the choice came from (simulator/sharding/propagate/explain.py)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,8 @@ from typing import IO, Any
 
 from simulator.cli._common import emit_json, guarded, load_checked, stderr_console
 from simulator.cli.run import JsonOpt, ScenarioArg, SetOpt
-from simulator.errors import InputError
 
 __all__ = ["explain"]
-
-
-def _report(s: Any) -> dict[str, Any]:
-    from simulator.models.model_graph import propagated
-    from simulator.sharding.propagate.explain import explain as explain_plan
-
-    prop = propagated(s)
-    return {"scenario": s.name, "search": s.parallel.search, "mesh": str(prop.problem.mesh),
-            "total_cost_bytes": prop.cost,
-            "ops": [row.to_dict() for row in explain_plan(prop)]}
 
 
 def _fmt(cost: float) -> str:
@@ -46,11 +35,10 @@ def explain(
     """Show the plan sharding propagation chooses, operator by operator."""
     with guarded() as stdout:
         loaded, _ = load_checked(scenario, overrides or [])  # the checks run and verify make
+        from simulator import api  # propagation loads here, not at start-up
+
         s = loaded.scenario
-        if s.model.type == "transformer":
-            raise InputError(s.source, "model.type", "found 'transformer'; explain takes an "
-                             "operator graph: graph, mlp or resnet")
-        report = _report(s)  # before the note: a plan that fails is one error line
+        report = api.explain(loaded)  # before the note: a plan that fails is one error line
         if s.parallel.mode != "auto":
             stderr_console().print(f"note: parallel.mode is {s.parallel.mode}; showing what "
                                    "parallel.mode=auto would choose")

@@ -6,8 +6,8 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from simulator.api import InputError
 from simulator.cli._common import emit_json, guarded, stdout_console
-from simulator.errors import InputError
 
 __all__ = ["profiles", "scenarios"]
 
@@ -56,28 +56,18 @@ SetOpt = Annotated[list[str] | None, typer.Option(
 
 def _profile_fields(name: str, overrides: list[str], json_out: bool, out: IO[str]) -> None:
     """Every field of one profile: value, source (file, default, --set), what reads it."""
-    from simulator.api import check_overrides
-    from simulator.config.hardware.load import load_profile, raw_profile
-    from simulator.config.hardware.usage import field_rows
-    from simulator.config.yamlio import blame_override
+    from simulator import api  # profiles load here, not at start-up
 
-    check_overrides(overrides)
-    # `hardware.KEY=V` as `run --set` spells it is the same field (was "hardware: unknown key")
-    overrides = [o.removeprefix("hardware.") for o in overrides]
-    try:
-        hw = load_profile(name, overrides)
-    except InputError as err:
-        raise blame_override(err, overrides) from None
-    keys = {item.partition("=")[0].strip() for item in overrides}
-    rows = field_rows(hw, raw_profile(name), keys)
+    doc = api.profile_fields(name, overrides)
+    rows = doc["fields"]
     if json_out:
-        emit_json({"profile": hw.name, "source": hw.source, "fields": rows}, out)
+        emit_json(doc, out)
         return
     for row in rows:
         value = row["value"]
         if isinstance(value, tuple) and len(value) > 4:
             row["value"] = f"{len(value)} points: {value[0]} .. {value[-1]}"
-    _table(f"{hw.name} ({hw.source}): every field, its value and where it came from",
+    _table(f"{doc['profile']} ({doc['source']}): every field, its value and where it came from",
            [{k: v for k, v in r.items() if k != "note"} for r in rows], out)
     for row in rows:
         if row["note"]:
@@ -88,7 +78,7 @@ def profiles(name: NameArg = None, json_out: JsonOpt = False, overrides: SetOpt 
     """List the bundled hardware profiles with their key figures; with NAME, every field of
     that profile with its source."""
     with guarded() as stdout:
-        from simulator.config.hardware.load import list_profiles, profile_summary
+        from simulator import api  # profiles load here, not at start-up
 
         if name is not None:
             _profile_fields(name, overrides or [], json_out, stdout)
@@ -96,7 +86,7 @@ def profiles(name: NameArg = None, json_out: JsonOpt = False, overrides: SetOpt 
         if overrides:
             raise InputError("--set", overrides[0], "needs a profile NAME to override")
 
-        rows = [profile_summary(hw) for hw in list_profiles()]
+        rows = api.profiles()
         if json_out:
             emit_json({"profiles": rows}, stdout)
             return
@@ -108,35 +98,12 @@ def profiles(name: NameArg = None, json_out: JsonOpt = False, overrides: SetOpt 
                 stdout.write(f"{row.get('name')}: {row['description']}\n")
 
 
-def _scenario_row(name: str) -> dict[str, Any]:
-    """Name, title, hardware and device count of a bundled scenario, read without
-    validation so one broken file does not hide the others."""
-    from simulator.config.resources import bundled_dir
-    from simulator.config.yamlio import load_yaml_text
-
-    path = bundled_dir("scenarios") / f"{name}.yaml"
-    try:
-        data = load_yaml_text(path.read_text(encoding="utf-8"))
-    except Exception:  # a listing shows what it can; `run` reports the error in full
-        data = None
-    data = _mapping(data)
-    cluster, model = _mapping(data.get("cluster")), _mapping(data.get("model"))
-    nodes, per_node = cluster.get("nodes", 1), cluster.get("devices_per_node", 1)
-    devices = nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None
-    return {"name": name, "title": data.get("name"), "model": model.get("type"),
-            "hardware": data.get("hardware"), "devices": devices}
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
 def scenarios(json_out: JsonOpt = False) -> None:
     """List the bundled scenarios (run one with `shardsim run NAME`)."""
     with guarded() as stdout:
-        from simulator.config.resources import list_bundled
+        from simulator import api
 
-        rows = [_scenario_row(name) for name in list_bundled("scenarios")]
+        rows = api.scenarios()
         if json_out:
             emit_json({"scenarios": rows}, stdout)
         else:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, Any
 
+from simulator.api import InputError
 from simulator.cli._common import stdout_console
-from simulator.errors import InputError
 
 __all__ = ["row", "ties", "print_table", "pareto_png", "scaling_png"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.errors import InputError
+from simulator.api import InputError
 
 __all__ = ["candidates", "cheapest_remedy"]
 

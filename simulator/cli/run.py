@@ -9,6 +9,7 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from simulator.api import InputError
 from simulator.cli._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -19,7 +20,6 @@ from simulator.cli._common import (
     stderr_console,
     stdout_console,
 )
-from simulator.errors import InputError
 
 __all__ = ["run", "verify"]
 

@@ -8,6 +8,7 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from simulator.api import InputError
 from simulator.cli._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -18,7 +19,6 @@ from simulator.cli._common import (
     stderr_console,
     stdout_console,
 )
-from simulator.errors import InputError
 
 __all__ = ["sweep"]
 

@@ -1,0 +1,41 @@
+"""The JSON Schema of the scenario YAML format (pydantic's model_json_schema, with the
+`from_hf` form of the model) and of a hardware profile, for editor completion."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.config.hardware.schema import HardwareProfile
+from simulator.config.scenario.schema import Scenario
+
+__all__ = ["json_schema"]
+
+# `model: {from_hf: NAME, ...}` is expanded into a transformer before validation
+# (simulator/config/scenario/hf.py), so pydantic's schema does not know it
+_FROM_HF = {
+    "type": "object", "required": ["from_hf"], "title": "ModelFromHf",
+    "description": "A transformer read from a Hugging Face config.json; every other key "
+                   "written here (seq_length, dtype, moe, ...) is a transformer key that "
+                   "overrides the config's value.",
+    "properties": {"from_hf": {
+        "type": "string",
+        "description": "A bundled config name (llama-2-7b, mixtral-8x7b, gpt2, ...) or the "
+                       "path of a config.json, relative to the scenario file."}},
+    "additionalProperties": True,
+}
+
+
+def _with_from_hf(model: dict[str, Any]) -> dict[str, Any]:
+    """The model property: one of the model types, or a `from_hf` mapping."""
+    return {"title": model.get("title", "Model"), "anyOf": [model, _FROM_HF]}
+
+
+def json_schema(hardware: bool = False) -> dict[str, Any]:
+    """The schema document `shardsim schema [--hardware]` prints."""
+    model = HardwareProfile if hardware else Scenario
+    doc = model.model_json_schema(mode="validation")
+    if not hardware:
+        doc["properties"]["model"] = _with_from_hf(doc["properties"]["model"])
+    doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    doc["title"] = "shardsim hardware profile" if hardware else "shardsim scenario"
+    return doc
