@@ -22,8 +22,9 @@ from typing import Any
 from simulator.errors import InfeasibleError, InputError, ShardsimError
 
 __all__ = ["load_scenario", "load_hardware", "check_supported", "check_overrides",
-           "scenario_path", "simulate", "verify", "sweep", "plan", "explain",
-           "json_schema", "comm", "profiles", "profile_fields",
+           "scenario_path", "blame_override", "simulate", "verify", "sweep", "plan", "explain",
+           "json_schema", "run_work", "verify_work", "run_notes",
+           "verify_notes", "cheapest_remedy", "comm", "profiles", "profile_fields",
            "scenarios", "InputError", "InfeasibleError", "ShardsimError"]
 
 
@@ -66,6 +67,13 @@ def scenario_path(scenario: str) -> tuple[Path, str]:
     return _path(scenario)
 
 
+def blame_override(err: InputError, overrides: Sequence[str], prefix: str = "") -> InputError:
+    """`err` naming the `--set` item (of `overrides`) that set its key, where one did."""
+    from simulator.config.yamlio import blame_override as _blame
+
+    return _blame(err, list(overrides), prefix)
+
+
 def _scenario_and_hw(scenario: Any, hw: Any) -> tuple[Any, Any]:
     from simulator.config.loaded import LoadedScenario
 
@@ -81,7 +89,8 @@ def _scenario_and_hw(scenario: Any, hw: Any) -> tuple[Any, Any]:
     return scenario, hw
 
 
-def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") -> Any:
+def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative",
+             max_events: int | None = None) -> Any:
     """One training iteration (`shardsim run`): a SimResult. `scenario` is a name, a path, a
     LoadedScenario or a Scenario; `hw` defaults to the profile the scenario names.
     `simulator.report.summary(result)` is the `run --json` object; `result.notes` says which
@@ -95,7 +104,8 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative") ->
     if isinstance(scenario, (str, Mapping)):
         scenario = load_scenario(scenario)
     sc, profile = _scenario_and_hw(scenario, hw)
-    result = _simulate(sc, profile, fidelity)
+    result = _simulate(sc, profile, fidelity) if max_events is None else \
+        _simulate(sc, profile, fidelity, max_events=max_events)
     if isinstance(scenario, LoadedScenario) and hw is None:
         notes = stack_notes(scenario, profile)
         if scenario.hardware_overrides:
@@ -162,6 +172,67 @@ def plan(scenario: Any, devices: int | None = None, *, nodes: int | None = None,
                               max_devices, opts, progress)
     n, per_node = cluster_for(sc, devices, nodes)
     return search(sc, hw, n, per_node, opts, progress)
+
+
+def run_work(loaded: Any, fidelity: str, max_events: int) -> int:
+    """The events `run` will simulate, estimated from the scenario; InputError above
+    `max_events` (naming the key that drives the count and `--max-events`)."""
+    from simulator.simulation.budget import check_budget, estimate_run
+
+    est = estimate_run(loaded.scenario, fidelity)
+    check_budget(est, max_events, loaded.scenario.source, "events to simulate", "--max-events")
+    return est.count
+
+
+def verify_work(loaded: Any, max_devices: int, max_gflop: int, max_gb: int) -> int:
+    """The numpy devices `verify` will run; InputError above `max_devices`, or for an
+    operator graph above `max_gflop` matrix GFLOP or `max_gb` GB of tensors (each naming
+    the key that drives it and the flag that raises the limit)."""
+    from simulator.simulation.budget import (
+        check_budget,
+        estimate_verify,
+        estimate_verify_gb,
+        estimate_verify_gflop,
+    )
+
+    s = loaded.scenario
+    devices = estimate_verify(s)
+    check_budget(devices, max_devices, s.source, "numpy devices to run", "--max-devices")
+    for estimate, limit, unit, flag in (
+            (estimate_verify_gflop, max_gflop, "GFLOP to execute", "--max-gflop"),
+            (estimate_verify_gb, max_gb, "GB of tensors to hold", "--max-gb")):
+        work = estimate(s)
+        if work is not None:
+            check_budget(work, limit, s.source, unit, flag)
+    return devices.count
+
+
+def run_notes(loaded: Any, hw: Any, result: Any) -> tuple[str, ...]:
+    """What `run` says of its inputs: the stack `--set hardware=` took, and the
+    `hardware.` overrides that changed nothing (each re-simulated without it)."""
+    from simulator.simulation.overrides import override_notes, stack_notes
+
+    notes = stack_notes(loaded, hw)
+    if loaded.hardware_overrides:
+        notes += override_notes(loaded, hw, result)
+    return tuple(notes)
+
+
+def verify_notes(scenario: Any) -> tuple[str, ...]:
+    """What `verify` checked of offload and host placement, where the scenario has them."""
+    from simulator.lower.offload import verify_note
+
+    placed = verify_note(scenario)
+    return (placed,) if placed else ()
+
+
+def cheapest_remedy(loaded: Any, hw: Any, fidelity: str = "representative") -> str:
+    """The cheapest single `--set` that makes a scenario that does not fit fit in device
+    memory, simulated (`run --strict`): 'cheapest remedy: --set K=V (...)', or that none
+    was found."""
+    from simulator.simulation.remedy import cheapest_remedy as _remedy
+
+    return _remedy(loaded, hw, fidelity)
 
 
 def explain(loaded: Any) -> dict[str, Any]:

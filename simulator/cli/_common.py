@@ -56,11 +56,11 @@ _SCENARIO_OVERRIDES: list[str] = []
 
 
 def _blamed(exc: InputError) -> InputError:
-    from simulator.config.yamlio import blame_override
+    from simulator import api
 
     if not _SCENARIO_OVERRIDES or " with --set " in exc.source:
         return exc
-    return blame_override(exc, _SCENARIO_OVERRIDES)
+    return api.blame_override(exc, _SCENARIO_OVERRIDES)
 
 
 @contextlib.contextmanager
@@ -137,10 +137,9 @@ def load_scenario(arg: str, overrides: Sequence[str]) -> Any:
     """`api.load_scenario`, remembering the command's scenario overrides so that a later
     InputError is blamed on the `--set` of its key (`guarded`)."""
     from simulator import api
-    from simulator.config.scenario import split_overrides
 
     loaded = api.load_scenario(arg, overrides)
-    _SCENARIO_OVERRIDES[:] = list(split_overrides(overrides)[0])
+    _SCENARIO_OVERRIDES[:] = loaded.scenario_overrides
     return loaded
 
 

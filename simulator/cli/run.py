@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from enum import Enum
 from pathlib import Path
@@ -50,19 +51,9 @@ MaxEventsOpt = Annotated[int, typer.Option(
     "simulation events (10-20 s per 500,000).")]
 
 
-def _check_work(loaded: Any, est: Any, limit: int, unit: str, flag: str) -> None:
-    """Refuse work above `limit` (the error names the `--set` that set the driving key:
-    `guarded`)."""
-    from simulator.simulation.budget import check_budget
-
-    check_budget(est, limit, loaded.scenario.source, unit, flag)
-
-
 def _progress(text: str) -> Any:
     """An indeterminate rich progress bar on stderr with the elapsed time (the work has no
     hook to report its fraction; the text carries the estimate). Gone when done."""
-    import contextlib
-
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = stderr_console()
@@ -74,27 +65,15 @@ def _progress(text: str) -> Any:
     return progress
 
 
-def _verify_with_progress(scenario: Any, software: Any, hw: Any = None) -> Any:
-    from simulator.simulation.budget import estimate_verify
-    from simulator.simulation.verify import verify_scenario
-
-    with _progress(f"verifying {scenario.name} on {estimate_verify(scenario).count} "
-                   "numpy devices"):
-        return verify_scenario(scenario, fused_attention=software.fused_attention, hw=hw,
-                               selective=software.selective_recompute)
-
-
-def _simulate(scenario: Any, hw: Any, fidelity: str, max_events: int = DEFAULT_MAX_EVENTS
+def _simulate(scenario: Any, hw: Any, fidelity: str, events: int, max_events: int
               ) -> tuple[Any, dict[str, Any]]:
     """Simulate and summarise, with a progress bar on stderr."""
+    from simulator import api
     from simulator.report import summary
-    from simulator.simulation.budget import estimate_run
-    from simulator.simulation.simulate import simulate
 
-    events = estimate_run(scenario, fidelity).count
     with _progress(f"simulating {scenario.name} on {scenario.devices} devices "
                    f"(about {events:,} events)"):
-        result = simulate(scenario, hw, fidelity=fidelity, max_events=max_events)
+        result = api.simulate(scenario, hw, fidelity, max_events=max_events)
         return result, summary(result)
 
 
@@ -105,13 +84,12 @@ def _with_notes(loaded: Any, hw: Any, result: Any, summ: dict[str, Any]
     each also printed on stderr."""
     import dataclasses
 
+    from simulator import api
     from simulator.report import summary
-    from simulator.simulation.overrides import override_notes, stack_notes
 
-    notes = stack_notes(loaded, hw)
-    if loaded.hardware_overrides:
-        with stderr_console().status("checking the --set hardware. overrides"):
-            notes += override_notes(loaded, hw, result)
+    with stderr_console().status("checking the --set hardware. overrides") \
+            if loaded.hardware_overrides else contextlib.nullcontext():
+        notes = api.run_notes(loaded, hw, result)
     for note in notes:
         sys.stderr.write(f"note: {note}\n")
     if not notes:
@@ -159,15 +137,14 @@ def run(
 ) -> None:
     """Simulate one training iteration: time, breakdown, memory, communication."""
     with guarded() as stdout:
-        loaded, hw = load_checked(scenario, overrides or [])
-        from simulator.simulation.budget import estimate_run  # after the input is checked
+        from simulator import api
 
-        _check_work(loaded, estimate_run(loaded.scenario, fidelity.value), max_events,
-                    "events to simulate", "--max-events")
+        loaded, hw = load_checked(scenario, overrides or [])
+        events = api.run_work(loaded, fidelity.value, max_events)  # after the input checks
         out_dir = out if out is not None or json_out else Path("reports") / loaded.stem
         if out_dir is not None:
             make_out_dir(out_dir)  # before simulating: a bad --out fails at once
-        result, summ = _simulate(loaded.scenario, hw, fidelity.value, max_events)
+        result, summ = _simulate(loaded.scenario, hw, fidelity.value, events, max_events)
         result, summ = _with_notes(loaded, hw, result, summ)
         if not json_out:
             _print_table(summ, stdout)  # before the figures, which take seconds to draw
@@ -192,9 +169,9 @@ def _explain_no_fit(loaded: Any, hw: Any, summ: dict[str, Any], fidelity: str,
             f"{mem.get('peak_bytes', 0) / 1e9:.3g} GB > capacity "
             f"{mem.get('capacity_bytes', 0) / 1e9:.3g} GB")
     if strict:
-        from simulator.cli.remedy import cheapest_remedy
+        from simulator import api
 
-        line += "; " + cheapest_remedy(loaded, hw, fidelity)
+        line += "; " + api.cheapest_remedy(loaded, hw, fidelity)
     stderr_console().print(line, style="yellow", highlight=False, soft_wrap=True)
 
 
@@ -217,34 +194,18 @@ def verify(
 ) -> None:
     """Execute the sharded plan on virtual numpy devices and compare with one device."""
     with guarded() as stdout:
-        from simulator.simulation.budget import (
-            estimate_verify,
-            estimate_verify_gb,
-            estimate_verify_gflop,
-        )
+        from simulator import api
 
         loaded, hw = load_checked(scenario, overrides or [])
-        _check_work(loaded, estimate_verify(loaded.scenario), max_devices, "numpy devices to run",
-                    "--max-devices")
-        for estimate, limit, unit, flag in (
-                (estimate_verify_gflop, max_gflop, "GFLOP to execute", "--max-gflop"),
-                (estimate_verify_gb, max_gb, "GB of tensors to hold", "--max-gb")):
-            work = estimate(loaded.scenario)
-            if work is not None:
-                _check_work(loaded, work, limit, unit, flag)
-        from simulator.config.framework.load import framework_for
-
-        software = framework_for(loaded.scenario, hw).software
-        res = _verify_with_progress(loaded.scenario, software, hw)
+        devices = api.verify_work(loaded, max_devices, max_gflop, max_gb)
+        with _progress(f"verifying {loaded.scenario.name} on {devices} numpy devices"):
+            res = api.verify(loaded.scenario, hw)
         if res.shrunk_note:
             sys.stderr.write(f"note: {res.shrunk_note}\n")
         report = res.to_dict()
-        from simulator.lower.offload import verify_note
-
-        placed = verify_note(loaded.scenario)  # offload / host placement: what was checked
-        if placed:
-            report["notes"].append(placed)
-            sys.stderr.write(f"note: {placed}\n")
+        for note in api.verify_notes(loaded.scenario):  # offload / host placement checked
+            report["notes"].append(note)
+            sys.stderr.write(f"note: {note}\n")
         if json_out:
             emit_json(report, stdout)
         else:

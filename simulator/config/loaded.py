@@ -40,6 +40,11 @@ class LoadedScenario:
     overrides: tuple[str, ...] = ()
     path: Path | None = None  # the scenario file (None: a mapping)
 
+    @property
+    def scenario_overrides(self) -> list[str]:
+        """The `--set` items that override the scenario itself (not `hardware.` fields)."""
+        return list(split_overrides(self.overrides)[0])
+
 
 def _short_list(names: list[str]) -> str:
     """Top-level names in full, each subfolder as `folder/* (N)`, to keep messages short."""

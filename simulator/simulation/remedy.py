@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.api import InputError
+from simulator.config.scenario import parse_scenario
+from simulator.errors import InputError
+from simulator.simulation.budget import estimate_run
+from simulator.simulation.simulate import simulate
 
 __all__ = ["candidates", "cheapest_remedy"]
 
@@ -36,10 +39,6 @@ def candidates(scenario: Any) -> list[list[str]]:
 
 def _try(loaded: Any, hw: Any, sets: list[str], fidelity: str) -> tuple[float, float] | None:
     """(iteration seconds, peak bytes) with `sets` applied, when it is valid and fits."""
-    from simulator.config.scenario import parse_scenario
-    from simulator.simulation.budget import estimate_run
-    from simulator.simulation.simulate import simulate
-
     data = loaded.scenario.model_dump(exclude={"source"})
     try:
         s = parse_scenario(data, loaded.scenario.source, sets)
