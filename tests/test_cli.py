@@ -163,7 +163,7 @@ def test_run_json_writes_no_files_unless_asked(invoke_cli, tmp_path, monkeypatch
 
 
 def test_stray_prints_do_not_reach_json_stdout(invoke_cli, monkeypatch):
-    import simulator.api as listing  # the scenario listing the command prints
+    import simulator.api.tools as listing  # the scenario listing the command prints
 
     real = listing._scenario_row
 

@@ -106,7 +106,7 @@ def test_usage_errors_exit_2_without_traceback(invoke_cli, args):
 
 
 def test_internal_error_is_one_line(invoke_cli, monkeypatch):
-    import simulator.api as listing  # the scenario listing the command prints
+    import simulator.api.tools as listing  # the scenario listing the command prints
 
     def broken(name):
         raise ZeroDivisionError("boom")

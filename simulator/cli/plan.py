@@ -14,6 +14,14 @@ from typing import IO, Annotated, Any
 
 import typer
 
+from simulator.api import (
+    at_most,
+    check_model,
+    check_request,
+    cluster_for,
+    options_for,
+    positive,
+)
 from simulator.cli._common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -23,14 +31,6 @@ from simulator.cli._common import (
     stderr_console,
 )
 from simulator.cli.run import JsonOpt, ScenarioArg, SetOpt
-from simulator.planner.requests import (
-    at_most,
-    check_model,
-    check_request,
-    cluster_for,
-    options_for,
-    positive,
-)
 
 __all__ = ["plan"]
 
@@ -61,10 +61,9 @@ def _progress(quiet: bool) -> Iterator[Any]:
 
 def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
                   price: float | None, out_dir: Path | None, quiet: bool) -> dict[str, Any]:
+    from simulator.api import pareto_front, search
     from simulator.cli._common import make_out_dir
     from simulator.cli.plan_output import pareto_png, row
-    from simulator.planner.capacity import pareto_front
-    from simulator.planner.search import search
 
     with _progress(quiet) as progress:
         res = search(loaded.scenario, hw, n, per_node, opts, progress)
@@ -89,9 +88,9 @@ def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
 def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices: int,
                  opts: Any, price: float | None, out_dir: Path | None,
                  quiet: bool) -> dict[str, Any]:
+    from simulator.api import fewest_devices
     from simulator.cli._common import make_out_dir
     from simulator.cli.plan_output import row, scaling_png
-    from simulator.planner.capacity import fewest_devices
 
     objective, top = opts.objective, opts.top_k
     with _progress(quiet) as progress:
@@ -214,7 +213,7 @@ def plan(
         out_dir = out if out is not None or json_out else Path("reports") / f"{loaded.stem}-plan"
         if target_time is not None or tokens is not None:
             if tokens is not None and days is not None:
-                from simulator.planner.capacity import target_time_s
+                from simulator.api import target_time_s
 
                 sc = loaded.scenario
                 target_time = target_time_s(tokens, days, sc.training.global_batch_size,

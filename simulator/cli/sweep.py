@@ -29,27 +29,6 @@ class Executor(str, Enum):
     ray = "ray"
 
 
-def _spec(scenario: str, grid: list[str], overrides: list[str], fidelity: str) -> Any:
-    """The SweepSpec of the command line (or of a sweep file with a `sweep:` block)."""
-    from simulator.api import scenario_path as _scenario_path
-    from simulator.config.yamlio import read_yaml_file
-    from simulator.planner.sweep import SweepSpec, load_sweep_file, parse_grid
-
-    path, shown = _scenario_path(scenario)
-    data = read_yaml_file(path, shown)
-    if "sweep" in data:
-        ref, file_grid, fixed = load_sweep_file(path, data)
-        path, shown = _scenario_path(ref)
-        grid, overrides = file_grid + grid, fixed + overrides
-    from simulator.api import check_overrides
-
-    check_overrides(overrides)
-    if not grid:
-        raise InputError("--grid", "", "nothing to sweep; give --grid KEY=V1,V2,... (or a "
-                         "sweep file with a sweep.grid block)")
-    return SweepSpec(str(path), shown, parse_grid(grid), tuple(overrides), fidelity)
-
-
 # A grid is a product: three keys of 100 values are 10^6 configurations, a day of work.
 DEFAULT_MAX_CONFIGS = 10_000
 
@@ -147,15 +126,14 @@ def sweep(
 ) -> None:
     """Simulate every combination of a grid of overrides; a table row per combination."""
     with guarded() as stdout:
-        from simulator.planner.sweep import sweep_into
-        from simulator.planner.sweep_exec import make_executor
+        from simulator import api  # the simulator loads here, not at start-up
 
         if force and not resume:
             raise InputError("--force", "", "only resumes a changed sweep; give it with "
                              "--resume")
-        spec = _spec(scenario, grid or [], overrides or [], "representative")
+        spec = api.sweep_spec(scenario, grid or [], overrides or [])
         _check_size(spec, max_configs)
-        ex = make_executor(executor.value, address, workers)
+        ex = api.sweep_executor(executor.value, address, workers)
         folder = out or Path("reports") / f"{Path(spec.scenario_path).stem}-sweep"
         make_out_dir(folder)  # before the first configuration: a bad --out fails at once
         with _progress() as bar:
@@ -166,9 +144,10 @@ def sweep(
                 failed[0] += row["status"] != "ok"
                 bar.update(task, advance=1, failed=failed[0])
 
-            rows = sweep_into(spec, folder, ex, resume, on_row=on_row,
-                              on_start=lambda total, done: bar.update(task, completed=done),
-                              force=force, on_note=_note)
+            rows = api.sweep_rows(spec, folder, ex, resume, force, on_row=on_row,
+                                  on_note=_note,
+                                  on_start=lambda total, done: bar.update(task,
+                                                                          completed=done))
         if json_out:
             emit_json(rows, stdout)
         else:
