@@ -1,0 +1,44 @@
+"""The model-family registry: one family per `model.type` of the scenario schema, a failed
+lookup that lists them, and each family's units (the blocks pipeline stages and recompute
+cut at) on its own graph."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from simulator.api import load_scenario
+from simulator.config.scenario.schema import Scenario
+from simulator.models.registry import FAMILIES, family
+from simulator.program.graph_stages import graph_units
+
+
+def test_one_family_per_schema_model_type():
+    union = typing.get_args(Scenario.model_fields["model"].annotation)
+    types = {typing.get_args(m.model_fields["type"].annotation)[0] for m in union}
+    assert set(FAMILIES) == types
+
+
+def test_an_unknown_family_lists_the_registered_ones():
+    with pytest.raises(KeyError, match="no model family 'vit' .registered: transformer, mlp, "
+                                       "resnet, graph."):
+        family("vit")
+
+
+@pytest.mark.parametrize(("name", "units"), [
+    ("tiny-cpu", 2 + 2),                  # the embedding, 2 layers, the head
+    ("pipeline-mlp-8-a100", 8),           # one unit per fully connected layer
+])
+def test_units_of_a_family_graph(name, units):
+    s = load_scenario(name).scenario
+    graph = family(s.model).unplanned(s, 2)
+    got = graph_units(s.model.type, [op.name for op in graph.ops])
+    assert len(got) == units
+    assert [op for u in got for op in u] == [op.name for op in graph.ops]
+
+
+def test_layered_and_written_flags():
+    assert [f.name for f in FAMILIES.values() if f.layered] == ["transformer"]
+    assert [f.name for f in FAMILIES.values() if f.writes_ops] == ["graph"]
+    assert all(f.written is not None for f in FAMILIES.values() if not f.layered)
