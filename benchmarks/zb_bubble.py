@@ -13,6 +13,8 @@ asserts (tests/test_schedule_zb.py does).
 
 from __future__ import annotations
 
+from typing import Any
+
 from simulator.config.hardware import load_profile
 from simulator.config.scenario import parse_scenario
 from simulator.config.scenario.schema import Scenario
@@ -28,14 +30,15 @@ LAYERS = 8
 CASES = [(2, 4), (4, 8), (4, 16), (8, 16)]  # (p, m)
 
 
-def scenario(p: int, m: int, schedule: str) -> Scenario:
+def scenario(p: int, m: int, schedule: str = "zb_h1", **parallel: Any) -> Scenario:
+    """The 8-layer GPT on p stages, m micro-batches (`parallel`: more keys of the section)."""
     return parse_scenario({
         "name": "zb", "hardware": "a100-80gb",
         "cluster": {"nodes": 1, "devices_per_node": p},
         "model": {"type": "transformer", "layers": LAYERS, "hidden_size": 1024,
                   "num_heads": 16, "seq_length": 1024, "vocab_size": 8192, "dtype": "bf16"},
         "training": {"global_batch_size": m, "micro_batch_size": 1},
-        "parallel": {"pipeline": p, "schedule": schedule}}, "zb.yaml")
+        "parallel": {"pipeline": p, "schedule": schedule, **parallel}}, "zb.yaml")
 
 
 def layer_costs(s: Scenario) -> CostModel:
@@ -57,8 +60,9 @@ def stage_times(s: Scenario) -> tuple[float, float, float]:
                  for ops in (prog.layer_fwd, b_ops, w_ops))  # type: ignore[return-value]
 
 
-def bubble(s: Scenario) -> float:
-    return dict(simulate(s, A100, costs=layer_costs(s)).breakdown_s)["bubble"]
+def bubble(s: Scenario, **kw: Any) -> float:
+    """The simulated bubble with only a layer's kernels costing time (`kw`: to simulate)."""
+    return dict(simulate(s, A100, costs=layer_costs(s), **kw).breakdown_s)["bubble"]
 
 
 def main() -> None:

@@ -8,11 +8,10 @@ from typing import Any
 
 import pytest
 
+from benchmarks import zb_bubble
 from simulator.config.hardware import load_profile
 from simulator.config.scenario import parse_scenario
 from simulator.config.scenario.schema import Scenario
-from simulator.cost import compute_time_s
-from simulator.cost.specs import ComputeSpec
 from simulator.errors import InputError
 from simulator.lower import pipeline
 from simulator.lower.costs import CostModel
@@ -28,15 +27,7 @@ from simulator.simulation.verify import verify_scenario
 A100 = load_profile("a100-80gb")
 
 
-def _gpt(p: int, m: int, schedule: str = "zb_h1", **parallel: Any) -> Scenario:
-    return parse_scenario({
-        "name": "zb", "hardware": "a100-80gb",
-        "cluster": {"nodes": 1, "devices_per_node": p},
-        "model": {"type": "transformer", "layers": 8, "hidden_size": 1024, "num_heads": 16,
-                  "seq_length": 1024, "vocab_size": 8192, "dtype": "bf16"},
-        "training": {"global_batch_size": m, "micro_batch_size": 1},
-        "parallel": {"tensor": 1, "data": 1, "pipeline": p, "schedule": schedule, **parallel},
-    }, "zb.yaml")
+_gpt = zb_bubble.scenario  # the 8-layer GPT of the benchmark, the same setting
 
 
 # ---- the order ---------------------------------------------------------------------------
@@ -63,32 +54,10 @@ def test_every_pass_once_and_w_after_its_b(stage: int, m: int):
 
 
 # ---- the bubble: the paper's closed form ---------------------------------------------------
-def _layer_costs(sc: Scenario) -> CostModel:
-    """The profile's roofline time for a layer's kernels, nothing else costs time: uniform
-    stages (the embedding, head and optimizer free) and free communication, the setting of
-    the closed forms (Qi et al. 2023, Sec. 3.1)."""
-    prog = transformer_program(sc)
-    names = {op.name for op in prog.layer_fwd + prog.layer_bwd}
-    return CostModel(
-        compute_s=lambda spec: compute_time_s(spec, A100) if spec.name in names else 0.0,
-        collective_s=lambda *a: 0.0, send_recv_s=lambda nbytes, intra: 0.0)
-
-
-def _t_fbw(sc: Scenario) -> tuple[float, float, float]:
-    """T_F, T_B, T_W of one stage and micro-batch, from the program's own kernels."""
-    prog, layers = transformer_program(sc), 8 // sc.parallel.pipeline
-    b_ops, w_ops, _, _ = split_backward(prog.layer_fwd, prog.layer_bwd)
-
-    def t(ops: tuple) -> float:
-        return layers * sum(compute_time_s(op, A100) for op in ops
-                            if isinstance(op, ComputeSpec))
-
-    return t(prog.layer_fwd), t(b_ops), t(w_ops)
-
-
-def _bubble(sc: Scenario, **kw: Any) -> float:
-    r = simulate(sc, A100, costs=_layer_costs(sc), **kw)
-    return dict(r.breakdown_s)["bubble"]
+# T_F, T_B, T_W and the bubble as benchmarks/zb_bubble.py prints them: a layer's kernels at
+# the profile's roofline, nothing else costing time (Qi et al. 2023, Sec. 3.1's setting)
+_t_fbw = zb_bubble.stage_times
+_bubble = zb_bubble.bubble
 
 
 @pytest.mark.parametrize("p,m", [(2, 2), (2, 5), (4, 4), (4, 8), (8, 8), (8, 12)])
