@@ -39,6 +39,7 @@ from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
 from simulator.models.model_graph import planned_graph
 from simulator.models.optimizer_threshold import kept_whole, optimizer_threshold
+from simulator.models.params import block_params
 from simulator.models.recompute import recomputed_ops, recomputing
 from simulator.models.split import fixed_counts
 from simulator.models.transformer import transformer_model
@@ -88,11 +89,7 @@ class _Block:
 
     def params(self, plan: ShardingPlan, graph: Graph) -> tuple[int, int]:
         """(local elements, tensors) of the parameters the block's ops read."""
-        names = {n for p in plan.ops if self.select(p.op.name) for n in p.op.inputs
-                 if graph.tensors[n].kind == "parameter"}
-        elems = sum(math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, plan.mesh))
-                    for n in names)
-        return elems, len(names)
+        return block_params(plan, self.select)
 
 
 def _coalesce(specs: tuple[CommSpec, ...], name: str) -> tuple[CommSpec, ...]:
