@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,15 +106,19 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative",
     return result
 
 
-def verify(scenario: Any, hw: Any = None) -> Any:
-    """The numpy proof of `shardsim verify`: a VerifyResult (`.ok`, `.to_dict()`)."""
+def verify(scenario: Any, hw: Any = None,
+           progress: Callable[[str, int, int], None] | None = None) -> Any:
+    """The numpy proof of `shardsim verify`: a VerifyResult (`.ok`, `.to_dict()`).
+    `progress(what, done, total)` is called as it goes: what it is doing (planning, the
+    sharded run and the single-device reference micro-batch by micro-batch, comparing) and
+    how many of that part's steps are done (operator forwards and backwards)."""
     from simulator.config.framework.load import framework_for
     from simulator.simulation.verify import verify_scenario
 
     sc, profile = _scenario_and_hw(scenario, hw)
     software = framework_for(sc, profile).software  # the scenario's stack, as `run` takes it
     return verify_scenario(sc, fused_attention=software.fused_attention, hw=profile,
-                           selective=software.selective_recompute)
+                           selective=software.selective_recompute, progress=progress)
 
 
 def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[str] = (),
