@@ -53,6 +53,7 @@ def write_report(result: Any, out_dir: str | Path) -> list[Path]:
 
 def _write_files(result: Any, out: Path) -> None:
     from simulator.report.html import run_page
+    from simulator.report.interactive import run_figures
     from simulator.report.plots import plot_breakdown, plot_memory, plot_timeline
 
     s = summary(result)
@@ -68,4 +69,5 @@ def _write_files(result: Any, out: Path) -> None:
     plot_timeline(result, paths[3])
     plot_breakdown(result, paths[4])
     plot_memory(result, paths[5])
-    paths[6].write_text(run_page(s, {p.name: p for p in paths[3:6]}), encoding="utf-8")
+    paths[6].write_text(run_page(s, {p.name: p for p in paths[3:6]}, run_figures(result)),
+                        encoding="utf-8")
