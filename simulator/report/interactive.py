@@ -142,7 +142,7 @@ def memory_figure(result: Any) -> dict[str, Any]:
                      "hovertemplate": "capacity: %{y:.4g} GB<extra></extra>"})
     else:
         title += " (the capacity is off the scale)"
-    layout = _layout(title, height=420, hovermode="x unified",
+    layout = _layout(title, height=420, hovermode="x unified", hoverdistance=-1,
                      xaxis={"title": {"text": "time (s)"}, "range": [0, end]},
                      yaxis={"title": {"text": "GB"}, "rangemode": "tozero"})
     return {"data": data, "layout": layout}
@@ -190,8 +190,12 @@ def sweep_figure(rows: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, A
                      "%{customdata[1]}<extra></extra>"})
     capacity = ok[0]["capacity_bytes"] / 1e9
     if capacity <= 4 * max(r["peak_memory_bytes"] for r in ok) / 1e9:
-        xs_all = [_number(r[x_key]) if numeric else str(r[x_key]) for r in ok]
-        span = [min(xs_all), max(xs_all)] if numeric else [xs_all[0], xs_all[-1]]
+        if numeric:
+            values = [v for v in (_number(r[x_key]) for r in ok) if v is not None]
+            span: list[Any] = [min(values), max(values)]
+        else:
+            order = list(dict.fromkeys(str(r[x_key]) for r in ok))
+            span = [order[0], order[-1]]
         data.append({"type": "scatter", "mode": "lines", "name": "capacity", "x": span,
                      "y": [_r(capacity)] * 2, "yaxis": "y2",
                      "line": {"dash": "dash", "color": "#000", "width": 1},
