@@ -198,6 +198,11 @@ def test_the_sweep_page_plots_every_series(tmp_path):
     plot = _plots(page)["fig-sweep"]
     legend = [t["name"] for t in plot["data"] if t.get("showlegend", True)]
     assert legend == [f"b={b}" for b in range(15)]  # all 15 series, not the best 12
+    for group in {t["legendgroup"] for t in plot["data"] if "legendgroup" in t}:
+        time_line, memory_line = [t for t in plot["data"] if t.get("legendgroup") == group]
+        assert time_line["line"]["color"] == memory_line["line"]["color"]  # one series
+        assert time_line["y"] == [r["iteration_time_s"] for r in rows
+                                  if f"b={r['b']}" == time_line["name"]]
 
 
 def _browser(pw):

@@ -26,6 +26,11 @@ PHASE_COLORS = {"fwd": "#4C72B0", "bwd": "#55A868", "recompute": "#DD8452",
                 "optimizer": "#8172B3", "comm": "#C44E52", "offload": "#937860"}
 _CATEGORY_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860",
                     "#DA8BC3")
+# 20 distinguishable series colours (d3's category10, then its lighter tones)
+_SERIES_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                  "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8", "#ffbb78",
+                  "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+                  "#dbdb8d", "#9edae5")
 _LEGEND_ABOVE = {"orientation": "h", "x": 0, "xanchor": "left", "y": 1.02,
                  "yanchor": "bottom"}
 
@@ -178,8 +183,10 @@ def sweep_figure(rows: list[dict[str, Any]], keys: Sequence[str]) -> dict[str, A
     data: list[dict[str, Any]] = []
     for i, (label, group) in enumerate(lines.items()):
         xs = [_number(r[x_key]) if numeric else str(r[x_key]) for r in group]
+        color = _SERIES_COLORS[i % len(_SERIES_COLORS)]  # the same in both panels
         common = {"type": "scatter", "mode": "lines+markers", "name": label,
-                  "legendgroup": f"s{i}", "x": xs,
+                  "legendgroup": f"s{i}", "x": xs, "line": {"color": color},
+                  "marker": {"color": color},
                   "customdata": [[r["config"], "yes" if r["fits"] else "no"] for r in group]}
         data.append({**common, "y": [_r(r["iteration_time_s"]) for r in group],
                      "hovertemplate": "%{customdata[0]}<br>iteration %{y:.6g} s"
