@@ -1,5 +1,6 @@
 """`write_report(result, out_dir)`: summary.csv, summary.md, trace.json, timeline.png,
-breakdown.png, memory.png and report.html (the page that inlines them) in out_dir. The only
+breakdown.png, memory.png and report.html (the summary with the same figures, interactive
+where plotly's bundle is installed, else the PNGs inlined: report.html) in out_dir. The only
 writer of files outside the CLI; matplotlib is imported here, when a report is
 asked for, never on the simulation path.
 """
