@@ -121,6 +121,7 @@ def test_report_html_is_self_contained_and_interactive(report_dir, result):
     bundle = [t for _, t in page.scripts if "plotly.js v" in t[:200]]
     assert len(bundle) == 1 and len(bundle[0]) > 1_000_000  # the plotly.js bundle, inline
     assert "<img" not in text and 'id="static-note"' not in text
+    assert "Hover a bar for its task" in text
     assert "html &lt;report&gt;" in text  # names are escaped ...
     assert "html <report>" not in text  # ... in the figure data too (\u003c)
     # the timeline's values are the simulation's: one bar per span of the lanes
@@ -144,6 +145,7 @@ def test_without_plotly_the_page_has_static_figures_and_says_so(result, report_d
     assert text.count('src="data:image/png;base64,') == len(FIGURES)
     note = re.search(r'<p id="static-note"[^>]*>(.*?)</p>', text).group(1)
     assert "Static figures: plotly is not installed" in note
+    assert "Hover a bar" not in text  # no promise the images cannot keep
     assert "pip install &#x27;shardsim[report]&#x27;" in note or \
         "pip install 'shardsim[report]'" in note
 

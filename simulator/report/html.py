@@ -55,7 +55,6 @@ _DRAW = ("(function(){var figs=JSON.parse(document.getElementById('plot-data').t
          "figs[id].layout,figs[id].config);});})();")
 
 
-
 def _esc(value: Any) -> str:
     return html.escape(str(value))
 
@@ -78,8 +77,9 @@ def _script_json(value: Any) -> str:
 
 
 class _Figures:
-    """The figures of one page: interactive where the plotly.js bundle is installed, else
-    the PNG (or nothing) with a note at the top of the page."""
+    """The figures of one page: interactive where the plotly.js bundle is installed and the
+    figure has its plotly form, else the PNG (with a note at the top of the page where
+    plotly is missing), else nothing."""
 
     def __init__(self) -> None:
         self.js = plotly_js()
@@ -88,15 +88,19 @@ class _Figures:
 
     def figure(self, fig_id: str, heading: str, plot: dict[str, Any] | None,
                png: Path | None) -> str:
-        if self.js is not None:
-            if plot is None:  # nothing to draw (a sweep where no configuration ran)
-                return ""
+        if self.js is not None and plot is not None:
             self.plots[fig_id] = {**plot, "config": _PLOTLY_CONFIG}
             height = plot.get("layout", {}).get("height", 450)
             return (f'<div id="{fig_id}" class="plot" style="height:{int(height)}px" '
                     f'role="img" aria-label="{_esc(heading)}"></div>')
-        self.static = True
-        return _figure(fig_id, png, heading) if png is not None and png.is_file() else ""
+        if png is None or not png.is_file():
+            return ""
+        self.static = self.static or self.js is None
+        return _figure(fig_id, png, heading)
+
+    @property
+    def interactive(self) -> bool:
+        return self.js is not None
 
     def note(self) -> str:
         if not self.static:
@@ -168,8 +172,11 @@ def run_page(s: dict[str, Any], figures: dict[str, Path],
                         "(compute, pipeline sends, data-parallel communication, offload "
                         "copies), whatever the number of devices: each stage is drawn from "
                         "its device that finishes last; consecutive tasks of one micro-batch "
-                        "and phase are one bar. Hover a bar for its task, micro-batch and "
-                        "times; drag to zoom, double-click to reset.</p>",
+                        "and phase are one bar." + (" Hover a bar for its task, micro-batch "
+                                                    "and times; drag to zoom, double-click "
+                                                    "to reset." if figs.interactive and
+                                                    "timeline.png" in plots else "") +
+                        "</p>",
     }
     for name, extra in sections.items():
         fig_id, heading = FIGURES[name]
