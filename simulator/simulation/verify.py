@@ -38,7 +38,7 @@ from simulator.numeric.pipeline import (
     transformer_stage_of,
 )
 from simulator.numeric.ps import PsRun
-from simulator.numeric.verify import VerifyResult, verify_case
+from simulator.numeric.verify import Progress, VerifyResult, verify_case
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.rules import SignatureError
@@ -115,7 +115,8 @@ def pipeline_split(s: Scenario, graph: Graph, split: StageSplit | None,
 def verify_scenario(s: Scenario, faults: Faults | None = None,
                     fused_attention: bool = False, split: StageSplit | None = None,
                     send_faults: SendFaults | None = None, fork: bool | None = None,
-                    selective: SelectivePolicy = "attention_core") -> VerifyResult:
+                    selective: SelectivePolicy = "attention_core",
+                    progress: Progress | None = None) -> VerifyResult:
     """Verify a scenario's plan; InputError when its strategies cannot be planned.
     `fused_attention`: the hardware profile's default for `model.attention: auto`, so that
     verify proves the plan `run` times; `split`: the StageSplit `run` lowers with
@@ -123,13 +124,16 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
     mutations of those pipelines' sends (tests). `fork`: run the whole-batch reference in
     a child process (None: where it pays, `reference.fork_pays`).
     `selective`: what the stack's selective recompute re-runs (program.recompute_policy),
-    as `run` prices it."""
+    as `run` prices it. `progress(what, done, total)` is called as the work goes
+    (`numeric.verify.verify_case`)."""
     copies = s.parallel.overlap.copies
     if copies > 1 and not family(s.model).writes_ops:
         # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
         # after another, their gradients summed: verify executes exactly those slices
         s = s.model_copy(update={"training": s.training.model_copy(update={
             "micro_batch_size": s.training.micro_batch_size // copies})})
+    if progress is not None:
+        progress("planning the sharded case", 0, 1)
     try:
         case = build_case(s, fused_attention)
         spec = s.parallel.parameter_server
@@ -150,7 +154,7 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
                              enable_alltoall=s.parallel.enable_alltoall,
                              pipeline=pipeline, host=None if family(s.model).layered
                              else host_trips(s, case.sharded),
-                             fork=fork)
+                             fork=fork, progress=progress)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not family(s.model).writes_ops:
