@@ -206,7 +206,7 @@ def _comm_options_for(par: dict[str, Any], cfg: Config, scenario: Scenario) -> N
         rc["tensor"] = True
     if not keeps_gathered_params(cfg.recompute, cfg.optimizer_shard, cfg.data):
         rc["optimizer"] = True
-    if scenario.model.moe is None:  # type: ignore[union-attr]
+    if scenario.model.moe_spec() is None:
         par["enable_alltoall"] = True
     _fusion_for(par, cfg.optimizer_shard)
 

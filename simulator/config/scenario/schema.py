@@ -113,7 +113,7 @@ class Scenario(_Closed):
     def grad_accum_steps(self) -> int:
         """Micro-batches per data-parallel replica per optimizer step (an operator graph:
         `parallel.micro_batches` of its graph as written)."""
-        if isinstance(self.model, GraphModel):
+        if self.model.writes_ops:
             return self.parallel.micro_batches
         per_step = self.training.micro_batch_size * self.parallel.data
         return self.training.global_batch_size // per_step

@@ -1,12 +1,21 @@
 """The `model` section of the scenario schema: one class per `model.type` (the discriminator
-of `ModelSpec`)."""
+of `ModelSpec`), each answering what the scenario's rules ask of a model (`ModelConfig`).
+
+`config` sits below `models`, so the rules cannot ask the model family; nor do they test the
+model's type: each class carries its capabilities (ClassVars, not keys of the scenario) and
+its own rules (`problems`, `context_problems`, `tensor_nd_problems`), so a new model type is
+a class here with its answers, and a family in `simulator.models`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, StrictStr
 
+from simulator.config.scenario import graph_rules, transformer_rules
+from simulator.config.scenario.pipeline_rules import unit_pipeline
+from simulator.config.scenario.rule_helpers import Problem, no_experts
 from simulator.config.scenario.schema_types import (
     Count,
     Degree,
@@ -19,8 +28,11 @@ from simulator.config.scenario.schema_types import (
     _Closed,
 )
 
-__all__ = ["MoeSpec", "TransformerModel", "MlpModel", "ResnetModel", "GraphTensor", "GraphOp",
-           "GraphModel", "ModelSpec"]
+if TYPE_CHECKING:
+    from simulator.config.scenario.schema import Scenario
+
+__all__ = ["ModelConfig", "MoeSpec", "TransformerModel", "MlpModel", "ResnetModel",
+           "GraphTensor", "GraphOp", "GraphModel", "ModelSpec"]
 
 
 class MoeSpec(_Closed):
@@ -42,8 +54,66 @@ class MoeSpec(_Closed):
     imbalance: Annotated[StrictFloat, Field(ge=1.0, le=1_000.0, allow_inf_nan=False)] = 1.0
 
 
-class TransformerModel(_Closed):
+class ModelConfig(_Closed):
+    """The base of every model type: its capabilities and its rules, with the answers of a
+    model that has none of them (the subclasses say what they have)."""
+
+    # the scenario writes the operators out: their batch is their input tensors' first dim
+    # and their split `model.mesh` with their strategies, so the batch and degree keys do
+    # not apply (nor a parameter server's replicated workers); `parallel.micro_batches` does
+    writes_ops: ClassVar[bool] = False
+    # one block without a pipeline: its gradients are all ready when its one backward ends
+    one_block: ClassVar[bool] = False
+    # an attention core, which `parallel.recompute: selective` recomputes
+    attention_core: ClassVar[bool] = False
+    # norm and dropout regions, which `parallel.sequence_parallel` splits along the sequence
+    sequence_regions: ClassVar[bool] = False
+    # GEMMs whose tensor-parallel collectives `parallel.overlap.tp_comm` chunks and overlaps
+    tp_comm_overlap: ClassVar[bool] = False
+    # operators whose strategies `parallel.mode: auto` searches (else a plan of its own)
+    searched: ClassVar[bool] = True
+    # `parallel.optimizer_threshold_kb` is simulated on its planned parameters
+    optimizer_threshold: ClassVar[bool] = False
+    # its inputs are loaded as `parallel.dataset_strategy` / `full_batch` say
+    loads_dataset_strategy: ClassVar[bool] = True
+
+    def moe_spec(self) -> MoeSpec | None:
+        """Its mixture of experts; None: no experts."""
+        return None
+
+    def recomputed_ops(self) -> list[int]:
+        """Indices of the operators written with `attrs.recompute: true`."""
+        return []
+
+    def problems(self, s: Scenario) -> Iterator[Problem]:
+        """Its own rules, in order (`rules.RULES` runs them after the batch rules)."""
+        return no_experts(s)
+
+    def context_problems(self, s: Scenario) -> Iterator[Problem]:
+        """The rules of `parallel.context` > 1: context parallelism splits the sequence of
+        attention layers."""
+        yield "parallel.context", (
+            f"{s.parallel.context} needs a transformer: context parallelism splits the "
+            f"sequence of attention layers, which a {s.model.type} model has none of "
+            f"(allowed: 1)")
+
+    def tensor_nd_problems(self, s: Scenario, nd: list[int]) -> Iterator[Problem]:
+        """The rules of `parallel.tensor_nd`: 2-D / 3-D tensor parallel splits attention and
+        FFN weights."""
+        yield "parallel.tensor_nd", (
+            f"{nd}: {len(nd)}-D tensor parallel splits a transformer's attention and FFN "
+            f"weights; a model of type '{s.model.type}' has none (remove the key)")
+
+
+class TransformerModel(ModelConfig):
     """A GPT-style decoder: embedding, `layers` blocks (attention + FFN), LM head and loss."""
+
+    attention_core: ClassVar[bool] = True
+    sequence_regions: ClassVar[bool] = True
+    tp_comm_overlap: ClassVar[bool] = True
+    searched: ClassVar[bool] = False  # Megatron's plan, with parallel.tensor
+    optimizer_threshold: ClassVar[bool] = True
+    loads_dataset_strategy: ClassVar[bool] = False  # Megatron's data loader
 
     type: Literal["transformer"] = "transformer"
     layers: Layers
@@ -88,9 +158,25 @@ class TransformerModel(_Closed):
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
 
+    def moe_spec(self) -> MoeSpec | None:
+        return self.moe
 
-class MlpModel(_Closed):
+    def problems(self, s: Scenario) -> Iterator[Problem]:
+        yield from transformer_rules.shape(self, s)
+        yield from transformer_rules.experts(self, s)
+
+    def context_problems(self, s: Scenario) -> Iterator[Problem]:
+        return transformer_rules.context(self, s)
+
+    def tensor_nd_problems(self, s: Scenario, nd: list[int]) -> Iterator[Problem]:
+        return transformer_rules.tensor_nd(self, s, nd)
+
+
+class MlpModel(ModelConfig):
     """A stack of fully connected layers: input -> hidden x layers -> classes, softmax loss."""
+
+    one_block: ClassVar[bool] = True
+    units_key: ClassVar[str] = "model.layers"
 
     type: Literal["mlp"]
     layers: Layers
@@ -100,9 +186,20 @@ class MlpModel(_Closed):
     activation: Literal["relu", "gelu"] = "relu"
     dtype: Dtype = "fp32"
 
+    def pipeline_units(self) -> int:
+        """Units a pipeline cuts it into: its layers."""
+        return self.layers
 
-class ResnetModel(_Closed):
+    def problems(self, s: Scenario) -> Iterator[Problem]:
+        yield from no_experts(s)
+        yield from unit_pipeline(s, self.pipeline_units(), self.units_key)
+
+
+class ResnetModel(ModelConfig):
     """A ResNet-like net: Conv2D+ReLU layers (the data-parallel half), then FC layers."""
+
+    one_block: ClassVar[bool] = True
+    units_key: ClassVar[str] = "model.conv_layers + model.fc_layers"
 
     type: Literal["resnet"]
     conv_layers: Layers = 2
@@ -114,6 +211,14 @@ class ResnetModel(_Closed):
     hidden_size: Count = 64
     num_classes: Vocab = 10
     dtype: Dtype = "fp32"
+
+    def pipeline_units(self) -> int:
+        """Units a pipeline cuts it into: its conv and FC layers."""
+        return self.conv_layers + self.fc_layers
+
+    def problems(self, s: Scenario) -> Iterator[Problem]:
+        yield from no_experts(s)
+        yield from unit_pipeline(s, self.pipeline_units(), self.units_key)
 
 
 class GraphTensor(_Closed):
@@ -143,14 +248,30 @@ class GraphOp(_Closed):
     placements: dict[str, list[StrictStr]] | None = None
 
 
-class GraphModel(_Closed):
+class GraphModel(ModelConfig):
     """An operator graph written out in YAML; the loss is the output of the last op."""
+
+    writes_ops: ClassVar[bool] = True
+    units_key: ClassVar[str] = "operators in model.ops"
 
     type: Literal["graph"]
     mesh: dict[str, Degree] | None = None
     tensors: list[GraphTensor]
     ops: list[GraphOp]
     dtype: Dtype = "fp32"
+
+    def pipeline_units(self) -> int:
+        """Units a pipeline cuts it into: its operators."""
+        return len(self.ops)
+
+    def recomputed_ops(self) -> list[int]:
+        return [i for i, op in enumerate(self.ops) if op.attrs.get("recompute") is True]
+
+    def problems(self, s: Scenario) -> Iterator[Problem]:
+        yield from no_experts(s)
+        yield from graph_rules.own_batch(s)
+        yield from graph_rules.reductions(s)
+        yield from graph_rules.pipeline(self, s)
 
 
 ModelSpec = Annotated[

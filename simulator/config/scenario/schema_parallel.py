@@ -184,3 +184,10 @@ class ParallelSpec(_Closed):
     def devices(self) -> int:
         return self.data * self.tensor * self.pipeline * self.context
 
+    @property
+    def chunks(self) -> int:
+        """Model chunks of the pipeline: one per stage, `virtual_stages` per stage when
+        interleaved."""
+        return self.pipeline * (self.virtual_stages if self.schedule == "interleaved_1f1b"
+                                else 1)
+
