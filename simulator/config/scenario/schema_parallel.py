@@ -167,7 +167,7 @@ class ParallelSpec(_Closed):
     # configured operators and lets `search` choose every other operator's signature
     # (simulator/sharding/propagate/search.py).
     # `parameter_server` replaces the data-parallel collectives by pushes to and pulls from
-    # the servers of `parameter_server` (simulator/lower/reduction.py, ParameterServer).
+    # the servers of `parameter_server` (simulator/lower/parameter_server.py).
     mode: Literal["semi_auto", "auto", "parameter_server"] = "semi_auto"
     parameter_server: ParameterServerSpec = Field(default_factory=ParameterServerSpec)
     search: Literal["sharding_propagation", "dynamic_programming", "ilp"] = "ilp"
