@@ -30,7 +30,7 @@ from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program
 from simulator.sharding.placement import Shard
 from simulator.sharding.plan import build_plan
-from simulator.sharding.redistribute import moved_bytes
+from simulator.sharding.redist_steps import moved_bytes
 from simulator.simulation.verify import verify_scenario
 
 TINY = "tp2d-tiny-verify"

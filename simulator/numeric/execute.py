@@ -31,7 +31,8 @@ from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import B, Partial
 from simulator.sharding.plan import OpPlan, ShardingPlan, grad_layouts, group_ranks, keep_axes
-from simulator.sharding.redistribute import RedistStep, plan_redistribution
+from simulator.sharding.redist_steps import RedistStep
+from simulator.sharding.redistribute import plan_redistribution
 from simulator.sharding.rules import Signature
 
 __all__ = ["Faults", "Execution", "run_microbatch", "kernel_ctx", "Recompute", "rerun",
