@@ -25,7 +25,7 @@ from simulator.graph.builders import GptDims
 from simulator.lower.layout import rank_mesh
 from simulator.models.cases import build_case
 from simulator.models.transformer_plan import planned_transformer
-from simulator.numeric.execute import Faults
+from simulator.numeric.execution import Faults
 from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program
 from simulator.sharding.placement import Shard

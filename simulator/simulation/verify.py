@@ -15,10 +15,11 @@ from simulator.graph.graph import Graph
 from simulator.models.cases import VerifyCase, build_case
 from simulator.models.registry import family
 from simulator.models.transformer import staged_pipeline, transformer_model
-from simulator.numeric.execute import Faults, Recompute
+from simulator.numeric.execution import Faults
 from simulator.numeric.host_trips import HostTrips
 from simulator.numeric.pipeline import PipelineSplit, SendFaults
 from simulator.numeric.ps import PsRun
+from simulator.numeric.recompute import Recompute
 from simulator.numeric.verify import VerifyResult, verify_case
 from simulator.program.graph_recompute import recomputed, verify_runs
 from simulator.program.graph_stages import graph_units
@@ -36,7 +37,7 @@ def graph_recompute(s: Scenario, graph: Graph, stage_of: dict[str, int] | None
                     ) -> Recompute | None:
     """The recompute of an operator graph (mlp, resnet, `type: graph`; the verify case's, in
     plan order) under `s`, the runs that `program.graph_recompute` times, as
-    `numeric.execute.Recompute` executes them; None where nothing is recomputed.
+    `numeric.recompute.Recompute` executes them; None where nothing is recomputed.
     `stage_of`: operator -> pipeline stage, when the stages run on devices of their own."""
     names = [op.name for op in graph.ops]
     rc = recomputed(s, graph, graph_units(s.model.type, names), stage_of)
