@@ -8,6 +8,7 @@ a class here with its answers, and a family in `simulator.models`."""
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from simulator.config.scenario.schema import Scenario
 
 __all__ = ["ModelConfig", "MoeSpec", "TransformerModel", "MlpModel", "ResnetModel",
-           "GraphTensor", "GraphOp", "GraphModel", "ModelSpec"]
+           "GraphTensor", "GraphOp", "GraphModel", "ModelSpec", "model_class"]
 
 
 class MoeSpec(_Closed):
@@ -278,3 +279,11 @@ ModelSpec = Annotated[
     TransformerModel | MlpModel | ResnetModel | GraphModel, Field(discriminator="type")
 ]
 
+
+def model_class(type_name: object) -> type[ModelConfig] | None:
+    """The schema class of `model.type` `type_name` (None: no such type), for code that
+    reads a model section before it is validated."""
+    for cls in typing.get_args(typing.get_args(ModelSpec)[0]):
+        if typing.get_args(cls.model_fields["type"].annotation) == (type_name,):
+            return cls
+    return None
