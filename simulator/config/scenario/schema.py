@@ -72,34 +72,52 @@ __all__ = [
 
 
 class TrainingSpec(_Closed):
-    global_batch_size: GlobalBatch = 1
-    micro_batch_size: MicroBatch = 1
-    optimizer: Literal["sgd", "momentum", "adam"] = "adam"
-    learning_rate: LearningRate = 1e-3
+    global_batch_size: GlobalBatch = Field(
+        default=1, description="Samples per optimizer step, over all data-parallel replicas.")
+    micro_batch_size: MicroBatch = Field(
+        default=1, description="Samples per micro-batch of one data-parallel replica.")
+    optimizer: Literal["sgd", "momentum", "adam"] = Field(default="adam", description=(
+        "Optimizer: sgd, momentum or adam (0, 1 or 2 states per parameter)."))
+    learning_rate: LearningRate = Field(
+        default=1e-3, description="Learning rate of the optimizer step (verify applies it).")
     # dtype of the optimizer's states (its moments, and its master copy of the weights when
     # it keeps one): fp32 (the ZeRO accounting), or bf16 (Apex DistributedFusedAdam `dtype`,
     # NeMo `optim.dtype: bf16`), see simulator/lower/state.py
-    optimizer_dtype: Literal["fp32", "bf16"] = "fp32"
+    optimizer_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="Dtype of the optimizer's states (moments, master weights).")
     # FP8 recipes only: the weights of the FP8 GEMMs are stored in FP8 (Transformer Engine
     # fp8_model_init; NeMo `model.fp8_params`), with no 16-bit copy on the device besides
     # the optimizer's
-    fp8_params: StrictBool = False
+    fp8_params: StrictBool = Field(default=False, description=(
+        "With model.dtype fp8: the weights of the FP8 GEMMs stored in FP8, with no 16-bit copy "
+        "besides the optimizer's."))
 
 
 class Scenario(_Closed):
     """A validated scenario. `source` is the file it came from (for messages)."""
 
-    name: StrictStr
-    hardware: StrictStr
+    name: StrictStr = Field(description="Name of the scenario, shown in reports (printable text).")
+    hardware: StrictStr = Field(description=(
+        "Hardware profile of the devices: a bundled name (hardware_profiles/) or the path of a "
+        "YAML file."))
     # the training stack (framework_profiles/NAME.yaml or a path); None: the hardware
     # profile's `default_framework`
-    framework: StrictStr | None = None
-    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
-    model: ModelSpec
-    training: TrainingSpec = Field(default_factory=TrainingSpec)
-    parallel: ParallelSpec = Field(default_factory=ParallelSpec)
-    seed: Seed = 0
-    source: StrictStr = "<scenario>"
+    framework: StrictStr | None = Field(default=None, description=(
+        "Training software stack: a bundled framework profile name or a path; null: the hardware "
+        "profile's default_framework."))
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description=(
+        "Nodes and devices, with mixed device kinds, stragglers and jitter."))
+    model: ModelSpec = Field(description=(
+        "The model trained, by model.type: transformer, mlp, resnet or graph (operators written "
+        "out)."))
+    training: TrainingSpec = Field(
+        default_factory=TrainingSpec, description="Batch sizes and the optimizer.")
+    parallel: ParallelSpec = Field(default_factory=ParallelSpec, description=(
+        "How the work is split over the devices, and the techniques applied."))
+    seed: Seed = Field(
+        default=0, description="Seed of the random inputs and parameters verify draws.")
+    source: StrictStr = Field(default="<scenario>", description=(
+        "The file the scenario came from, named in messages (set when loading)."))
 
     @property
     def devices(self) -> int:

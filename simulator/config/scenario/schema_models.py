@@ -48,11 +48,20 @@ class MoeSpec(_Closed):
     rank's expert FFNs and its dispatch/combine all-to-alls as if the capacity did not bind
     (a dropless router); `verify` routes the real tokens and ignores it."""
 
-    experts: Annotated[StrictInt, Field(ge=2, le=100_000)]
-    top_k: Annotated[StrictInt, Field(ge=1, le=1_000)] = 1
-    capacity_factor: Annotated[StrictFloat, Field(gt=0, le=1_000.0, allow_inf_nan=False)] = 1.0
-    every: Layers = 1
-    imbalance: Annotated[StrictFloat, Field(ge=1.0, le=1_000.0, allow_inf_nan=False)] = 1.0
+    experts: Annotated[StrictInt, Field(ge=2, le=100_000)] = Field(
+        description="Expert FFNs per MoE layer, each of ffn_hidden_size.")
+    top_k: Annotated[StrictInt, Field(ge=1, le=1_000)] = Field(
+        default=1, description="Experts each token is sent to.")
+    capacity_factor: Annotated[StrictFloat, Field(gt=0, le=1_000.0, allow_inf_nan=False)] = Field(
+        default=1.0, description=(
+            "Slots per expert over an even share of a sample's tokens (1: exactly an even "
+            "share)."))
+    every: Layers = Field(default=1, description=(
+        "Every every-th layer is a mixture of experts (1: every layer, 2: every other)."))
+    imbalance: Annotated[StrictFloat, Field(ge=1.0, le=1_000.0, allow_inf_nan=False)] = Field(
+        default=1.0, description=(
+            "What-if for run: the busiest expert-parallel rank's tokens over the mean (1: "
+            "balanced routing); verify ignores it."))
 
 
 class ModelConfig(_Closed):
@@ -116,36 +125,50 @@ class TransformerModel(ModelConfig):
     optimizer_threshold: ClassVar[bool] = True
     loads_dataset_strategy: ClassVar[bool] = False  # Megatron's data loader
 
-    type: Literal["transformer"] = "transformer"
-    layers: Layers
-    hidden_size: Count
-    num_heads: Count
-    ffn_hidden_size: Count | None = None
-    num_kv_heads: Count | None = None
-    ffn_activation: Literal["gelu", "swiglu"] = "gelu"
+    type: Literal["transformer"] = Field(
+        default="transformer", description="Model type: a GPT-style decoder.")
+    layers: Layers = Field(description="Transformer layers (blocks of attention and FFN).")
+    hidden_size: Count = Field(description="Hidden size (model width), in elements.")
+    num_heads: Count = Field(description="Attention heads.")
+    ffn_hidden_size: Count | None = Field(default=None, description=(
+        "Width of the FFN's inner layer, in elements; null: 4 x hidden_size."))
+    num_kv_heads: Count | None = Field(
+        default=None, description="Key/value heads (grouped-query attention); null: num_heads.")
+    ffn_activation: Literal["gelu", "swiglu"] = Field(default="gelu", description=(
+        "FFN activation: gelu (two GEMMs) or swiglu (gated, three GEMMs)."))
     # standard: scores materialised (QK^T, softmax, dropout, PV as separate kernels);
     # flash: one fused kernel (Dao et al. 2022), no s x s tensor in memory; auto: the
     # hardware profile's `software.fused_attention` (its reference training stack);
     # fa1 / fa2 / fa3 / cudnn / te: fused, with that implementation's rate (`efficiency.
     # attention_kernels`) instead of the framework's (`attention.implementation`).
-    attention: Literal["auto", "standard", "flash", "fa1", "fa2", "fa3", "cudnn", "te"] = "auto"
-    seq_length: SeqLength
-    vocab_size: Vocab
-    dtype: Dtype = "bf16"
-    moe: MoeSpec | None = None
+    attention: Literal["auto", "standard", "flash", "fa1", "fa2", "fa3", "cudnn", "te"] = Field(
+        default="auto", description=(
+            "Attention kernel: standard (unfused), flash (fused), a fused implementation (fa1, "
+            "fa2, fa3, cudnn, te), or auto (the hardware profile's software stack)."))
+    seq_length: SeqLength = Field(description="Tokens per sample (sequence length).")
+    vocab_size: Vocab = Field(
+        description="Vocabulary size (rows of the embedding and of the LM head).")
+    dtype: Dtype = Field(
+        default="bf16", description="Compute dtype of the weights and activations.")
+    moe: MoeSpec | None = Field(
+        default=None, description="Mixture of experts in the FFNs; null: dense.")
     # dropout probability of the hidden states and attention probabilities (Megatron's
     # hidden_dropout / attention_dropout; 0.1 in GPT-2/3 and Megatron-LM's defaults). At 0
     # no dropout runs and no keep-mask is saved: torch.nn.functional.dropout returns its
     # input unchanged when p == 0 (ATen Dropout.cpp `_dropout_impl`: `if (p == 0 || !train
     # ...) return input`), as in Nemotron-4 (NeMo Nemotron4Config340B / NeMo-Framework-
     # Launcher nemotron_340b.yaml: hidden_dropout 0.0, attention_dropout 0.0) and Llama
-    dropout: DropoutP = 0.1
+    dropout: DropoutP = Field(default=0.1, description=(
+        "Dropout probability of the hidden states and attention probabilities (0: no dropout, no "
+        "mask kept)."))
     # the dtype the weights are stored in when it differs from the compute dtype `dtype`
     # (MindFormers' param_init_type float16 with compute_dtype bfloat16): every weight is
     # cast to the compute dtype before its matmul and its gradient cast back, each micro-
     # batch (MindSpore Dense: P.Cast(weight, compute_dtype)); null: stored as computed.
     # Only 16-bit pairs (fp16 <-> bf16): the weights take the same bytes either way
-    param_dtype: Literal["fp16", "bf16"] | None = None
+    param_dtype: Literal["fp16", "bf16"] | None = Field(default=None, description=(
+        "Dtype the weights are stored in when it differs from dtype (cast to dtype each "
+        "micro-batch); null: as computed."))
 
     @property
     def ffn(self) -> int:
@@ -179,13 +202,16 @@ class MlpModel(ModelConfig):
     one_block: ClassVar[bool] = True
     units_key: ClassVar[str] = "model.layers"
 
-    type: Literal["mlp"]
-    layers: Layers
-    hidden_size: Count
-    input_size: Count | None = None
-    num_classes: Vocab | None = None
-    activation: Literal["relu", "gelu"] = "relu"
-    dtype: Dtype = "fp32"
+    type: Literal["mlp"] = Field(description="Model type: fully connected layers.")
+    layers: Layers = Field(description="Hidden fully connected layers.")
+    hidden_size: Count = Field(description="Width of each hidden layer, in elements.")
+    input_size: Count | None = Field(default=None, description="Input features; null: hidden_size.")
+    num_classes: Vocab | None = Field(
+        default=None, description="Output classes of the softmax loss; null: hidden_size.")
+    activation: Literal["relu", "gelu"] = Field(
+        default="relu", description="Activation after each hidden layer.")
+    dtype: Dtype = Field(
+        default="fp32", description="Compute dtype of the weights and activations.")
 
     def pipeline_units(self) -> int:
         """Units a pipeline cuts it into: its layers."""
@@ -202,16 +228,22 @@ class ResnetModel(ModelConfig):
     one_block: ClassVar[bool] = True
     units_key: ClassVar[str] = "model.conv_layers + model.fc_layers"
 
-    type: Literal["resnet"]
-    conv_layers: Layers = 2
-    in_channels: Count = 3
-    channels: Count = 16
-    image_size: Count = 8
-    kernel_size: Layers = 3
-    fc_layers: Layers = 2
-    hidden_size: Count = 64
-    num_classes: Vocab = 10
-    dtype: Dtype = "fp32"
+    type: Literal["resnet"] = Field(
+        description="Model type: Conv2D+ReLU layers, then fully connected layers.")
+    conv_layers: Layers = Field(default=2, description="Conv2D+ReLU layers.")
+    in_channels: Count = Field(default=3, description="Channels of the input image.")
+    channels: Count = Field(default=16, description="Output channels of each convolution.")
+    image_size: Count = Field(
+        default=8, description="Height and width of the input image, in pixels.")
+    kernel_size: Layers = Field(
+        default=3, description="Height and width of each convolution's kernel, in pixels.")
+    fc_layers: Layers = Field(
+        default=2, description="Fully connected layers after the convolutions.")
+    hidden_size: Count = Field(
+        default=64, description="Width of each hidden fully connected layer, in elements.")
+    num_classes: Vocab = Field(default=10, description="Output classes of the softmax loss.")
+    dtype: Dtype = Field(
+        default="fp32", description="Compute dtype of the weights and activations.")
 
     def pipeline_units(self) -> int:
         """Units a pipeline cuts it into: its conv and FC layers."""
@@ -225,9 +257,12 @@ class ResnetModel(ModelConfig):
 class GraphTensor(_Closed):
     """A named tensor of an explicit graph. `kind` says where its values come from."""
 
-    name: StrictStr
-    shape: Annotated[list[Dim], Field(max_length=16)]
-    kind: Literal["input", "parameter", "label"] = "input"
+    name: StrictStr = Field(
+        description="Tensor name, as the operators' inputs and outputs refer to it.")
+    shape: Annotated[list[Dim], Field(max_length=16)] = Field(
+        description="Dimensions, in elements (an input's or label's first dim is its batch).")
+    kind: Literal["input", "parameter", "label"] = Field(default="input", description=(
+        "Where its values come from: input (data), parameter (a trained weight) or label."))
 
 
 class GraphOp(_Closed):
@@ -239,14 +274,22 @@ class GraphOp(_Closed):
     placement per mesh axis (`S(d)`, `B`, `P`).
     """
 
-    name: StrictStr
-    type: StrictStr
-    inputs: list[StrictStr]
-    output: StrictStr
-    attrs: dict[str, Any] = Field(default_factory=dict)
-    strategy: list[list[Degree]] | None = None
-    out_strategy: list[list[Degree]] | None = None
-    placements: dict[str, list[StrictStr]] | None = None
+    name: StrictStr = Field(description="Operator name, unique in the graph.")
+    type: StrictStr = Field(
+        description="Operator type, such as MatMul, Add, ReLU, Conv2D or SoftmaxCrossEntropy.")
+    inputs: list[StrictStr] = Field(description="Names of the input tensors, in order.")
+    output: StrictStr = Field(description="Name of the output tensor.")
+    attrs: dict[str, Any] = Field(default_factory=dict, description=(
+        "Operator attributes (such as shape, axes), and recompute, pipeline_stage, "
+        "primitive_target."))
+    strategy: list[list[Degree]] | None = Field(default=None, description=(
+        "MindSpore in_strategy: per input, the slices of each dim; null: chosen (parallel.mode "
+        "auto) or data parallel."))
+    out_strategy: list[list[Degree]] | None = Field(
+        default=None, description="MindSpore out_strategy: the slices of each output dim.")
+    placements: dict[str, list[StrictStr]] | None = Field(default=None, description=(
+        "SBP form of the strategy: per input tensor (by name) and for the output (key out), one "
+        "placement per mesh axis: S(d), B or P."))
 
 
 class GraphModel(ModelConfig):
@@ -255,11 +298,16 @@ class GraphModel(ModelConfig):
     writes_ops: ClassVar[bool] = True
     units_key: ClassVar[str] = "operators in model.ops"
 
-    type: Literal["graph"]
-    mesh: dict[str, Degree] | None = None
-    tensors: list[GraphTensor]
-    ops: list[GraphOp]
-    dtype: Dtype = "fp32"
+    type: Literal["graph"] = Field(description=(
+        "Model type: an operator graph written out; the loss is the last operator's output."))
+    mesh: dict[str, Degree] | None = Field(default=None, description=(
+        "Device mesh: axis name to size, in order, multiplying to the devices of a pipeline "
+        "stage; null: one axis per prime factor of the devices."))
+    tensors: list[GraphTensor] = Field(
+        description="The graph's tensors: inputs, parameters and labels.")
+    ops: list[GraphOp] = Field(description="The operators, in execution order.")
+    dtype: Dtype = Field(
+        default="fp32", description="Compute dtype of the weights and activations.")
 
     def pipeline_units(self) -> int:
         """Units a pipeline cuts it into: its operators."""
