@@ -70,10 +70,10 @@ def _batch(s: Scenario) -> Iterator[Problem]:
             f"parallel.data = {t.micro_batch_size}*{p.data} = {per_step} "
             f"(gradient-accumulation steps must be whole)"
         )
-    if t.fp8_params and getattr(s.model, "dtype", "") != "fp8":
+    if t.fp8_params and s.model.dtype != "fp8":
         yield "training.fp8_params", (
             "true stores the weights of the FP8 GEMMs in FP8; it needs model.dtype: fp8 "
-            f"(found {getattr(s.model, 'dtype', 'none')})")
+            f"(found {s.model.dtype})")
 
 
 def _model(s: Scenario) -> Iterator[Problem]:
