@@ -12,7 +12,7 @@ from simulator.api import load_scenario
 from simulator.config.scenario.schema import Scenario
 from simulator.config.scenario.schema_models import ModelConfig, model_class
 from simulator.models.registry import FAMILIES, family
-from simulator.program.graph_stages import graph_units
+from simulator.models.split import graph_units
 
 
 def test_one_family_per_schema_model_type():

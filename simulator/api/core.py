@@ -109,11 +109,13 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative",
 def verify(scenario: Any, hw: Any = None) -> Any:
     """The numpy proof of `shardsim verify`: a VerifyResult (`.ok`, `.to_dict()`)."""
     from simulator.config.framework.load import framework_for
+    from simulator.simulation.stage_split import stage_split
     from simulator.simulation.verify import verify_scenario
 
     sc, profile = _scenario_and_hw(scenario, hw)
     software = framework_for(sc, profile).software  # the scenario's stack, as `run` takes it
-    return verify_scenario(sc, fused_attention=software.fused_attention, hw=profile,
+    return verify_scenario(sc, fused_attention=software.fused_attention,
+                           split=stage_split(sc, profile),
                            selective=software.selective_recompute)
 
 

@@ -1,8 +1,9 @@
 """Pipeline stages on devices of their own in `verify`: those of an operator graph (mlp,
-resnet, graph; `stage_split`) and of a transformer (`transformer_split`: the embedding with
-the first stage's layers, the head with the last's).
+resnet, graph) and of a transformer (the embedding with the first stage's layers, the head
+with the last's), given as {operator: virtual stage} (`simulation.verify.pipeline_split`
+of the StageSplit `run` lowers with, `models.split`).
 
-Each virtual stage runs its operators (`schedule.graph_stages`) on an `Execution` of its own:
+Each virtual stage runs its operators (the units of `models.split`) on an `Execution` of its own:
 its own devices (the graph's mesh, once per stage), holding only its parameters and the
 inputs its operators read. Between adjacent stages the tensors crossing the cut are sent
 block by block, rank r of one stage to rank r of the next (the same mesh coordinates, as

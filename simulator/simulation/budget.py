@@ -94,7 +94,7 @@ def _buckets(s: Scenario, kind: str | None = None) -> int:
 def _bucket_tasks(s: Scenario, fidelity: str, other_tasks: int) -> tuple[int, int, bool]:
     """(tasks of the data-parallel collectives per simulated device, gradient buckets,
     whether identical buckets run as one task): a reduction per bucket, or about three per
-    backward piece when its buckets are collapsed (COLLAPSE_MIN, `schedule.lowering`, and
+    backward piece when its buckets are collapsed (COLLAPSE_MIN, `lower.lowering`, and
     only when that saves more tasks than the device's `other_tasks` plus the collapsed
     ones, the cost of the second simulation that cuts them, as `simulator.simulation.simulate`
     decides); with optimizer sharding, a parameter gather per bucket as well."""
@@ -128,7 +128,7 @@ def shortened_run(s: Scenario, fidelity: str = "representative") -> tuple[int, i
     """(micro-batches of the shortened run, period in micro-batches) when `run` simulates
     the steady state of the pipeline shortened (that run and one with a period more) and
     extends it to the scenario's micro-batches: when the schedule has a steady period
-    (`schedule.pipeline.steady_window`), every micro-batch would take more than
+    (`lower.pipeline.steady_window`), every micro-batch would take more than
     STEADY_MIN_EVENTS events, and the two shortened runs fewer. None: every micro-batch is
     simulated."""
     p = s.parallel
