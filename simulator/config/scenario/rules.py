@@ -1,5 +1,8 @@
 """Cross-field rules of a scenario (docs/contract.md section 2), each with a message that says how
-to fix it. A rule returns (dotted key, message) pairs; `check_rules` raises the first.
+to fix it. A rule returns (dotted key, message) pairs; `check_rules` raises the first. What
+differs between model types is the answer of the model's schema class
+(`schema_models.ModelConfig`: its capabilities, and its own rules in `transformer_rules`,
+`graph_rules`, `pipeline_rules`), never a test of its type.
 """
 
 from __future__ import annotations
