@@ -27,7 +27,8 @@ from simulator.lower.framework_apply import fp8_recipe
 from simulator.models import transformer_plan
 from simulator.models.cases import build_case
 from simulator.numeric.dist import distribute
-from simulator.numeric.execute import Execution, run_microbatch
+from simulator.numeric.execute import run_microbatch
+from simulator.numeric.execution import Execution
 from simulator.numeric.verify import _opt_layout, reduce_grad
 from simulator.program.model_program import transformer_program
 from simulator.sharding.lower import local_shapes

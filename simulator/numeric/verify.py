@@ -23,13 +23,8 @@ from simulator.models.family import VerifyCase
 from simulator.numeric.compare import Check
 from simulator.numeric.compare import compare as _compare
 from simulator.numeric.dist import DistTensor, add, assemble, distribute, replica_mismatch
-from simulator.numeric.execute import (
-    Execution,
-    Faults,
-    Recompute,
-    reduce_unless_skipped,
-    run_microbatch,
-)
+from simulator.numeric.execute import run_microbatch
+from simulator.numeric.execution import Execution, Faults, reduce_unless_skipped
 from simulator.numeric.heap import kept_heap
 from simulator.numeric.host_trips import HostTrips
 from simulator.numeric.inputs import _data, _params, _split_batch
@@ -41,6 +36,7 @@ from simulator.numeric.pipeline import (
     reference_sends,
 )
 from simulator.numeric.ps import PsRun, ps_step
+from simulator.numeric.recompute import Recompute
 from simulator.numeric.reference import Beside, Streamed, fork_pays
 from simulator.numeric.stacked_offsets import clear_dropout_masks
 from simulator.sharding.mesh import Mesh
