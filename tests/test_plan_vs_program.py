@@ -29,7 +29,7 @@ from simulator.models.cases import build_case
 from simulator.numeric.dist import distribute
 from simulator.numeric.execute import run_microbatch
 from simulator.numeric.execution import Execution
-from simulator.numeric.verify import _opt_layout, reduce_grad
+from simulator.numeric.sharded_step import _opt_layout, reduce_grad
 from simulator.program.model_program import transformer_program
 from simulator.sharding.lower import local_shapes
 from simulator.sharding.plan import build_plan
