@@ -41,7 +41,8 @@ def _other(path: str, value) -> str:
     """A valid value for `path` different from `value`, as --set text."""
     swaps = {"device_type": "npu", "intra_node.topology": "ring",
              "default_framework": "reference", "efficiency.gemm_tile_mn": "[64, 64]",
-             "intra_node.allreduce_busbw_GBps": "null"}
+             "intra_node.allreduce_busbw_GBps": "null", "nccl.generation": "volta",
+             "nccl.cpu_vendor": "intel"}
     if path in swaps:
         return swaps[path]
     if value is None:

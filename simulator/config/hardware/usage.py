@@ -33,7 +33,8 @@ FIELD_USES: dict[str, str] = {
     "vector_tflops": "element-wise, norm and softmax kernels (cost.compute)",
     "l2_bandwidth_GBps": "GEMM operand-bandwidth bound (cost.compute)",
     "intra_node.bandwidth_GBps": "collectives and sends inside a node (cost.links)",
-    "intra_node.latency_us": "per-step latency inside a node (cost.algorithms)",
+    "intra_node.latency_us": "per-step latency inside a node: sends, all_to_all, and every "
+                             "collective of a profile without `nccl` (cost.algorithms)",
     "intra_node.topology": "bandwidth a group gets on a mesh fabric (cost.links)",
     "intra_node.mesh_links": "links per device on a mesh fabric (cost.links)",
     "intra_node.allreduce_busbw_GBps": "collectives inside a node, measured (cost.links)",
@@ -41,7 +42,11 @@ FIELD_USES: dict[str, str] = {
     "intra_node.nvls.latency_us": "NVLink SHARP collectives (cost.algorithms)",
     "inter_node.nics_per_node": "network bandwidth per device (cost.links)",
     "inter_node.nic_bandwidth_Gbps": "collectives and sends across nodes (cost.links)",
-    "inter_node.latency_us": "per-step latency across nodes (cost.algorithms)",
+    "inter_node.latency_us": "per-step latency across nodes: sends, all_to_all, PAT, and "
+                             "every collective of a profile without `nccl` (cost.algorithms)",
+    "nccl.generation": "NCCL's LL ceiling inside a node (cost.nccl_tuning)",
+    "nccl.cpu_vendor": "NCCL's LL ceiling and post overhead across nodes (cost.nccl_tuning)",
+    "nccl.channels": "NCCL's tree pipeline fill (cost.nccl_tuning)",
     "host.memory_GB": "nothing yet (host memory is not simulated)",
     "host.pcie_bandwidth_GBps": "host copies under offload.optimizer_states",
     "kernel_launch_us": "fixed time per kernel (cost.compute)",
