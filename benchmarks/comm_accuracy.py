@@ -4,7 +4,7 @@ The measurements are the CSV files of benchmarks/data/ (each starts with comment
 its source, the system, the command and how each figure was read): one 8 x A100 node
 (stas00/ml-engineering), 8 x H100 / H200 nodes with and without NVLink SHARP (NVIDIA/nccl #1455,
 #2140, nccl-tests #212, #272), 2-6 of the 8 H100 of one node across sizes, algorithms and
-protocols (waynehacking8/nccl-collectives-bench), 8 x B300 (nccl #2140, priced on b200-sxm), two
+protocols (waynehacking8/nccl-collectives-bench), 8 x B300 (nccl #2140, priced on b300-sxm), two
 nodes of 8 x H100 over 8 x 200 Gb/s GPUDirect-TCPXO (GCP A3 Mega) and over 8 x 400 Gb/s
 InfiniBand (Nebius). Each row names the hardware profile, its `--set`-style overrides, the
 collective, the ranks, the algorithm (and, where the file has the column, the protocol) the

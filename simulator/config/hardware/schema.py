@@ -23,7 +23,7 @@ from simulator.errors import InputError
 __all__ = ["HardwareProfile", "Software", "PeakTflops", "IntraNode", "Nvls", "InterNode", "Host",
            "Efficiency", "Nccl", "DTYPES"]
 
-DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 
 PosFloat = Annotated[StrictFloat, Field(gt=0)]  # strict floats accept integers, not booleans
 PosInt = Annotated[StrictInt, Field(ge=1)]
@@ -60,6 +60,7 @@ class PeakTflops(_Closed):
     bf16: Tflops | None = None
     fp16: Tflops | None = None
     fp8: Tflops | None = None
+    fp4: Tflops | None = None  # NVFP4 / MXFP4 on Blackwell (issue 22)
 
 
 class Nvls(_Closed):

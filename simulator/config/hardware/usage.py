@@ -30,6 +30,7 @@ FIELD_USES: dict[str, str] = {
     "peak_tflops.bf16": "GEMMs in bf16; MFU of bf16 models",
     "peak_tflops.fp16": "GEMMs in fp16; MFU of fp16 models",
     "peak_tflops.fp8": "GEMMs in fp8 (fp8 models, or an FP8 recipe)",
+    "peak_tflops.fp4": "GEMMs in fp4 (NVFP4 / MXFP4; no scenario dtype runs them yet)",
     "vector_tflops": "element-wise, norm and softmax kernels (cost.compute)",
     "l2_bandwidth_GBps": "GEMM operand-bandwidth bound (cost.compute)",
     "intra_node.bandwidth_GBps": "collectives and sends inside a node (cost.links)",
