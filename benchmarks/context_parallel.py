@@ -27,8 +27,8 @@ def _row(context: int) -> str:
     s = parse_scenario(yaml.safe_load(path.read_text()), str(path),
                        [f"parallel.context={context}", f"parallel.data={8 // context}"])
     r = simulate(s, load_profile(s.hardware))
-    prog = r.program
-    ring = sum(c.bytes * (context - 1) / context for c in prog.layer_fwd + prog.layer_bwd
+    layer = r.program.block("layer")
+    ring = sum(c.bytes * (context - 1) / context for c in layer.fwd + layer.bwd
                if getattr(c, "axis", None) == "cp")
     act = dict(r.memory.by_category)["activations"]
     peak = r.memory.peak_bytes

@@ -43,10 +43,9 @@ def floor_row(path: Path, table: dict) -> dict | None:
     if par.pipeline > 1:
         return None
     m, layers = scenario.grad_accum_steps, scenario.model.layers
-    fwd = layers * _matrix_executed(prog.layer_fwd) + _matrix_executed(prog.embed_fwd +
-                                                                       prog.head_fwd)
-    bwd = layers * _matrix_executed(prog.layer_bwd) + _matrix_executed(prog.embed_bwd +
-                                                                       prog.head_bwd)
+    layer, embed, head = (prog.block(n) for n in ("layer", "embed", "head"))
+    fwd = layers * _matrix_executed(layer.fwd) + _matrix_executed(embed.fwd + head.fwd)
+    bwd = layers * _matrix_executed(layer.bwd) + _matrix_executed(embed.bwd + head.bwd)
     c = m * (fwd + bwd) / (hw.peak_flops_per_s(prog.dtype) * hw.efficiency.gemm_peak_fraction)
     f_share, b_share = fwd / (fwd + bwd), bwd / (fwd + bwd)
     dp = [t for t in result.plan.tasks if t.device == 0 and t.stream == "dp"]

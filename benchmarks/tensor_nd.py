@@ -56,7 +56,7 @@ def _rows(samples: int, extra: list[str]) -> tuple[list[str], list[str]]:
         mesh = rank_mesh(s)
         sizes, groups = dict(mesh.mesh.axes), mesh.groups()
         moved: Counter = Counter()
-        for c in r.program.layer_fwd + r.program.layer_bwd:
+        for c in r.program.block("layer").fwd + r.program.block("layer").bwd:
             if isinstance(c, CommSpec):
                 moved[c.axis] += busbw_factor(c.collective, sizes[c.axis]) * c.bytes
         cells = ", ".join(f"{a} ({sizes[a]}{', x-node' if groups[a].crosses_nodes else ''}): "

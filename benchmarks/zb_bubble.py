@@ -45,7 +45,7 @@ def layer_costs(s: Scenario) -> CostModel:
     """Roofline time for a layer's kernels; the embedding, head, optimizer and every
     transfer free."""
     prog = transformer_program(s)
-    names = {op.name for op in prog.layer_fwd + prog.layer_bwd}
+    names = {op.name for op in prog.block("layer").fwd + prog.block("layer").bwd}
     return CostModel(
         compute_s=lambda spec: compute_time_s(spec, A100) if spec.name in names else 0.0,
         collective_s=lambda *a: 0.0, send_recv_s=lambda nbytes, intra: 0.0)
@@ -54,10 +54,10 @@ def layer_costs(s: Scenario) -> CostModel:
 def stage_times(s: Scenario) -> tuple[float, float, float]:
     """(T_F, T_B, T_W) of one stage and micro-batch, seconds."""
     prog = transformer_program(s)
-    b_ops, w_ops, _, _ = split_backward(prog.layer_fwd, prog.layer_bwd)
+    b_ops, w_ops, _, _ = split_backward(prog.block("layer").fwd, prog.block("layer").bwd)
     per = LAYERS // s.parallel.pipeline
     return tuple(per * sum(compute_time_s(op, A100) for op in ops if isinstance(op, ComputeSpec))
-                 for ops in (prog.layer_fwd, b_ops, w_ops))  # type: ignore[return-value]
+                 for ops in (prog.block("layer").fwd, b_ops, w_ops))  # type: ignore[return-value]
 
 
 def bubble(s: Scenario, **kw: Any) -> float:

@@ -52,11 +52,11 @@ def test_kept_collective_outputs_per_layer(sp, kept):
     rerun = transformer_program(load_cli("tiny-cpu", base).scenario)
     keep = transformer_program(load_cli("tiny-cpu", base + [
         "parallel.recompute_comm.tensor=false"]).scenario)
-    assert keep.activation_bytes_per_layer - rerun.activation_bytes_per_layer == kept
-    comms = [op for op in rerun.layer_recompute if hasattr(op, "collective")]
+    assert keep.block("layer").saved_bytes - rerun.block("layer").saved_bytes == kept
+    comms = [op for op in rerun.block("layer").recompute if hasattr(op, "collective")]
     assert len(comms) == (2 if sp == "false" else 4)
-    assert len(keep.layer_recompute) == len(rerun.layer_recompute) - len(comms)
-    assert not any(hasattr(op, "collective") for op in keep.layer_recompute)
+    assert len(keep.block("layer").recompute) == len(rerun.block("layer").recompute) - len(comms)
+    assert not any(hasattr(op, "collective") for op in keep.block("layer").recompute)
 
 
 def test_keeping_tp_collectives_moves_fewer_bytes_and_holds_more_memory():
@@ -131,8 +131,8 @@ def test_kept_parameter_gather_moves_one_gather_less_per_micro_batch():
                    for v in ("true", "false"))
     params = transformer_program(load_cli("tiny-cpu", ZERO3).scenario)
     # the LM head's weight is the embedding's (tied) on one pipeline stage
-    per_device = LAYERS * params.params_per_layer + params.params_embedding + \
-        params.params_head
+    per_device = LAYERS * params.block("layer").params + params.block("embed").params + \
+        params.block("head").params
     assert _collective(rerun, "all_gather") - _collective(keep, "all_gather") == \
         MICRO * per_device * 4
     assert _collective(rerun, "reduce_scatter") == _collective(keep, "reduce_scatter")
@@ -236,6 +236,20 @@ def test_comm_ops_of_the_compiled_graph():
         assert got["distinct_ops"] == got["comm_ops"]
         assert got["classes"] == 3
         assert got["build_s"] == pytest.approx(got["distinct_ops"] * 10.0 / 1e3)
+
+
+def test_comm_ops_count_each_block_copy_once():
+    """A mixture of experts every 2 layers: the program's layer block stands for 2 model
+    layers (a dense one and an MoE one), so the 2-layer model is one copy of it and the
+    compiled graph holds its collectives once per micro-batch, not once per model layer."""
+    moe = ("model.moe={experts: 2, top_k: 1, every: 2}",)
+    got = _graph("parallel.comm_subgraph.reuse=false", *moe)
+    prog = simulate(load_scenario("tiny-cpu", list(moe))).program
+    assert prog.block("layer").repeat == 1 and prog.block("layer").layers == 2
+    per_micro = sum(b.repeat * sum(hasattr(op, "collective")
+                                   for op in b.fwd + b.recompute + b.bwd)
+                    for b in prog.blocks)
+    assert got["comm_ops"] == MICRO * per_micro + 1  # + the one gradient bucket
 
 
 @pytest.mark.parametrize("sets, ops", [

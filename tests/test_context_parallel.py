@@ -128,7 +128,8 @@ def test_ring_traffic_per_device_per_layer_follows_the_closed_form(context):
                  [f"parallel.context={context}", f"parallel.data={8 // context}"])
     prog = transformer_program(s)
     block = _kv_block_bytes(s, 2)
-    ring = [(c.collective, c.phase, c.bytes) for c in prog.layer_fwd + prog.layer_bwd
+    layer = prog.block("layer")
+    ring = [(c.collective, c.phase, c.bytes) for c in layer.fwd + layer.bwd
             if getattr(c, "axis", None) == "cp"]
     assert ring == [("all_gather", "fwd", context * block)] * 2 + \
         [("all_gather", "bwd", context * block)] * 2 + \

@@ -190,7 +190,7 @@ def test_lowering_gives_attention_kernels_their_local_key_length():
     sc = parse_scenario(data, "s.yaml")
     hw = load_profile("h100-sxm")
     prog = transformer_program(sc, hw.software, hw.compute_units)
-    seqs = {op.name: op.seq for op in prog.layer_fwd + prog.layer_bwd
+    seqs = {op.name: op.seq for op in prog.block("layer").fwd + prog.block("layer").bwd
             if isinstance(op, ComputeSpec)}
     assert seqs["flash_attention"] == seqs["flash_attention.bwd"] == 4096
     assert seqs["qkv"] == 0

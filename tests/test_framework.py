@@ -131,14 +131,14 @@ def test_fp8_runs_the_recipe_gemms_in_fp8_with_casts() -> None:
     hw = load_profile("h100-sxm")
     fw = framework_for(sc, hw)
     prog = transformer_program(sc, fw.software, hw.compute_units, fp8_recipe(sc, fw))
-    gemms = {op.name: op.dtype for op in prog.layer_fwd + prog.head_fwd
+    gemms = {op.name: op.dtype for op in prog.block("layer").fwd + prog.block("head").fwd
              if getattr(op, "kind", "") == "gemm"}
     assert gemms == {"qkv": "fp8", "proj": "fp8", "fc1": "fp8", "fc2": "fp8",
                      "lm_head": "bf16"}
     assert prog.dtype == "bf16"  # weights, activations and states stay 16-bit
-    casts = [op for op in prog.layer_fwd if ".fp8_" in op.name]
+    casts = [op for op in prog.block("layer").fwd if ".fp8_" in op.name]
     assert len(casts) == 8  # input and weight of each of the 4 FP8 GEMMs
-    qkv = next(op for op in prog.layer_fwd if op.name == "qkv")
+    qkv = next(op for op in prog.block("layer").fwd if op.name == "qkv")
     m, _, k = qkv.gemm_mnk
     # Megatron-Core's TE userbuffers gather qkv's input in FP8: quantized in the norm on
     # the shard, the gathered FP8 copy transposed (read 1, write 1)
@@ -148,7 +148,7 @@ def test_fp8_runs_the_recipe_gemms_in_fp8_with_casts() -> None:
     plain_sc = _scenario(dtype="fp8", parallel={"overlap": {"tp_comm": False}})
     plain = transformer_program(plain_sc, fw.software, hw.compute_units,
                                 fp8_recipe(plain_sc, fw))
-    cast = next(op for op in plain.layer_fwd if op.name == "qkv.fp8_cast_input")
+    cast = next(op for op in plain.block("layer").fwd if op.name == "qkv.fp8_cast_input")
     assert cast.bytes_accessed == 4.0 * m * k  # read bf16, write FP8 and its transpose
 
 
@@ -204,7 +204,7 @@ def _layer_s(dtype: str, hidden: int, recipe: bool = True) -> float:
     fw = framework_for(sc, hw)
     prog = transformer_program(sc, fw.software, hw.compute_units,
                                fp8_recipe(sc, fw) if recipe else None)
-    return sum(compute_time_s(op, hw) for op in prog.layer_fwd + prog.layer_bwd
+    return sum(compute_time_s(op, hw) for op in prog.block("layer").fwd + prog.block("layer").bwd
                if hasattr(op, "flops"))
 
 
@@ -245,9 +245,9 @@ def test_fp8_gemm_inputs_are_kept_in_fp8() -> None:
     hw = load_profile("h100-sxm")
     sc, sc8 = _scenario(), _scenario(dtype="fp8")
     fw = framework_for(sc8, hw)
-    bf16 = transformer_program(sc, fw.software, hw.compute_units).activation_bytes_per_layer
+    bf16 = transformer_program(sc, fw.software, hw.compute_units).block("layer").saved_bytes
     fp8 = transformer_program(sc8, fw.software, hw.compute_units,
-                              fp8_recipe(sc8, fw)).activation_bytes_per_layer
+                              fp8_recipe(sc8, fw)).block("layer").saved_bytes
     assert bf16 / 2 < fp8 < bf16
     graph, mesh = planned_transformer(gpt_dims(sc, True, 3), 4, 2, True)
     plan = build_plan(graph, mesh, 2)
@@ -265,7 +265,7 @@ def test_the_stack_names_its_attention_kernel_and_the_program_carries_it() -> No
     fsdp = transformer_program(_scenario(framework="llm-foundry"),
                                load_framework("llm-foundry").software, hw.compute_units)
     mcore = transformer_program(_scenario(), hw.software, hw.compute_units)
-    impls = lambda prog: {op.impl for op in prog.layer_fwd + prog.layer_bwd  # noqa: E731
+    impls = lambda prog: {op.impl for op in prog.block("layer").fwd + prog.block("layer").bwd  # noqa: E731
                           if getattr(op, "kind", "") == "attention"}
     assert impls(fsdp) == {"fa1"} and impls(mcore) == {"te"}
     base = simulate(_scenario(), hw).iteration_time_s
@@ -284,11 +284,11 @@ def test_fused_cross_entropy_moves_the_logits_once_each_way() -> None:
     plain = transformer_program(sc, load_framework("pytorch-fsdp").software, hw.compute_units)
     logits = 1 * 1024 * 8192  # micro-batch x sequence x vocabulary on one device
     ce = lambda ops, n: next(op for op in ops if op.name == n)  # noqa: E731
-    assert ce(fused.head_fwd, "cross_entropy").bytes_accessed == 2 * logits
-    assert ce(fused.head_bwd, "cross_entropy.bwd").bytes_accessed == 4 * logits
-    assert ce(plain.head_fwd, "cross_entropy").bytes_accessed == 38 * logits
-    assert ce(plain.head_bwd, "cross_entropy.bwd").bytes_accessed == 14 * logits
-    assert plain.head_activation_bytes - fused.head_activation_bytes == 2 * logits
+    assert ce(fused.block("head").fwd, "cross_entropy").bytes_accessed == 2 * logits
+    assert ce(fused.block("head").bwd, "cross_entropy.bwd").bytes_accessed == 4 * logits
+    assert ce(plain.block("head").fwd, "cross_entropy").bytes_accessed == 38 * logits
+    assert ce(plain.block("head").bwd, "cross_entropy.bwd").bytes_accessed == 14 * logits
+    assert plain.block("head").saved_bytes - fused.block("head").saved_bytes == 2 * logits
 
 
 def test_weights_stored_in_another_16_bit_dtype_are_cast_each_micro_batch() -> None:
@@ -301,11 +301,11 @@ def test_weights_stored_in_another_16_bit_dtype_are_cast_each_micro_batch() -> N
                                                 "seq_length": 1024, "vocab_size": 8192,
                                                 "dtype": "bf16", "param_dtype": "fp16"}),
                                hw.software, hw.compute_units)
-    extra = {op.name: op for op in cast.layer_fwd + cast.layer_bwd
+    extra = {op.name: op for op in cast.block("layer").fwd + cast.block("layer").bwd
              if op.name.startswith("weight_cast_layer")}
     assert set(extra) == {"weight_cast_layer", "weight_cast_layer.bwd"}
-    assert all(op.bytes_accessed == 4 * plain.params_per_layer for op in extra.values())
-    assert len(cast.layer_fwd) == len(plain.layer_fwd) + 1
+    assert all(op.bytes_accessed == 4 * plain.block("layer").params for op in extra.values())
+    assert len(cast.block("layer").fwd) == len(plain.block("layer").fwd) + 1
     with pytest.raises(InputError, match=r"model\.param_dtype: fp16 weights cast to a fp32 "
                                          r"computation are not simulated"):
         _scenario(model={"type": "transformer", "layers": 4, "hidden_size": 1024,

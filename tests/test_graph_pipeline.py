@@ -130,7 +130,7 @@ def test_each_stage_holds_its_own_parameters():
     model's, each stage's static memory holds only its own."""
     s = _mlp(pipeline=4, data=1, layers=8)
     work = _work(s)
-    whole = graph_program(_mlp(pipeline=1, data=4, layers=8)).program.params_per_layer
+    whole = graph_program(_mlp(pipeline=1, data=4, layers=8)).program.block("graph").params
     assert sum(w.params for w in work) == whole
     assert all(0 < w.params < whole for w in work)
 

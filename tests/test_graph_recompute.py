@@ -85,11 +85,11 @@ def test_full_recompute_stores_only_the_unit_inputs(layers):
     tensors and the logits (it is re-run first, when nothing has been freed yet)."""
     b, h, c = 8, 16, 8
     plain = graph_program(_mlp(layers)).program
-    staged = graph_program(_mlp(layers, recompute="full")).program.staged
-    assert staged is not None and len(staged.units) == layers
-    n = len(staged.units)
-    assert plain.activation_bytes_per_layer == (2 * layers * b * h + b * c) * F32
-    assert staged.activation_bytes(0, n) == (layers - 1) * b * h * F32
+    staged = graph_program(_mlp(layers, recompute="full")).program
+    n = len(staged.sequence())
+    assert n == layers
+    assert plain.block("graph").saved_bytes == (2 * layers * b * h + b * c) * F32
+    assert staged.saved_bytes(0, n) == (layers - 1) * b * h * F32
     assert staged.working_bytes(0, n) == (2 * b * h + b * c) * F32
 
 
@@ -98,9 +98,7 @@ def test_full_recompute_runs_every_forward_again_but_the_last_fc_layers():
     (the classifier, the loss) does not: nothing its backward reads would be made again
     (its MatMul keeps only its input, the unit before's output; the cross-entropy keeps
     its probabilities, which re-making would need the logits stored instead)."""
-    staged = graph_program(_scenario(RESNET, "full")).program.staged
-    assert staged is not None
-    *units, last = staged.units
+    *units, last = graph_program(_scenario(RESNET, "full")).program.sequence()
     assert [total_flops(u.recompute) for u in units] == [total_flops(u.fwd) for u in units]
     assert last.ops == ("fc1", "ce", "loss") and last.recompute == ()
     assert all(op.phase == "recompute" for u in units for op in u.recompute)
@@ -137,18 +135,16 @@ def test_an_operator_recompute_runs_that_operator_and_the_move_of_its_output_aga
     input still is."""
     prog = graph_program(_bundled("recompute-graph-seed-a-ops")).program
     plain = graph_program(_bundled("seed-a-weight-ops")).program
-    staged = prog.staged
-    assert staged is not None
-    unit = next(u for u in staged.units if u.ops == ("ffn.act",))
+    unit = next(u for u in prog.sequence() if u.ops == ("ffn.act",))
     assert [op.name for op in unit.recompute if not isinstance(op, CommSpec)] == ["ffn.act"]
     assert total_flops(unit.recompute) == total_flops(unit.fwd)
     moved = [op for op in unit.recompute if isinstance(op, CommSpec)]
-    want = [op for op in plain.layer_fwd if isinstance(op, CommSpec)
+    want = [op for op in plain.block("graph").fwd if isinstance(op, CommSpec)
             and op.name.startswith(("ffn.act.", "ffn.projection."))]
     assert [(m.collective, m.bytes) for m in moved] == [(w.collective, w.bytes) for w in want]
-    kept = staged.activation_bytes(0, len(staged.units))
+    kept = prog.saved_bytes(0, len(prog.sequence()))
     # a = GeLU(h): [32, 32] split (2, 4) over the 8 devices as the projection reads it
-    assert plain.activation_bytes_per_layer - kept == 32 * 32 // 8 * F32
+    assert plain.block("graph").saved_bytes - kept == 32 * 32 // 8 * F32
 
 
 # ---- direction: memory down, time up -----------------------------------------------------
@@ -208,8 +204,8 @@ def test_verify_reruns_every_forward_and_its_collectives(mlp_runs):
     assert full.ok and none.ok
     assert _recomputed(full) == 19 * 2
     assert not any("recompute" in n for n in none.notes)
-    fwd = [op for op in graph_program(_bundled("recompute-mlp-tiny-verify")).program.staged
-           .units for op in op.fwd if isinstance(op, CommSpec)]
+    fwd = [op for u in graph_program(_bundled("recompute-mlp-tiny-verify")).program.sequence()
+           for op in u.fwd if isinstance(op, CommSpec)]
     extra = {k: full.collectives[k] - none.collectives.get(k, 0) for k in full.collectives}
     assert sum(extra.values()) == 2 * len(fwd)
 

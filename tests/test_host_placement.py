@@ -46,7 +46,8 @@ def test_the_lookups_copies_are_its_ids_down_and_rows_up_and_the_rows_gradient_d
 def test_the_host_kernel_runs_at_the_cpu_profiles_speed_plus_its_copies(runs):
     a100, cpu = load_profile("a100-80gb"), load_profile(HOST_PROFILE)
     prog = graph_program(_scenario("CPU")).program
-    specs = {s.name: s for s in prog.layer_fwd + prog.layer_bwd if hasattr(s, "flops")}
+    specs = {s.name: s for s in prog.block("graph").fwd + prog.block("graph").bwd
+             if hasattr(s, "flops")}
     kernels = dict(prog.host_kernels)
     moved = sum(compute_time_s(specs[n], cpu) - compute_time_s(specs[n], a100)
                 + kernels[n] / a100.pcie_bandwidth_bytes_per_s

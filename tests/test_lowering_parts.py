@@ -98,7 +98,7 @@ def test_a_pipeline_over_a_one_block_program_is_refused():
     piped = parse_scenario(yaml.safe_load(path.read_text()), str(path),
                            mlp + ["parallel.pipeline=2", "parallel.data=1"])
     one_block = graph_program(flat).program
-    assert one_block.single_block and not graph_program(piped).program.single_block
+    assert len(one_block.sequence()) == 1 and len(graph_program(piped).program.sequence()) == 2
     costs = CostModel.from_hardware(load_profile("cpu-x86"))
     with pytest.raises(InputError) as err:
         lower(piped, one_block, costs, model_mesh=graph_program(piped).mesh)
@@ -165,9 +165,9 @@ def test_zero3_prefetch_overlap_follows_its_closed_form(ratio: float):
         "parallel": {"data": 2, "optimizer_shard": 3},
     }, "test")
     prog = transformer_program(sc)
-    layer = {op.name for op in prog.layer_fwd + prog.layer_bwd}
-    c_f = sum(1e-3 for op in prog.layer_fwd if isinstance(op, ComputeSpec))
-    c_b = sum(1e-3 for op in prog.layer_bwd if isinstance(op, ComputeSpec))
+    layer = {op.name for op in prog.block("layer").fwd + prog.block("layer").bwd}
+    c_f = sum(1e-3 for op in prog.block("layer").fwd if isinstance(op, ComputeSpec))
+    c_b = sum(1e-3 for op in prog.block("layer").bwd if isinstance(op, ComputeSpec))
     g = ratio * c_f
     costs = CostModel(
         compute_s=lambda spec: 1e-3 if spec.name in layer else 0.0,

@@ -75,16 +75,16 @@ def test_torch_sac_keeps_the_kept_ops_outputs_and_the_block_input():
     input (4096), 2 bytes each, plus the attention's fp32 log-sum-exp per head (32 x 4)."""
     prog = simulate(load_scenario(TT_8B)).program
     per_token = 2 * (4096 + 1024 + 14336 + 4096 + 4096 + 4096) + 4 * 32
-    assert prog.activation_bytes_per_layer == TOKENS * per_token
+    assert prog.block("layer").saved_bytes == TOKENS * per_token
 
 
 def test_unfused_fp32_cross_entropy_backward_buffers():
     """torchtitan's F.cross_entropy on fp32 logits allocates 8 bytes a logit in its
     backward beyond the saved log-softmax; a stack whose profile states none adds 0."""
     tt = simulate(load_scenario(TT_8B)).program
-    assert tt.head_transient_bytes == 8 * TOKENS * 128256
+    assert tt.block("head").transient_bytes == 8 * TOKENS * 128256
     te = simulate(load_scenario(TT_8B, ["framework=megatron-core"])).program
-    assert te.head_transient_bytes == 0.0
+    assert te.block("head").transient_bytes == 0.0
 
 
 def test_interleaved_last_chunk_holds_one_micro_batch_of_the_loss():

@@ -36,30 +36,31 @@ def test_fused_attention_keeps_model_flops_and_drops_the_score_matrix():
     sw = load_profile("h100-sxm").software
     flash = transformer_program(s, sw)
     std = transformer_program(s, sw.model_copy(update={"fused_attention": False}))
-    fa = _op(flash.layer_fwd, "flash_attention")
-    assert fa.flops == _op(std.layer_fwd, "scores").flops + _op(std.layer_fwd, "context").flops
+    fa = _op(flash.block("layer").fwd, "flash_attention")
+    std_fwd = std.block("layer").fwd
+    assert fa.flops == _op(std_fwd, "scores").flops + _op(std_fwd, "context").flops
     a, sq, b = 16, 4096, 1
     five_as2b = 5 * a * sq * sq * b  # bytes: 2 (softmax, 16-bit) + 3 (dropout out + mask)
-    assert std.activation_bytes_per_layer - flash.activation_bytes_per_layer == pytest.approx(
+    assert std.block("layer").saved_bytes - flash.block("layer").saved_bytes == pytest.approx(
         five_as2b - 4 * a * sq * b, rel=1e-9)  # flash keeps the fp32 log-sum-exp per row
 
 
 def test_unfused_stacks_add_micro_batch_gradients_into_fp32():
     s = _case("validation/r001-narayanan2021-t1-gpt-1.7b-32g")
     prog = transformer_program(s, load_profile("a100-80gb").software)
-    add = _op(prog.layer_bwd, "main_grad_add")
-    assert add.bytes_accessed == (2 + 4 + 4) * prog.params_per_layer  # fp16 in, fp32 in+out
+    add = _op(prog.block("layer").bwd, "main_grad_add")
+    assert add.bytes_accessed == (2 + 4 + 4) * prog.block("layer").params  # fp16 in, fp32 in+out
     fused = transformer_program(s, load_profile("h100-sxm").software)
-    assert not [op for op in fused.layer_bwd if getattr(op, "name", "") == "main_grad_add"]
+    assert not [op for op in fused.block("layer").bwd if getattr(op, "name", "") == "main_grad_add"]
 
 
 def test_cross_entropy_bytes_follow_megatrons_fp32_passes():
     s = _case("validation/r023-megatron-readme-table-gpt-1.7b-48g")
     prog = transformer_program(s, load_profile("h100-sxm").software)
     logits = 4096 * 131072
-    assert _op(prog.head_fwd, "cross_entropy").bytes_accessed == (2 + 36) * logits
-    assert _op(prog.head_bwd, "cross_entropy.bwd").bytes_accessed == (12 + 2) * logits
-    assert isinstance(_op(prog.head_fwd, "cross_entropy"), ComputeSpec)
+    assert _op(prog.block("head").fwd, "cross_entropy").bytes_accessed == (2 + 36) * logits
+    assert _op(prog.block("head").bwd, "cross_entropy.bwd").bytes_accessed == (12 + 2) * logits
+    assert isinstance(_op(prog.block("head").fwd, "cross_entropy"), ComputeSpec)
 
 
 def _gated_forward_exposure(result):
@@ -156,7 +157,8 @@ def test_tp_collectives_pipeline_against_their_gemm(gemm_s, comm_s):
         8, 16 / 132, 1 / 132, 4)
     groups = {"tp": GroupSpec(8, 1, 8)}
     costs = _fixed_costs(gemm_s, comm_s)
-    ops = prog.layer_fwd  # sequence parallel: all-gather before qkv and fc1, reduce-scatter
+    # sequence parallel: all-gather before qkv and fc1, reduce-scatter
+    ops = prog.block("layer").fwd
     both = min(gemm_s, comm_s)  # after proj and fc2: each next to its GEMM
     over, base = price_ops(ops, costs, groups, tp), price_ops(ops, costs, groups)
     assert base.comm_s == pytest.approx(4 * comm_s)
@@ -166,8 +168,8 @@ def test_tp_collectives_pipeline_against_their_gemm(gemm_s, comm_s):
         2 * both * 1 / 131 + 2 * both * 16 / 116)
     # backward: the all-gathers before proj/fc2 dgrad ring-exchange too, the reduce-scatters
     # after the qkv/fc1 wgrad run in bulk on 16 SMs (nothing after the GEMM)
-    bwd, bwd_base = price_ops(prog.layer_bwd, costs, groups, tp), price_ops(
-        prog.layer_bwd, costs, groups)
+    bwd, bwd_base = price_ops(prog.block("layer").bwd, costs, groups, tp), price_ops(
+        prog.block("layer").bwd, costs, groups)
     assert bwd.comm_s == pytest.approx(4 * exposed)
     assert bwd.compute_s - bwd_base.compute_s == pytest.approx(
         2 * both * 1 / 131 + 2 * both * 16 / 116)
@@ -194,8 +196,8 @@ def test_megatron_keeps_bf16_gradients_in_fp32():
     bf16 = simulate(_case("validation/r023-megatron-readme-table-gpt-1.7b-48g"), hw)
     fp16 = simulate(_case("validation/r023-megatron-readme-table-gpt-1.7b-48g",
                           ["model.dtype=fp16"]), hw)
-    params = bf16.program.params_per_layer * 24 + bf16.program.params_embedding + \
-        bf16.program.params_head
+    params = bf16.program.block("layer").params * 24 + bf16.program.block("embed").params + \
+        bf16.program.block("head").params
     cats = dict(bf16.memory.by_category)
     assert cats["gradients"] == pytest.approx(4 * params)
     assert dict(fp16.memory.by_category)["gradients"] == pytest.approx(2 * params)

@@ -214,7 +214,7 @@ def test_all_to_all_bytes_per_device_follow_the_closed_form(expert):
     s = _parse(_moe_data(), [f"parallel.expert={expert}"])
     prog = transformer_program(s)
     one = _a2a_bytes(s.model, s.training.micro_batch_size, 2)
-    a2a = [c for c in prog.layer_fwd + prog.layer_bwd
+    a2a = [c for c in prog.block("layer").fwd + prog.block("layer").bwd
            if getattr(c, "collective", None) == "all_to_all"]
     assert [(c.axis, c.phase, c.bytes) for c in a2a] == \
         [("ep", "fwd", one)] * 2 + [("ep", "bwd", one)] * 2
@@ -231,9 +231,9 @@ def test_tensor_parallel_experts_shrink_the_backward_all_to_all():
     s = _parse(_moe_data(), ["parallel.expert=2", "parallel.tensor=2", "parallel.data=4"])
     prog = transformer_program(s)
     one = _a2a_bytes(s.model, s.training.micro_batch_size, 2)
-    fwd = [c.bytes for c in prog.layer_fwd if getattr(c, "collective", "") == "all_to_all"]
+    fwd = [c.bytes for c in prog.block("layer").fwd if getattr(c, "collective", "") == "all_to_all"]
     assert fwd == [one, one]
-    back = [(c.collective, c.axis, c.bytes) for c in prog.layer_bwd
+    back = [(c.collective, c.axis, c.bytes) for c in prog.block("layer").bwd
             if c.name.startswith("l1.dispatch.")]
     assert back == [("reduce_scatter", "tp", one), ("all_to_all", "ep", one / 2),
                     ("all_gather", "tp", one)]
@@ -246,8 +246,8 @@ def test_mixtral_all_to_all_closed_form():
     one = _a2a_bytes(s.model, 1, 2)
     assert one == 8 * 1280 * 4096 * 2
     prog = transformer_program(s)
-    assert [c.bytes for c in prog.layer_fwd if getattr(c, "collective", "") == "all_to_all"] \
-        == [one, one]
+    assert [c.bytes for c in prog.block("layer").fwd
+            if getattr(c, "collective", "") == "all_to_all"] == [one, one]
     assert 4 * one * 8 * 16 == pytest.approx(42.95e9, rel=1e-3)
 
 
@@ -282,7 +282,7 @@ def test_parameters_count_every_expert_split_over_ep():
         h, f, E = 512, 1024, 8
         attn = 4 * h * h + 4 * h + 2 * 2 * h  # q, k, v, o with biases; two norms
         experts = E // expert * 2 * h * f
-        assert prog.params_per_layer == attn + h * E + experts
+        assert prog.block("layer").params == attn + h * E + experts
 
 
 # ---- run: what-ifs and knobs --------------------------------------------------------------
@@ -302,8 +302,8 @@ def test_moe_every_other_layer_halves_the_moe_layers():
     """every=2 (GShard): layers 1 and 3 are MoE; the program's block is two layers."""
     s = _parse(_moe_data(every=2))
     prog = transformer_program(s)
-    assert prog.layers_per_block == 2
-    assert sum(getattr(c, "collective", "") == "all_to_all" for c in prog.layer_fwd) == 2
+    assert prog.block("layer").layers == 2
+    assert sum(getattr(c, "collective", "") == "all_to_all" for c in prog.block("layer").fwd) == 2
     hw = load_profile("h100-sxm")
     result = simulate(s, hw)
     one = _a2a_bytes(s.model, 2, 2)

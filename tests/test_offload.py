@@ -45,7 +45,7 @@ def _layer_costs(sc, copy_bytes_per_s: float) -> CostModel:
     """1 ms per layer kernel, nothing else costs compute time; host copies at the given
     bandwidth."""
     prog = transformer_program(sc)
-    names = {op.name for op in prog.layer_fwd + prog.layer_bwd}
+    names = {op.name for op in prog.block("layer").fwd + prog.block("layer").bwd}
     return CostModel(compute_s=lambda spec: 1e-3 if spec.name in names else 0.0,
                      collective_s=lambda coll, nbytes, group: 0.0,
                      send_recv_s=lambda nbytes, intra: 0.0,
@@ -68,7 +68,7 @@ def _copied(result) -> dict:
 @pytest.mark.parametrize("micro", [1, 3])
 def test_activation_offload_moves_each_layers_saved_bytes_down_and_up_once(a100, micro):
     result = simulate(_scenario(micro=micro, **_offload(acts=True)), a100)
-    a = result.program.activation_bytes_per_layer
+    a = result.program.block("layer").saved_bytes
     assert _copied(result) == {"d2h": round(micro * LAYERS * a),
                                "h2d": round(micro * LAYERS * a)}
 
@@ -77,7 +77,8 @@ def test_activation_offload_moves_each_layers_saved_bytes_down_and_up_once(a100,
 def test_parameter_offload_fetches_every_piece_twice_per_micro_batch(a100, micro):
     result = simulate(_scenario(micro=micro, **_offload(params=True)), a100)
     prog = result.program  # one device holds every parameter (the LM head tied), in bf16
-    p_bytes = 2 * (LAYERS * prog.params_per_layer + prog.params_embedding + prog.params_head)
+    p_bytes = 2 * (LAYERS * prog.block("layer").params + prog.block("embed").params
+                   + prog.block("head").params)
     # H2D: forward and backward of every micro-batch; D2H: the updated parameters once
     assert _copied(result) == {"h2d": round(2 * micro * p_bytes), "d2h": round(p_bytes)}
     with_host_optimizer = simulate(_scenario(micro=micro, **_offload(params=True, states=True)),
@@ -96,7 +97,7 @@ def test_compute_bound_copies_expose_only_the_last_layers_round_trip():
     sc = _scenario(**_offload(acts=True))
     hw = load_profile("a100-80gb")
     plain = simulate(_scenario(), hw, costs=_layer_costs(sc, 1e12))
-    a = plain.program.activation_bytes_per_layer
+    a = plain.program.block("layer").saved_bytes
     f, b = _layer_seconds(plain)
     c = min(f, b) / 2
     result = simulate(sc, hw, costs=_layer_costs(sc, a / c))
@@ -112,7 +113,7 @@ def test_bandwidth_bound_copies_set_the_pace():
     sc = _scenario(**_offload(acts=True))
     hw = load_profile("a100-80gb")
     plain = simulate(_scenario(), hw, costs=_layer_costs(sc, 1e12))
-    a = plain.program.activation_bytes_per_layer
+    a = plain.program.block("layer").saved_bytes
     f, b = _layer_seconds(plain)
     c = 3 * max(f, b)
     result = simulate(sc, hw, costs=_layer_costs(sc, a / c))
@@ -126,10 +127,10 @@ def test_activation_offload_keeps_two_layers_on_the_device():
     hw = load_profile("a100-80gb")
     plain = simulate(_scenario(), hw, costs=_layer_costs(sc, 1e12))
     prog = plain.program
-    a, f_b = prog.activation_bytes_per_layer, _layer_seconds(plain)
+    a, f_b = prog.block("layer").saved_bytes, _layer_seconds(plain)
     result = simulate(sc, hw, costs=_layer_costs(sc, a / (min(f_b) / 2)))
-    keep = prog.embed_activation_bytes + max(2 * a, a + prog.head_activation_bytes)
-    full = prog.embed_activation_bytes + LAYERS * a + prog.head_activation_bytes
+    keep = prog.block("embed").saved_bytes + max(2 * a, a + prog.block("head").saved_bytes)
+    full = prog.block("embed").saved_bytes + LAYERS * a + prog.block("head").saved_bytes
     assert dict(plain.memory.by_category)["activations"] == pytest.approx(full)
     assert dict(result.memory.by_category)["activations"] == pytest.approx(keep)
 

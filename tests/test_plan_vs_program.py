@@ -107,14 +107,15 @@ def _executed(case, e: int, shard: bool):
 
 
 def _timed(prog, layers: int):
-    layers //= prog.layers_per_block  # the program's layer is a block (MoE every k layers)
-    fwd = prog.embed_fwd + prog.layer_fwd * layers + prog.head_fwd
-    bwd = prog.head_bwd + prog.layer_bwd * layers + prog.embed_bwd
+    layers //= prog.block("layer").layers  # the program's layer is a block (MoE every k layers)
+    fwd = prog.block("embed").fwd + prog.block("layer").fwd * layers + prog.block("head").fwd
+    bwd = prog.block("head").bwd + prog.block("layer").bwd * layers + prog.block("embed").bwd
     # a gather Transformer Engine runs in FP8 (name `.fp8`, schedule.fp8) moves the same
     # elements at 1 byte instead of the bf16 program's 2
     comms = [(c.collective, c.axis, c.bytes * (2 if c.name.endswith(".fp8") else 1))
              for c in fwd + bwd if isinstance(c, CommSpec)]
-    sync = prog.grad_sync_embed + prog.grad_sync_layer * layers + prog.grad_sync_head
+    sync = (prog.block("embed").grad_sync + prog.block("layer").grad_sync * layers
+            + prog.block("head").grad_sync)
     flops = sum(c.flops for c in fwd if isinstance(c, ComputeSpec)
                 and c.kind in ("gemm", "attention"))
     return comms, [(c.collective, c.axis, c.bytes) for c in sync], flops
@@ -195,8 +196,8 @@ def test_run_prices_the_collectives_and_flops_verify_executes(name):
         timed[(kind, axis)] += nbytes
     assert executed == timed
     dp_elems = sum(b for k, a, b in step if a == "dp" and k in ("all_reduce", "reduce_scatter"))
-    params = (dims.layers // prog.layers_per_block * prog.params_per_layer
-              + prog.params_embedding + prog.params_head)
+    params = (dims.layers // prog.block("layer").layers * prog.block("layer").params
+              + prog.block("embed").params + prog.block("head").params)
     if any(a == "dp" for _, a, _ in step):
         assert dp_elems == pytest.approx(params * e)
 

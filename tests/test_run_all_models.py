@@ -57,7 +57,8 @@ def test_graph_run_prices_the_plans_collectives():
     s = _load("seed-sbp-partial-chain")
     prog = graph_program(s).program
     comms = sorted((op.name, op.collective, op.bytes, op.axis)
-                   for op in prog.layer_fwd + prog.layer_bwd + prog.grad_sync_layer
+                   for op in prog.block("graph").fwd + prog.block("graph").bwd
+                   + prog.block("graph").grad_sync
                    if hasattr(op, "collective"))
     y = 4 * 6 * 4  # local Y block [8/2, 6] in float32
     v, w = 12 * 16 // 2 * 4, 16 * 6 * 4  # V split on mp, W whole

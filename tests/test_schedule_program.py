@@ -46,36 +46,38 @@ def _korthikanti(t: int, sp: bool, recompute: str) -> float:
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 def test_activation_bytes_per_layer_match_korthikanti(t: int, sp: bool, recompute: str):
     prog = transformer_program(_scenario(tensor=t, sequence_parallel=sp, recompute=recompute))
-    assert prog.activation_bytes_per_layer == pytest.approx(_korthikanti(t, sp, recompute))
+    assert prog.block("layer").saved_bytes == pytest.approx(_korthikanti(t, sp, recompute))
 
 
 def test_saved_bytes_of_layer_forward_are_the_no_recompute_activations():
     prog = transformer_program(_scenario(tensor=4))
-    assert saved_bytes(prog.layer_fwd) == pytest.approx(_korthikanti(4, False, "none"))
-    assert prog.layer_working_bytes == saved_bytes(prog.layer_fwd)
+    assert saved_bytes(prog.block("layer").fwd) == pytest.approx(_korthikanti(4, False, "none"))
+    # without recompute nothing is made again
+    assert prog.block("layer").saved_bytes == saved_bytes(prog.block("layer").fwd)
+    assert prog.block("layer").working_bytes == 0.0
 
 
 def test_layer_parameters_are_12h2_plus_13h_without_tensor_parallelism():
     prog = transformer_program(_scenario())
-    assert prog.params_per_layer == 12 * H * H + 13 * H
+    assert prog.block("layer").params == 12 * H * H + 13 * H
     # q, k and v keep weights and biases of their own in the graph (Megatron fuses each
     # trio into one tensor): 3 + 3 + proj 2 + fc1 2 + fc2 2 + two norms 4
-    assert prog.param_tensors_per_layer == 16
+    assert prog.block("layer").param_tensors == 16
 
 
 def test_tensor_parallelism_shards_every_matrix():
     one, eight = transformer_program(_scenario()), transformer_program(_scenario(tensor=8))
     # the row-parallel biases and the two norms (h + h + 4h) stay replicated
-    assert eight.params_per_layer == (one.params_per_layer - 6 * H) // 8 + 6 * H
-    assert eight.params_embedding == 4096 // 8 * H + S * H
+    assert eight.block("layer").params == (one.block("layer").params - 6 * H) // 8 + 6 * H
+    assert eight.block("embed").params == 4096 // 8 * H + S * H
 
 
 def test_backward_gemms_cost_twice_the_forward():
     prog = transformer_program(_scenario(tensor=2))
-    assert total_flops(prog.layer_bwd, "gemm") == pytest.approx(
-        2 * total_flops(prog.layer_fwd, "gemm"))
-    assert total_flops(prog.head_bwd, "gemm") == pytest.approx(
-        2 * total_flops(prog.head_fwd, "gemm"))
+    assert total_flops(prog.block("layer").bwd, "gemm") == pytest.approx(
+        2 * total_flops(prog.block("layer").fwd, "gemm"))
+    assert total_flops(prog.block("head").bwd, "gemm") == pytest.approx(
+        2 * total_flops(prog.block("head").fwd, "gemm"))
 
 
 def _collectives(ops: tuple) -> list[str]:
@@ -84,28 +86,31 @@ def _collectives(ops: tuple) -> list[str]:
 
 def test_megatron_has_two_tp_all_reduces_forward_and_two_backward():
     prog = transformer_program(_scenario(tensor=4))
-    assert _collectives(prog.layer_fwd) == ["all_reduce", "all_reduce"]
-    assert _collectives(prog.layer_bwd) == ["all_reduce", "all_reduce"]
-    assert all(op.axis == "tp" and op.bytes == 2 * S * B * H for op in comm_ops(prog.layer_fwd))
+    assert _collectives(prog.block("layer").fwd) == ["all_reduce", "all_reduce"]
+    assert _collectives(prog.block("layer").bwd) == ["all_reduce", "all_reduce"]
+    assert all(op.axis == "tp" and op.bytes == 2 * S * B * H
+               for op in comm_ops(prog.block("layer").fwd))
 
 
 def test_sequence_parallel_uses_all_gather_and_reduce_scatter():
     prog = transformer_program(_scenario(tensor=4, sequence_parallel=True))
-    assert _collectives(prog.layer_fwd) == ["all_gather", "reduce_scatter"] * 2
-    assert _collectives(prog.layer_bwd) == ["all_gather", "reduce_scatter"] * 2
-    assert prog.boundary_bytes == 2 * S * B * H / 4
+    assert _collectives(prog.block("layer").fwd) == ["all_gather", "reduce_scatter"] * 2
+    assert _collectives(prog.block("layer").bwd) == ["all_gather", "reduce_scatter"] * 2
+    assert prog.block("layer").send_fwd_bytes == 2 * S * B * H / 4
 
 
 def test_no_collectives_without_tensor_parallelism():
     prog = transformer_program(_scenario())
-    ops = prog.layer_fwd + prog.layer_bwd + prog.embed_fwd + prog.head_fwd + prog.head_bwd
+    layer, embed, head = (prog.block(n) for n in ("layer", "embed", "head"))
+    ops = layer.fwd + layer.bwd + embed.fwd + head.fwd + head.bwd
     assert not [op for op in ops if isinstance(op, CommSpec)]
 
 
 def test_grouped_query_attention_shrinks_the_qkv_projection():
     mha = transformer_program(_scenario())
     gqa = transformer_program(_scenario(model={"num_kv_heads": 4}))
-    qkv = {p: next(op for op in compute_ops(p.layer_fwd) if op.name == "qkv") for p in (mha, gqa)}
+    qkv = {p: next(op for op in compute_ops(p.block("layer").fwd) if op.name == "qkv")
+           for p in (mha, gqa)}
     assert qkv[mha].gemm_mnk[1] == 3 * H
     assert qkv[gqa].gemm_mnk[1] == H + 2 * 4 * (H // A)
 
@@ -113,18 +118,19 @@ def test_grouped_query_attention_shrinks_the_qkv_projection():
 def test_swiglu_has_three_ffn_matrices():
     prog = transformer_program(_scenario(model={"ffn_activation": "swiglu",
                                                 "ffn_hidden_size": 2816}))
-    names = [op.name for op in compute_ops(prog.layer_fwd) if op.kind == "gemm"]
+    names = [op.name for op in compute_ops(prog.block("layer").fwd) if op.kind == "gemm"]
     assert [n for n in names if n.startswith("fc")] == ["fc_gate", "fc_up", "fc2"]
 
 
 def test_recompute_reruns_the_forward_or_the_attention_core():
     full = transformer_program(_scenario(recompute="full"))
-    assert [op.name for op in full.layer_recompute] == [op.name for op in full.layer_fwd]
-    assert {op.phase for op in full.layer_recompute} == {"recompute"}
+    layer = full.block("layer")
+    assert [op.name for op in layer.recompute] == [op.name for op in layer.fwd]
+    assert {op.phase for op in full.block("layer").recompute} == {"recompute"}
     sel = transformer_program(_scenario(recompute="selective"))
-    assert [op.name for op in sel.layer_recompute] == ["scores", "softmax", "attn_dropout",
+    assert [op.name for op in sel.block("layer").recompute] == ["scores", "softmax", "attn_dropout",
                                                         "context"]
-    assert transformer_program(_scenario()).layer_recompute == ()
+    assert transformer_program(_scenario()).block("layer").recompute == ()
 
 
 @pytest.mark.parametrize("t", [1, 4])

@@ -119,7 +119,7 @@ def test_w_holds_the_parameter_gradients_only():
     `.wgrad`: those stay in B, which the previous stage waits for; W holds the weight
     GEMMs' gradients and the fp32 main-gradient add."""
     prog = transformer_program(_gpt(2, 2))
-    b_ops, w_ops, x, dy = split_backward(prog.layer_fwd, prog.layer_bwd)
+    b_ops, w_ops, x, dy = split_backward(prog.block("layer").fwd, prog.block("layer").bwd)
     assert {op.name for op in w_ops} == {"qkv.wgrad", "proj.wgrad", "fc1.wgrad", "fc2.wgrad",
                                          "main_grad_add"}
     assert {"scores.wgrad", "context.wgrad"} <= {op.name for op in b_ops}

@@ -44,7 +44,8 @@ def _layer_only_costs(sc, dp_bytes_per_s: float = 0.0) -> CostModel:
     """1 ms per layer kernel, nothing else costs time (uniform stages, free pipeline
     communication); data-parallel collectives take bytes / dp_bytes_per_s."""
     prog = transformer_program(sc)
-    names = {op.name for op in prog.layer_fwd + prog.layer_bwd + prog.layer_recompute}
+    layer = prog.block("layer")
+    names = {op.name for op in layer.fwd + layer.bwd + layer.recompute}
 
     def collective(coll: str, nbytes: float, group) -> float:
         if group.stride == sc.parallel.tensor and dp_bytes_per_s:  # the dp axis
@@ -58,10 +59,11 @@ def _layer_only_costs(sc, dp_bytes_per_s: float = 0.0) -> CostModel:
 def test_one_device_iteration_is_the_sum_of_its_roofline_times(a100):
     sc = _scenario(micro=3)
     prog = transformer_program(sc)
+    layer, embed, head = (prog.block(n) for n in ("layer", "embed", "head"))
     per_micro = sum(compute_time_s(op, a100) for op in compute_ops(
-        prog.embed_fwd + prog.head_fwd + prog.head_bwd + prog.embed_bwd)) + 8 * sum(
-        compute_time_s(op, a100) for op in compute_ops(prog.layer_fwd + prog.layer_bwd))
-    params = 8 * prog.params_per_layer + prog.params_embedding + prog.params_head
+        embed.fwd + head.fwd + head.bwd + embed.bwd)) + 8 * sum(
+        compute_time_s(op, a100) for op in compute_ops(layer.fwd + layer.bwd))
+    params = 8 * prog.block("layer").params + prog.block("embed").params + prog.block("head").params
     opt = compute_time_s(optimizer_spec(params, "bf16", "adam", 0, 1), a100)
     result = simulate(sc, a100)
     assert result.iteration_time_s == pytest.approx(3 * per_micro + opt, rel=1e-9)
@@ -75,8 +77,8 @@ def test_bubble_fraction_is_p_minus_1_over_m_plus_p_minus_1(a100, schedule: str,
     sc = _scenario(pipeline=p, micro=m, schedule=schedule)
     result = simulate(sc, a100, costs=_layer_only_costs(sc))
     prog, layers = result.program, 8 // p
-    t_f = layers * len(compute_ops(prog.layer_fwd)) * 1e-3  # 1 ms per layer kernel
-    t_b = layers * len(compute_ops(prog.layer_bwd)) * 1e-3
+    t_f = layers * len(compute_ops(prog.block("layer").fwd)) * 1e-3  # 1 ms per layer kernel
+    t_b = layers * len(compute_ops(prog.block("layer").bwd)) * 1e-3
     assert result.iteration_time_s == pytest.approx((m + p - 1) * (t_f + t_b))
     bubble = dict(result.breakdown_s)["bubble"]
     assert bubble / result.iteration_time_s == pytest.approx((p - 1) / (m + p - 1))
@@ -167,14 +169,14 @@ def test_zero_model_states_in_the_memory_timeline(a100, shard: int, per_param: f
     sc = _scenario(data=4, micro=2, optimizer_shard=shard)
     result = simulate(sc, a100)
     prog = result.program
-    psi = 8 * prog.params_per_layer + prog.params_embedding + prog.params_head
+    psi = 8 * prog.block("layer").params + prog.block("embed").params + prog.block("head").params
     static = dict(result.plan.static_memory[0])
     model_states = ("parameters", "gradients", "optimizer_states")
     assert sum(static[c] for c in model_states) == pytest.approx(per_param * psi)
     cats = dict(result.memory.by_category)
     states = cats["parameters"] + cats["gradients"] + cats["optimizer_states"]
     # at the peak ZeRO-3 also holds the gathered units: two at most (prefetch depth one)
-    unit = 2 * max(prog.params_per_layer, prog.params_embedding, prog.params_head)
+    unit = 2 * max(b.params for b in prog.blocks)
     extra = 2 * unit if shard == 3 else 0.0
     assert per_param * psi <= states + 1e-6 <= per_param * psi + extra + 1e-6
 
@@ -183,7 +185,7 @@ def test_activation_peak_of_1f1b_holds_p_micro_batches_on_the_first_stage(a100):
     sc = _scenario(pipeline=4, micro=8)
     result = simulate(sc, a100, costs=_layer_only_costs(sc))
     prog = result.program
-    first_stage = 2 * prog.activation_bytes_per_layer + prog.embed_activation_bytes
+    first_stage = 2 * prog.block("layer").saved_bytes + prog.block("embed").saved_bytes
     assert result.memory.device == 0
     assert dict(result.memory.by_category)["activations"] == pytest.approx(4 * first_stage)
 

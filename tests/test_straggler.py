@@ -139,7 +139,7 @@ def test_mixed_pipeline_puts_the_slower_kind_on_the_critical_path():
 def test_cross_kind_send_is_priced_at_the_slower_nic():
     mixed = sim(MIXED)
     a100, h100 = load_profile("a100-80gb"), load_profile("h100-sxm")
-    nbytes = mixed.program.boundary_bytes
+    nbytes = mixed.program.block("layer").send_fwd_bytes
     slower = min(a100.inter_node.nic_bandwidth_Gbps, h100.inter_node.nic_bandwidth_Gbps)
     want = max(send_recv_time_s(nbytes, False, with_nic(p, slower), 8) for p in (a100, h100))
     sends = [t.duration_s for t in mixed.plan.tasks if t.name.startswith("send_")]

@@ -93,4 +93,4 @@ def test_the_optimizer_threshold_is_part_of_the_program_key():
             hw = load_hardware(loaded)
             progs.append(transformer_program(loaded.scenario, compute_units=hw.compute_units))
     assert len(store) == 2
-    assert progs[0].unsharded_per_layer == 0 < progs[1].unsharded_per_layer
+    assert progs[0].block("layer").unsharded == 0 < progs[1].block("layer").unsharded

@@ -209,7 +209,7 @@ def _program_bytes(s) -> float:
     """Bus bytes per device of the forward of the layer `run` times for scenario `s`."""
     sizes = dict(rank_mesh(s).mesh.axes)
     return sum(busbw_factor(c.collective, sizes[c.axis]) * c.bytes
-               for c in transformer_program(s).layer_fwd if isinstance(c, CommSpec))
+               for c in transformer_program(s).block("layer").fwd if isinstance(c, CommSpec))
 
 
 def test_memory_shares_of_two_d():
@@ -223,14 +223,14 @@ def test_memory_shares_of_two_d():
     narrow = transformer_program(_bundled(BIG, [
         "parallel.tensor_nd=null", "parallel.tensor=16", "parallel.data=4",
         "training.global_batch_size=64"]))
-    assert two_d.params_per_layer == one_d.params_per_layer
+    assert two_d.block("layer").params == one_d.block("layer").params
     h = 8192
     weights = 12 * h * h + 3 * h + 4 * h  # GEMM weights, q/k/v and FC1 biases: 1/64 each
-    assert two_d.params_per_layer == weights // 64 + 6 * h  # + 2 norms, 2 row biases whole
-    assert narrow.params_per_layer > 3.9 * two_d.params_per_layer
-    assert two_d.activation_bytes_per_layer == pytest.approx(one_d.activation_bytes_per_layer,
+    assert two_d.block("layer").params == weights // 64 + 6 * h  # + 2 norms, 2 row biases whole
+    assert narrow.block("layer").params > 3.9 * two_d.block("layer").params
+    assert two_d.block("layer").saved_bytes == pytest.approx(one_d.block("layer").saved_bytes,
                                                              rel=0.05)
-    assert two_d.activation_bytes_per_layer < no_sp.activation_bytes_per_layer / 5
+    assert two_d.block("layer").saved_bytes < no_sp.block("layer").saved_bytes / 5
 
 
 def test_bundled_two_d_runs_faster_and_moves_fewer_bytes_than_one_d(invoke_cli):

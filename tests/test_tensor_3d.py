@@ -237,12 +237,12 @@ def test_run_places_the_cube_and_prices_the_closed_form():
                 ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size, batch=4, bias=True)
     prog = transformer_program(s)
     sizes = dict(rank_mesh(s).mesh.axes)
-    fwd = _program_bytes(prog.layer_fwd, sizes)
+    fwd = _program_bytes(prog.block("layer").fwd, sizes)
     assert fwd == pytest.approx(_closed_form_3d(d, 4, 4, 4, 2))
-    bwd = _program_bytes(prog.layer_bwd, sizes)
+    bwd = _program_bytes(prog.block("layer").bwd, sizes)
     assert bwd[("tpz", "all_gather")] == pytest.approx(fwd[("tpz", "all_gather")])
     assert bwd[("tpz", "reduce_scatter")] == pytest.approx(fwd[("tpz", "all_gather")])
-    assert not [c for c in prog.grad_sync_layer if c.axis == "tpz"]
+    assert not [c for c in prog.block("layer").grad_sync if c.axis == "tpz"]
 
 
 def test_memory_shares_of_three_d():
@@ -254,14 +254,14 @@ def test_memory_shares_of_three_d():
     two = transformer_program(_bundled(BIG, ["parallel.tensor_nd=[16,4]"]))
     h = 8192
     gemm_and_biases = 12 * h * h + 7 * h
-    assert three.params_per_layer == gemm_and_biases // 64 + 6 * h // 4
-    assert two.params_per_layer == gemm_and_biases // 64 + 6 * h
-    assert three.activation_bytes_per_layer == pytest.approx(
-        two.activation_bytes_per_layer, rel=0.05)
+    assert three.block("layer").params == gemm_and_biases // 64 + 6 * h // 4
+    assert two.block("layer").params == gemm_and_biases // 64 + 6 * h
+    assert three.block("layer").saved_bytes == pytest.approx(
+        two.block("layer").saved_bytes, rel=0.05)
     no_sp = ["parallel.sequence_parallel=false"]
     three_whole = transformer_program(_bundled(BIG, no_sp))
     two_whole = transformer_program(_bundled(BIG, no_sp + ["parallel.tensor_nd=[16,4]"]))
-    assert three_whole.activation_bytes_per_layer < 0.6 * two_whole.activation_bytes_per_layer
+    assert three_whole.block("layer").saved_bytes < 0.6 * two_whole.block("layer").saved_bytes
 
 
 def test_bundled_three_d_moves_fewer_bytes_than_two_d_and_one_d(invoke_cli):

@@ -69,22 +69,23 @@ def test_mindspore_layer_carries_its_passes_and_a_full_recompute_reruns_them() -
     prog = transformer_program(sc, sw, 24)
     want = {f"unfused.{p.name}": p.count * unfused_elements(sc, p.tensor) * p.fwd_bytes
             for p in passes}
-    assert {k: v.bytes_accessed for k, v in _named(prog.layer_fwd).items()} == want
-    assert {k: v.bytes_accessed for k, v in _named(prog.layer_recompute).items()} == want
-    assert {k: v.bytes_accessed for k, v in _named(prog.layer_bwd).items()} == {
+    assert {k: v.bytes_accessed for k, v in _named(prog.block("layer").fwd).items()} == want
+    assert {k: v.bytes_accessed for k, v in _named(prog.block("layer").recompute).items()} == want
+    assert {k: v.bytes_accessed for k, v in _named(prog.block("layer").bwd).items()} == {
         f"unfused.{p.name}.bwd": p.count * unfused_elements(sc, p.tensor) * p.bwd_bytes
         for p in passes}
     # the same layer without the passes: nothing else moves
     base = transformer_program(sc, Software(fused_attention=True), 24)
-    assert [o for o in prog.layer_fwd if o.name not in want] == list(base.layer_fwd)
-    assert prog.layer_recompute[:len(base.layer_recompute)] == base.layer_recompute
+    layer, base_layer = prog.block("layer"), base.block("layer")
+    assert [o for o in layer.fwd if o.name not in want] == list(base_layer.fwd)
+    assert layer.recompute[:len(base_layer.recompute)] == base_layer.recompute
 
 
 def test_selective_recompute_does_not_rerun_them() -> None:
     passes = load_framework("mindspore").fused_kernels.unfused_passes
     prog = transformer_program(_scenario(recompute="selective"),
                                Software(fused_attention=True, unfused_passes=passes), 24)
-    assert _named(prog.layer_recompute) == {}
+    assert _named(prog.block("layer").recompute) == {}
 
 
 @pytest.mark.parametrize("name", ["megatron-lm-2021", "megatron-core", "nemo", "mindspeed",

@@ -68,14 +68,14 @@ def test_op_level_sac_is_priced_as_the_matmuls_it_reruns():
 
     sc = load_scenario("tiny-cpu", _SAC).scenario
     prog = transformer_program(sc, load_framework("torchtitan").software)
-    fwd = {op.name: op for op in prog.layer_fwd if hasattr(op, "flops")}
-    redo = {op.name: op for op in prog.layer_recompute if hasattr(op, "flops")}
+    fwd = {op.name: op for op in prog.block("layer").fwd if hasattr(op, "flops")}
+    redo = {op.name: op for op in prog.block("layer").recompute if hasattr(op, "flops")}
     assert redo["qkv.k"].flops == pytest.approx(fwd["qkv"].flops * 2 / 8)
     assert {"proj", "fc_up"} <= set(redo) and not {"qkv", "fc_gate", "fc2"} & set(redo)
     assert not any(op.kind == "attention" for op in redo.values())
     megatron = transformer_program(sc.model_copy(update={"framework": "megatron-core"}),
                                    load_framework("megatron-core").software)
-    assert all(op.kind != "gemm" for op in megatron.layer_recompute if hasattr(op, "kind"))
+    assert all(op.kind != "gemm" for op in megatron.block("layer").recompute if hasattr(op, "kind"))
 
 
 def test_verify_executes_the_op_level_sac_set():

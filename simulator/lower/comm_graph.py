@@ -54,16 +54,15 @@ def _comms(ops: tuple[Op, ...]) -> Iterator[CommOp]:
 def _micro_ops(low: Lowering, vs: int) -> Counter[CommOp]:
     """One micro-batch's collectives of virtual stage vs: its layers' forward, recompute and
     backward, the embedding's and head's, and the pipeline sends."""
-    prog, w, last = low.prog, low.work[vs], len(low.work) - 1
+    last = len(low.work) - 1
     out: Counter[CommOp] = Counter()
-    for _ in range(w.layers):
-        out.update(_comms(prog.layer_fwd + prog.layer_recompute + prog.layer_bwd))
-    if vs == 0:
-        out.update(_comms(prog.embed_fwd + prog.embed_bwd))
-    if vs == last:
-        out.update(_comms(prog.head_fwd + prog.head_bwd))
-    send = CommOp("send_recv", "pp", prog.boundary_bytes)
-    out[send] += (vs < last) + (vs > 0)
+    for block in low.stage_blocks(vs):
+        out.update(_comms(block.fwd + block.recompute + block.bwd))
+    w = low.work[vs]
+    if vs < last:
+        out[CommOp("send_recv", "pp", w.send_fwd_bytes)] += 1
+    if vs > 0:
+        out[CommOp("send_recv", "pp", w.send_bwd_bytes)] += 1
     return out
 
 

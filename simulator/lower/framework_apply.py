@@ -16,9 +16,8 @@ from simulator.errors import InputError
 from simulator.lower.buckets import auto_fusion
 from simulator.lower.state import fp8_weight_copy_bytes, framework_overhead_bytes
 from simulator.models.registry import family
-from simulator.models.transformer import transformer_model
 from simulator.program.fp8 import Fp8Recipe
-from simulator.program.program import TransformerProgram
+from simulator.program.program import Program
 from simulator.sharding.mesh import Mesh
 
 __all__ = ["fp8_recipe", "with_auto_fusion", "with_framework_memory", "communicators",
@@ -69,18 +68,18 @@ def communicators(scenario: Scenario, mesh: Mesh | None = None) -> int:
     return sum(1 for n in (p.data, p.tensor, p.pipeline) if n > 1) + expert
 
 
-def _fp8_share(prog: TransformerProgram, scenario: Scenario, fw: FrameworkProfile) -> float:
+def _fp8_share(prog: Program, scenario: Scenario, fw: FrameworkProfile) -> float:
     """Share of a device's parameters that feed FP8 GEMMs: the layers' (and the LM head's
     when the recipe runs it in FP8), over all parameters of the model."""
-    m = transformer_model(scenario.model)
-    layers = prog.params_per_layer * (m.layers // prog.layers_per_block)
-    head = prog.params_output if "lm_head" in fw.fp8.gemm_roles else 0
-    total = layers + prog.params_embedding + prog.params_head + prog.params_output
+    layer = prog.block("layer")
+    layers = layer.params * layer.repeat
+    head = prog.block("head").tied_params if "lm_head" in fw.fp8.gemm_roles else 0
+    total = sum(b.params * b.repeat + b.tied_params for b in prog.blocks)
     return (layers + head) / total if total > 0 else 0.0
 
 
 def with_framework_memory(plan: Plan, scenario: Scenario, fw: FrameworkProfile,
-                          prog: TransformerProgram, mesh: Mesh | None = None) -> Plan:
+                          prog: Program, mesh: Mesh | None = None) -> Plan:
     """`plan` with the stack's constant memory added to every device's static memory: the
     `framework_overhead` category (context, collective buffers, workspaces), and with an
     FP8 recipe the FP8 weight copies (under `parameters`). With `training.fp8_params`

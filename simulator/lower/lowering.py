@@ -12,7 +12,7 @@ Per simulated device (one per pipeline stage, or every rank under full fidelity)
   bytes, /t under sequence parallelism; an operator graph's: the tensors crossing the cut,
   `schedule.graph_stages`) to the neighbouring stage; the receiver's task depends on the
   send. Sends do not block the sender's compute (asynchronous p2p) unless the stack's sends
-  are blocking (`TransformerProgram.p2p_blocking`): then they run on its compute stream.
+  are blocking (`Program.p2p_blocking`): then they run on its compute stream.
 - dp: the data-parallel gradient reduction and parameter gathers of the optimizer-sharding
   level (`schedule.reduction`, one strategy per ZeRO stage). With overlap.grad_reduce the
   buckets of the last micro-batch leave as its backward produces them (its backward is split
@@ -50,7 +50,7 @@ from simulator.lower.reduction import DataParallel, strategy_for
 from simulator.lower.stages import StageWork, stage_work
 from simulator.lower.state import model_state_bytes, optimizer_spec
 from simulator.lower.tasks_builder import Builder
-from simulator.program.program import TransformerProgram
+from simulator.program.program import Block, Program
 from simulator.sharding.mesh import Mesh
 
 __all__ = ["lower", "FIDELITIES", "Lowering", "COLLAPSE_MIN", "Cuts"]
@@ -64,14 +64,14 @@ class Lowering:
     point-to-point sends between stages, the optimizer step; the data-parallel strategy
     (`schedule.reduction`) adds its collectives. Used once by `lower`, then dropped."""
 
-    def __init__(self, scenario: Scenario, prog: TransformerProgram, costs: CostModel,
+    def __init__(self, scenario: Scenario, prog: Program, costs: CostModel,
                  fidelity: str, ranks: RankMesh, share: Lowering | None = None,
                  micro: int | None = None, cuts: Cuts | None = None) -> None:
         self.sc, self.prog, self.costs, self.fidelity = scenario, prog, costs, fidelity
         self.ranks = ranks
         # share: a view for devices priced by another cost model (schedule.device_costs),
         # emitting into the same plan with the same layers per stage
-        layers = tuple(w.layers for w in share.work) if share else None
+        layers = tuple(w.copies for w in share.work) if share else None
         self.work: tuple[StageWork, ...] = stage_work(scenario, prog, ranks, costs, layers)
         self.b: Builder = share.b if share else Builder()
         self.e = DTYPE_BYTES[prog.dtype]
@@ -101,6 +101,10 @@ class Lowering:
         self.shard_ranks = ranks.data * ranks.size("cp")
         self.peers: dict[tuple[int, int], int] = share.peers if share else {}
         self.w_pass = False  # the device's schedule has W steps: B and W split (`device`)
+
+    def stage_blocks(self, vs: int) -> tuple[Block, ...]:
+        """The program's blocks virtual stage vs runs, in forward order."""
+        return self.work[vs].blocks
 
     def release(self) -> None:
         """Drop the emitters' references back to this lowering once the plan is built:
@@ -358,17 +362,17 @@ class Lowering:
             state_dtype=self.state_dtype, fp8_params=self.fp8_params)) + self.prog.resident
 
 
-def _check(scenario: Scenario, prog: TransformerProgram) -> None:
+def _check(scenario: Scenario, prog: Program) -> None:
     """What the program cannot do (the scenario rules refuse it first; this guards callers
     that lower a program of their own)."""
-    if scenario.parallel.pipeline > 1 and prog.single_block:
+    if scenario.parallel.pipeline > 1 and len(prog.sequence()) < 2:
         raise InputError(scenario.source, "parallel.pipeline",
                          f"{scenario.parallel.pipeline} needs a model the pipeline can "
                          f"partition into stages; a model of type "
                          f"'{scenario.model.type}' is one block (allowed: 1)")
 
 
-def lower(scenario: Scenario, program: TransformerProgram, costs: CostModel,
+def lower(scenario: Scenario, program: Program, costs: CostModel,
           fidelity: str = "representative", model_mesh: Mesh | None = None,
           device_costs: Callable[[int], CostModel] | None = None, micro: int | None = None,
           cuts: Cuts | None = None) -> Plan:

@@ -88,7 +88,7 @@ class DataParallel:
         mode, mb, index = low.par.comm_fusion.of(kind)
         starts = _group_starts(low, vs, index) if mode == "index" and index else None
         return grad_bucket_runs(low.work[vs].piece_params, low.ge, mode, mb,
-                                low.prog.param_tensors_per_layer, starts)
+                                low.prog.sequence()[0].param_tensors, starts)
 
     def _buckets(self, vs: int) -> tuple[Bucket, ...]:
         low = self.low
@@ -410,10 +410,10 @@ def _group_starts(low: Lowering, vs: int, index: tuple[int, ...]) -> tuple[int, 
     `index` (the layers, in forward order, that start a group; MindSpore's fusion index
     list). Pieces run head, the stage's layers (blocks) last to first, embedding; the
     head joins the last layer's group and the embedding the first's."""
-    per = low.prog.layers_per_block
+    per = low.prog.sequence()[0].layers
     params = low.work[vs].piece_params
-    head = 1 if vs == len(low.work) - 1 else 0
-    embed = 1 if vs == 0 else 0
+    head = len(low.prog.pinned("last")) if vs == len(low.work) - 1 else 0
+    embed = len(low.prog.pinned("first")) if vs == 0 else 0
     n = len(params) - head - embed
     first = sum(low.work[k].layers for k in range(vs)) // per
 

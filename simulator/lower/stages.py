@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from simulator.config.scenario.schema import Scenario
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
@@ -23,9 +22,8 @@ from simulator.lower.costs import CostModel, Priced, price_ops
 from simulator.lower.host import host_costs
 from simulator.lower.layout import RankMesh
 from simulator.lower.multicopy import multi_copy
-from simulator.models.registry import family
 from simulator.program.graph_stages import split_units
-from simulator.program.program import GraphStages, Op, TransformerProgram
+from simulator.program.program import Block, Op, Program, runs
 
 __all__ = ["StageWork", "stage_work", "stage_layers", "split_backward"]
 
@@ -82,6 +80,10 @@ class StageWork:
     weight_pieces: tuple[Priced, ...] = ()
     w_input_bytes: float = 0.0
     w_grad_bytes: float = 0.0
+    # the program's blocks the stage runs, in forward order, and how many copies of the
+    # cut sequence they include (the stage's share of a split)
+    blocks: tuple[Block, ...] = ()
+    copies: int = 0
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -134,59 +136,15 @@ def _priced_split(fwd: tuple[Op, ...], bwd: tuple[Op, ...], price: Callable[[tup
     return _Split(price(b_ops) if b_ops else _NONE, price(w_ops) if w_ops else _NONE, x, dy)
 
 
-def _stage_split(prog: TransformerProgram, parts: dict[str, _Split], n: int, first: bool,
-                 last: bool, head_params: int) -> dict[str, Any]:
-    """The StageWork fields of the split backward of a stage of n layers."""
-    lay, head, emb = parts["layer"], parts["head"], parts["embed"]
-    return dict(
-        input_pieces=_pieces(prog, lay.b, head.b, emb.b, n, first, last, head_params)[0],
-        weight_pieces=_pieces(prog, lay.w, head.w, emb.w, n, first, last, head_params)[0],
-        w_input_bytes=n * lay.x + (emb.x if first else 0.0) + (head.x if last else 0.0),
-        w_grad_bytes=n * lay.dy + (emb.dy if first else 0.0) + (head.dy if last else 0.0))
-
-
-def _pieces(prog: TransformerProgram, layer: Priced, head: Priced, embed: Priced,
-            n: int, first: bool, last: bool, head_params: int) -> tuple[tuple, tuple]:
-    pieces, params = [], []
-    if last:
-        pieces.append(head)
-        params.append(head_params)
-    pieces += [layer] * n
-    params += [prog.params_per_layer] * n
-    if first:
-        pieces.append(embed)
-        params.append(prog.params_embedding)
-    return tuple(pieces), tuple(params)
-
-
-def _act_pieces(prog: TransformerProgram, n: int, first: bool, last: bool
-                ) -> tuple[float, ...]:
-    """Saved activation bytes of each forward piece."""
-    return (((prog.embed_activation_bytes,) if first else ())
-            + (prog.activation_bytes_per_layer,) * n
-            + ((prog.head_activation_bytes,) if last else ()))
-
-
-def _grad_sync(prog: TransformerProgram, n: int, first: bool, last: bool
-               ) -> tuple[CommSpec, ...]:
-    """The stage's non-dp gradient reductions, one buffer per (collective, axis)."""
-    parts = (prog.grad_sync_layer * n + (prog.grad_sync_embed if first else ())
-             + (prog.grad_sync_head if last else ()))
-    return _merged(parts)
-
-
-def stage_layers(scenario: Scenario, stages: int, layer_s: float, embed_s: float,
-                 head_s: float, unit: int = 1) -> tuple[int, ...]:
-    """Layer blocks of each virtual stage (a block: `unit` layers, the program's layer):
-    as given, or an even split with the remainder placed one block at a time on the stage
-    whose work (seconds per micro-batch: its blocks, plus the embedding on the first and the
-    head on the last) is least, earliest on ties."""
+def stage_layers(scenario: Scenario, stages: int, total: int, layer_s: float,
+                 embed_s: float, head_s: float, unit: int = 1) -> tuple[int, ...]:
+    """Copies of a repeated block (`unit` layers each) on each virtual stage, of `total`:
+    as `parallel.pipeline_layers` gives them, or an even split with the remainder placed
+    one copy at a time on the stage whose work (seconds per micro-batch: its copies, plus
+    the blocks pinned to the first and the last stage) is least, earliest on ties."""
     given = scenario.parallel.pipeline_layers
     if given is not None:
         return tuple(n // unit for n in given)
-    total = getattr(scenario.model, "layers", 1) // unit
-    if not family(scenario.model).layered:
-        return (1,) * stages  # an operator graph's program is the whole model as one block
     counts = [total // stages] * stages
     extra = [0.0] * stages
     extra[0] += embed_s
@@ -199,15 +157,15 @@ def stage_layers(scenario: Scenario, stages: int, layer_s: float, embed_s: float
 
 # (id(program), id(cost model), what else stage_work reads) -> (program, cost model, work):
 # the entry holds both objects, so their ids cannot be reused while it is stored
-_PRICED: dict[tuple, tuple[TransformerProgram, CostModel, tuple[StageWork, ...]]] = {}
+_PRICED: dict[tuple, tuple[Program, CostModel, tuple[StageWork, ...]]] = {}
 PRICED_SIZE = 64  # entries kept at most, emptied when full (0: not memoised)
 
 
-def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
+def stage_work(scenario: Scenario, prog: Program, layout: RankMesh,
                costs: CostModel, layers: tuple[int, ...] | None = None
                ) -> tuple[StageWork, ...]:
-    """Priced work of every virtual stage, indexed by virtual stage; `layers`: the layers
-    of each virtual stage when already chosen (default: `stage_layers`).
+    """Priced work of every virtual stage, indexed by virtual stage; `layers`: copies of
+    the cut sequence on each virtual stage when already chosen (default: `default_split`).
 
     Memoised on the program and cost model objects themselves (both frozen) and the
     scenario fields read here: a simulation lowers the same program with the same costs
@@ -215,10 +173,9 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
     configurations share both where only buckets, overlaps or the schedule differ."""
     if PRICED_SIZE <= 0:
         return _price_stages(scenario, prog, layout, costs, layers)
-    p, m = scenario.parallel, scenario.model
-    key = (id(prog), id(costs), layout, layers, p.overlap.copies, p.recompute,
-           None if p.pipeline_layers is None else tuple(p.pipeline_layers),
-           family(m).layered, getattr(m, "layers", 1))
+    p = scenario.parallel
+    key = (id(prog), id(costs), layout, layers, p.overlap.copies,
+           None if p.pipeline_layers is None else tuple(p.pipeline_layers))
     hit = _PRICED.get(key)
     if hit is not None and hit[0] is prog and hit[1] is costs:
         return hit[2]
@@ -229,111 +186,123 @@ def stage_work(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
     return work
 
 
-def _price_stages(scenario: Scenario, prog: TransformerProgram, layout: RankMesh,
+def _price_stages(scenario: Scenario, prog: Program, layout: RankMesh,
                   costs: CostModel, layers: tuple[int, ...] | None
                   ) -> tuple[StageWork, ...]:
     """`stage_work` derived."""
     groups: dict[str, GroupSpec] = layout.groups()
     c = scenario.parallel.overlap.copies
-    costs = host_costs(costs, prog.host_kernels)  # operators on the host CPU (schedule.host)
+    costs = host_costs(costs, prog.host_kernels)  # operators on the host CPU (program.host)
 
     def price(ops: tuple) -> Priced:
         if c > 1:
             return multi_copy(ops, costs, groups, c)
         return price_ops(ops, costs, groups, prog.tp_overlap)
 
-    if prog.staged is not None:
-        return _price_units(scenario, prog.staged, layout.virtual_stages, price, layers,
-                            lambda sync: price_ops(_merged(sync), costs, groups))
-    lf, lb, lr = price(prog.layer_fwd), price(prog.layer_bwd), price(prog.layer_recompute)
-    ef, eb = price(prog.embed_fwd), price(prog.embed_bwd)
-    hf, hb = price(prog.head_fwd), price(prog.head_bwd)
-    parts = {k: _priced_split(f, b, price) for k, f, b in (
-        ("layer", prog.layer_fwd, prog.layer_bwd), ("embed", prog.embed_fwd, prog.embed_bwd),
-        ("head", prog.head_fwd, prog.head_bwd))}
-    seconds = lambda f, b: f.compute_s + f.comm_s + b.compute_s + b.comm_s  # noqa: E731
-    split = layers or stage_layers(scenario, layout.virtual_stages, seconds(lf, lb),
-                                   seconds(ef, eb), seconds(hf, hb), prog.layers_per_block)
-    head_params = prog.params_head + (prog.params_output if layout.pipeline > 1 else 0)
-    working = 0.0
-    if scenario.parallel.recompute != "none":
-        working = prog.layer_working_bytes - prog.activation_bytes_per_layer
-    out = []
-    for vs, n in enumerate(split):
-        first, last = vs == 0, vs == layout.virtual_stages - 1
-        fwd_pieces = ((ef,) if first else ()) + (lf,) * n + ((hf,) if last else ())
-        fwd = lf.scaled(n)
-        fwd = (ef + fwd) if first else fwd
-        fwd = (fwd + hf) if last else fwd
-        pieces, params = _pieces(prog, lb, hb, eb, n, first, last, head_params)
-        act = n * prog.activation_bytes_per_layer
-        act += (prog.embed_activation_bytes if first else 0.0)
-        act += (prog.head_activation_bytes if last else 0.0)
-        sync = price_ops(_grad_sync(prog, n, first, last), costs, groups)
-        out.append(StageWork(fwd=fwd, fwd_pieces=fwd_pieces, bwd=_sum(pieces),
-                             bwd_pieces=pieces, piece_params=params,
-                             recompute=lr.scaled(n), params=sum(params),
-                             activation_bytes=act, working_bytes=working,
-                             layers=n * prog.layers_per_block,
-                             grad_sync=sync, act_pieces=_act_pieces(prog, n, first, last),
-                             offloadable=(False,) * first + (True,) * n + (False,) * last,
-                             unsharded=n * prog.unsharded_per_layer
-                             + (prog.unsharded_embedding if first else 0)
-                             + (prog.unsharded_head if last else 0),
-                             send_fwd_bytes=prog.boundary_bytes,
-                             send_bwd_bytes=prog.boundary_bytes,
-                             recomputed=scenario.parallel.recompute != "none",
-                             transient_bytes=_head_transient(prog, working) if last else 0.0,
-                             **_stage_split(prog, parts, n, first, last, head_params)))
-    return tuple(out)
-
-
-def _head_transient(prog: TransformerProgram, working: float) -> float:
-    """What the loss's backward adds to the last stage's peak. Its gradient buffers are
-    freed before the first recomputed layer's working set is allocated (the head runs its
-    backward first), but the lowering holds that working set from the recompute task to
-    the end of the backward: only the excess over it is added."""
-    return max(0.0, prog.head_transient_bytes - working)
-
-
-def _price_units(scenario: Scenario, staged: GraphStages, stages: int,
-                 price: Callable[[tuple], Priced], layers: tuple[int, ...] | None,
-                 price_sync: Callable[[tuple[CommSpec, ...]], Priced]
-                 ) -> tuple[StageWork, ...]:
-    """The virtual stages of an operator graph cut into units (`schedule.graph_stages`):
-    each unit a forward and a backward piece (the pieces `schedule.offload` copies to and
-    from the host, as a transformer's layers), the stage's sends the bytes crossing its
-    cuts."""
-    fwd = [price(u.fwd) for u in staged.units]
-    bwd = [price(u.bwd) for u in staged.units]
-    split = [_priced_split(u.fwd, u.bwd, price) for u in staged.units]
-    seconds = [f.compute_s + f.comm_s + b.compute_s + b.comm_s for f, b in zip(fwd, bwd)]
-    counts = layers or split_units(scenario, staged, stages, seconds)
+    priced = {id(b): _Priced(price(b.fwd), price(b.bwd), _priced_split(b.fwd, b.bwd, price))
+              for b in prog.blocks}
+    stages = layout.virtual_stages
+    counts = layers or default_split(scenario, prog, stages, priced)
     out, start = [], 0
     for vs, n in enumerate(counts):
         stop = start + n
-        units = staged.units[start:stop]
-        params = tuple(u.params for u in units)[::-1]  # backward order
-        again = tuple(op for u in units for op in u.recompute)
-        out.append(StageWork(
-            fwd=_sum(tuple(fwd[start:stop])), fwd_pieces=tuple(fwd[start:stop]),
-            bwd=_sum(tuple(bwd[start:stop][::-1])), bwd_pieces=tuple(bwd[start:stop][::-1]),
-            piece_params=params, recompute=price(again) if again else Priced(0.0, 0.0, ()),
-            params=sum(params), activation_bytes=staged.activation_bytes(start, stop),
-            working_bytes=staged.working_bytes(start, stop), recomputed=bool(again),
-            whole_grads=stages == 1,
-            layers=n, grad_sync=price_sync(tuple(c for u in units for c in u.grad_sync)),
-            act_pieces=staged.unit_activation_bytes(start, stop),
-            # the last unit's activations are read by the backward right after its forward
-            offloadable=(True,) * (n - 1) + (vs < stages - 1,),
-            send_fwd_bytes=staged.cut_fwd_bytes[stop - 1] if vs < stages - 1 else 0.0,
-            send_bwd_bytes=staged.cut_bwd_bytes[start - 1] if vs > 0 else 0.0,
-            input_pieces=tuple(sp.b for sp in split[start:stop][::-1]),
-            weight_pieces=tuple(sp.w for sp in split[start:stop][::-1]),
-            w_input_bytes=sum(sp.x for sp in split[start:stop]),
-            w_grad_bytes=sum(sp.dy for sp in split[start:stop])))
+        out.append(_stage(prog, layout, priced, price, start, stop, vs, stages,
+                          lambda sync: price_ops(_merged(sync), costs, groups)))
         start = stop
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class _Priced:
+    """One block's forward and backward priced, and its backward split into B and W."""
+
+    fwd: Priced
+    bwd: Priced
+    split: _Split
+
+
+def _fold(runs: list[tuple[Block, int]], value: Callable[[Block], Priced]) -> Priced:
+    """The runs' values added in order, a run of k copies its block's value scaled by k."""
+    total = value(runs[0][0]).scaled(runs[0][1])
+    for b, k in runs[1:]:
+        total = total + value(b).scaled(k)
+    return total
+
+
+def _stage(prog: Program, layout: RankMesh, priced: dict[int, _Priced],
+           price: Callable[[tuple], Priced], start: int, stop: int, vs: int, stages: int,
+           price_sync: Callable[[tuple[CommSpec, ...]], Priced]) -> StageWork:
+    """The StageWork of virtual stage vs: copies start..stop-1 of the cut sequence, with
+    the blocks pinned to its end of the model."""
+    first, last = vs == 0, vs == stages - 1
+    blocks = prog.stage(start, stop, first, last)
+    seq = prog.sequence()
+    stage_runs = runs(blocks)
+    back = blocks[::-1]
+    tied = layout.pipeline > 1  # a tied table is held again on another stage
+    params = tuple(b.params + (b.tied_params if tied else 0) for b in back)
+    # a stage's re-run is one pass: a run of one repeated block priced once and scaled,
+    # distinct blocks' ops priced as one sequence
+    again = [(b, k) for b, k in stage_runs if b.recompute]
+    if not again:
+        recompute = _NONE
+    elif len(again) == 1:
+        recompute = price(again[0][0].recompute).scaled(again[0][1])
+    else:
+        recompute = price(tuple(op for b, k in again for _ in range(k) for op in b.recompute))
+    working = prog.working_bytes(start, stop)
+    transient = max((b.transient_bytes for b in blocks), default=0.0)
+    x = dy = 0.0
+    for b, k in stage_runs:
+        sp = priced[id(b)].split
+        x += k * sp.x
+        dy += k * sp.dy
+    pieces = tuple(priced[id(b)].bwd for b in back)
+    copies = seq[start:stop]
+    return StageWork(
+        fwd=_fold(stage_runs, lambda b: priced[id(b)].fwd),
+        fwd_pieces=tuple(priced[id(b)].fwd for b in blocks),
+        bwd=_sum(pieces), bwd_pieces=pieces, piece_params=params, recompute=recompute,
+        params=sum(params), activation_bytes=prog.saved_bytes(start, stop, first, last),
+        working_bytes=working,
+        layers=sum(b.layers for b in copies),
+        grad_sync=price_sync(tuple(c for b in copies for c in b.grad_sync)
+                             + tuple(c for b in blocks if b.pinned for c in b.grad_sync)),
+        act_pieces=prog.saved_by_block(start, stop, first, last),
+        offloadable=tuple(b.pinned is None and not (vs == stages - 1 and i == len(blocks) - 1)
+                          for i, b in enumerate(blocks)),
+        unsharded=sum(b.unsharded for b in blocks),
+        send_fwd_bytes=seq[stop - 1].send_fwd_bytes if vs < stages - 1 and stop else 0.0,
+        send_bwd_bytes=seq[start - 1].send_bwd_bytes if vs > 0 and start else 0.0,
+        recomputed=any(b.recomputes for b in blocks),
+        transient_bytes=max(0.0, transient - working) if transient else 0.0,
+        whole_grads=prog.whole_grads and stages == 1,
+        input_pieces=tuple(priced[id(b)].split.b for b in back),
+        weight_pieces=tuple(priced[id(b)].split.w for b in back),
+        w_input_bytes=x, w_grad_bytes=dy, blocks=blocks, copies=stop - start)
+
+
+def default_split(scenario: Scenario, prog: Program, stages: int,
+                  priced: dict[int, _Priced] | None = None) -> tuple[int, ...]:
+    """Copies of the cut sequence on each virtual stage when the scenario does not give
+    them: a sequence of one repeated block split evenly (`stage_layers`), distinct blocks
+    balanced on their priced seconds (`program.graph_stages.split_units`; None: by count)."""
+    seq = prog.sequence()
+
+    def seconds(bs: tuple[Block, ...]) -> float:
+        if priced is None:
+            return float(len(bs))
+        return sum(priced[id(b)].fwd.compute_s + priced[id(b)].fwd.comm_s
+                   + priced[id(b)].bwd.compute_s + priced[id(b)].bwd.comm_s for b in bs)
+
+    if prog.fixed is None and seq and all(b is seq[0] for b in seq):
+        if priced is None:
+            return stage_layers(scenario, stages, len(seq), 1.0, 0.0, 0.0, seq[0].layers)
+        return stage_layers(scenario, stages, len(seq), seconds(seq[:1]),
+                            seconds(prog.pinned("first")), seconds(prog.pinned("last")),
+                            seq[0].layers)
+    return split_units(scenario, prog, stages,
+                       None if priced is None else [seconds((b,)) for b in seq])
 
 
 def _merged(specs: tuple[CommSpec, ...]) -> tuple[CommSpec, ...]:

@@ -14,7 +14,7 @@ parallelism each device runs experts/ep experts on ep times the tokens, the same
 from __future__ import annotations
 
 from simulator.config.scenario.schema import Scenario
-from simulator.program.program import TransformerProgram, compute_ops, total_flops
+from simulator.program.program import Program, compute_ops, total_flops
 
 __all__ = ["iteration_flops"]
 
@@ -29,15 +29,16 @@ def _matrix(ops: tuple, expert_fill: float = 1.0) -> float:
     return total - (1.0 - expert_fill) * experts
 
 
-def iteration_flops(scenario: Scenario, prog: TransformerProgram) -> tuple[float, float]:
-    """(model FLOPs, hardware FLOPs) of one iteration over the global batch."""
+def iteration_flops(scenario: Scenario, prog: Program) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one iteration over the global batch, of a
+    transformer's program (its embedding, repeated layer and head)."""
     t = scenario.parallel.tensor * scenario.parallel.context  # cp splits every token
-    blocks = getattr(scenario.model, "layers", 1) // prog.layers_per_block
+    layer, embed, head = prog.block("layer"), prog.block("embed"), prog.block("head")
     replicas = scenario.grad_accum_steps * scenario.parallel.data  # micro-batches per step
-    ends = _matrix(prog.embed_fwd + prog.embed_bwd + prog.head_fwd + prog.head_bwd)
-    layer = prog.layer_fwd + prog.layer_bwd
+    ends = _matrix(embed.fwd + embed.bwd + head.fwd + head.bwd)
+    ops = layer.fwd + layer.bwd
     # the program's expert kernels are the busiest rank's, `expert_load` times the mean
     mean = 1.0 / prog.expert_load
-    model = t * replicas * (blocks * _matrix(layer, prog.expert_slot_fill * mean) + ends)
-    executed = t * replicas * (blocks * _matrix(layer + prog.layer_recompute, mean) + ends)
+    model = t * replicas * (layer.repeat * _matrix(ops, prog.expert_slot_fill * mean) + ends)
+    executed = t * replicas * (layer.repeat * _matrix(ops + layer.recompute, mean) + ends)
     return model, executed

@@ -17,9 +17,9 @@ partition PipeDream's optimizer balances, Narayanan et al. SOSP 2019, Sec. 3.1, 
 its replication).
 
 A stage sends forward the activations produced on it or before and read after it, in the
-layout they are kept in, and receives their gradients back; `GraphStages` carries those
-bytes per cut, and `numeric.pipeline` runs each stage on its own devices with exactly
-those sends. Under recompute (`schedule.graph_recompute`) each unit also carries the
+layout they are kept in, and receives their gradients back; each unit's `Block` carries
+the bytes of the cut after it, and `numeric.pipeline` runs each stage on its own devices
+with exactly those sends. Under recompute (`schedule.graph_recompute`) each unit also carries the
 forward it runs again before its backward, and the tensors stored are those the recompute
 keeps.
 """
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
@@ -36,7 +35,7 @@ from simulator.models.opgraph import graph_model
 from simulator.models.registry import family
 from simulator.program.graph_recompute import Recomputing, recompute_saved, regen_units
 from simulator.program.host_placement import host_placed
-from simulator.program.program import GraphStages, GraphUnit
+from simulator.program.program import Block, Program
 from simulator.sharding.lower import Saved, backward_specs, forward_specs, gradient_steps
 from simulator.sharding.plan import ShardingPlan, grad_layouts
 
@@ -109,13 +108,18 @@ def _params(plan: ShardingPlan, units: tuple[tuple[str, ...], ...]
     return owned, spans
 
 
+# a graph's units as blocks, the saved tensors several units read ((bytes, units keeping
+# it)), and the parameters several units read ((name, first unit, last unit))
+Staged = tuple[tuple[Block, ...], tuple[tuple[float, frozenset[int]], ...],
+               tuple[tuple[str, int, int], ...]]
+
+
 def staged_graph(plan: ShardingPlan, model_type: str, dtype: str, e: float,
-                 skip: tuple[str, ...], sv: Saved, fixed: tuple[int, ...] | None,
-                 rc: Recomputing | None = None) -> GraphStages:
-    """The units of a planned operator graph with their work, saved tensors and the bytes
-    crossing each cut (see the module docstring). `skip`: mesh axes whose gradient
-    reduction the lowering runs (data parallel); `fixed`: units per virtual stage from
-    `attrs.pipeline_stage`; `rc`: what is recomputed (`schedule.graph_recompute`)."""
+                 skip: tuple[str, ...], sv: Saved, rc: Recomputing | None = None) -> Staged:
+    """The units of a planned operator graph as Blocks with their work, saved tensors and
+    the bytes crossing the cut after each (see the module docstring). `skip`: mesh axes
+    whose gradient reduction the lowering runs (data parallel); `rc`: what is recomputed
+    (`program.graph_recompute`)."""
     units = graph_units(model_type, [p.op.name for p in plan.ops])
     unit_of = {op: u for u, names in enumerate(units) for op in names}
     owned, spans = _params(plan, units)
@@ -128,6 +132,10 @@ def staged_graph(plan: ShardingPlan, model_type: str, dtype: str, e: float,
     if ran is not None:
         sv = recompute_saved(plan, sv, ran, e)
         regen = regen_units(plan, ran, unit_of)
+    fwd, bwd = cut_tensors(plan, units)
+    layouts = plan.layouts
+    cut_fwd = [sum(_local_bytes(plan, n, layouts[n], e) for n in cut) for cut in fwd] + [0.0]
+    cut_bwd = [sum(_local_bytes(plan, n, lay, e) for n, lay in cut) for cut in bwd] + [0.0]
     out = []
     for u, names in enumerate(units):
         mine = set(names)
@@ -135,23 +143,19 @@ def staged_graph(plan: ShardingPlan, model_type: str, dtype: str, e: float,
         sync = tuple(c for c in steps if c.name.split(".grad.")[0] in owned[u]
                      or c.name.rsplit(".", 1)[0] in owned[u])
         again, held = rc.unit(plan, dtype, e, sv, names, ran) if rc and ran else ((), 0.0)
-        unit = GraphUnit(names, forward_specs(plan, dtype, select, e, sv),
-                         backward_specs(plan, dtype, select, e), sum(owned[u].values()),
-                         sync, held + sum(b for op, b in sv.extra.items() if op in mine),
-                         recompute=again)
-        out.append(replace(unit, working_bytes=_dropped(full, sv, mine),
-                           regen_at=regen.get(u, u)) if ran else unit)
+        out.append(Block(
+            f"unit{u}", forward_specs(plan, dtype, select, e, sv),
+            backward_specs(plan, dtype, select, e), again, params=sum(owned[u].values()),
+            param_tensors=len(owned[u]), grad_sync=sync,
+            saved_bytes=held + sum(b for op, b in sv.extra.items() if op in mine),
+            working_bytes=_dropped(full, sv, mine) if ran else 0.0,
+            regen_at=regen.get(u, u) if ran else 0, recomputes=bool(again),
+            send_fwd_bytes=cut_fwd[u], send_bwd_bytes=cut_bwd[u], ops=names))
     if rc is not None and not rc.scenario.parallel.recompute_comm.tensor:
-        rc.check(tuple(op for u in out if u.recompute for op in u.fwd), plan.mesh)
+        rc.check(tuple(op for b in out if b.recompute for op in b.fwd), plan.mesh)
     kept = tuple((nbytes, frozenset(unit_of[k] for k in keepers))
                  for nbytes, _, keepers in sv.tensors.values())
-    fwd, bwd = cut_tensors(plan, units)
-    layouts = plan.layouts
-    return GraphStages(
-        tuple(out), kept,
-        tuple(sum(_local_bytes(plan, n, layouts[n], e) for n in cut) for cut in fwd),
-        tuple(sum(_local_bytes(plan, n, lay, e) for n, lay in cut) for cut in bwd),
-        tuple(tuple(cut) for cut in fwd), fixed, spans)
+    return tuple(out), kept, spans
 
 
 def _dropped(full: Saved, kept: Saved, mine: set[str]) -> float:
@@ -194,25 +198,27 @@ def balanced(weights: Sequence[float], parts: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def split_units(scenario: Scenario, staged: GraphStages, parts: int,
+def split_units(scenario: Scenario, prog: Program, parts: int,
                 seconds: Sequence[float] | None) -> tuple[int, ...]:
-    """Units of each of `parts` virtual stages: `attrs.pipeline_stage`, else
-    `parallel.pipeline_layers`, else balanced on `seconds` per unit (None: equal weights).
-    InputError where a parameter read by several units would be cut apart."""
+    """Copies of the program's cut sequence (a graph's units) on each of `parts` virtual
+    stages: `attrs.pipeline_stage`, else `parallel.pipeline_layers`, else balanced on
+    `seconds` per unit (None: equal weights). InputError where a parameter read by several
+    units would be cut apart."""
     given = scenario.parallel.pipeline_layers
-    if staged.fixed is not None:
-        counts = staged.fixed
+    units = len(prog.sequence())
+    if prog.fixed is not None:
+        counts = prog.fixed
     elif given is not None:
         counts = tuple(given)
     else:
-        counts = balanced(seconds or [1.0] * len(staged.units), parts)
-    assert sum(counts) == len(staged.units), "the scenario rules check the split's units"
+        counts = balanced(seconds or [1.0] * units, parts)
+    assert sum(counts) == units, "the scenario rules check the split's units"
     ends = [sum(counts[:k + 1]) for k in range(len(counts))]
-    for name, first, last in staged.spans:
+    for name, first, last in prog.spans:
         a = next(k for k, end in enumerate(ends) if first < end)
         b = next(k for k, end in enumerate(ends) if last < end)
         if a != b:
-            key = ("model.ops" if staged.fixed is not None else "parallel.pipeline_layers"
+            key = ("model.ops" if prog.fixed is not None else "parallel.pipeline_layers"
                    if given is not None else "parallel.pipeline")
             raise InputError(scenario.source, key, (
                 f"parameter {name!r} is read on pipeline stages {a} and {b}; each stage "

@@ -1,7 +1,7 @@
 """The program `run` times, derived from the planned operator graph that `verify` executes.
 
     scenario --(planned_transformer | planned_graph)--> graph + mesh --build_plan--> plan
-             --sharding.lower (kernels, collectives, saved tensors)--> TransformerProgram
+             --sharding.lower (kernels, collectives, saved tensors)--> Program
 
 Transformers: the Megatron plan of `sharding.transformer_plan` on a GPT graph of the
 scenario's own dimensions with up to three layers (the middle one stands for every layer:
@@ -43,9 +43,9 @@ from simulator.models.transformer_plan import gpt_dims, planned_transformer, use
 from simulator.program import comm_options
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.program.graph_recompute import recomputing
-from simulator.program.graph_stages import fixed_counts, staged_graph
+from simulator.program.graph_stages import Staged, fixed_counts, staged_graph
 from simulator.program.host_placement import host_kernels, host_placed
-from simulator.program.program import GraphStages, Op, TransformerProgram
+from simulator.program.program import Block, Op, Program
 from simulator.program.recompute_policy import (
     layer_role,
     recomputed_ops,
@@ -223,12 +223,12 @@ _UNREAD: dict[str, Any] = {
                                    "offload", "comm_fusion", "mode", "parameter_server",
                                    "search", "comm_subgraph")}
     | {"overlap": {"grad_reduce": True, "param_gather": True, "copies": True}}}
-_MEMO: list[dict[Any, TransformerProgram]] = []  # the active store (innermost last)
+_MEMO: list[dict[Any, Program]] = []  # the active store (innermost last)
 MEMO_SIZE = 256  # programs kept at most, the store emptied when full (0: not memoised)
 
 
 @contextmanager
-def memoised_programs(store: dict[Any, TransformerProgram]) -> Iterator[None]:
+def memoised_programs(store: dict[Any, Program]) -> Iterator[None]:
     """Within the block, `transformer_program` returns the program it derived before for
     the same inputs from `store` (programs are frozen: sharing one is safe) and adds the
     ones it derives. A sweep keeps one store per worker process (`planner.sweep`)."""
@@ -241,7 +241,7 @@ def memoised_programs(store: dict[Any, TransformerProgram]) -> Iterator[None]:
 
 def transformer_program(scenario: Scenario, software: Software | None = None,
                         compute_units: int = 132, fp8: Fp8Recipe | None = None
-                        ) -> TransformerProgram:
+                        ) -> Program:
     """`_derive`, or inside `memoised_programs` the stored program of the same inputs."""
     software = software or Software()
     if not _MEMO or MEMO_SIZE <= 0:
@@ -258,7 +258,7 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
 
 
 def _derive(scenario: Scenario, software: Software, compute_units: int,
-            fp8: Fp8Recipe | None) -> TransformerProgram:
+            fp8: Fp8Recipe | None) -> Program:
     """One device's work for one micro-batch of `scenario` (a transformer model), derived
     from its planned graph. `software` is the framework profile's stack: it
     resolves `model.attention: auto`, says whether gradient accumulation into fp32 runs
@@ -348,33 +348,40 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
                                          "head": (head.select, embed.select)}, bwd, steps)
     threshold, pe = _threshold(scenario)
     small = _small(plan, threshold, pe)
-    return TransformerProgram(
-        layer_fwd=fwd["layer"], layer_bwd=bwd["layer"], layer_recompute=recompute,
-        embed_fwd=fwd["embed"], embed_bwd=bwd["embed"], head_fwd=fwd["head"],
-        head_bwd=bwd["head"], params_per_layer=params, params_embedding=embed_params,
-        params_head=head_params, params_output=output_params, param_tensors_per_layer=tensors,
-        activation_bytes_per_layer=per_layer,
-        embed_activation_bytes=sv.total(embed.select), head_activation_bytes=head_saved,
-        head_transient_bytes=software.ce_backward_transient_bytes_per_logit * logits,
-        layer_working_bytes=sv.total(layer.select),
-        boundary_bytes=float(boundary), dtype=dtype,
+    rc = p.recompute != "none"
+    return Program(
+        blocks=(
+            Block("embed", fwd["embed"], bwd["embed"], pinned="first", layers=0,
+                  params=embed_params, unsharded=small_params(plan, embed.select, small),
+                  grad_sync=_coalesce(_sync(plan, steps, embed.select), "grad_sync"),
+                  saved_bytes=sv.total(embed.select)),
+            Block("layer", fwd["layer"], bwd["layer"], recompute, repeat=m.layers // unit,
+                  layers=unit, params=params, param_tensors=tensors,
+                  unsharded=small_params(plan, layer.select, small),
+                  grad_sync=_coalesce(_sync(plan, steps, layer.select), "grad_sync"),
+                  saved_bytes=per_layer,
+                  # one layer's full saved set is alive while a recomputed layer runs its
+                  # backward: what the re-run makes beyond what it keeps
+                  working_bytes=sv.total(layer.select) - per_layer if rc else 0.0,
+                  recomputes=rc, send_fwd_bytes=float(boundary),
+                  send_bwd_bytes=float(boundary)),
+            Block("head", fwd["head"], bwd["head"], pinned="last", layers=0,
+                  params=head_params, tied_params=output_params,
+                  unsharded=small_params(plan, lambda n: n == "lnf", small),
+                  grad_sync=_coalesce(_sync(plan, steps, head.select, embed.select),
+                                      "grad_sync"),
+                  saved_bytes=head_saved,
+                  transient_bytes=software.ce_backward_transient_bytes_per_logit * logits)),
+        dtype=dtype,
         grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
-        tp_overlap=tpo,
-        grad_sync_layer=_coalesce(_sync(plan, steps, layer.select), "grad_sync"),
-        grad_sync_embed=_coalesce(_sync(plan, steps, embed.select), "grad_sync"),
-        grad_sync_head=_coalesce(_sync(plan, steps, head.select, embed.select), "grad_sync"),
-        layers_per_block=unit, expert_slot_fill=slot_fill(dims),
-        expert_load=imbalance,
-        unsharded_per_layer=small_params(plan, layer.select, small),
-        unsharded_embedding=small_params(plan, embed.select, small),
-        unsharded_head=small_params(plan, lambda n: n == "lnf", small),
+        tp_overlap=tpo, expert_slot_fill=slot_fill(dims), expert_load=imbalance,
         p2p_blocking=p2p_blocking(software, p.schedule),
     )
 
 
 @dataclass(frozen=True)
 class GraphProgram:
-    program: TransformerProgram
+    program: Program
     mesh: Mesh  # the graph's own device mesh (the cluster mesh adds `pp` around it)
     model_flops: float
 
@@ -389,18 +396,21 @@ def graph_model_flops(graph: Graph, micro_batches: int) -> float:
     return total * micro_batches
 
 
+def _parts(scenario: Scenario) -> int:
+    p = scenario.parallel
+    return p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
+
+
 def _staged(scenario: Scenario, plan: ShardingPlan, dtype: str, e: int,
-            skip: tuple[str, ...], sv: Saved) -> GraphStages | None:
-    """The units a pipeline cuts the graph into (`schedule.graph_stages`), also without a
+            skip: tuple[str, ...], sv: Saved) -> Staged | None:
+    """The units a pipeline cuts the graph into (`program.graph_stages`), also without a
     pipeline where recompute or offload works unit by unit; None otherwise (the whole
     graph is one block)."""
     p = scenario.parallel
     rc = recomputing(scenario)
     if p.pipeline == 1 and rc is None and not (p.offload.parameters or p.offload.activations):
         return None
-    parts = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    fixed = fixed_counts(scenario, [op.op.name for op in plan.ops], parts)
-    return staged_graph(plan, scenario.model.type, dtype, e, skip, sv, fixed, rc)
+    return staged_graph(plan, scenario.model.type, dtype, e, skip, sv, rc)
 
 
 def _dataset_extras(scenario: Scenario, loaded: float) -> tuple[tuple[str, object], ...]:
@@ -427,16 +437,19 @@ def graph_program(scenario: Scenario) -> GraphProgram:
     loaded = loaded_bytes(plan, e)
     kept = sv.total(lambda n: n not in on_host)
     staged = _staged(scenario, plan, dtype, e, skip, sv)
-    prog = TransformerProgram(
-        layer_fwd=forward_specs(plan, dtype), layer_bwd=backward_specs(plan, dtype),
-        layer_recompute=(), embed_fwd=(), embed_bwd=(), head_fwd=(), head_bwd=(),
-        params_per_layer=params, params_embedding=0, params_head=0, params_output=0,
-        param_tensors_per_layer=tensors, activation_bytes_per_layer=kept,
-        embed_activation_bytes=0.0, head_activation_bytes=0.0,
-        layer_working_bytes=kept, boundary_bytes=0.0, dtype=dtype,
-        single_block=staged is None, staged=staged,
-        grad_sync_layer=_coalesce(gradient_steps(plan, skip), "grad_sync"),
-        host_kernels=host_kernels(plan, e),
+    blocks: tuple[Block, ...] = (Block(
+        "graph", forward_specs(plan, dtype), backward_specs(plan, dtype), params=params,
+        param_tensors=tensors,
+        grad_sync=_coalesce(gradient_steps(plan, skip), "grad_sync"), saved_bytes=kept),)
+    shared: tuple[tuple[float, frozenset[int]], ...] = ()
+    spans: tuple[tuple[str, int, int], ...] = ()
+    fixed = None
+    if staged is not None:
+        blocks, shared, spans = staged
+        fixed = fixed_counts(scenario, [op.op.name for op in plan.ops], _parts(scenario))
+    prog = Program(
+        blocks=blocks, dtype=dtype, shared_saved=shared, fixed=fixed, spans=spans,
+        whole_grads=staged is not None, host_kernels=host_kernels(plan, e),
         host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0,
         resident=(("activations", loaded),), extras=_dataset_extras(scenario, loaded))
     return GraphProgram(prog, mesh, graph_model_flops(graph, scenario.grad_accum_steps))

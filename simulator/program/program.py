@@ -1,13 +1,15 @@
-"""What one device computes and communicates for ONE micro-batch: the `TransformerProgram`.
+"""What one device computes and communicates for ONE micro-batch: the `Program`, a tuple of
+`Block`s.
 
-A program is plain data: tuples of `ComputeSpec` / `CommSpec` (the shared currency of
-`simulator.cost.specs`) for one transformer layer forward and backward, the embedding (first
-pipeline stage) and the LM head with its loss (last stage), plus the per-device parameter
-counts and the activation bytes a micro-batch keeps alive for its backward pass.
+A program is plain data: per block, tuples of `ComputeSpec` / `CommSpec` (the shared
+currency of `simulator.cost.specs`) for its forward, backward and recompute, its parameters,
+the bytes a micro-batch keeps alive for its backward, and its gradient reductions. Every
+model family has this one shape: a transformer is its embedding, one layer Block repeated L
+times and its head; an operator graph is its units, or one Block for the whole graph.
 
 It is derived from the planned operator graph that `verify` executes
-(`schedule.model_program`); the fields below are the whole interface: nothing else is read
-by the lowering.
+(`program.model_program`); the fields below are the whole interface: nothing else is read by
+the lowering, which cuts `Program.sequence()` into pipeline stages (`lower.stages`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from dataclasses import dataclass
 from simulator.config.scenario.schema import DTYPE_BYTES
 from simulator.cost.specs import CommSpec, ComputeSpec
 
-__all__ = ["Op", "TransformerProgram", "TpOverlap", "GraphUnit", "GraphStages", "compute_ops",
-           "comm_ops", "total_flops", "saved_bytes"]
+__all__ = ["Op", "Program", "Block", "TpOverlap", "runs", "compute_ops", "comm_ops", "total_flops",
+           "saved_bytes"]
 
 Op = ComputeSpec | CommSpec
 
@@ -40,179 +42,100 @@ class TpOverlap:
 
 
 @dataclass(frozen=True)
-class GraphUnit:
-    """One unit of an operator graph that pipeline stages are cut between: a layer of an mlp
-    (its MatMul and activation), a conv block or an FC layer of a resnet, one operator of a
-    `type: graph` model (`schedule.graph_stages`). All sizes per device, one micro-batch.
+class Block:
+    """One block of a model as one device runs it for one micro-batch (sizes per device):
+    a transformer's embedding, its layer (one Block standing for every layer: `repeat`),
+    its head with the loss; a unit of an operator graph (an mlp layer, a conv block, one
+    operator of a `type: graph` model, `program.graph_stages`); or a whole graph kept as
+    one block.
 
-    fwd / bwd: its ops (its operators' kernels and the collectives the plan runs for them);
-    params: elements of the parameters it is the first to read; grad_sync: their gradient
-    reductions on the non-dp axes; extra_bytes: saved bytes of its ops beyond their kept
-    tensors (masks, statistics, the kept collective outputs of a recompute).
-    recompute: the forward its recomputed operators run again before its backward
-    (`schedule.graph_recompute`); working_bytes: what that re-run makes again; regen_at:
-    the unit whose backward the re-run comes before (itself, or a later unit reading a
-    recomputed output)."""
+    fwd / bwd / recompute: its ops in execution order (CommSpecs on axis 'tp' sit on the
+    critical path); recompute is what it runs again before its backward (phase
+    'recompute'). repeat: consecutive copies of it in the model; layers: model layers one
+    copy stands for (what `parallel.pipeline_layers` counts; a mixture of experts every k
+    layers repeats in blocks of k); pinned: 'first' / 'last' for a block that joins the
+    first / last virtual stage and is not counted in a split (Megatron's embedding and
+    LM head), None for the blocks a pipeline cuts between.
 
-    ops: tuple[str, ...]
+    params: parameter elements it is the first to read (after sharding); tied_params:
+    elements of a parameter it shares with another block (a tied LM head's table), held
+    again only when the model is cut into pipeline stages; param_tensors: how many
+    separate tensors (fusion mode 'none'); unsharded: elements the optimizer keeps whole
+    (`parallel.optimizer_threshold_kb`); grad_sync: its gradient reductions on mesh axes
+    other than `dp`, run once per iteration before the optimizer step.
+
+    saved_bytes: bytes kept for its backward (beyond `Program.shared_saved`);
+    working_bytes: what a recompute makes again, alive while its backward runs after the
+    re-run (`regen_at`: the copy, counted over the cut sequence, whose backward the re-run
+    comes before); recomputes: a recompute pass runs before its backward;
+    transient_bytes: what its backward allocates beyond the saved set (the loss's gradient
+    buffers). send_fwd_bytes / send_bwd_bytes: bytes a stage ending after it sends to the
+    next one (activations) and receives back (their gradients), per micro-batch.
+    ops: the operators it is made of (by name; a graph's units)."""
+
+    name: str
     fwd: tuple[Op, ...]
     bwd: tuple[Op, ...]
-    params: int
-    grad_sync: tuple[CommSpec, ...] = ()
-    extra_bytes: float = 0.0
     recompute: tuple[Op, ...] = ()
+    repeat: int = 1
+    layers: int = 1
+    pinned: str | None = None
+    params: int = 0
+    tied_params: int = 0
+    param_tensors: int = 0
+    unsharded: int = 0
+    grad_sync: tuple[CommSpec, ...] = ()
+    saved_bytes: float = 0.0
     working_bytes: float = 0.0
     regen_at: int = 0
+    recomputes: bool = False
+    transient_bytes: float = 0.0
+    send_fwd_bytes: float = 0.0
+    send_bwd_bytes: float = 0.0
+    ops: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
-class GraphStages:
-    """An operator graph as a sequence of units that a pipeline cuts into contiguous stages
-    (MindSpore's `pipeline_stage` of cells, GPipe's partition of a layer sequence).
+class Program:
+    """One device's work for one micro-batch: a tuple of Blocks in forward order, and what
+    holds for the whole program (all sizes per device).
 
-    kept: (bytes, units keeping it) of every tensor saved for the backward (a stage holds a
-    tensor when any of its units keeps it, a received boundary tensor included).
-    cut_fwd_bytes[k] / cut_bwd_bytes[k]: bytes per device a stage ending after unit k sends
-    forward (the activations produced up to unit k and read after it, in the layout they
-    are kept in) and receives back (their gradient contributions, in the layouts the later
-    consumers produce them), per micro-batch; cut_tensors[k] names them.
-    fixed: units per virtual stage set by the operators' `attrs.pipeline_stage` (None: not
-    given). spans: (parameter, first unit, last unit) of parameters read by several units,
-    which must not be cut apart (a stage holds its own parameters)."""
+    shared_saved: (bytes, copies keeping it) of saved tensors several blocks read (an
+    operator graph's units; copies counted over `sequence()`): a stage holds one when any of
+    its blocks keeps it. fixed: copies per virtual stage set by the model itself (graph
+    operators' `attrs.pipeline_stage`; None: not given). spans: (parameter, first copy,
+    last copy) of parameters read by several blocks, which a pipeline must not cut apart.
+    whole_grads: without a pipeline the data-parallel reduction waits for the whole
+    backward (an operator graph cut into units only for recompute or offload), instead of
+    leaving block by block.
 
-    units: tuple[GraphUnit, ...]
-    kept: tuple[tuple[float, frozenset[int]], ...]
-    cut_fwd_bytes: tuple[float, ...]
-    cut_bwd_bytes: tuple[float, ...]
-    cut_tensors: tuple[tuple[str, ...], ...]
+    dtype: the compute dtype; grad_elem_bytes: bytes of one gradient element in the buffer
+    and the data-parallel reduction (None: the dtype's); tp_overlap: how tensor-parallel
+    collectives overlap their GEMMs (None: on the critical path). expert_slot_fill: share
+    of the expert GEMMs' slots that carry tokens under balanced routing (the rest is the
+    capacity factor's padding: hardware FLOPs, not model FLOPs); expert_load: how many
+    times the mean tokens the expert kernels and all-to-alls carry (model.moe.imbalance).
+    host_kernels: (kernel name, bytes over the host link) of operators placed on the host
+    CPU (`program.host_placement`), priced on the host profile; host_params: parameters
+    they keep in host memory. resident: (memory category, bytes) held for the whole
+    iteration besides the model states (a graph's loaded input batch). extras: figures of
+    the program's own strategy for the summary. p2p_blocking: pipeline sends block the
+    compute stream (Megatron's p2p `_communicate` ends in torch.cuda.synchronize())."""
+
+    blocks: tuple[Block, ...]
+    dtype: str
+    shared_saved: tuple[tuple[float, frozenset[int]], ...] = ()
     fixed: tuple[int, ...] | None = None
     spans: tuple[tuple[str, int, int], ...] = ()
-
-    def activation_bytes(self, first: int, stop: int) -> float:
-        """Bytes saved for the backward by units first..stop-1 (one stage)."""
-        mine = frozenset(range(first, stop))
-        return (sum(b for b, keepers in self.kept if keepers & mine)
-                + sum(u.extra_bytes for u in self.units[first:stop]))
-
-    def unit_activation_bytes(self, first: int, stop: int) -> tuple[float, ...]:
-        """`activation_bytes(first, stop)` by unit: each tensor with the last unit of the
-        stage that keeps it (the first backward to read it), each unit's extras with it."""
-        out = [u.extra_bytes for u in self.units[first:stop]]
-        for b, keepers in self.kept:
-            mine = [k for k in keepers if first <= k < stop]
-            if mine:
-                out[max(mine) - first] += b
-        return tuple(out)
-
-    def working_bytes(self, first: int, stop: int) -> float:
-        """Bytes a recomputing stage (units first..stop-1) holds beyond its saved
-        activations at the peak of its backward: the most any unit's re-run makes again,
-        less what the backward of the units after its re-run point has freed by then
-        (tensors kept by those units only, and their extras)."""
-        most = 0.0
-        for u in range(first, stop):
-            unit = self.units[u]
-            if not unit.working_bytes:
-                continue
-            at = min(max(unit.regen_at, u), stop - 1)
-            freed = sum(b for b, keepers in self.kept
-                        if keepers and min(keepers) > at and max(keepers) < stop)
-            freed += sum(v.extra_bytes for v in self.units[at + 1:stop])
-            most = max(most, unit.working_bytes - freed)
-        return most
-
-
-@dataclass(frozen=True)
-class TransformerProgram:
-    """One device's work for one micro-batch, per building block (all sizes per device).
-
-    Op tuples (in execution order; CommSpecs on axis 'tp' sit on the critical path):
-      layer_fwd / layer_bwd    one transformer layer, forward and backward
-      layer_recompute          what recompute re-runs before a layer's backward (phase
-                               'recompute'): the whole layer_fwd for `full`, the attention
-                               core for `selective`, nothing for `none`
-      embed_fwd / embed_bwd    vocabulary-parallel embedding (first stage only)
-      head_fwd / head_bwd      final norm, vocabulary-parallel LM head and cross-entropy
-                               (last stage only)
-
-    Parameters (counts of elements held by one device, after tensor-parallel sharding):
-      params_per_layer, params_embedding (token + position tables), params_head (final
-      norm), params_output (the LM-head matrix, tied to the token embedding as in
-      Megatron-LM: held a second time only when the last stage is not the first).
-      param_tensors_per_layer: how many separate tensors a layer has (fusion mode 'none').
-
-    Activations (bytes kept for backward by one micro-batch, under the scenario's recompute
-    mode): activation_bytes_per_layer, embed_activation_bytes, head_activation_bytes;
-    layer_working_bytes is one layer's full saved set, alive while a recomputed layer runs
-    its backward. boundary_bytes is the activation (and its gradient) passed between
-    pipeline stages, s*b*h*dtype (divided by t under sequence parallelism).
-
-    grad_elem_bytes: bytes of one gradient element in the gradient buffer and the
-    data-parallel reduction (None: the model dtype's). tp_overlap: how tensor-parallel
-    collectives overlap their GEMMs (None: they run on the critical path).
-    single_block: the program is the whole model as one block (an operator graph without a
-    pipeline). staged: the units of an operator graph that a pipeline partitions
-    (`GraphStages`); the lowering prices each stage from them instead of the layer fields.
-    grad_sync_*: gradient reductions on mesh axes other than `dp` (a layer's, the
-    embedding's, the head's), run once per iteration before the optimizer step.
-    layers_per_block: model layers one "layer" of the program stands for (a mixture of
-    experts every k layers repeats in blocks of k: k - 1 dense layers and one MoE layer);
-    the per-layer fields above are per block. expert_slot_fill: share of the expert GEMMs'
-    slots that carry tokens under balanced routing (the rest is the capacity factor's
-    padding: hardware FLOPs, not model FLOPs). expert_load: how many times the mean tokens
-    the program's expert kernels and all-to-alls carry (model.moe.imbalance: the busiest
-    expert-parallel rank's share, which sets the step time).
-    """
-
-    layer_fwd: tuple[Op, ...]
-    layer_bwd: tuple[Op, ...]
-    layer_recompute: tuple[Op, ...]
-    embed_fwd: tuple[Op, ...]
-    embed_bwd: tuple[Op, ...]
-    head_fwd: tuple[Op, ...]
-    head_bwd: tuple[Op, ...]
-    params_per_layer: int
-    params_embedding: int
-    params_head: int
-    params_output: int
-    param_tensors_per_layer: int
-    activation_bytes_per_layer: float
-    embed_activation_bytes: float
-    head_activation_bytes: float
-    layer_working_bytes: float
-    boundary_bytes: float
-    dtype: str
+    whole_grads: bool = False
     grad_elem_bytes: float | None = None
     tp_overlap: TpOverlap | None = None
-    single_block: bool = False
-    grad_sync_layer: tuple[CommSpec, ...] = ()
-    grad_sync_embed: tuple[CommSpec, ...] = ()
-    grad_sync_head: tuple[CommSpec, ...] = ()
-    layers_per_block: int = 1
-    # parameter elements the optimizer keeps whole (`parallel.optimizer_threshold_kb`): of
-    # one layer (block), of the embedding, of the head
-    unsharded_per_layer: int = 0
-    unsharded_embedding: int = 0
-    unsharded_head: int = 0
     expert_slot_fill: float = 1.0
     expert_load: float = 1.0
-    # bytes the loss's backward allocates beyond the head's saved set, per micro-batch
-    # (the stack's `cross_entropy.backward_transient_bytes_per_logit` x the logits)
-    head_transient_bytes: float = 0.0
-    # (kernel name, bytes over the host link) of operators placed on the host CPU
-    # (`schedule.host`: a graph's `primitive_target: CPU`); priced on the host profile
     host_kernels: tuple[tuple[str, float], ...] = ()
-    host_params: int = 0  # parameters those operators keep in host memory
-    staged: GraphStages | None = None
-    # (memory category, bytes) held on each device for the whole iteration besides the
-    # model states: a graph's loaded input batch (the dataset's buffer, a graph input alive
-    # until the step ends; `sharding.lower.loaded_bytes`)
+    host_params: int = 0
     resident: tuple[tuple[str, float], ...] = ()
-    # figures of the program's own strategy for the summary (run --json): a graph's dataset
-    # strategy and the bytes each device loads (`sharding.model_graph.dataset_summary`)
     extras: tuple[tuple[str, object], ...] = ()
-    # pipeline sends block the compute stream: the stage computes nothing until its send
-    # and receive are done (Megatron's p2p `_communicate` ends in torch.cuda.synchronize())
     p2p_blocking: bool = False
 
     @property
@@ -220,10 +143,99 @@ class TransformerProgram:
         """Bytes per gradient element (buffer and reduction)."""
         return self.grad_elem_bytes or float(DTYPE_BYTES[self.dtype])
 
+    def block(self, name: str) -> Block:
+        """The block called `name` (KeyError if none)."""
+        for b in self.blocks:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def has(self, name: str) -> bool:
+        return any(b.name == name for b in self.blocks)
+
+    def sequence(self) -> tuple[Block, ...]:
+        """The copies a pipeline cuts between, in forward order (each unpinned block
+        `repeat` times; the same object for the copies of one block)."""
+        return tuple(b for b in self.blocks if b.pinned is None for _ in range(b.repeat))
+
+    def pinned(self, where: str) -> tuple[Block, ...]:
+        return tuple(b for b in self.blocks if b.pinned == where)
+
+    def stage(self, start: int, stop: int, first: bool, last: bool) -> tuple[Block, ...]:
+        """The blocks a virtual stage runs in forward order: copies start..stop-1 of the cut
+        sequence, after the blocks pinned first (`first`) and before those pinned last."""
+        return ((self.pinned("first") if first else ()) + self.sequence()[start:stop]
+                + (self.pinned("last") if last else ()))
+
+    def saved_bytes(self, start: int, stop: int, first: bool = False,
+                    last: bool = False) -> float:
+        """Bytes one micro-batch keeps for its backward on the stage of copies
+        start..stop-1 (with the pinned blocks of its end): the shared tensors any of them
+        keeps, and each block's own, a run of copies of one block as copies x its own."""
+        own = 0.0
+        for b, k in runs(self.stage(start, stop, first, last)):
+            own += k * b.saved_bytes
+        mine = frozenset(range(start, stop))
+        return sum(nb for nb, keepers in self.shared_saved if keepers & mine) + own
+
+    def saved_by_block(self, start: int, stop: int, first: bool = False,
+                       last: bool = False) -> tuple[float, ...]:
+        """`saved_bytes` by block of `stage(...)`: each shared tensor with the last copy of
+        the stage that keeps it (the first backward to read it)."""
+        out = [b.saved_bytes for b in self.stage(start, stop, first, last)]
+        offset = len(self.pinned("first")) if first else 0
+        for nb, keepers in self.shared_saved:
+            mine = [k for k in keepers if start <= k < stop]
+            if mine:
+                out[offset + max(mine) - start] += nb
+        return tuple(out)
+
+    def working_bytes(self, start: int, stop: int) -> float:
+        """Bytes a recomputing stage (copies start..stop-1) holds beyond its saved
+        activations at the peak of its backward: the most any block's re-run makes again,
+        less what the backward of the copies after its re-run point has freed by then
+        (tensors kept by those copies only, and their own saved bytes). The pinned blocks'
+        saved sets are not counted as freed: the lowering frees a stage's activations at
+        the end of its backward task (`lower.stages`), which a transformer's head shares
+        with its last layer."""
+        seq = self.sequence()
+        most = 0.0
+        for u in range(start, stop):
+            b = seq[u]
+            if not b.working_bytes:
+                continue
+            at = min(max(b.regen_at, u), stop - 1)
+            freed = sum(nb for nb, keepers in self.shared_saved
+                        if keepers and min(keepers) > at and max(keepers) < stop)
+            freed += sum(v.saved_bytes for v in seq[at + 1:stop])
+            most = max(most, b.working_bytes - freed)
+        return most
+
+    @property
+    def params(self) -> int:
+        """Parameter elements of the whole model on one device (one pipeline stage holding
+        every block): each block's times its copies, a tied table once."""
+        return sum(b.params * b.repeat for b in self.blocks)
+
+    @property
+    def layers(self) -> int:
+        """Model layers the cut sequence stands for."""
+        return sum(b.layers for b in self.sequence())
+
     def __str__(self) -> str:
-        return (f"TransformerProgram(layer: {len(self.layer_fwd)} fwd / {len(self.layer_bwd)} "
-                f"bwd ops, {self.params_per_layer} params, "
-                f"{self.activation_bytes_per_layer:.4g} B activations)")
+        return "Program(" + ", ".join(
+            f"{b.name}{'x' + str(b.repeat) if b.repeat > 1 else ''}" for b in self.blocks) + ")"
+
+
+def runs(blocks: tuple[Block, ...]) -> list[tuple[Block, int]]:
+    """Consecutive copies of one block (the same object) as (block, copies)."""
+    out: list[tuple[Block, int]] = []
+    for b in blocks:
+        if out and out[-1][0] is b:
+            out[-1] = (b, out[-1][1] + 1)
+        else:
+            out.append((b, 1))
+    return out
 
 
 def compute_ops(ops: tuple[Op, ...]) -> tuple[ComputeSpec, ...]:

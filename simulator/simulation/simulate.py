@@ -44,7 +44,7 @@ from simulator.lower.pipeline import STEADY_PERIODS_KEPT, steady_window
 from simulator.models.registry import family
 from simulator.program.flops import iteration_flops
 from simulator.program.model_program import graph_program, transformer_program
-from simulator.program.program import TransformerProgram
+from simulator.program.program import Program
 from simulator.report.metrics import (
     MemoryPeak,
 )
@@ -80,7 +80,7 @@ class SimResult:
 
     scenario: Scenario
     fidelity: str
-    program: TransformerProgram
+    program: Program
     plan: Plan
     trace: Trace
     iteration_time_s: float

@@ -8,14 +8,14 @@ from simulator.config.framework.load import framework_for
 from simulator.lower.costs import CostModel
 from simulator.lower.framework_apply import fp8_recipe
 from simulator.lower.layout import rank_mesh
-from simulator.lower.stages import stage_layers, stage_work
+from simulator.lower.stages import default_split, stage_layers, stage_work
 from simulator.numeric.pipeline import (
     PipelineSplit,
     SendFaults,
     layer_count,
     transformer_stage_of,
 )
-from simulator.program.graph_stages import graph_units, split_units, stage_ops
+from simulator.program.graph_stages import stage_ops
 from simulator.program.model_program import graph_program, transformer_program
 
 __all__ = ["stage_split", "transformer_split"]
@@ -26,15 +26,15 @@ def stage_split(scenario, hw=None, faults: SendFaults | None = None) -> Pipeline
     `run` times: with the hardware profile `hw`, its stages exactly (a balanced split is
     priced on `hw`); without one, the given split or units balanced by count."""
     gp = graph_program(scenario)
-    staged = gp.program.staged
-    assert staged is not None, "a pipeline's program is cut into units"
+    seq = gp.program.sequence()
+    assert len(seq) > 1, "a pipeline's program is cut into units"
     layout = rank_mesh(scenario, gp.mesh)
     if hw is not None:
-        counts = tuple(w.layers for w in stage_work(scenario, gp.program, layout,
+        counts = tuple(w.copies for w in stage_work(scenario, gp.program, layout,
                                                     CostModel.from_hardware(hw)))
     else:
-        counts = split_units(scenario, staged, layout.virtual_stages, None)
-    units = graph_units(scenario.model.type, [op for u in staged.units for op in u.ops])
+        counts = default_split(scenario, gp.program, layout.virtual_stages)
+    units = tuple(b.ops for b in seq)
     return PipelineSplit(stage_ops(scenario, units, counts), layout.pipeline,
                          faults or SendFaults())
 
@@ -46,7 +46,8 @@ def _run_layers(scenario, chunks: int, hw) -> tuple[int, ...]:
     p, m = scenario.parallel, scenario.model
     unit = m.moe.every if m.moe else 1
     if p.pipeline_layers is not None or hw is None:
-        return tuple(n * unit for n in stage_layers(scenario, chunks, 1.0, 0.0, 0.0, unit))
+        return tuple(n * unit for n in stage_layers(scenario, chunks, m.layers // unit, 1.0,
+                                                   0.0, 0.0, unit))
     fw = framework_for(scenario, hw)
     prog = transformer_program(scenario, fw.software, hw.compute_units,
                                fp8_recipe(scenario, fw))
