@@ -7,14 +7,15 @@ lower < report < simulation < planner < api < cli. A lower layer never imports a
 The Python API (simulator/api.py) is imported lazily, so that `import simulator` and the
 `shardsim` command stay cheap:
 
-    from simulator import load_scenario, simulate, verify, sweep, plan
+    from simulator import load_scenario, simulate, verify, sweep, sweep_frame, plan
 """
 
 from typing import Any
 
 from simulator._version import __version__
 
-__all__ = ["__version__", "load_scenario", "load_hardware", "simulate", "verify", "sweep", "plan"]
+__all__ = ["__version__", "load_scenario", "load_hardware", "simulate", "verify", "sweep",
+           "sweep_frame", "plan"]
 
 _API = frozenset(__all__[1:])
 

@@ -20,10 +20,11 @@ from simulator.errors import InputError
 from simulator.lower.costs import CostModel
 from simulator.lower.layout import rank_mesh
 from simulator.lower.stages import stage_work
+from simulator.models.split import balanced
 from simulator.numeric.pipeline import SendFaults
-from simulator.program.graph_stages import balanced
 from simulator.program.model_program import graph_program
 from simulator.simulation.simulate import simulate
+from simulator.simulation.stage_split import stage_split
 from simulator.simulation.verify import verify_scenario
 
 A100 = load_profile("a100-80gb")
@@ -182,7 +183,7 @@ def test_the_balanced_split_is_priced():
 
 def test_verify_runs_each_stage_on_its_own_devices():
     s = _mlp(pipeline=2, data=2, tensor=2, micro=2)
-    res = verify_scenario(s, hw=A100)
+    res = verify_scenario(s, split=stage_split(s, A100))
     assert res.ok and res.devices == 8
     sent = [c.tensor for c in res.checks if "(sent stage" in c.tensor]
     assert len(sent) == 2 and sent[0].endswith("(sent stage 0 -> 1)")
@@ -196,7 +197,7 @@ def test_verify_runs_each_stage_on_its_own_devices():
                          ids=["drop-fwd", "drop-bwd", "corrupt-fwd", "corrupt-bwd"])
 def test_a_dropped_or_corrupted_send_fails_verify(fault):
     s = _mlp(pipeline=2, data=2, micro=2)
-    res = verify_scenario(s, hw=A100, send_faults=fault)
+    res = verify_scenario(s, split=stage_split(s, A100), send_faults=fault)
     assert not res.ok
     direction, src = fault.drop or fault.corrupt  # type: ignore[misc]
     failed = [c.tensor for c in res.checks if not c.ok]
@@ -206,13 +207,13 @@ def test_a_dropped_or_corrupted_send_fails_verify(fault):
 def test_verify_the_graph_pipeline_and_its_dropped_send():
     s = _bundled("pipeline-graph-seed-c-8-cpu")
     cpu = load_profile("cpu-x86")
-    assert verify_scenario(s, hw=cpu).ok
-    dropped = verify_scenario(s, hw=cpu, send_faults=SendFaults(drop=("fwd", 0)))
+    assert verify_scenario(s, split=stage_split(s, cpu)).ok
+    dropped = verify_scenario(s, split=stage_split(s, cpu), send_faults=SendFaults(drop=("fwd", 0)))
     assert "block (sent stage 0 -> 1)" in [c.tensor for c in dropped.checks if not c.ok]
 
 
 def test_verify_resnet_pipeline_of_four_stages():
-    res = verify_scenario(_resnet(pipeline=4, data=1, micro=2), hw=A100)
+    res = verify_scenario(r4 := _resnet(pipeline=4, data=1, micro=2), split=stage_split(r4, A100))
     assert res.ok
     assert sum("(sent stage" in c.tensor for c in res.checks) == 6  # 3 cuts, both ways
 

@@ -11,7 +11,7 @@ import pytest
 from simulator.api import load_scenario
 from simulator.config.scenario.schema import Scenario
 from simulator.models.registry import FAMILIES, family
-from simulator.program.graph_stages import graph_units
+from simulator.models.split import graph_units
 
 
 def test_one_family_per_schema_model_type():

@@ -8,7 +8,7 @@ import pytest
 
 from simulator.api import load_hardware, load_scenario
 from simulator.errors import InputError
-from simulator.program.model_program import unsharded_roles
+from simulator.models.optimizer_threshold import unsharded_roles
 from simulator.simulation.simulate import simulate
 from simulator.simulation.verify import verify_scenario
 

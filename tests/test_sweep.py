@@ -156,7 +156,13 @@ def test_cli_summary_and_sweep_file(tmp_path):
         assert (tmp_path / "o" / name).is_file()
     page = (tmp_path / "o" / "report.html").read_text()
     assert page.count("<tr>") == 1 + 3 + 1 + 3  # comparison: header + 3; failed: header + 3
-    assert 'id="fig-sweep" alt="sweep plot" src="data:image/png;base64,' in page
+    from simulator.report.interactive import plotly_js
+
+    if plotly_js() is not None:  # the interactive plot (tests/test_html_report.py)
+        assert '<div id="fig-sweep" class="plot"' in page and '"fig-sweep":{"data"' in page
+    else:  # the PNG, and a note that says it is static
+        assert 'id="fig-sweep" alt="sweep plot" src="data:image/png;base64,' in page
+        assert 'id="static-note"' in page
     bad = CliRunner().invoke(app, ["sweep", "tiny-cpu", "--grid", "parallel.tensor"])
     assert bad.exit_code == 2
     assert "error: --set: parallel.tensor: expected KEY=VALUE" in bad.stderr

@@ -1,5 +1,5 @@
 """`verify` of transformer pipelines with each stage on devices of its own
-(`numeric.pipeline.StagedRun` over `transformer_split`): the boundary activations and
+(`numeric.pipeline.StagedRun` over `simulation.verify.pipeline_split`): the boundary activations and
 their gradients sent between adjacent stages, and the tied embedding / LM-head gradient
 sent from the last stage to the first (Megatron-LM's embedding-group all-reduce), each
 checked against the same sends on one device per stage; a dropped or corrupted send
@@ -18,8 +18,8 @@ from simulator.models.cases import build_case
 from simulator.numeric.execute import Faults
 from simulator.numeric.pipeline import SendFaults
 from simulator.simulation.simulate import simulate
-from simulator.simulation.stage_split import transformer_split
-from simulator.simulation.verify import verify_scenario
+from simulator.simulation.stage_split import stage_split
+from simulator.simulation.verify import pipeline_split, verify_scenario
 
 
 def _gpt(pipeline: int, layers: int = 4, data: int = 1, tensor: int = 2, micro: int = 2,
@@ -75,7 +75,8 @@ def test_shrunk_model_keeps_a_layer_per_virtual_stage():
 @pytest.mark.parametrize("given, first_send", [([1, 3], "l0.res2"), ([0, 4], "embed_drop")])
 def test_stages_hold_the_given_layers(given, first_send):
     s = _gpt(2, pipeline_layers=given)
-    split = transformer_split(s, build_case(s).sharded)
+    split = pipeline_split(s, build_case(s).sharded, None)
+    assert split is not None
     assert [n for n, v in split.stage_of.items() if v == 0][-1] == first_send
     assert split.stage_of["lnf"] == split.stage_of["loss"] == 1
     assert f"{first_send} (sent stage 0 -> 1)" in _sent(verify_scenario(s))
@@ -120,9 +121,10 @@ def test_stages_hold_the_layers_run_assigns(layers, pipeline):
     model fits unshrunk: its own layers)."""
     s = _gpt(pipeline, layers=layers, vocab_size=256)
     hw = load_profile("cpu-x86")
-    split = transformer_split(s, build_case(s).sharded, hw)
+    split = pipeline_split(s, build_case(s).sharded, stage_split(s, hw))
+    assert split is not None
     held = [sum(1 for n, v in split.stage_of.items() if v == stage and n.endswith(".ln1"))
             for stage in range(pipeline)]
     assert held == list(simulate(s, hw).plan.stage_layers)
-    result = verify_scenario(s, hw=hw)
+    result = verify_scenario(s, split=stage_split(s, hw))
     assert result.ok and not any("shrunk" in n for n in result.notes)

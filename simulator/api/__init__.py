@@ -26,6 +26,7 @@ from simulator.api.core import (
     scenario_path,
     simulate,
     sweep,
+    sweep_frame,
     verify,
     verify_notes,
     verify_work,
@@ -54,7 +55,7 @@ __all__ = [
     "blame_override", "simulate", "verify", "run_work", "verify_work", "run_notes",
     "verify_notes", "cheapest_remedy",
     # searches (api.core, api.planning)
-    "sweep", "plan", "sweep_spec", "sweep_executor", "sweep_rows", "search",
+    "sweep", "sweep_frame", "plan", "sweep_spec", "sweep_executor", "sweep_rows", "search",
     "fewest_devices", "pareto_front", "target_time_s", "check_request", "check_model",
     "cluster_for", "options_for", "positive", "at_most",
     # inspection (api.tools)

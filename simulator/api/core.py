@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,8 @@ from simulator.planner.requests import (  # cheap: the search loads when called
 )
 
 __all__ = ["load_scenario", "load_hardware", "check_supported", "check_overrides",
-           "scenario_path", "blame_override", "simulate", "verify", "sweep", "plan",
+           "scenario_path", "blame_override", "simulate", "verify", "sweep", "sweep_frame",
+           "plan",
            "run_work", "verify_work", "run_notes", "verify_notes", "cheapest_remedy"]
 
 
@@ -106,15 +107,21 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative",
     return result
 
 
-def verify(scenario: Any, hw: Any = None) -> Any:
-    """The numpy proof of `shardsim verify`: a VerifyResult (`.ok`, `.to_dict()`)."""
+def verify(scenario: Any, hw: Any = None,
+           progress: Callable[[str, int, int], None] | None = None) -> Any:
+    """The numpy proof of `shardsim verify`: a VerifyResult (`.ok`, `.to_dict()`).
+    `progress(what, done, total)` is called as it goes: what it is doing (planning, the
+    sharded run and the single-device reference micro-batch by micro-batch, comparing) and
+    how many of that part's steps are done (operator forwards and backwards)."""
     from simulator.config.framework.load import framework_for
+    from simulator.simulation.stage_split import stage_split
     from simulator.simulation.verify import verify_scenario
 
     sc, profile = _scenario_and_hw(scenario, hw)
     software = framework_for(sc, profile).software  # the scenario's stack, as `run` takes it
-    return verify_scenario(sc, fused_attention=software.fused_attention, hw=profile,
-                           selective=software.selective_recompute)
+    return verify_scenario(sc, fused_attention=software.fused_attention,
+                           split=stage_split(sc, profile),
+                           selective=software.selective_recompute, progress=progress)
 
 
 def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[str] = (),
@@ -124,7 +131,37 @@ def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[
     """Every combination of `grid` ({dotted key: values}) simulated (`shardsim sweep`): the
     rows, sorted by index. With `out`, the folder gets sweep.parquet, sweep.csv, sweep.png
     and report.html, `resume=True` continues a sweep there and `force=True` continues it
-    even though the scenario file or shardsim changed since it began."""
+    even though the scenario file or shardsim changed since it began. `sweep_frame` gives
+    the same rows as a typed pandas DataFrame."""
+    return _swept(scenario, grid, overrides, out, executor, resume, workers, address,
+                  force)[0]
+
+
+def sweep_frame(scenario: str, grid: Mapping[str, Sequence[Any]],
+                overrides: Sequence[str] = (), out: str | Path | None = None,
+                executor: str = "local", resume: bool = False, workers: int | None = None,
+                address: str | None = None, force: bool = False) -> Any:
+    """`sweep` (the same arguments) as a pandas DataFrame indexed by configuration index,
+    with the columns of sweep.parquet typed: each grid key int64, float64, bool or string,
+    the metrics float64 (NaN where the configuration failed), `fits` a nullable boolean
+    (NA where it failed), `config`, `status` and `error` strings. pandas is optional (the
+    dev extra has it): without it, an ImportError that says what to install, before any
+    configuration runs."""
+    from simulator.report.sweep_table import PANDAS_MISSING, rows_frame
+
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        raise ImportError(PANDAS_MISSING) from None
+    rows, columns = _swept(scenario, grid, overrides, out, executor, resume, workers,
+                           address, force)
+    return rows_frame(rows, columns)
+
+
+def _swept(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[str],
+           out: str | Path | None, executor: str, resume: bool, workers: int | None,
+           address: str | None, force: bool) -> tuple[list[dict[str, Any]], Any]:
+    """The rows of a sweep and the types of its grid columns (SweepSpec.columns)."""
     from simulator.planner.sweep import SweepSpec, _yaml_scalar, parse_grid, sweep_into
     from simulator.planner.sweep_exec import make_executor
 
@@ -132,8 +169,9 @@ def sweep(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence[
     items = [f"{k}=" + ",".join(_yaml_scalar(v) for v in values) for k, values in grid.items()]
     spec = SweepSpec(str(path), shown, parse_grid(items), tuple(overrides))
     folder = Path(out) if out is not None else None
-    return sweep_into(spec, folder, make_executor(executor, address, workers), resume,
+    rows = sweep_into(spec, folder, make_executor(executor, address, workers), resume,
                       force=force)
+    return rows, spec.columns
 
 
 def plan(scenario: Any, devices: int | None = None, *, nodes: int | None = None,

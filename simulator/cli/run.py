@@ -21,6 +21,7 @@ from simulator.cli._common import (
     stderr_console,
     stdout_console,
 )
+from simulator.cli.progress import LateProgress
 
 __all__ = ["run", "verify"]
 
@@ -197,9 +198,9 @@ def verify(
         from simulator import api
 
         loaded, hw = load_checked(scenario, overrides or [])
-        devices = api.verify_work(loaded, max_devices, max_gflop, max_gb)
-        with _progress(f"verifying {loaded.scenario.name} on {devices} numpy devices"):
-            res = api.verify(loaded.scenario, hw)
+        api.verify_work(loaded, max_devices, max_gflop, max_gb)  # refused before any work
+        with LateProgress("verify") as progress:
+            res = api.verify(loaded.scenario, hw, progress=progress)
         if res.shrunk_note:
             sys.stderr.write(f"note: {res.shrunk_note}\n")
         report = res.to_dict()

@@ -1,6 +1,6 @@
 """Is one simulated run the other with one steady period inserted? (`splice`)
 
-A pipeline schedule in its steady state repeats one period (`schedule.pipeline.
+A pipeline schedule in its steady state repeats one period (`lower.pipeline.
 steady_window`): a run of m + P micro-batches is the run of m with one more period on every
 stream. `simulator.simulation.simulate` extends a shortened run to the scenario's micro-batch count
 only where the two simulated runs A (m micro-batches) and B (m + P) show exactly that, task

@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["grad_buckets", "grad_bucket_runs", "auto_fusion", "COLLAPSE_MIN"]
 
-# identical buckets of one piece run as one task from this many on (`schedule.lowering`;
+# identical buckets of one piece run as one task from this many on (`lower.lowering`;
 # `simulator.simulation.simulate` still simulates one task per bucket when collapsing saves fewer
 # tasks than a second simulation, to cut the runs, would cost); fewer stay one task each
 COLLAPSE_MIN = 64

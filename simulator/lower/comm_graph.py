@@ -119,7 +119,7 @@ def _server(low: Lowering, vs: int, micro: int) -> Counter[CommOp]:
     return out
 
 
-# by strategy class name (schedule.reduction), most derived first in each MRO
+# by strategy class name (lower.reduction), most derived first in each MRO
 _STRATEGY_OPS: dict[str, Callable[[Lowering, int, int], Counter[CommOp]]] = {
     "NoDataParallel": lambda low, vs, micro: Counter(),
     "ParameterServer": _server,

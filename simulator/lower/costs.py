@@ -29,7 +29,7 @@ class CostModel:
     copy_s: Callable[[float], float] = lambda nbytes: 0.0  # host <-> device, one direction
     hardware: Any = None  # the profile priced (for costs outside the device: servers)
     # a point-to-point message between two given ranks (nbytes, intra, sender, receiver),
-    # where the two ends may differ (schedule.device_costs); None: send_recv_s
+    # where the two ends may differ (lower.device_costs); None: send_recv_s
     peer_send_s: Callable[[float, bool, int, int], float] | None = None
     # compute kernels run this fraction slower while a collective runs beside them
     overlap_slowdown: float = 0.0

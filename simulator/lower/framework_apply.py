@@ -44,7 +44,7 @@ def fp8_recipe(scenario: Scenario, fw: FrameworkProfile) -> Fp8Recipe | None:
 def with_auto_fusion(scenario: Scenario, fw: FrameworkProfile, grad_bytes: float
                      ) -> Scenario:
     """`scenario` with `comm_fusion.mode: auto` replaced by the framework's rule (mode and
-    bucket size, `schedule.buckets.auto_fusion`); other modes unchanged."""
+    bucket size, `lower.buckets.auto_fusion`); other modes unchanged."""
     p = scenario.parallel
     if p.comm_fusion.mode != "auto":
         return scenario

@@ -47,7 +47,7 @@ def _host() -> Any:
 def host_optimizer_s(params: int, dtype: str, optimizer: str) -> float:
     """The host's optimizer step over the parameters it keeps (dense: every row of a table,
     as MindSpore's Adam; its LazyAdam/FTRL sparse updates would touch fewer), priced on the
-    host profile like the device's step (`schedule.state.optimizer_spec`)."""
+    host profile like the device's step (`lower.state.optimizer_spec`)."""
 
     host = _host()
     spec = optimizer_spec(params, dtype if host.has_dtype(dtype) else "fp32", optimizer, 0, 1)

@@ -3,24 +3,24 @@ task streams with dependencies, every duration priced by the cost model.
 
 Per simulated device (one per pipeline stage, or every rank under full fidelity):
 - compute stream: one task per (virtual stage, micro-batch, F | R | B | W) in the pipeline
-  schedule's order (`schedule.pipeline`; with W steps, zb_h1, B is the input gradient and W
+  schedule's order (`lower.pipeline`; with W steps, zb_h1, B is the input gradient and W
   the `weight_grad` kernels); its duration is the sum of its kernels plus its
   critical-path tensor-parallel collectives (`Task.comm_s` keeps the split). Under
   recompute, R re-runs the forward right before B, once B's gradient has arrived (Megatron
   recomputes inside the backward). The optimizer step ends the stream.
 - pp_fwd / pp_bwd: point-to-point sends of activations and their gradients (s*b*h*dtype
   bytes, /t under sequence parallelism; an operator graph's: the tensors crossing the cut,
-  `schedule.graph_stages`) to the neighbouring stage; the receiver's task depends on the
+  `program.graph_stages`) to the neighbouring stage; the receiver's task depends on the
   send. Sends do not block the sender's compute (asynchronous p2p) unless the stack's sends
   are blocking (`Program.p2p_blocking`): then they run on its compute stream.
 - dp: the data-parallel gradient reduction and parameter gathers of the optimizer-sharding
-  level (`schedule.reduction`, one strategy per ZeRO stage). With overlap.grad_reduce the
+  level (`lower.reduction`, one strategy per ZeRO stage). With overlap.grad_reduce the
   buckets of the last micro-batch leave as its backward produces them (its backward is split
   into per-layer tasks for that); otherwise they all wait for the end of the backward.
   Gradient reductions on the other mesh axes run once, before the optimizer step.
 With offload.optimizer_states the optimizer runs on the host (ZeRO-Offload): gradients go
 down and parameters come back over PCIe on the offload stream, and the wait is
-offload_exposed. Offloading parameters or activations (`schedule.offload`) runs compute
+offload_exposed. Offloading parameters or activations (`lower.offload`) runs compute
 piece by piece with host copies on the offload streams. A pipeline over a program kept as
 one block is refused (InputError).
 Memory: F allocates the micro-batch's activations, B frees them (with W steps: but the W
@@ -50,6 +50,7 @@ from simulator.lower.reduction import DataParallel, strategy_for
 from simulator.lower.stages import StageWork, stage_work
 from simulator.lower.state import model_state_bytes, optimizer_spec
 from simulator.lower.tasks_builder import Builder
+from simulator.models.split import StageSplit
 from simulator.program.program import Block, Program
 from simulator.sharding.mesh import Mesh
 
@@ -62,21 +63,23 @@ Cuts = dict[tuple[int, int, int], tuple[int, ...]]  # (device, vs, bucket run) -
 class Lowering:
     """The pipeline emitter: per simulated device, the compute tasks of its schedule, the
     point-to-point sends between stages, the optimizer step; the data-parallel strategy
-    (`schedule.reduction`) adds its collectives. Used once by `lower`, then dropped."""
+    (`lower.reduction`) adds its collectives. Used once by `lower`, then dropped."""
 
     def __init__(self, scenario: Scenario, prog: Program, costs: CostModel,
                  fidelity: str, ranks: RankMesh, share: Lowering | None = None,
-                 micro: int | None = None, cuts: Cuts | None = None) -> None:
+                 micro: int | None = None, cuts: Cuts | None = None,
+                 split: StageSplit | None = None) -> None:
         self.sc, self.prog, self.costs, self.fidelity = scenario, prog, costs, fidelity
         self.ranks = ranks
-        # share: a view for devices priced by another cost model (schedule.device_costs),
+        # share: a view for devices priced by another cost model (lower.device_costs),
         # emitting into the same plan with the same layers per stage
-        layers = tuple(w.copies for w in share.work) if share else None
+        layers = tuple(w.copies for w in share.work) if share else (
+            split.counts if split else None)
         self.work: tuple[StageWork, ...] = stage_work(scenario, prog, ranks, costs, layers)
         self.b: Builder = share.b if share else Builder()
         self.e = DTYPE_BYTES[prog.dtype]
         self.ge = prog.grad_bytes  # gradient elements: buffer and reduction
-        tr = scenario.training  # the optimizer's state dtype, FP8 weights (schedule.state)
+        tr = scenario.training  # the optimizer's state dtype, FP8 weights (lower.state)
         self.state_dtype: str = tr.optimizer_dtype
         self.fp8_params = tr.fp8_params and getattr(scenario.model, "dtype", "") == "fp8"
         self.par = scenario.parallel
@@ -298,7 +301,7 @@ class Lowering:
 
     def _host_ops_step(self, dev: int, deps: tuple[int, ...]) -> tuple[int, ...]:
         """The optimizer step of the parameters operators on the host CPU keep there
-        (`schedule.host`), after the backward; the device's step follows it (the iteration
+        (`lower.host`), after the backward; the device's step follows it (the iteration
         ends when both have), so a wait for it is charged to the optimizer."""
         if not self.prog.host_params:
             return ()
@@ -375,17 +378,19 @@ def _check(scenario: Scenario, prog: Program) -> None:
 def lower(scenario: Scenario, program: Program, costs: CostModel,
           fidelity: str = "representative", model_mesh: Mesh | None = None,
           device_costs: Callable[[int], CostModel] | None = None, micro: int | None = None,
-          cuts: Cuts | None = None) -> Plan:
+          cuts: Cuts | None = None, split: StageSplit | None = None) -> Plan:
     """The task streams of one training iteration of `scenario` (see the module docstring).
     `model_mesh`: an operator graph's own device mesh (default: (dp, tp) of `parallel`).
     `device_costs(rank)`: the cost model of each simulated device where they differ
     (`lower.device_costs`; default `costs` for all). `micro`: micro-batches per replica
     instead of the scenario's (a shortened run of the steady state,
-    `simulator.simulation.simulate`); `cuts`: collapse identical buckets, cut there."""
+    `simulator.simulation.simulate`); `cuts`: collapse identical buckets, cut there.
+    `split`: the StageSplit (`models.split`) computed once for the run (default: the one
+    `lower.stages.split_for` prices on `costs`)."""
     assert fidelity in FIDELITIES, f"fidelity must be one of {FIDELITIES}"
     _check(scenario, program)
     low = Lowering(scenario, program, costs, fidelity, rank_mesh(scenario, model_mesh),
-                   micro=micro, cuts=cuts)
+                   micro=micro, cuts=cuts, split=split)
     devices, represents = low.ranks.simulated(fidelity)
     views: dict[int, Lowering] = {}
 

@@ -1,5 +1,5 @@
 """Offloading parameters and activations to the host, as tasks on the device's `offload`
-stream (the lowering, `schedule.lowering`, calls `Offload` from its compute emitters).
+stream (the lowering, `lower.lowering`, calls `Offload` from its compute emitters).
 
 - `parallel.offload.activations` (activation offload, "checkpoint to CPU": torch
   `autograd.graph.save_on_cpu`, Transformer Engine `get_cpu_offload_context` as used by
@@ -11,7 +11,7 @@ stream (the lowering, `schedule.lowering`, calls `Offload` from its compute emit
   has finished, so it runs under the preceding piece). The embedding's and the head's
   activations stay on the device (they are used right after they are made on the last
   stage). An operator graph (mlp, resnet, `type: graph`) moves unit by unit: its pieces
-  are the units of `schedule.graph_stages` (an mlp layer, a resnet block or FC layer, a
+  are the units of `program.graph_stages` (an mlp layer, a resnet block or FC layer, a
   graph operator), each tensor with the last unit of the stage that keeps it; the last
   unit of the last stage keeps its activations (its backward follows at once).
 - `parallel.offload.parameters` (ZeRO-Infinity, Rajbhandari et al. 2021, Sec. 5.1 and

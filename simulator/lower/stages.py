@@ -22,10 +22,10 @@ from simulator.lower.costs import CostModel, Priced, price_ops
 from simulator.lower.host import host_costs
 from simulator.lower.layout import RankMesh
 from simulator.lower.multicopy import multi_copy
-from simulator.program.graph_stages import split_units
+from simulator.models.split import StageSplit, stage_layers, unit_split
 from simulator.program.program import Block, Op, Program, runs
 
-__all__ = ["StageWork", "stage_work", "stage_layers", "split_backward"]
+__all__ = ["StageWork", "stage_work", "default_split", "split_for", "split_backward"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class StageWork:
     grad_sync: the stage's gradient reductions on non-dp axes, once per iteration, each
     collective kind coalesced into one buffer.
     act_pieces / offloadable: activation_bytes split by forward piece, and which pieces are
-    layers (the ones `parallel.offload.activations` moves to the host, `schedule.offload`).
+    layers (the ones `parallel.offload.activations` moves to the host, `lower.offload`).
     """
 
     fwd: Priced
@@ -71,7 +71,7 @@ class StageWork:
     # block (an operator graph cut into units only for recompute or offload: its gradient
     # buckets are not followed unit by unit, as without those)
     whole_grads: bool = False
-    # the backward split for a schedule that runs W passes (`schedule.pipeline`, zb_h1; Qi
+    # the backward split for a schedule that runs W passes (`lower.pipeline`, zb_h1; Qi
     # et al. 2023, Sec. 2): per bwd piece, its input-gradient part (B: every kernel but the
     # `weight_grad` ones) and its weight-gradient part (W), each priced as a sequence of its
     # own; the bytes W reads that outlive B (`split_backward`): the saved inputs X of its
@@ -134,25 +134,6 @@ def _priced_split(fwd: tuple[Op, ...], bwd: tuple[Op, ...], price: Callable[[tup
                   ) -> _Split:
     b_ops, w_ops, x, dy = split_backward(fwd, bwd)
     return _Split(price(b_ops) if b_ops else _NONE, price(w_ops) if w_ops else _NONE, x, dy)
-
-
-def stage_layers(scenario: Scenario, stages: int, total: int, layer_s: float,
-                 embed_s: float, head_s: float, unit: int = 1) -> tuple[int, ...]:
-    """Copies of a repeated block (`unit` layers each) on each virtual stage, of `total`:
-    as `parallel.pipeline_layers` gives them, or an even split with the remainder placed
-    one copy at a time on the stage whose work (seconds per micro-batch: its copies, plus
-    the blocks pinned to the first and the last stage) is least, earliest on ties."""
-    given = scenario.parallel.pipeline_layers
-    if given is not None:
-        return tuple(n // unit for n in given)
-    counts = [total // stages] * stages
-    extra = [0.0] * stages
-    extra[0] += embed_s
-    extra[-1] += head_s
-    for _ in range(total % stages):
-        k = min(range(stages), key=lambda i: (counts[i] * layer_s + extra[i], i))
-        counts[k] += 1
-    return tuple(counts)
 
 
 # (id(program), id(cost model), what else stage_work reads) -> (program, cost model, work):
@@ -282,11 +263,19 @@ def _stage(prog: Program, layout: RankMesh, priced: dict[int, _Priced],
         w_input_bytes=x, w_grad_bytes=dy, blocks=blocks, copies=stop - start)
 
 
+def split_for(scenario: Scenario, prog: Program, layout: RankMesh, costs: CostModel
+              ) -> StageSplit:
+    """The StageSplit `run` lowers `prog` with: `parallel.pipeline_layers` or the
+    operators' stages where given, else the balance priced on `costs`."""
+    work = stage_work(scenario, prog, layout, costs)
+    return StageSplit(tuple(w.copies for w in work), prog.sequence()[0].layers)
+
+
 def default_split(scenario: Scenario, prog: Program, stages: int,
                   priced: dict[int, _Priced] | None = None) -> tuple[int, ...]:
     """Copies of the cut sequence on each virtual stage when the scenario does not give
     them: a sequence of one repeated block split evenly (`stage_layers`), distinct blocks
-    balanced on their priced seconds (`program.graph_stages.split_units`; None: by count)."""
+    balanced on their priced seconds (`models.split.unit_split`; None: by count)."""
     seq = prog.sequence()
 
     def seconds(bs: tuple[Block, ...]) -> float:
@@ -301,8 +290,8 @@ def default_split(scenario: Scenario, prog: Program, stages: int,
         return stage_layers(scenario, stages, len(seq), seconds(seq[:1]),
                             seconds(prog.pinned("first")), seconds(prog.pinned("last")),
                             seq[0].layers)
-    return split_units(scenario, prog, stages,
-                       None if priced is None else [seconds((b,)) for b in seq])
+    return unit_split(scenario, len(seq), prog.fixed, prog.spans, stages,
+                      None if priced is None else [seconds((b,)) for b in seq])
 
 
 def _merged(specs: tuple[CommSpec, ...]) -> tuple[CommSpec, ...]:

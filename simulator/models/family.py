@@ -47,6 +47,8 @@ class ModelFamily:
         the operator graph as planned (`models.cases`).
     writes_ops: the scenario lists the operators (and their batch is in their input
         tensors' shapes, not `training.micro_batch_size`).
+    block_layers(model): model layers one repeated block of its program stands for (a
+        mixture of experts every k layers repeats in blocks of k).
     """
 
     name: str
@@ -56,3 +58,4 @@ class ModelFamily:
     written: Callable[[Any], tuple[Graph, Mesh]] | None = None
     case: Callable[[Any, bool], VerifyCase] | None = None
     writes_ops: bool = False
+    block_layers: Callable[[Any], int] = lambda model: 1

@@ -135,6 +135,11 @@ def _graph(s: Any, batch: int) -> Graph:
     return build_gpt(dataclasses.replace(gpt_dims(s, uses_flash(s)), batch=batch))
 
 
+def _block_layers(m: Any) -> int:
+    moe = transformer_model(m).moe
+    return moe.every if moe else 1
+
+
 FAMILY = ModelFamily("transformer", layered=True, unplanned=_graph,
                      unit_start=lambda name: _UNIT_START.fullmatch(name) is not None,
-                     case=_case)
+                     case=_case, block_layers=_block_layers)

@@ -77,6 +77,9 @@ class Execution:
     # free each op's output once its backward ran (`release`); False keeps every value
     # of the last micro-batch in `values` (tests read them)
     free: bool = False
+    # called once per operator forward and once per operator backward the runner runs (not
+    # for recompute's re-runs): how `verify` shows its progress; None: nothing is called
+    tick: Callable[[], None] | None = None
 
     def move(self, t: DistTensor, target: Layout, forward: bool,
              keep: tuple[str, ...] = ()) -> DistTensor:
@@ -367,6 +370,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
     for k, p in enumerate(plan.ops):
         moved = _forward_op(ex, p, cache)
         saved.append(_kept(p, moved) if early else moved)
+        if ex.tick is not None:
+            ex.tick()
         if on_op is not None:
             on_op(p.op.output, ex.values[p.op.output])
         for name in dead[k] if early else ():
@@ -401,6 +406,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
         assert ins is not None
         _backward_op(ex, plan.ops[k], ins, grads, regathered)
         release(ex, plan.ops[k], saved, k)
+        if ex.tick is not None:
+            ex.tick()
         for name in complete.get(k, ()):
             _hand_over(ex, name, grads, out, on_grad)
     clear_saved()

@@ -1,5 +1,5 @@
 """Offloaded tensors in `verify` of an operator graph (mlp, resnet, `type: graph`): what
-`schedule.offload` copies to host memory and back is copied so here, and the run goes on
+`lower.offload` copies to host memory and back is copied so here, and the run goes on
 with the copies that came back.
 
 - `parallel.offload.parameters`: before each micro-batch every parameter comes up from its

@@ -1,8 +1,9 @@
 """Pipeline stages on devices of their own in `verify`: those of an operator graph (mlp,
-resnet, graph; `stage_split`) and of a transformer (`transformer_split`: the embedding with
-the first stage's layers, the head with the last's).
+resnet, graph) and of a transformer (the embedding with the first stage's layers, the head
+with the last's), given as {operator: virtual stage} (`simulation.verify.pipeline_split`
+of the StageSplit `run` lowers with, `models.split`).
 
-Each virtual stage runs its operators (`schedule.graph_stages`) on an `Execution` of its own:
+Each virtual stage runs its operators (the units of `models.split`) on an `Execution` of its own:
 its own devices (the graph's mesh, once per stage), holding only its parameters and the
 inputs its operators read. Between adjacent stages the tensors crossing the cut are sent
 block by block, rank r of one stage to rank r of the next (the same mesh coordinates, as
@@ -126,7 +127,7 @@ class StagedRun:
         self._calls += 1
         plan, n = self.plan, self.stages
         exs = [Execution(plan, ex.faults, comm_log=ex.comm_log, vectorised=ex.vectorised,
-                         free=ex.free)
+                         free=ex.free, tick=ex.tick)
                for _ in range(n)]
         reads = [{name for k in self._ops(s) for name in plan.ops[k].op.inputs}
                  for s in range(n)]
@@ -190,6 +191,8 @@ class StagedRun:
                 p = plan.ops[k]
                 saved[k] = _forward_op(e, p, cache)
                 made[p.op.output] = s
+                if e.tick is not None:
+                    e.tick()
                 if on_op is not None:
                     on_op(p.op.output, e.values[p.op.output])
         return saved
@@ -212,6 +215,9 @@ class StagedRun:
                 assert ins is not None
                 _backward_op(exs[s], plan.ops[k], ins, grads[s])
                 release(exs[s], plan.ops[k], saved, k)
+                tick = exs[s].tick
+                if tick is not None:
+                    tick()
             for name in [m for m in grads[s] if m in params]:
                 total = _collect(exs[s], name, grads[s], None)
                 if total is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,7 +47,7 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Broadcast, Shard
 from simulator.sharding.plan import ShardingPlan, build_plan
 
-__all__ = ["Check", "VerifyResult", "verify_case", "reduce_grad"]
+__all__ = ["Check", "VerifyResult", "verify_case", "reduce_grad", "Progress"]
 
 
 @dataclass(frozen=True)
@@ -196,12 +197,14 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
          ps: PsRun | None = None, vectorised: bool = True,
          recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset(),
          runner=run_microbatch,
-         on_act: Callable[[str, np.ndarray], None] | None = None) -> _Outcome:
+         on_act: Callable[[str, np.ndarray], None] | None = None,
+         tick: Callable[[], None] | None = None) -> _Outcome:
     """`runner`: how one micro-batch runs (`run_microbatch`, or a graph's pipeline stages
     on devices of their own, `numeric.pipeline.StagedRun`). The first micro-batch's op
     outputs go to `on_act(name, value)` as they are computed (None: kept in the
-    outcome's `activations`)."""
-    mesh, ex = plan.mesh, Execution(plan, faults, vectorised=vectorised, free=True)
+    outcome's `activations`). `tick()` after each operator's forward and backward."""
+    mesh = plan.mesh
+    ex = Execution(plan, faults, vectorised=vectorised, free=True, tick=tick)
     params = {n: distribute(v, plan.layouts[n], mesh) for n, v in params0.items()}
     acts: dict[str, np.ndarray] = {}
     replica: dict[str, float] = {}
@@ -253,6 +256,29 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
                                    for n, t in new.items()}}, counts, ex.recomputed_ops)
 
 
+# `progress(what, done, total)`: what verify is doing and how far it is (the CLI's progress)
+Progress = Callable[[str, int, int], None]
+
+
+class _Ticks:
+    """The operator steps of a run (a forward and a backward per operator and micro-batch)
+    counted and reported to `progress` as `what, micro-batch i/m` with done/total steps.
+    Only this process reports: a forked child running the reference calls nothing."""
+
+    def __init__(self, progress: Progress, what: str, ops: int, batches: int) -> None:
+        self.progress, self.what = progress, what
+        self.per_batch, self.batches = max(2 * ops, 1), batches
+        self.total, self.done, self.pid = self.per_batch * batches, 0, os.getpid()
+
+    def __call__(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        self.done = min(self.done + 1, self.total)
+        batch = min((self.done - 1) // self.per_batch + 1, self.batches)
+        self.progress(f"{self.what}, micro-batch {batch}/{self.batches}", self.done,
+                      self.total)
+
+
 def _ignore(name: str, value: np.ndarray) -> None:
     """The whole-batch reference's op outputs are not compared (its first micro-batch's
     are, `reference.Streamed`)."""
@@ -281,20 +307,22 @@ def verify_case(case: VerifyCase, optimizer: str = "adam", lr: float = 1e-3, see
                 recompute: Recompute | None = None,
                 unsharded: frozenset[str] = frozenset(), enable_alltoall: bool = True,
                 pipeline: PipelineSplit | None = None, host: HostTrips | None = None,
-                fork: bool | None = None) -> VerifyResult:
+                fork: bool | None = None, progress: Progress | None = None) -> VerifyResult:
     """`vectorised=False` runs every local kernel rank by rank (numeric.local). BLAS runs on
     one thread: verify's products are a device's blocks of small or shrunk models, where a
     second thread only adds synchronisation (a 4-device tiny transformer: 5.0 s with two
     OpenBLAS threads on 2 busy cores, 1.3 s with one). Python's cyclic garbage collector
     is paused for the run (it walked the run's many block tuples again and again: about 3%
-    of the time at 256 devices); the run makes no cycles it must free early."""
+    of the time at 256 devices); the run makes no cycles it must free early.
+    `progress(what, done, total)` is called as the run goes (the sharded run and the
+    single-device reference operator by operator, then the comparison)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
         with threadpool_limits(limits=1, user_api="blas"), kept_heap():
             return _verify(case, optimizer, lr, seed, shard_optimizer, faults, name, ps,
                            vectorised, recompute, unsharded, enable_alltoall, pipeline, host,
-                           fork)
+                           fork, progress)
     finally:
         clear_dropout_masks()  # the memoised keep-masks are this run's only
         if collecting:
@@ -305,7 +333,8 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
             faults: Faults | None, name: str, ps: PsRun | None, vectorised: bool,
             recompute: Recompute | None = None, unsharded: frozenset[str] = frozenset(),
             enable_alltoall: bool = True, pipeline: PipelineSplit | None = None,
-            host: HostTrips | None = None, fork: bool | None = None) -> VerifyResult:
+            host: HostTrips | None = None, fork: bool | None = None,
+            progress: Progress | None = None) -> VerifyResult:
     faults = faults or Faults()
     rng = np.random.default_rng(seed)
     dtype, m = case.dtype, case.micro_batches
@@ -320,9 +349,15 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
     tol = 1e-4 if dtype == np.float32 else 1e-5
     if fork is None:
         fork = fork_pays(sum(math.prod(t.shape) for t in case.whole.tensors.values()))
+    devices = case.mesh.size * (pipeline.stages if pipeline is not None else 1)
+    ticks = ref_ticks = None
+    if progress is not None:
+        ticks = _Ticks(progress, f"sharded run on {devices} numpy devices", len(plan.ops), m)
+        ref_ticks = _Ticks(progress, "single-device reference", len(whole.ops),
+                           len(ref_batches))
     t0 = time.perf_counter()
     with Beside(lambda: _run(whole, params, ref_batches, optimizer, lr, False, Faults(),
-                             on_act=_ignore), fork) as beside:
+                             on_act=_ignore, tick=ref_ticks), fork) as beside:
         stages = None if pipeline is None else StagedRun(plan, pipeline.stage_of,
                                                           pipeline.faults)
         runner = stages or run_microbatch
@@ -330,9 +365,13 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
                             batches[0], tol)
         got = _run(plan, params, batches, optimizer, lr, shard_optimizer, faults, ps,
                    vectorised, recompute, unsharded, host.runner(runner) if host else runner,
-                   on_act=streamed)
+                   on_act=streamed, tick=ticks)
         t1 = time.perf_counter()
+        if progress is not None and fork:
+            progress("waiting for the single-device reference (forked beside)", 0, 1)
         ref = beside.result()
+    if progress is not None:
+        progress("comparing with the single-device run", 0, 1)
     phases = {"sharded": t1 - t0, "reference": beside.seconds,
               "waited": time.perf_counter() - t1, "forked": float(fork)}
     checks = streamed.checks()
@@ -354,13 +393,13 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
     if host is not None:
         notes += (host.note(),)
     checks += [Check(f"{n} (replicas)", e, e, e <= tol) for n, e in got.replica.items() if e]
-    devices = case.mesh.size
     if pipeline is not None and stages is not None:
         want = reference_sends(_unsharded(case.micro_reference), pipeline.stage_of, params,
                                batches[0], 1.0 / m)
         checks += [_sent(key, stages.received.get(key), ref, tol, 1e-6 * grad_scale)
                    for key, ref in want.items()]
-        notes += (pipeline.note(devices, stages.sends),)
+        notes += (pipeline.note(case.mesh.size, stages.sends),)
         got.collectives["send_recv"] = stages.sends
-        devices *= pipeline.stages
+    if progress is not None:
+        progress("comparing with the single-device run", 1, 1)
     return VerifyResult(name, devices, tuple(checks), notes, tol, got.collectives, phases)

@@ -18,7 +18,7 @@ from simulator.config.scenario.schema import Scenario
 from simulator.models.registry import family
 from simulator.models.transformer import transformer_model
 from simulator.planner.search import Candidate, SearchOptions, SearchResult, search
-from simulator.simulation.budget import _transformer_params
+from simulator.simulation.budget import transformer_param_count
 
 __all__ = ["pareto_front", "target_time_s", "CapacityResult", "fewest_devices",
            "device_hours"]
@@ -74,7 +74,7 @@ def _floor_devices(scenario: Scenario, hw: Any, target_s: float) -> float:
         return 1.0
     m = transformer_model(scenario.model)
     tokens = scenario.training.global_batch_size * m.seq_length
-    flops = 6.0 * _transformer_params(m) * tokens
+    flops = 6.0 * transformer_param_count(m) * tokens
     return flops / (target_s * hw.peak_flops_per_s(m.dtype))
 
 

@@ -42,10 +42,13 @@ from typing import Any
 
 from simulator.config.framework.load import framework_for
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
+from simulator.lower.framework_apply import fp8_recipe
 from simulator.lower.state import framework_overhead_bytes, state_bytes_per_param
+from simulator.models.params import transformer_params
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import uses_flash
 from simulator.planner.space import Config
+from simulator.program.model_program import transformer_program
 
 __all__ = ["Workload", "workload_of", "MemoryEstimate", "estimate_memory", "layer_bytes",
            "layer_params", "STATE_BYTES_PER_PARAM"]
@@ -79,6 +82,15 @@ class Workload:
     # fp8.weight_copy_bytes_per_param, less the bf16 weight they replace with fp8_params)
     fp8_copy_bytes: float = 0.0
     fp8_params: bool = False
+    # what the program is derived with (`figures`): the scenario, the stack, the device's
+    # compute units and the FP8 recipe; None: the closed forms below
+    scenario: Scenario | None = None
+    software: Any = None
+    compute_units: int = 132
+    fp8_recipe: Any = None
+    # the optimizer runs on parameter servers (parallel.mode: parameter_server): its
+    # states are not on the workers (simulator/lower/reduction.py, ParameterServer)
+    remote_optimizer: bool = False
 
 
 def workload_of(scenario: Scenario, hw: Any) -> Workload:
@@ -99,7 +111,53 @@ def workload_of(scenario: Scenario, hw: Any) -> Workload:
         copies = max(0.0, copies - e)
     return Workload(m, tr.global_batch_size, tr.optimizer, bool(flash), ge, fusion.mode,
                     fusion.bucket_mb * 1e6, fw.memory_overheads, off.parameters,
-                    off.activations, tr.optimizer_dtype, copies, fp8 and tr.fp8_params)
+                    off.activations, tr.optimizer_dtype, copies, fp8 and tr.fp8_params,
+                    scenario, sw, hw.compute_units, fp8_recipe(scenario, fw),
+                    scenario.parallel.mode == "parameter_server")
+
+
+@dataclass(frozen=True)
+class Figures:
+    """Bytes one device's blocks keep per micro-batch, from the program `run` simulates
+    (`program.model_program`): a layer's saved set (`layer`), what its recompute makes
+    again (`working`), the embedding's and the head's saved sets and the loss's transient
+    buffers beyond the working set."""
+
+    layer: float
+    working: float
+    embed: float
+    head: float
+    transient: float
+
+
+_FIGURES: dict[tuple, Figures] = {}
+FIGURES_SIZE = 512  # entries kept at most, emptied when full
+
+
+def figures(w: Workload, cfg: Config) -> Figures | None:
+    """The program's `Figures` of `w`'s scenario under `cfg` (None without a scenario):
+    one program per distinct (tensor degree, sequence parallelism, recompute, micro-batch
+    size), which is all of `cfg` the saved bytes depend on."""
+    if w.scenario is None:
+        return None
+    key = (id(w.scenario), w.scenario.model_dump_json(), cfg.tensor, cfg.sequence_parallel,
+           cfg.recompute, cfg.micro_batch_size, w.compute_units)
+    hit = _FIGURES.get(key)
+    if hit is None:
+        s = w.scenario
+        par = s.parallel.model_copy(update={
+            "data": 1, "tensor": cfg.tensor, "pipeline": 1, "sequence_parallel":
+            cfg.sequence_parallel, "recompute": cfg.recompute, "expert": 1})
+        tr = s.training.model_copy(update={"micro_batch_size": cfg.micro_batch_size})
+        prog = transformer_program(s.model_copy(update={"parallel": par, "training": tr}),
+                                   w.software, w.compute_units, w.fp8_recipe)
+        layer, embed, head = (prog.block(n) for n in ("layer", "embed", "head"))
+        hit = Figures(layer.saved_bytes, layer.working_bytes, embed.saved_bytes,
+                      head.saved_bytes, head.transient_bytes)
+        if len(_FIGURES) >= FIGURES_SIZE:
+            _FIGURES.clear()
+        _FIGURES[key] = hit
+    return hit
 
 
 @dataclass(frozen=True)
@@ -131,15 +189,12 @@ def _storage(m: TransformerModel) -> int:
 
 
 def layer_params(m: TransformerModel, t: int) -> float:
-    """Parameters of one transformer layer held by one of t tensor-parallel ranks: QKV
-    (a + 2kv heads of d) and output projection with biases, the FFN (gelu: two matrices
-    with biases; swiglu: three without), two layernorms (12h^2 + 13h at t = 1, kv = a,
-    f = 4h; Narayanan et al. 2021, Sec. 5.1 / Eq. 2)."""
-    h, d, f = m.hidden_size, m.head_dim, m.ffn // t
-    qkv = (m.num_heads + 2 * m.kv_heads) * d // t
-    attn = h * qkv + qkv + (h // t) * h + h
-    ffn = 3 * h * f if m.ffn_activation == "swiglu" else 2 * h * f + f + h
-    return float(attn + ffn + 4 * h)
+    """Parameters of one transformer layer held by one of t tensor-parallel ranks, counted
+    on the planned graph as the program counts them (`models.params`): QKV (a + 2kv heads
+    of d) and output projection with biases, the FFN (gelu: two matrices with biases;
+    swiglu: three without), two layernorms (12h^2 + 13h at t = 1, kv = a, f = 4h;
+    Narayanan et al. 2021, Sec. 5.1 / Eq. 2)."""
+    return transformer_params(m, t).per_layer
 
 
 def layer_bytes(m: TransformerModel, b: int, t: int, sp: bool, recompute: str,
@@ -190,22 +245,36 @@ def _in_flight(cfg: Config, micro: int, stage: int) -> float:
     return min(warmup + 1, total) / v
 
 
-def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool) -> _Stage:
+def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool,
+           fig: Figures | None = None) -> _Stage:
+    """Parameters and activations of pipeline stage `stage`: with the program's `fig`,
+    its blocks' saved bytes (the embedding's on the first stage, the head's and the loss's
+    transient buffers on the last); without, the closed forms of the module docstring."""
     t, p, b, sp = cfg.tensor, cfg.pipeline, cfg.micro_batch_size, cfg.sequence_parallel
     s, h, e = m.seq_length, m.hidden_size, _storage(m)
     per_stage = m.layers // p
     params = per_stage * layer_params(m, t)
     tokens = s * b / (t if sp else 1)  # tokens in the norm / dropout regions
     flight = _in_flight(cfg, micro, stage)
+    counts = transformer_params(m, t, sp)
+    if fig is not None:
+        acts = flight * per_stage * fig.layer + fig.working
+        if stage == 0:
+            params += counts.embedding
+            acts += min(flight, micro) * fig.embed
+        if stage == p - 1:
+            params += counts.head + (counts.output if p > 1 else 0)
+            acts += fig.head + max(0.0, fig.transient - fig.working)
+        return _Stage(params, acts)
     acts = flight * per_stage * layer_bytes(m, b, t, sp, cfg.recompute, flash)
     if cfg.recompute != "none":  # one layer's full set while it is recomputed
         full = layer_bytes(m, b, t, sp, "none", flash)
         acts += full - layer_bytes(m, b, t, sp, cfg.recompute, flash)
     if stage == 0:  # the position table is split over t with sequence parallelism
-        params += m.vocab_size // t * h + s * h // (t if sp else 1)
+        params += counts.embedding
         acts += min(flight, micro) * (_MASK_BYTES if m.dropout > 0 else 0.0) * tokens * h
     if stage == p - 1:
-        params += 2 * h + (m.vocab_size // t * h if p > 1 else 0)
+        params += counts.head + (counts.output if p > 1 else 0)
         logits = s * b * (m.vocab_size // t)
         acts += e * tokens * h + e * s * b * h / (t if sp else 1) + 4.0 * logits
     return _Stage(params, acts)
@@ -214,10 +283,9 @@ def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool
 def _fp8_share(m: TransformerModel, cfg: Config) -> float:
     """Share of the model's parameters that feed FP8 GEMMs (the layers'), applied to each
     device's, as simulator/lower/framework_apply.py counts the FP8 weight copies."""
-    t, sp = cfg.tensor, cfg.sequence_parallel
-    layers = m.layers * layer_params(m, t)
-    rest = m.vocab_size // t * m.hidden_size * (2 if cfg.pipeline > 1 else 1)
-    rest += m.seq_length * m.hidden_size // (t if sp else 1) + 2 * m.hidden_size
+    counts = transformer_params(m, cfg.tensor, cfg.sequence_parallel)
+    layers = counts.blocks * counts.layer
+    rest = counts.embedding + counts.head + (counts.output if cfg.pipeline > 1 else 0)
     return layers / (layers + rest)
 
 
@@ -270,9 +338,10 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
     overhead = framework_overhead_bytes(w.overheads, comms) if w.overheads else 0.0
     best = None
     for stage in sorted({0, cfg.pipeline - 1}):
-        st = _stage(m, cfg, micro, stage, w.flash)
+        st = _stage(m, cfg, micro, stage, w.flash, figures(w, cfg))
         dp = _dp_buffer(w, cfg, st.params, micro)
-        states = 0.0 if cfg.offload_optimizer else st.params * k / (d if z >= 1 else 1)
+        states = 0.0 if cfg.offload_optimizer or w.remote_optimizer else \
+            st.params * k / (d if z >= 1 else 1)
         params = st.params * e / (d if z >= 3 else 1)
         # the FP8 weight copies, counted by the model's share of FP8-GEMM parameters as the
         # simulator does: in the estimate, not in the floor

@@ -19,7 +19,7 @@ its replication).
 A stage sends forward the activations produced on it or before and read after it, in the
 layout they are kept in, and receives their gradients back; each unit's `Block` carries
 the bytes of the cut after it, and `numeric.pipeline` runs each stage on its own devices
-with exactly those sends. Under recompute (`schedule.graph_recompute`) each unit also carries the
+with exactly those sends. Under recompute (`program.graph_recompute`) each unit also carries the
 forward it runs again before its backward, and the tensors stored are those the recompute
 keeps.
 """
@@ -27,33 +27,21 @@ keeps.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
-from simulator.config.scenario.schema import Scenario
-from simulator.errors import InputError
-from simulator.models.opgraph import graph_model
-from simulator.models.registry import family
-from simulator.program.graph_recompute import Recomputing, recompute_saved, regen_units
+from simulator.models.recompute import Recomputing
+from simulator.models.split import graph_units
+from simulator.program.graph_recompute import (
+    check_kept,
+    recompute_saved,
+    regen_units,
+    unit_recompute,
+)
 from simulator.program.host_placement import host_placed
-from simulator.program.program import Block, Program
+from simulator.program.program import Block
 from simulator.sharding.lower import Saved, backward_specs, forward_specs, gradient_steps
 from simulator.sharding.plan import ShardingPlan, grad_layouts
 
-__all__ = ["graph_units", "staged_graph", "split_units", "balanced",
-           "stage_ops", "cut_tensors", "fixed_counts"]
-
-def graph_units(model_type: str, names: Sequence[str]) -> tuple[tuple[str, ...], ...]:
-    """The operators (by name, in order) of each unit of a graph of `model_type` (where
-    its family's `unit_start` says a unit begins)."""
-    starts = family(model_type).unit_start
-    units: list[list[str]] = []
-    for name in names:
-        if not units or starts(name):
-            units.append([name])
-        else:
-            units[-1].append(name)
-    return tuple(tuple(u) for u in units)
-
+__all__ = ["staged_graph", "cut_tensors", "Staged"]
 
 def _local_bytes(plan: ShardingPlan, name: str, layout, e: float) -> float:
     shape = plan.graph.tensors[name].shape
@@ -142,7 +130,8 @@ def staged_graph(plan: ShardingPlan, model_type: str, dtype: str, e: float,
         select = mine.__contains__
         sync = tuple(c for c in steps if c.name.split(".grad.")[0] in owned[u]
                      or c.name.rsplit(".", 1)[0] in owned[u])
-        again, held = rc.unit(plan, dtype, e, sv, names, ran) if rc and ran else ((), 0.0)
+        again, held = unit_recompute(rc, plan, dtype, e, sv, names, ran) if rc and ran \
+            else ((), 0.0)
         out.append(Block(
             f"unit{u}", forward_specs(plan, dtype, select, e, sv),
             backward_specs(plan, dtype, select, e), again, params=sum(owned[u].values()),
@@ -152,7 +141,7 @@ def staged_graph(plan: ShardingPlan, model_type: str, dtype: str, e: float,
             regen_at=regen.get(u, u) if ran else 0, recomputes=bool(again),
             send_fwd_bytes=cut_fwd[u], send_bwd_bytes=cut_bwd[u], ops=names))
     if rc is not None and not rc.scenario.parallel.recompute_comm.tensor:
-        rc.check(tuple(op for b in out if b.recompute for op in b.fwd), plan.mesh)
+        check_kept(rc, tuple(op for b in out if b.recompute for op in b.fwd), plan.mesh)
     kept = tuple((nbytes, frozenset(unit_of[k] for k in keepers))
                  for nbytes, _, keepers in sv.tensors.values())
     return tuple(out), kept, spans
@@ -165,94 +154,3 @@ def _dropped(full: Saved, kept: Saved, mine: set[str]) -> float:
         return (sum(b for b, prod, _ in sv.tensors.values() if prod in mine)
                 + sum(b for op, b in sv.extra.items() if op in mine))
     return max(0.0, total(full) - total(kept))
-
-
-def balanced(weights: Sequence[float], parts: int) -> tuple[int, ...]:
-    """Units per part of the contiguous split of `weights` into `parts` non-empty parts
-    whose heaviest part is lightest: the least bound T that greedy packing (as many units
-    as fit under T, left to right) meets in `parts` parts, found by bisection; parts left
-    over split the part of most units, its last unit becoming a part of its own."""
-    assert 0 < parts <= len(weights)
-
-    def packed(bound: float) -> list[int]:
-        counts, load = [0], 0.0
-        for w in weights:
-            if counts[-1] and load + w > bound:
-                counts.append(0)
-                load = 0.0
-            counts[-1] += 1
-            load += w
-        return counts
-
-    lo, hi = max(weights), float(sum(weights))
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if mid <= lo or mid >= hi:
-            break
-        lo, hi = (lo, mid) if len(packed(mid)) <= parts else (mid, hi)
-    counts = packed(hi)
-    while len(counts) < parts:
-        k = max(range(len(counts)), key=lambda i: (counts[i], -i))
-        counts[k] -= 1
-        counts.insert(k + 1, 1)
-    return tuple(counts)
-
-
-def split_units(scenario: Scenario, prog: Program, parts: int,
-                seconds: Sequence[float] | None) -> tuple[int, ...]:
-    """Copies of the program's cut sequence (a graph's units) on each of `parts` virtual
-    stages: `attrs.pipeline_stage`, else `parallel.pipeline_layers`, else balanced on
-    `seconds` per unit (None: equal weights). InputError where a parameter read by several
-    units would be cut apart."""
-    given = scenario.parallel.pipeline_layers
-    units = len(prog.sequence())
-    if prog.fixed is not None:
-        counts = prog.fixed
-    elif given is not None:
-        counts = tuple(given)
-    else:
-        counts = balanced(seconds or [1.0] * units, parts)
-    assert sum(counts) == units, "the scenario rules check the split's units"
-    ends = [sum(counts[:k + 1]) for k in range(len(counts))]
-    for name, first, last in prog.spans:
-        a = next(k for k, end in enumerate(ends) if first < end)
-        b = next(k for k, end in enumerate(ends) if last < end)
-        if a != b:
-            key = ("model.ops" if prog.fixed is not None else "parallel.pipeline_layers"
-                   if given is not None else "parallel.pipeline")
-            raise InputError(scenario.source, key, (
-                f"parameter {name!r} is read on pipeline stages {a} and {b}; each stage "
-                f"holds its own parameters: keep its readers on one stage"))
-    return counts
-
-
-def stage_ops(scenario: Scenario, units: tuple[tuple[str, ...], ...],
-              counts: tuple[int, ...]) -> dict[str, int]:
-    """{operator name: virtual stage} of a split."""
-    out: dict[str, int] = {}
-    start = 0
-    for vs, n in enumerate(counts):
-        for names in units[start:start + n]:
-            for op in names:
-                out[op] = vs
-        start += n
-    return out
-
-
-def fixed_counts(scenario: Scenario, names: Sequence[str], parts: int
-                 ) -> tuple[int, ...] | None:
-    """Units (operators) per virtual stage from `attrs.pipeline_stage` of a graph model's
-    operators (an operator without it stays on the stage of the one before; the scenario
-    rules have checked the stages), or None when no operator gives one."""
-    if not family(scenario.model).writes_ops:
-        return None
-    m = graph_model(scenario.model)
-    if not any("pipeline_stage" in op.attrs for op in m.ops):
-        return None
-    stage_of: dict[str, int] = {}
-    current = 0
-    for op in m.ops:
-        current = op.attrs.get("pipeline_stage", current)
-        stage_of[op.name] = current
-    stages = [stage_of[n] for n in names]
-    return tuple(stages.count(v) for v in range(parts))

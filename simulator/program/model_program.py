@@ -8,13 +8,13 @@ scenario's own dimensions with up to three layers (the middle one stands for eve
 its neighbours are layers on both sides); its blocks are the embedding (ops before the first
 layer), the layer and the head (final norm, LM head, cross-entropy and the loss). Operator
 graphs (mlp, resnet, graph): the whole graph is one block, or under a pipeline, recompute
-(`schedule.graph_recompute`) or offload a sequence of units that the lowering cuts into
-stages (`schedule.graph_stages`).
+(`program.graph_recompute`) or offload a sequence of units that the lowering cuts into
+stages (`program.graph_stages`).
 
 What the training stack (the framework profile's `Software`) adds on top of the plan are cost
 annotations, each cited where it is made: fused attention (`model.attention`), the fp32
 main-gradient add of unfused stacks, fp32 gradient reduction of bf16 models, TP-comm
-overlap, and with `dtype: fp8` the framework's FP8 recipe (`schedule.fp8`: the recipe's
+overlap, and with `dtype: fp8` the framework's FP8 recipe (`program.fp8`: the recipe's
 GEMMs in FP8 with their casts, everything else in bf16). Data-parallel gradient reductions
 (mesh axis `dp`) are left to the lowering, which buckets and overlaps them; reductions on
 the other axes run once per iteration before the optimizer, coalesced per collective
@@ -38,20 +38,18 @@ from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
 from simulator.models.model_graph import planned_graph
+from simulator.models.optimizer_threshold import kept_whole, optimizer_threshold
+from simulator.models.params import block_params
+from simulator.models.recompute import recomputed_ops, recomputing
+from simulator.models.split import fixed_counts
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
-from simulator.program.graph_recompute import recomputing
-from simulator.program.graph_stages import Staged, fixed_counts, staged_graph
+from simulator.program.graph_stages import Staged, staged_graph
 from simulator.program.host_placement import host_kernels, host_placed
 from simulator.program.program import Block, Op, Program
-from simulator.program.recompute_policy import (
-    layer_role,
-    recomputed_ops,
-    sac_cached_bytes,
-    sac_recompute,
-)
+from simulator.program.recompute_policy import sac_cached_bytes, sac_recompute
 from simulator.program.stack_ops import (
     fused_cross_entropy,
     imbalanced,
@@ -91,11 +89,7 @@ class _Block:
 
     def params(self, plan: ShardingPlan, graph: Graph) -> tuple[int, int]:
         """(local elements, tensors) of the parameters the block's ops read."""
-        names = {n for p in plan.ops if self.select(p.op.name) for n in p.op.inputs
-                 if graph.tensors[n].kind == "parameter"}
-        elems = sum(math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, plan.mesh))
-                    for n in names)
-        return elems, len(names)
+        return block_params(plan, self.select)
 
 
 def _coalesce(specs: tuple[CommSpec, ...], name: str) -> tuple[CommSpec, ...]:
@@ -149,28 +143,6 @@ def _recomputed(ops: tuple[Op, ...], keep: Select) -> tuple[Op, ...]:
                  else replace(op, phase="recompute") for op in ops if keep(op.name))
 
 
-def _small(plan: ShardingPlan, threshold_bytes: float, e: float) -> dict[str, int]:
-    """{parameter: local elements} of the parameters whose local size is at most
-    `threshold_bytes` (MindSpore's parallel_optimizer_threshold: not sharded)."""
-    if threshold_bytes <= 0:
-        return {}
-    graph, mesh = plan.graph, plan.mesh
-    out = {}
-    for name, t in graph.tensors.items():
-        local = math.prod(plan.layouts[name].local_shape(t.shape, mesh))
-        if t.kind == "parameter" and local * e <= threshold_bytes:
-            out[name] = local
-    return out
-
-
-def _threshold(scenario: Scenario) -> tuple[float, int]:
-    """(threshold bytes, bytes per stored parameter element) of `optimizer_threshold_kb`:
-    0 without a sharded optimizer; an FP8 model keeps its parameters in bf16."""
-    p, m = scenario.parallel, scenario.model
-    threshold = p.optimizer_threshold_kb * 1024 if p.optimizer_shard else 0.0
-    return threshold, DTYPE_BYTES["bf16" if m.dtype == "fp8" else m.dtype]
-
-
 def _planned(scenario: Scenario, fused_attention: bool, e: int
              ) -> tuple[ShardingPlan, GptDims]:
     """The planned GPT graph a transformer's program is derived from (the representative
@@ -188,17 +160,6 @@ def small_params(plan: ShardingPlan, select: Select, small: dict[str, int]) -> i
     """Elements of the `small` parameters read by the selected ops."""
     names = {n for p in plan.ops if select(p.op.name) for n in p.op.inputs if n in small}
     return sum(small[n] for n in names)
-
-
-def unsharded_roles(scenario: Scenario, fused_attention: bool = False) -> frozenset[str]:
-    """The parameters (by name, a layer's without its `lN.` prefix) the optimizer keeps
-    whole under `parallel.optimizer_threshold_kb`, judged at the scenario's own sizes (a
-    shrunk verify case keeps the decision of the model it stands for)."""
-    threshold, pe = _threshold(scenario)
-    if threshold <= 0:
-        return frozenset()
-    plan, _ = _planned(scenario, fused_attention, pe)
-    return frozenset(layer_role(n) for n in _small(plan, threshold, pe))
 
 
 def _layer_block(layers: int, unit: int) -> Select:
@@ -271,7 +232,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     tpo = tp_overlap(scenario, software, compute_units)
     if recipe is not None and not recipe.dynamic and tpo is not None:
         # Transformer Engine (delayed scaling) with its userbuffers TP overlap gathers the
-        # GEMM operands in FP8 (schedule.fp8)
+        # GEMM operands in FP8 (program.fp8)
         recipe = replace(recipe, gather_tp=p.tensor)
     dtype = "bf16" if recipe is not None else m.dtype
     e = DTYPE_BYTES[dtype]
@@ -346,8 +307,8 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     bwd, steps = _gathered_params(plan, {"layer": (layer.select, None),
                                          "embed": (embed.select, None),
                                          "head": (head.select, embed.select)}, bwd, steps)
-    threshold, pe = _threshold(scenario)
-    small = _small(plan, threshold, pe)
+    threshold, pe = optimizer_threshold(scenario)
+    small = kept_whole(plan, threshold, pe)
     rc = p.recompute != "none"
     return Program(
         blocks=(

@@ -1,6 +1,6 @@
-"""Which ops of a transformer layer `parallel.recompute` drops after the forward and runs
-again before the backward, by the stack's policy; `run` times and `verify` executes the
-same set.
+"""The costs of a transformer layer's recompute under the stack's policy: the ops run
+again and the bytes kept (which ops, `models.recompute`; `run` times and `verify` executes
+the same set).
 
 - `full`: every op of the layer (Megatron-LM --recompute-granularity full; PyTorch
   checkpoint_wrapper around each block).
@@ -19,52 +19,16 @@ same set.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Callable
 from dataclasses import replace
-from typing import Literal
 
 from simulator.cost.specs import CommSpec, ComputeSpec
+from simulator.models.recompute import Select, saved_mms
 from simulator.program.program import Op
 from simulator.sharding.plan import ShardingPlan
 
-__all__ = ["recomputed_ops", "sac_recompute", "sac_cached_bytes", "layer_role",
-           "SelectivePolicy", "CORE_ROLES"]
+__all__ = ["sac_recompute", "sac_cached_bytes"]
 
-Select = Callable[[str], bool]
-SelectivePolicy = Literal["attention_core", "every_second_mm"]
-CORE_ROLES = ("scores", "scale", "mask", "softmax", "attn_drop", "context", "attn")
-# the layer's matmuls in forward order (the GPT graph's op roles); fc3_mm only when gated
-_MM_ORDER = ("q_mm", "k_mm", "v_mm", "proj", "fc1_mm", "fc3_mm", "fc2")
-# kernels (ComputeSpec names) of those matmuls; q, k and v share the fused `qkv` kernel
 _MM_KERNEL = {"proj": "proj", "fc3_mm": "fc_up", "fc2": "fc2"}
-
-
-def layer_role(name: str) -> str:
-    """A name without its layer prefix (`l3.ln1.g` -> `ln1.g`)."""
-    return re.sub(r"^l\d+\.", "", name)
-
-
-def _saved_mms(gated: bool) -> frozenset[str]:
-    order = [r for r in _MM_ORDER if gated or r != "fc3_mm"]
-    return frozenset(r for i, r in enumerate(order) if i % 2 == 0)
-
-
-def recomputed_ops(mode: str, policy: SelectivePolicy = "attention_core",
-                   gated: bool = False) -> Select | None:
-    """The GPT graph's ops (by name) recomputed under `mode` and the stack's selective
-    `policy` (`gated`: the MLP has a gate matrix, SwiGLU); None for `none`."""
-    def layer(n: str) -> bool:
-        return re.match(r"l\d+\.", n) is not None
-
-    if mode == "full":
-        return layer
-    if mode == "selective" and policy == "every_second_mm":
-        kept = _saved_mms(gated) | {"attn"}
-        return lambda n: layer(n) and layer_role(n) not in kept
-    if mode == "selective":
-        return lambda n: layer(n) and layer_role(n) in CORE_ROLES
-    return None
 
 
 def sac_cached_bytes(plan: ShardingPlan, extra: dict[str, float], select: Select,
@@ -93,7 +57,7 @@ def sac_recompute(fwd: tuple[Op, ...], gated: bool, heads: int, kv_heads: int
     """The kernels `every_second_mm` runs again, in forward order: every layer kernel but
     the kept matmuls' and the fused attention's, and of the fused qkv kernel the key
     projection's share, kv_heads / (heads + 2 kv_heads) of its FLOPs and output columns."""
-    kept_mms = _saved_mms(gated)
+    kept_mms = saved_mms(gated)
     redone = {k for r, k in _MM_KERNEL.items() if r not in kept_mms and (gated or r != "fc3_mm")}
     gemm_kernels = {"qkv", "proj", "fc_gate", "fc_up", "fc1", "fc2"}
     out: list[Op] = []

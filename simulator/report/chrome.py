@@ -12,7 +12,7 @@ Open in https://ui.perfetto.dev or chrome://tracing.
   track per process), from report.metrics.memory_timeline.
 - "s"/"f" flow events: an arrow from each pipeline send to the compute task of the next
   stage that waited for it (binding point "e": the enclosing slice at the arrow's end).
-- with `parallel.comm_subgraph` given (`schedule.comm_graph`): every communication slice
+- with `parallel.comm_subgraph` given (`lower.comm_graph`): every communication slice
   has args `comm_op` (its operator class: kind, group, bytes) and `compiled_as` (`subgraph
   call` under reuse, else `own operator`), and `otherData.comm_subgraph` the counts and the
   graph-build time.

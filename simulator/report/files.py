@@ -1,5 +1,6 @@
 """`write_report(result, out_dir)`: summary.csv, summary.md, trace.json, timeline.png,
-breakdown.png, memory.png and report.html (the page that inlines them) in out_dir. The only
+breakdown.png, memory.png and report.html (the summary with the same figures, interactive
+where plotly's bundle is installed, else the PNGs inlined: report.html) in out_dir. The only
 writer of files outside the CLI; matplotlib is imported here, when a report is
 asked for, never on the simulation path.
 """
@@ -53,6 +54,7 @@ def write_report(result: Any, out_dir: str | Path) -> list[Path]:
 
 def _write_files(result: Any, out: Path) -> None:
     from simulator.report.html import run_page
+    from simulator.report.interactive import run_figures
     from simulator.report.plots import plot_breakdown, plot_memory, plot_timeline
 
     s = summary(result)
@@ -68,4 +70,5 @@ def _write_files(result: Any, out: Path) -> None:
     plot_timeline(result, paths[3])
     plot_breakdown(result, paths[4])
     plot_memory(result, paths[5])
-    paths[6].write_text(run_page(s, {p.name: p for p in paths[3:6]}), encoding="utf-8")
+    paths[6].write_text(run_page(s, {p.name: p for p in paths[3:6]}, run_figures(result)),
+                        encoding="utf-8")

@@ -1,5 +1,6 @@
 """Report figures (matplotlib, Agg backend, imported only when a report is written):
-timeline.png (Gantt of the compute streams), breakdown.png, memory.png.
+timeline.png (a lane per pipeline stage and stream kind), breakdown.png, memory.png.
+Legends sit outside the axes: they never hide the end of the iteration.
 """
 
 from __future__ import annotations
@@ -7,13 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from simulator.report.interactive import PHASE_COLORS
+from simulator.report.lanes import timeline_lanes
 from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES, memory_timeline
 
 __all__ = ["plot_timeline", "plot_breakdown", "plot_memory"]
-
-_COLORS = {"fwd": "#4C72B0", "bwd": "#55A868", "recompute": "#DD8452",
-           "optimizer": "#8172B3", "comm": "#C44E52", "offload": "#937860"}
-_MAX_ROWS = 64  # devices drawn in the Gantt chart
 
 
 def _pyplot():
@@ -25,43 +24,34 @@ def _pyplot():
     return plt
 
 
-def _rows(plan: Any) -> list[int]:
-    """At most _MAX_ROWS devices: the first device of every pipeline stage, then the others
-    in order, drawn in device order."""
-    first: dict[int, int] = {}
-    for d, stage in zip(plan.devices, plan.stage_of):
-        first.setdefault(stage, d)
-    picked = list(first.values())[:_MAX_ROWS]
-    rest = [d for d in plan.devices if d not in set(picked)]
-    return sorted(picked + rest[: _MAX_ROWS - len(picked)])
-
-
 def plot_timeline(result: Any, path: Path) -> None:
-    """One row per simulated device (compute stream above, communication below)."""
+    """One lane per (pipeline stage, stream kind) (`report.lanes`), whatever the number of
+    devices; the legend above the axes, the end of the iteration dashed."""
     plt = _pyplot()
-    plan, trace = result.plan, result.trace
-    devices = _rows(plan)
-    row = {d: i for i, d in enumerate(devices)}
-    bars: dict[tuple[int, str, bool], list[tuple[float, float]]] = {}
-    for task in plan.tasks:
-        if task.device in row and task.duration_s > 0:
-            key = (task.device, task.phase, task.stream == "compute")
-            bars.setdefault(key, []).append(
-                (trace.start[task.tid], trace.end[task.tid] - trace.start[task.tid]))
-    fig, ax = plt.subplots(figsize=(12, 1 + 0.35 * len(devices)))
-    for (device, phase, on_compute), spans in sorted(bars.items()):
-        y = row[device] + (0.0 if on_compute else 0.42)
-        ax.broken_barh(spans, (y, 0.4 if on_compute else 0.2), color=_COLORS.get(phase, "k"))
-    ax.set_yticks([i + 0.3 for i in range(len(devices))], [f"dev {d}" for d in devices])
-    ax.invert_yaxis()
-    ax.set_xlabel("time (s)")
-    shown = (f"all {len(devices)} simulated devices" if len(devices) == len(plan.devices)
-             else f"{len(devices)} of {len(plan.devices)} simulated devices (first of each "
-             f"pipeline stage, then in order; {len(plan.devices) - len(devices)} left out)")
-    ax.set_title(f"{result.scenario.name}: compute (thick) and communication (thin)\n"
-                 f"{shown}", fontsize="medium")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()]
-    ax.legend(handles, list(_COLORS), loc="upper right", fontsize="small")
+    lanes = timeline_lanes(result.plan, result.trace)
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.32 * len(lanes)))
+    for row, lane in enumerate(lanes):
+        by_phase: dict[str, list[tuple[float, float]]] = {}
+        for sp in lane.spans:
+            by_phase.setdefault(sp.phase, []).append((sp.start, sp.end - sp.start))
+        for phase, spans in sorted(by_phase.items()):
+            ax.broken_barh(spans, (row - 0.35, 0.7), color=PHASE_COLORS.get(phase, "k"))
+    ax.set_yticks(range(len(lanes)), [lane.label for lane in lanes])
+    ax.set_ylim(len(lanes) - 0.5, -0.5)
+    end = result.iteration_time_s
+    ax.axvline(end, color="k", linestyle="--", linewidth=1)
+    ax.set_xlim(0, end * 1.01 if end > 0 else 1)
+    ax.set_xlabel(f"time (s); the iteration ends at {end:.4g} s (dashed line)")
+    stages = len({lane.stage for lane in lanes})
+    ax.set_title(f"{result.scenario.name}: {len(lanes)} lanes, {stages} pipeline stage(s) x "
+                 f"{len(lanes) // max(stages, 1)} stream kind(s) of "
+                 f"{result.plan.total_devices} devices\n(each stage drawn from its device "
+                 "that finishes last)", fontsize="medium", pad=28)
+    phases = [p for p in PHASE_COLORS if any(sp.phase == p for lane in lanes
+                                             for sp in lane.spans)]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=PHASE_COLORS[p]) for p in phases]
+    ax.legend(handles, phases, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(phases),
+              fontsize="small", frameon=False, borderaxespad=0.2)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -92,8 +82,10 @@ def plot_memory(result: Any, path: Path) -> None:
     ax.axhline(result.capacity_bytes / 1e9, color="k", linestyle="--", label="capacity")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("GB")
-    ax.set_title(f"memory of device {device}: peak {result.memory.peak_bytes / 1e9:.2f} GB")
-    ax.legend(loc="upper right", fontsize="small")
+    ax.set_title(f"memory of device {device}: peak {result.memory.peak_bytes / 1e9:.2f} GB",
+                 pad=34)
+    ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=4, fontsize="small",
+              frameon=False, borderaxespad=0.2)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

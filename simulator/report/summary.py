@@ -25,7 +25,7 @@ def _memory(result: Any) -> dict[str, Any]:
             # the allocator's view at the peak rank (issue 24 (e)): torch's
             # max_memory_allocated counts the tensors, not the CUDA context, the collective
             # library's buffers or its workspaces (the framework profile's
-            # memory_overheads, schedule.state.framework_overhead_bytes)
+            # memory_overheads, lower.state.framework_overhead_bytes)
             "allocated_peak_bytes": int(round(peak.peak_bytes - overhead)),
             "framework_overhead_bytes": int(round(overhead)),
             # max_memory_reserved adds the caching allocator's rounding and fragmentation:

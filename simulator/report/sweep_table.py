@@ -24,7 +24,30 @@ from simulator.report.sweep_journal import (
     writing,
 )
 
-__all__ = ["ROW_METRICS", "plot_sweep", "write_final"]
+__all__ = ["ROW_METRICS", "plot_sweep", "write_final", "rows_frame"]
+
+PANDAS_MISSING = ("a sweep as a DataFrame needs pandas, which a plain install of shardsim "
+                  "leaves out: install the dev extra (pip install 'shardsim[dev]') or pandas "
+                  "itself (pip install pandas); `simulator.api.sweep` gives the rows as "
+                  "dicts without it")
+
+
+def rows_frame(rows: list[dict[str, Any]], columns: Columns) -> Any:
+    """The rows of a sweep as a pandas DataFrame indexed by configuration index, its
+    columns typed as sweep.parquet's: each grid key int64, float64, bool or string (as
+    `--set` reads every value of the key), `config`, `status` and `error` strings, the
+    metrics float64 (NaN where the configuration failed) and `fits` pandas' nullable
+    boolean (NA where it failed). ImportError naming the extra without pandas."""
+    try:
+        import pandas  # noqa: F401  (to_pandas needs it)
+    except ImportError:
+        raise ImportError(PANDAS_MISSING) from None
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(rows, schema=row_schema(columns))
+    frame = table.to_pandas()
+    frame["fits"] = frame["fits"].astype("boolean")
+    return frame.set_index("index")
 
 
 def write_final(folder: Path, columns: Columns) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.pipeline import steady_window
 from simulator.models.model_graph import planned_graph
 from simulator.models.opgraph import graph_model
+from simulator.models.params import transformer_params
 from simulator.models.registry import family
 from simulator.models.transformer import transformer_model
 from simulator.program.model_program import graph_model_flops
@@ -58,16 +59,11 @@ _TENSORS_PER_LAYER = 12
 _GRAD_BYTES = 4  # an fp32 gradient, the largest any stack keeps
 
 
-def _transformer_params(m: TransformerModel, expert: int = 1) -> int:
-    """Parameters one tensor-and-pipeline shard's worth of devices holds: with a mixture
-    of experts, every `every`-th layer's FFN is `experts / expert` FFNs per device."""
-    ffn_mats = 3 if m.ffn_activation == "swiglu" else 2
-    attn = m.hidden_size * (m.hidden_size + 2 * m.kv_heads * m.head_dim) + m.hidden_size ** 2
-    ffn = ffn_mats * m.hidden_size * m.ffn
-    moe_layers = m.layers // m.moe.every if m.moe else 0
-    experts = ffn * m.moe.experts // expert if m.moe else 0
-    return (m.layers * (attn + ffn) + moe_layers * (experts - ffn)
-            + m.vocab_size * m.hidden_size)
+def transformer_param_count(m: TransformerModel, expert: int = 1) -> int:
+    """Parameters one tensor-and-pipeline shard's worth of devices holds (with a mixture
+    of experts, every `every`-th layer's FFN is `experts / expert` FFNs per device): the
+    program's count (`models.params`)."""
+    return transformer_params(m, expert=expert).total
 
 
 def _reduction_kind(s: Scenario) -> str:
@@ -87,14 +83,14 @@ def _buckets(s: Scenario, kind: str | None = None) -> int:
         return layers + 1
     if mode == "none":
         return (layers + 1) * _TENSORS_PER_LAYER
-    grad_bytes = _transformer_params(m, p.expert) * _GRAD_BYTES / (p.tensor * p.pipeline)
+    grad_bytes = transformer_param_count(m, p.expert) * _GRAD_BYTES / (p.tensor * p.pipeline)
     return int(-(-grad_bytes // (bucket_mb * 1e6)))
 
 
 def _bucket_tasks(s: Scenario, fidelity: str, other_tasks: int) -> tuple[int, int, bool]:
     """(tasks of the data-parallel collectives per simulated device, gradient buckets,
     whether identical buckets run as one task): a reduction per bucket, or about three per
-    backward piece when its buckets are collapsed (COLLAPSE_MIN, `schedule.lowering`, and
+    backward piece when its buckets are collapsed (COLLAPSE_MIN, `lower.lowering`, and
     only when that saves more tasks than the device's `other_tasks` plus the collapsed
     ones, the cost of the second simulation that cuts them, as `simulator.simulation.simulate`
     decides); with optimizer sharding, a parameter gather per bucket as well."""
@@ -128,7 +124,7 @@ def shortened_run(s: Scenario, fidelity: str = "representative") -> tuple[int, i
     """(micro-batches of the shortened run, period in micro-batches) when `run` simulates
     the steady state of the pipeline shortened (that run and one with a period more) and
     extends it to the scenario's micro-batches: when the schedule has a steady period
-    (`schedule.pipeline.steady_window`), every micro-batch would take more than
+    (`lower.pipeline.steady_window`), every micro-batch would take more than
     STEADY_MIN_EVENTS events, and the two shortened runs fewer. None: every micro-batch is
     simulated."""
     p = s.parallel

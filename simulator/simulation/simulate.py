@@ -39,8 +39,10 @@ from simulator.engine.trace import Trace
 from simulator.errors import InputError
 from simulator.lower.costs import CostModel
 from simulator.lower.framework_apply import fp8_recipe, with_auto_fusion, with_framework_memory
+from simulator.lower.layout import rank_mesh
 from simulator.lower.lowering import FIDELITIES, Cuts, lower
 from simulator.lower.pipeline import STEADY_PERIODS_KEPT, steady_window
+from simulator.lower.stages import split_for
 from simulator.models.registry import family
 from simulator.program.flops import iteration_flops
 from simulator.program.model_program import graph_program, transformer_program
@@ -229,10 +231,11 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
     fused = with_auto_fusion(scenario, fw, prog.grad_bytes)
     cluster = Cluster(scenario, hw, fidelity, mesh, injected, host_kernel_s)
+    split = split_for(fused, prog, rank_mesh(fused, mesh), costs)  # once, for every lowering
 
     def lower_with(device_costs: Any, micro: int | None = None,
                    cuts: Cuts | None = None) -> Plan:
-        return lower(fused, prog, costs, fidelity, mesh, device_costs, micro, cuts)
+        return lower(fused, prog, costs, fidelity, mesh, device_costs, micro, cuts, split)
 
     def lowered(micro: int | None, cuts: Cuts | None) -> Plan:
         return with_framework_memory(
@@ -264,7 +267,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
 
 
 # GPipe (Huang et al. 2019, Fig. 2c: all forwards, then all backwards) has no period that
-# one insertion point describes (schedule.pipeline.STEADY_PERIODS leaves it out, so `run`
+# one insertion point describes (lower.pipeline.STEADY_PERIODS leaves it out, so `run`
 # simulates it in full), but a micro-batch more inserts one forward and one backward on
 # every stage (engine.steady, insertions=2). A sweep (two_point=True) extends it from runs of
 # GPIPE_SHORT and GPIPE_SHORT + 1 micro-batches; runs that do not repeat yet (a stage whose

@@ -7,27 +7,41 @@ them as plain values and imports nothing of the timing path."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.models.cases import VerifyCase, build_case
+from simulator.models.optimizer_threshold import unsharded_roles
+from simulator.models.recompute import (
+    SelectivePolicy,
+    layer_role,
+    recomputed,
+    recomputed_ops,
+    verify_runs,
+)
 from simulator.models.registry import family
+from simulator.models.split import (
+    StageSplit,
+    by_count,
+    graph_units,
+    stage_ops,
+    virtual_stages,
+)
 from simulator.models.transformer import staged_pipeline, transformer_model
 from simulator.numeric.execute import Faults, Recompute
 from simulator.numeric.host_trips import HostTrips
-from simulator.numeric.pipeline import PipelineSplit, SendFaults
+from simulator.numeric.pipeline import (
+    PipelineSplit,
+    SendFaults,
+    layer_count,
+    transformer_stage_of,
+)
 from simulator.numeric.ps import PsRun
-from simulator.numeric.verify import VerifyResult, verify_case
-from simulator.program.graph_recompute import recomputed, verify_runs
-from simulator.program.graph_stages import graph_units
-from simulator.program.model_program import unsharded_roles
-from simulator.program.recompute_policy import SelectivePolicy, layer_role, recomputed_ops
+from simulator.numeric.verify import Progress, VerifyResult, verify_case
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
 from simulator.sharding.rules import SignatureError
-from simulator.simulation.stage_split import stage_split, transformer_split
 
 __all__ = ["verify_scenario"]
 
@@ -76,33 +90,50 @@ def _kept_whole(s: Scenario, case: VerifyCase, fused_attention: bool) -> frozens
                      if t.kind == "parameter" and layer_role(n) in roles)
 
 
-def _split(s: Scenario, case: VerifyCase, hw: Any, faults: SendFaults | None
-           ) -> PipelineSplit | None:
-    """Where each operator of the case runs when its pipeline stages run on devices of
-    their own; None where they run in sequence on one set of devices."""
-    if family(s.model).layered:
-        return transformer_split(s, case.sharded, hw, faults) if staged_pipeline(s) else None
-    return None if s.parallel.pipeline == 1 else stage_split(s, hw, faults)
+def pipeline_split(s: Scenario, graph: Graph, split: StageSplit | None,
+                   faults: SendFaults | None = None) -> PipelineSplit | None:
+    """Where each operator of a verify graph runs when its pipeline stages run on devices
+    of their own (None where they run in sequence on one set of devices): `split` (the
+    StageSplit `run` lowers with, `simulation.stage_split`; None: by count) as
+    {operator: virtual stage}. A transformer shrunk to fewer layers keeps one block of
+    layers (one MoE period) per virtual stage."""
+    layered = family(s.model).layered
+    if (staged_pipeline(s) if layered else s.parallel.pipeline > 1) is False:
+        return None
+    names = [op.name for op in graph.ops]
+    split = split or by_count(s, names)
+    if not layered:
+        return PipelineSplit(stage_ops(graph_units(s.model.type, names), split.counts),
+                             s.parallel.pipeline, faults or SendFaults())
+    layers, chunks = layer_count(graph), virtual_stages(s)
+    counts = (split.layers if layers == s.model.layers  # type: ignore[union-attr]
+              else (layers // chunks,) * chunks)
+    return PipelineSplit(transformer_stage_of(graph, counts), s.parallel.pipeline,
+                         faults or SendFaults())
 
 
 def verify_scenario(s: Scenario, faults: Faults | None = None,
-                    fused_attention: bool = False, hw: Any = None,
+                    fused_attention: bool = False, split: StageSplit | None = None,
                     send_faults: SendFaults | None = None, fork: bool | None = None,
-                    selective: SelectivePolicy = "attention_core") -> VerifyResult:
+                    selective: SelectivePolicy = "attention_core",
+                    progress: Progress | None = None) -> VerifyResult:
     """Verify a scenario's plan; InputError when its strategies cannot be planned.
     `fused_attention`: the hardware profile's default for `model.attention: auto`, so that
-    verify proves the plan `run` times; `hw`: that profile, which prices the balanced split
-    of an mlp, resnet or graph pipeline as `run` does (without it: units balanced by
-    count). `send_faults`: mutations of those pipelines' sends (tests). `fork`: run the
-    whole-batch reference in a child process (None: where it pays, `reference.fork_pays`).
-    `selective`: what the stack's selective recompute re-runs (schedule.recompute_policy),
-    as `run` prices it."""
+    verify proves the plan `run` times; `split`: the StageSplit `run` lowers with
+    (`simulation.stage_split`, priced on the profile; None: by count). `send_faults`:
+    mutations of those pipelines' sends (tests). `fork`: run the whole-batch reference in
+    a child process (None: where it pays, `reference.fork_pays`).
+    `selective`: what the stack's selective recompute re-runs (program.recompute_policy),
+    as `run` prices it. `progress(what, done, total)` is called as the work goes
+    (`numeric.verify.verify_case`)."""
     copies = s.parallel.overlap.copies
     if copies > 1 and not family(s.model).writes_ops:
         # multi-copy parallel runs each micro-batch as `copies` slices along the batch, one
         # after another, their gradients summed: verify executes exactly those slices
         s = s.model_copy(update={"training": s.training.model_copy(update={
             "micro_batch_size": s.training.micro_batch_size // copies})})
+    if progress is not None:
+        progress("planning the sharded case", 0, 1)
     try:
         case = build_case(s, fused_attention)
         spec = s.parallel.parameter_server
@@ -110,19 +141,20 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
         select = recomputed_ops(s.parallel.recompute, selective,
                                 transformer_model(s.model).ffn_activation == "swiglu") \
             if family(s.model).layered else None
-        split = _split(s, case, hw, send_faults)
+        pipeline = pipeline_split(s, case.sharded, split, send_faults)
         recompute = Recompute(select, s.parallel.recompute_comm.tensor,
                               s.parallel.recompute_comm.optimizer) if select else None
         if not family(s.model).layered:
-            recompute = graph_recompute(s, case.sharded, split.stage_of if split else None)
+            recompute = graph_recompute(s, case.sharded,
+                                        pipeline.stage_of if pipeline else None)
         result = verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
                              s.parallel.optimizer_shard, faults, s.name, ps,
                              recompute=recompute,
                              unsharded=_kept_whole(s, case, fused_attention),
                              enable_alltoall=s.parallel.enable_alltoall,
-                             pipeline=split, host=None if family(s.model).layered
+                             pipeline=pipeline, host=None if family(s.model).layered
                              else host_trips(s, case.sharded),
-                             fork=fork)
+                             fork=fork, progress=progress)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
     if copies > 1 and not family(s.model).writes_ops:

@@ -96,7 +96,7 @@ class Software(_Closed):
     # (`CrossEntropy.backward_transient_bytes_per_logit`; 0: not known)
     ce_backward_transient_bytes_per_logit: NonNegFloat = 0.0
     # what `parallel.recompute: selective` recomputes (`ActivationRecompute.selective`;
-    # schedule.recompute_policy)
+    # program.recompute_policy)
     selective_recompute: Literal["attention_core", "every_second_mm"] = "attention_core"
     # memory traffic of the stack's unfused kernels beyond what the layer's own kernels
     # move (`FusedKernels.unfused_passes`, priced by `schedule.unfused`)
