@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 from simulator.config.resources import resolve_yaml
-from simulator.planner.sweep import SweepSpec, evaluate, expand, parse_grid, sweep_into
+from simulator.planner.sweep import sweep_into
+from simulator.planner.sweep_eval import evaluate
 from simulator.planner.sweep_exec import make_executor
+from simulator.planner.sweep_spec import SweepSpec, expand, parse_grid
 
 SCENARIO = "gpt3-175b-1024-a100"
 # 5 x 5 x 2 x 2 x 2 = 200 configurations, all of 1024 devices (global batch 1536, data 8).

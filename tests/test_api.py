@@ -46,7 +46,9 @@ def test_schema_command_prints_the_scenario_json_schema():
     assert doc["$defs"] == want["$defs"]
     assert {k: v for k, v in doc["properties"].items() if k != "model"} == {
         k: v for k, v in want["properties"].items() if k != "model"}
-    assert doc["properties"]["model"]["anyOf"][0] == want["properties"]["model"]
+    model = dict(want["properties"]["model"])
+    assert doc["properties"]["model"]["description"] == model.pop("description")
+    assert doc["properties"]["model"]["anyOf"][0] == model
     assert doc["title"] == "shardsim scenario" and "model" in doc["required"]
     hw = json.loads(CliRunner().invoke(app, ["schema", "--hardware"]).stdout)
     assert hw["title"] == "shardsim hardware profile"

@@ -13,7 +13,7 @@ from simulator.api import load_scenario as load_cli
 from simulator.errors import InputError
 from simulator.lower.comm_graph import CommOp, distinct_ops
 from simulator.models.cases import build_case
-from simulator.numeric.execute import Faults
+from simulator.numeric.execution import Faults
 from simulator.program.model_program import transformer_program
 from simulator.report import summary
 from simulator.report.chrome import chrome_trace

@@ -15,7 +15,7 @@ from simulator.config.hardware import load_profile
 from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
-from simulator.numeric.execute import Faults
+from simulator.numeric.execution import Faults
 from simulator.simulation.simulate import simulate
 from simulator.simulation.verify import verify_scenario
 

@@ -22,7 +22,7 @@ from simulator.lower.layout import rank_mesh
 from simulator.lower.stages import stage_work
 from simulator.models.split import balanced
 from simulator.numeric.pipeline import SendFaults
-from simulator.program.model_program import graph_program
+from simulator.program.graph_program import graph_program
 from simulator.simulation.simulate import simulate
 from simulator.simulation.stage_split import stage_split
 from simulator.simulation.verify import verify_scenario

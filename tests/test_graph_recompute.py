@@ -18,8 +18,8 @@ from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.cost.specs import CommSpec
 from simulator.errors import InputError
-from simulator.numeric.execute import Faults
-from simulator.program.model_program import graph_program
+from simulator.numeric.execution import Faults
+from simulator.program.graph_program import graph_program
 from simulator.program.program import total_flops
 from simulator.simulation.simulate import simulate
 from simulator.simulation.verify import verify_scenario

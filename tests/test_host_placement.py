@@ -15,7 +15,7 @@ from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.cost import compute_time_s
 from simulator.lower.host import HOST_PROFILE, host_optimizer_s
-from simulator.program.model_program import graph_program
+from simulator.program.graph_program import graph_program
 from simulator.simulation.simulate import simulate
 
 NAME = "hetero-embedding-cpu-8-a100"

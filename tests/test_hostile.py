@@ -126,7 +126,7 @@ def test_verify_of_a_graph_too_large_to_execute_is_refused_with_its_gflop(invoke
     # an operator graph runs at the shapes it gives (two 4096^2 images through three
     # convolutions): 2 x (forward + backward) contractions, estimated before anything runs
     from simulator.models.model_graph import planned_graph
-    from simulator.program.model_program import graph_model_flops
+    from simulator.program.graph_program import graph_model_flops
     from simulator.simulation.budget import estimate_verify_gflop
 
     sc = load_scenario("seed-hw-split-large-images", []).scenario

@@ -19,7 +19,8 @@ from simulator.lower.costs import CostModel
 from simulator.lower.layout import rank_mesh
 from simulator.lower.lowering import lower
 from simulator.lower.tasks_builder import Builder
-from simulator.program.model_program import graph_program, transformer_program
+from simulator.program.graph_program import graph_program
+from simulator.program.model_program import transformer_program
 from simulator.sharding.mesh import Mesh
 from simulator.simulation.simulate import simulate
 

@@ -10,6 +10,7 @@ import pytest
 
 from simulator.api import load_scenario
 from simulator.config.scenario.schema import Scenario
+from simulator.config.scenario.schema_models import ModelConfig, model_class
 from simulator.models.registry import FAMILIES, family
 from simulator.models.split import graph_units
 
@@ -18,6 +19,15 @@ def test_one_family_per_schema_model_type():
     union = typing.get_args(Scenario.model_fields["model"].annotation)
     types = {typing.get_args(m.model_fields["type"].annotation)[0] for m in union}
     assert set(FAMILIES) == types
+
+
+def test_every_schema_model_type_answers_the_scenario_rules():
+    # the rules ask the model's schema class (issue 21: no rule tests the type), so each
+    # type of the union is a ModelConfig, and model_class finds it by its name
+    for cls in typing.get_args(Scenario.model_fields["model"].annotation):
+        assert issubclass(cls, ModelConfig)
+        assert model_class(typing.get_args(cls.model_fields["type"].annotation)[0]) is cls
+    assert model_class("vit") is None
 
 
 def test_an_unknown_family_lists_the_registered_ones():

@@ -23,7 +23,7 @@ from simulator.graph.ops import KernelCtx, get_family
 from simulator.graph.ops import base as ops_base
 from simulator.graph.ops.moe import expert_capacity, gate_weights, route_tokens
 from simulator.models.cases import build_case
-from simulator.numeric.execute import Faults
+from simulator.numeric.execution import Faults
 from simulator.numeric.rulecheck import check_signature
 from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program

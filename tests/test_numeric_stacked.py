@@ -19,7 +19,8 @@ from simulator.config.scenario import parse_scenario
 from simulator.graph.graph import GraphBuilder
 from simulator.models.cases import build_case
 from simulator.numeric.dist import DistTensor, distribute
-from simulator.numeric.execute import Execution, Faults, run_microbatch
+from simulator.numeric.execute import run_microbatch
+from simulator.numeric.execution import Execution, Faults
 from simulator.numeric.local import forward_blocks, vjp_blocks
 from simulator.numeric.rulecheck import random_inputs
 from simulator.numeric.stacked import stacked_kernel

@@ -27,8 +27,9 @@ from simulator.lower.framework_apply import fp8_recipe
 from simulator.models import transformer_plan
 from simulator.models.cases import build_case
 from simulator.numeric.dist import distribute
-from simulator.numeric.execute import Execution, run_microbatch
-from simulator.numeric.verify import _opt_layout, reduce_grad
+from simulator.numeric.execute import run_microbatch
+from simulator.numeric.execution import Execution
+from simulator.numeric.sharded_step import _opt_layout, reduce_grad
 from simulator.program.model_program import transformer_program
 from simulator.sharding.lower import local_shapes
 from simulator.sharding.plan import build_plan

@@ -24,15 +24,14 @@ from simulator.models.model_graph import propagated
 from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import B, Broadcast, P, Shard
-from simulator.sharding.redistribute import (
+from simulator.sharding.redist_steps import (
     COMM_KINDS,
     RedistStep,
     moved_bytes,
     plan_cost,
-    plan_costs,
-    plan_redistribution,
     step_kind,
 )
+from simulator.sharding.redistribute import plan_costs, plan_redistribution
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "propagate_pinned" / "reference.json")
                        .read_text())

@@ -20,13 +20,8 @@ from simulator.numeric.dist import apply_step, assemble, distribute, replica_mis
 from simulator.sharding.layout import Layout
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import B, P, Shard
-from simulator.sharding.redistribute import (
-    RedistStep,
-    link_seconds,
-    plan_cost,
-    plan_redistribution,
-    step_kind,
-)
+from simulator.sharding.redist_steps import RedistStep, link_seconds, plan_cost, step_kind
+from simulator.sharding.redistribute import plan_redistribution
 
 ITEM = 4
 MESHES_2D = [(a, b) for a in range(1, 5) for b in range(1, 5)]

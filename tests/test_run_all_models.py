@@ -8,7 +8,7 @@ from simulator.config.hardware import load_profile
 from simulator.config.resources import list_bundled, resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.config.scenario.dataset import dataset_choice
-from simulator.program.model_program import graph_program
+from simulator.program.graph_program import graph_program
 from simulator.report import summary
 from simulator.simulation.simulate import simulate
 

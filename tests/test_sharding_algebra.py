@@ -16,7 +16,8 @@ from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import B, P, Shard, dual, parse_placement
 from simulator.sharding.plan import build_plan
-from simulator.sharding.redistribute import plan_redistribution, step_kind
+from simulator.sharding.redist_steps import step_kind
+from simulator.sharding.redistribute import plan_redistribution
 from simulator.sharding.rules import signatures, signatures_1d
 
 

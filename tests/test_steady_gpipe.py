@@ -168,7 +168,9 @@ def test_a_sweep_row_of_gpipe_equals_run():
     figures `run --json` reports for the same overrides, every micro-batch simulated."""
     from simulator.api import load_hardware, load_scenario
     from simulator.config.resources import resolve_yaml
-    from simulator.planner.sweep import ROW_METRICS, SweepSpec, evaluate, expand, parse_grid
+    from simulator.planner.sweep_eval import evaluate
+    from simulator.planner.sweep_spec import SweepSpec, expand, parse_grid
+    from simulator.report.sweep_table import ROW_METRICS
 
     # tiny-cpu as a 2-stage pipeline of 2 data-parallel replicas, 20 micro-batches each
     fixed = ("parallel.pipeline=2", "parallel.tensor=1", "training.global_batch_size=80")

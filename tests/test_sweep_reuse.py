@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-import simulator.planner.sweep as sweep_mod
+import simulator.planner.sweep_eval as sweep_mod
 from simulator.config.resources import resolve_yaml
 from simulator.lower import stages
 from simulator.planner.sweep import SweepSpec, parse_grid, sweep_into
@@ -27,7 +27,7 @@ def _spec() -> SweepSpec:
 
 
 def _fresh_caches() -> None:
-    sweep_mod._PROGRAMS.clear()
+    sweep_mod.PROGRAMS.clear()
     stages._PRICED.clear()
     for cached in (sweep_mod._scenario_data, sweep_mod._profile, sweep_mod._costs):
         cached.cache_clear()
@@ -37,7 +37,7 @@ def test_rows_with_reuse_equal_rows_without(monkeypatch):
     _fresh_caches()
     reused = sweep_into(_spec(), None, SerialExecutor())
     # one program per (micro-batch size, sequence parallel): the schedules share it
-    assert len(sweep_mod._PROGRAMS) == 4
+    assert len(sweep_mod.PROGRAMS) == 4
     assert all(r["status"] == "ok" for r in reused)
     monkeypatch.setattr(model_program, "MEMO_SIZE", 0)
     monkeypatch.setattr(stages, "PRICED_SIZE", 0)
@@ -45,7 +45,7 @@ def test_rows_with_reuse_equal_rows_without(monkeypatch):
     for index in range(len(reused)):  # every configuration from cold caches
         _fresh_caches()
         fresh += sweep_into(_spec(), None, _Only(index))
-    assert len(sweep_mod._PROGRAMS) == 0 and len(stages._PRICED) == 0
+    assert len(sweep_mod.PROGRAMS) == 0 and len(stages._PRICED) == 0
     assert fresh == reused
 
 

@@ -10,7 +10,7 @@ import yaml
 from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
-from simulator.numeric.execute import Faults
+from simulator.numeric.execution import Faults
 from simulator.simulation.verify import verify_scenario
 
 

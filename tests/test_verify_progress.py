@@ -77,13 +77,15 @@ def test_nothing_before_the_threshold_then_the_latest_state(capsys):
 
 def _calls(scenario: str, **kw) -> list[tuple[str, int, int]]:
     from simulator.config.framework.load import framework_for
+    from simulator.simulation.stage_split import stage_split
     from simulator.simulation.verify import verify_scenario
 
     loaded = api.load_scenario(scenario)
     hw = api.load_hardware(loaded)
     calls: list[tuple[str, int, int]] = []
     software = framework_for(loaded.scenario, hw).software
-    res = verify_scenario(loaded.scenario, fused_attention=software.fused_attention, hw=hw,
+    res = verify_scenario(loaded.scenario, fused_attention=software.fused_attention,
+                          split=stage_split(loaded.scenario, hw),
                           selective=software.selective_recompute,
                           progress=lambda *c: calls.append(c), **kw)
     assert res.ok

@@ -1,6 +1,6 @@
 """verify's faster paths compute what the plain ones do (issue 13): the whole-batch
 reference in a forked child gives the same report as in-process; freeing what the backward
-does not read (numeric.kept, numeric.execute.release) changes no gradient bit; a value
+does not read (numeric.kept, numeric.execution.release) changes no gradient bit; a value
 wrongly freed spreads NaN and fails the check rather than passing; the child's errors and
 death reach the parent."""
 
@@ -16,7 +16,8 @@ from simulator.api import load_scenario
 from simulator.models.cases import build_case
 from simulator.numeric import kept
 from simulator.numeric.dist import distribute
-from simulator.numeric.execute import Execution, Faults, run_microbatch
+from simulator.numeric.execute import run_microbatch
+from simulator.numeric.execution import Execution, Faults
 from simulator.numeric.reference import Beside
 from simulator.numeric.verify import _data, _params
 from simulator.sharding.plan import build_plan

@@ -15,7 +15,7 @@ from simulator.config.hardware import load_profile
 from simulator.config.scenario.load import parse_scenario
 from simulator.config.scenario.schema import Scenario
 from simulator.models.cases import build_case
-from simulator.numeric.execute import Faults
+from simulator.numeric.execution import Faults
 from simulator.numeric.pipeline import SendFaults
 from simulator.simulation.simulate import simulate
 from simulator.simulation.stage_split import stage_split

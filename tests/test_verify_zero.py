@@ -10,7 +10,7 @@ import pytest
 
 from simulator.api import load_scenario
 from simulator.models.cases import build_case
-from simulator.numeric.execute import Faults
+from simulator.numeric.execution import Faults
 from simulator.numeric.verify import verify_case
 from simulator.simulation.verify import verify_scenario
 

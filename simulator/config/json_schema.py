@@ -26,8 +26,11 @@ _FROM_HF = {
 
 
 def _with_from_hf(model: dict[str, Any]) -> dict[str, Any]:
-    """The model property: one of the model types, or a `from_hf` mapping."""
-    return {"title": model.get("title", "Model"), "anyOf": [model, _FROM_HF]}
+    """The model property: one of the model types, or a `from_hf` mapping (the property's
+    description beside them)."""
+    types = {k: v for k, v in model.items() if k != "description"}
+    return {"title": model.get("title", "Model"), "description": model["description"],
+            "anyOf": [types, _FROM_HF]}
 
 
 def json_schema(hardware: bool = False) -> dict[str, Any]:

@@ -106,7 +106,7 @@ def transformer_mesh(scenario: Scenario) -> Mesh:
         return Mesh.of(dp=p.data, tpx=x, tpy=y)
     if p.context > 1:
         return Mesh.of(dp=p.data, cp=p.context, tp=p.tensor)
-    if getattr(scenario.model, "moe", None) is None:
+    if scenario.model.moe_spec() is None:
         return Mesh.of(dp=p.data, tp=p.tensor)
     return Mesh.of(dp=p.data // p.expert, ep=p.expert, tp=p.tensor)
 

@@ -42,13 +42,13 @@ from simulator.errors import InputError
 from simulator.lower import comm_graph
 from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.costs import CostModel, Priced
-from simulator.lower.host import host_optimizer_s
 from simulator.lower.layout import RankMesh, rank_mesh
 from simulator.lower.offload import Offload
 from simulator.lower.pipeline import schedule_steps
 from simulator.lower.reduction import DataParallel, strategy_for
 from simulator.lower.stages import StageWork, stage_work
-from simulator.lower.state import model_state_bytes, optimizer_spec
+from simulator.lower.state import model_state_bytes
+from simulator.lower.step import finish
 from simulator.lower.tasks_builder import Builder
 from simulator.models.split import StageSplit
 from simulator.program.program import Block, Program
@@ -270,81 +270,6 @@ class Lowering:
         if self.par.overlap.grad_reduce or self.dp.per_unit:
             self.dp.reduce(dev, mb, vs, tids[-1:] if w.whole_grads else tids)
 
-    # ---- the end of the iteration --------------------------------------------------------
-    def finish(self, dev: int, vss: list[int]) -> None:
-        """Deferred reductions (no overlap), the gradient synchronisation on the other axes,
-        the optimizer step (on the device, or on the host), the parameter all-gather."""
-        compute = self.b.streams[(dev, "compute")]
-        if not self.par.overlap.grad_reduce and not self.dp.per_unit:
-            for vs in vss:
-                for mb in range(self.micro):
-                    self.dp.reduce(dev, mb, vs, [compute[-1]])
-        last_comm = tuple(self.b.streams[(dev, s)][-1] for s in ("dp", "dp_reduce")
-                          if self.b.streams.get((dev, s)))
-        params = sum(self.work[vs].params for vs in vss)
-        deps = last_comm + self._grad_sync(dev, vss)
-        deps += self._host_ops_step(dev, deps + (compute[-1],))
-        remote = self.dp.remote_step(dev, params, deps)
-        if remote is not None:
-            step = remote
-        elif self.par.offload.optimizer_states:
-            step = self._host_optimizer(dev, params, deps)
-        else:
-            spec = optimizer_spec(params, self.prog.dtype, self.sc.training.optimizer,
-                                  self.par.optimizer_shard, self.shard_ranks, self.ge,
-                                  self.state_dtype, self.fp8_params)
-            step = self.b.add(("O", dev), device=dev, stream="compute", name="opt",
-                              phase="optimizer", duration_s=self.costs.compute_s(spec),
-                              deps=deps)
-            step = self.off.after_step(dev, params, step)
-        self.dp.after_step(dev, vss, step)
-
-    def _host_ops_step(self, dev: int, deps: tuple[int, ...]) -> tuple[int, ...]:
-        """The optimizer step of the parameters operators on the host CPU keep there
-        (`lower.host`), after the backward; the device's step follows it (the iteration
-        ends when both have), so a wait for it is charged to the optimizer."""
-        if not self.prog.host_params:
-            return ()
-        seconds = host_optimizer_s(self.prog.host_params, self.prog.dtype,
-                                   self.sc.training.optimizer)
-        return (self.b.add(("HO", dev), device=dev, stream="offload", name="host_opt",
-                           phase="optimizer", duration_s=seconds, deps=deps),)
-
-    def _grad_sync(self, dev: int, vss: list[int]) -> tuple[int, ...]:
-        """Gradient reductions on non-dp axes (tensor-parallel replicas of sequence-parallel
-        norms, ...), once per iteration on the compute stream before the optimizer step, as
-        Megatron-LM's finalize_model_grads runs them."""
-        sync = [self.work[vs].grad_sync for vs in vss if self.work[vs].grad_sync.comm_s > 0]
-        if not sync:
-            return ()
-        total = sync[0]
-        for part in sync[1:]:
-            total = total + part
-        return (self.b.add(("G", dev), device=dev, stream="compute", name="grad_sync",
-                           phase="bwd", duration_s=total.comm_s, comm_s=total.comm_s,
-                           comm=total.comm),)
-
-    def _host_optimizer(self, dev: int, params: int, deps: tuple[int, ...]) -> int:
-        """ZeRO-Offload (Ren et al. 2021, Sec. 4): the reduced gradient shard goes to the
-        host over PCIe, the host runs the optimizer (its time is not modelled), and the
-        updated 16-bit parameters come back; the device waits for them. Returns the task
-        after which the parameters are back."""
-        local = params / (self.shard_ranks if self.par.optimizer_shard >= 1 else 1)
-        # after the backward too (without data-parallel reductions nothing else orders it)
-        deps += (self.b.streams[(dev, "compute")][-1],)
-        back = 0.0 if self.off.params else local * self.e  # ZeRO-Infinity: stays on the host
-        self.off.count(dev, "d2h", local * self.ge)
-        self.off.count(dev, "h2d", back)
-        d2h = self.b.add(("H", dev, "d2h"), device=dev, stream="offload", name="grad_d2h",
-                         phase="offload", duration_s=self.costs.copy_s(local * self.ge),
-                         deps=deps)
-        h2d = self.b.add(("H", dev, "h2d"), device=dev, stream="offload", name="param_h2d",
-                         phase="offload", duration_s=self.costs.copy_s(back),
-                         deps=(d2h,))
-        self.b.add(("O", dev), device=dev, stream="compute", name="opt", phase="optimizer",
-                   duration_s=0.0, deps=(h2d,))
-        return h2d
-
     def device(self, dev: int) -> Alloc:
         stage = self.ranks.stage(dev)
         steps = schedule_steps(self.par.schedule, stage, self.ranks.pipeline, self.micro,
@@ -356,7 +281,7 @@ class Lowering:
         emit = {"F": self.forward, "B": self.backward, "W": self.weight}
         for kind, mb, vs in steps:
             emit[kind](dev, mb, vs)
-        self.finish(dev, vss)
+        finish(self, dev, vss)
         params = sum(self.work[vs].params for vs in vss)
         return self.off.static(model_state_bytes(
             params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,

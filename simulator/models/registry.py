@@ -1,6 +1,7 @@
 """The model-family registry: the one place that maps `model.type` to what the rest of
 shardsim needs of a model (`models.family.ModelFamily`). A new family is a module that
-defines FAMILY, one line here, and its schema entry (`config.scenario.schema`)."""
+defines FAMILY, one line here, and its schema class (`config.scenario.schema_models`: its
+keys, and its answers to the scenario rules) in the `ModelSpec` union."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import numpy as np
 from simulator.sharding.layout import Layout, regions
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.placement import Broadcast, Shard
-from simulator.sharding.redistribute import RedistStep
+from simulator.sharding.redist_steps import RedistStep
 
 __all__ = ["DistTensor", "distribute", "assemble", "replica_mismatch", "apply_step", "Stack",
            "stack_of", "add"]

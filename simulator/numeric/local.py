@@ -47,7 +47,7 @@ def _layouts(p: OpPlan, plan: ShardingPlan) -> list[tuple[Layout, tuple[int, ...
 
 @lru_cache(maxsize=256)
 def rank_ctxs(plan: ShardingPlan, p: OpPlan, batch_offset: int) -> tuple[KernelCtx, ...]:
-    """`execute.kernel_ctx` of every rank, from the cached block starts."""
+    """`execution.kernel_ctx` of every rank, from the cached block starts."""
     (*ins, (out_layout, out_shape)) = _layouts(p, plan)
     mesh = plan.mesh
     in_starts = [_starts_sizes(lay, s, mesh)[0].tolist() for lay, s in ins]

@@ -24,17 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.numeric.dist import DistTensor, add, assemble, distribute
-from simulator.numeric.execute import (
-    Execution,
-    Recompute,
-    _backward_op,
-    _collect,
-    _forward_op,
-    _regather,
-    _segments,
-    release,
-    rerun,
-)
+from simulator.numeric.execution import Execution, backward_op, collect, forward_op, release
+from simulator.numeric.recompute import Recompute, recompute_runs, regather, rerun
 from simulator.numeric.stacked_saved import clear_saved
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import ShardingPlan, build_plan
@@ -139,7 +130,7 @@ class StagedRun:
                     e.values[name] = distribute(full, plan.layouts[name], plan.mesh)
         caches: list[dict] = [{} for _ in range(n)]
         saved = self._forward(exs, on_op, caches)
-        self._runs = _segments(plan, recompute) if recompute is not None and backward else {}
+        self._runs = recompute_runs(plan, recompute) if recompute is not None and backward else {}
         for run in self._runs.values():
             assert len({self.stage_of[plan.ops[k].op.name] for k in run}) == 1
             for k in run:  # nothing of a recomputed op is kept for the backward
@@ -172,7 +163,7 @@ class StagedRun:
         rc, gather, caches = self._rerun
         again = {} if rc.collectives else caches[stage]
         if rc.gathers and gather is not None:
-            again = _regather(ex, [self.plan.ops[j] for j in self._runs[k]], gather, again)
+            again = regather(ex, [self.plan.ops[j] for j in self._runs[k]], gather, again)
         rerun(ex, rc, k, self._runs[k], saved, again)
 
     def _forward(self, exs: list[Execution], on_op, caches: list[dict]
@@ -189,7 +180,7 @@ class StagedRun:
             cache = caches[s]
             for k in self._ops(s):
                 p = plan.ops[k]
-                saved[k] = _forward_op(e, p, cache)
+                saved[k] = forward_op(e, p, cache)
                 made[p.op.output] = s
                 if e.tick is not None:
                     e.tick()
@@ -213,13 +204,13 @@ class StagedRun:
                     self._again(exs[s], k, s, saved)
                 ins = saved[k]
                 assert ins is not None
-                _backward_op(exs[s], plan.ops[k], ins, grads[s])
+                backward_op(exs[s], plan.ops[k], ins, grads[s])
                 release(exs[s], plan.ops[k], saved, k)
                 tick = exs[s].tick
                 if tick is not None:
                     tick()
             for name in [m for m in grads[s] if m in params]:
-                total = _collect(exs[s], name, grads[s], None)
+                total = collect(exs[s], name, grads[s], None)
                 if total is None:
                     continue
                 if name in out:  # a weight read on two stages: the tied embedding

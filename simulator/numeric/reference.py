@@ -34,7 +34,7 @@ import numpy as np
 
 from simulator.numeric.compare import Check, compare
 from simulator.numeric.dist import DistTensor, assemble, distribute
-from simulator.numeric.execute import Execution, _forward_op
+from simulator.numeric.execution import Execution, forward_op
 from simulator.numeric.stacked_saved import not_kept
 from simulator.sharding.plan import ShardingPlan
 
@@ -178,7 +178,7 @@ def forward_values(plan: ShardingPlan, params: dict[str, np.ndarray],
     cache: dict = {}
     for k, p in enumerate(plan.ops):
         with not_kept():
-            _forward_op(ex, p, cache)
+            forward_op(ex, p, cache)
         out = p.op.output
         yield out, ex.values[out]
         for name in {*p.op.inputs, out}:

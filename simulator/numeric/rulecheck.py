@@ -15,7 +15,7 @@ import numpy as np
 from simulator.graph.graph import Graph
 from simulator.graph.ops import KernelCtx
 from simulator.numeric.dist import DistTensor, assemble, distribute
-from simulator.numeric.execute import _blocks, kernel_ctx
+from simulator.numeric.execution import gradient_blocks, kernel_ctx
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import OpPlan, grad_layouts, group_ranks
 from simulator.sharding.rules import Signature
@@ -83,6 +83,6 @@ def check_signature(graph: Graph, mesh: Mesh, sig: Signature, seed: int = 0) -> 
     for i, g in enumerate(want):
         if g is None:
             continue
-        got = DistTensor(xs[i].shape, in_layouts[i], _blocks(grads, i))
+        got = DistTensor(xs[i].shape, in_layouts[i], gradient_blocks(grads, i))
         errs.append(float(np.max(np.abs(assemble(got, mesh) - g), initial=0.0)))
     return RuleCheck(fwd, tuple(errs))

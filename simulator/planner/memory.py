@@ -347,7 +347,7 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
         # simulator does: in the estimate, not in the floor
         fp8_copies = st.params * copies / (d if z >= 3 else 1)
         # ZeRO-3 / FSDP holds the unit it computes whole and prefetches the next one
-        # (simulator/lower/reduction.py, ShardedParameters): in the estimate, not in the
+        # (simulator/lower/zero3.py, ShardedParameters): in the estimate, not in the
         # floor (a unit is freed when its compute ends, not always at the activation peak)
         unit = layer_params(m, cfg.tensor) * e if z >= 3 and d > 1 else 0.0
         grads = st.params * w.grad_bytes / (d if z >= 2 else 1)

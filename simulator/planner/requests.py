@@ -69,7 +69,7 @@ def check_model(scenario: Any) -> None:
     if getattr(scenario.model, "type", "") != "transformer":
         raise InputError(scenario.source, "model.type", f"found '{scenario.model.type}'; "
                          "`plan` searches transformer models (supported: transformer)")
-    if getattr(scenario.model, "moe", None) is not None:
+    if scenario.model.moe_spec() is not None:
         # the search space (planner/space.py) has no expert degree and its memory and time
         # estimates count dense layers: refuse rather than rank configurations wrongly
         raise InputError(scenario.source, "model.moe", "a mixture of experts is not searched "
@@ -95,6 +95,7 @@ def check_model(scenario: Any) -> None:
 
 def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int) -> Any:
     """SearchOptions from the command's options; InputError for a bad one."""
+    # imported when called: the search and numpy load only then
     from simulator.planner.search import SearchOptions
     from simulator.planner.space import SpaceLimits
 

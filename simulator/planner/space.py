@@ -3,7 +3,7 @@ model allows, as small frozen values, and the scenario each one stands for.
 
 A configuration fixes the three degrees (data x tensor x pipeline = N: every factorisation
 with tensor dividing the attention heads, the key/value heads and the FFN width, and
-pipeline x virtual stages dividing the layers, as `scenario.rules` requires), the
+pipeline x virtual stages dividing the layers, as `scenario.transformer_rules` requires), the
 micro-batch size (a divisor of the per-replica batch), the schedule (1f1b, or Megatron-LM's
 interleaved 1f1b with v > 1 model chunks, which needs the micro-batch count to be a multiple
 of the pipeline degree, Narayanan et al. 2021, Sec. 2.2.2), sequence parallelism (only with
@@ -101,8 +101,8 @@ def divisors_of(n: int) -> list[int]:
 
 
 def _tensor_degrees(m: TransformerModel, devices: int) -> list[int]:
-    """Tensor degrees the model allows (scenario.rules: t | heads, kv heads, FFN width and
-    vocabulary)."""
+    """Tensor degrees the model allows (scenario.transformer_rules: t | heads, kv heads, FFN
+    width and vocabulary)."""
     return [t for t in divisors_of(devices)
             if m.num_heads % t == 0 and m.kv_heads % t == 0 and m.ffn % t == 0
             and m.vocab_size % t == 0]
@@ -206,7 +206,7 @@ def _comm_options_for(par: dict[str, Any], cfg: Config, scenario: Scenario) -> N
         rc["tensor"] = True
     if not keeps_gathered_params(cfg.recompute, cfg.optimizer_shard, cfg.data):
         rc["optimizer"] = True
-    if scenario.model.moe is None:  # type: ignore[union-attr]
+    if scenario.model.moe_spec() is None:
         par["enable_alltoall"] = True
     _fusion_for(par, cfg.optimizer_shard)
 

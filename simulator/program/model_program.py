@@ -1,15 +1,13 @@
-"""The program `run` times, derived from the planned operator graph that `verify` executes.
+"""The program `run` times of a transformer, derived from the planned operator graph that
+`verify` executes (an operator graph's: `program.graph_program`).
 
-    scenario --(planned_transformer | planned_graph)--> graph + mesh --build_plan--> plan
+    scenario --planned_transformer--> graph + mesh --build_plan--> plan
              --sharding.lower (kernels, collectives, saved tensors)--> Program
 
-Transformers: the Megatron plan of `sharding.transformer_plan` on a GPT graph of the
-scenario's own dimensions with up to three layers (the middle one stands for every layer:
-its neighbours are layers on both sides); its blocks are the embedding (ops before the first
-layer), the layer and the head (final norm, LM head, cross-entropy and the loss). Operator
-graphs (mlp, resnet, graph): the whole graph is one block, or under a pipeline, recompute
-(`program.graph_recompute`) or offload a sequence of units that the lowering cuts into
-stages (`program.graph_stages`).
+The Megatron plan of `models.transformer_plan` on a GPT graph of the scenario's own
+dimensions with up to three layers (the middle one stands for every layer: its neighbours
+are layers on both sides); its Blocks are the embedding (ops before the first layer), the
+layer (repeated L times) and the head (final norm, LM head, cross-entropy and the loss).
 
 What the training stack (the framework profile's `Software`) adds on top of the plan are cost
 annotations, each cited where it is made: fused attention (`model.attention`), the fp32
@@ -31,23 +29,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from simulator.config.hardware.schema import Software
-from simulator.config.scenario.dataset import dataset_choice
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
-from simulator.models.model_graph import planned_graph
 from simulator.models.optimizer_threshold import kept_whole, optimizer_threshold
 from simulator.models.params import block_params
-from simulator.models.recompute import recomputed_ops, recomputing
-from simulator.models.split import fixed_counts
+from simulator.models.recompute import recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
-from simulator.program.graph_stages import Staged, staged_graph
-from simulator.program.host_placement import host_kernels, host_placed
 from simulator.program.program import Block, Op, Program
 from simulator.program.recompute_policy import sac_cached_bytes, sac_recompute
 from simulator.program.stack_ops import (
@@ -66,16 +59,13 @@ from simulator.sharding.lower import (
     backward_specs,
     forward_specs,
     gradient_steps,
-    loaded_bytes,
     param_gathers,
     saved,
 )
-from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import ShardingPlan
 
-__all__ = ["recomputed_ops", "transformer_program", "graph_program", "GraphProgram",
-           "gpt_dims", "uses_flash", "ATTENTION_CORE", "graph_model_flops",
-           "memoised_programs"]
+__all__ = ["recomputed_ops", "transformer_program", "gpt_dims", "uses_flash",
+           "ATTENTION_CORE", "memoised_programs", "coalesce"]
 
 ATTENTION_CORE = ("scores", "softmax", "attn_dropout", "context", "flash_attention")
 Select = Callable[[str], bool]
@@ -92,7 +82,7 @@ class _Block:
         return block_params(plan, self.select)
 
 
-def _coalesce(specs: tuple[CommSpec, ...], name: str) -> tuple[CommSpec, ...]:
+def coalesce(specs: tuple[CommSpec, ...], name: str) -> tuple[CommSpec, ...]:
     """One collective per (kind, axis), bytes summed (a flat coalesced buffer)."""
     out: dict[tuple[str, str], float] = {}
     for c in specs:
@@ -218,33 +208,18 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
     return prog
 
 
-def _derive(scenario: Scenario, software: Software, compute_units: int,
-            fp8: Fp8Recipe | None) -> Program:
-    """One device's work for one micro-batch of `scenario` (a transformer model), derived
-    from its planned graph. `software` is the framework profile's stack: it
-    resolves `model.attention: auto`, says whether gradient accumulation into fp32 runs
-    inside the wgrad GEMMs, whether bf16 gradients are kept and reduced in fp32, and whether
-    TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores).
-    `fp8`: the framework's FP8 recipe for a `dtype: fp8` model: the model is bf16 except the
-    recipe's GEMMs (without one, every op runs in fp8)."""
-    p, m = scenario.parallel, transformer_model(scenario.model)
-    recipe = fp8 if m.dtype == "fp8" else None
-    tpo = tp_overlap(scenario, software, compute_units)
-    if recipe is not None and not recipe.dynamic and tpo is not None:
-        # Transformer Engine (delayed scaling) with its userbuffers TP overlap gathers the
-        # GEMM operands in FP8 (program.fp8)
-        recipe = replace(recipe, gather_tp=p.tensor)
-    dtype = "bf16" if recipe is not None else m.dtype
-    e = DTYPE_BYTES[dtype]
-    unit = m.moe.every if m.moe else 1
-    plan, dims = _planned(scenario, software.fused_attention, e)
-    graph, mesh = plan.graph, plan.mesh
-    layer = _Block(_layer_block(m.layers, unit))
-    embed = _Block(lambda n: n.startswith("embed"))
-    head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
-    sv: Saved = saved(plan, e)
-    if recipe is not None and recipe.saves_fp8:
-        sv = fp8_saved(sv, plan, recipe, e)
+def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
+               recipe: Fp8Recipe | None, sv: Saved, dtype: str,
+               blocks: tuple[_Block, _Block, _Block]
+               ) -> tuple[dict[str, tuple[Op, ...]], dict[str, tuple[Op, ...]], float, float]:
+    """(forward and backward ops of the layer, the embedding and the head, the head's saved
+    bytes, the logits per device) as the stack runs them: the plan's kernels and
+    collectives with the FP8 recipe's GEMMs, the attention kernel, a fused cross-entropy,
+    the busiest expert rank's load, the stack's unfused kernels, the fp32 main-gradient add
+    and the weight casts of a stored parameter dtype."""
+    m, e = transformer_model(scenario.model), DTYPE_BYTES[dtype]
+    graph = plan.graph
+    layer, embed, head = blocks
     fwd = {k: forward_specs(plan, dtype, b.select, e, sv) for k, b in
            (("layer", layer), ("embed", embed), ("head", head))}
     bwd = {k: backward_specs(plan, dtype, b.select, e) for k, b in
@@ -271,7 +246,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
                                   imbalanced(bwd["layer"], imbalance))
     more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
     fwd["layer"], bwd["layer"] = fwd["layer"] + more[0], bwd["layer"] + more[1]
-    params, tensors = layer.params(plan, graph)
+    params = layer.params(plan, graph)[0]
     embed_params = embed.params(plan, graph)[0]
     head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
     output_params = _Block(lambda n: n == "head").params(plan, graph)[0]
@@ -285,24 +260,73 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         for block, n in (("layer", params), ("head", head_params + output_params)):
             cast_fwd, cast_bwd = weight_casts(f"weight_cast_{block}", n, dtype)
             fwd[block], bwd[block] = cast_fwd + fwd[block], bwd[block] + cast_bwd
+    return fwd, bwd, head_saved, logits
+
+
+def _layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
+                     dims: GptDims, sv: Saved, e: int, select: Select,
+                     layer_fwd: tuple[Op, ...]) -> tuple[tuple[Op, ...], float, float]:
+    """(the layer's recompute pass, the bytes it keeps per micro-batch, the bytes of its
+    output: the boundary a pipeline sends) under `parallel.recompute` and the stack's
+    selective policy."""
+    p, graph, mesh = scenario.parallel, plan.graph, plan.mesh
     policy = software.selective_recompute
     picked = recomputed_ops(p.recompute, policy, dims.swiglu)
-    region = None if picked is None else (lambda n: layer.select(n) and picked(n))
+    region = None if picked is None else (lambda n: select(n) and picked(n))
     if p.recompute == "selective" and policy == "every_second_mm":
-        recompute = sac_recompute(fwd["layer"], dims.swiglu, dims.heads, dims.kv_heads)
+        recompute = sac_recompute(layer_fwd, dims.swiglu, dims.heads, dims.kv_heads)
     else:
         recompute = () if region is None else _recomputed(
-            fwd["layer"], (lambda n: True) if p.recompute == "full" else
+            layer_fwd, (lambda n: True) if p.recompute == "full" else
             (lambda n: n in ATTENTION_CORE))
     recompute, kept = comm_options.recompute_comm_ops(scenario, recompute, mesh)
-    out_name = next(op.op.output for op in reversed(plan.ops) if layer.select(op.op.name))
+    out_name = next(op.op.output for op in reversed(plan.ops) if select(op.op.name))
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
                                                                 mesh))
-    per_layer = sv.total(layer.select, region) + kept
+    per_layer = sv.total(select, region) + kept
     if p.recompute == "selective" and policy == "every_second_mm" and region is not None:
         # the kept ops' cached outputs and the block's input (boundary: the previous
         # layer's output, the same shape), not the inputs the kept ops save
-        per_layer = sac_cached_bytes(plan, sv.extra, layer.select, region, e) + boundary + kept
+        per_layer = sac_cached_bytes(plan, sv.extra, select, region, e) + boundary + kept
+    return recompute, per_layer, boundary
+
+
+def _derive(scenario: Scenario, software: Software, compute_units: int,
+            fp8: Fp8Recipe | None) -> Program:
+    """One device's work for one micro-batch of `scenario` (a transformer model), derived
+    from its planned graph. `software` is the framework profile's stack: it
+    resolves `model.attention: auto`, says whether gradient accumulation into fp32 runs
+    inside the wgrad GEMMs, whether bf16 gradients are kept and reduced in fp32, and whether
+    TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores).
+    `fp8`: the framework's FP8 recipe for a `dtype: fp8` model: the model is bf16 except the
+    recipe's GEMMs (without one, every op runs in fp8)."""
+    p, m = scenario.parallel, transformer_model(scenario.model)
+    recipe = fp8 if m.dtype == "fp8" else None
+    tpo = tp_overlap(scenario, software, compute_units)
+    if recipe is not None and not recipe.dynamic and tpo is not None:
+        # Transformer Engine (delayed scaling) with its userbuffers TP overlap gathers the
+        # GEMM operands in FP8 (program.fp8)
+        recipe = replace(recipe, gather_tp=p.tensor)
+    dtype = "bf16" if recipe is not None else m.dtype
+    e = DTYPE_BYTES[dtype]
+    unit = m.moe.every if m.moe else 1
+    plan, dims = _planned(scenario, software.fused_attention, e)
+    graph = plan.graph
+    layer = _Block(_layer_block(m.layers, unit))
+    embed = _Block(lambda n: n.startswith("embed"))
+    head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
+    sv: Saved = saved(plan, e)
+    if recipe is not None and recipe.saves_fp8:
+        sv = fp8_saved(sv, plan, recipe, e)
+    fwd, bwd, head_saved, logits = _stack_ops(scenario, software, plan, recipe, sv, dtype,
+                                              (layer, embed, head))
+    params, tensors = layer.params(plan, graph)
+    embed_params = embed.params(plan, graph)[0]
+    head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
+    output_params = _Block(lambda n: n == "head").params(plan, graph)[0]
+    imbalance = m.moe.imbalance if m.moe else 1.0
+    recompute, per_layer, boundary = _layer_recompute(scenario, software, plan, dims, sv, e,
+                                                      layer.select, fwd["layer"])
     steps = gradient_steps(plan, ("dp",))
     bwd, steps = _gathered_params(plan, {"layer": (layer.select, None),
                                          "embed": (embed.select, None),
@@ -314,12 +338,12 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         blocks=(
             Block("embed", fwd["embed"], bwd["embed"], pinned="first", layers=0,
                   params=embed_params, unsharded=small_params(plan, embed.select, small),
-                  grad_sync=_coalesce(_sync(plan, steps, embed.select), "grad_sync"),
+                  grad_sync=coalesce(_sync(plan, steps, embed.select), "grad_sync"),
                   saved_bytes=sv.total(embed.select)),
             Block("layer", fwd["layer"], bwd["layer"], recompute, repeat=m.layers // unit,
                   layers=unit, params=params, param_tensors=tensors,
                   unsharded=small_params(plan, layer.select, small),
-                  grad_sync=_coalesce(_sync(plan, steps, layer.select), "grad_sync"),
+                  grad_sync=coalesce(_sync(plan, steps, layer.select), "grad_sync"),
                   saved_bytes=per_layer,
                   # one layer's full saved set is alive while a recomputed layer runs its
                   # backward: what the re-run makes beyond what it keeps
@@ -329,7 +353,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
             Block("head", fwd["head"], bwd["head"], pinned="last", layers=0,
                   params=head_params, tied_params=output_params,
                   unsharded=small_params(plan, lambda n: n == "lnf", small),
-                  grad_sync=_coalesce(_sync(plan, steps, head.select, embed.select),
+                  grad_sync=coalesce(_sync(plan, steps, head.select, embed.select),
                                       "grad_sync"),
                   saved_bytes=head_saved,
                   transient_bytes=software.ce_backward_transient_bytes_per_logit * logits)),
@@ -338,80 +362,3 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         tp_overlap=tpo, expert_slot_fill=slot_fill(dims), expert_load=imbalance,
         p2p_blocking=p2p_blocking(software, p.schedule),
     )
-
-
-@dataclass(frozen=True)
-class GraphProgram:
-    program: Program
-    mesh: Mesh  # the graph's own device mesh (the cluster mesh adds `pp` around it)
-    model_flops: float
-
-
-def graph_model_flops(graph: Graph, micro_batches: int) -> float:
-    """Contraction (GEMM, conv) FLOPs of forward and backward for the whole batch."""
-    total = 0.0
-    for op in graph.ops:
-        if op.family.kind == "gemm":
-            fwd = op.family.flops(graph.shapes(op), graph.tensors[op.output].shape, op.attrs)
-            total += fwd * (1.0 + op.family.bwd_flops_factor)
-    return total * micro_batches
-
-
-def _parts(scenario: Scenario) -> int:
-    p = scenario.parallel
-    return p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-
-
-def _staged(scenario: Scenario, plan: ShardingPlan, dtype: str, e: int,
-            skip: tuple[str, ...], sv: Saved) -> Staged | None:
-    """The units a pipeline cuts the graph into (`program.graph_stages`), also without a
-    pipeline where recompute or offload works unit by unit; None otherwise (the whole
-    graph is one block)."""
-    p = scenario.parallel
-    rc = recomputing(scenario)
-    if p.pipeline == 1 and rc is None and not (p.offload.parameters or p.offload.activations):
-        return None
-    return staged_graph(plan, scenario.model.type, dtype, e, skip, sv, rc)
-
-
-def _dataset_extras(scenario: Scenario, loaded: float) -> tuple[tuple[str, object], ...]:
-    """The dataset strategy a scenario gives and the input bytes one device loads per
-    micro-batch under it (`scenario.dataset`); nothing without one."""
-    choice = dataset_choice(scenario.parallel)
-    if choice is None:
-        return ()
-    return (("dataset", {"strategy": choice[1], "loaded_bytes_per_device": round(loaded)}),)
-
-
-def graph_program(scenario: Scenario) -> GraphProgram:
-    """The program of an mlp, resnet or graph model: the whole planned graph as one block."""
-
-    graph, mesh = planned_graph(scenario)
-    dtype = scenario.model.dtype
-    e = DTYPE_BYTES[dtype]
-    plan = comm_options.plan(scenario, graph, mesh, e)
-    skip = ("dp",) if scenario.parallel.data > 1 else ()
-    on_host = {op.name for op in graph.ops if host_placed(op)}
-    whole = _Block(lambda n: n not in on_host)  # host operators' tables stay in host memory
-    params, tensors = whole.params(plan, graph)
-    sv = saved(plan, e)
-    loaded = loaded_bytes(plan, e)
-    kept = sv.total(lambda n: n not in on_host)
-    staged = _staged(scenario, plan, dtype, e, skip, sv)
-    blocks: tuple[Block, ...] = (Block(
-        "graph", forward_specs(plan, dtype), backward_specs(plan, dtype), params=params,
-        param_tensors=tensors,
-        grad_sync=_coalesce(gradient_steps(plan, skip), "grad_sync"), saved_bytes=kept),)
-    shared: tuple[tuple[float, frozenset[int]], ...] = ()
-    spans: tuple[tuple[str, int, int], ...] = ()
-    fixed = None
-    if staged is not None:
-        blocks, shared, spans = staged
-        fixed = fixed_counts(scenario, [op.op.name for op in plan.ops], _parts(scenario))
-    prog = Program(
-        blocks=blocks, dtype=dtype, shared_saved=shared, fixed=fixed, spans=spans,
-        whole_grads=staged is not None, host_kernels=host_kernels(plan, e),
-        host_params=_Block(lambda n: n in on_host).params(plan, graph)[0] if on_host else 0,
-        resident=(("activations", loaded),), extras=_dataset_extras(scenario, loaded))
-    return GraphProgram(prog, mesh, graph_model_flops(graph, scenario.grad_accum_steps))
-

@@ -26,12 +26,8 @@ from simulator.sharding.notation import (
     mindspore_out_layout,
 )
 from simulator.sharding.placement import B, Broadcast, Partial, Shard, dual
-from simulator.sharding.redistribute import (
-    RedistStep,
-    frozen,
-    moved_bytes,
-    plan_redistribution,
-)
+from simulator.sharding.redist_steps import RedistStep, frozen, moved_bytes
+from simulator.sharding.redistribute import plan_redistribution
 from simulator.sharding.rules import Signature, SignatureError
 
 __all__ = ["OpPlan", "ShardingPlan", "build_plan", "Strategy", "grad_layouts", "group_ranks",

@@ -1,10 +1,7 @@
 """The redistribution planner: the cheapest per-axis steps that turn one layout into another.
 
-Along one mesh axis, a placement change is one step:
-
-    P -> B     all_reduce            S(d) -> B     all_gather(d)     (any, on 1 device) relabel
-    P -> S(d)  reduce_scatter(d)     S(d) -> S(e)  all_to_all(d -> e)
-    B -> S(d)  local slice           B | S -> P    local (keep the value on one rank / pad)
+Along one mesh axis a placement change is one step (`redist_steps`: the kinds of step, their
+bytes and prices; `redist_search`: the search below).
 
 A step along axis `a` runs inside every group of devices that differ only in their
 coordinate on `a`. It is legal when `a` is the innermost axis (of more than one device)
@@ -26,375 +23,31 @@ all_to_alls' 48 B). `enable_alltoall=False` (MindSpore's
 `set_auto_parallel_context(enable_alltoall=False)`) forbids all_to_all, so S(d) -> S(e)
 becomes all_gather + slice. One search per source answers every target (`plan_costs`
 prices a row of propagation's cost tables from it).
-
-`bytes` of a step follows nccl-tests (all_gather: the gathered buffer; reduce_scatter: the
-input; others: the buffer) for ONE device's largest block; an uneven all_gather gathers
-shards padded to the full chunk, as DTensor does (`Shard._to_replicate_tensor`).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
-from simulator.cost.collectives import busbw_factor, collective_time_s
-from simulator.cost.specs import GroupSpec
 from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
-from simulator.sharding.placement import B, Broadcast, P, Partial, Placement, Shard
+from simulator.sharding.redist_search import Ctx, code, search, search_from
+from simulator.sharding.redist_steps import RedistStep, StepCost, moved_bytes
 
-if TYPE_CHECKING:
-    from simulator.config.hardware.schema import HardwareProfile
-
-__all__ = ["RedistStep", "plan_redistribution", "step_kind", "COMM_KINDS", "StepCost",
-           "moved_bytes", "link_seconds", "plan_cost", "plan_costs"]
-
-# send_recv: an op's own point-to-point exchange (a convolution's halo, graph.ops.halo); the
-# layout search never plans one
-COMM_KINDS = ("all_reduce", "reduce_scatter", "all_to_all", "all_gather", "send_recv")
-
-
-@dataclass(frozen=True)
-class RedistStep:
-    """One step along mesh axis `axis` from layout `src` to layout `dst`."""
-
-    kind: str
-    axis: int
-    src: Layout
-    dst: Layout
-    bytes: float
-
-    @property
-    def is_comm(self) -> bool:
-        return self.kind in COMM_KINDS
-
-    def __str__(self) -> str:
-        return f"{self.kind}@{self.axis}: {self.src} -> {self.dst} ({self.bytes:.0f} B)"
-
-
-StepCost = Callable[[RedistStep, Mesh], float]
-"""The price of one step on a mesh (bytes, seconds, ...): pure, non-negative, additive."""
-
-
-def moved_bytes(step: RedistStep, mesh: Mesh) -> float:
-    """Bytes each device sends (and receives) in `step` with a bandwidth-optimal (ring)
-    algorithm: the nccl-tests bus-bandwidth factor times the buffer (2(n-1)/n for
-    all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all; nccl-tests
-    doc/PERFORMANCE.md; Thakur, Rabenseifner & Gropp 2005, section 4). 0 for local steps."""
-    if not step.is_comm:
-        return 0.0
-    return busbw_factor(step.kind, mesh.shape[step.axis]) * step.bytes
-
-
-def link_seconds(hw: HardwareProfile, devices_per_node: int) -> StepCost:
-    """A StepCost in seconds: each collective priced by `cost.collectives` on the links its
-    group crosses (a mesh axis of `size` devices, `mesh.stride(axis)` apart in rank order,
-    on nodes of `devices_per_node`); local steps are free."""
-
-    def seconds(step: RedistStep, mesh: Mesh) -> float:
-        if not step.is_comm:
-            return 0.0
-        group = GroupSpec(mesh.shape[step.axis], mesh.stride(step.axis), devices_per_node)
-        return collective_time_s(step.kind, step.bytes, group, hw)
-
-    return seconds
-
-
-def frozen(axes: tuple[int, ...], base: StepCost = moved_bytes) -> StepCost:
-    """`base`, with every step on the given mesh axes impossible (infinite): a plan that
-    leaves those axes as they are (a gradient reduced on tp before its data-parallel
-    reduction, which runs elsewhere on the whole buffer)."""
-    def cost(step: RedistStep, mesh: Mesh) -> float:
-        return math.inf if step.axis in axes else base(step, mesh)
-
-    return cost
-
-
-def plan_cost(steps: Iterable[RedistStep], mesh: Mesh, cost: StepCost = moved_bytes) -> float:
-    """The total price of a plan."""
-    return sum(cost(s, mesh) for s in steps)
-
-
-def step_kind(src: Placement, dst: Placement) -> str | None:
-    """The step that changes `src` into `dst` along one axis; None when they are equal."""
-    if src == dst:
-        return None
-    if isinstance(dst, Partial):
-        return "to_partial"
-    if isinstance(src, Partial):
-        return "all_reduce" if isinstance(dst, Broadcast) else "reduce_scatter"
-    if isinstance(src, Broadcast):
-        return "slice"
-    return "all_gather" if isinstance(dst, Broadcast) else "all_to_all"
-
-
-@dataclass(frozen=True)
-class _Ctx:
-    """What the search needs besides the layouts (hashable: moves are cached on it)."""
-
-    shape: tuple[int, ...]
-    mesh: Mesh
-    itemsize: int
-    cost: StepCost
-    enable_alltoall: bool
-
-
-# Inside the search a layout is a tuple of small ints (hashed and compared in C):
-# Shard(d) -> d, B -> -1, P -> -2.
-_B, _P = -1, -2
-_REDUCING = ("all_reduce", "reduce_scatter")
-
-
-def _code(p: Placement) -> int:
-    if isinstance(p, Shard):
-        return p.dim
-    return _B if isinstance(p, Broadcast) else _P
-
-
-def _placement(c: int) -> Placement:
-    return Shard(c) if c >= 0 else (B if c == _B else P)
-
-
-def _innermost(state: tuple[int, ...], axis: int, c: int, sizes: tuple[int, ...]) -> bool:
-    """True unless `c` splits a dim that an axis inside `axis` (of >1 device) also splits."""
-    return c < 0 or not any(s == c and sizes[b] > 1
-                            for b, s in enumerate(state[axis + 1:], axis + 1))
-
-
-def _kind(src: int, dst: int) -> str | None:
-    """`step_kind` on codes."""
-    if src == dst:
-        return None
-    if dst == _P:
-        return "to_partial"
-    if src == _P:
-        return "all_reduce" if dst == _B else "reduce_scatter"
-    if src == _B:
-        return "slice"
-    return "all_gather" if dst == _B else "all_to_all"
-
-
-_Legal = tuple[tuple[int, ...], str, int, float]
-
-
-@lru_cache(maxsize=1 << 16)
-def _legal(state: tuple[int, ...], ctx: _Ctx) -> tuple[_Legal, ...]:
-    """Every legal single-axis step out of `state`, inner axes first: (next state, kind,
-    axis, bytes), on codes only. `bytes` follows nccl-tests (module docstring) for the
-    largest block (`Layout.local_shape`)."""
-    out = []
-    sizes = ctx.mesh.shape
-    local = list(ctx.shape)  # `Layout.local_shape` of `state`
-    for c, size in zip(state, sizes):
-        if c >= 0:
-            local[c] = -(-local[c] // size)
-    n = math.prod(local) * ctx.itemsize
-    for a in reversed(range(len(sizes))):
-        if sizes[a] == 1 or not _innermost(state, a, state[a], sizes):
-            continue
-        for c in (_B, *range(len(ctx.shape)), _P):
-            kind = _kind(state[a], c)
-            if kind is None or not _innermost(state, a, c, sizes) or (
-                    kind == "all_to_all" and not ctx.enable_alltoall):
-                continue
-            nbytes = (0.0 if kind not in COMM_KINDS else
-                      float(n * sizes[a] if kind == "all_gather" else n))
-            out.append((state[:a] + (c,) + state[a + 1:], kind, a, nbytes))
-    return tuple(out)
-
-
-_Move = tuple[tuple[int, ...], RedistStep, float, int, int]
-
-
-@lru_cache(maxsize=1 << 16)
-def _moves(state: tuple[int, ...], ctx: _Ctx) -> tuple[_Move, ...]:
-    """`_legal`'s steps as RedistSteps: (next state, step, price, 1 if a collective, 1 if a
-    reduction)."""
-    out = []
-    before = Layout(tuple(_placement(c) for c in state))
-    for nxt, kind, a, nbytes in _legal(state, ctx):
-        step = RedistStep(kind, a, before, Layout(tuple(_placement(x) for x in nxt)), nbytes)
-        out.append((nxt, step, ctx.cost(step, ctx.mesh), int(step.is_comm),
-                    int(kind in _REDUCING)))
-    return tuple(out)
-
-
-def _priced(state: tuple[int, ...], ctx: _Ctx) -> list[tuple[tuple[int, ...], float, int, int]]:
-    """(next state, price, 1 if a collective, 1 if a reduction) of each of `_moves`; under
-    `moved_bytes` priced on codes (the same product `moved_bytes` takes) without the steps."""
-    if ctx.cost is not moved_bytes:
-        return [(nxt, price, comm, red) for nxt, _, price, comm, red in _moves(state, ctx)]
-    sizes = ctx.mesh.shape
-    return [(nxt, busbw_factor(kind, sizes[a]) * nbytes if kind in COMM_KINDS else 0.0,
-             int(kind in COMM_KINDS), int(kind in _REDUCING))
-            for nxt, kind, a, nbytes in _legal(state, ctx)]
-
-
-def _rounded(total: float) -> float:
-    # 12 significant digits: equal-cost orders summed in another order still tie.
-    return float(f"{total:.12g}")
-
-
-# A search key (cost, collectives, reductions, steps) is held as (cost, packed) with the three
-# counts packed in one int, most significant first: tuples compare the same, in fewer steps.
-_COUNT_BITS = 21
-_Move4 = tuple[int, float, int, int]  # next layout's number, price, packed counts, position
-
-
-class _Space:
-    """The layouts one context's searches reach, numbered, with each one's moves as
-    (next number, price, packed counts of the move, its position in `_moves`) and the
-    rounding of every total met: built once per context and shared by the searches from
-    every source, so a search's inner loop indexes and compares small values."""
-
-    def __init__(self, ctx: _Ctx) -> None:
-        self.ctx = ctx
-        self.index: dict[tuple[int, ...], int] = {}
-        self.states: list[tuple[int, ...]] = []
-        self.adj: list[tuple[_Move4, ...] | None] = []
-        self.rounded: dict[float, float] = {}
-
-    def id(self, state: tuple[int, ...]) -> int:
-        i = self.index.get(state)
-        if i is None:
-            i = self.index[state] = len(self.states)
-            self.states.append(state)
-            self.adj.append(None)
-        return i
-
-    def moves(self, i: int) -> tuple[_Move4, ...]:
-        out = self.adj[i]
-        if out is None:
-            out = self.adj[i] = tuple(
-                (self.id(nxt), price,
-                 (comm << 2 * _COUNT_BITS) + (red << _COUNT_BITS) + 1, pos)
-                for pos, (nxt, price, comm, red) in enumerate(
-                    _priced(self.states[i], self.ctx)))
-        return out
-
-    def step(self, i: int, pos: int) -> RedistStep:
-        """The move at `pos` out of layout i."""
-        return _moves(self.states[i], self.ctx)[pos][1]
-
-
-@lru_cache(maxsize=1 << 6)
-def _space(ctx: _Ctx) -> _Space:
-    return _Space(ctx)
-
-
-class _Dijkstra:
-    """Dijkstra from one layout over legal steps, run only as far as the targets asked so
-    far need (one search answers every target of the same source). Keys: (cost,
-    collectives, reductions, steps), so among equal costs fewer collectives win, then
-    fewer reducing ones (all_gather + slice over to_partial + reduce_scatter), then fewer
-    steps; among equal keys the path found first. `back`: each reached layout's last step
-    (its predecessor and the move's position); a layout's entry is final once it has been
-    popped (`done`): every key left on the heap is at least its own and prices are not
-    negative, so no later path improves it (a move into a final layout is not even
-    priced: its key would be larger), and the answer is the full search's. Per layout
-    number (lists, grown as the space numbers more layouts): the best key's rounded cost
-    (None: not reached) and packed counts, its heap entry's sequence number, `back`."""
-
-    def __init__(self, start: tuple[int, ...], ctx: _Ctx) -> None:
-        self.space = _space(ctx)
-        self.start = self.space.id(start)
-        self.cost: list[float | None] = []
-        self.counts: list[int] = []
-        self.seqs: list[int] = []
-        self.back: list[tuple[int, int] | None] = []
-        self.done = bytearray()
-        self._grow()
-        self.cost[self.start], self.counts[self.start], self.seqs[self.start] = 0.0, 0, 0
-        self.heap: list[tuple[float, int, int, float, int]] = [(0.0, 0, 0, 0.0, self.start)]
-        self.seq = 0
-
-    def _grow(self) -> None:
-        more = len(self.space.states) - len(self.done)
-        self.cost += [None] * more
-        self.counts += [0] * more
-        self.seqs += [0] * more
-        self.back += [None] * more
-        self.done += bytes(more)
-
-    def settle(self, goal: int) -> None:
-        """Search on until `goal` is final (or every reachable layout is)."""
-        space, done, heap, back = self.space, self.done, self.heap, self.back
-        cost, counts, seqs = self.cost, self.counts, self.seqs
-        adj, states, rounded = space.adj, space.states, space.rounded
-        pop, push, seq = heapq.heappop, heapq.heappush, self.seq
-        if goal >= len(done):
-            self._grow()
-        while not done[goal] and heap:
-            r0, c0, s0, total, i = pop(heap)
-            if s0 != seqs[i]:  # superseded by a better key (pushed later)
-                continue
-            done[i] = 1
-            moves = adj[i] or space.moves(i)
-            if len(done) < len(states):
-                self._grow()
-            for j, price, inc, pos in moves:
-                if done[j]:
-                    continue
-                if price:
-                    t = total + price
-                    r = rounded.get(t)
-                    if r is None:
-                        r = rounded[t] = _rounded(t)
-                else:  # total + 0.0 is total, whose rounding is r0
-                    t, r = total, r0
-                c = c0 + inc
-                old = cost[j]
-                if old is None or r < old or (r == old and c < counts[j]):
-                    seq += 1
-                    cost[j], counts[j], seqs[j], back[j] = r, c, seq, (i, pos)
-                    push(heap, (r, c, seq, t, j))
-        self.seq = seq
-
-    def path(self, goal: int) -> list[tuple[int, int]]:
-        """The cheapest path to `goal`: (layout number, move position) of each step."""
-        self.settle(goal)
-        path = []
-        while goal != self.start:
-            step = self.back[goal]
-            if step is None:  # not reachable: as the search over every layout, KeyError
-                raise KeyError(self.space.states[goal])
-            goal, pos = step
-            path.append((goal, pos))
-        return path[::-1]
-
-    def price(self, goal: int) -> float:
-        """`plan_cost` of the path to `goal` (its prices summed in path order, as
-        `plan_cost` sums them)."""
-        prices = [self.space.moves(i)[pos][1] for i, pos in self.path(goal)]
-        return float(sum(p for p in prices if p))
-
-
-@lru_cache(maxsize=1 << 9)
-def _tree(start: tuple[int, ...], ctx: _Ctx) -> _Dijkstra:
-    """The (lazily run) search from `start`, one per source and context."""
-    return _Dijkstra(start, ctx)
-
-
-def _search(start: tuple[int, ...], goal: tuple[int, ...], ctx: _Ctx
-            ) -> tuple[RedistStep, ...]:
-    tree = _tree(start, ctx)
-    return tuple(tree.space.step(i, pos) for i, pos in tree.path(tree.space.id(goal)))
+__all__ = ["plan_redistribution", "plan_costs"]
 
 
 @lru_cache(maxsize=1 << 14)
-def _plan(src: Layout, dst: Layout, ctx: _Ctx) -> tuple[RedistStep, ...]:
+def _plan(src: Layout, dst: Layout, ctx: Ctx) -> tuple[RedistStep, ...]:
     steps, cur = [], list(src.placements)
     for a, size in enumerate(ctx.mesh.shape):
         if size == 1 and cur[a] != dst.placements[a]:
             before = Layout(tuple(cur))
             cur[a] = dst.placements[a]
             steps.append(RedistStep("relabel", a, before, Layout(tuple(cur)), 0.0))
-    return tuple(steps) + _search(tuple(_code(p) for p in cur),
-                                  tuple(_code(p) for p in dst.placements), ctx)
+    return tuple(steps) + search(tuple(code(p) for p in cur),
+                                  tuple(code(p) for p in dst.placements), ctx)
 
 
 @lru_cache(maxsize=1 << 12)
@@ -407,7 +60,7 @@ def plan_costs(src: Layout, dsts: tuple[Layout, ...], shape: tuple[int, ...], me
         src.check(shape, mesh, uneven=True)
     except LayoutError:
         return (math.inf,) * len(dsts)
-    ctx = _Ctx(tuple(shape), mesh, itemsize, moved_bytes, True)
+    ctx = Ctx(tuple(shape), mesh, itemsize, moved_bytes, True)
     out = []
     for dst in dsts:
         try:
@@ -419,10 +72,10 @@ def plan_costs(src: Layout, dsts: tuple[Layout, ...], shape: tuple[int, ...], me
             out.append(0.0)
             continue
         # axes of one device are relabelled first, free (as `_plan` does)
-        start = tuple(_code(d if size == 1 else p) for p, d, size
+        start = tuple(code(d if size == 1 else p) for p, d, size
                       in zip(src.placements, dst.placements, mesh.shape))
-        tree = _tree(start, ctx)
-        out.append(tree.price(tree.space.id(tuple(_code(p) for p in dst.placements))))
+        tree = search_from(start, ctx)
+        out.append(tree.price(tree.space.id(tuple(code(p) for p in dst.placements))))
     return tuple(out)
 
 
@@ -435,5 +88,5 @@ def plan_redistribution(src: Layout, dst: Layout, shape: tuple[int, ...], mesh: 
     dst.check(shape, mesh, uneven=True)
     if src == dst:
         return []
-    ctx = _Ctx(tuple(shape), mesh, itemsize, cost, enable_alltoall)
+    ctx = Ctx(tuple(shape), mesh, itemsize, cost, enable_alltoall)
     return list(_plan(src, dst, ctx))

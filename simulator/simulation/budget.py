@@ -35,7 +35,7 @@ from simulator.models.opgraph import graph_model
 from simulator.models.params import transformer_params
 from simulator.models.registry import family
 from simulator.models.transformer import transformer_model
-from simulator.program.model_program import graph_model_flops
+from simulator.program.graph_program import graph_model_flops
 
 __all__ = ["Estimate", "estimate_run", "estimate_every_micro_batch", "estimate_verify",
            "check_budget", "shortened_run",
@@ -245,7 +245,6 @@ def estimate_verify_gb(s: Scenario) -> Estimate | None:
     spread over the sharded devices; rounded up to whole GB."""
     if not family(s.model).writes_ops:
         return None
-    from simulator.models.model_graph import planned_graph
 
     graph, _ = planned_graph(s)
     elements = sum(math.prod(t.shape) for t in graph.tensors.values())

@@ -45,7 +45,8 @@ from simulator.lower.pipeline import STEADY_PERIODS_KEPT, steady_window
 from simulator.lower.stages import split_for
 from simulator.models.registry import family
 from simulator.program.flops import iteration_flops
-from simulator.program.model_program import graph_program, transformer_program
+from simulator.program.graph_program import graph_program
+from simulator.program.model_program import transformer_program
 from simulator.program.program import Program
 from simulator.report.metrics import (
     MemoryPeak,

@@ -15,7 +15,8 @@ from simulator.lower.layout import rank_mesh
 from simulator.lower.stages import split_for
 from simulator.models.registry import family
 from simulator.models.split import StageSplit
-from simulator.program.model_program import graph_program, transformer_program
+from simulator.program.graph_program import graph_program
+from simulator.program.model_program import transformer_program
 
 __all__ = ["stage_split"]
 

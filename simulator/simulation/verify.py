@@ -29,7 +29,7 @@ from simulator.models.split import (
     virtual_stages,
 )
 from simulator.models.transformer import staged_pipeline, transformer_model
-from simulator.numeric.execute import Faults, Recompute
+from simulator.numeric.execution import Faults
 from simulator.numeric.host_trips import HostTrips
 from simulator.numeric.pipeline import (
     PipelineSplit,
@@ -38,6 +38,7 @@ from simulator.numeric.pipeline import (
     transformer_stage_of,
 )
 from simulator.numeric.ps import PsRun
+from simulator.numeric.recompute import Recompute
 from simulator.numeric.verify import Progress, VerifyResult, verify_case
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
@@ -50,7 +51,7 @@ def graph_recompute(s: Scenario, graph: Graph, stage_of: dict[str, int] | None
                     ) -> Recompute | None:
     """The recompute of an operator graph (mlp, resnet, `type: graph`; the verify case's, in
     plan order) under `s`, the runs that `program.graph_recompute` times, as
-    `numeric.execute.Recompute` executes them; None where nothing is recomputed.
+    `numeric.recompute.Recompute` executes them; None where nothing is recomputed.
     `stage_of`: operator -> pipeline stage, when the stages run on devices of their own."""
     names = [op.name for op in graph.ops]
     rc = recomputed(s, graph, graph_units(s.model.type, names), stage_of)

@@ -30,7 +30,7 @@ def recompute_comm(s: Scenario) -> Iterator[Problem]:
     (`recompute: full`; selective recomputes the attention core, which reads no parameter)."""
     p = s.parallel
     rc = p.recompute_comm
-    per_op = any(op.attrs.get("recompute") is True for op in getattr(s.model, "ops", ()))
+    per_op = bool(s.model.recomputed_ops())
     if not rc.tensor and not keeps_tensor_outputs(p.recompute) and not per_op:
         yield "parallel.recompute_comm.tensor", (
             "false keeps the outputs of the recomputed ops' model-parallel collectives; it "

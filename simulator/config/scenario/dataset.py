@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from simulator.config.scenario.schema import ParallelSpec, Scenario, TransformerModel
+from simulator.config.scenario.schema import ParallelSpec, Scenario
 
 __all__ = ["dataset_choice", "dataset_problems"]
 
@@ -43,7 +43,8 @@ def dataset_choice(p: ParallelSpec) -> tuple[str, Strategy] | None:
 
 
 def dataset_problems(s: Scenario) -> Iterator[Problem]:
-    """The two keys disagreeing, or either on a transformer."""
+    """The two keys disagreeing, or either on a model that loads its data otherwise (a
+    transformer)."""
     p = s.parallel
     if p.dataset_strategy is not None and p.full_batch is not None:
         implied = "full_batch" if p.full_batch else "data_parallel"
@@ -52,7 +53,7 @@ def dataset_problems(s: Scenario) -> Iterator[Problem]:
                 f"{str(p.full_batch).lower()} means dataset_strategy {implied}, but "
                 f"parallel.dataset_strategy is {p.dataset_strategy} (give one of the two)")
     choice = dataset_choice(p)
-    if choice is not None and isinstance(s.model, TransformerModel):
+    if choice is not None and not s.model.loads_dataset_strategy:
         yield choice[0], (
             "applies to operator graphs (mlp, resnet, graph); a transformer loads its data "
             "as Megatron's data loader does (each data-parallel rank its own samples, the "

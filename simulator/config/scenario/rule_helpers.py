@@ -1,11 +1,16 @@
 """What every rule module shares: a problem is (dotted key, message); `divisors` and
-`must_divide` word the hints."""
+`must_divide` word the hints; `no_experts` is the rule of every model without experts."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-__all__ = ["Problem", "divisors", "must_divide", "stage_count_problem", "fused_collectives"]
+if TYPE_CHECKING:
+    from simulator.config.scenario.schema import Scenario
+
+__all__ = ["Problem", "divisors", "must_divide", "stage_count_problem", "fused_collectives",
+           "no_experts"]
 
 Problem = tuple[str, str]
 
@@ -44,3 +49,12 @@ def fused_collectives(shard: int) -> dict[str, bool]:
     unit at a time)."""
     return {"all_reduce": shard == 0, "reduce_scatter": shard in (1, 2),
             "all_gather": shard in (1, 2)}
+
+
+def no_experts(s: Scenario) -> Iterator[Problem]:
+    """A model without a mixture of experts (`moe_spec()` None) has no experts to split."""
+    if s.parallel.expert != 1:
+        yield "parallel.expert", (
+            f"{s.parallel.expert} needs a mixture-of-experts transformer (model.moe: {{experts, "
+            f"top_k, capacity_factor, every}}); a model of type '{s.model.type}' without "
+            f"model.moe has no experts to split (allowed: 1)")

@@ -1,5 +1,8 @@
 """Cross-field rules of a scenario (docs/contract.md section 2), each with a message that says how
-to fix it. A rule returns (dotted key, message) pairs; `check_rules` raises the first.
+to fix it. A rule returns (dotted key, message) pairs; `check_rules` raises the first. What
+differs between model types is the answer of the model's schema class
+(`schema_models.ModelConfig`: its capabilities, and its own rules in `transformer_rules`,
+`graph_rules`, `pipeline_rules`), never a test of its type.
 """
 
 from __future__ import annotations
@@ -7,31 +10,18 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Iterator
 
-from simulator.config.scenario.axis_rules import context, expert, parameter_server, tensor_nd
+from simulator.config.scenario.axis_rules import context, parameter_server, tensor_nd
 from simulator.config.scenario.comm_rules import comm_subgraph, recompute_comm
 from simulator.config.scenario.dataset import dataset_problems
-from simulator.config.scenario.pipeline_rules import graph_pipeline
-from simulator.config.scenario.rule_helpers import (
-    Problem,
-    divisors,
-    fused_collectives,
-    stage_count_problem,
-)
-from simulator.config.scenario.rule_helpers import must_divide as _must_divide
-from simulator.config.scenario.schema import (
-    CommFusionSpec,
-    GraphModel,
-    ParallelSpec,
-    Scenario,
-    TransformerModel,
-)
+from simulator.config.scenario.rule_helpers import Problem, divisors, fused_collectives
+from simulator.config.scenario.schema import CommFusionSpec, ParallelSpec, Scenario
 from simulator.errors import InputError
 
 __all__ = ["check_rules", "divisors", "cluster_problems"]
 
 def _devices(s: Scenario) -> Iterator[Problem]:
     p, c = s.parallel, s.cluster
-    if isinstance(s.model, GraphModel):
+    if s.model.writes_ops:  # its own mesh
         return
     if p.devices != c.devices:
         yield "parallel", (
@@ -75,7 +65,7 @@ def cluster_problems(s: Scenario) -> Iterator[Problem]:
 def _batch(s: Scenario) -> Iterator[Problem]:
     t, p = s.training, s.parallel
     per_step = t.micro_batch_size * p.data
-    if isinstance(s.model, GraphModel):
+    if s.model.writes_ops:  # its batch is its input tensors'
         return
     if t.global_batch_size % per_step:
         yield "training.global_batch_size", (
@@ -83,107 +73,22 @@ def _batch(s: Scenario) -> Iterator[Problem]:
             f"parallel.data = {t.micro_batch_size}*{p.data} = {per_step} "
             f"(gradient-accumulation steps must be whole)"
         )
-    if t.fp8_params and getattr(s.model, "dtype", "") != "fp8":
+    if t.fp8_params and s.model.dtype != "fp8":
         yield "training.fp8_params", (
             "true stores the weights of the FP8 GEMMs in FP8; it needs model.dtype: fp8 "
-            f"(found {getattr(s.model, 'dtype', 'none')})")
+            f"(found {s.model.dtype})")
 
 
-def _transformer(s: Scenario) -> Iterator[Problem]:
-    m, p = s.model, s.parallel
-    if not isinstance(m, TransformerModel):
-        return
-    if m.param_dtype is not None and m.dtype not in ("fp16", "bf16"):
-        yield "model.param_dtype", (
-            f"{m.param_dtype} weights cast to a {m.dtype} computation are not simulated "
-            "(allowed: a 16-bit model.dtype, fp16 or bf16, whose weights take the same bytes)")
-    yield from _must_divide("model.num_heads", m.num_heads, "model.hidden_size", m.hidden_size)
-    if m.num_kv_heads is not None:
-        yield from _must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
-    if m.moe is None or m.layers % m.moe.every == 0:  # else axis_rules names model.moe.every
-        yield from _stage_layers(m.layers, p, m.moe.every if m.moe else 1)
-    if p.tensor_nd is not None and len(p.tensor_nd) == 3:
-        return  # 3-D splits these dims x*y ways (axis_rules.tensor_nd checks them)
-    yield from _must_divide("parallel.tensor", p.tensor, "model.num_heads", m.num_heads)
-    if m.num_kv_heads is not None:
-        yield from _must_divide("parallel.tensor", p.tensor, "model.num_kv_heads", m.kv_heads)
-    yield from _must_divide("parallel.tensor", p.tensor, "model.ffn_hidden_size", m.ffn)
-    if m.vocab_size % p.tensor:
-        # the embedding and LM head split the vocabulary across tensor-parallel ranks;
-        # Megatron-LM pads it (--make-vocab-size-divisible-by, megatron/training/tokenizer)
-        padded = -(-m.vocab_size // (128 * p.tensor)) * 128 * p.tensor
-        yield "model.vocab_size", (
-            f"{m.vocab_size} must be a multiple of parallel.tensor={p.tensor} (the "
-            f"embedding is split across tensor-parallel ranks; Megatron-LM pads it to "
-            f"{padded})")
-    if p.sequence_parallel:
-        yield from _must_divide("parallel.tensor", p.tensor, "model.seq_length", m.seq_length)
-
-
-def _stage_layers(layers: int, p, unit: int = 1) -> Iterator[Problem]:
-    """Explicit per-stage layer counts: one per virtual stage, adding up to the model's
-    layers; only the first and last stage (which hold the embedding and the head) may have
-    none. Without them every stage needs at least one layer (one block of `unit` layers: a
-    mixture of experts every `unit` layers repeats in blocks of that many)."""
-    chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    given = p.pipeline_layers
-    if given is None:
-        if layers < chunks * unit:
-            yield "parallel.pipeline", (
-                f"{p.pipeline} stages x {chunks // p.pipeline} chunks need at least "
-                f"{chunks * unit} layers; model.layers is {layers}")
-        return
-    if unit > 1 and any(n % unit for n in given):
-        yield "parallel.pipeline_layers", (
-            f"{given}: each stage's layers must be a multiple of model.moe.every={unit} "
-            f"(the block of dense layers and one MoE layer that repeats)")
-    problem = stage_count_problem(given, chunks, layers, "layers", "model.layers")
-    if problem is not None:
-        yield problem
-    elif any(n == 0 for n in given[1:-1]):
-        yield "parallel.pipeline_layers", (
-            f"{given}: only the first and last stage may have 0 layers")
-
-
-def _graph(s: Scenario) -> Iterator[Problem]:
-    """An operator graph carries its own batch (its input tensors) and its own device mesh
-    (`model.mesh` and the strategies): the batch and degree keys do not apply."""
-    if not isinstance(s.model, GraphModel):
-        return
-    fixed = (("parallel.data", s.parallel.data), ("parallel.tensor", s.parallel.tensor),
-             ("training.micro_batch_size", s.training.micro_batch_size),
-             ("training.global_batch_size", s.training.global_batch_size))
-    for key, value in fixed:
-        if value != 1:
-            yield key, (f"{value} does not apply to model.type graph, whose batch is its "
-                        f"input tensors' first dim and whose split is model.mesh with the "
-                        f"operators' strategies (allowed: 1)")
-
-
-def _graph_reductions(s: Scenario) -> Iterator[Problem]:
-    """An operator graph's gradient reductions follow its operators' strategies on its own
-    mesh (some parameters split where others are replicated) and run coalesced once after
-    the backward: sharding the optimizer, bucketing and overlapping them per parameter is
-    not simulated yet, so those keys are refused rather than ignored."""
-    if not isinstance(s.model, GraphModel):
-        return
-    p = s.parallel
-    why = ("not simulated yet for model.type graph, whose gradient reductions follow its "
-           "operators' strategies on model.mesh and run once after the backward")
-    if p.optimizer_shard:
-        yield "parallel.optimizer_shard", f"{p.optimizer_shard}: {why} (allowed: 0)"
-    if p.comm_fusion != CommFusionSpec():
-        yield "parallel.comm_fusion", f"{why} (remove the key)"
-    for key in ("grad_reduce", "param_gather"):
-        if getattr(p.overlap, key) is not True:
-            yield f"parallel.overlap.{key}", f"false: {why} (allowed: true)"
+def _model(s: Scenario) -> Iterator[Problem]:
+    """The rules the model's type answers for itself (`schema_models.ModelConfig.problems`)."""
+    return s.model.problems(s)
 
 
 def _one_block_overlap(s: Scenario) -> Iterator[Problem]:
     """A one-block model's gradients are all ready when its single backward ends: the
     data-parallel reduction cannot overlap it either way (a pipeline's stages are cut into
     units, whose gradients the reduction can follow)."""
-    if isinstance(s.model, (TransformerModel, GraphModel)):
+    if not s.model.one_block:
         return
     if s.parallel.comm_fusion.mode == "index" and s.parallel.pipeline > 1:
         yield "parallel.comm_fusion.mode", (
@@ -204,11 +109,11 @@ def _one_block_overlap(s: Scenario) -> Iterator[Problem]:
         f"(allowed: true)")
 
 
-def _graph_recompute(s: Scenario) -> Iterator[Problem]:
+def _selective_recompute(s: Scenario) -> Iterator[Problem]:
     """An operator graph recomputes unit by unit (`full`, `schedule.graph_recompute`);
     `selective` recomputes a transformer layer's attention core (Korthikanti et al. 2022,
-    Sec. 5), which these models do not have: refused rather than ignored."""
-    if isinstance(s.model, TransformerModel) or s.parallel.recompute != "selective":
+    Sec. 5), which other models do not have: refused rather than ignored."""
+    if s.model.attention_core or s.parallel.recompute != "selective":
         return
     yield "parallel.recompute", (
         f"selective recomputes a transformer layer's attention core; a model of type "
@@ -230,13 +135,13 @@ def _schedule(s: Scenario) -> Iterator[Problem]:
         yield "parallel.schedule", ("interleaved_1f1b with parallel.virtual_stages 1 is 1f1b: "
                                     "give virtual_stages > 1 or schedule 1f1b")
     yield from _w_pass(s)
-    if isinstance(s.model, GraphModel) and p.schedule != "1f1b" and (
+    if s.model.writes_ops and p.schedule != "1f1b" and (
             p.pipeline == 1 or p.micro_batches == 1):
         yield "parallel.schedule", (f"{p.schedule} orders the micro-batches of a pipeline; "
                                     f"this operator graph runs {p.micro_batches} on "
                                     f"{p.pipeline} stage(s) (allowed: 1f1b; give "
                                     f"parallel.pipeline and parallel.micro_batches > 1)")
-    if not isinstance(s.model, GraphModel) and p.micro_batches != 1:
+    if not s.model.writes_ops and p.micro_batches != 1:
         yield "parallel.micro_batches", (
             f"{p.micro_batches} applies to model.type graph; a model of type "
             f"'{s.model.type}' has training.global_batch_size / (micro_batch_size * data) "
@@ -250,8 +155,7 @@ def _w_pass(s: Scenario) -> Iterator[Problem]:
     p = s.parallel
     if p.schedule != "zb_h1":
         return
-    per_op = [i for i, op in enumerate(getattr(s.model, "ops", ()))
-              if op.attrs.get("recompute") is True]
+    per_op = s.model.recomputed_ops()
     if per_op:
         yield f"model.ops[{per_op[0]}].attrs.recompute", (
             "true with parallel.schedule zb_h1 is not simulated yet (allowed: false)")
@@ -265,32 +169,30 @@ def _w_pass(s: Scenario) -> Iterator[Problem]:
                                               "simulated yet (allowed: false)")
 
 
-def _transformer_knobs(s: Scenario) -> Iterator[Problem]:
-    """Keys that only a transformer's program uses: refused on other models (and the graph
-    search on a transformer, whose plan is Megatron's), never ignored."""
-    p = s.parallel
-    if isinstance(s.model, TransformerModel):
-        if p.mode == "auto":
-            yield "parallel.mode", ("auto searches the strategies of an operator graph (mlp, "
-                                    "resnet, graph); a transformer runs Megatron's plan with "
-                                    "parallel.tensor (allowed: semi_auto, parameter_server)")
-        return
-    kind = s.model.type
-    if p.sequence_parallel:
+def _model_knobs(s: Scenario) -> Iterator[Problem]:
+    """Keys that only some models' programs use: refused on the others (the graph search on
+    a transformer, whose plan is Megatron's; a transformer's sequence-parallel regions and
+    tensor-parallel overlap on other models), never ignored."""
+    p, m = s.parallel, s.model
+    if not m.searched and p.mode == "auto":
+        yield "parallel.mode", ("auto searches the strategies of an operator graph (mlp, "
+                                "resnet, graph); a transformer runs Megatron's plan with "
+                                "parallel.tensor (allowed: semi_auto, parameter_server)")
+    if not m.sequence_regions and p.sequence_parallel:
         yield "parallel.sequence_parallel", (
             f"true splits a transformer's norm and dropout regions along the sequence; a "
-            f"model of type '{kind}' has none (allowed: false)")
-    if p.overlap.tp_comm != "auto":
+            f"model of type '{m.type}' has none (allowed: false)")
+    if not m.tp_comm_overlap and p.overlap.tp_comm != "auto":
         yield "parallel.overlap.tp_comm", (
             f"{str(p.overlap.tp_comm).lower()}: not simulated yet for a model of type "
-            f"'{kind}' (chunked tensor-parallel overlap is modelled on the transformer's "
+            f"'{m.type}' (chunked tensor-parallel overlap is modelled on the transformer's "
             f"GEMMs; allowed: auto)")
 
 
 def _copies(s: Scenario) -> Iterator[Problem]:
     """Multi-copy parallel splits a micro-batch into `copies` slices along the batch."""
     c = s.parallel.overlap.copies
-    if c > 1 and not isinstance(s.model, GraphModel) and s.training.micro_batch_size % c:
+    if c > 1 and not s.model.writes_ops and s.training.micro_batch_size % c:
         yield "parallel.overlap.copies", (
             f"{c} must divide training.micro_batch_size={s.training.micro_batch_size} (the "
             f"copies are slices of the micro-batch; valid: "
@@ -345,7 +247,7 @@ def _optimizer_threshold(s: Scenario) -> Iterator[Problem]:
         yield "parallel.optimizer_threshold_kb", (
             f"{p.optimizer_threshold_kb:g} applies to a sharded optimizer (parallel."
             f"optimizer_shard 1, 2 or 3; found 0)")
-    elif not isinstance(s.model, TransformerModel):
+    elif not s.model.optimizer_threshold:
         yield "parallel.optimizer_threshold_kb", (
             f"{p.optimizer_threshold_kb:g}: not simulated yet for a model of type "
             f"'{s.model.type}' (allowed: 0)")
@@ -366,8 +268,7 @@ def _offload(s: Scenario) -> Iterator[Problem]:
     by piece: a transformer's layers, an operator graph's units (`schedule.graph_stages`);
     the combinations not modelled are refused, for `run` and `verify` alike."""
     p, off = s.parallel, s.parallel.offload
-    per_op = [i for i, op in enumerate(getattr(s.model, "ops", ()))
-              if op.attrs.get("recompute") is True]
+    per_op = s.model.recomputed_ops()
     for key, on in (("parameters", off.parameters), ("activations", off.activations)):
         if not on:
             continue
@@ -413,15 +314,11 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _devices,
     cluster_problems,
     _batch,
-    _transformer,
-    expert,
-    _graph,
-    _graph_reductions,
-    graph_pipeline,
-    _graph_recompute,
+    _model,
+    _selective_recompute,
     _one_block_overlap,
     _schedule,
-    _transformer_knobs,
+    _model_knobs,
     _param_gather,
     _optimizer_threshold,
     _comm_fusion,

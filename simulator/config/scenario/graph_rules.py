@@ -1,0 +1,106 @@
+"""The rules an operator graph written out in the scenario (`model.type: graph`) answers for
+itself (`GraphModel`'s hooks in `schema_models`): its own batch and mesh, its gradient
+reductions, and its pipeline stages (`attrs.pipeline_stage`, MindSpore's
+Cell.pipeline_stage)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from simulator.config.scenario.pipeline_rules import too_few_units, unit_split
+from simulator.config.scenario.rule_helpers import Problem, divisors
+from simulator.config.scenario.schema_parallel import CommFusionSpec
+
+if TYPE_CHECKING:
+    from simulator.config.scenario.schema import Scenario
+    from simulator.config.scenario.schema_models import GraphModel
+
+__all__ = ["own_batch", "reductions", "pipeline"]
+
+
+def own_batch(s: Scenario) -> Iterator[Problem]:
+    """An operator graph carries its own batch (its input tensors) and its own device mesh
+    (`model.mesh` and the strategies): the batch and degree keys do not apply."""
+    fixed = (("parallel.data", s.parallel.data), ("parallel.tensor", s.parallel.tensor),
+             ("training.micro_batch_size", s.training.micro_batch_size),
+             ("training.global_batch_size", s.training.global_batch_size))
+    for key, value in fixed:
+        if value != 1:
+            yield key, (f"{value} does not apply to model.type graph, whose batch is its "
+                        f"input tensors' first dim and whose split is model.mesh with the "
+                        f"operators' strategies (allowed: 1)")
+
+
+def reductions(s: Scenario) -> Iterator[Problem]:
+    """An operator graph's gradient reductions follow its operators' strategies on its own
+    mesh (some parameters split where others are replicated) and run coalesced once after
+    the backward: sharding the optimizer, bucketing and overlapping them per parameter is
+    not simulated yet, so those keys are refused rather than ignored."""
+    p = s.parallel
+    why = ("not simulated yet for model.type graph, whose gradient reductions follow its "
+           "operators' strategies on model.mesh and run once after the backward")
+    if p.optimizer_shard:
+        yield "parallel.optimizer_shard", f"{p.optimizer_shard}: {why} (allowed: 0)"
+    if p.comm_fusion != CommFusionSpec():
+        yield "parallel.comm_fusion", f"{why} (remove the key)"
+    for key in ("grad_reduce", "param_gather"):
+        if getattr(p.overlap, key) is not True:
+            yield f"parallel.overlap.{key}", f"false: {why} (allowed: true)"
+
+
+def pipeline(m: GraphModel, s: Scenario) -> Iterator[Problem]:
+    """A pipeline over an operator graph cuts its operators into one contiguous run per
+    virtual stage, each stage on devices of its own, as `pipeline_layers` or the operators'
+    `attrs.pipeline_stage` give them; operators on the host stay off a pipeline."""
+    p, units, word = s.parallel, m.pipeline_units(), m.units_key
+    problem = too_few_units(s, units, word)
+    if problem is not None:
+        yield problem
+        return
+    if s.devices % p.pipeline:
+        yield "parallel.pipeline", (f"{p.pipeline} must divide the {s.devices} devices "
+                                    f"(valid: {divisors(s.devices)})")
+    yield from unit_split(s, units, word)
+    yield from _stage_attrs(m, p.chunks, p.pipeline_layers is not None)
+    on_host = [i for i, op in enumerate(m.ops) if op.attrs.get("primitive_target") == "CPU"]
+    if p.pipeline > 1 and on_host:
+        yield f"model.ops[{on_host[0]}].attrs.primitive_target", (
+            f"CPU with parallel.pipeline={p.pipeline} is not simulated yet (allowed "
+            f"with a pipeline: GPU, Ascend)")
+
+
+def _stage_attrs(m: GraphModel, chunks: int, layers_given: bool) -> Iterator[Problem]:
+    """`attrs.pipeline_stage` (MindSpore's Cell.pipeline_stage) on graph operators: an
+    integer stage in execution order, never going back; an operator without one stays on
+    the stage of the operator before it; every stage gets at least one operator."""
+    given = [(i, op.attrs["pipeline_stage"]) for i, op in enumerate(m.ops)
+             if "pipeline_stage" in op.attrs]
+    if not given:
+        return
+    if layers_given:
+        yield "parallel.pipeline_layers", ("give either parallel.pipeline_layers or the "
+                                           "operators' attrs.pipeline_stage, not both")
+        return
+    current = 0
+    for i, stage in given:
+        where = f"model.ops[{i}].attrs.pipeline_stage"
+        if isinstance(stage, bool) or not isinstance(stage, int) or not 0 <= stage < chunks:
+            yield where, (f"{stage!r}: not a stage of parallel.pipeline*virtual_stages = "
+                          f"{chunks} (allowed: 0 to {chunks - 1})")
+            return
+        if stage < current:
+            yield where, (f"{stage} comes after an operator on stage {current}; stages run "
+                          f"in operator order (allowed: {current} to {chunks - 1})")
+            return
+        current = stage
+    stages = set()
+    current = 0
+    for op in m.ops:
+        current = op.attrs.get("pipeline_stage", current)
+        stages.add(current)
+    missing = sorted(set(range(chunks)) - stages)
+    if missing:
+        yield "model.ops", (f"no operator is on pipeline stage {missing[0]} "
+                            f"(attrs.pipeline_stage); every stage of "
+                            f"parallel.pipeline*virtual_stages = {chunks} needs one")

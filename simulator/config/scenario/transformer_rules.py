@@ -1,0 +1,192 @@
+"""The rules a transformer answers for itself (`TransformerModel`'s hooks in `schema_models`):
+heads, vocabulary and layers against the tensor and pipeline degrees, its mixture of
+experts, context parallelism and 2-D / 3-D tensor parallelism (each yields (dotted key,
+message) problems; `scenario.rules.check_rules` raises the first)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from simulator.config.scenario.rule_helpers import (
+    Problem,
+    divisors,
+    must_divide,
+    no_experts,
+    stage_count_problem,
+)
+
+if TYPE_CHECKING:
+    from simulator.config.scenario.schema import Scenario
+    from simulator.config.scenario.schema_models import TransformerModel
+    from simulator.config.scenario.schema_parallel import ParallelSpec
+
+__all__ = ["shape", "experts", "context", "tensor_nd"]
+
+
+def shape(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
+    """Weights cast from `param_dtype`; heads, key/value heads, FFN width, vocabulary and
+    (sequence parallel) sequence split over the tensor-parallel ranks; layers over the
+    pipeline stages."""
+    p = s.parallel
+    if m.param_dtype is not None and m.dtype not in ("fp16", "bf16"):
+        yield "model.param_dtype", (
+            f"{m.param_dtype} weights cast to a {m.dtype} computation are not simulated "
+            "(allowed: a 16-bit model.dtype, fp16 or bf16, whose weights take the same bytes)")
+    yield from must_divide("model.num_heads", m.num_heads, "model.hidden_size", m.hidden_size)
+    if m.num_kv_heads is not None:
+        yield from must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
+    if m.moe is None or m.layers % m.moe.every == 0:  # else `experts` names model.moe.every
+        yield from _stage_layers(m.layers, p, m.moe.every if m.moe else 1)
+    if p.tensor_nd is not None and len(p.tensor_nd) == 3:
+        return  # 3-D splits these dims x*y ways (`tensor_nd` checks them)
+    yield from must_divide("parallel.tensor", p.tensor, "model.num_heads", m.num_heads)
+    if m.num_kv_heads is not None:
+        yield from must_divide("parallel.tensor", p.tensor, "model.num_kv_heads", m.kv_heads)
+    yield from must_divide("parallel.tensor", p.tensor, "model.ffn_hidden_size", m.ffn)
+    if m.vocab_size % p.tensor:
+        # the embedding and LM head split the vocabulary across tensor-parallel ranks;
+        # Megatron-LM pads it (--make-vocab-size-divisible-by, megatron/training/tokenizer)
+        padded = -(-m.vocab_size // (128 * p.tensor)) * 128 * p.tensor
+        yield "model.vocab_size", (
+            f"{m.vocab_size} must be a multiple of parallel.tensor={p.tensor} (the "
+            f"embedding is split across tensor-parallel ranks; Megatron-LM pads it to "
+            f"{padded})")
+    if p.sequence_parallel:
+        yield from must_divide("parallel.tensor", p.tensor, "model.seq_length", m.seq_length)
+
+
+def _stage_layers(layers: int, p: ParallelSpec, unit: int = 1) -> Iterator[Problem]:
+    """Explicit per-stage layer counts: one per virtual stage, adding up to the model's
+    layers; only the first and last stage (which hold the embedding and the head) may have
+    none. Without them every stage needs at least one layer (one block of `unit` layers: a
+    mixture of experts every `unit` layers repeats in blocks of that many)."""
+    chunks = p.chunks
+    given = p.pipeline_layers
+    if given is None:
+        if layers < chunks * unit:
+            yield "parallel.pipeline", (
+                f"{p.pipeline} stages x {chunks // p.pipeline} chunks need at least "
+                f"{chunks * unit} layers; model.layers is {layers}")
+        return
+    if unit > 1 and any(n % unit for n in given):
+        yield "parallel.pipeline_layers", (
+            f"{given}: each stage's layers must be a multiple of model.moe.every={unit} "
+            f"(the block of dense layers and one MoE layer that repeats)")
+    problem = stage_count_problem(given, chunks, layers, "layers", "model.layers")
+    if problem is not None:
+        yield problem
+    elif any(n == 0 for n in given[1:-1]):
+        yield "parallel.pipeline_layers", (
+            f"{given}: only the first and last stage may have 0 layers")
+
+
+def experts(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
+    """Mixture of experts and expert parallelism. Expert-parallel ranks are data-parallel
+    ranks that hold different experts: Megatron-Core's initialize_model_parallel
+    (megatron/core/parallel_state.py) raises "data_parallel_size ... is not divisible by
+    expert_model_parallel_size" (--expert-model-parallel-size), the dense layers staying
+    data parallel over all of them and each expert over data/expert ranks; DeepSpeed-MoE's
+    ep_size likewise splits the data-parallel world. So `expert` divides `data` and the
+    experts, and the device count stays data*tensor*pipeline."""
+    moe, p = m.moe, s.parallel
+    if moe is None:
+        yield from no_experts(s)
+        return
+    if moe.top_k > moe.experts:
+        yield "model.moe.top_k", (f"{moe.top_k} must be at most model.moe.experts="
+                                  f"{moe.experts}")
+    if m.layers % moe.every:
+        yield "model.moe.every", (f"{moe.every} must divide model.layers={m.layers} "
+                                  f"(valid: {divisors(m.layers)})")
+    yield from must_divide("parallel.expert", p.expert, "parallel.data", p.data)
+    yield from must_divide("parallel.expert", p.expert, "model.moe.experts", moe.experts)
+    if moe.imbalance != 1.0 and p.expert == 1:
+        yield "model.moe.imbalance", (
+            f"{moe.imbalance:g} needs parallel.expert > 1: on one expert-parallel rank every "
+            f"device runs all experts on its own tokens, so no rank is busier than another "
+            f"(allowed: 1.0)")
+
+
+def context(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
+    """Context parallelism (parallel.context > 1) runs ring attention, a fused attention
+    kernel (Megatron-Core implements it only in Transformer Engine's DotProductAttention,
+    `attn_forward_func_with_cp`). The sequence splits into 2 * context chunks, two per
+    rank, for causal load balancing (Megatron-Core `get_batch_on_this_cp_rank`:
+    seq_length % (2 * context_parallel_size) == 0)."""
+    p = s.parallel
+    if m.moe is not None:
+        yield "parallel.context", (f"{p.context} with model.moe is not simulated yet "
+                                   f"(allowed with experts: 1)")
+    if m.attention == "standard":
+        yield "model.attention", (
+            f"standard cannot run with parallel.context={p.context}: ring attention is a "
+            f"fused kernel (allowed: flash, auto)")
+    if m.seq_length % (2 * p.context):
+        yield "parallel.context", (
+            f"{p.context}: 2*context = {2 * p.context} must divide model.seq_length="
+            f"{m.seq_length} (two chunks per rank for causal load balancing)")
+    elif p.sequence_parallel and (m.seq_length // p.context) % p.tensor:
+        yield "parallel.context", (
+            f"{p.context}: each rank's {m.seq_length // p.context} tokens must split over "
+            f"parallel.tensor={p.tensor} for sequence parallel")
+
+
+def tensor_nd(m: TransformerModel, s: Scenario, nd: list[int]) -> Iterator[Problem]:
+    """2-D tensor parallel (simulator/models/transformer_plan.py) lays the `tensor` devices
+    out as an x * y grid and splits the GEMM weights on both axes (the hidden dim on y, the
+    head / FFN dim on x) and the heads and FFN activations x * y ways: the divisibility of
+    1-D's tensor, which `shape` checks (x * y divides the heads, so the hidden dim too).
+    3-D ([x, y, z], Bian et al. 2021) adds z, which splits the batch (z must divide
+    training.micro_batch_size) and keeps every parameter split. Each size above 1 (a size
+    of 1 is a lower dimension); the combinations whose plans are not written are refused."""
+    p = s.parallel
+    grid = "*".join(str(n) for n in nd)
+    if math.prod(nd) != p.tensor:
+        yield "parallel.tensor_nd", (f"{nd}: {grid} = {math.prod(nd)} must equal "
+                                     f"parallel.tensor={p.tensor}")
+    elif min(nd) == 1:
+        fix = "remove the key" if len(nd) == 2 else "give the other two sizes"
+        yield "parallel.tensor_nd", (f"{nd}: a size of 1 is {len(nd) - 1}-D tensor parallel "
+                                     f"({fix}; allowed: sizes of at least 2)")
+    else:
+        if len(nd) == 3:
+            yield from _cube_divides(m, s, nd)
+        for key, on in (("model.moe", m.moe is not None), ("parallel.context",
+                                                            p.context > 1)):
+            if on:
+                yield "parallel.tensor_nd", (
+                    f"{nd} with {key} is not simulated yet (allowed with {len(nd)}-D "
+                    f"tensor parallel: no {key})")
+        if p.overlap.tp_comm is True:
+            yield "parallel.overlap.tp_comm", (
+                f"true: chunked overlap of the {len(nd)}-D tensor-parallel collectives "
+                f"(parallel.tensor_nd) is not simulated yet (allowed: auto, false)")
+
+
+def _cube_divides(m: TransformerModel, s: Scenario, nd: list[int]) -> Iterator[Problem]:
+    """3-D tensor parallel's splits: x * y of the heads, key/value heads, FFN dim,
+    vocabulary and (sequence parallel) sequence, as 2-D's grid splits them; z of each
+    micro-batch's samples. A parameter's further split on z takes the first of its dims that
+    z divides after the grid's split (`sharding.plan.split_on`; the bundled shapes split
+    every weight x*y*z ways) or, where none does, leaves it whole on z: no shape is refused
+    for it."""
+    p = s.parallel
+    x, y, z = nd
+    dims = [("model.num_heads", m.num_heads), ("model.ffn_hidden_size", m.ffn),
+            ("model.vocab_size", m.vocab_size)]
+    if m.num_kv_heads is not None:
+        dims.insert(1, ("model.num_kv_heads", m.kv_heads))
+    if p.sequence_parallel:
+        dims.append(("model.seq_length", m.seq_length))
+    for key, n in dims:
+        if n % (x * y):
+            yield "parallel.tensor_nd", (
+                f"{nd}: x*y = {x * y} must divide {key}={n} (3-D tensor parallel splits it "
+                f"on x and y; valid x*y: {divisors(n)})")
+    if s.training.micro_batch_size % z:
+        yield "parallel.tensor_nd", (
+            f"{nd}: z={z} must divide training.micro_batch_size="
+            f"{s.training.micro_batch_size} (3-D tensor parallel splits each micro-batch's "
+            f"samples on z; valid z: {divisors(s.training.micro_batch_size)})")

@@ -1,0 +1,90 @@
+"""The end of an iteration in the lowering (`lower.lowering.Lowering`): the deferred
+data-parallel reductions, the gradient synchronisation on the other mesh axes, and the
+optimizer step, on the device, on the host (ZeRO-Offload) or on parameter servers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from simulator.lower.host import host_optimizer_s
+from simulator.lower.state import optimizer_spec
+
+if TYPE_CHECKING:
+    from simulator.lower.lowering import Lowering
+
+__all__ = ["finish"]
+
+
+def finish(low: Lowering, dev: int, vss: list[int]) -> None:
+    """Deferred reductions (no overlap), the gradient synchronisation on the other axes,
+    the optimizer step (on the device, or on the host), the parameter all-gather."""
+    compute = low.b.streams[(dev, "compute")]
+    if not low.par.overlap.grad_reduce and not low.dp.per_unit:
+        for vs in vss:
+            for mb in range(low.micro):
+                low.dp.reduce(dev, mb, vs, [compute[-1]])
+    last_comm = tuple(low.b.streams[(dev, s)][-1] for s in ("dp", "dp_reduce")
+                      if low.b.streams.get((dev, s)))
+    params = sum(low.work[vs].params for vs in vss)
+    deps = last_comm + _grad_sync(low, dev, vss)
+    deps += _host_ops_step(low, dev, deps + (compute[-1],))
+    remote = low.dp.remote_step(dev, params, deps)
+    if remote is not None:
+        step = remote
+    elif low.par.offload.optimizer_states:
+        step = _host_optimizer(low, dev, params, deps)
+    else:
+        spec = optimizer_spec(params, low.prog.dtype, low.sc.training.optimizer,
+                              low.par.optimizer_shard, low.shard_ranks, low.ge,
+                              low.state_dtype, low.fp8_params)
+        step = low.b.add(("O", dev), device=dev, stream="compute", name="opt",
+                          phase="optimizer", duration_s=low.costs.compute_s(spec),
+                          deps=deps)
+        step = low.off.after_step(dev, params, step)
+    low.dp.after_step(dev, vss, step)
+
+def _host_ops_step(low: Lowering, dev: int, deps: tuple[int, ...]) -> tuple[int, ...]:
+    """The optimizer step of the parameters operators on the host CPU keep there
+    (`lower.host`), after the backward; the device's step follows it (the iteration
+    ends when both have), so a wait for it is charged to the optimizer."""
+    if not low.prog.host_params:
+        return ()
+    seconds = host_optimizer_s(low.prog.host_params, low.prog.dtype,
+                               low.sc.training.optimizer)
+    return (low.b.add(("HO", dev), device=dev, stream="offload", name="host_opt",
+                       phase="optimizer", duration_s=seconds, deps=deps),)
+
+def _grad_sync(low: Lowering, dev: int, vss: list[int]) -> tuple[int, ...]:
+    """Gradient reductions on non-dp axes (tensor-parallel replicas of sequence-parallel
+    norms, ...), once per iteration on the compute stream before the optimizer step, as
+    Megatron-LM's finalize_model_grads runs them."""
+    sync = [low.work[vs].grad_sync for vs in vss if low.work[vs].grad_sync.comm_s > 0]
+    if not sync:
+        return ()
+    total = sync[0]
+    for part in sync[1:]:
+        total = total + part
+    return (low.b.add(("G", dev), device=dev, stream="compute", name="grad_sync",
+                       phase="bwd", duration_s=total.comm_s, comm_s=total.comm_s,
+                       comm=total.comm),)
+
+def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...]) -> int:
+    """ZeRO-Offload (Ren et al. 2021, Sec. 4): the reduced gradient shard goes to the
+    host over PCIe, the host runs the optimizer (its time is not modelled), and the
+    updated 16-bit parameters come back; the device waits for them. Returns the task
+    after which the parameters are back."""
+    local = params / (low.shard_ranks if low.par.optimizer_shard >= 1 else 1)
+    # after the backward too (without data-parallel reductions nothing else orders it)
+    deps += (low.b.streams[(dev, "compute")][-1],)
+    back = 0.0 if low.off.params else local * low.e  # ZeRO-Infinity: stays on the host
+    low.off.count(dev, "d2h", local * low.ge)
+    low.off.count(dev, "h2d", back)
+    d2h = low.b.add(("H", dev, "d2h"), device=dev, stream="offload", name="grad_d2h",
+                     phase="offload", duration_s=low.costs.copy_s(local * low.ge),
+                     deps=deps)
+    h2d = low.b.add(("H", dev, "h2d"), device=dev, stream="offload", name="param_h2d",
+                     phase="offload", duration_s=low.costs.copy_s(back),
+                     deps=(d2h,))
+    low.b.add(("O", dev), device=dev, stream="compute", name="opt", phase="optimizer",
+               duration_s=0.0, deps=(h2d,))
+    return h2d
