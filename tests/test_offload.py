@@ -18,6 +18,7 @@ from simulator.errors import InputError
 from simulator.lower.costs import CostModel
 from simulator.lower.host import HOST_SOCKETS, host_optimizer_s
 from simulator.program.model_program import transformer_program
+from simulator.report import summary
 from simulator.simulation.simulate import simulate
 
 LAYERS = 4
@@ -220,3 +221,20 @@ def test_the_planner_searches_only_what_runs_with_the_scenarios_offload():
     states = kept.gradients + kept.optimizer_states
     assert kept.floor_bytes >= kept.parameters + states + kept.activations
     assert states <= moved.floor_bytes <= kept.floor_bytes - kept.parameters - kept.activations
+
+
+def test_offloaded_states_and_parameters_must_fit_in_host_memory():
+    """ZeRO-Offload keeps the optimizer states and the gradient shard on the host (Ren et al.
+    2021, Sec. 4.1: 12 + 2 bytes per parameter of a bf16 model with Adam), ZeRO-Infinity
+    the 16-bit parameters too: 16 bytes per parameter of gpt-13b on its one device; the
+    node's host DRAM (hardware.host.memory_GB) must hold them (issue 23: it "fit" on a
+    16 GB host)."""
+    big = summary(api_simulate(load_scenario("offload-parameters-gpt-13b-1-a100")))
+    small = summary(api_simulate(load_scenario("offload-parameters-gpt-13b-1-a100",
+                                               ["hardware.host.memory_GB=16"])))
+    params = api_simulate(load_scenario("offload-parameters-gpt-13b-1-a100")).program.params
+    assert big["memory"]["host_peak_bytes"] == 16 * params
+    assert big["memory"]["fits"] and big["memory"]["host_capacity_bytes"] >= 16 * params
+    assert small["memory"]["host_capacity_bytes"] == 16e9
+    assert not small["memory"]["fits"]
+    assert small["memory"]["peak_bytes"] == big["memory"]["peak_bytes"]  # the device is fine

@@ -129,10 +129,10 @@ def test_an_override_that_matters_gets_no_note():
 def test_api_simulate_carries_the_same_notes():
     import simulator
 
-    sc = simulator.load_scenario("tiny-cpu", ["hardware.host.memory_GB=10"])
+    sc = simulator.load_scenario("tiny-cpu", ["hardware.host.pcie_bandwidth_GBps=10"])
     assert simulator.simulate(sc).notes == (
-        "--set hardware.host.memory_GB=10 changed nothing: this run does not read it; "
-        "host.memory_GB is for: nothing yet (host memory is not simulated)",)
+        "--set hardware.host.pcie_bandwidth_GBps=10 changed nothing: this run does not read "
+        "it; host.pcie_bandwidth_GBps is for: host copies under offload.optimizer_states",)
 
 
 def test_profiles_name_prints_every_field_with_its_source():

@@ -171,9 +171,14 @@ def _explain_no_fit(loaded: Any, hw: Any, summ: dict[str, Any], fidelity: str,
                     strict: bool) -> None:
     """Say the peak and the capacity; with --strict, also the cheapest remedy that fits."""
     mem = summ.get("memory", {})
-    line = (f"the scenario does not fit in device memory: peak "
-            f"{mem.get('peak_bytes', 0) / 1e9:.3g} GB > capacity "
-            f"{mem.get('capacity_bytes', 0) / 1e9:.3g} GB")
+    if mem.get("peak_bytes", 0) <= mem.get("capacity_bytes", 0):  # the host is short
+        line = (f"the scenario does not fit in host memory: what it offloads takes "
+                f"{mem.get('host_peak_bytes', 0) / 1e9:.3g} GB per node > host capacity "
+                f"{mem.get('host_capacity_bytes', 0) / 1e9:.3g} GB (hardware.host.memory_GB)")
+    else:
+        line = (f"the scenario does not fit in device memory: peak "
+                f"{mem.get('peak_bytes', 0) / 1e9:.3g} GB > capacity "
+                f"{mem.get('capacity_bytes', 0) / 1e9:.3g} GB")
     if strict:
         # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator import api

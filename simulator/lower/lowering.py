@@ -104,6 +104,27 @@ class Lowering:
         self.shard_ranks = ranks.data * ranks.size("cp")
         self.peers: dict[tuple[int, int], int] = share.peers if share else {}
         self.w_pass = False  # the device's schedule has W steps: B and W split (`device`)
+        # host memory each simulated device's offload keeps there (`_host_bytes`)
+        self.host_bytes: dict[int, float] = share.host_bytes if share else {}
+
+    def _host_bytes(self, params: int, vss: list[int]) -> float:
+        """Host memory a device's offload keeps there: ZeRO-Offload's optimizer states and
+        the gradient shard they are updated from (Ren et al. 2021, Sec. 4.1: 12 + 2 bytes
+        per parameter of a 16-bit model with Adam, 182 GB for 13B), the states counted as
+        the device would hold them (`lower.state.model_state_bytes`); ZeRO-Infinity's 16-bit
+        parameters. Offloaded activations are not counted (they come back each step)."""
+        host = 0.0
+        if self.par.offload.optimizer_states:
+            states = dict(model_state_bytes(
+                params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
+                self.shard_ranks, False, self.ge,
+                unsharded=sum(self.work[vs].unsharded for vs in vss),
+                state_dtype=self.state_dtype, fp8_params=self.fp8_params))
+            local = params / (self.shard_ranks if self.par.optimizer_shard >= 1 else 1)
+            host += states["optimizer_states"] + local * self.ge
+        if self.off.params:
+            host += params * self.e
+        return host
 
     def stage_blocks(self, vs: int) -> tuple[Block, ...]:
         """The program's blocks virtual stage vs runs, in forward order."""
@@ -283,11 +304,18 @@ class Lowering:
             emit[kind](dev, mb, vs)
         finish(self, dev, vss)
         params = sum(self.work[vs].params for vs in vss)
+        self.host_bytes[dev] = self._host_bytes(params, vss)
         return self.off.static(model_state_bytes(
             params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
             self.shard_ranks, self.par.offload.optimizer_states or self.dp.remote_optimizer,
             self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss),
             state_dtype=self.state_dtype, fp8_params=self.fp8_params)) + self.prog.resident
+
+
+def _host_extras(low: Lowering) -> tuple[tuple[str, object], ...]:
+    """The most host memory one simulated device's offload keeps (nothing without)."""
+    most = max(low.host_bytes.values(), default=0.0)
+    return (("host_memory_bytes_per_device", round(most)),) if most else ()
 
 
 def _check(scenario: Scenario, prog: Program) -> None:
@@ -335,7 +363,7 @@ def lower(scenario: Scenario, program: Program, costs: CostModel,
                 total_devices=low.ranks.devices, micro_batches=low.micro,
                 stage_layers=tuple(w.layers for w in low.work),
                 extras=low.dp.extras() + low.off.extras() + comm_graph.extras(low)
-                + program.extras,
+                + program.extras + _host_extras(low),
                 blocks=tuple(low.block_of),
                 slowdown=tuple(view(dev).costs.overlap_slowdown for dev in devices))
     for each in (low, *views.values()):

@@ -110,7 +110,9 @@ def _metrics(summ: dict[str, Any]) -> dict[str, Any]:
             "mfu": summ["mfu"], "peak_memory_bytes": float(summ["memory"]["peak_bytes"]),
             "capacity_bytes": float(summ["memory"]["capacity_bytes"]),
             **{f"{k}_s": v for k, v in parts.items()},
-            "comm_bytes_per_device": float(summ["communication"]["bytes_per_device"])}
+            "comm_bytes_per_device": float(summ["communication"]["bytes_per_device"]),
+            # `run`'s verdict: device memory, and host memory where states are offloaded
+            "fits": bool(summ["memory"]["fits"])}
 
 
 @contextmanager
@@ -156,7 +158,6 @@ def evaluate(spec: SweepSpec, config: Config) -> dict[str, Any]:
     try:
         with _collector_paused():
             row.update(_simulated(spec, overrides))
-        row["fits"] = row["peak_memory_bytes"] <= row["capacity_bytes"]
     except ShardsimError as exc:
         row.update(status="error", error=str(exc))
     except Exception as exc:  # an internal error of one configuration must not end the sweep

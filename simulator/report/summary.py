@@ -17,9 +17,15 @@ __all__ = ["summary", "format_table", "error_bar"]
 def _memory(result: Any) -> dict[str, Any]:
     peak = result.memory
     overhead = dict(peak.by_category).get("framework_overhead", 0.0)
+    # what offload keeps in host memory, over the devices of a node sharing it
+    sc = result.scenario
+    per_node = min(sc.cluster.devices_per_node, sc.devices)
+    host = dict(result.plan.extras).get("host_memory_bytes_per_device", 0) * per_node
+    host_cap = getattr(result, "host_capacity_bytes", 0.0)
+    host_fits = not host or host <= host_cap
     return {"peak_bytes": int(round(peak.peak_bytes)),
             "capacity_bytes": int(round(result.capacity_bytes)),
-            "fits": bool(peak.peak_bytes <= result.capacity_bytes),
+            "fits": bool(peak.peak_bytes <= result.capacity_bytes and host_fits),
             # capacity left at the peak (negative: short by that much)
             "headroom_bytes": int(round(result.capacity_bytes - peak.peak_bytes)),
             # the allocator's view at the peak rank (issue 24 (e)): torch's
@@ -31,6 +37,10 @@ def _memory(result: Any) -> dict[str, Any]:
             # max_memory_reserved adds the caching allocator's rounding and fragmentation:
             # no public source states it as a rule yet, so it is not invented
             "reserved_peak_bytes": None,
+            # host memory of a node that offloaded states and parameters hold there, and
+            # the node's host DRAM (hardware.host.memory_GB); `fits` needs both
+            "host_peak_bytes": int(round(host)),
+            "host_capacity_bytes": int(round(host_cap)),
             "by_category_bytes": {c: int(round(dict(peak.by_category).get(c, 0.0)))
                                   for c in CATEGORIES}}
 
@@ -78,7 +88,7 @@ def summary(result: Any) -> dict[str, Any]:
         "critical_path": _critical(result),
         **({"jitter": result.jitter} if result.jitter else {}),
         "notes": list(getattr(result, "notes", ())) + _steady_note(result),
-        **dict(result.plan.extras),
+        **{k: v for k, v in result.plan.extras if k != "host_memory_bytes_per_device"},
         # the measured error of this group's published runs (report.uncertainty)
         "uncertainty": result_band(result).to_dict(),
     }
@@ -150,6 +160,11 @@ def format_table(s: dict[str, Any]) -> str:
     rows.append(("memory peak", f"{_gb(mem['peak_bytes'])} of {_gb(mem['capacity_bytes'])} "
                                 f"({verdict}; headroom {_gb(mem['headroom_bytes'])})"))
     rows += [(f"  {k}", _gb(v)) for k, v in mem["by_category_bytes"].items()]
+    if mem.get("host_peak_bytes"):
+        host_ok = mem["host_peak_bytes"] <= mem["host_capacity_bytes"]
+        rows.append(("host memory", f"{_gb(mem['host_peak_bytes'])} of "
+                     f"{_gb(mem['host_capacity_bytes'])} per node (offloaded states; "
+                     f"{'fits' if host_ok else 'DOES NOT FIT'})"))
     comm = s["communication"]
     rows.append(("communication", f"{_gb(comm['bytes_per_device'])} per device"))
     rows += [(f"  {k}", _gb(v)) for k, v in comm["by_collective"].items()]

@@ -48,7 +48,7 @@ FIELD_USES: dict[str, str] = {
     "nccl.generation": "NCCL's LL ceiling inside a node (cost.nccl_tuning)",
     "nccl.cpu_vendor": "NCCL's LL ceiling and post overhead across nodes (cost.nccl_tuning)",
     "nccl.channels": "NCCL's tree pipeline fill (cost.nccl_tuning)",
-    "host.memory_GB": "nothing yet (host memory is not simulated)",
+    "host.memory_GB": "host memory capacity: fits with offloaded optimizer states and parameters",
     "host.pcie_bandwidth_GBps": "host copies under offload.optimizer_states",
     "kernel_launch_us": "fixed time per kernel (cost.compute)",
     "devices_per_node_default": "`shardsim comm` without --devices-per-node; mesh links",
