@@ -52,3 +52,11 @@ def test_layered_and_written_flags():
     assert [f.name for f in FAMILIES.values() if f.layered] == ["transformer"]
     assert [f.name for f in FAMILIES.values() if f.writes_ops] == ["graph"]
     assert all(f.written is not None for f in FAMILIES.values() if not f.layered)
+
+
+def test_the_registry_finds_each_family_through_its_schema_class():
+    # no list of families: each schema class names the module that defines its FAMILY
+    for cls in typing.get_args(Scenario.model_fields["model"].annotation):
+        name = typing.get_args(cls.model_fields["type"].annotation)[0]
+        assert FAMILIES[name].name == name
+        assert cls.family_module

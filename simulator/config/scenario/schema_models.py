@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from simulator.config.scenario.schema import Scenario
 
 __all__ = ["ModelConfig", "MoeSpec", "TransformerModel", "MlpModel", "ResnetModel",
-           "GraphTensor", "GraphOp", "GraphModel", "ModelSpec", "model_class"]
+           "GraphTensor", "GraphOp", "GraphModel", "ModelSpec", "model_class",
+           "model_classes"]
 
 
 class MoeSpec(_Closed):
@@ -86,6 +87,11 @@ class ModelConfig(_Closed):
     optimizer_threshold: ClassVar[bool] = False
     # its inputs are loaded as `parallel.dataset_strategy` / `full_batch` say
     loads_dataset_strategy: ClassVar[bool] = True
+    # `plan` searches its parallel configurations (planner/space.py)
+    plannable: ClassVar[bool] = False
+    # the module of `simulator.models` that defines its family (FAMILY): the registry
+    # (`models.registry`) finds the families through the classes of `ModelSpec`
+    family_module: ClassVar[str] = ""
 
     def moe_spec(self) -> MoeSpec | None:
         """Its mixture of experts; None: no experts."""
@@ -124,6 +130,8 @@ class TransformerModel(ModelConfig):
     searched: ClassVar[bool] = False  # Megatron's plan, with parallel.tensor
     optimizer_threshold: ClassVar[bool] = True
     loads_dataset_strategy: ClassVar[bool] = False  # Megatron's data loader
+    plannable: ClassVar[bool] = True
+    family_module: ClassVar[str] = "transformer"
 
     type: Literal["transformer"] = Field(
         default="transformer", description="Model type: a GPT-style decoder.")
@@ -185,6 +193,11 @@ class TransformerModel(ModelConfig):
     def moe_spec(self) -> MoeSpec | None:
         return self.moe
 
+    def graph_dims(self) -> dict[str, Any]:
+        """Fields of its graph's dimensions (`graph.builders.GptDims`) beyond those every
+        transformer has (`models.transformer_plan.model_dims`): none for a GPT decoder."""
+        return {}
+
     def problems(self, s: Scenario) -> Iterator[Problem]:
         yield from transformer_rules.shape(self, s)
         yield from transformer_rules.experts(self, s)
@@ -201,6 +214,7 @@ class MlpModel(ModelConfig):
 
     one_block: ClassVar[bool] = True
     units_key: ClassVar[str] = "model.layers"
+    family_module: ClassVar[str] = "mlp"
 
     type: Literal["mlp"] = Field(description="Model type: fully connected layers.")
     layers: Layers = Field(description="Hidden fully connected layers.")
@@ -227,6 +241,7 @@ class ResnetModel(ModelConfig):
 
     one_block: ClassVar[bool] = True
     units_key: ClassVar[str] = "model.conv_layers + model.fc_layers"
+    family_module: ClassVar[str] = "resnet"
 
     type: Literal["resnet"] = Field(
         description="Model type: Conv2D+ReLU layers, then fully connected layers.")
@@ -297,6 +312,7 @@ class GraphModel(ModelConfig):
 
     writes_ops: ClassVar[bool] = True
     units_key: ClassVar[str] = "operators in model.ops"
+    family_module: ClassVar[str] = "opgraph"
 
     type: Literal["graph"] = Field(description=(
         "Model type: an operator graph written out; the loss is the last operator's output."))
@@ -328,10 +344,15 @@ ModelSpec = Annotated[
 ]
 
 
+def model_classes() -> tuple[type[ModelConfig], ...]:
+    """The schema classes of every `model.type`, in the order of `ModelSpec`."""
+    return typing.get_args(typing.get_args(ModelSpec)[0])
+
+
 def model_class(type_name: object) -> type[ModelConfig] | None:
     """The schema class of `model.type` `type_name` (None: no such type), for code that
     reads a model section before it is validated."""
-    for cls in typing.get_args(typing.get_args(ModelSpec)[0]):
+    for cls in model_classes():
         if typing.get_args(cls.model_fields["type"].annotation) == (type_name,):
             return cls
     return None
