@@ -23,6 +23,7 @@ _API = frozenset(__all__[1:])
 def __getattr__(name: str) -> Any:
     """PEP 562: the API functions come from simulator.api on first use."""
     if name in _API:
+        # imported when called: `import simulator` starts cheap
         from simulator import api
 
         return getattr(api, name)

@@ -154,7 +154,8 @@ def test_bad_topology_lists_choices(a100_yaml):
 def test_nvlink_sharp_only_on_nvswitch_generations_that_have_it():
     """NVSwitch gen 3 (H100/H200) and gen 4 (B200/GB200) reduce in the switch; A100's does not."""
     with_nvls = {hw.name for hw in list_profiles() if hw.intra_node.nvls is not None}
-    assert with_nvls == {"h100-sxm", "h200-sxm", "b200-sxm", "gb200-nvl72"}
+    assert with_nvls == {"h100-sxm", "h200-sxm", "b200-sxm", "gb200-nvl72", "b300-sxm",
+                         "gb300-nvl72"}
     assert load_profile("h200-sxm").intra_node.nvls.latency_s == pytest.approx(25e-6)
 
 
@@ -164,3 +165,30 @@ def test_nvls_efficiency_above_one_is_rejected(a100_yaml):
     with pytest.raises(InputError) as err:
         load_profile(str(path))
     assert str(err.value).startswith(f"{path}: intra_node.nvls.efficiency: ")
+
+
+def test_blackwell_ultra_profiles_carry_the_datasheet_figures():
+    """B300 / GB300 (issue 22): 288 GB HBM3e at 8 TB/s and 160 SMs (NVIDIA's Blackwell Ultra
+    blog), NVLink 5 at 900 GB/s per direction, an 800 Gb/s ConnectX-8 per GPU, dense NVFP4 15 PF
+    on GB300 (the blog) and 13.125 PF on HGX B300 (105 PF / 8), FP8 twice BF16 twice TF32."""
+    b300, gb300 = load_profile("b300-sxm"), load_profile("gb300-nvl72")
+    for hw in (b300, gb300):
+        assert (hw.memory_GB, hw.memory_bandwidth_GBps, hw.compute_units) == (288, 8000, 160)
+        assert hw.intra_node.bandwidth_GBps == 900 and hw.nic_bandwidth_bytes_per_s == 100e9
+        assert hw.inter_node.nics_per_node == hw.devices_per_node_default
+        p = hw.peak_tflops
+        assert p.fp8 == 2 * p.bf16 == 4 * p.tf32
+        assert hw.nccl is not None and hw.nccl.generation == "blackwell"
+    assert gb300.peak_flops_per_s("fp4") == 15000e12 and b300.peak_tflops.fp4 == 105000 / 8
+    assert gb300.devices_per_node_default == 72 and b300.devices_per_node_default == 8
+
+
+def test_blackwell_attention_is_the_measured_cudnn_rate():
+    """cuDNN on B200: FlashAttention-4's 1613 TFLOP/s / 1.3 over 2250 at the longest keys,
+    moved to 2048 keys by s / (s + 404) from 16k: the profiles' 0.472."""
+    hw = load_profile("b200-sxm")
+    q = 2048 / (2048 + 404) / (16384 / (16384 + 404))
+    assert hw.efficiency.attention_kernels.te.fwd == pytest.approx(1613 / 1.3 / 2250 * q,
+                                                                   abs=5e-4)
+    assert hw.efficiency.memory_bandwidth_fraction == pytest.approx(0.84 * 7672 / 8000,
+                                                                    abs=5e-4)

@@ -122,3 +122,26 @@ def test_the_type_test_finder_finds_one():
     code = ("if isinstance(m, schema.GraphModel) or isinstance(m, (int, MlpModel)):\n"
             "    pass\nisinstance(m, dict)\n")
     assert _type_tests(code, {"GraphModel", "MlpModel"}) == [1, 1]
+
+
+def test_every_in_function_import_says_why():
+    """An import of the package inside a function keeps start-up cheap, and a comment on
+    it or above its block of imports says so; a cycle hidden that way would need one."""
+    bare = []
+    for path in sorted((ROOT / "simulator").rglob("*.py")):
+        src = path.read_text()
+        lines = src.splitlines()
+        for fn in ast.walk(ast.parse(src)):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                        "simulator"):
+                    k = node.lineno - 1  # walk up the block of imports it is in
+                    while k > 0 and "#" not in lines[k] and (
+                            not lines[k - 1].strip() or lines[k - 1].lstrip().startswith(
+                                ("from ", "import ", ")")) or lines[k - 1].rstrip().endswith(",")):
+                        k -= 1
+                    if "#" not in lines[k] and "#" not in lines[k - 1]:
+                        bare.append(f"{path}:{node.lineno}")
+    assert not bare, bare

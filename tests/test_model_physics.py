@@ -111,21 +111,24 @@ def test_a100_node_collectives_follow_the_measured_curve():
     assert t == pytest.approx(684.6e-6, rel=0.01)
 
 
-def test_cross_node_rings_take_ll128_when_latency_dominates():
-    """48 nodes, 25 MB bucket: 47 hops at NCCL's LL128 latency (4 of Simple's 14 us) with
-    120/128 of the bandwidth beat the Simple protocol."""
+def test_one_gpu_per_node_reduce_scatter_is_nccl_tuning_model():
+    """48 nodes, one rank each, 25 MB bucket (NCCL tuning.cc v2.30.7): with one GPU per node
+    every step is exposed, so the ring's network hops take the tree's NET latencies (Simple
+    14 us after an 8.4 us base; LL128 8.5 us after 14 us, at 0.92 of the bandwidth); PAT
+    (0.75 of the bandwidth, 8 us + log2(48) x 14/3.5 + 48 x 2.8 us) beats both."""
     from simulator.cost.collectives import _ring_link, collective_cost
 
     hw = load_profile("h100-sxm")
     group = GroupSpec(48, 8, 8)
-    bw, alpha = _ring_link(group, hw)
-    algorithm, auto = collective_cost("reduce_scatter", 25e6, group, hw)
+    bw, _ = _ring_link(group, hw)
     simple = collective_time_s("reduce_scatter", 25e6, group, hw, "ring", protocol="simple")
-    ll128 = 47 / 48 * 25e6 / (bw * 120 / 128) + 47 * alpha * 4 / 14
-    assert algorithm == "ring"
-    assert auto == pytest.approx(ll128, rel=1e-12)
-    assert simple == pytest.approx(47 / 48 * 25e6 / bw + 47 * alpha, rel=1e-12)
-    assert auto < simple
+    ll128 = collective_time_s("reduce_scatter", 25e6, group, hw, "ring", protocol="ll128")
+    assert simple == pytest.approx(47 / 48 * 25e6 / bw + 8.4e-6 + 47 * 14e-6, rel=1e-12)
+    assert ll128 == pytest.approx(47 / 48 * 25e6 / (0.92 * bw) + 14e-6 + 47 * 8.5e-6,
+                                  rel=1e-12)
+    pat = 47 / 48 * 25e6 / (0.75 * bw) + 8e-6 + 5 * 14e-6 / 3.5 + 48 * 2.8e-6
+    assert collective_cost("reduce_scatter", 25e6, group, hw) == ("pat", pytest.approx(pat))
+    assert pat < ll128 < simple
 
 
 def _fixed_costs(gemm_s, comm_s):

@@ -10,10 +10,13 @@ from typing import Any
 
 import pytest
 
+from simulator.api import load_scenario
+from simulator.api import simulate as api_simulate
 from simulator.config.hardware import load_profile
 from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.lower.costs import CostModel
+from simulator.lower.host import HOST_SOCKETS, host_optimizer_s
 from simulator.program.model_program import transformer_program
 from simulator.simulation.simulate import simulate
 
@@ -163,13 +166,32 @@ def test_combinations_not_modelled_are_refused_by_name(parallel, message):
 
 
 def test_host_optimizer_copies_wait_for_the_backward_without_data_parallel(a100):
-    """ZeRO-Offload on one device: the gradient D2H starts after the backward, then the
-    updated parameters come up: T = compute + 2 P e / PCIe (it used to start at time 0)."""
-    result = simulate(_scenario(micro=2, **_offload(states=True)), a100)
+    """ZeRO-Offload on one device: the gradient D2H starts after the backward, the host
+    CPU runs the optimizer step on the P parameters (priced on the host profile, its socket
+    shared by the node's devices: `lower.host`), then the updated parameters come up:
+    T = compute + 2 P e / PCIe + host step (it used to start at time 0, and the host's
+    step used to cost nothing)."""
+    sc = _scenario(micro=2, **_offload(states=True))
+    result = simulate(sc, a100)
     grads = dict(result.plan.static_memory[0])["gradients"]
     parts = dict(result.breakdown_s)
+    sharing = max(1, sc.cluster.devices_per_node // HOST_SOCKETS)
+    host = host_optimizer_s(result.program.params, result.program.dtype,
+                            sc.training.optimizer) * sharing
+    assert host > 0
     assert parts["offload_exposed"] == pytest.approx(2 * grads / a100.pcie_bandwidth_bytes_per_s)
-    assert result.iteration_time_s == pytest.approx(parts["compute"] + parts["offload_exposed"])
+    assert parts["optimizer"] == pytest.approx(host)
+    assert result.iteration_time_s == pytest.approx(
+        parts["compute"] + parts["offload_exposed"] + parts["optimizer"])
+
+
+def test_optimizer_offload_is_not_free():
+    """Moving the optimizer states to the host adds its copies and its CPU step: it is
+    slower than the step on the device, never faster (issue 23: it was faster)."""
+    for name in ("seed-a-weight-ops", "llama2-7b-8-ascend910b"):
+        on, off = (api_simulate(load_scenario(name, [f"parallel.offload.optimizer_states={v}"]))
+                   .iteration_time_s for v in ("true", "false"))
+        assert on > off, name
 
 
 def test_verify_passes_with_offload_and_says_what_it_checked(invoke_cli):

@@ -20,7 +20,7 @@ BASE = ["cluster.nodes=2", "cluster.devices_per_node=2", "parallel.data=2", "par
         "model.dtype=bf16"]
 PROFILES = ("a100-80gb", "h100-sxm", "ascend-910b")
 # values for fields that no bundled profile of PROFILES sets
-ABSENT = {"intra_node.mesh_links": "2"}
+ABSENT = {"intra_node.mesh_links": "2", "peak_tflops.fp4": "9000.0"}
 
 
 @functools.cache
@@ -41,7 +41,8 @@ def _other(path: str, value) -> str:
     """A valid value for `path` different from `value`, as --set text."""
     swaps = {"device_type": "npu", "intra_node.topology": "ring",
              "default_framework": "reference", "efficiency.gemm_tile_mn": "[64, 64]",
-             "intra_node.allreduce_busbw_GBps": "null"}
+             "intra_node.allreduce_busbw_GBps": "null", "nccl.generation": "volta",
+             "nccl.cpu_vendor": "intel"}
     if path in swaps:
         return swaps[path]
     if value is None:

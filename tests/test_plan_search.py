@@ -128,3 +128,38 @@ def test_target_time_from_tokens():
     # 1e12 tokens at 1536 x 2048 tokens per iteration in 30 days
     iterations = 1e12 / (1536 * 2048)
     assert target_time_s(1e12, 30, 1536, 2048) == pytest.approx(30 * 86400 / iterations)
+
+
+def _fake_search(times: dict[int, float | None]):
+    """A `search` whose best configuration on n devices takes times[n] seconds (None: no
+    valid configuration on n devices)."""
+    from types import SimpleNamespace
+
+    def fake(scenario, hw, devices, per_node, opts, progress=None):
+        t = times.get(devices)
+        best = None if t is None else SimpleNamespace(ev=SimpleNamespace(iteration_time_s=t))
+        return SimpleNamespace(best=best, interrupted=False)
+    return fake
+
+
+@pytest.mark.parametrize("times, want", [
+    # 576 meets the target, 640 has no valid configuration: the bisection between 512 and
+    # 1024 must not take 640 for too slow (it answered 768 before, issue 23)
+    ({512: 40.0, 576: 35.75, 640: None, 704: 33.0, 768: 31.0, 1024: 25.0}, 576),
+    # no configuration at the midpoints at all: the counts that run are still found
+    ({512: 40.0, 576: None, 640: None, 704: 35.9, 768: None, 896: 30.0, 1024: 25.0}, 704),
+    # monotone without gaps: the plain bisection
+    ({512: 40.0, 576: 37.0, 640: 36.5, 704: 35.5, 768: 31.0, 1024: 25.0}, 704),
+])
+def test_fewest_devices_skips_no_count_that_meets_the_target(monkeypatch, times, want):
+    from simulator.planner import capacity
+
+    full = {n: None for n in range(64, 1025, 64)} | times
+    full.update({n: 100.0 for n in (64, 128, 256)})
+    monkeypatch.setattr(capacity, "search", _fake_search(full))
+    s = load_scenario("gpt3-175b-1024-a100").scenario
+    from simulator.config.hardware.load import load_profile
+
+    res = capacity.fewest_devices(s, load_profile("a100-80gb"), 36.0, 64, 4096,
+                                  SearchOptions())
+    assert res.chosen == want

@@ -220,7 +220,7 @@ def test_optimizer_offload_moves_states_to_the_host_and_exposes_the_copies(a100)
     parts = dict(result.breakdown_s)
     grads = dict(result.plan.static_memory[0])["gradients"]
     assert parts["offload_exposed"] == pytest.approx(2 * grads / a100.pcie_bandwidth_bytes_per_s)
-    assert parts["optimizer"] == 0.0
+    assert parts["optimizer"] > 0.0  # the host CPU's step (tests/test_offload.py)
     assert dict(result.memory.by_category)["optimizer_states"] == 0.0
     assert sum(parts.values()) == pytest.approx(result.iteration_time_s)
 

@@ -26,6 +26,7 @@ def load_scenario(scenario: str | Mapping[str, Any], overrides: Sequence[str] = 
     """A scenario (a path, a bundled name, or a mapping of the YAML's keys called `source`
     in messages) validated with `--set`-style overrides (`hardware.KEY=VALUE` for profile
     fields): a `config.loaded.LoadedScenario` (`.scenario` is the validated Scenario)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.loaded import load_scenario as _load
 
     return _load(scenario, overrides, source)
@@ -33,6 +34,7 @@ def load_scenario(scenario: str | Mapping[str, Any], overrides: Sequence[str] = 
 
 def load_hardware(loaded: Any) -> Any:
     """The hardware profile of a LoadedScenario, with its `hardware.` overrides."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.loaded import load_hardware as _load
 
     return _load(loaded)
@@ -41,6 +43,7 @@ def load_hardware(loaded: Any) -> Any:
 def check_supported(loaded: Any, hw: Any) -> None:
     """InputError for what `run` and `verify` refuse that the scenario alone cannot tell (a
     dtype the device, or a node kind of a mixed cluster, has no peak for)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.loaded import check_supported as _check
 
     _check(loaded, hw)
@@ -48,6 +51,7 @@ def check_supported(loaded: Any, hw: Any) -> None:
 
 def check_overrides(overrides: Sequence[str]) -> None:
     """InputError for the first `--set` item that is not KEY=VALUE with a dotted key."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.loaded import check_overrides as _check
 
     _check(overrides)
@@ -55,6 +59,7 @@ def check_overrides(overrides: Sequence[str]) -> None:
 
 def scenario_path(scenario: str) -> tuple[Path, str]:
     """The file SCENARIO (a path or a bundled name) names, and how messages call it."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.loaded import scenario_path as _path
 
     return _path(scenario)
@@ -62,12 +67,14 @@ def scenario_path(scenario: str) -> tuple[Path, str]:
 
 def blame_override(err: InputError, overrides: Sequence[str], prefix: str = "") -> InputError:
     """`err` naming the `--set` item (of `overrides`) that set its key, where one did."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.yamlio import blame_override as _blame
 
     return _blame(err, list(overrides), prefix)
 
 
 def _scenario_and_hw(scenario: Any, hw: Any) -> tuple[Any, Any]:
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.loaded import LoadedScenario
 
     if isinstance(scenario, (str, Mapping)):
@@ -75,6 +82,7 @@ def _scenario_and_hw(scenario: Any, hw: Any) -> tuple[Any, Any]:
     if isinstance(scenario, LoadedScenario):
         return scenario.scenario, hw if hw is not None else load_hardware(scenario)
     if hw is None:
+        # imported when called: `import simulator` and the CLI start cheap
         from simulator.config.hardware.load import load_profile
         from simulator.config.scenario import resolve_hardware
 
@@ -88,6 +96,7 @@ def simulate(scenario: Any, hw: Any = None, fidelity: str = "representative",
     LoadedScenario or a Scenario; `hw` defaults to the profile the scenario names.
     `simulator.report.summary(result)` is the `run --json` object; `result.notes` says which
     `hardware.` overrides of a LoadedScenario changed nothing, as `run` does."""
+    # imported when called: `import simulator` and the CLI start cheap
     import dataclasses
 
     from simulator.config.loaded import LoadedScenario
@@ -113,6 +122,7 @@ def verify(scenario: Any, hw: Any = None,
     `progress(what, done, total)` is called as it goes: what it is doing (planning, the
     sharded run and the single-device reference micro-batch by micro-batch, comparing) and
     how many of that part's steps are done (operator forwards and backwards)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.framework.load import framework_for
     from simulator.simulation.stage_split import stage_split
     from simulator.simulation.verify import verify_scenario
@@ -147,6 +157,7 @@ def sweep_frame(scenario: str, grid: Mapping[str, Sequence[Any]],
     (NA where it failed), `config`, `status` and `error` strings. pandas is optional (the
     dev extra has it): without it, an ImportError that says what to install, before any
     configuration runs."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.report.sweep_table import PANDAS_MISSING, rows_frame
 
     try:
@@ -162,6 +173,7 @@ def _swept(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence
            out: str | Path | None, executor: str, resume: bool, workers: int | None,
            address: str | None, force: bool) -> tuple[list[dict[str, Any]], Any]:
     """The rows of a sweep and the types of its grid columns (SweepSpec.columns)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.planner.sweep import SweepSpec, _yaml_scalar, parse_grid, sweep_into
     from simulator.planner.sweep_exec import make_executor
 
@@ -189,6 +201,7 @@ def plan(scenario: Any, devices: int | None = None, *, nodes: int | None = None,
     `options` (a `planner.search.SearchOptions`) replaces `objective` and `top`;
     `progress(phase, done, total)` is called as the search goes. Bad input raises InputError
     with the message the CLI prints."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.planner.capacity import fewest_devices
     from simulator.planner.search import search
 
@@ -206,6 +219,7 @@ def plan(scenario: Any, devices: int | None = None, *, nodes: int | None = None,
 def run_work(loaded: Any, fidelity: str, max_events: int) -> int:
     """The events `run` will simulate, estimated from the scenario; InputError above
     `max_events` (naming the key that drives the count and `--max-events`)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.simulation.budget import check_budget, estimate_run
 
     est = estimate_run(loaded.scenario, fidelity)
@@ -217,6 +231,7 @@ def verify_work(loaded: Any, max_devices: int, max_gflop: int, max_gb: int) -> i
     """The numpy devices `verify` will run; InputError above `max_devices`, or for an
     operator graph above `max_gflop` matrix GFLOP or `max_gb` GB of tensors (each naming
     the key that drives it and the flag that raises the limit)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.simulation.budget import (
         check_budget,
         estimate_verify,
@@ -239,6 +254,7 @@ def verify_work(loaded: Any, max_devices: int, max_gflop: int, max_gb: int) -> i
 def run_notes(loaded: Any, hw: Any, result: Any) -> tuple[str, ...]:
     """What `run` says of its inputs: the stack `--set hardware=` took, and the
     `hardware.` overrides that changed nothing (each re-simulated without it)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.simulation.overrides import override_notes, stack_notes
 
     notes = stack_notes(loaded, hw)
@@ -249,6 +265,7 @@ def run_notes(loaded: Any, hw: Any, result: Any) -> tuple[str, ...]:
 
 def verify_notes(scenario: Any) -> tuple[str, ...]:
     """What `verify` checked of offload and host placement, where the scenario has them."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.lower.offload import verify_note
 
     placed = verify_note(scenario)
@@ -259,6 +276,7 @@ def cheapest_remedy(loaded: Any, hw: Any, fidelity: str = "representative") -> s
     """The cheapest single `--set` that makes a scenario that does not fit fit in device
     memory, simulated (`run --strict`): 'cheapest remedy: --set K=V (...)', or that none
     was found."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.simulation.remedy import cheapest_remedy as _remedy
 
     return _remedy(loaded, hw, fidelity)

@@ -29,6 +29,7 @@ def sweep_spec(scenario: str, grid: Sequence[str], overrides: Sequence[str] = ()
     """The `planner.sweep.SweepSpec` of `shardsim sweep`: SCENARIO (or a sweep file whose
     `sweep:` block names the scenario and adds grid keys and fixed overrides), the grid
     items `KEY=V1,V2,...` and the fixed `--set` overrides. InputError for an empty grid."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.yamlio import read_yaml_file
     from simulator.planner.sweep import SweepSpec, load_sweep_file, parse_grid
 
@@ -50,6 +51,7 @@ def sweep_executor(name: str = "local", address: str | None = None,
                    workers: int | None = None) -> Any:
     """Where a sweep's configurations run: 'local' (a process pool of `workers`), 'serial'
     or 'ray' (at `address`); InputError where it cannot (Ray not installed, ...)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.planner.sweep_exec import make_executor
 
     return make_executor(name, address, workers)
@@ -60,6 +62,7 @@ def sweep_rows(spec: Any, folder: Path, executor: Any, resume: bool = False,
     """Run a SweepSpec into `folder` on an executor (`sweep_executor`; `shardsim sweep`):
     the rows, sorted by index. `hooks`: `on_row(row)`, `on_start(total, done)`,
     `on_note(text)` as the sweep goes."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.planner.sweep import sweep_into
 
     return sweep_into(spec, folder, executor, resume, force=force, **hooks)
@@ -69,6 +72,7 @@ def search(scenario: Any, hw: Any, devices: int, per_node: int, options: Any,
            progress: Any = None) -> Any:
     """The best configurations of a scenario on `devices` devices, `per_node` a node
     (`shardsim plan --devices`): a `planner.search.SearchResult`."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.planner.search import search as _search
 
     return _search(scenario, hw, devices, per_node, options, progress)
@@ -78,6 +82,7 @@ def fewest_devices(scenario: Any, hw: Any, target_s: float, per_node: int, max_d
                    options: Any, progress: Any = None) -> Any:
     """The fewest devices (up to `max_devices`) whose best configuration meets `target_s`
     seconds per iteration (`shardsim plan --target-time`): a `planner.capacity.CapacityResult`."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.planner.capacity import fewest_devices as _fewest
 
     return _fewest(scenario, hw, target_s, per_node, max_devices, options, progress)
@@ -85,6 +90,7 @@ def fewest_devices(scenario: Any, hw: Any, target_s: float, per_node: int, max_d
 
 def pareto_front(ranked: tuple[Any, ...] | list[Any]) -> list[Any]:
     """The candidates no other beats on both iteration time and peak memory."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.planner.capacity import pareto_front as _front
 
     return _front(ranked)
@@ -93,6 +99,7 @@ def pareto_front(ranked: tuple[Any, ...] | list[Any]) -> list[Any]:
 def target_time_s(tokens: float, days: float, global_batch_size: int, seq_length: int
                   ) -> float:
     """Seconds per iteration that train `tokens` tokens in `days` days."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.planner.capacity import target_time_s as _target
 
     return _target(tokens, days, global_batch_size, seq_length)

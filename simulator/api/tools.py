@@ -17,6 +17,7 @@ def explain(loaded: Any) -> dict[str, Any]:
     """What sharding propagation chooses for an operator-graph scenario (`shardsim
     explain`), operator by operator: {scenario, search, mesh, total_cost_bytes, ops}.
     InputError for a transformer, whose plan is written by the sharding algebra."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.models.model_graph import propagated
     from simulator.models.registry import family
     from simulator.sharding.propagate.explain import explain as explain_plan
@@ -34,6 +35,7 @@ def explain(loaded: Any) -> dict[str, Any]:
 def json_schema(hardware: bool = False) -> dict[str, Any]:
     """The JSON Schema of the scenario format (`model: {from_hf: ...}` included), or of a
     hardware profile (`shardsim schema`)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.json_schema import json_schema as _schema
 
     return _schema(hardware)
@@ -50,6 +52,7 @@ def comm(collective: str, nbytes: int, devices: int, hardware: str,
     """One collective of `nbytes` on `devices` devices of the profile `hardware` (a bundled
     name or a path), priced as `run` prices it (`shardsim comm`): the `comm --json` object
     (docs/contract.md section 4)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.hardware.load import load_profile
     from simulator.config.yamlio import did_you_mean
     from simulator.cost.collectives import comm_benchmark
@@ -72,6 +75,7 @@ def comm(collective: str, nbytes: int, devices: int, hardware: str,
 
 
 def _profile_path(ref: str) -> Any:
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.resources import list_bundled, resolve_yaml
     from simulator.config.yamlio import did_you_mean
 
@@ -97,6 +101,7 @@ def _devices_per_node(devices: int, given: int | None, hw: Any) -> int:
 
 def profiles() -> list[dict[str, Any]]:
     """The bundled hardware profiles with their key figures (`shardsim profiles`)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.hardware.load import list_profiles, profile_summary
 
     return [profile_summary(hw) for hw in list_profiles()]
@@ -106,6 +111,7 @@ def profile_fields(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Every field of one profile (a bundled name or a path) with `overrides` (`KEY=VALUE`,
     `hardware.KEY=VALUE` alike): {profile, source, fields: [{field, value, source, read_by,
     note}]} (`shardsim profiles NAME`)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.hardware.load import load_profile, raw_profile
     from simulator.config.hardware.usage import field_rows
     from simulator.config.yamlio import blame_override
@@ -125,6 +131,7 @@ def profile_fields(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
 def scenarios() -> list[dict[str, Any]]:
     """Name, title, model type, hardware and device count of every bundled scenario
     (`shardsim scenarios`)."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.resources import list_bundled
 
     return [_scenario_row(name) for name in list_bundled("scenarios")]
@@ -133,6 +140,7 @@ def scenarios() -> list[dict[str, Any]]:
 def _scenario_row(name: str) -> dict[str, Any]:
     """Name, title, hardware and device count of a bundled scenario, read without
     validation so one broken file does not hide the others."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.resources import bundled_dir
     from simulator.config.yamlio import load_yaml_text
 

@@ -36,6 +36,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
+        # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator import __version__
 
         typer.echo(f"shardsim {__version__}")

@@ -56,6 +56,7 @@ _SCENARIO_OVERRIDES: list[str] = []
 
 
 def _blamed(exc: InputError) -> InputError:
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator import api
 
     if not _SCENARIO_OVERRIDES or " with --set " in exc.source:
@@ -136,6 +137,7 @@ def stdout_console(out: IO[str]) -> Any:
 def load_scenario(arg: str, overrides: Sequence[str]) -> Any:
     """`api.load_scenario`, remembering the command's scenario overrides so that a later
     InputError is blamed on the `--set` of its key (`guarded`)."""
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator import api
 
     loaded = api.load_scenario(arg, overrides)
@@ -145,6 +147,7 @@ def load_scenario(arg: str, overrides: Sequence[str]) -> Any:
 
 def load_checked(arg: str, overrides: Sequence[str]) -> tuple[Any, Any]:
     """The scenario, its hardware profile and the checks `run` and `verify` share."""
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator import api
 
     loaded = load_scenario(arg, overrides)

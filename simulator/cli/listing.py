@@ -101,6 +101,7 @@ def profiles(name: NameArg = None, json_out: JsonOpt = False, overrides: SetOpt 
 def scenarios(json_out: JsonOpt = False) -> None:
     """List the bundled scenarios (run one with `shardsim run NAME`)."""
     with guarded() as stdout:
+        # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator import api
 
         rows = api.scenarios()

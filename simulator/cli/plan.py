@@ -61,6 +61,7 @@ def _progress(quiet: bool) -> Iterator[Any]:
 
 def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
                   price: float | None, out_dir: Path | None, quiet: bool) -> dict[str, Any]:
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator.api import pareto_front, search
     from simulator.cli._common import make_out_dir
     from simulator.cli.plan_output import pareto_png, row
@@ -88,6 +89,7 @@ def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
 def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices: int,
                  opts: Any, price: float | None, out_dir: Path | None,
                  quiet: bool) -> dict[str, Any]:
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator.api import fewest_devices
     from simulator.cli._common import make_out_dir
     from simulator.cli.plan_output import row, scaling_png
@@ -126,6 +128,7 @@ def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices
 
 
 def _print(report: dict[str, Any], out: IO[str]) -> None:
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator.cli.plan_output import print_table
 
     if report["mode"] == "target":
@@ -207,12 +210,14 @@ def plan(
         at_most("--max-devices", max_devices)
         loaded = load_scenario(scenario, overrides or [])
         check_model(loaded.scenario)
+        # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator.api import load_hardware
 
         hw = load_hardware(loaded)
         out_dir = out if out is not None or json_out else Path("reports") / f"{loaded.stem}-plan"
         if target_time is not None or tokens is not None:
             if tokens is not None and days is not None:
+                # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
                 from simulator.api import target_time_s
 
                 sc = loaded.scenario

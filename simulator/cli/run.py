@@ -69,6 +69,7 @@ def _progress(text: str) -> Any:
 def _simulate(scenario: Any, hw: Any, fidelity: str, events: int, max_events: int
               ) -> tuple[Any, dict[str, Any]]:
     """Simulate and summarise, with a progress bar on stderr."""
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator import api
     from simulator.report import summary
 
@@ -83,6 +84,7 @@ def _with_notes(loaded: Any, hw: Any, result: Any, summ: dict[str, Any]
     """The result with notes on `--set hardware=` changing the software stack too, and on
     `--set hardware.` overrides that change nothing (or whose role another field takes),
     each also printed on stderr."""
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     import dataclasses
 
     from simulator import api
@@ -100,6 +102,7 @@ def _with_notes(loaded: Any, hw: Any, result: Any, summ: dict[str, Any]
 
 
 def _write_report(result: Any, out_dir: Path) -> None:
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator.report import write_report
 
     with stderr_console().status(f"writing report files to {out_dir}"):
@@ -111,6 +114,7 @@ def _write_report(result: Any, out_dir: Path) -> None:
 
 
 def _print_table(summ: dict[str, Any], out: IO[str]) -> None:
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator.report import format_table
 
     table = format_table(summ)
@@ -138,6 +142,7 @@ def run(
 ) -> None:
     """Simulate one training iteration: time, breakdown, memory, communication."""
     with guarded() as stdout:
+        # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator import api
 
         loaded, hw = load_checked(scenario, overrides or [])
@@ -170,6 +175,7 @@ def _explain_no_fit(loaded: Any, hw: Any, summ: dict[str, Any], fidelity: str,
             f"{mem.get('peak_bytes', 0) / 1e9:.3g} GB > capacity "
             f"{mem.get('capacity_bytes', 0) / 1e9:.3g} GB")
     if strict:
+        # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator import api
 
         line += "; " + api.cheapest_remedy(loaded, hw, fidelity)
@@ -195,6 +201,7 @@ def verify(
 ) -> None:
     """Execute the sharded plan on virtual numpy devices and compare with one device."""
     with guarded() as stdout:
+        # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator import api
 
         loaded, hw = load_checked(scenario, overrides or [])

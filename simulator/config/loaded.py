@@ -13,7 +13,7 @@ from typing import Any
 from simulator.config.framework.load import framework_for
 from simulator.config.hardware.cluster import cluster_hardware
 from simulator.config.hardware.load import load_profile
-from simulator.config.resources import list_bundled, resolve_yaml
+from simulator.config.resources import is_file, list_bundled, resolve_yaml
 from simulator.config.scenario import parse_scenario, resolve_hardware, split_overrides
 from simulator.config.yamlio import blame_override, did_you_mean, parse_override, read_yaml_file
 from simulator.errors import InputError
@@ -59,7 +59,6 @@ def _short_list(names: list[str]) -> str:
 def scenario_path(arg: str) -> tuple[Path, str]:
     """The file SCENARIO names and how messages call it; InputError when there is none (or
     when it is a name no file system holds)."""
-    from simulator.config.resources import is_file
 
     long = [p for p in Path(arg).parts if len(os.fsencode(p)) > NAME_MAX_BYTES]
     if long:

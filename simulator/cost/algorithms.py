@@ -30,10 +30,15 @@ direction. NVLS transfers reach `nvls.efficiency` of the ring's effective bandwi
 busbw ~480 GB/s against ~370 GB/s for the ring (nccl-tests #212; nccl #1455 finds 370, 420,
 440, 460, 480 GB/s on 4..8 GPUs, which (1 + 1/n) reproduces); see benchmarks/comm_accuracy.
 
-Protocols (NCCL): Simple, LL128 and LL trade bandwidth for latency. The profile's network
-latency is NCCL's Simple figure (14 us per hop); a protocol scales the network hop latency
-and every link's bandwidth by NCCL's factors. The profile's NVLink latency is measured on
-small messages, i.e. already what NCCL's best protocol achieves, so it is not scaled. The
+Protocols (NCCL): Simple, LL128 and LL trade bandwidth for latency. On a profile with an
+`nccl:` block (every NVIDIA one) each (algorithm, protocol) is priced by NCCL's own tuning
+model (`simulator.cost.nccl_tuning`, NVIDIA/nccl src/graph/tuning.cc v2.30.7): its base
+latency, its per-step NVLink and network latencies, its bandwidth share (LL half the bus
+bandwidth up to NCCL's llMaxBw, LL128 0.92, tree 0.92), and the fill of the chunk pipelines
+of NVLS, NVLS_TREE and the tree (NCCL's chunk sizes and channel counts), which is what makes
+mid-size collectives slower than alpha-beta with the asymptotic bandwidth says; the fastest
+protocol wins, as NCCL's tuner picks. A profile without one (Ascend, CPU) keeps its measured
+step latencies, the network hop scaled by NCCL's protocol ratios and the NVLink one not. The
 measured NVLink curve (`intra_node.allreduce_busbw_GBps`), where a profile has one, is the
 ring inside a node whatever the protocol. Pairwise exchanges (all_to_all, send_recv) use
 Simple only, as NCCL's point-to-point kernels do for large messages.
@@ -46,6 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.config.hardware.schema import HardwareProfile
+from simulator.cost import nccl_tuning as nccl
 from simulator.cost.links import (
     group_network_bandwidth,
     intra_bus_bandwidth,
@@ -59,7 +65,8 @@ __all__ = ["Algorithm", "ALGORITHMS", "PROTOCOLS", "busbw_factor", "applicable",
 
 PROTOCOLS: tuple[str, ...] = ("simple", "ll128", "ll")
 
-# (network hop latency / Simple's, bandwidth share of Simple) per (algorithm, protocol):
+# profiles without an `nccl:` block: (network hop latency / Simple's, bandwidth share of
+# Simple) per (algorithm, protocol):
 # NVIDIA/nccl src/graph/tuning.cc (v2.28) hwLatencies[NET]: Ring {LL 2.7, LL128 4.0, Simple
 # 14.0} us, Tree {LL 5.0, LL128 8.5, Simple 14} us; bandwidth: ring LL busBw*0.5, LL128 120
 # of each 128 bytes; tree LL busBw/3.8, LL128 120/128 across nodes.
@@ -83,20 +90,41 @@ def busbw_factor(collective: str, n: int) -> float:
 @dataclass(frozen=True)
 class Net:
     """The link figures one priced call needs: NVLink and network bandwidth (bytes/s,
-    protocol applied) and step latencies (s, protocol applied to the network one)."""
+    protocol applied), the latency of a step inside a node and across nodes (s, protocol
+    applied) and the fixed latency of the whole collective (s)."""
 
     bw: float
     nic: float
     alpha_in: float
     alpha_net: float
+    base: float = 0.0
+
+
+def _ll_cap(hw: HardwareProfile, nodes: int) -> float:
+    """NCCL's LL bus-bandwidth ceiling (llMaxBws), bytes/s; inf without an NCCL model."""
+    if hw.nccl is None:
+        return math.inf
+    return nccl.ll_max_busbw_GBps(hw.nccl.generation, hw.nccl.cpu_vendor, nodes) * 1e9
 
 
 def _net(group: GroupSpec, hw: HardwareProfile, family: str, protocol: str,
-         active: int | None) -> Net:
-    lat, bws = _PROTOCOL_SCALE[(family, protocol)]
+         active: int | None, collective: str = "all_reduce") -> Net:
     bw, _ = ring_link(group, hw, active)
     nic = group_network_bandwidth(group, hw, active) if group.crosses_nodes else bw
-    return Net(bw * bws, nic * bws, hw.intra_link_latency_s, hw.inter_link_latency_s * lat)
+    nodes = group.nodes_spanned
+    if hw.nccl is None:
+        lat, bws = _PROTOCOL_SCALE[(family, protocol)]
+        return Net(bw * bws, nic * bws, hw.intra_link_latency_s, hw.inter_link_latency_s * lat)
+    share = nccl.protocol_bandwidth_factor(family, collective, protocol, nodes)
+    cap = _ll_cap(hw, nodes) if protocol == "ll" else math.inf
+    intra = nccl.hop_latency_us("nvlink", family, protocol)
+    # with one rank per node every step is exposed: NCCL prices it with the tree's NET figure
+    net_family = "tree" if group.members_per_node == 1 else family
+    inter = nccl.hop_latency_us("net", net_family, protocol)
+    if group.crosses_nodes and family == "ring":
+        intra = max(intra, nccl.net_overhead_us(hw.nccl.cpu_vendor, protocol))
+    return Net(min(bw * share, cap), min(nic * share, cap), intra * 1e-6, inter * 1e-6,
+               nccl.base_latency_us(family, protocol) * 1e-6)
 
 
 def _ring_steps(collective: str, n: int, nodes: int) -> tuple[int, int]:
@@ -108,10 +136,19 @@ def _ring_steps(collective: str, n: int, nodes: int) -> tuple[int, int]:
     return n - 1, nodes - 1
 
 
-def _ring_s(coll: str, nbytes: float, n: int, nodes: int, bw: float, net: Net) -> float:
+def _ring_latency(coll: str, n: int, nodes: int, net: Net, hw: HardwareProfile,
+                  protocol: str) -> float:
     steps, net_steps = _ring_steps(coll, n, nodes)
-    return (busbw_factor(coll, n) * nbytes / bw + (steps - net_steps) * net.alpha_in
-            + net_steps * net.alpha_net)
+    lat = net.base + (steps - net_steps) * net.alpha_in + net_steps * net.alpha_net
+    if (hw.nccl is not None and coll == "all_reduce" and nodes > 1 and protocol == "simple"
+            and hw.nccl.generation in ("ampere", "hopper", "blackwell")):
+        lat *= nccl.RING_PLATEAU
+    return lat
+
+
+def _ring_s(coll: str, nbytes: float, n: int, nodes: int, bw: float, net: Net,
+            hw: HardwareProfile, protocol: str) -> float:
+    return busbw_factor(coll, n) * nbytes / bw + _ring_latency(coll, n, nodes, net, hw, protocol)
 
 
 def _ring(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile, protocol: str,
@@ -119,8 +156,8 @@ def _ring(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile, proto
     n = 2 if coll == "send_recv" else group.size
     if coll == "all_to_all":
         return _all_to_all(nbytes, group, hw, active)
-    net = _net(group, hw, "ring", protocol, active)
-    return _ring_s(coll, nbytes, n, group.nodes_spanned, net.bw, net)
+    net = _net(group, hw, "ring", protocol, active, coll)
+    return _ring_s(coll, nbytes, n, group.nodes_spanned, net.bw, net, hw, protocol)
 
 
 def _all_to_all(nbytes: float, group: GroupSpec, hw: HardwareProfile,
@@ -138,10 +175,15 @@ def _all_to_all(nbytes: float, group: GroupSpec, hw: HardwareProfile,
 
 def _tree(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile, protocol: str,
           active: int | None) -> float:
-    net = _net(group, hw, "tree", protocol, active)
+    net = _net(group, hw, "tree", protocol, active, coll)
     m, nodes = group.members_per_node, group.nodes_spanned
-    depth = math.ceil(math.log2(nodes)) if nodes > 1 else 0
-    return 2 * nbytes / net.bw + 2 * (m - 1) * net.alpha_in + 2 * depth * net.alpha_net
+    if hw.nccl is None:
+        depth = math.ceil(math.log2(nodes)) if nodes > 1 else 0
+        return 2 * nbytes / net.bw + 2 * (m - 1) * net.alpha_in + 2 * depth * net.alpha_net
+    depth = int(math.floor(math.log2(nodes))) if nodes > 1 else 0  # NCCL's log2i
+    fill = nccl.tree_fill_bytes(protocol, nbytes, hw.nccl.channels, m, nodes)
+    return ((2 * nbytes + fill) / net.bw + net.base
+            + 2 * ((m - 1) * net.alpha_in + depth * net.alpha_net))
 
 
 def _hierarchical(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,
@@ -150,12 +192,13 @@ def _hierarchical(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfil
     if not group.crosses_nodes:
         return _ring(coll, nbytes, group, hw, protocol, active)
     m, nodes = group.members_per_node, group.nodes_spanned
-    net = _net(group, hw, "ring", protocol, active)
-    bws = _PROTOCOL_SCALE[("ring", protocol)][1]
-    inner = _ring_s(coll, nbytes, m, 1, intra_bus_bandwidth(hw, m) * bws, net) if m > 1 \
-        else 0.0
+    net = _net(group, hw, "ring", protocol, active, coll)
+    bws = net.bw / ring_link(group, hw, active)[0]
+    inner = _ring_s(coll, nbytes, m, 1, min(intra_bus_bandwidth(hw, m) * bws,
+                                             _ll_cap(hw, 1) if protocol == "ll" else math.inf),
+                    net, hw, protocol) if m > 1 else 0.0
     outer_bytes = nbytes if coll == "broadcast" else nbytes / m
-    return inner + _ring_s(coll, outer_bytes, nodes, nodes, net.nic / m, net)
+    return inner + _ring_s(coll, outer_bytes, nodes, nodes, net.nic / m, net, hw, protocol)
 
 
 def _nvls_bytes(coll: str, nbytes: float, n: int) -> float:
@@ -168,7 +211,9 @@ def _nvls(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile, proto
     nvls = hw.intra_node.nvls
     assert nvls is not None
     bw = intra_bus_bandwidth(hw, group.size) * nvls.efficiency
-    return _nvls_bytes(coll, nbytes, group.size) / bw + nvls.latency_s
+    piped = nbytes if hw.nccl is None else nccl.nvls_pipeline_bytes(
+        "nvls", coll, nbytes, hw.nccl.generation, group.size, 1)
+    return _nvls_bytes(coll, piped, group.size) / bw + nvls.latency_s
 
 
 def _nvls_tree(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,
@@ -180,11 +225,16 @@ def _nvls_tree(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,
     nvls = hw.intra_node.nvls
     assert nvls is not None
     m, nodes = group.members_per_node, group.nodes_spanned
-    t_in = _nvls_bytes(coll, nbytes, m) / (intra_bus_bandwidth(hw, m) * nvls.efficiency)
+    piped = nbytes if hw.nccl is None else nccl.nvls_pipeline_bytes(
+        "nvls_tree", coll, nbytes, hw.nccl.generation, m, nodes)
+    t_in = _nvls_bytes(coll, piped, m) / (intra_bus_bandwidth(hw, m) * nvls.efficiency)
     passes = 1 if nodes == 2 else 2
-    t_net = passes * nbytes / group_network_bandwidth(group, hw, active)
-    depth = math.ceil(math.log2(nodes))
-    return max(t_in, t_net) + nvls.latency_s + 2 * depth * hw.inter_link_latency_s
+    t_net = passes * piped / group_network_bandwidth(group, hw, active)
+    if hw.nccl is None:
+        depth = math.ceil(math.log2(nodes))
+        return max(t_in, t_net) + nvls.latency_s + 2 * depth * hw.inter_link_latency_s
+    hop = nccl.hop_latency_us("net", "nvls_tree", "simple") * 1e-6
+    return max(t_in, t_net) + nvls.latency_s + 2 * int(math.floor(math.log2(nodes))) * hop
 
 
 def _pat(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile, protocol: str,
@@ -197,7 +247,8 @@ def _pat(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile, protoc
     bw = group_network_bandwidth(group, hw, active) * 0.75
     alpha = hw.inter_link_latency_s
     depth = math.floor(math.log2(group.nodes_spanned))
-    return (n - 1) / n * nbytes / bw + depth * alpha / 3.5 + n * alpha * 2.8 / 14.0
+    base = 0.0 if hw.nccl is None else nccl.base_latency_us("pat", "simple") * 1e-6
+    return (n - 1) / n * nbytes / bw + base + depth * alpha / 3.5 + n * alpha * 2.8 / 14.0
 
 
 def _one_gpu_per_node(group: GroupSpec, hw: HardwareProfile) -> str | None:

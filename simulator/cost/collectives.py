@@ -72,8 +72,11 @@ def _check(collective: str, nbytes: float, algorithm: str, protocol: str) -> Non
 
 def candidate_algorithms(collective: str, group: GroupSpec, hw: HardwareProfile
                          ) -> tuple[str, ...]:
-    """The registered algorithms that can run `collective` on `group` on this hardware."""
-    return tuple(a for a in ALGORITHMS if applicable(a, collective, group, hw) is None)
+    """The registered algorithms that can run `collective` on `group` on this hardware.
+    On a profile priced by NCCL's tuning model (`hw.nccl`) these are NCCL's own: NCCL has
+    no 'hierarchical' algorithm, so its tuner never picks one (it stays available by name)."""
+    return tuple(a for a in ALGORITHMS if applicable(a, collective, group, hw) is None
+                 and not (hw.nccl is not None and a == "hierarchical"))
 
 
 def collective_choice(collective: str, nbytes: float, group: GroupSpec, hw: HardwareProfile,

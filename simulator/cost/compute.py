@@ -43,7 +43,8 @@ from simulator.cost.specs import ComputeSpec
 __all__ = ["compute_time_s", "gemm_efficiency", "compute_efficiency", "attention_fraction",
            "attention_seq_factor", "DTYPE_BYTES"]
 
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1,
+                                  "fp4": 0.5}
 ATTENTION_QUOTED_SEQ = 2048  # the key length the attention fractions are quoted at
 _MIN_TILE = 16  # the smallest MMA tile edge (16x8x16 mma.sync on Ampere/Hopper; 16^3 cube)
 

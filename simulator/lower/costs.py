@@ -33,10 +33,14 @@ class CostModel:
     peer_send_s: Callable[[float, bool, int, int], float] | None = None
     # compute kernels run this fraction slower while a collective runs beside them
     overlap_slowdown: float = 0.0
+    # host seconds the training stack spends launching one kernel (its framework profile's
+    # `launch`): a run of kernels takes at least their count times this (`price_ops`)
+    host_kernel_s: float = 0.0
 
     @classmethod
-    def from_hardware(cls, hw: Any) -> CostModel:
-        """The cost model of `simulator.cost` for hardware profile `hw`."""
+    def from_hardware(cls, hw: Any, host_kernel_s: float = 0.0) -> CostModel:
+        """The cost model of `simulator.cost` for hardware profile `hw` (and a stack that
+        spends `host_kernel_s` of host time per kernel it launches)."""
 
         pcie = float(hw.pcie_bandwidth_bytes_per_s)
 
@@ -52,6 +56,7 @@ class CostModel:
             copy_s=lambda nbytes: nbytes / pcie,
             hardware=hw,
             overlap_slowdown=float(hw.efficiency.overlap_compute_slowdown),
+            host_kernel_s=host_kernel_s,
         )
 
 
@@ -114,8 +119,13 @@ def _overlapped(comm_s: float, gemm_s: float, tp: TpOverlap, op: CommSpec
 def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec],
               tp_overlap: TpOverlap | None = None) -> Priced:
     """Price `ops` run back to back: collectives on axis a use group `groups[a]`. With
-    `tp_overlap`, each collective on axis 'tp' next to a GEMM overlaps that GEMM."""
+    `tp_overlap`, each collective on axis 'tp' next to a GEMM overlaps that GEMM. The host
+    issues the ops one kernel each, `costs.host_kernel_s` apiece, ahead of the device: the
+    sequence takes at least their sum (kernels shorter than their launch leave the device
+    waiting; the shortfall is counted as compute)."""
     compute = comm = 0.0
+    launched = sum(1 for op in ops if isinstance(op, CommSpec)
+                   or op.flops > 0 or op.bytes_accessed > 0)
     volumes: list[tuple[str, float]] = []
     times = [costs.compute_s(op) if isinstance(op, ComputeSpec) else 0.0 for op in ops]
     for i, op in enumerate(ops):
@@ -129,4 +139,5 @@ def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec
             volumes.append((op.collective, op.bytes))
         else:
             compute += times[i]
+    compute = max(compute, launched * costs.host_kernel_s - comm)
     return Priced(compute, comm, merge_volumes(tuple(volumes)))

@@ -120,4 +120,5 @@ class DeviceCosts:
 
         return CostModel(compute_s=compute_s, collective_s=collective_s,
                          send_recv_s=send_recv_s, copy_s=own.copy_s, peer_send_s=self.send_s,
-                         hardware=own.hardware, overlap_slowdown=own.overlap_slowdown)
+                         hardware=own.hardware, overlap_slowdown=own.overlap_slowdown,
+                         host_kernel_s=own.host_kernel_s)

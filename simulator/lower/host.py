@@ -33,9 +33,10 @@ from simulator.cost.specs import ComputeSpec
 from simulator.lower.costs import CostModel
 from simulator.lower.state import optimizer_spec
 
-__all__ = ["HOST_PROFILE", "host_costs", "host_optimizer_s"]
+__all__ = ["HOST_PROFILE", "HOST_SOCKETS", "host_costs", "host_optimizer_s"]
 
 HOST_PROFILE = "cpu-x86"  # hardware_profiles/cpu-x86.yaml: one socket of a 2-socket Xeon server
+HOST_SOCKETS = 2  # sockets of that host server (the profile's 2-socket Xeon 8480+ node)
 
 
 @lru_cache(maxsize=1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simulator.lower.host import host_optimizer_s
+from simulator.lower.host import HOST_SOCKETS, host_optimizer_s
 from simulator.lower.state import optimizer_spec
 
 if TYPE_CHECKING:
@@ -70,9 +70,15 @@ def _grad_sync(low: Lowering, dev: int, vss: list[int]) -> tuple[int, ...]:
 
 def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...]) -> int:
     """ZeRO-Offload (Ren et al. 2021, Sec. 4): the reduced gradient shard goes to the
-    host over PCIe, the host runs the optimizer (its time is not modelled), and the
-    updated 16-bit parameters come back; the device waits for them. Returns the task
-    after which the parameters are back."""
+    host over PCIe, the host CPU runs the optimizer on it (its CPU-Adam, Sec. 5.1), and
+    the updated 16-bit parameters come back; the device waits for them. Returns the task
+    after which the parameters are back.
+
+    The host's step is priced on the host profile as the host-placed operators' is
+    (`lower.host.host_optimizer_s`: a socket of the profile `HOST_PROFILE`); the devices of
+    a node share its `HOST_SOCKETS` sockets, so one socket updates the shards of
+    devices_per_node / HOST_SOCKETS devices, one after another (the default schedule, no
+    delayed parameter update: DPU, Sec. 5.2, is off unless asked for)."""
     local = params / (low.shard_ranks if low.par.optimizer_shard >= 1 else 1)
     # after the backward too (without data-parallel reductions nothing else orders it)
     deps += (low.b.streams[(dev, "compute")][-1],)
@@ -82,9 +88,13 @@ def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...])
     d2h = low.b.add(("H", dev, "d2h"), device=dev, stream="offload", name="grad_d2h",
                      phase="offload", duration_s=low.costs.copy_s(local * low.ge),
                      deps=deps)
+    sharing = max(1, low.ranks.devices_per_node // HOST_SOCKETS)
+    step_s = host_optimizer_s(int(local), low.prog.dtype, low.sc.training.optimizer) * sharing
+    host = low.b.add(("H", dev, "opt"), device=dev, stream="offload", name="host_opt",
+                     phase="optimizer", duration_s=step_s, deps=(d2h,))
     h2d = low.b.add(("H", dev, "h2d"), device=dev, stream="offload", name="param_h2d",
                      phase="offload", duration_s=low.costs.copy_s(back),
-                     deps=(d2h,))
+                     deps=(host,))
     low.b.add(("O", dev), device=dev, stream="compute", name="opt", phase="optimizer",
                duration_s=0.0, deps=(h2d,))
     return h2d

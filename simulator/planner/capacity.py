@@ -4,8 +4,11 @@ fewest devices that meet an iteration-time target.
 `fewest_devices` searches whole nodes in powers of two until the best configuration meets
 the target, then bisects the node count between the last miss and the first hit (the best
 time falls as devices are added; where it does not, bisection still returns a count that
-meets the target, perhaps not the smallest). With the `cost` objective it also searches
-twice the first count that meets the target and keeps the one with fewer device-hours.
+meets the target, perhaps not the smallest). A count with no valid configuration at all (no
+degrees divide it) says nothing of the counts around it: the bisection looks below it
+first, then above, instead of taking it for too slow. With the `cost` objective it also
+searches twice the first count that meets the target and keeps the one with fewer
+device-hours.
 """
 
 from __future__ import annotations
@@ -97,13 +100,20 @@ class _Sweep:
 
     def bisect(self, lo_nodes: int, hi_nodes: int, target_s: float) -> int:
         """Fewest nodes in (lo, hi] meeting the target (hi meets it)."""
-        while hi_nodes - lo_nodes > 1:
-            mid = (lo_nodes + hi_nodes) // 2
-            if _meets(self.at(mid * self.per_node), target_s):
-                hi_nodes = mid
-            else:
-                lo_nodes = mid
-        return hi_nodes
+        return self._first(lo_nodes, hi_nodes, target_s) or hi_nodes
+
+    def _first(self, lo: int, hi: int, target_s: float) -> int | None:
+        """Fewest nodes strictly between lo and hi meeting the target (None: none), the
+        best time falling as nodes are added among the counts that have a configuration."""
+        if hi - lo <= 1:
+            return None
+        mid = (lo + hi) // 2
+        res = self.at(mid * self.per_node)
+        if res.best is None:  # nothing runs on mid nodes: look below it, then above
+            return self._first(lo, mid, target_s) or self._first(mid, hi, target_s)
+        if _meets(res, target_s):
+            return self._first(lo, mid, target_s) or mid
+        return self._first(mid, hi, target_s)
 
 
 def _cheaper(sweep: _Sweep, devices: int, target_s: float, max_devices: int) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.cost.collectives import collective_time_s, send_recv_time_s
 from simulator.cost.specs import GroupSpec
+from simulator.lower.host import HOST_SOCKETS, host_optimizer_s
 from simulator.planner.memory import Workload, layer_params
 from simulator.planner.space import Config
 from simulator.simulation.simulate import simulate
@@ -159,7 +160,13 @@ def _optimizer_s(w: Workload, cfg: Config, lc: LayerCosts, params: float, hw: An
     if not cfg.offload_optimizer:
         return (lc.opt_layer * w.model.layers / cfg.pipeline + lc.opt_ends) / share
     e = DTYPE_BYTES[w.model.dtype]
-    return params / share * (w.grad_bytes + e) / hw.pcie_bandwidth_bytes_per_s
+    local = params / share
+    # the copies down and up, and the host CPU's step as the lowering prices it
+    # (`lower.step`: the node's devices share its host sockets)
+    per_node = min(cfg.data * cfg.tensor * cfg.pipeline, w.devices_per_node)
+    host = host_optimizer_s(int(local), "bf16" if w.model.dtype == "fp8" else w.model.dtype,
+                            w.optimizer) * max(1, per_node // HOST_SOCKETS)
+    return local * (w.grad_bytes + e) / hw.pcie_bandwidth_bytes_per_s + host
 
 
 def estimate_time(w: Workload, cfg: Config, probes: Probes) -> float:

@@ -91,6 +91,7 @@ class Workload:
     # the optimizer runs on parameter servers (parallel.mode: parameter_server): its
     # states are not on the workers (simulator/lower/reduction.py, ParameterServer)
     remote_optimizer: bool = False
+    devices_per_node: int = 8  # cluster.devices_per_node (devices sharing a host)
 
 
 def workload_of(scenario: Scenario, hw: Any) -> Workload:
@@ -113,7 +114,8 @@ def workload_of(scenario: Scenario, hw: Any) -> Workload:
                     fusion.bucket_mb * 1e6, fw.memory_overheads, off.parameters,
                     off.activations, tr.optimizer_dtype, copies, fp8 and tr.fp8_params,
                     scenario, sw, hw.compute_units, fp8_recipe(scenario, fw),
-                    scenario.parallel.mode == "parameter_server")
+                    scenario.parallel.mode == "parameter_server",
+                    scenario.cluster.devices_per_node)
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,7 @@ def check_model(scenario: Any) -> None:
 
 def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int) -> Any:
     """SearchOptions from the command's options; InputError for a bad one."""
+    # imported when called: the search and numpy load only then
     from simulator.planner.search import SearchOptions
     from simulator.planner.space import SpaceLimits
 

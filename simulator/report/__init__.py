@@ -17,6 +17,7 @@ __all__ = ["summary", "format_table", "write_report"]
 def write_report(result: Any, out_dir: str | Path) -> list[Path]:
     """Write summary.csv, summary.md, trace.json, timeline.png, breakdown.png, memory.png,
     report.html."""
+    # imported when a report is written: matplotlib and plotly load only then
     from simulator.report.files import write_report as _write
 
     return _write(result, out_dir)

@@ -53,6 +53,7 @@ def write_report(result: Any, out_dir: str | Path) -> list[Path]:
 
 
 def _write_files(result: Any, out: Path) -> None:
+    # imported when a report is written: matplotlib and plotly load only then
     from simulator.report.html import run_page
     from simulator.report.interactive import run_figures
     from simulator.report.plots import plot_breakdown, plot_memory, plot_timeline

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.engine.tasks import STREAMS
+
 __all__ = ["Span", "Lane", "timeline_lanes", "KIND_LABELS"]
 
 # how a stream kind is called in the report
@@ -82,7 +84,6 @@ def timeline_lanes(plan: Any, trace: Any) -> tuple[Lane, ...]:
     """Stages x stream kinds lanes (stage-major, kinds in STREAMS order), each with the
     spans of its stage's drawn device on that stream (none where that device has no task
     on it)."""
-    from simulator.engine.tasks import STREAMS
 
     shown = _stage_devices(plan, trace)
     used = {t.stream for t in plan.tasks if t.duration_s > 0}

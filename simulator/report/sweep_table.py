@@ -90,6 +90,7 @@ def plot_sweep(rows: list[dict[str, Any]], keys: Sequence[str], path: Path) -> N
     """Iteration time (top) and peak memory (bottom) against the first swept key, one line
     per combination of the other keys (the MAX_SERIES fastest where there are more, as the
     title says); failed rows are left out."""
+    # imported when a report is written: matplotlib and plotly load only then
     from simulator.report.plots import _pyplot
 
     plt = _pyplot()

@@ -245,7 +245,6 @@ def estimate_verify_gb(s: Scenario) -> Estimate | None:
     spread over the sharded devices; rounded up to whole GB."""
     if not family(s.model).writes_ops:
         return None
-    from simulator.models.model_graph import planned_graph
 
     graph, _ = planned_graph(s)
     elements = sum(math.prod(t.shape) for t in graph.tensors.values())

@@ -9,10 +9,12 @@ simulation per hardware override.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from simulator.config.hardware.load import parse_profile
 from simulator.config.hardware.usage import FIELD_USES, field_value, shadow_notes
+from simulator.config.resources import resolve_yaml
 from simulator.config.yamlio import read_yaml_file
 from simulator.errors import InputError
 from simulator.report import summary
@@ -88,9 +90,6 @@ def stack_notes(loaded: Any, hw: Any) -> tuple[str, ...]:
 def _scenario_default_framework(loaded: Any) -> tuple[str, str] | None:
     """(hardware, its default_framework) as the scenario file names them, or None when the
     file or its profile cannot tell (the run itself reports real errors)."""
-    from pathlib import Path
-
-    from simulator.config.resources import resolve_yaml
 
     path = getattr(loaded, "path", None)
     if path is None:

@@ -214,9 +214,14 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     figure is the same."""
     t0 = time.perf_counter()
     _check(scenario, fidelity)
-    injected = costs
-    costs = costs or CostModel.from_hardware(hw)
     fw = framework_for(scenario, hw)
+    host_kernel_s = fw.software.host_us_per_kernel * 1e-6
+    if costs is not None and costs.hardware is not None and not costs.host_kernel_s:
+        # a profile's own cost model handed in (a sweep's memoised one) takes the stack's
+        # launch cost as `run` does; closed forms injected by tests (no hardware) stay as given
+        costs = replace(costs, host_kernel_s=host_kernel_s)
+    injected = costs
+    costs = costs or CostModel.from_hardware(hw, host_kernel_s)
     if family(scenario.model).layered:
         prog = transformer_program(scenario, fw.software, hw.compute_units,
                                    fp8_recipe(scenario, fw))
@@ -226,7 +231,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         gp = _graph_program(scenario)
         prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
     fused = with_auto_fusion(scenario, fw, prog.grad_bytes)
-    cluster = Cluster(scenario, hw, fidelity, mesh, injected)
+    cluster = Cluster(scenario, hw, fidelity, mesh, injected, host_kernel_s)
     split = split_for(fused, prog, rank_mesh(fused, mesh), costs)  # once, for every lowering
 
     def lower_with(device_costs: Any, micro: int | None = None,

@@ -27,9 +27,9 @@ def stage_split(scenario: Scenario, hw: Any = None) -> StageSplit | None:
     `models.split.by_count`)."""
     if hw is None or scenario.parallel.pipeline == 1:
         return None
-    costs = CostModel.from_hardware(hw)
+    fw = framework_for(scenario, hw)  # its launch cost prices the stages as `run` does
+    costs = CostModel.from_hardware(hw, fw.software.host_us_per_kernel * 1e-6)
     if family(scenario.model).layered:
-        fw = framework_for(scenario, hw)
         prog = transformer_program(scenario, fw.software, hw.compute_units,
                                    fp8_recipe(scenario, fw))
         return split_for(scenario, prog, rank_mesh(scenario), costs)

@@ -26,7 +26,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 __all__ = ["FrameworkProfile", "Software", "Fp8", "MemoryOverheads", "GradReduction",
-           "UnfusedPass", "FP8_ROLES"]
+           "UnfusedPass", "Launch", "FP8_ROLES"]
 
 PosInt = Annotated[StrictInt, Field(ge=1)]
 NonNegInt = Annotated[StrictInt, Field(ge=0)]
@@ -66,6 +66,11 @@ class UnfusedPass(_Closed):
 class Software(_Closed):
     """The kernels and overlaps of a training stack that the model program reads (made from
     a framework profile by `FrameworkProfile.software`)."""
+
+    # host time the stack spends launching one kernel (framework dispatch + the driver's
+    # launch call), microseconds: a device runs no faster than its host issues its kernels
+    # (`Launch`; 0: not modelled)
+    host_us_per_kernel: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)] = 0.0
 
     # `model.attention: auto` runs attention as one fused (FlashAttention-style) kernel
     fused_attention: StrictBool = False
@@ -233,6 +238,21 @@ class ActivationRecompute(_Closed):
     selective_source: StrictStr = ""
 
 
+class Launch(_Closed):
+    """How the stack issues its kernels from the host, and what that costs per kernel.
+
+    `eager`: every operator goes through Python, the PyTorch dispatcher and autograd and one
+    cudaLaunchKernel; `compile`: torch.compile (Inductor) launches its fused kernels from a
+    generated Python wrapper; `cuda_graphs`: one graph launch replays every kernel it
+    captured (the host cost per kernel vanishes). `host_us_per_kernel` is the measured host
+    time per launched kernel, which bounds from below how fast a run of small kernels goes
+    (`simulator.lower.costs.price_ops`)."""
+
+    mode: Literal["eager", "compile", "cuda_graphs"]
+    host_us_per_kernel: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)]
+    source: Text = None
+
+
 class FrameworkProfile(_Closed):
     """A validated framework profile. `source` is the file it came from (for messages)."""
 
@@ -250,6 +270,7 @@ class FrameworkProfile(_Closed):
     memory_overheads: MemoryOverheads
     cross_entropy: CrossEntropy
     activation_recompute: ActivationRecompute
+    launch: Launch | None = None
     notes: tuple[StrictStr, ...] = ()
     source: StrictStr = "<framework>"
 
@@ -269,7 +290,8 @@ class FrameworkProfile(_Closed):
             ce_backward_transient_bytes_per_logit=(
                 self.cross_entropy.backward_transient_bytes_per_logit or 0.0),
             selective_recompute=self.activation_recompute.selective,
-            unfused_passes=self.fused_kernels.unfused_passes)
+            unfused_passes=self.fused_kernels.unfused_passes,
+            host_us_per_kernel=self.launch.host_us_per_kernel if self.launch else 0.0)
 
     def __str__(self) -> str:
         return f"{self.name} ({self.description})"

@@ -21,9 +21,9 @@ from simulator.config.framework.schema import Software
 from simulator.errors import InputError
 
 __all__ = ["HardwareProfile", "Software", "PeakTflops", "IntraNode", "Nvls", "InterNode", "Host",
-           "Efficiency", "DTYPES"]
+           "Efficiency", "Nccl", "DTYPES"]
 
-DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8")
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 
 PosFloat = Annotated[StrictFloat, Field(gt=0)]  # strict floats accept integers, not booleans
 PosInt = Annotated[StrictInt, Field(ge=1)]
@@ -60,6 +60,7 @@ class PeakTflops(_Closed):
     bf16: Tflops | None = None
     fp16: Tflops | None = None
     fp8: Tflops | None = None
+    fp4: Tflops | None = None  # NVFP4 / MXFP4 on Blackwell (issue 22)
 
 
 class Nvls(_Closed):
@@ -107,6 +108,21 @@ class InterNode(_Closed):
     nics_per_node: Links
     nic_bandwidth_Gbps: Gbps
     latency_us: LatencyUs
+
+
+class Nccl(_Closed):
+    """The NCCL tuning model prices this device's collectives (`simulator.cost.nccl_tuning`:
+    NCCL's base and per-step latencies per algorithm and protocol, the LL and LL128
+    bandwidth shares). `generation` selects NCCL's per-architecture rows (the LL ceiling
+    inside a node); `cpu_vendor` the per-host rows (the LL ceiling across nodes, the network
+    post overhead; NCCL treats every vendor but AMD as Intel). Absent: the profile's own
+    step latencies price every protocol."""
+
+    generation: Literal["volta", "ampere", "hopper", "blackwell"]
+    cpu_vendor: Literal["intel", "amd", "arm"] = "intel"
+    # NCCL's collective channels on this node (its log: "24 coll channels"): how many chunks
+    # a tree's pipeline carries at once
+    channels: Annotated[StrictInt, Field(ge=1, le=64)] = 24
 
 
 class Host(_Closed):
@@ -186,6 +202,7 @@ class HardwareProfile(_Closed):
     intra_node: IntraNode
     inter_node: InterNode
     host: Host
+    nccl: Nccl | None = None
     kernel_launch_us: LaunchUs
     devices_per_node_default: Links
     # the training stack this profile's runs use when a scenario names none: a framework
