@@ -27,13 +27,13 @@ def test_every_schema_model_type_answers_the_scenario_rules():
     for cls in typing.get_args(Scenario.model_fields["model"].annotation):
         assert issubclass(cls, ModelConfig)
         assert model_class(typing.get_args(cls.model_fields["type"].annotation)[0]) is cls
-    assert model_class("vit") is None
+    assert model_class("dit") is None
 
 
 def test_an_unknown_family_lists_the_registered_ones():
-    with pytest.raises(KeyError, match="no model family 'vit' .registered: transformer, mlp, "
-                                       "resnet, graph."):
-        family("vit")
+    with pytest.raises(KeyError, match="no model family 'dit' .registered: transformer, mlp, "
+                                       "resnet, graph, vit."):
+        family("dit")
 
 
 @pytest.mark.parametrize(("name", "units"), [
@@ -49,6 +49,14 @@ def test_units_of_a_family_graph(name, units):
 
 
 def test_layered_and_written_flags():
-    assert [f.name for f in FAMILIES.values() if f.layered] == ["transformer"]
+    assert [f.name for f in FAMILIES.values() if f.layered] == ["transformer", "vit"]
     assert [f.name for f in FAMILIES.values() if f.writes_ops] == ["graph"]
     assert all(f.written is not None for f in FAMILIES.values() if not f.layered)
+
+
+def test_the_registry_finds_each_family_through_its_schema_class():
+    # no list of families: each schema class names the module that defines its FAMILY
+    for cls in typing.get_args(Scenario.model_fields["model"].annotation):
+        name = typing.get_args(cls.model_fields["type"].annotation)[0]
+        assert FAMILIES[name].name == name
+        assert cls.family_module

@@ -130,4 +130,4 @@ def test_graph_model_refused(invoke_cli):
     res = invoke_cli("plan", "seed-a-weight-ops")
     assert res.exit_code == 2
     assert res.stderr == ("error: scenarios/seed-a-weight-ops.yaml: model.type: found 'graph'; "
-                          "`plan` searches transformer models (supported: transformer)\n")
+                          "`plan` searches transformer models (supported: transformer, vit)\n")

@@ -66,8 +66,8 @@ DATA_CASES = [
      "s.yaml: parallel.offload.paramters: unknown key (did you mean 'parameters'?); "
      "allowed: activations, optimizer_states, parameters"),
     ("unknown-model-type", ["model.type=transfomer"],
-     "s.yaml: model.type: found 'transfomer'; allowed: transformer, mlp, resnet, graph "
-     "(did you mean 'transformer'?)"),
+     "s.yaml: model.type: found 'transfomer'; allowed: transformer, mlp, resnet, graph, "
+     "vit (did you mean 'transformer'?)"),
     ("unknown-dtype", ["model.dtype=bf61"],
      "s.yaml: model.dtype: found 'bf61'; allowed: fp32, fp16, bf16, fp8 (did you mean "
      "'bf16'?)"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from simulator.graph.graph import Graph, GraphBuilder
 
@@ -44,6 +45,13 @@ class GptDims:
     moe_every: int = 1
     # context parallel: attention as ring attention over `context` sequence blocks
     context: int = 1
+    # a vision transformer (`patch` > 0; Dosovitskiy et al. 2021): images of `channels` x
+    # `image` x `image` pixels cut into patch x patch patches (seq: the patches and the
+    # class token), `vocab` classes, bidirectional attention (`causal` false)
+    patch: int = 0
+    image: int = 0
+    channels: int = 3
+    causal: bool = True
 
     @property
     def head_dim(self) -> int:
@@ -73,12 +81,14 @@ def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims)
         return g.op("RingAttention", [q, k, v], f"{p}.attn", p=d.dropout,
                     seed=hash_seed(p, 1), ring=d.context, kernel="flash_attention")
     if d.flash:
+        bidirectional: dict[str, Any] = {} if d.causal else {"causal": False}
         return g.op("FusedAttention", [q, k, v], f"{p}.attn", p=d.dropout,
-                    seed=hash_seed(p, 1), kernel="flash_attention")
+                    seed=hash_seed(p, 1), kernel="flash_attention", **bidirectional)
     sc = g.op("Einsum", [q, k], f"{p}.scores", equation="bsgrd,btgd->bgrst", kernel="scores")
     sc = g.op("Scale", [sc], f"{p}.scale", factor=1.0 / math.sqrt(d.head_dim),
               kernel="softmax")
-    sc = g.op("CausalMask", [sc], f"{p}.mask", kernel="softmax")
+    if d.causal:
+        sc = g.op("CausalMask", [sc], f"{p}.mask", kernel="softmax")
     pr = g.op("Softmax", [sc], f"{p}.softmax", axis=-1, kernel="softmax")
     pr = _dropout(g, pr, f"{p}.attn_drop", d, hash_seed(p, 1), "attn_dropout")
     return g.op("Einsum", [pr, v], f"{p}.context", equation="bgrst,btgd->bsgrd",
@@ -178,15 +188,44 @@ def hash_seed(prefix: str, k: int) -> int:
     return (sum(ord(c) * (i + 1) for i, c in enumerate(prefix)) * 31 + k) % (2**31)
 
 
+def _patch_stem(g: GraphBuilder, d: GptDims) -> str:
+    """A vision transformer's embedding (Dosovitskiy et al. 2021, Eq. 1): the patch
+    embedding as a stride-p convolution (with its bias, timm's PatchEmbed), the learned
+    class token put first; the caller adds the learned positions."""
+    if d.seq != (d.image // d.patch) ** 2 + 1:
+        raise ValueError(f"a {d.image}-pixel image of {d.patch}-pixel patches makes "
+                         f"{(d.image // d.patch) ** 2} + 1 tokens, not seq={d.seq}")
+    pixels = g.tensor("pixels", [d.batch, d.channels, d.image, d.image], "input")
+    w = g.tensor("w_patch", [d.hidden, d.channels, d.patch, d.patch], "parameter")
+    x = g.op("PatchEmbed", [pixels, w], "embed_patch", kernel="patch_embed")
+    if d.bias:
+        b = g.tensor("embed_patch.bias", [d.hidden], "parameter")
+        x = g.op("Add", [x, b], "embed_patch_bias", kernel="patch_embed")
+    return g.op("ClassToken", [x, g.tensor("cls", [d.hidden], "parameter")], "embed_cls",
+                kernel="class_token")
+
+
 def build_gpt(d: GptDims) -> Graph:
     """Embedding (+ learned positions), `layers` pre-LN blocks, final LN, LM head (tied to
     the embedding unless `d.tied` is false), mean cross-entropy. Op names carry their role
-    (`l0.q`); `kernel` attrs name the fused kernels a Megatron-style stack runs."""
+    (`l0.q`); `kernel` attrs name the fused kernels a Megatron-style stack runs.
+
+    With `d.patch` a vision transformer (ViT, Dosovitskiy et al. 2021, Eq. 1-4): the patch
+    stem (`_patch_stem`) in place of the token lookup, encoder blocks (bidirectional
+    attention without `d.causal`), and the class-token head: the final LN (on every token,
+    as timm's VisionTransformer), the class token selected, a linear layer to `d.vocab`
+    classes (no bias: d.vocab parameters fewer than timm's) and the cross-entropy over one
+    label per image."""
     g = GraphBuilder()
-    ids = g.tensor("ids", [d.batch, d.seq], "input")
-    labels = g.tensor("labels", [d.batch, d.seq], "label")
-    wte = g.tensor("wte", [d.vocab, d.hidden], "parameter")
-    x = g.op("Gather", [wte, ids], "embed", kernel="embed_lookup")
+    vision = d.patch > 0
+    if vision:
+        labels = g.tensor("labels", [d.batch], "label")
+        x = _patch_stem(g, d)
+    else:
+        ids = g.tensor("ids", [d.batch, d.seq], "input")
+        labels = g.tensor("labels", [d.batch, d.seq], "label")
+        wte = g.tensor("wte", [d.vocab, d.hidden], "parameter")
+        x = g.op("Gather", [wte, ids], "embed", kernel="embed_lookup")
     x = g.op("Add", [x, g.tensor("wpe", [d.seq, d.hidden], "parameter")], "embed_pos",
              kernel="embed_dropout")
     x = _dropout(g, x, "embed_drop", d, hash_seed("embed", 0), "embed_dropout")
@@ -196,6 +235,13 @@ def build_gpt(d: GptDims) -> Graph:
     x = g.op("LayerNorm", [x, g.tensor("lnf.g", [d.hidden], "parameter"),
                            g.tensor("lnf.b", [d.hidden], "parameter")], "lnf",
              kernel="ln_final")
+    if vision:
+        x = g.op("SelectToken", [x], "head_cls", index=0, kernel="class_select")
+        w = g.tensor("w_head", [d.vocab, d.hidden], "parameter")
+        logits = g.op("Einsum", [x, w], "head", equation="bh,vh->bv", kernel="lm_head")
+        ce = g.op("SoftmaxCrossEntropy", [logits, labels], "ce", kernel="cross_entropy")
+        g.op("ReduceMean", [ce], "loss", axes=[0], kernel="loss")
+        return g.build()
     if d.tied:
         logits = g.op("Einsum", [x, wte], "head", equation="bsh,vh->bsv", kernel="lm_head")
     else:

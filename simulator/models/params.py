@@ -12,23 +12,49 @@ their own. The closed forms they reduce to are tests: 12h^2 + 13h per GPT layer 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 from simulator.config.scenario.schema import TransformerModel
-from simulator.graph.builders import GptDims
-from simulator.models.transformer_plan import planned_transformer, with_moe
+from simulator.models.transformer_plan import model_dims, planned_transformer
 from simulator.sharding.plan import ShardingPlan, build_plan
 
-__all__ = ["block_params", "ParamCounts", "transformer_params"]
+__all__ = ["block_params", "param_names", "embed_op", "head_op", "ParamCounts",
+           "transformer_params"]
+
+_LAYER = re.compile(r"l\d+\.")
 
 
-def block_params(plan: ShardingPlan, select: Callable[[str], bool]) -> tuple[int, int]:
-    """(elements per device, tensors) of the parameters the selected operators read."""
+def embed_op(name: str) -> bool:
+    """An operator of a transformer's embedding (`graph.builders.build_gpt`: `embed*`)."""
+    return name.startswith("embed")
+
+
+def head_op(name: str) -> bool:
+    """An operator of a transformer's head: after its last layer (neither the embedding's
+    nor a layer's `lN.*`)."""
+    return not embed_op(name) and _LAYER.match(name) is None
+
+
+def param_names(plan: ShardingPlan, select: Callable[[str], bool]) -> set[str]:
+    """The parameters the selected operators read."""
+    return {n for p in plan.ops if select(p.op.name) for n in p.op.inputs
+            if plan.graph.tensors[n].kind == "parameter"}
+
+
+def block_params(plan: ShardingPlan, select: Callable[[str], bool],
+                 besides: Callable[[str], bool] | None = None, shared: bool = False
+                 ) -> tuple[int, int]:
+    """(elements per device, tensors) of the parameters the selected operators read; with
+    `besides`, of those the operators it selects do not read (`shared`: of those they read
+    too, a tied LM head's table)."""
     graph = plan.graph
-    names = {n for p in plan.ops if select(p.op.name) for n in p.op.inputs
-             if graph.tensors[n].kind == "parameter"}
+    names = param_names(plan, select)
+    if besides is not None:
+        other = param_names(plan, besides)
+        names = names & other if shared else names - other
     elems = sum(math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, plan.mesh))
                 for n in names)
     return elems, len(names)
@@ -38,9 +64,10 @@ def block_params(plan: ShardingPlan, select: Callable[[str], bool]) -> tuple[int
 class ParamCounts:
     """Parameter elements one device holds of a transformer at a tensor degree: the
     embedding (token table, and a learned position table), one block of `block_layers`
-    layers (a mixture of experts every k layers repeats in blocks of k), the final norm,
-    and the LM-head matrix (tied to the token table: held a second time only on a later
-    pipeline stage); `blocks`: copies of the layer block."""
+    layers (a mixture of experts every k layers repeats in blocks of k), the head's own
+    (the final norm, and an output matrix of its own), and the LM-head matrix tied to the
+    token table (held a second time only on a later pipeline stage); `blocks`: copies of
+    the layer block."""
 
     embedding: int
     layer: int
@@ -66,25 +93,21 @@ def transformer_params(m: TransformerModel, tensor: int = 1, sequence_parallel: 
     """`ParamCounts` of transformer `m` under tensor degree `tensor` (2-D / 3-D:
     `tensor_nd`), sequence parallelism and expert degree `expert`, from its planned
     graph's layouts (cached per distinct model and degrees)."""
-    return _counts(m.model_dump_json(), tensor, sequence_parallel, expert,
+    return _counts(type(m), m.model_dump_json(), tensor, sequence_parallel, expert,
                    tuple(tensor_nd) if tensor_nd else None)
 
 
 @lru_cache(maxsize=256)
-def _counts(model_json: str, tensor: int, sp: bool, expert: int,
+def _counts(cls: type[TransformerModel], model_json: str, tensor: int, sp: bool, expert: int,
             tensor_nd: tuple[int, ...] | None) -> ParamCounts:
-    m = TransformerModel.model_validate_json(model_json)
+    m = cls.model_validate_json(model_json)
     unit = m.moe.every if m.moe else 1
-    swiglu = m.ffn_activation == "swiglu"
-    dims = with_moe(GptDims(layers=unit, hidden=m.hidden_size, heads=m.num_heads,
-                            kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length,
-                            vocab=m.vocab_size, batch=expert, swiglu=swiglu, bias=not swiglu,
-                            dropout=m.dropout), m.moe)
+    dims = model_dims(m, unit, expert)
     graph, mesh = planned_transformer(dims, expert, tensor, sp, expert, tensor_nd)
     plan = build_plan(graph, mesh, 2)
     prefixes = tuple(f"l{i}." for i in range(unit))
-    count = lambda select: block_params(plan, select)[0]  # noqa: E731
-    return ParamCounts(embedding=count(lambda n: n.startswith("embed")),
-                       layer=count(lambda n: n.startswith(prefixes)),
-                       head=count(lambda n: n == "lnf"), output=count(lambda n: n == "head"),
+    return ParamCounts(embedding=block_params(plan, embed_op)[0],
+                       layer=block_params(plan, lambda n: n.startswith(prefixes))[0],
+                       head=block_params(plan, head_op, embed_op)[0],
+                       output=block_params(plan, head_op, embed_op, shared=True)[0],
                        blocks=m.layers // unit, block_layers=unit)

@@ -23,7 +23,7 @@ from simulator.models.transformer_plan import (
     with_moe,
 )
 
-__all__ = ["FAMILY", "staged_pipeline", "transformer_model"]
+__all__ = ["FAMILY", "staged_pipeline", "transformer_model", "small_gpt", "gpt_case"]
 
 # a unit (block) starts at the embedding, at each layer's first norm and at the final norm
 _UNIT_START = re.compile(r"embed|l\d+\.ln1|lnf")
@@ -72,7 +72,7 @@ def _small_moe(dims: GptDims, m: TransformerModel, s: Scenario) -> tuple[GptDims
                   f"every={dims.moe_every}")
 
 
-def _small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, list[str]]:
+def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, list[str]]:
     """The scenario's own dims (as `run` plans them) when small; else the smallest dims that
     keep every split of the parallel configuration (heads and key/value groups divisible by
     tensor, and the sequence by tensor under sequence parallel and into two chunks per
@@ -115,10 +115,17 @@ def _samples(p) -> int:
 
 def _case(s: Scenario, fused_attention: bool) -> VerifyCase:
     """The verification case of a transformer scenario (`ModelFamily.case`)."""
-    p, m = s.parallel, s.model
+    m = s.model
     assert isinstance(m, TransformerModel)
-    flash = uses_flash(s, fused_attention)
-    dims, notes = _small_gpt(m, s, flash)
+    dims, notes = small_gpt(m, s, uses_flash(s, fused_attention))
+    return gpt_case(s, dims, notes)
+
+
+def gpt_case(s: Scenario, dims: GptDims, notes: list[str]) -> VerifyCase:
+    """The verification case of a transformer scenario whose graph (one micro-batch of one
+    data-parallel replica) has dimensions `dims` (`notes`: how they were shrunk): the
+    Megatron plan on the scenario's parallel configuration, up to 2 micro-batches."""
+    p = s.parallel
     micro = min(s.grad_accum_steps, 2)
     if micro < s.grad_accum_steps:
         notes.append(f"{micro} of {s.grad_accum_steps} gradient-accumulation steps run")

@@ -74,7 +74,7 @@ from simulator.sharding.plan import Strategy
 
 __all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
            "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "TP3D_WEIGHT_AXIS", "gpt_dims",
-           "uses_flash", "with_moe"]
+           "model_dims", "uses_flash", "with_moe"]
 
 TP_ROLES: dict[str, tuple[str, str]] = {
     # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
@@ -117,6 +117,12 @@ _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
              "efc2": "b", "combine": "b"}
 
+# An op whose role none of these tables names (a model's own stem or head op, such as a
+# vision transformer's patch embedding) runs replicated on the tensor-parallel axes, as
+# Megatron-LM runs a module it does not parallelise, and splits its first dim (label `d0`,
+# the batch) on the data-parallel ones: `_REPLICATED`.
+_REPLICATED = "B"
+
 # on `cp` the sequence: an einsum's `s`, the embedding lookup's token index, else dim 1
 _CP_LABEL = {"embed": "i1", "q_mm": "s", "k_mm": "s", "v_mm": "s", "attn": "s",
              "proj": "s", "fc1_mm": "s", "fc3_mm": "s", "fc2": "s", "head": "s"}
@@ -137,7 +143,7 @@ def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False
     elif role in _SEQ_REGION:
         tp = "d1" if sequence_parallel else "B"
     else:
-        raise KeyError(f"no transformer plan for op role {role!r}")
+        tp = _REPLICATED  # a role of its own
     dp = _DP_LABEL.get(role, "d0")
     if context:
         return {"dp": dp, "cp": _CP_LABEL.get(role, "d1"), "tp": tp}
@@ -152,7 +158,7 @@ def _choices_2d(role: str, sequence_parallel: bool) -> dict[str, str]:
     elif role in _SEQ_REGION:
         x = y = "d1" if sequence_parallel else "B"
     else:
-        raise KeyError(f"no 2-D tensor-parallel plan for op role {role!r}")
+        x = y = _REPLICATED  # a role of its own
     return dict(zip(TP2D_AXES, (x, y)))
 
 
@@ -213,12 +219,22 @@ def gpt_dims(scenario: Scenario, flash: bool, layers: int | None = None) -> GptD
     data-parallel replica. GPT-style (gelu) models carry biases, Llama-style (swiglu) none."""
     m = scenario.model
     assert isinstance(m, TransformerModel), "gpt_dims needs a transformer model"
+    return model_dims(m, layers or m.layers,
+                      scenario.training.micro_batch_size * scenario.parallel.data, flash,
+                      scenario.parallel.context)
+
+
+def model_dims(m: TransformerModel, layers: int, batch: int, flash: bool = False,
+               context: int = 1) -> GptDims:
+    """The graph dimensions of transformer `m` with `layers` layers for `batch` samples:
+    its fields, its mixture of experts, and what its schema class adds
+    (`TransformerModel.graph_dims`). GPT-style (gelu) models carry biases, Llama-style
+    (swiglu) none."""
     swiglu = m.ffn_activation == "swiglu"
-    dims = GptDims(layers=layers or m.layers, hidden=m.hidden_size, heads=m.num_heads,
+    dims = GptDims(layers=layers, hidden=m.hidden_size, heads=m.num_heads,
                    kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
-                   batch=scenario.training.micro_batch_size * scenario.parallel.data,
-                   swiglu=swiglu, bias=not swiglu, flash=flash,
-                   context=scenario.parallel.context, dropout=m.dropout)
+                   batch=batch, swiglu=swiglu, bias=not swiglu, flash=flash,
+                   context=context, dropout=m.dropout, **m.graph_dims())
     return with_moe(dims, m.moe)
 
 

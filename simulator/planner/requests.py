@@ -4,6 +4,7 @@ for, and the models the search covers (shared by `shardsim plan` and `simulator.
 from __future__ import annotations
 
 import math
+import typing
 from typing import Any
 
 from simulator.errors import InputError
@@ -66,9 +67,14 @@ def cluster_for(scenario: Any, devices: int | None, nodes: int | None) -> tuple[
 
 def check_model(scenario: Any) -> None:
     """InputError for a model or parallel layout `plan` cannot search yet."""
-    if getattr(scenario.model, "type", "") != "transformer":
+    if not scenario.model.plannable:
+        # the schema (pydantic): not at start-up
+        from simulator.config.scenario.schema_models import model_classes
+
+        supported = ", ".join(typing.get_args(c.model_fields["type"].annotation)[0]
+                              for c in model_classes() if c.plannable)
         raise InputError(scenario.source, "model.type", f"found '{scenario.model.type}'; "
-                         "`plan` searches transformer models (supported: transformer)")
+                         f"`plan` searches transformer models (supported: {supported})")
     if scenario.model.moe_spec() is not None:
         # the search space (planner/space.py) has no expert degree and its memory and time
         # estimates count dense layers: refuse rather than rank configurations wrongly

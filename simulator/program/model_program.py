@@ -7,7 +7,8 @@
 The Megatron plan of `models.transformer_plan` on a GPT graph of the scenario's own
 dimensions with up to three layers (the middle one stands for every layer: its neighbours
 are layers on both sides); its Blocks are the embedding (ops before the first layer), the
-layer (repeated L times) and the head (final norm, LM head, cross-entropy and the loss).
+layer (repeated L times) and the head (the ops after the last layer: final norm, LM head,
+cross-entropy and the loss).
 
 What the training stack (the framework profile's `Software`) adds on top of the plan are cost
 annotations, each cited where it is made: fused attention (`model.attention`), the fp32
@@ -35,7 +36,7 @@ from simulator.graph.builders import GptDims
 from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
 from simulator.models.optimizer_threshold import kept_whole, optimizer_threshold
-from simulator.models.params import block_params
+from simulator.models.params import block_params, embed_op, head_op, param_names
 from simulator.models.recompute import recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
@@ -96,14 +97,9 @@ def _sync(plan: ShardingPlan, steps: tuple[CommSpec, ...], select: Select,
     """The gradient reductions (`steps`, from `gradient_steps`) of the parameters the
     selected ops read, except those `besides` also reads (a tied LM head's table is the
     embedding's: reduced once, with it)."""
-    params = _param_names(plan, select) - (_param_names(plan, besides) if besides else set())
+    params = param_names(plan, select) - (param_names(plan, besides) if besides else set())
     return tuple(c for c in steps if c.name.split(".grad.")[0] in params
                  or c.name.rsplit(".", 1)[0] in params)
-
-
-def _param_names(plan: ShardingPlan, select: Select) -> set[str]:
-    return {n for p in plan.ops if select(p.op.name) for n in p.op.inputs
-            if plan.graph.tensors[n].kind == "parameter"}
 
 
 def _gathered_params(plan: ShardingPlan, blocks: dict[str, tuple[Select, Select | None]],
@@ -146,10 +142,19 @@ def _planned(scenario: Scenario, fused_attention: bool, e: int
     return comm_options.plan(scenario, graph, mesh, e), dims
 
 
-def small_params(plan: ShardingPlan, select: Select, small: dict[str, int]) -> int:
-    """Elements of the `small` parameters read by the selected ops."""
-    names = {n for p in plan.ops if select(p.op.name) for n in p.op.inputs if n in small}
-    return sum(small[n] for n in names)
+def _head_params(plan: ShardingPlan, head: _Block, embed: _Block) -> tuple[int, int]:
+    """(elements of the head's own parameters, of those it shares with the embedding: a
+    tied LM head's table)."""
+    return (block_params(plan, head.select, embed.select)[0],
+            block_params(plan, head.select, embed.select, shared=True)[0])
+
+
+def small_params(plan: ShardingPlan, select: Select, small: dict[str, int],
+                 besides: Select | None = None) -> int:
+    """Elements of the `small` parameters read by the selected ops (except those the ops
+    `besides` selects read too)."""
+    names = param_names(plan, select) - (param_names(plan, besides) if besides else set())
+    return sum(small[n] for n in names if n in small)
 
 
 def _layer_block(layers: int, unit: int) -> Select:
@@ -248,8 +253,7 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
     fwd["layer"], bwd["layer"] = fwd["layer"] + more[0], bwd["layer"] + more[1]
     params = layer.params(plan, graph)[0]
     embed_params = embed.params(plan, graph)[0]
-    head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
-    output_params = _Block(lambda n: n == "head").params(plan, graph)[0]
+    head_params, output_params = _head_params(plan, head, embed)
     if not software.fused_grad_accumulation:
         cast = software.grad_accumulation_cast
         bwd["layer"] += main_grad(e, dtype, "main_grad_add", params, cast)
@@ -313,8 +317,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     plan, dims = _planned(scenario, software.fused_attention, e)
     graph = plan.graph
     layer = _Block(_layer_block(m.layers, unit))
-    embed = _Block(lambda n: n.startswith("embed"))
-    head = _Block(lambda n: n in ("lnf", "head", "ce", "loss"))
+    embed, head = _Block(embed_op), _Block(head_op)
     sv: Saved = saved(plan, e)
     if recipe is not None and recipe.saves_fp8:
         sv = fp8_saved(sv, plan, recipe, e)
@@ -322,8 +325,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
                                               (layer, embed, head))
     params, tensors = layer.params(plan, graph)
     embed_params = embed.params(plan, graph)[0]
-    head_params = _Block(lambda n: n == "lnf").params(plan, graph)[0]
-    output_params = _Block(lambda n: n == "head").params(plan, graph)[0]
+    head_params, output_params = _head_params(plan, head, embed)
     imbalance = m.moe.imbalance if m.moe else 1.0
     recompute, per_layer, boundary = _layer_recompute(scenario, software, plan, dims, sv, e,
                                                       layer.select, fwd["layer"])
@@ -352,7 +354,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
                   send_bwd_bytes=float(boundary)),
             Block("head", fwd["head"], bwd["head"], pinned="last", layers=0,
                   params=head_params, tied_params=output_params,
-                  unsharded=small_params(plan, lambda n: n == "lnf", small),
+                  unsharded=small_params(plan, head.select, small, embed.select),
                   grad_sync=coalesce(_sync(plan, steps, head.select, embed.select),
                                       "grad_sync"),
                   saved_bytes=head_saved,

@@ -12,7 +12,7 @@ import typing
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StrictFloat, StrictInt, StrictStr
+from pydantic import ConfigDict, Field, StrictFloat, StrictInt, StrictStr, model_validator
 
 from simulator.config.scenario import graph_rules, transformer_rules
 from simulator.config.scenario.pipeline_rules import unit_pipeline
@@ -32,8 +32,9 @@ from simulator.config.scenario.schema_types import (
 if TYPE_CHECKING:
     from simulator.config.scenario.schema import Scenario
 
-__all__ = ["ModelConfig", "MoeSpec", "TransformerModel", "MlpModel", "ResnetModel",
-           "GraphTensor", "GraphOp", "GraphModel", "ModelSpec", "model_class"]
+__all__ = ["ModelConfig", "MoeSpec", "TransformerModel", "VitModel", "MlpModel", "ResnetModel",
+           "GraphTensor", "GraphOp", "GraphModel", "ModelSpec", "model_class",
+           "model_classes"]
 
 
 class MoeSpec(_Closed):
@@ -86,6 +87,11 @@ class ModelConfig(_Closed):
     optimizer_threshold: ClassVar[bool] = False
     # its inputs are loaded as `parallel.dataset_strategy` / `full_batch` say
     loads_dataset_strategy: ClassVar[bool] = True
+    # `plan` searches its parallel configurations (planner/space.py)
+    plannable: ClassVar[bool] = False
+    # the module of `simulator.models` that defines its family (FAMILY): the registry
+    # (`models.registry`) finds the families through the classes of `ModelSpec`
+    family_module: ClassVar[str] = ""
 
     def moe_spec(self) -> MoeSpec | None:
         """Its mixture of experts; None: no experts."""
@@ -124,6 +130,8 @@ class TransformerModel(ModelConfig):
     searched: ClassVar[bool] = False  # Megatron's plan, with parallel.tensor
     optimizer_threshold: ClassVar[bool] = True
     loads_dataset_strategy: ClassVar[bool] = False  # Megatron's data loader
+    plannable: ClassVar[bool] = True
+    family_module: ClassVar[str] = "transformer"
 
     type: Literal["transformer"] = Field(
         default="transformer", description="Model type: a GPT-style decoder.")
@@ -185,6 +193,11 @@ class TransformerModel(ModelConfig):
     def moe_spec(self) -> MoeSpec | None:
         return self.moe
 
+    def graph_dims(self) -> dict[str, Any]:
+        """Fields of its graph's dimensions (`graph.builders.GptDims`) beyond those every
+        transformer has (`models.transformer_plan.model_dims`): none for a GPT decoder."""
+        return {}
+
     def problems(self, s: Scenario) -> Iterator[Problem]:
         yield from transformer_rules.shape(self, s)
         yield from transformer_rules.experts(self, s)
@@ -196,11 +209,95 @@ class TransformerModel(ModelConfig):
         return transformer_rules.tensor_nd(self, s, nd)
 
 
+class VitModel(TransformerModel):
+    """A vision transformer (ViT, Dosovitskiy et al. 2021, "An Image is Worth 16x16 Words",
+    Sec. 3.1): the image cut into patch_size x patch_size patches, each projected to
+    hidden_size by a stride-patch_size convolution, a learned class token put first and
+    learned positions added, `layers` encoder blocks (a transformer's, with bidirectional
+    attention), and the class-token head: final norm, the class token, a linear layer to
+    num_classes and the cross-entropy over one label per image. It rides on the
+    transformer's plans and program: its sequence is the patches and the class token, its
+    classes take the vocabulary's place (split across tensor-parallel ranks as the LM
+    head's)."""
+
+    family_module: ClassVar[str] = "vit"
+    # seq_length and vocab_size are derived (`_derived`): not required in the JSON schema
+    model_config = ConfigDict(json_schema_extra=lambda schema: schema.update(required=[
+        k for k in schema.get("required", []) if k not in ("seq_length", "vocab_size")]))
+
+    type: Literal["vit"] = Field(  # type: ignore[assignment]
+        description="Model type: a vision transformer (patch embedding, encoder blocks, "
+                    "class-token head).")
+    image_size: Count = Field(description="Height and width of the input image, in pixels.")
+    patch_size: Count = Field(description="Height and width of a patch, in pixels.")
+    channels: Count = Field(default=3, description="Channels of the input image.")
+    num_classes: Vocab = Field(description="Classes of the classification head.")
+    seq_length: SeqLength = Field(description=(
+        "Tokens per image, derived: (image_size / patch_size)^2 patches and the class token; "
+        "may be left out."))
+    vocab_size: Vocab = Field(description="The head's classes, derived: num_classes; may be "
+                                          "left out.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derived(cls, data: Any) -> Any:
+        """seq_length and vocab_size from the image, patch and class keys (a value given
+        must agree: `problems` says so)."""
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        image, patch = out.get("image_size"), out.get("patch_size")
+        if "seq_length" not in out and isinstance(image, int) and isinstance(patch, int) \
+                and patch > 0:
+            out["seq_length"] = (image // patch) ** 2 + 1
+        if "vocab_size" not in out and "num_classes" in out:
+            out["vocab_size"] = out["num_classes"]
+        return out
+
+    def graph_dims(self) -> dict[str, Any]:
+        return {"patch": self.patch_size, "image": self.image_size,
+                "channels": self.channels, "causal": False, "tied": False}
+
+    def problems(self, s: Scenario) -> Iterator[Problem]:
+        patches = self.image_size // self.patch_size
+        if self.image_size % self.patch_size:
+            yield "model.patch_size", (
+                f"{self.patch_size} must divide model.image_size={self.image_size} (the "
+                f"image is cut into whole patches)")
+        elif self.seq_length != patches ** 2 + 1:
+            yield "model.seq_length", (
+                f"{self.seq_length} must be {patches ** 2 + 1}: {patches}x{patches} patches "
+                f"and the class token (or leave it out)")
+        if self.vocab_size != self.num_classes:
+            yield "model.vocab_size", (f"{self.vocab_size} must equal model.num_classes="
+                                       f"{self.num_classes} (or leave it out)")
+        if self.moe is not None:
+            yield "model.moe", ("a vision transformer with a mixture of experts is not "
+                                "simulated yet (allowed: null)")
+        if self.num_classes % s.parallel.tensor:
+            yield "model.num_classes", (
+                f"{self.num_classes} must be a multiple of parallel.tensor="
+                f"{s.parallel.tensor} (the class head is split across tensor-parallel ranks)")
+        yield from super().problems(s)
+
+    def context_problems(self, s: Scenario) -> Iterator[Problem]:
+        yield "parallel.context", (
+            f"{s.parallel.context}: context parallelism runs a decoder's causal ring "
+            f"attention; a vision transformer's bidirectional attention is not simulated "
+            f"with it (allowed: 1)")
+
+    def tensor_nd_problems(self, s: Scenario, nd: list[int]) -> Iterator[Problem]:
+        yield "parallel.tensor_nd", (
+            f"{nd}: {len(nd)}-D tensor parallel of a vision transformer is not simulated "
+            f"yet (remove the key; parallel.tensor splits it as Megatron-LM does)")
+
+
 class MlpModel(ModelConfig):
     """A stack of fully connected layers: input -> hidden x layers -> classes, softmax loss."""
 
     one_block: ClassVar[bool] = True
     units_key: ClassVar[str] = "model.layers"
+    family_module: ClassVar[str] = "mlp"
 
     type: Literal["mlp"] = Field(description="Model type: fully connected layers.")
     layers: Layers = Field(description="Hidden fully connected layers.")
@@ -227,6 +324,7 @@ class ResnetModel(ModelConfig):
 
     one_block: ClassVar[bool] = True
     units_key: ClassVar[str] = "model.conv_layers + model.fc_layers"
+    family_module: ClassVar[str] = "resnet"
 
     type: Literal["resnet"] = Field(
         description="Model type: Conv2D+ReLU layers, then fully connected layers.")
@@ -297,6 +395,7 @@ class GraphModel(ModelConfig):
 
     writes_ops: ClassVar[bool] = True
     units_key: ClassVar[str] = "operators in model.ops"
+    family_module: ClassVar[str] = "opgraph"
 
     type: Literal["graph"] = Field(description=(
         "Model type: an operator graph written out; the loss is the last operator's output."))
@@ -324,14 +423,20 @@ class GraphModel(ModelConfig):
 
 
 ModelSpec = Annotated[
-    TransformerModel | MlpModel | ResnetModel | GraphModel, Field(discriminator="type")
+    TransformerModel | MlpModel | ResnetModel | GraphModel | VitModel,
+    Field(discriminator="type")
 ]
+
+
+def model_classes() -> tuple[type[ModelConfig], ...]:
+    """The schema classes of every `model.type`, in the order of `ModelSpec`."""
+    return typing.get_args(typing.get_args(ModelSpec)[0])
 
 
 def model_class(type_name: object) -> type[ModelConfig] | None:
     """The schema class of `model.type` `type_name` (None: no such type), for code that
     reads a model section before it is validated."""
-    for cls in typing.get_args(typing.get_args(ModelSpec)[0]):
+    for cls in model_classes():
         if typing.get_args(cls.model_fields["type"].annotation) == (type_name,):
             return cls
     return None

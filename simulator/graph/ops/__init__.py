@@ -1,20 +1,13 @@
-"""Operator families, registered on import. `get_family(name)` looks one up."""
+"""Operator families, registered on import: every module of this package but `base` (and
+its helpers, which register none) is imported here, so a new family is a module of its
+own. `get_family(name)` looks one up."""
 
-from simulator.graph.ops import (
-    attention,
-    conv,
-    einsum,
-    elementwise,
-    embedding,
-    loss,
-    moe,
-    norm,
-    reduce,
-    ring_attention,
-    shape,
-)
+import pkgutil
+from importlib import import_module
+
 from simulator.graph.ops.base import KernelCtx, LabelView, OpError, OpFamily, families, get_family
 
 __all__ = ["KernelCtx", "LabelView", "OpError", "OpFamily", "families", "get_family"]
-_ = (attention, conv, einsum, elementwise, embedding, loss, moe, norm, reduce, ring_attention,
-     shape)
+
+for _module in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+    import_module(f"{__name__}.{_module}")

@@ -1,4 +1,5 @@
-"""FusedAttention: causal softmax attention as ONE kernel (FlashAttention, Dao et al. 2022;
+"""FusedAttention: causal softmax attention (`causal: false`: bidirectional, an encoder's)
+as ONE kernel (FlashAttention, Dao et al. 2022;
 FlashAttention-2, Dao 2023), grouped-query layout as in `graph.builders`:
 q [b, s, g, r, d], k and v [b, t, g, d] -> context [b, s, g, r, d], where g key/value groups
 serve r query heads each. The numpy reference computes exactly what the unfused chain
@@ -10,9 +11,9 @@ Sharding: batch (b) and heads (g, r) may be split; the sequence and head dims st
 
 Cost: the model FLOPs are QK^T and PV in full (4*b*heads*s*t*d, so MFU compares with
 unfused attention); the kernel executes half of them (causal blocks above the diagonal are
-skipped) and its backward recomputes the scores (5 GEMM-sized passes against the forward's
-2, FA-2 Sec. 3.1.2). Memory traffic is Q, K, V and O; the backward keeps Q, K, V, O and the
-fp32 log-sum-exp of every row.
+skipped; all of them without the mask) and its backward recomputes the scores (5 GEMM-sized
+passes against the forward's 2, FA-2 Sec. 3.1.2). Memory traffic is Q, K, V and O; the
+backward keeps Q, K, V, O and the fp32 log-sum-exp of every row.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def _probs(q, k, attrs, ctx) -> tuple[np.ndarray, np.ndarray]:
     scale = float(attrs.get("scale", 1.0 / math.sqrt(q.shape[-1])))
     z = np.einsum("bsgrd,btgd->bgrst", q, k) * scale
     sq, tk = z.shape[-2], z.shape[-1]
-    z = np.where(np.arange(tk)[None, :] > np.arange(sq)[:, None], -1e9, z)
+    if attrs.get("causal", True):
+        z = np.where(np.arange(tk)[None, :] > np.arange(sq)[:, None], -1e9, z)
     z = np.exp(z - z.max(axis=-1, keepdims=True))
     probs = z / z.sum(axis=-1, keepdims=True)
     return probs, dropout_mask(attrs, _probs_ctx(q, k, ctx), probs.shape)
@@ -91,12 +93,13 @@ def _cost(ins: list[Shape], out: Shape, attrs: dict[str, Any], e: float, phase: 
           ) -> tuple[float, float, float]:
     flops = _flops(ins, out, attrs)
     io = e * float(sum(math.prod(s) for s in ins) + math.prod(out))
+    done = 0.5 if attrs.get("causal", True) else 1.0  # causal: the blocks above skipped
     if phase == "fwd":
-        return flops, io, 0.5
-    return 2.0 * flops, 2.0 * io, 0.5 * 2.5 / 2.0
+        return flops, io, done
+    return 2.0 * flops, 2.0 * io, done * 2.5 / 2.0
 
 
 register(OpFamily("FusedAttention", (3, 3), _infer, _labels, _forward, _vjp, _flops,
                   kind="attention", saves=(0, 1, 2, -1),
                   saved_extra=lambda ins, out: _LSE_BYTES * math.prod(out[:-1]),
-                  cost=_cost, attrs=("scale",)), "FlashAttention")
+                  cost=_cost, attrs=("scale", "causal")), "FlashAttention")
