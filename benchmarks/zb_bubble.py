@@ -1,4 +1,4 @@
-"""The zb_h1 bubble against its closed form (docs/techniques/pipeline.md).
+"""The zb_h1 and zb_h2 bubbles against their closed forms (docs/techniques/pipeline.md).
 
 An 8-layer GPT (hidden 1024, sequence 1024, bf16) in p stages on A100 roofline kernel
 times, with uniform stages and free communication (only a layer's kernels cost time): the
@@ -27,7 +27,7 @@ from simulator.simulation.simulate import simulate
 
 A100 = load_profile("a100-80gb")
 LAYERS = 8
-CASES = [(2, 4), (4, 8), (4, 16), (8, 16)]  # (p, m)
+CASES = [(2, 4), (4, 8), (4, 16), (8, 16)]  # (p, m), m >= 2p as zb_h2's closed form needs
 
 
 def scenario(p: int, m: int, schedule: str = "zb_h1", **parallel: Any) -> Scenario:
@@ -67,13 +67,14 @@ def bubble(s: Scenario, **kw: Any) -> float:
 
 def main() -> None:
     print("| p | m | T_F ms | T_B ms | T_W ms | 1f1b bubble ms | (p-1)(T_F+T_B+T_W) | "
-          "zb_h1 bubble ms | (p-1)(T_F+T_B-T_W) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "zb_h1 bubble ms | (p-1)(T_F+T_B-T_W) | zb_h2 bubble ms | (p-1)(T_F+T_B-2T_W) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for p, m in CASES:
         tf, tb, tw = stage_times(scenario(p, m, "zb_h1"))
         ms = [x * 1e3 for x in (tf, tb, tw, bubble(scenario(p, m, "1f1b")),
                                 (p - 1) * (tf + tb + tw), bubble(scenario(p, m, "zb_h1")),
-                                (p - 1) * (tf + tb - tw))]
+                                (p - 1) * (tf + tb - tw), bubble(scenario(p, m, "zb_h2")),
+                                (p - 1) * (tf + tb - 2 * tw))]
         print(f"| {p} | {m} | " + " | ".join(f"{x:.4f}" for x in ms) + " |")
 
 

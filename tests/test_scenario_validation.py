@@ -72,8 +72,8 @@ DATA_CASES = [
      "s.yaml: model.dtype: found 'bf61'; allowed: fp32, fp16, bf16, fp8 (did you mean "
      "'bf16'?)"),
     ("unknown-schedule", ["parallel.schedule=1f1f"],
-     "s.yaml: parallel.schedule: found '1f1f'; allowed: gpipe, 1f1b, interleaved_1f1b, zb_h1 "
-     "(did you mean '1f1b'?)"),
+     "s.yaml: parallel.schedule: found '1f1f'; allowed: gpipe, 1f1b, interleaved_1f1b, "
+     "zb_h1, zb_h2 (did you mean '1f1b'?)"),
     ("degrees-product", ["parallel.data=4"],
      "s.yaml: parallel: data*tensor*pipeline = 4*2*1 = 8 must equal "
      "cluster.nodes*cluster.devices_per_node = 1*4 = 4"),

@@ -163,3 +163,50 @@ def test_verify_passes_and_fails_under_a_dropped_gradient_send():
     assert not broken.ok
     failed = {c.tensor for c in broken.checks if not c.ok}
     assert {"l1.res2.grad (sent stage 1 -> 0)", "l0.wq.grad"} <= failed
+
+
+# ---- zb_h2: the same split with twice 1F1B's warm-up -------------------------------------
+def test_zb_h2_warms_up_twice_as_long_and_defers_its_ws():
+    """Qi et al. 2023, Fig. 3 bottom (ZB-H2), p = 3, m = 6: stage i runs 2(p - i - 1)
+    forwards first; W_j follows B_j once 2(p - i - 1) + j >= 2(p - 1); the W's it deferred
+    follow its last B (their `get_hand_schedule(warmup_c=2)`)."""
+    order = [" ".join(k + str(j) for k, j, _ in schedule_steps("zb_h2", i, 3, 6, 1))
+             for i in range(3)]
+    assert order == [
+        "F0 F1 F2 F3 F4 B0 W0 F5 B1 W1 B2 W2 B3 W3 B4 W4 B5 W5",
+        "F0 F1 F2 B0 F3 B1 F4 B2 W0 F5 B3 W1 B4 W2 B5 W3 W4 W5",
+        "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 W0 F5 B5 W1 W2 W3 W4 W5"]
+    for stage in range(3):
+        steps = schedule_steps("zb_h2", stage, 3, 6, 1)
+        assert sorted(steps) == sorted((k, j, stage) for k in "FBW" for j in range(6))
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16), (8, 16)])
+def test_zb_h2_bubble_is_p_minus_1_times_tf_plus_tb_minus_2tw(p: int, m: int):
+    """Qi et al. 2023, Sec. 3.1: ZB-H2's bubble is (p-1)(T_F + T_B - 2 T_W), T_W per stage
+    less than ZB-H1's (m >= 2p, uniform stages, free communication)."""
+    tf, tb, tw = _t_fbw(_gpt(p, m, "zb_h2"))
+    assert _bubble(_gpt(p, m, "zb_h2")) == pytest.approx((p - 1) * (tf + tb - 2 * tw),
+                                                         rel=1e-9)
+    assert _bubble(_gpt(p, m, "zb_h2")) < _bubble(_gpt(p, m, "zb_h1"))
+
+
+def test_zb_h2_holds_more_activations_on_the_first_stage():
+    """Stage 0 has 2(p - 1) forwards in flight at its first backward where ZB-H1 has p - 1:
+    ZB-H2 buys its bubble with activation memory (Sec. 3.1)."""
+    p, m = 4, 8
+    h1, h2 = _peaks(_gpt(p, m, "zb_h1")), _peaks(_gpt(p, m, "zb_h2"))
+    assert h2[0] > h1[0]
+
+
+def test_zb_h2_refuses_what_zb_h1_refuses():
+    with pytest.raises(InputError) as err:
+        _gpt(2, 4, "zb_h2", recompute="full")
+    assert err.value.key == "parallel.recompute"
+    assert "zb_h2" in str(err.value)
+
+
+def test_zb_h2_verify_passes_and_fails_under_a_dropped_gradient_send():
+    assert verify_scenario(_tiny(schedule="zb_h2")).ok
+    broken = verify_scenario(_tiny(schedule="zb_h2"), send_faults=SendFaults(drop=("bwd", 1)))
+    assert not broken.ok

@@ -21,6 +21,11 @@ stage), where virtual stage = chunk * stages + stage (Megatron-LM's model-chunk 
   Stage i holds 1F1B's p - i micro-batches' activations plus what its i deferred W's keep
   (their GEMMs' inputs and output gradients, `lower.lowering`): 1F1B's peak as long as
   that is less than i micro-batches' activations (Sec. 3.1), more where it is not.
+- zb_h2: the same with 2(p - i - 1) warm-up forwards (Sec. 3.1, Fig. 3 bottom: ZB-H2,
+  `get_hand_schedule(warmup_c=2)`): stage i holds up to 2(p - i) - 1 micro-batches'
+  activations, and the extra forwards fill 1F1B's warm-up bubble; with uniform stages,
+  free communication and m >= 2p its bubble is (p-1)(T_F + T_B - 2 T_W) (the closed form
+  their `arxiv_bubble_rates` asserts), half a W per stage less than ZB-H1's.
 """
 
 from __future__ import annotations
@@ -67,23 +72,32 @@ def _interleaved(stage: int, stages: int, micro: int, chunks: int) -> list[Step]
     return steps
 
 
-def _zb_h1(stage: int, stages: int, micro: int, chunks: int) -> list[Step]:
-    """1F1B's steps with a W after B_j once warm-up + j >= p - 1: stage i (p - i - 1
-    warm-up forwards) runs its W's i micro-batches behind its B's, in micro-batch order,
-    and the i it deferred after its last B (Qi et al. 2023, Sec. 3.1)."""
-    warmup = min(stages - stage - 1, micro)
-    steps: list[Step] = []
-    done = 0  # W passes emitted
-    for kind, j, vs in _one_f_one_b(stage, stages, micro, chunks):
-        steps.append((kind, j, vs))
-        if kind == "B" and warmup + j >= stages - 1:
-            steps.append(("W", done, vs))
-            done += 1
-    return steps + [("W", j, stage) for j in range(done, micro)]
+def _zero_bubble(warmup_c: int) -> Schedule:
+    """The zero-bubble hand schedules of Qi et al. 2023 (Sec. 3.1, `get_hand_schedule` of
+    their repository): stage i runs c(p - i - 1) warm-up forwards, then per micro-batch j
+    its next forward (while any is left) and B_j, and a W after B_j once
+    warm-up + j >= c(p - 1), in micro-batch order; the W's it deferred follow its last B.
+    c = 1 is ZB-H1 (1F1B's order of F and B); c = 2 is ZB-H2."""
+
+    def schedule(stage: int, stages: int, micro: int, chunks: int) -> list[Step]:
+        warmup = min((stages - stage - 1) * warmup_c, micro)
+        steps: list[Step] = [("F", j, stage) for j in range(warmup)]
+        done = 0  # W passes emitted
+        for j in range(micro):
+            if warmup + j < micro:
+                steps.append(("F", warmup + j, stage))
+            steps.append(("B", j, stage))
+            if warmup + j >= (stages - 1) * warmup_c:
+                steps.append(("W", done, stage))
+                done += 1
+        return steps + [("W", j, stage) for j in range(done, micro)]
+
+    return schedule
 
 
 SCHEDULES: dict[str, Schedule] = {"gpipe": _gpipe, "1f1b": _one_f_one_b,
-                                  "interleaved_1f1b": _interleaved, "zb_h1": _zb_h1}
+                                  "interleaved_1f1b": _interleaved, "zb_h1": _zero_bubble(1),
+                                  "zb_h2": _zero_bubble(2)}
 
 
 def _warmup_1f1b(stages: int, chunks: int) -> tuple[int, int]:

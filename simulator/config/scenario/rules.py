@@ -149,23 +149,24 @@ def _schedule(s: Scenario) -> Iterator[Problem]:
 
 
 def _w_pass(s: Scenario) -> Iterator[Problem]:
-    """zb_h1 keeps each micro-batch's weight-gradient inputs from its B to its W pass
-    (`lower.pipeline`); what moves or remakes saved activations meanwhile is not
-    simulated with it."""
+    """zb_h1 and zb_h2 keep each micro-batch's weight-gradient inputs from its B to its W
+    pass (`lower.pipeline`); what moves or remakes saved activations meanwhile is not
+    simulated with them."""
     p = s.parallel
-    if p.schedule != "zb_h1":
+    if p.schedule not in ("zb_h1", "zb_h2"):
         return
+    name = p.schedule
     per_op = s.model.recomputed_ops()
     if per_op:
         yield f"model.ops[{per_op[0]}].attrs.recompute", (
-            "true with parallel.schedule zb_h1 is not simulated yet (allowed: false)")
+            f"true with parallel.schedule {name} is not simulated yet (allowed: false)")
     if p.recompute == "full":
-        yield "parallel.recompute", ("full with parallel.schedule zb_h1 is not simulated yet "
-                                     "(the W pass needs its layers' inputs, which full "
+        yield "parallel.recompute", (f"full with parallel.schedule {name} is not simulated "
+                                     "yet (the W pass needs its layers' inputs, which full "
                                      "recompute does not keep; allowed: none, selective)")
     for key in ("parameters", "activations"):
         if getattr(p.offload, key):
-            yield f"parallel.offload.{key}", ("true with parallel.schedule zb_h1 is not "
+            yield f"parallel.offload.{key}", (f"true with parallel.schedule {name} is not "
                                               "simulated yet (allowed: false)")
 
 

@@ -164,7 +164,7 @@ class ParallelSpec(_Closed):
     # simulator/graph/ops/ring_attention.py): devices are data * tensor * pipeline * context.
     context: Degree = Field(default=1, description=(
         "Context-parallel degree: devices splitting each sample's sequence (ring attention)."))
-    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b", "zb_h1"] = Field(
+    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2"] = Field(
         default="1f1b", description="Pipeline schedule.")
     # Micro-batches per step of an operator graph (type: graph), each its graph as written
     # (MindSpore PipelineCell's micro_size; gradients accumulated over them). Other models
