@@ -23,7 +23,7 @@ from simulator.lower.host import host_costs
 from simulator.lower.layout import RankMesh
 from simulator.lower.multicopy import multi_copy
 from simulator.models.split import StageSplit, stage_layers, unit_split
-from simulator.program.program import Block, Op, Program, runs
+from simulator.program.program import Block, Op, Program, coalesce, runs
 
 __all__ = ["StageWork", "stage_work", "default_split", "split_for", "split_backward"]
 
@@ -188,7 +188,7 @@ def _price_stages(scenario: Scenario, prog: Program, layout: RankMesh,
     for vs, n in enumerate(counts):
         stop = start + n
         out.append(_stage(prog, layout, priced, price, start, stop, vs, stages,
-                          lambda sync: price_ops(_merged(sync), costs, groups)))
+                          lambda sync: price_ops(coalesce(sync, "grad_sync"), costs, groups)))
         start = stop
     return tuple(out)
 
@@ -292,12 +292,3 @@ def default_split(scenario: Scenario, prog: Program, stages: int,
                             seq[0].layers)
     return unit_split(scenario, len(seq), prog.fixed, prog.spans, stages,
                       None if priced is None else [seconds((b,)) for b in seq])
-
-
-def _merged(specs: tuple[CommSpec, ...]) -> tuple[CommSpec, ...]:
-    """One buffer per (collective, axis), as the whole graph's gradient reductions are."""
-    out: dict[tuple[str, str], float] = {}
-    for c in specs:
-        out[(c.collective, c.axis)] = out.get((c.collective, c.axis), 0.0) + c.bytes
-    return tuple(CommSpec(f"grad_sync.{k}", k, b, a, "bwd")  # type: ignore[arg-type]
-                 for (k, a), b in out.items())

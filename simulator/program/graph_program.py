@@ -18,8 +18,7 @@ from simulator.models.split import fixed_counts, virtual_stages
 from simulator.program import comm_options
 from simulator.program.graph_stages import Staged, staged_graph
 from simulator.program.host_placement import host_kernels, host_placed
-from simulator.program.model_program import coalesce
-from simulator.program.program import Block, Program
+from simulator.program.program import Block, Program, coalesce
 from simulator.sharding.lower import (
     Saved,
     backward_specs,

@@ -42,7 +42,7 @@ from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
-from simulator.program.program import Block, Op, Program
+from simulator.program.program import Block, Op, Program, coalesce
 from simulator.program.recompute_policy import sac_cached_bytes, sac_recompute
 from simulator.program.stack_ops import (
     fused_cross_entropy,
@@ -66,7 +66,7 @@ from simulator.sharding.lower import (
 from simulator.sharding.plan import ShardingPlan
 
 __all__ = ["recomputed_ops", "transformer_program", "gpt_dims", "uses_flash",
-           "ATTENTION_CORE", "memoised_programs", "coalesce"]
+           "ATTENTION_CORE", "memoised_programs"]
 
 ATTENTION_CORE = ("scores", "softmax", "attn_dropout", "context", "flash_attention")
 Select = Callable[[str], bool]
@@ -81,15 +81,6 @@ class _Block:
     def params(self, plan: ShardingPlan, graph: Graph) -> tuple[int, int]:
         """(local elements, tensors) of the parameters the block's ops read."""
         return block_params(plan, self.select)
-
-
-def coalesce(specs: tuple[CommSpec, ...], name: str) -> tuple[CommSpec, ...]:
-    """One collective per (kind, axis), bytes summed (a flat coalesced buffer)."""
-    out: dict[tuple[str, str], float] = {}
-    for c in specs:
-        out[(c.collective, c.axis)] = out.get((c.collective, c.axis), 0.0) + c.bytes
-    return tuple(CommSpec(f"{name}.{kind}", kind, nb, axis, "bwd")  # type: ignore[arg-type]
-                 for (kind, axis), nb in out.items())
 
 
 def _sync(plan: ShardingPlan, steps: tuple[CommSpec, ...], select: Select,

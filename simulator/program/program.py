@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from simulator.config.scenario.schema import DTYPE_BYTES
 from simulator.cost.specs import CommSpec, ComputeSpec
 
-__all__ = ["Op", "Program", "Block", "TpOverlap", "runs", "compute_ops", "comm_ops", "total_flops",
-           "saved_bytes"]
+__all__ = ["Op", "Program", "Block", "TpOverlap", "runs", "coalesce", "compute_ops",
+           "comm_ops", "total_flops", "saved_bytes"]
 
 Op = ComputeSpec | CommSpec
 
@@ -236,6 +236,16 @@ def runs(blocks: tuple[Block, ...]) -> list[tuple[Block, int]]:
         else:
             out.append((b, 1))
     return out
+
+
+def coalesce(specs: tuple[CommSpec, ...], name: str) -> tuple[CommSpec, ...]:
+    """One collective per (kind, axis) named `name`.KIND, bytes summed in order (a flat
+    coalesced buffer: Megatron's finalize_model_grads reduces the non-dp gradients so)."""
+    out: dict[tuple[str, str], float] = {}
+    for c in specs:
+        out[(c.collective, c.axis)] = out.get((c.collective, c.axis), 0.0) + c.bytes
+    return tuple(CommSpec(f"{name}.{kind}", kind, nb, axis, "bwd")  # type: ignore[arg-type]
+                 for (kind, axis), nb in out.items())
 
 
 def compute_ops(ops: tuple[Op, ...]) -> tuple[ComputeSpec, ...]:
