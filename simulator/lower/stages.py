@@ -25,7 +25,7 @@ from simulator.lower.multicopy import multi_copy
 from simulator.models.split import StageSplit, stage_layers, unit_split
 from simulator.program.program import Block, Op, Program, coalesce, runs
 
-__all__ = ["StageWork", "stage_work", "default_split", "split_for", "split_backward"]
+__all__ = ["StageWork", "stage_work", "split_for", "split_backward"]
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def stage_work(scenario: Scenario, prog: Program, layout: RankMesh,
                costs: CostModel, layers: tuple[int, ...] | None = None
                ) -> tuple[StageWork, ...]:
     """Priced work of every virtual stage, indexed by virtual stage; `layers`: copies of
-    the cut sequence on each virtual stage when already chosen (default: `default_split`).
+    the cut sequence on each virtual stage when already chosen (default: `_default_split`).
 
     Memoised on the program and cost model objects themselves (both frozen) and the
     scenario fields read here: a simulation lowers the same program with the same costs
@@ -183,7 +183,7 @@ def _price_stages(scenario: Scenario, prog: Program, layout: RankMesh,
     priced = {id(b): _Priced(price(b.fwd), price(b.bwd), _priced_split(b.fwd, b.bwd, price))
               for b in prog.blocks}
     stages = layout.virtual_stages
-    counts = layers or default_split(scenario, prog, stages, priced)
+    counts = layers or _default_split(scenario, prog, stages, priced)
     out, start = [], 0
     for vs, n in enumerate(counts):
         stop = start + n
@@ -271,24 +271,21 @@ def split_for(scenario: Scenario, prog: Program, layout: RankMesh, costs: CostMo
     return StageSplit(tuple(w.copies for w in work), prog.sequence()[0].layers)
 
 
-def default_split(scenario: Scenario, prog: Program, stages: int,
-                  priced: dict[int, _Priced] | None = None) -> tuple[int, ...]:
+def _default_split(scenario: Scenario, prog: Program, stages: int,
+                   priced: dict[int, _Priced]) -> tuple[int, ...]:
     """Copies of the cut sequence on each virtual stage when the scenario does not give
     them: a sequence of one repeated block split evenly (`stage_layers`), distinct blocks
-    balanced on their priced seconds (`models.split.unit_split`; None: by count)."""
+    balanced on their priced seconds (`models.split.unit_split`). Without a profile the
+    split by count is `models.split.by_count`."""
     seq = prog.sequence()
 
     def seconds(bs: tuple[Block, ...]) -> float:
-        if priced is None:
-            return float(len(bs))
         return sum(priced[id(b)].fwd.compute_s + priced[id(b)].fwd.comm_s
                    + priced[id(b)].bwd.compute_s + priced[id(b)].bwd.comm_s for b in bs)
 
     if prog.fixed is None and seq and all(b is seq[0] for b in seq):
-        if priced is None:
-            return stage_layers(scenario, stages, len(seq), 1.0, 0.0, 0.0, seq[0].layers)
         return stage_layers(scenario, stages, len(seq), seconds(seq[:1]),
                             seconds(prog.pinned("first")), seconds(prog.pinned("last")),
                             seq[0].layers)
     return unit_split(scenario, len(seq), prog.fixed, prog.spans, stages,
-                      None if priced is None else [seconds((b,)) for b in seq])
+                      [seconds((b,)) for b in seq])
