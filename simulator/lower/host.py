@@ -33,7 +33,7 @@ from simulator.cost.specs import ComputeSpec
 from simulator.lower.costs import CostModel
 from simulator.lower.state import optimizer_spec
 
-__all__ = ["HOST_PROFILE", "HOST_SOCKETS", "host_costs", "host_optimizer_s"]
+__all__ = ["HOST_PROFILE", "HOST_SOCKETS", "host_costs", "host_optimizer_s", "offload_step_s"]
 
 HOST_PROFILE = "cpu-x86"  # hardware_profiles/cpu-x86.yaml: one socket of a 2-socket Xeon server
 HOST_SOCKETS = 2  # sockets of that host server (the profile's 2-socket Xeon 8480+ node)
@@ -53,6 +53,14 @@ def host_optimizer_s(params: int, dtype: str, optimizer: str) -> float:
     host = _host()
     spec = optimizer_spec(params, dtype if host.has_dtype(dtype) else "fp32", optimizer, 0, 1)
     return compute_time_s(spec, host)
+
+
+def offload_step_s(params: int, dtype: str, optimizer: str, devices_per_node: int) -> float:
+    """ZeRO-Offload's host step over one device's shard of `params` parameters: priced
+    on one socket (`host_optimizer_s`), which updates the shards of the
+    devices_per_node / HOST_SOCKETS devices sharing it one after another."""
+    return (host_optimizer_s(params, dtype, optimizer)
+            * max(1, devices_per_node // HOST_SOCKETS))
 
 
 def host_costs(costs: CostModel, kernels: tuple[tuple[str, float], ...]) -> CostModel:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simulator.lower.host import HOST_SOCKETS, host_optimizer_s
+from simulator.lower.host import host_optimizer_s, offload_step_s
 from simulator.lower.state import optimizer_spec
 
 if TYPE_CHECKING:
@@ -88,8 +88,8 @@ def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...])
     d2h = low.b.add(("H", dev, "d2h"), device=dev, stream="offload", name="grad_d2h",
                      phase="offload", duration_s=low.costs.copy_s(local * low.ge),
                      deps=deps)
-    sharing = max(1, low.ranks.devices_per_node // HOST_SOCKETS)
-    step_s = host_optimizer_s(int(local), low.prog.dtype, low.sc.training.optimizer) * sharing
+    step_s = offload_step_s(int(local), low.prog.dtype, low.sc.training.optimizer,
+                            low.ranks.devices_per_node)
     host = low.b.add(("H", dev, "opt"), device=dev, stream="offload", name="host_opt",
                      phase="optimizer", duration_s=step_s, deps=(d2h,))
     h2d = low.b.add(("H", dev, "h2d"), device=dev, stream="offload", name="param_h2d",

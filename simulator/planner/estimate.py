@@ -36,7 +36,7 @@ from typing import Any
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.cost.collectives import collective_time_s, send_recv_time_s
 from simulator.cost.specs import GroupSpec
-from simulator.lower.host import HOST_SOCKETS, host_optimizer_s
+from simulator.lower.host import offload_step_s
 from simulator.planner.memory import Workload, layer_params
 from simulator.planner.space import Config
 from simulator.simulation.simulate import simulate
@@ -164,8 +164,8 @@ def _optimizer_s(w: Workload, cfg: Config, lc: LayerCosts, params: float, hw: An
     # the copies down and up, and the host CPU's step as the lowering prices it
     # (`lower.step`: the node's devices share its host sockets)
     per_node = min(cfg.data * cfg.tensor * cfg.pipeline, w.devices_per_node)
-    host = host_optimizer_s(int(local), "bf16" if w.model.dtype == "fp8" else w.model.dtype,
-                            w.optimizer) * max(1, per_node // HOST_SOCKETS)
+    host = offload_step_s(int(local), "bf16" if w.model.dtype == "fp8" else w.model.dtype,
+                          w.optimizer, per_node)
     return local * (w.grad_bytes + e) / hw.pcie_bandwidth_bytes_per_s + host
 
 
