@@ -132,7 +132,10 @@ class Figures:
     transient: float
 
 
-_FIGURES: dict[tuple, Figures] = {}
+# (id(workload), the fields of a configuration the figures depend on) -> (workload,
+# figures): the entry holds the workload (frozen: its scenario, stack, compute units and
+# FP8 recipe), so its id cannot be reused while it is stored
+_FIGURES: dict[tuple, tuple[Workload, Figures]] = {}
 FIGURES_SIZE = 512  # entries kept at most, emptied when full
 
 
@@ -142,24 +145,24 @@ def figures(w: Workload, cfg: Config) -> Figures | None:
     size), which is all of `cfg` the saved bytes depend on."""
     if w.scenario is None:
         return None
-    key = (id(w.scenario), w.scenario.model_dump_json(), cfg.tensor, cfg.sequence_parallel,
-           cfg.recompute, cfg.micro_batch_size, w.compute_units)
+    key = (id(w), cfg.tensor, cfg.sequence_parallel, cfg.recompute, cfg.micro_batch_size)
     hit = _FIGURES.get(key)
-    if hit is None:
-        s = w.scenario
-        par = s.parallel.model_copy(update={
-            "data": 1, "tensor": cfg.tensor, "pipeline": 1, "sequence_parallel":
-            cfg.sequence_parallel, "recompute": cfg.recompute, "expert": 1})
-        tr = s.training.model_copy(update={"micro_batch_size": cfg.micro_batch_size})
-        prog = transformer_program(s.model_copy(update={"parallel": par, "training": tr}),
-                                   w.software, w.compute_units, w.fp8_recipe)
-        layer, embed, head = (prog.block(n) for n in ("layer", "embed", "head"))
-        hit = Figures(layer.saved_bytes, layer.working_bytes, embed.saved_bytes,
-                      head.saved_bytes, head.transient_bytes)
-        if len(_FIGURES) >= FIGURES_SIZE:
-            _FIGURES.clear()
-        _FIGURES[key] = hit
-    return hit
+    if hit is not None and hit[0] is w:
+        return hit[1]
+    s = w.scenario
+    par = s.parallel.model_copy(update={
+        "data": 1, "tensor": cfg.tensor, "pipeline": 1, "sequence_parallel":
+        cfg.sequence_parallel, "recompute": cfg.recompute, "expert": 1})
+    tr = s.training.model_copy(update={"micro_batch_size": cfg.micro_batch_size})
+    prog = transformer_program(s.model_copy(update={"parallel": par, "training": tr}),
+                               w.software, w.compute_units, w.fp8_recipe)
+    layer, embed, head = (prog.block(n) for n in ("layer", "embed", "head"))
+    out = Figures(layer.saved_bytes, layer.working_bytes, embed.saved_bytes, head.saved_bytes,
+                  head.transient_bytes)
+    if len(_FIGURES) >= FIGURES_SIZE:
+        _FIGURES.clear()
+    _FIGURES[key] = (w, out)
+    return out
 
 
 @dataclass(frozen=True)
