@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from simulator.config.framework.load import framework_for
 from simulator.config.framework.schema import FrameworkProfile
@@ -53,6 +53,7 @@ from simulator.report.metrics import (
 )
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
+from simulator.sharding.mesh import Mesh
 from simulator.sharding.rules import SignatureError
 from simulator.simulation.budget import (
     DEFAULT_MAX_EVENTS,
@@ -63,7 +64,7 @@ from simulator.simulation.budget import (
 from simulator.simulation.heterogeneous import Cluster, jitter_report
 from simulator.simulation.steady_runs import Measured, Steady, extend, measure
 
-__all__ = ["SimResult", "Steady", "simulate"]
+__all__ = ["SimResult", "Steady", "simulate", "run_program", "run_costs", "RunProgram"]
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,34 @@ def _graph_program(scenario: Scenario):
     except (SignatureError, LayoutError) as exc:
 
         raise InputError(scenario.source, strategy_key(scenario, exc), str(exc)) from None
+
+
+class RunProgram(NamedTuple):
+    """The program `run` lowers, an operator graph's own mesh (None: a transformer's,
+    from `parallel`), and the iteration's model and hardware FLOPs."""
+
+    program: Program
+    mesh: Mesh | None
+    model_flops: float
+    hardware_flops: float
+
+
+def run_program(scenario: Scenario, hw: Any, fw: Any) -> RunProgram:
+    """The program of `scenario` on the profile `hw` under the framework `fw`, as `run`
+    derives it (the StageSplit `verify` is handed, `simulation.stage_split`, is priced on
+    the same one)."""
+    if family(scenario.model).layered:
+        prog = transformer_program(scenario, fw.software, hw.compute_units,
+                                   fp8_recipe(scenario, fw))
+        return RunProgram(prog, None, *iteration_flops(scenario, prog))
+    gp = _graph_program(scenario)
+    return RunProgram(gp.program, gp.mesh, gp.model_flops, gp.model_flops)
+
+
+def run_costs(hw: Any, fw: Any) -> CostModel:
+    """The cost model `run` prices with: the profile's, with the stack's launch cost per
+    kernel."""
+    return CostModel.from_hardware(hw, fw.software.host_us_per_kernel * 1e-6)
 
 
 STEADY_TRIES = 4  # shortened runs tried at most (19 to 152 micro-batches for GPT-3 175B)
@@ -222,15 +251,8 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         # launch cost as `run` does; closed forms injected by tests (no hardware) stay as given
         costs = replace(costs, host_kernel_s=host_kernel_s)
     injected = costs
-    costs = costs or CostModel.from_hardware(hw, host_kernel_s)
-    if family(scenario.model).layered:
-        prog = transformer_program(scenario, fw.software, hw.compute_units,
-                                   fp8_recipe(scenario, fw))
-        mesh = None
-        model, hardware = iteration_flops(scenario, prog)
-    else:
-        gp = _graph_program(scenario)
-        prog, mesh, model, hardware = gp.program, gp.mesh, gp.model_flops, gp.model_flops
+    costs = costs or run_costs(hw, fw)
+    prog, mesh, model, hardware = run_program(scenario, hw, fw)
     fused = with_auto_fusion(scenario, fw, prog.grad_bytes)
     cluster = Cluster(scenario, hw, fidelity, mesh, injected, host_kernel_s)
     split = split_for(fused, prog, rank_mesh(fused, mesh), costs)  # once, for every lowering
