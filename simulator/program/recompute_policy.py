@@ -1,19 +1,9 @@
-"""The costs of a transformer layer's recompute under the stack's policy: the ops run
-again and the bytes kept (which ops, `models.recompute`; `run` times and `verify` executes
-the same set).
-
-- `full`: every op of the layer (Megatron-LM --recompute-granularity full; PyTorch
-  checkpoint_wrapper around each block).
-- `selective`, policy `attention_core`: the attention core (Korthikanti et al. 2022,
-  "Reducing Activation Recomputation in Large Transformer Models", Sec. 5; Megatron's
-  --recompute-granularity selective).
-- `selective`, policy `every_second_mm`: torchtitan's op-level selective checkpointing
-  (pytorch/torchtitan torchtitan/distributed/activation_checkpoint.py, `_custom_policy`:
-  "Saves output of all compute ops, except every second mm"): the outputs of the matmuls
-  counted 1, 3, 5, ... in forward order and of the fused attention (SDPA) are kept; every
-  other op (norms, element-wise, residual adds, the even-numbered matmuls) runs again. In a
-  Llama block the matmuls run wq, wk, wv, wo, w1, w3, w2 (w2(silu(w1(x)) * w3(x))), so wk,
-  wo and w3 are recomputed; with a two-matrix MLP (wq, wk, wv, wo, w1, w2), wk, wo and w2.
+"""The costs of torchtitan's op-level selective recompute (`every_second_mm`; which ops each
+policy re-runs, and the sources, are `models.recompute`): the ops run again and the bytes
+kept. Every other op runs again but the matmuls counted 1, 3, 5, ... in forward order and
+the fused attention: in a Llama block the matmuls run wq, wk, wv, wo, w1, w3, w2
+(w2(silu(w1(x)) * w3(x))), so wk, wo and w3 are recomputed; with a two-matrix MLP (wq, wk,
+wv, wo, w1, w2), wk, wo and w2.
 """
 
 from __future__ import annotations
