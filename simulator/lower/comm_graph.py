@@ -56,7 +56,7 @@ def _micro_ops(low: Lowering, vs: int) -> Counter[CommOp]:
     backward, the embedding's and head's, and the pipeline sends."""
     last = len(low.work) - 1
     out: Counter[CommOp] = Counter()
-    for block in low.stage_blocks(vs):
+    for block in low.work[vs].blocks:
         out.update(_comms(block.fwd + block.recompute + block.bwd))
     w = low.work[vs]
     if vs < last:

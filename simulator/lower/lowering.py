@@ -51,7 +51,7 @@ from simulator.lower.state import model_state_bytes
 from simulator.lower.step import finish
 from simulator.lower.tasks_builder import Builder
 from simulator.models.split import StageSplit
-from simulator.program.program import Block, Program
+from simulator.program.program import Program
 from simulator.sharding.mesh import Mesh
 
 __all__ = ["lower", "FIDELITIES", "Lowering", "COLLAPSE_MIN", "Cuts"]
@@ -125,10 +125,6 @@ class Lowering:
         if self.off.params:
             host += params * self.e
         return host
-
-    def stage_blocks(self, vs: int) -> tuple[Block, ...]:
-        """The program's blocks virtual stage vs runs, in forward order."""
-        return self.work[vs].blocks
 
     def release(self) -> None:
         """Drop the emitters' references back to this lowering once the plan is built:

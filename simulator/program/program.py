@@ -150,9 +150,6 @@ class Program:
                 return b
         raise KeyError(name)
 
-    def has(self, name: str) -> bool:
-        return any(b.name == name for b in self.blocks)
-
     def sequence(self) -> tuple[Block, ...]:
         """The copies a pipeline cuts between, in forward order (each unpinned block
         `repeat` times; the same object for the copies of one block)."""
@@ -216,11 +213,6 @@ class Program:
         """Parameter elements of the whole model on one device (one pipeline stage holding
         every block): each block's times its copies, a tied table once."""
         return sum(b.params * b.repeat for b in self.blocks)
-
-    @property
-    def layers(self) -> int:
-        """Model layers the cut sequence stands for."""
-        return sum(b.layers for b in self.sequence())
 
     def __str__(self) -> str:
         return "Program(" + ", ".join(
