@@ -18,9 +18,9 @@ from simulator.api import load_hardware, load_scenario
 from simulator.cli import app
 from simulator.config.resources import resolve_yaml
 from simulator.errors import InputError
-from simulator.planner.sweep import SweepSpec, parse_grid, sweep_into
+from simulator.planner.sweep import sweep_into
 from simulator.planner.sweep_exec import RayExecutor, SerialExecutor
-from simulator.planner.sweep_spec import expand
+from simulator.planner.sweep_spec import SweepSpec, expand, parse_grid
 from simulator.simulation.simulate import simulate
 
 ROOT = Path(__file__).resolve().parents[1]

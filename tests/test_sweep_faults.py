@@ -26,8 +26,9 @@ import simulator._version
 from simulator.cli import app
 from simulator.config.resources import resolve_yaml
 from simulator.errors import InputError
-from simulator.planner.sweep import SweepSpec, parse_grid, sweep_into
+from simulator.planner.sweep import sweep_into
 from simulator.planner.sweep_exec import LocalExecutor, SerialExecutor, make_executor
+from simulator.planner.sweep_spec import SweepSpec, parse_grid
 from simulator.report import sweep_journal
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,9 @@ import pytest
 import simulator.planner.sweep_eval as sweep_mod
 from simulator.config.resources import resolve_yaml
 from simulator.lower import stages
-from simulator.planner.sweep import SweepSpec, parse_grid, sweep_into
+from simulator.planner.sweep import sweep_into
 from simulator.planner.sweep_exec import SerialExecutor
+from simulator.planner.sweep_spec import SweepSpec, parse_grid
 from simulator.program import model_program
 
 # GPT-3 175B on pipeline 4 x data 32, 512 samples: 16 or 8 micro-batches, so 1F1B with 16

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from simulator.cli import app
 from simulator.config.resources import resolve_yaml
-from simulator.planner.sweep import SweepSpec, parse_grid, sweep_into
+from simulator.planner.sweep import sweep_into
 from simulator.planner.sweep_exec import SerialExecutor
+from simulator.planner.sweep_spec import SweepSpec, parse_grid
 from simulator.report.sweep_table import MAX_SERIES, best_series
 
 GPT3 = "gpt3-175b-1024-a100"  # data 8 x tensor 8 x pipeline 16 on 1024 devices

@@ -174,8 +174,9 @@ def _swept(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence
            address: str | None, force: bool) -> tuple[list[dict[str, Any]], Any]:
     """The rows of a sweep and the types of its grid columns (SweepSpec.columns)."""
     # imported when called: `import simulator` and the CLI start cheap
-    from simulator.planner.sweep import SweepSpec, _yaml_scalar, parse_grid, sweep_into
+    from simulator.planner.sweep import sweep_into
     from simulator.planner.sweep_exec import make_executor
+    from simulator.planner.sweep_spec import SweepSpec, _yaml_scalar, parse_grid
 
     path, shown = scenario_path(scenario)
     items = [f"{k}=" + ",".join(_yaml_scalar(v) for v in values) for k, values in grid.items()]

@@ -31,7 +31,7 @@ def sweep_spec(scenario: str, grid: Sequence[str], overrides: Sequence[str] = ()
     items `KEY=V1,V2,...` and the fixed `--set` overrides. InputError for an empty grid."""
     # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.yamlio import read_yaml_file
-    from simulator.planner.sweep import SweepSpec, load_sweep_file, parse_grid
+    from simulator.planner.sweep_spec import SweepSpec, load_sweep_file, parse_grid
 
     path, shown = scenario_path(scenario)
     data = read_yaml_file(path, shown)

@@ -42,10 +42,11 @@ from simulator.errors import InputError
 from simulator.lower import comm_graph
 from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.costs import CostModel, Priced
+from simulator.lower.data_parallel import DataParallel
 from simulator.lower.layout import RankMesh, rank_mesh
 from simulator.lower.offload import Offload
 from simulator.lower.pipeline import schedule_steps
-from simulator.lower.reduction import DataParallel, strategy_for
+from simulator.lower.reduction import strategy_for
 from simulator.lower.stages import StageWork, stage_work
 from simulator.lower.state import model_state_bytes
 from simulator.lower.step import finish

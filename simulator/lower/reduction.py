@@ -50,7 +50,7 @@ from simulator.lower.zero3 import ShardedParameters
 if TYPE_CHECKING:
     from simulator.lower.lowering import Lowering
 
-__all__ = ["DataParallel", "strategy_for"]
+__all__ = ["STRATEGIES", "strategy_for"]
 
 
 STRATEGIES: dict[int, type[DataParallel]] = {0: DataParallel, 1: ShardedStates,

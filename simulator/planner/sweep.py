@@ -25,18 +25,12 @@ from typing import Any
 
 from simulator import _version
 from simulator.planner.sweep_eval import PROGRAMS, evaluate_packed, warm
-from simulator.planner.sweep_spec import (  # noqa: F401  (api imports them from here)
-    SweepSpec,
-    _yaml_scalar,
-    expand,
-    load_sweep_file,
-    parse_grid,
-)
+from simulator.planner.sweep_spec import SweepSpec, expand
 from simulator.report.html import sweep_page
 from simulator.report.sweep_journal import SweepJournal, atomic_write, scenario_sha256, writing
 from simulator.report.sweep_table import plot_sweep, write_final
 
-__all__ = ["SweepSpec", "parse_grid", "run_sweep", "sweep_into", "load_sweep_file"]
+__all__ = ["run_sweep", "sweep_into"]
 
 
 def run_sweep(spec: SweepSpec, executor: Any, done: Iterable[int] = (),
