@@ -26,7 +26,7 @@ __all__ = ["sweep_spec", "sweep_executor", "sweep_rows", "search", "fewest_devic
 
 def sweep_spec(scenario: str, grid: Sequence[str], overrides: Sequence[str] = (),
                fidelity: str = "representative") -> Any:
-    """The `planner.sweep.SweepSpec` of `shardsim sweep`: SCENARIO (or a sweep file whose
+    """The `planner.sweep_spec.SweepSpec` of `shardsim sweep`: SCENARIO (or a sweep file whose
     `sweep:` block names the scenario and adds grid keys and fixed overrides), the grid
     items `KEY=V1,V2,...` and the fixed `--set` overrides. InputError for an empty grid."""
     # imported when called: `import simulator` and the CLI start cheap

@@ -38,7 +38,7 @@ FLUSH_S = 0.5  # rows buffered at most this long before a part file is written
 
 
 # Metric columns of a row (floats; None when the configuration failed), after `index`,
-# `config`, one column per grid key (typed: planner.sweep.SweepSpec.columns), `status`,
+# `config`, one column per grid key (typed: planner.sweep_spec.SweepSpec.columns), `status`,
 # `error` and `fits` (peak memory within capacity; None when the configuration failed).
 ROW_METRICS: tuple[str, ...] = (
     "iteration_time_s", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
