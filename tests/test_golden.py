@@ -31,3 +31,10 @@ def test_golden_entry(command, name, args):
 def test_golden_strip_removes_wall_time_only():
     raw = {"simulation": {"events": 3, "wall_s": 0.1}, "rows": [{"wall_s": 1, "t": 2}]}
     assert golden._strip(raw) == {"simulation": {"events": 3}, "rows": [{"t": 2}]}
+
+
+def test_golden_pins_rounding_level_errors_as_zero():
+    raw = {"max_abs_error": 5.38, "max_rel_error": 2.7e-7,
+           "checks": [{"max_abs_error": 0.5, "max_rel_error": 0.012345, "ok": False}]}
+    assert golden._strip(raw) == {"max_abs_error": 0.0, "max_rel_error": 0.0, "checks": [
+        {"max_abs_error": 0.5, "max_rel_error": 0.012, "ok": False}]}
