@@ -10,12 +10,38 @@ heads each (r = 1 is ordinary multi-head attention), so heads split by splitting
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from simulator.graph.graph import Graph, GraphBuilder
 
-__all__ = ["GptDims", "build_gpt", "build_mlp", "build_resnet"]
+__all__ = ["GptDims", "LayerKind", "MIXERS", "FFNS", "build_gpt", "build_mlp",
+           "build_resnet"]
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one decoder layer is made of: its token mixer and its FFN, each a key of a
+    table of block builders (`MIXERS`, `FFNS`), so that a new block (multi-head latent
+    attention, a Mamba-2 mixer, a mixture of experts with shared experts) is one builder
+    registered there, and a model whose layers differ (DeepSeek-V3's first three dense
+    layers, GPT-OSS's alternating sliding-window layers, Nemotron-H's Mamba, attention and
+    MLP layers) is a tuple of kinds, one per layer (`GptDims.kinds`).
+
+    mixer: 'attention' (multi-head or grouped-query), or a block registered in MIXERS;
+    'none': no mixer (an FFN-only layer, Nemotron-H's '-'). window: attention over the
+    last `window` tokens of each query (0: every earlier token; sliding-window attention,
+    Beltagy et al. 2020). ffn: 'dense', 'moe', or a block registered in FFNS; 'none': no
+    FFN (a mixer-only layer, Nemotron-H's 'M' and '*')."""
+
+    mixer: str = "attention"
+    window: int = 0
+    ffn: str = "dense"
+
+    def __str__(self) -> str:
+        win = f"[{self.window}]" if self.window else ""
+        return f"{self.mixer}{win}+{self.ffn}"
 
 
 @dataclass(frozen=True)
@@ -52,6 +78,9 @@ class GptDims:
     image: int = 0
     channels: int = 3
     causal: bool = True
+    # one LayerKind per layer (empty: attention, and an FFN that is a mixture of experts
+    # every `moe_every`-th layer when `experts` > 0, else dense)
+    kinds: tuple[LayerKind, ...] = ()
 
     @property
     def head_dim(self) -> int:
@@ -61,6 +90,12 @@ class GptDims:
         """Whether layer `layer` (from 0) has experts: every `moe_every`-th layer, the last of
         each block (GShard's every other layer: 1, 3, 5, ...; Megatron-LM --moe-layer-freq)."""
         return self.experts > 0 and (layer + 1) % self.moe_every == 0
+
+    def kind(self, layer: int) -> LayerKind:
+        """The kind of layer `layer` (from 0)."""
+        if self.kinds:
+            return self.kinds[layer]
+        return LayerKind(ffn="moe" if self.is_moe(layer) else "dense")
 
 
 def _linear(g: GraphBuilder, x: str, w: str, name: str, eq: str, d: GptDims, kernel: str,
@@ -114,7 +149,7 @@ def _bias_dropout_add(g: GraphBuilder, y: str, x: str, p: str, role: str, d: Gpt
     return g.op("Add", [x, y], f"{p}.res{k}", kernel=kernel)
 
 
-def _attention(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
+def _attention(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
     grp, r, hd = d.kv_heads, d.heads // d.kv_heads, d.head_dim
     a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln1.g", [d.hidden], "parameter"),
                            g.tensor(f"{p}.ln1.b", [d.hidden], "parameter")], f"{p}.ln1",
@@ -131,7 +166,7 @@ def _attention(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
     return _bias_dropout_add(g, o, x, p, "proj", d, 1)
 
 
-def _ffn(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
+def _ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
     a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln2.g", [d.hidden], "parameter"),
                            g.tensor(f"{p}.ln2.b", [d.hidden], "parameter")], f"{p}.ln2",
              kernel="ln2")
@@ -150,7 +185,7 @@ def _ffn(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
     return _bias_dropout_add(g, y, x, p, "fc2", d, 2)
 
 
-def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
+def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
     """The FFN as a mixture of experts (GShard Sec. 2.2, Switch Sec. 2.1; the routing ops are
     simulator/graph/ops/moe.py): a router GEMM to one logit per expert, top-k routing with
     capacity, dispatch of each token to its experts' slots [b, E, C, h], the expert FFNs as
@@ -181,6 +216,19 @@ def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims) -> str:
     y = g.op("MoeCombine", [route, gates, y], f"{p}.combine", kernel="moe_combine")
     y = _dropout(g, y, f"{p}.fc2_drop", d, hash_seed(p, 3), "dropout_residual2")
     return g.op("Add", [x, y], f"{p}.res2", kernel="dropout_residual2")
+
+
+def _identity(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
+    """No block: the layer has no mixer (or no FFN)."""
+    return x
+
+
+# A block builder takes the layer's input tensor, its name prefix (`l3`), the model's
+# dimensions and the layer's kind, and returns its output (residual added).
+MIXERS: dict[str, Callable[[GraphBuilder, str, str, GptDims, LayerKind], str]] = {
+    "attention": _attention, "none": _identity}
+FFNS: dict[str, Callable[[GraphBuilder, str, str, GptDims, LayerKind], str]] = {
+    "dense": _ffn, "moe": _moe_ffn, "none": _identity}
 
 
 def hash_seed(prefix: str, k: int) -> int:
@@ -230,8 +278,9 @@ def build_gpt(d: GptDims) -> Graph:
              kernel="embed_dropout")
     x = _dropout(g, x, "embed_drop", d, hash_seed("embed", 0), "embed_dropout")
     for layer in range(d.layers):
-        ffn = _moe_ffn if d.is_moe(layer) else _ffn
-        x = ffn(g, _attention(g, x, f"l{layer}", d), f"l{layer}", d)
+        k = d.kind(layer)
+        x = MIXERS[k.mixer](g, x, f"l{layer}", d, k)
+        x = FFNS[k.ffn](g, x, f"l{layer}", d, k)
     x = g.op("LayerNorm", [x, g.tensor("lnf.g", [d.hidden], "parameter"),
                            g.tensor("lnf.b", [d.hidden], "parameter")], "lnf",
              kernel="ln_final")
