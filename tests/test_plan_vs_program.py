@@ -22,7 +22,7 @@ from simulator.config.hardware import load_profile
 from simulator.config.resources import list_bundled, resolve_yaml
 from simulator.config.scenario import DTYPE_BYTES, parse_scenario
 from simulator.cost.specs import CommSpec, ComputeSpec
-from simulator.graph.builders import GptDims
+from simulator.graph.decoder import GptDims
 from simulator.lower.framework_apply import fp8_recipe
 from simulator.models import transformer_plan
 from simulator.models.cases import build_case

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.graph.builders import GptDims, build_gpt
+from simulator.graph.builders import build_gpt
+from simulator.graph.decoder import GptDims
 from simulator.graph.graph import GraphBuilder
 from simulator.models.transformer_plan import apply_transformer_plan
 from simulator.numeric.dist import apply_step, assemble, distribute

@@ -23,7 +23,7 @@ from simulator.config.scenario import parse_scenario
 from simulator.cost.collectives import busbw_factor
 from simulator.cost.specs import CommSpec
 from simulator.errors import InputError
-from simulator.graph.builders import GptDims
+from simulator.graph.decoder import GptDims
 from simulator.lower.layout import rank_mesh
 from simulator.models.cases import build_case
 from simulator.models.transformer_plan import planned_transformer

@@ -10,102 +10,20 @@ heads each (r = 1 is ordinary multi-head attention), so heads split by splitting
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from simulator.graph.decoder import (
+    Block,
+    GptDims,
+    LayerKind,
+    bias_dropout_add,
+    dropout,
+    hash_seed,
+    linear,
+)
 from simulator.graph.graph import Graph, GraphBuilder
 
-__all__ = ["GptDims", "LayerKind", "MIXERS", "FFNS", "build_gpt", "build_mlp",
-           "build_resnet"]
-
-
-@dataclass(frozen=True)
-class LayerKind:
-    """What one decoder layer is made of: its token mixer and its FFN, each a key of a
-    table of block builders (`MIXERS`, `FFNS`), so that a new block (multi-head latent
-    attention, a Mamba-2 mixer, a mixture of experts with shared experts) is one builder
-    registered there, and a model whose layers differ (DeepSeek-V3's first three dense
-    layers, GPT-OSS's alternating sliding-window layers, Nemotron-H's Mamba, attention and
-    MLP layers) is a tuple of kinds, one per layer (`GptDims.kinds`).
-
-    mixer: 'attention' (multi-head or grouped-query), or a block registered in MIXERS;
-    'none': no mixer (an FFN-only layer, Nemotron-H's '-'). window: attention over the
-    last `window` tokens of each query (0: every earlier token; sliding-window attention,
-    Beltagy et al. 2020). ffn: 'dense', 'moe', or a block registered in FFNS; 'none': no
-    FFN (a mixer-only layer, Nemotron-H's 'M' and '*')."""
-
-    mixer: str = "attention"
-    window: int = 0
-    ffn: str = "dense"
-
-    def __str__(self) -> str:
-        win = f"[{self.window}]" if self.window else ""
-        return f"{self.mixer}{win}+{self.ffn}"
-
-
-@dataclass(frozen=True)
-class GptDims:
-    """Shape of a GPT-style decoder. `bias`: GPT-2/3 style biases on every linear layer
-    (Llama-style models have none); `flash`: attention as one fused kernel; `tied`: the LM
-    head reuses the token embedding (Megatron-LM's default)."""
-
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    ffn: int
-    seq: int
-    vocab: int
-    batch: int
-    swiglu: bool = False
-    dropout: float = 0.1
-    bias: bool = False
-    flash: bool = False
-    tied: bool = True
-    # mixture of experts (0 experts: none): the FFN of every `moe_every`-th layer is
-    # `experts` expert FFNs, each token routed to `top_k` of them, `capacity` slots each
-    experts: int = 0
-    top_k: int = 1
-    capacity: int = 0
-    moe_every: int = 1
-    # context parallel: attention as ring attention over `context` sequence blocks
-    context: int = 1
-    # a vision transformer (`patch` > 0; Dosovitskiy et al. 2021): images of `channels` x
-    # `image` x `image` pixels cut into patch x patch patches (seq: the patches and the
-    # class token), `vocab` classes, bidirectional attention (`causal` false)
-    patch: int = 0
-    image: int = 0
-    channels: int = 3
-    causal: bool = True
-    # one LayerKind per layer (empty: attention, and an FFN that is a mixture of experts
-    # every `moe_every`-th layer when `experts` > 0, else dense)
-    kinds: tuple[LayerKind, ...] = ()
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    def is_moe(self, layer: int) -> bool:
-        """Whether layer `layer` (from 0) has experts: every `moe_every`-th layer, the last of
-        each block (GShard's every other layer: 1, 3, 5, ...; Megatron-LM --moe-layer-freq)."""
-        return self.experts > 0 and (layer + 1) % self.moe_every == 0
-
-    def kind(self, layer: int) -> LayerKind:
-        """The kind of layer `layer` (from 0)."""
-        if self.kinds:
-            return self.kinds[layer]
-        return LayerKind(ffn="moe" if self.is_moe(layer) else "dense")
-
-
-def _linear(g: GraphBuilder, x: str, w: str, name: str, eq: str, d: GptDims, kernel: str,
-            bias_shape: list[int]) -> str:
-    """x @ w (+ bias, GPT-style) as one kernel: the bias add is the GEMM's epilogue."""
-    y = g.op("Einsum", [x, w], name + "_mm", equation=eq, kernel=kernel)
-    if not d.bias:
-        return y
-    b = g.tensor(f"{name}.bias", bias_shape, "parameter")
-    return g.op("Add", [y, b], name, kernel=kernel)
+__all__ = ["MIXERS", "FFNS", "build_gpt", "build_mlp", "build_resnet"]
 
 
 def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims) -> str:
@@ -125,28 +43,9 @@ def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims)
     if d.causal:
         sc = g.op("CausalMask", [sc], f"{p}.mask", kernel="softmax")
     pr = g.op("Softmax", [sc], f"{p}.softmax", axis=-1, kernel="softmax")
-    pr = _dropout(g, pr, f"{p}.attn_drop", d, hash_seed(p, 1), "attn_dropout")
+    pr = dropout(g, pr, f"{p}.attn_drop", d, hash_seed(p, 1), "attn_dropout")
     return g.op("Einsum", [pr, v], f"{p}.context", equation="bgrst,btgd->bsgrd",
                 kernel="context")
-
-
-def _dropout(g: GraphBuilder, x: str, name: str, d: GptDims, seed: int, kernel: str) -> str:
-    """Dropout of probability `d.dropout`; none at 0 (torch's dropout returns its input
-    when p == 0: no kernel, no saved mask)."""
-    if d.dropout == 0.0:
-        return x
-    return g.op("Dropout", [x], name, p=d.dropout, seed=seed, kernel=kernel)
-
-
-def _bias_dropout_add(g: GraphBuilder, y: str, x: str, p: str, role: str, d: GptDims,
-                      k: int) -> str:
-    """Megatron's fused bias-dropout-add after a row-parallel GEMM: one kernel."""
-    kernel = f"dropout_residual{k}"
-    if d.bias:
-        y = g.op("Add", [y, g.tensor(f"{p}.{role}.bias", [d.hidden], "parameter")],
-                 f"{p}.{role}_bias", kernel=kernel)
-    y = _dropout(g, y, f"{p}.{role}_drop", d, hash_seed(p, 1 + k), kernel)
-    return g.op("Add", [x, y], f"{p}.res{k}", kernel=kernel)
 
 
 def _attention(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
@@ -157,13 +56,13 @@ def _attention(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str
     wq = g.tensor(f"{p}.wq", [d.hidden, grp, r, hd], "parameter")
     wk = g.tensor(f"{p}.wk", [d.hidden, grp, hd], "parameter")
     wv = g.tensor(f"{p}.wv", [d.hidden, grp, hd], "parameter")
-    q = _linear(g, a, wq, f"{p}.q", "bsh,hgrd->bsgrd", d, "qkv", [grp, r, hd])
-    k = _linear(g, a, wk, f"{p}.k", "bsh,hgd->bsgd", d, "qkv", [grp, hd])
-    v = _linear(g, a, wv, f"{p}.v", "bsh,hgd->bsgd", d, "qkv", [grp, hd])
+    q = linear(g, a, wq, f"{p}.q", "bsh,hgrd->bsgrd", d, "qkv", [grp, r, hd])
+    k = linear(g, a, wk, f"{p}.k", "bsh,hgd->bsgd", d, "qkv", [grp, hd])
+    v = linear(g, a, wv, f"{p}.v", "bsh,hgd->bsgd", d, "qkv", [grp, hd])
     c = _attention_core(g, q, k, v, p, d)
     wo = g.tensor(f"{p}.wo", [grp, r, hd, d.hidden], "parameter")
     o = g.op("Einsum", [c, wo], f"{p}.proj", equation="bsgrd,grdh->bsh", kernel="proj")
-    return _bias_dropout_add(g, o, x, p, "proj", d, 1)
+    return bias_dropout_add(g, o, x, p, "proj", d, 1)
 
 
 def _ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
@@ -172,17 +71,17 @@ def _ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
              kernel="ln2")
     w1 = g.tensor(f"{p}.w1", [d.hidden, d.ffn], "parameter")
     if d.swiglu:
-        u = _linear(g, a, w1, f"{p}.fc1", "bsh,hf->bsf", d, "fc_gate", [d.ffn])
+        u = linear(g, a, w1, f"{p}.fc1", "bsh,hf->bsf", d, "fc_gate", [d.ffn])
         w3 = g.tensor(f"{p}.w3", [d.hidden, d.ffn], "parameter")
-        gate = _linear(g, a, w3, f"{p}.fc3", "bsh,hf->bsf", d, "fc_up", [d.ffn])
+        gate = linear(g, a, w3, f"{p}.fc3", "bsh,hf->bsf", d, "fc_up", [d.ffn])
         u = g.op("Mul", [g.op("SiLU", [u], f"{p}.act", kernel="swiglu"), gate], f"{p}.glu",
                  kernel="swiglu")
     else:
-        u = _linear(g, a, w1, f"{p}.fc1", "bsh,hf->bsf", d, "fc1", [d.ffn])
+        u = linear(g, a, w1, f"{p}.fc1", "bsh,hf->bsf", d, "fc1", [d.ffn])
         u = g.op("GeLU", [u], f"{p}.act", kernel="gelu")
     w2 = g.tensor(f"{p}.w2", [d.ffn, d.hidden], "parameter")
     y = g.op("Einsum", [u, w2], f"{p}.fc2", equation="bsf,fh->bsh", kernel="fc2")
-    return _bias_dropout_add(g, y, x, p, "fc2", d, 2)
+    return bias_dropout_add(g, y, x, p, "fc2", d, 2)
 
 
 def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
@@ -214,7 +113,7 @@ def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
     w2 = g.tensor(f"{p}.experts.w2", [d.experts, d.ffn, d.hidden], "parameter")
     y = g.op("Einsum", [u, w2], f"{p}.efc2", equation="becf,efh->bech", kernel="expert_fc2")
     y = g.op("MoeCombine", [route, gates, y], f"{p}.combine", kernel="moe_combine")
-    y = _dropout(g, y, f"{p}.fc2_drop", d, hash_seed(p, 3), "dropout_residual2")
+    y = dropout(g, y, f"{p}.fc2_drop", d, hash_seed(p, 3), "dropout_residual2")
     return g.op("Add", [x, y], f"{p}.res2", kernel="dropout_residual2")
 
 
@@ -223,17 +122,11 @@ def _identity(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
     return x
 
 
-# A block builder takes the layer's input tensor, its name prefix (`l3`), the model's
-# dimensions and the layer's kind, and returns its output (residual added).
-MIXERS: dict[str, Callable[[GraphBuilder, str, str, GptDims, LayerKind], str]] = {
+# the block builders of a layer's kinds (`LayerKind.mixer`, `LayerKind.ffn`)
+MIXERS: dict[str, Block] = {
     "attention": _attention, "none": _identity}
-FFNS: dict[str, Callable[[GraphBuilder, str, str, GptDims, LayerKind], str]] = {
+FFNS: dict[str, Block] = {
     "dense": _ffn, "moe": _moe_ffn, "none": _identity}
-
-
-def hash_seed(prefix: str, k: int) -> int:
-    """A seed that depends only on the op's name (deterministic across runs and ranks)."""
-    return (sum(ord(c) * (i + 1) for i, c in enumerate(prefix)) * 31 + k) % (2**31)
 
 
 def _patch_stem(g: GraphBuilder, d: GptDims) -> str:
@@ -276,7 +169,7 @@ def build_gpt(d: GptDims) -> Graph:
         x = g.op("Gather", [wte, ids], "embed", kernel="embed_lookup")
     x = g.op("Add", [x, g.tensor("wpe", [d.seq, d.hidden], "parameter")], "embed_pos",
              kernel="embed_dropout")
-    x = _dropout(g, x, "embed_drop", d, hash_seed("embed", 0), "embed_dropout")
+    x = dropout(g, x, "embed_drop", d, hash_seed("embed", 0), "embed_dropout")
     for layer in range(d.layers):
         k = d.kind(layer)
         x = MIXERS[k.mixer](g, x, f"l{layer}", d, k)

@@ -6,7 +6,7 @@ so that the graph builder, the program and the pipeline split all see the same s
 from __future__ import annotations
 
 from simulator.config.scenario.schema import TransformerModel
-from simulator.graph.builders import LayerKind
+from simulator.graph.decoder import LayerKind
 
 __all__ = ["layer_kinds"]
 

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from simulator.config.scenario.schema import Scenario, TransformerModel
-from simulator.graph.builders import GptDims, build_gpt
+from simulator.graph.builders import build_gpt
+from simulator.graph.decoder import GptDims
 from simulator.graph.graph import Graph
 from simulator.models.family import ModelFamily, VerifyCase
 from simulator.models.transformer_plan import (

@@ -66,7 +66,8 @@ from __future__ import annotations
 import dataclasses
 
 from simulator.config.scenario.schema import MoeSpec, Scenario, TransformerModel
-from simulator.graph.builders import GptDims, build_gpt
+from simulator.graph.builders import build_gpt
+from simulator.graph.decoder import GptDims
 from simulator.graph.graph import Graph, OpNode
 from simulator.graph.ops.moe import expert_capacity
 from simulator.sharding.mesh import Mesh

@@ -17,7 +17,8 @@ from typing import Any
 
 from simulator.config.scenario.schema import Scenario
 from simulator.config.scenario.schema_models import VitModel
-from simulator.graph.builders import GptDims, build_gpt
+from simulator.graph.builders import build_gpt
+from simulator.graph.decoder import GptDims
 from simulator.graph.graph import Graph
 from simulator.models.family import ModelFamily, VerifyCase
 from simulator.models.transformer import gpt_case, small_gpt

@@ -32,7 +32,7 @@ from typing import Any
 from simulator.config.hardware.schema import Software
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.cost.specs import CommSpec, ComputeSpec
-from simulator.graph.builders import GptDims
+from simulator.graph.decoder import GptDims
 from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
 from simulator.models.optimizer_threshold import kept_whole, optimizer_threshold

@@ -11,7 +11,7 @@ from dataclasses import replace
 from simulator.config.hardware.schema import Software
 from simulator.config.scenario.schema import Scenario
 from simulator.cost.specs import CommSpec, ComputeSpec
-from simulator.graph.builders import GptDims
+from simulator.graph.decoder import GptDims
 from simulator.graph.ops.loss import CE_BWD_FLOPS, CE_FWD_FLOPS
 from simulator.program.program import Op, TpOverlap
 

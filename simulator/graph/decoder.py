@@ -1,0 +1,131 @@
+"""The shape of a decoder (`GptDims`), the kind of each of its layers (`LayerKind`), and the
+pieces every block builder of `graph.builders` and of the block modules (`graph.mla`, ...)
+shares: a linear layer with its optional bias, dropout, the fused bias-dropout-add, and the
+seeds of dropout masks. A block builder takes the layer's input tensor, its name prefix
+(`l3`), the model's dimensions and the layer's kind, and returns its output with the residual
+added (`Block`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simulator.graph.graph import GraphBuilder
+
+__all__ = ["GptDims", "LayerKind", "Block", "linear", "dropout", "bias_dropout_add",
+           "hash_seed"]
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one decoder layer is made of: its token mixer and its FFN, each a key of a
+    table of block builders (`MIXERS`, `FFNS`), so that a new block (multi-head latent
+    attention, a Mamba-2 mixer, a mixture of experts with shared experts) is one builder
+    registered there, and a model whose layers differ (DeepSeek-V3's first three dense
+    layers, GPT-OSS's alternating sliding-window layers, Nemotron-H's Mamba, attention and
+    MLP layers) is a tuple of kinds, one per layer (`GptDims.kinds`).
+
+    mixer: 'attention' (multi-head or grouped-query), or a block registered in MIXERS;
+    'none': no mixer (an FFN-only layer, Nemotron-H's '-'). window: attention over the
+    last `window` tokens of each query (0: every earlier token; sliding-window attention,
+    Beltagy et al. 2020). ffn: 'dense', 'moe', or a block registered in FFNS; 'none': no
+    FFN (a mixer-only layer, Nemotron-H's 'M' and '*')."""
+
+    mixer: str = "attention"
+    window: int = 0
+    ffn: str = "dense"
+
+    def __str__(self) -> str:
+        win = f"[{self.window}]" if self.window else ""
+        return f"{self.mixer}{win}+{self.ffn}"
+
+
+@dataclass(frozen=True)
+class GptDims:
+    """Shape of a GPT-style decoder. `bias`: GPT-2/3 style biases on every linear layer
+    (Llama-style models have none); `flash`: attention as one fused kernel; `tied`: the LM
+    head reuses the token embedding (Megatron-LM's default)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    seq: int
+    vocab: int
+    batch: int
+    swiglu: bool = False
+    dropout: float = 0.1
+    bias: bool = False
+    flash: bool = False
+    tied: bool = True
+    # mixture of experts (0 experts: none): the FFN of every `moe_every`-th layer is
+    # `experts` expert FFNs, each token routed to `top_k` of them, `capacity` slots each
+    experts: int = 0
+    top_k: int = 1
+    capacity: int = 0
+    moe_every: int = 1
+    # context parallel: attention as ring attention over `context` sequence blocks
+    context: int = 1
+    # a vision transformer (`patch` > 0; Dosovitskiy et al. 2021): images of `channels` x
+    # `image` x `image` pixels cut into patch x patch patches (seq: the patches and the
+    # class token), `vocab` classes, bidirectional attention (`causal` false)
+    patch: int = 0
+    image: int = 0
+    channels: int = 3
+    causal: bool = True
+    # one LayerKind per layer (empty: attention, and an FFN that is a mixture of experts
+    # every `moe_every`-th layer when `experts` > 0, else dense)
+    kinds: tuple[LayerKind, ...] = ()
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether layer `layer` (from 0) has experts: every `moe_every`-th layer, the last of
+        each block (GShard's every other layer: 1, 3, 5, ...; Megatron-LM --moe-layer-freq)."""
+        return self.experts > 0 and (layer + 1) % self.moe_every == 0
+
+    def kind(self, layer: int) -> LayerKind:
+        """The kind of layer `layer` (from 0)."""
+        if self.kinds:
+            return self.kinds[layer]
+        return LayerKind(ffn="moe" if self.is_moe(layer) else "dense")
+
+
+def linear(g: GraphBuilder, x: str, w: str, name: str, eq: str, d: GptDims, kernel: str,
+           bias_shape: list[int]) -> str:
+    """x @ w (+ bias, GPT-style) as one kernel: the bias add is the GEMM's epilogue."""
+    y = g.op("Einsum", [x, w], name + "_mm", equation=eq, kernel=kernel)
+    if not d.bias:
+        return y
+    b = g.tensor(f"{name}.bias", bias_shape, "parameter")
+    return g.op("Add", [y, b], name, kernel=kernel)
+
+
+def dropout(g: GraphBuilder, x: str, name: str, d: GptDims, seed: int, kernel: str) -> str:
+    """Dropout of probability `d.dropout`; none at 0 (torch's dropout returns its input
+    when p == 0: no kernel, no saved mask)."""
+    if d.dropout == 0.0:
+        return x
+    return g.op("Dropout", [x], name, p=d.dropout, seed=seed, kernel=kernel)
+
+
+def bias_dropout_add(g: GraphBuilder, y: str, x: str, p: str, role: str, d: GptDims,
+                     k: int) -> str:
+    """Megatron's fused bias-dropout-add after a row-parallel GEMM: one kernel."""
+    kernel = f"dropout_residual{k}"
+    if d.bias:
+        y = g.op("Add", [y, g.tensor(f"{p}.{role}.bias", [d.hidden], "parameter")],
+                 f"{p}.{role}_bias", kernel=kernel)
+    y = dropout(g, y, f"{p}.{role}_drop", d, hash_seed(p, 1 + k), kernel)
+    return g.op("Add", [x, y], f"{p}.res{k}", kernel=kernel)
+
+
+def hash_seed(prefix: str, k: int) -> int:
+    """A seed that depends only on the op's name (deterministic across runs and ranks)."""
+    return (sum(ord(c) * (i + 1) for i, c in enumerate(prefix)) * 31 + k) % (2**31)
+
+
+Block = Callable[[GraphBuilder, str, str, GptDims, LayerKind], str]
