@@ -245,3 +245,43 @@ def test_context_and_nd_tensor_parallel_are_refused_on_mamba_layers():
         parse_scenario(_data(), "hybrid.yaml", ["parallel.context=2", "parallel.tensor=1"])
     with pytest.raises(InputError, match="parallel.tensor_nd: 2-D / 3-D tensor parallel"):
         parse_scenario(_data(), "hybrid.yaml", ["parallel.tensor_nd=[2, 1]"])
+
+
+# ---- Nemotron-H from its Hugging Face config ---------------------------------------------
+
+
+def test_nemotron_h_47b_counts_its_published_parameters_within_half_a_percent():
+    """nvidia/Nemotron-H-47B-Base-8K: "This model has 47B model parameters" (model card);
+    the count of transformers' NemotronH layers (scenarios/models/SOURCES.md)."""
+    from simulator.config.scenario.hf import load_hf
+
+    count = load_hf("nemotron-h-47b").param_count()
+    assert count == 46_791_554_816
+    assert abs(count - 47e9) / 47e9 < 0.005
+
+
+def test_nemotron_h_from_hf_is_the_hybrid_it_describes():
+    s = parse_scenario({**_data(), "model": {"from_hf": "nemotron-h-56b", "seq_length": 64}},
+                       "hybrid.yaml", ["parallel.tensor=8", "parallel.data=1",
+                                       "cluster.devices_per_node=8"])
+    m = s.model
+    kinds = layer_kinds(m)
+    assert len(kinds) == 118 and sum(k.mixer == "mamba" for k in kinds) == 54
+    assert sum(k.mixer == "attention" for k in kinds) == 10
+    assert sum(k.ffn == "dense" for k in kinds) == 54
+    assert m.graph_dims() == {"mamba_heads": 256, "mamba_head_dim": 64, "mamba_groups": 8,
+                              "mamba_state": 256, "mamba_conv": 4, "mamba_chunk": 128}
+
+
+def test_a_nemotron_h_config_with_experts_is_refused_by_name(tmp_path):
+    import json
+
+    from simulator.config.resources import bundled_dir
+    from simulator.config.scenario.hf import load_hf
+
+    cfg = json.loads((bundled_dir("scenarios") / "models" / "nemotron-h-56b.json").read_text())
+    cfg["hybrid_override_pattern"] = "ME" * 59
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="E \\(mixture of experts\\) is not simulated"):
+        load_hf(str(path))
