@@ -295,3 +295,47 @@ def test_the_ssd_count_and_megatrons_scan_term_differ_by_under_one_percent_of_a_
     gemms = 2 * s * h * (2 * d_in + 2 * g * n + heads) + 2 * s * d_in * h
     ours, megatron = ssd_flops(1, s, g, heads, p, n, 128), 7 * s * d_in * n
     assert abs(ours - megatron) < 0.01 * (gemms + megatron)
+
+
+def _megatron_hybrid_fwd(b, s, h, layers, heads, groups_kv, kv_channels, ffn, vocab,
+                         state, head_dim, groups, mamba_heads, causal_half=True, scan=None):
+    """Megatron-LM's hybrid_flops forward term (megatron/training/training.py,
+    num_floating_point_operations: attn_layer_flops, mlp_layer_flops, mamba_layer_flops and
+    the logits), before its x3 for the backward."""
+    attn, mlp, mamba = (layers.count(c) for c in "*-M")
+    p = kv_channels * heads / h
+    core = s / 2 if causal_half else s
+    attn_f = 4 * b * s * h * p * (h + h * groups_kv / heads + core)
+    mlp_f = 4 * (ffn / h) * b * s * h ** 2
+    d_in = mamba_heads * head_dim
+    scan_f = 7 * b * s * d_in * state if scan is None else scan
+    mamba_f = (2 * b * s * h * (2 * d_in + 2 * groups * state + mamba_heads) + scan_f
+               + 2 * b * s * d_in * h)
+    return attn * attn_f + mlp * mlp_f + mamba * mamba_f + 2 * b * s * h * vocab
+
+
+def test_nemotron_h_8b_flops_per_token_follow_megatrons_hybrid_formula():
+    """The graph's matrix FLOPs (GEMMs, fused attention, the scan) of Nemotron-H-8B at 8192
+    tokens equal Megatron-LM's hybrid_flops with its two stated simplifications replaced by
+    what the simulator counts (the attention core in full, as Megatron-LM's transformer
+    formula and this simulator's MFU count it, not halved; the scan by the chunked SSD
+    count), and are within 2% of the formula as published."""
+    pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+    kinds = tuple({"M": LayerKind("mamba", 0, "none"), "*": LayerKind("attention", 0, "none"),
+                   "-": LayerKind("none", 0, "dense")}[c] for c in pattern)
+    s = 8192
+    d = GptDims(layers=52, hidden=4096, heads=32, kv_heads=8, ffn=21504, seq=s,
+                vocab=131072, batch=1, flash=True, bias=False, dropout=0.0, kinds=kinds,
+                mamba_heads=128, mamba_head_dim=64, mamba_groups=8, mamba_state=128,
+                mamba_conv=4, mamba_chunk=128)
+    graph = build_gpt(d)
+    ours = sum(op.family.flops(graph.shapes(op), graph.tensors[op.output].shape, op.attrs)
+               for op in graph.ops if op.family.kind in ("gemm", "attention"))
+    args = (1, s, 4096, pattern, 32, 8, 128, 21504, 131072, 128, 64, 8, 128)
+    exact = _megatron_hybrid_fwd(*args, causal_half=False,
+                                 scan=ssd_flops(1, s, 8, 128, 64, 128, 128))
+    assert ours == pytest.approx(exact, rel=1e-12)
+    published = _megatron_hybrid_fwd(*args)
+    assert abs(ours - published) / published < 0.02
+    # per token, forward and backward: about 6 x 8.1e9 parameters' worth plus attention
+    assert 3 * ours / s == pytest.approx(6 * 8.1e9, rel=0.1)
