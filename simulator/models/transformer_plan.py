@@ -91,6 +91,12 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "router": ("B", "B"), "route": ("B", "B"), "gate": ("B", "B"), "dispatch": ("B", "B"),
     "efc1": ("f", "f"), "efc3": ("f", "f"), "eact": ("d3", "d3"), "eglu": ("d3", "d3"),
     "efc2": ("f", "f"), "combine": ("P2", "P2"),
+    # Mamba-2 (graph/mamba.py): heads split by their groups g, as Megatron-Core's MambaMixer
+    # splits nheads and ngroups (in_proj column-parallel, out_proj `proj` row-parallel)
+    "ssm_z": ("g", "g"), "ssm_x": ("g", "g"), "ssm_b": ("g", "g"), "ssm_c": ("g", "g"),
+    "ssm_dt": ("g", "g"), "conv_x": ("c0", "c0"), "conv_b": ("c0", "c0"),
+    "conv_c": ("c0", "c0"), "conv_x_act": ("d2", "d2"), "conv_b_act": ("d2", "d2"),
+    "conv_c_act": ("d2", "d2"), "scan": ("g", "g"), "ssm_norm": ("g", "g"),
 }
 # 2-D tensor parallel: role -> (choice on `tpx`, choice on `tpy`); the norm regions
 # (_SEQ_REGION) split the sequence on both under sequence parallel, else neither
@@ -117,7 +123,9 @@ _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
              "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b",
              "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
-             "efc2": "b", "combine": "b"}
+             "efc2": "b", "combine": "b",
+             "ssm_z": "b", "ssm_x": "b", "ssm_b": "b", "ssm_c": "b", "ssm_dt": "b",
+             "conv_x": "b", "conv_b": "b", "conv_c": "b", "scan": "b", "ssm_norm": "b"}
 
 # An op whose role none of these tables names (a model's own stem or head op, such as a
 # vision transformer's patch embedding) runs replicated on the tensor-parallel axes, as
