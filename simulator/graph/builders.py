@@ -22,6 +22,7 @@ from simulator.graph.decoder import (
     linear,
 )
 from simulator.graph.graph import Graph, GraphBuilder
+from simulator.graph.mla import mla
 
 __all__ = ["MIXERS", "FFNS", "build_gpt", "build_mlp", "build_resnet"]
 
@@ -125,6 +126,7 @@ def _identity(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
 # the block builders of a layer's kinds (`LayerKind.mixer`, `LayerKind.ffn`)
 MIXERS: dict[str, Block] = {
     "attention": _attention, "none": _identity}
+MIXERS["mla"] = mla
 FFNS: dict[str, Block] = {
     "dense": _ffn, "moe": _moe_ffn, "none": _identity}
 

@@ -66,6 +66,7 @@ from __future__ import annotations
 import dataclasses
 
 from simulator.config.scenario.schema import MoeSpec, Scenario, TransformerModel
+from simulator.config.scenario.schema_mla import MlaSpec, MtpSpec
 from simulator.graph.builders import build_gpt
 from simulator.graph.decoder import GptDims
 from simulator.graph.graph import Graph, OpNode
@@ -75,7 +76,7 @@ from simulator.sharding.plan import Strategy
 
 __all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
            "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "TP3D_WEIGHT_AXIS", "gpt_dims",
-           "model_dims", "uses_flash", "with_moe"]
+           "model_dims", "uses_flash", "with_moe", "with_mla", "with_mtp"]
 
 TP_ROLES: dict[str, tuple[str, str]] = {
     # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
@@ -90,6 +91,17 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "router": ("B", "B"), "route": ("B", "B"), "gate": ("B", "B"), "dispatch": ("B", "B"),
     "efc1": ("f", "f"), "efc3": ("f", "f"), "eact": ("d3", "d3"), "eglu": ("d3", "d3"),
     "efc2": ("f", "f"), "combine": ("P2", "P2"),
+    # multi-head latent attention (graph.mla), as Megatron-Core's MLASelfAttention with its
+    # TE layer spec (megatron/core/models/gpt/gpt_layer_specs.py: linear_q_down_proj and
+    # linear_kv_down_proj `backend.linear()`, a TELinear of parallel_mode 'duplicated'):
+    # the down-projections and latent norms replicated, on each rank's sequence block under
+    # SP (their weight gradients Partial, all-reduced), the rotary key gathered whole
+    # (`gather_from_sequence_parallel_region(k_pos_emb)`), the up-projections column-
+    # parallel over heads
+    "q_down": ("B", "s"), "kv_down": ("B", "s"), "k_rope_mm": ("B", "s"),
+    "q_norm": ("B", "d1"), "kv_norm": ("B", "d1"), "k_rope": ("B", "B"),
+    "q_nope": ("g", "g"), "q_rope_mm": ("g", "g"), "q_rope": ("d2", "d2"),
+    "k_nope": ("g", "g"), "v_up": ("g", "g"), "q_cat": ("d2", "d2"), "k_cat": ("d2", "d2"),
 }
 # 2-D tensor parallel: role -> (choice on `tpx`, choice on `tpy`); the norm regions
 # (_SEQ_REGION) split the sequence on both under sequence parallel, else neither
@@ -116,7 +128,8 @@ _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
              "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b",
              "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
-             "efc2": "b", "combine": "b"}
+             "efc2": "b", "combine": "b", "q_down": "b", "kv_down": "b", "k_rope_mm": "b",
+             "q_nope": "b", "q_rope_mm": "b", "k_nope": "b", "v_up": "b"}
 
 # An op whose role none of these tables names (a model's own stem or head op, such as a
 # vision transformer's patch embedding) runs replicated on the tensor-parallel axes, as
@@ -236,7 +249,25 @@ def model_dims(m: TransformerModel, layers: int, batch: int, flash: bool = False
                    kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
                    batch=batch, swiglu=swiglu, bias=not swiglu, flash=flash,
                    context=context, dropout=m.dropout, **m.graph_dims())
-    return with_moe(dims, m.moe)
+    return with_mtp(with_mla(with_moe(dims, m.moe), m.mla), m.mtp)
+
+
+def with_mla(dims: GptDims, mla: MlaSpec | None) -> GptDims:
+    """`dims` with the scenario's multi-head latent attention (graph.mla)."""
+    if mla is None:
+        return dims
+    return dataclasses.replace(dims, q_lora_rank=mla.q_lora_rank or 0,
+                               kv_lora_rank=mla.kv_lora_rank,
+                               qk_nope_head_dim=mla.qk_nope_head_dim,
+                               qk_rope_head_dim=mla.qk_rope_head_dim,
+                               v_head_dim=mla.v_head_dim)
+
+
+def with_mtp(dims: GptDims, mtp: MtpSpec | None) -> GptDims:
+    """`dims` with the scenario's multi-token prediction modules (graph.mtp)."""
+    if mtp is None:
+        return dims
+    return dataclasses.replace(dims, mtp_depth=mtp.depth, mtp_weight=mtp.loss_weight)
 
 
 def with_moe(dims: GptDims, moe: MoeSpec | None) -> GptDims:

@@ -16,6 +16,13 @@ from pydantic import ConfigDict, Field, model_validator
 
 from simulator.config.scenario import transformer_rules
 from simulator.config.scenario.rule_helpers import Problem
+from simulator.config.scenario.schema_mla import (
+    MlaSpec,
+    MtpSpec,
+    mla_context,
+    mla_problems,
+    mla_tensor_nd,
+)
 from simulator.config.scenario.schema_types import (
     Count,
     DropoutP,
@@ -98,6 +105,11 @@ class TransformerModel(ModelConfig):
     param_dtype: Literal["fp16", "bf16"] | None = Field(default=None, description=(
         "Dtype the weights are stored in when it differs from dtype (cast to dtype each "
         "micro-batch); null: as computed."))
+    mla: MlaSpec | None = Field(default=None, description=(
+        "Multi-head latent attention in every layer (DeepSeek-V2/V3); null: standard "
+        "multi-head or grouped-query attention."))
+    mtp: MtpSpec | None = Field(default=None, description=(
+        "Multi-token prediction modules after the last layer (DeepSeek-V3); null: none."))
 
     @property
     def ffn(self) -> int:
@@ -122,12 +134,15 @@ class TransformerModel(ModelConfig):
     def problems(self, s: Scenario) -> Iterator[Problem]:
         yield from transformer_rules.shape(self, s)
         yield from transformer_rules.experts(self, s)
+        yield from mla_problems(self, s)
 
     def context_problems(self, s: Scenario) -> Iterator[Problem]:
-        return transformer_rules.context(self, s)
+        yield from mla_context(self, s)
+        yield from transformer_rules.context(self, s)
 
     def tensor_nd_problems(self, s: Scenario, nd: list[int]) -> Iterator[Problem]:
-        return transformer_rules.tensor_nd(self, s, nd)
+        yield from mla_tensor_nd(self, s, nd)
+        yield from transformer_rules.tensor_nd(self, s, nd)
 
 
 class VitModel(TransformerModel):
