@@ -3,9 +3,9 @@ as ONE kernel (FlashAttention, Dao et al. 2022;
 FlashAttention-2, Dao 2023), grouped-query layout as in `graph.builders`:
 q [b, s, g, r, d], k [b, t, g, d] and v [b, t, g, e] -> context [b, s, g, r, e], where g
 key/value groups serve r query heads each (e = d but in multi-head latent attention, whose
-values are narrower than its queries and keys: DeepSeek-V3's 128 against 192). The numpy reference computes exactly what the unfused chain
-scores -> scale -> causal mask -> softmax -> dropout -> context computes; the kernel keeps
-no s x s matrix.
+values are narrower than its queries and keys: DeepSeek-V3's 128 against 192). The numpy
+reference computes exactly what the unfused chain scores -> scale -> causal mask ->
+softmax -> dropout -> context computes; the kernel keeps no s x s matrix.
 
 Sharding: batch (b) and heads (g, r) may be split; the sequence and head dims stay whole
 (context parallelism would split s with a key/value exchange).
