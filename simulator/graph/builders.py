@@ -23,6 +23,7 @@ from simulator.graph.decoder import (
 )
 from simulator.graph.graph import Graph, GraphBuilder
 from simulator.graph.mla import mla
+from simulator.graph.mtp import mtp_loss
 
 __all__ = ["MIXERS", "FFNS", "build_gpt", "build_mlp", "build_resnet"]
 
@@ -176,6 +177,7 @@ def build_gpt(d: GptDims) -> Graph:
         k = d.kind(layer)
         x = MIXERS[k.mixer](g, x, f"l{layer}", d, k)
         x = FFNS[k.ffn](g, x, f"l{layer}", d, k)
+    h = x
     x = g.op("LayerNorm", [x, g.tensor("lnf.g", [d.hidden], "parameter"),
                            g.tensor("lnf.b", [d.hidden], "parameter")], "lnf",
              kernel="ln_final")
@@ -186,13 +188,14 @@ def build_gpt(d: GptDims) -> Graph:
         ce = g.op("SoftmaxCrossEntropy", [logits, labels], "ce", kernel="cross_entropy")
         g.op("ReduceMean", [ce], "loss", axes=[0], kernel="loss")
         return g.build()
-    if d.tied:
-        logits = g.op("Einsum", [x, wte], "head", equation="bsh,vh->bsv", kernel="lm_head")
-    else:
-        w = g.tensor("w_head", [d.vocab, d.hidden], "parameter")
-        logits = g.op("Einsum", [x, w], "head", equation="bsh,vh->bsv", kernel="lm_head")
+    w = wte if d.tied else g.tensor("w_head", [d.vocab, d.hidden], "parameter")
+    logits = g.op("Einsum", [x, w], "head", equation="bsh,vh->bsv", kernel="lm_head")
     ce = g.op("SoftmaxCrossEntropy", [logits, labels], "ce", kernel="cross_entropy")
-    g.op("ReduceMean", [ce], "loss", axes=[0, 1], kernel="loss")
+    loss = g.op("ReduceMean", [ce], "loss", axes=[0, 1], kernel="loss")
+    if d.mtp_depth:
+        last = d.kind(d.layers - 1)
+        mtp_loss(g, h, loss, d, wte, w, lambda g, x, p: FFNS[last.ffn](
+            g, MIXERS[last.mixer](g, x, p, d, last), p, d, last))
     return g.build()
 
 

@@ -102,6 +102,11 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "q_norm": ("B", "d1"), "kv_norm": ("B", "d1"), "k_rope": ("B", "B"),
     "q_nope": ("g", "g"), "q_rope_mm": ("g", "g"), "q_rope": ("d2", "d2"),
     "k_nope": ("g", "g"), "v_up": ("g", "g"), "q_cat": ("d2", "d2"), "k_cat": ("d2", "d2"),
+    # multi-token prediction (graph.mtp), as Megatron-Core's MultiTokenPredictionLayer: its
+    # embedding vocabulary-parallel, eh_proj column-parallel (TEColumnParallelLinear), its
+    # output gathered whole (`gather_from_tensor_model_parallel_region`, then scattered to
+    # the sequence under SP); the losses' sums replicated
+    "eh_proj": ("h", "h"),
 }
 # 2-D tensor parallel: role -> (choice on `tpx`, choice on `tpy`); the norm regions
 # (_SEQ_REGION) split the sequence on both under sequence parallel, else neither
@@ -123,13 +128,15 @@ TP3D_WEIGHT_AXIS = "tpz"
 EP_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
                             "efc2": "e"}
 _SEQ_REGION = ("embed_pos", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2",
-               "proj_bias", "proj_drop", "fc2_bias", "fc2_drop")
+               "proj_bias", "proj_drop", "fc2_bias", "fc2_drop",
+               "enorm", "hnorm", "eh_cat")
 _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
              "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b",
              "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
              "efc2": "b", "combine": "b", "q_down": "b", "kv_down": "b", "k_rope_mm": "b",
-             "q_nope": "b", "q_rope_mm": "b", "k_nope": "b", "v_up": "b"}
+             "q_nope": "b", "q_rope_mm": "b", "k_nope": "b", "v_up": "b",
+             "eh_proj": "b", "mtp_sum": "PP", "mtp_scale": "PP", "loss_mtp": "PP"}
 
 # An op whose role none of these tables names (a model's own stem or head op, such as a
 # vision transformer's patch embedding) runs replicated on the tensor-parallel axes, as
