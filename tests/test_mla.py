@@ -7,14 +7,16 @@ MTP module on the last pipeline stage, and the scenario keys (--set, refusals)."
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy as np
 import pytest
 import yaml
 
-from simulator.config.resources import resolve_yaml
+from simulator.config.resources import bundled_dir, resolve_yaml
 from simulator.config.scenario import parse_scenario
+from simulator.config.scenario.hf import load_hf
 from simulator.errors import InputError
 from simulator.graph.builders import build_gpt
 from simulator.graph.decoder import GptDims, LayerKind
@@ -325,3 +327,44 @@ def test_bad_values_are_refused_with_key_and_reason(override, message):
 def test_context_parallel_is_refused_by_name():
     with pytest.raises(InputError, match="parallel.context: 2 with model.mla is not simulated"):
         _bundled(["parallel.context=2", "parallel.data=1", "model.attention=flash"])
+
+
+# ---- Hugging Face deepseek_v3 ------------------------------------------------------------
+
+def test_deepseek_v3_parameters_match_the_published_figures():
+    """DeepSeek-V3 (arXiv:2412.19437 Sec. 1): 671B total, 37B activated per token; the
+    checkpoint's 685B adds the MTP module (README: 671B main + 14B MTP, rounded)."""
+    m = load_hf("deepseek-v3")
+    assert abs(m.param_count() - 671e9) / 671e9 < 0.005
+    # 37.55B with the embedding table and the LM head whole: the published 37B is rounded
+    assert abs(m.active_params() - 37e9) / 37e9 < 0.015
+    assert abs(m.param_count() + m.mtp_params() - 685e9) / 685e9 < 0.005
+
+
+def test_the_simulated_mla_layer_has_deepseek_v3s_attention_parameters():
+    """The graph's MLA weights and latent norms of one layer (the simulator's) equal the
+    Hugging Face module's (the LayerNorm before it apart)."""
+    m = load_hf("deepseek-v3")
+    d = GptDims(layers=1, hidden=m.hidden, heads=m.heads, kv_heads=m.heads, ffn=8, seq=4,
+                vocab=8, batch=1, q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank,
+                qk_nope_head_dim=m.qk_nope_head_dim, qk_rope_head_dim=m.qk_rope_head_dim,
+                v_head_dim=m.v_head_dim)
+    graph = _mla_graph(d)
+    mla_params = sum(math.prod(t.shape) for n, t in graph.tensors.items()
+                     if t.kind == "parameter" and not n.startswith("l0.ln1"))
+    assert mla_params == m.attention_params() == 187_107_328
+
+
+def test_from_hf_reads_mla_and_mtp_and_refuses_what_it_cannot_express(tmp_path):
+    cfg = json.loads((bundled_dir("scenarios") / "models" / "deepseek-v3.json").read_text())
+    with pytest.raises(InputError, match="model.from_hf: the config's n_shared_experts is 1: "
+                                         "shared experts are not simulated yet"):
+        parse_scenario({"hardware": "h100-sxm", "model": {"from_hf": "deepseek-v3"}}, "s")
+    cfg.update(n_routed_experts=None, num_hidden_layers=4)  # its dense layers alone
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    s = parse_scenario({"hardware": "h100-sxm", "model": {
+        "from_hf": str(tmp_path / "config.json"), "seq_length": 4096}}, "s")
+    assert s.model.mla.model_dump() == {
+        "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64, "v_head_dim": 128}
+    assert (s.model.mtp.depth, s.model.num_heads, s.model.ffn) == (1, 128, 18432)

@@ -14,6 +14,8 @@ transformers class reads (transformers/models/*/configuration_*.py):
     gpt_neox                         hidden_size, num_hidden_layers, num_attention_heads,
                                      intermediate_size, hidden_act, vocab_size,
                                      tie_word_embeddings, max_position_embeddings
+    deepseek_v3                      the multi-head latent attention, multi-token
+                                     prediction and expert keys (hf_deepseek.py)
 
 A mixture of experts (num_local_experts > 1) becomes `model.moe` with `experts` and `top_k`
 (num_experts_per_tok) in every layer (transformers' MixtralSparseMoeBlock); its capacity
@@ -166,9 +168,17 @@ def _neox(cfg: dict[str, Any], src: str) -> HfModel:
         bias=True)
 
 
+def _deepseek_v3(cfg: dict[str, Any], src: str) -> HfModel:
+    """DeepseekV3Config (DeepSeek-V3/R1, Kimi-K2): `hf_deepseek`, which builds on this
+    module (imported here, when first read)."""
+    from simulator.config.scenario.hf_deepseek import read_deepseek_v3
+    return read_deepseek_v3(cfg, src)
+
+
 READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {
     "llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama,
     "gpt2": _gpt2, "gpt_neox": _neox,
+    "deepseek_v3": _deepseek_v3,
 }
 
 
