@@ -175,17 +175,16 @@ def test_mtp_loss_matches_deepseek_v3_eq_21_to_25():
     vals = _values(graph)
     got = _run(graph, vals)
     w = vals
-    h = got["l1.res2"]  # the main model's last layer output, before its final norm
-    ref_main = _ce(_ln(h, w["lnf.g"], w["lnf.b"]) @ w["wte"].T, w["labels"])
+    h = _ln(got["l1.res2"], w["lnf.g"], w["lnf.b"])  # the main model's final-norm output
+    ref_main = _ce(h @ w["wte"].T, w["labels"])
     np.testing.assert_allclose(got["loss"], ref_main, rtol=1e-10)
     losses = []
     for k in (1, 2):
         p = f"mtp{k}"
         emb = _rms(w["wte"][w[f"{p}.ids"]], w[f"{p}.enorm.g"])
         x = np.concatenate([emb, _rms(h, w[f"{p}.hnorm.g"])], -1) @ w[f"{p}.eh_proj.w"]
-        h = _ffn_ref(_mla_ref(x, w, p, d), w, p)
-        y = _ln(h, w[f"{p}.lnf.g"], w[f"{p}.lnf.b"])
-        losses.append(_ce(y @ w["wte"].T, w[f"{p}.labels"]))
+        h = _ln(_ffn_ref(_mla_ref(x, w, p, d), w, p), w[f"{p}.lnf.g"], w[f"{p}.lnf.b"])
+        losses.append(_ce(h @ w["wte"].T, w[f"{p}.labels"]))
     total = ref_main + 0.3 / 2 * sum(losses)
     np.testing.assert_allclose(got[graph.loss], total, rtol=1e-10)
     # a skipped MTP loss (its weight 0) is the main loss alone: the reference tells

@@ -177,7 +177,6 @@ def build_gpt(d: GptDims) -> Graph:
         k = d.kind(layer)
         x = MIXERS[k.mixer](g, x, f"l{layer}", d, k)
         x = FFNS[k.ffn](g, x, f"l{layer}", d, k)
-    h = x
     x = g.op("LayerNorm", [x, g.tensor("lnf.g", [d.hidden], "parameter"),
                            g.tensor("lnf.b", [d.hidden], "parameter")], "lnf",
              kernel="ln_final")
@@ -194,7 +193,7 @@ def build_gpt(d: GptDims) -> Graph:
     loss = g.op("ReduceMean", [ce], "loss", axes=[0, 1], kernel="loss")
     if d.mtp_depth:
         last = d.kind(d.layers - 1)
-        mtp_loss(g, h, loss, d, wte, w, lambda g, x, p: FFNS[last.ffn](
+        mtp_loss(g, x, loss, d, wte, w, lambda g, x, p: FFNS[last.ffn](
             g, MIXERS[last.mixer](g, x, p, d, last), p, d, last))
     return g.build()
 

@@ -1,14 +1,16 @@
 """Multi-token prediction (MTP; DeepSeek-V3 Sec. 2.2, Fig. 3, Eq. 21-25): `d.mtp_depth`
 sequential modules after the main model's last layer, each predicting one token further.
 
-Module k (1..D), for the hidden states h^(k-1) of the previous depth (h^0: the main model's
-last layer output, before its final norm) and the tokens k ahead t_(i+k):
+Module k (1..D), for the hidden states h^(k-1) of the previous depth and the tokens k ahead
+t_(i+k) (h^0: the main model's output after its final norm, as Megatron-Core's GPTModel
+hands the decoder's output, final layernorm included, to its MTP block; each module's
+output is its own final norm's, megatron/core/transformer/multi_token_prediction.py):
 - h' = [RMSNorm(h^(k-1)); RMSNorm(Emb(t_(i+k)))] M_k, M_k [2h, h] (Eq. 21; Megatron-Core
   `MultiTokenPredictionLayer`: hnorm, enorm, eh_proj, megatron/core/transformer/
   multi_token_prediction.py; the concatenation's order does not change the cost);
 - h^k = TRM_k(h'): one transformer layer of the model's last layer's kind (Eq. 22);
-- P^k = OutHead(h^k): its own final norm, then the LM head SHARED with the main model
-  (Eq. 23), as is the embedding table;
+- P^k = OutHead(h^k): the LM head SHARED with the main model (Eq. 23), as is the
+  embedding table, on the module's final norm;
 - L^k: the cross-entropy against the tokens k + 1 ahead (Eq. 24).
 The loss is the main model's plus lambda / D * sum_k L^k (Eq. 25; Megatron-Core
 `--mtp-loss-scaling-factor`, divided by `--mtp-num-layers`).
@@ -36,7 +38,7 @@ Layer = Callable[[GraphBuilder, str, str], str]
 
 def _module(g: GraphBuilder, h: str, k: int, d: GptDims, wte: str, w_head: str,
             layer: Layer) -> tuple[str, str]:
-    """(h^k, L^k) of module k."""
+    """(h^k after the module's final norm, L^k) of module k."""
     p = f"mtp{k}"
     ids = g.tensor(f"{p}.ids", [d.batch, d.seq], "input")
     labels = g.tensor(f"{p}.labels", [d.batch, d.seq], "label")
@@ -55,12 +57,12 @@ def _module(g: GraphBuilder, h: str, k: int, d: GptDims, wte: str, w_head: str,
     logits = g.op("Einsum", [y, w_head], f"{p}.head", equation="bsh,vh->bsv",
                   kernel="lm_head")
     ce = g.op("SoftmaxCrossEntropy", [logits, labels], f"{p}.ce", kernel="cross_entropy")
-    return x, g.op("ReduceMean", [ce], f"{p}.loss", axes=[0, 1], kernel="loss")
+    return y, g.op("ReduceMean", [ce], f"{p}.loss", axes=[0, 1], kernel="loss")
 
 
 def mtp_loss(g: GraphBuilder, h: str, loss: str, d: GptDims, wte: str, w_head: str,
              layer: Layer) -> str:
-    """The D modules after the main model's last layer output `h`, and the total loss:
+    """The D modules after the main model's final-norm output `h`, and the total loss:
     `loss` + mtp_weight / D * the sum of theirs."""
     total = ""
     for k in range(1, d.mtp_depth + 1):
