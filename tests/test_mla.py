@@ -25,8 +25,11 @@ from simulator.graph.mla import mla
 from simulator.graph.ops import KernelCtx
 from simulator.models.cases import build_case
 from simulator.models.params import transformer_params
+from simulator.models.transformer_plan import planned_transformer
 from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program
+from simulator.sharding.lower import saved
+from simulator.sharding.plan import build_plan
 from simulator.simulation.verify import verify_scenario
 
 SCENARIO = "mla-mtp-tiny-verify"
@@ -367,3 +370,24 @@ def test_from_hf_reads_mla_and_mtp_and_refuses_what_it_cannot_express(tmp_path):
         "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64, "v_head_dim": 128}
     assert (s.model.mtp.depth, s.model.num_heads, s.model.ffn) == (1, 128, 18432)
+
+
+def test_saved_activations_of_the_mla_block_follow_the_closed_form():
+    """What one layer's MLA keeps for its backward at t = 1 with FlashAttention and no
+    dropout, per token (elements): the layer input and the normed input (h each), the
+    query latent before and after its norm (2 q_lora_rank), the key/value latent likewise
+    (2 kv_lora_rank), the concatenated queries and keys (2 n (nope + rope)), the values and
+    the attention output (2 n v_head_dim); and the fp32 log-sum-exp per head and query.
+    The rotary and concatenation ops keep nothing (linear; a slice for the backward)."""
+    d = dataclasses.replace(DIMS, flash=True, dropout=0.0, tied=True)
+    graph, mesh = planned_transformer(d, 1, 1, False)
+    sv = saved(build_plan(graph, mesh, 2), 2)
+    roles = ("ln1", "q_down", "q_norm", "q_nope", "q_rope_mm", "q_rope", "q_cat",
+             "k_rope_mm", "k_rope", "kv_down", "kv_norm", "k_nope", "v_up", "k_cat",
+             "attn", "proj")
+    got = sv.total(lambda n: n.startswith("l0.") and n.split(".")[1] in roles)
+    n, qk = d.heads, d.qk_nope_head_dim + d.qk_rope_head_dim
+    per_token = (2 * d.hidden + 2 * d.q_lora_rank + 2 * d.kv_lora_rank + 2 * n * qk
+                 + 2 * n * d.v_head_dim)
+    tokens = d.batch * d.seq
+    assert got == 2 * tokens * per_token + 4 * tokens * n
