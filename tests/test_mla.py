@@ -16,7 +16,7 @@ import yaml
 
 from simulator.config.resources import bundled_dir, resolve_yaml
 from simulator.config.scenario import parse_scenario
-from simulator.config.scenario.hf import load_hf
+from simulator.config.scenario.hf import load_hf, read_hf_config
 from simulator.errors import InputError
 from simulator.graph.builders import build_gpt
 from simulator.graph.decoder import GptDims, LayerKind
@@ -391,3 +391,13 @@ def test_saved_activations_of_the_mla_block_follow_the_closed_form():
                  + 2 * n * d.v_head_dim)
     tokens = d.batch * d.seq
     assert got == 2 * tokens * per_token + 4 * tokens * n
+
+
+def test_kimi_k2_reads_as_deepseek_v3():
+    """Kimi-K2's config.json names model_type 'kimi_k2' over DeepseekV3ForCausalLM."""
+    cfg = json.loads((bundled_dir("scenarios") / "models" / "deepseek-v3.json").read_text())
+    cfg.update(model_type="kimi_k2", num_attention_heads=64, n_routed_experts=None,
+               num_nextn_predict_layers=0)
+    fields = read_hf_config(cfg, "kimi.json").model_fields()
+    assert (fields["num_heads"], fields["mla"]["kv_lora_rank"], "mtp" in fields) == \
+        (64, 512, False)

@@ -14,7 +14,7 @@ transformers class reads (transformers/models/*/configuration_*.py):
     gpt_neox                         hidden_size, num_hidden_layers, num_attention_heads,
                                      intermediate_size, hidden_act, vocab_size,
                                      tie_word_embeddings, max_position_embeddings
-    deepseek_v3                      the multi-head latent attention, multi-token
+    deepseek_v3, kimi_k2             the multi-head latent attention, multi-token
                                      prediction and expert keys (hf_deepseek.py)
 
 A mixture of experts (num_local_experts > 1) becomes `model.moe` with `experts` and `top_k`
@@ -179,6 +179,9 @@ READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {
     "llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama,
     "gpt2": _gpt2, "gpt_neox": _neox,
     "deepseek_v3": _deepseek_v3,
+    # Kimi-K2 reuses DeepseekV3ForCausalLM with model_type 'kimi_k2' (Moonshot AI's
+    # Kimi-K2 deployment guide: "we set model_type kimi_k2 in config.json")
+    "kimi_k2": _deepseek_v3,
 }
 
 

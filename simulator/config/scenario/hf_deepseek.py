@@ -139,7 +139,7 @@ def read_deepseek_v3(cfg: dict[str, Any], src: str) -> DeepseekV3:
         raise InputError(src, _KEY, f"num_nextn_predict_layers: found {depth!r}; expected "
                          "an integer from 0 to 64")
     return DeepseekV3(
-        family="deepseek_v3", hidden=h, layers=_get(cfg, "num_hidden_layers", src),
+        family=str(cfg["model_type"]), hidden=h, layers=_get(cfg, "num_hidden_layers", src),
         heads=heads, kv_heads=heads, head_dim=nope + rope,
         ffn=_get(cfg, "intermediate_size", src),
         activation=_activation(cfg.get("hidden_act", "silu"), True, src),
