@@ -339,22 +339,23 @@ def test_deepseek_v3_parameters_match_the_published_figures():
     m = load_hf("deepseek-v3")
     assert abs(m.param_count() - 671e9) / 671e9 < 0.005
     # 37.55B with the embedding table and the LM head whole: the published 37B is rounded
-    assert abs(m.active_params() - 37e9) / 37e9 < 0.015
-    assert abs(m.param_count() + m.mtp_params() - 685e9) / 685e9 < 0.005
+    assert abs(m.deepseek.count(m, m.top_k) - 37e9) / 37e9 < 0.015
+    assert abs(m.param_count() + m.deepseek.mtp_params(m) - 685e9) / 685e9 < 0.005
 
 
 def test_the_simulated_mla_layer_has_deepseek_v3s_attention_parameters():
     """The graph's MLA weights and latent norms of one layer (the simulator's) equal the
     Hugging Face module's (the LayerNorm before it apart)."""
     m = load_hf("deepseek-v3")
+    k = m.deepseek
     d = GptDims(layers=1, hidden=m.hidden, heads=m.heads, kv_heads=m.heads, ffn=8, seq=4,
-                vocab=8, batch=1, q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank,
-                qk_nope_head_dim=m.qk_nope_head_dim, qk_rope_head_dim=m.qk_rope_head_dim,
-                v_head_dim=m.v_head_dim)
+                vocab=8, batch=1, q_lora_rank=k.q_lora_rank, kv_lora_rank=k.kv_lora_rank,
+                qk_nope_head_dim=k.qk_nope_head_dim, qk_rope_head_dim=k.qk_rope_head_dim,
+                v_head_dim=k.v_head_dim)
     graph = _mla_graph(d)
     mla_params = sum(math.prod(t.shape) for n, t in graph.tensors.items()
                      if t.kind == "parameter" and not n.startswith("l0.ln1"))
-    assert mla_params == m.attention_params() == 187_107_328
+    assert mla_params == k.attention_params(m) == 187_107_328
 
 
 def test_from_hf_reads_mla_and_mtp_and_refuses_what_it_cannot_express(tmp_path):
