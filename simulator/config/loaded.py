@@ -126,6 +126,12 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
     if err is not None:
         raise InputError(err.source, err.key, f"{err.message} (the scenario's model.dtype "
                          f"is {dtype})")
+    fp4 = scenario.training.fp4_recipe
+    if fp4 != "none" and not hw.has_dtype("fp4"):
+        raise InputError(scenario.source, "training.fp4_recipe",
+                         f"{fp4} runs GEMMs on FP4 tensor cores; '{hw.name}' has none (its "
+                         f"profile gives no peak_tflops.fp4); Blackwell has them: b200-sxm, "
+                         f"gb200-nvl72, b300-sxm, gb300-nvl72")
     if scenario.cluster.node_types is None:
         return
 
