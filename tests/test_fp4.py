@@ -105,6 +105,7 @@ def test_runs_on_b200_and_reports_mfu_against_the_bf16_peak():
     base, fp4 = (json.loads(_run("hardware=b200-sxm", f"training.fp4_recipe={r}").stdout)
                  for r in ("none", "nvfp4"))
     assert fp4["iteration_time_s"] < base["iteration_time_s"]
+    assert fp4["config"]["fp4_recipe"] == "nvfp4" and "fp4_recipe" not in base["config"]
     assert fp4["model_flops_per_iteration"] == base["model_flops_per_iteration"]
     # the model dtype stays bf16: MFU over the bf16 peak, so it rises with the speed
     assert fp4["mfu"] / base["mfu"] == pytest.approx(
