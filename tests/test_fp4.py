@@ -126,3 +126,19 @@ def test_a_framework_without_a_low_precision_recipe_refuses_it():
     with pytest.raises(InputError) as err:
         fp8_recipe(sc, fw)
     assert err.value.key == "training.fp4_recipe"
+
+
+def test_a_mixed_cluster_refuses_it_on_the_node_type_without_fp4():
+    res = _run_scenario("mixed-a100-h100-pp2", "hardware=b200-sxm",
+                        "cluster.node_types=[{hardware: b200-sxm, nodes: 2}, "
+                        "{hardware: h100-sxm, nodes: 2}]", "training.fp4_recipe=mxfp4")
+    assert res.exit_code == 2
+    assert ("cluster.node_types[1].hardware: training.fp4_recipe mxfp4 runs GEMMs on FP4 "
+            "tensor cores; 'h100-sxm' has none") in res.stderr
+
+
+def _run_scenario(name: str, *sets: str) -> Any:
+    args = ["run", name, "--json"]
+    for s in sets:
+        args += ["--set", s]
+    return CliRunner().invoke(app, args)
