@@ -213,3 +213,34 @@ def test_verify_passes_and_fails_under_a_dropped_gradient_send():
     assert not broken.ok
     failed = {c.tensor for c in broken.checks if not c.ok}
     assert {"l1.res2.grad (sent stage 1 -> 0)", "l0.wq.grad"} <= failed
+
+
+@pytest.mark.parametrize("shard", [0, 1, 2])
+@pytest.mark.parametrize("overlap", [True, False])
+def test_each_stage_copy_reduces_its_gradients_over_data_parallel(shard: int, overlap: bool):
+    """Each direction's stage ends its gradient accumulation at its own last micro-batch
+    (m/2 - 1 forward, m - 1 reverse): device d reduces the buckets of both its stages, as
+    1F1B's devices d and p-1-d do; ZeRO-2 reduce-scatters each earlier micro-batch's."""
+    def grad_bytes(schedule: str) -> dict[int, float]:
+        sc = parse_scenario({
+            "name": "dp", "hardware": "a100-80gb", "cluster": {"nodes": 1, "devices_per_node": 8},
+            "model": {"type": "transformer", "layers": 8, "hidden_size": 512, "num_heads": 8,
+                      "seq_length": 512, "vocab_size": 4096, "dtype": "bf16"},
+            "training": {"global_batch_size": 16, "micro_batch_size": 1},
+            "parallel": {"pipeline": 4, "data": 2, "schedule": schedule,
+                         "optimizer_shard": shard, "overlap": {"grad_reduce": overlap}}},
+            "dp.yaml")
+        r = simulate(sc, A100)
+        out: dict[int, float] = {}
+        for t in r.plan.tasks:
+            if t.name in ("grad_bucket", "grad_reduce"):
+                stage = r.plan.stage_of[r.plan.devices.index(t.device)]
+                out[stage] = out.get(stage, 0.0) + sum(b for _, b in t.comm)
+        return out
+
+    dual, one = grad_bytes("dualpipe"), grad_bytes("1f1b")
+    for d in range(4):
+        # ZeRO-2 reduces every micro-batch's gradients: 8 through a 1F1B stage, 4 through
+        # each DualPipe stage copy; otherwise the last micro-batch's, once per stage
+        share = 4 / 8 if shard == 2 else 1.0
+        assert dual[d] == pytest.approx((one[d] + one[3 - d]) * share, rel=1e-9)

@@ -42,9 +42,10 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from simulator.lower.costs import Priced
     from simulator.lower.lowering import Lowering
 
-__all__ = ["dualpipe_steps", "mirror_stage", "emit_step", "STEP_ARGS"]
+__all__ = ["dualpipe_steps", "mirror_stage", "emit_step", "pair_exposed", "STEP_ARGS"]
 
 
 def mirror_stage(vs: int, stages: int) -> int:
@@ -151,3 +152,14 @@ def emit_step(low: Lowering, dev: int, kind: str, mb: int, vs: int) -> None:
     if pending is not None:
         peer, pmb, pvs = pending
         low._send(dev, peer, "fwd", pmb, pvs, low.b.ids[("C", dev, task, mb, vs)])
+
+
+def pair_exposed(low: Lowering, pieces: tuple[Priced, ...]) -> float:
+    """Communication of an overlapped forward-backward pair that its computation does not
+    hide (`pieces`: the pair's backward; its forward was recorded in `low.pair_fwd`): both
+    halves' collectives against both halves' kernels (DeepSeek-V3 Sec. 3.2.1: each chunk's
+    all-to-all and pipeline communication run beside the other's computation)."""
+    fwd_compute, fwd_comm = low.pair_fwd
+    low.pair_fwd = (0.0, 0.0)
+    comm = fwd_comm + sum(p.comm_s for p in pieces)
+    return max(0.0, comm - fwd_compute - sum(p.compute_s for p in pieces))

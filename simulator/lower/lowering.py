@@ -43,7 +43,7 @@ from simulator.lower import comm_graph
 from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.costs import CostModel, Priced
 from simulator.lower.data_parallel import DataParallel
-from simulator.lower.dualpipe import emit_step
+from simulator.lower.dualpipe import emit_step, pair_exposed
 from simulator.lower.layout import RankMesh, rank_mesh
 from simulator.lower.offload import Offload
 from simulator.lower.pipeline import schedule_steps
@@ -116,6 +116,18 @@ class Lowering:
         # host memory each simulated device's offload keeps there (`_host_bytes`)
         self.host_bytes: dict[int, float] = share.host_bytes if share else {}
 
+    def micro_range(self, vs: int) -> range:
+        """The micro-batches that pass virtual stage vs: all of them, or under DualPipe
+        those of its direction (the first half forward, the second reverse)."""
+        if not self.ranks.mirrored:
+            return range(self.micro)
+        half = self.micro // 2
+        return range(half) if vs < self.ranks.pipeline else range(half, self.micro)
+
+    def last_micro(self, vs: int) -> int:
+        """The last micro-batch through vs: its backward ends vs's gradient accumulation."""
+        return self.micro_range(vs)[-1]
+
     def _host_bytes(self, params: int, vss: list[int]) -> float:
         """Host memory a device's offload keeps there: ZeRO-Offload's optimizer states and
         the gradient shard they are updated from (Ren et al. 2021, Sec. 4.1: 12 + 2 bytes
@@ -169,7 +181,7 @@ class Lowering:
                                 else ("C", dev, "F", mb, vs - 1)],)
         # the first micro-batch's forward waits, piece by piece, for the parameter all-gather;
         # under ZeRO-3 every forward does, for the gather of its unit
-        gates = self.gates.pop((dev, vs), None) if mb == 0 else None
+        gates = self.gates.pop((dev, vs), None) if mb == self.micro_range(vs)[0] else None
         held: tuple[float, ...] = ()
         units = self.dp.unit_gates(dev, "F", mb, vs)
         if units is not None:
@@ -250,11 +262,11 @@ class Lowering:
         deps += self.dp.gather_before(dev, vs, ("B", mb, vs))
         units = None if w.recomputed else self.dp.unit_gates(dev, "B", mb, vs)
         split = units is not None or self.off.split or (
-            mb == self.micro - 1 and self.data > 1 and self.par.overlap.grad_reduce)
+            mb == self.last_micro(vs) and self.data > 1 and self.par.overlap.grad_reduce)
         pieces = self._bwd_pieces(vs, "B" if wp else "BW", split)
         gates, held = units if units is not None else (((),) * len(pieces), ())
         grads: Alloc = (("activations", w.w_grad_bytes),) if wp else ()
-        exposed = self._pair_exposed(pieces) if pair else 0.0
+        exposed = pair_exposed(self, pieces) if pair else 0.0
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
@@ -278,16 +290,6 @@ class Lowering:
         if not wp and (self.par.overlap.grad_reduce or self.dp.per_unit):
             self.dp.reduce(dev, mb, vs, tids[-1:] if w.whole_grads else tids)
 
-    def _pair_exposed(self, pieces: tuple[Priced, ...]) -> float:
-        """Communication of an overlapped forward-backward pair that its computation does
-        not hide: both halves' collectives against both halves' kernels (DeepSeek-V3 Sec.
-        3.2.1: each chunk's all-to-all and pipeline communication run beside the other's
-        computation)."""
-        fwd_compute, fwd_comm = self.pair_fwd
-        self.pair_fwd = (0.0, 0.0)
-        comm = fwd_comm + sum(p.comm_s for p in pieces)
-        return max(0.0, comm - fwd_compute - sum(p.compute_s for p in pieces))
-
     def _bwd_pieces(self, vs: int, kind: str, split: bool) -> tuple[Priced, ...]:
         """The pieces a 'B', 'BW' (whole backward) or 'W' task runs, or their whole as one
         (with W passes, B is the input-gradient part of the backward)."""
@@ -306,7 +308,7 @@ class Lowering:
         """W of micro-batch mb (Qi et al. 2023, Sec. 2); the gradient reductions follow it."""
         w = self.work[vs]
         split = self.dp.per_unit or (
-            mb == self.micro - 1 and self.data > 1 and self.par.overlap.grad_reduce)
+            mb == self.last_micro(vs) and self.data > 1 and self.par.overlap.grad_reduce)
         pieces = self._bwd_pieces(vs, "W", split)
         kept = (("activations", self._w_inputs(vs) + w.w_grad_bytes),)
         tids = []

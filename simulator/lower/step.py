@@ -21,7 +21,7 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
     compute = low.b.streams[(dev, "compute")]
     if not low.par.overlap.grad_reduce and not low.dp.per_unit:
         for vs in vss:
-            for mb in range(low.micro):
+            for mb in low.micro_range(vs):
                 low.dp.reduce(dev, mb, vs, [compute[-1]])
     last_comm = tuple(low.b.streams[(dev, s)][-1] for s in ("dp", "dp_reduce")
                       if low.b.streams.get((dev, s)))
