@@ -65,6 +65,14 @@ class GptDims:
     top_k: int = 1
     capacity: int = 0
     moe_every: int = 1
+    # each routed expert's FFN width (0: `ffn`), the shared experts' total width (0: none),
+    # the router's score function, whether the chosen weights are renormalised (None: when
+    # top_k > 1) and their scale (graph.ops.moe)
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    score: str = "softmax"
+    normalize: bool | None = None
+    route_scale: float = 1.0
     # context parallel: attention as ring attention over `context` sequence blocks
     context: int = 1
     # a vision transformer (`patch` > 0; Dosovitskiy et al. 2021): images of `channels` x

@@ -13,9 +13,9 @@ __all__ = ["layer_kinds"]
 
 def layer_kinds(m: TransformerModel) -> tuple[LayerKind, ...]:
     """One LayerKind per layer of `m`, first layer first: attention in every layer, and a
-    mixture of experts in the FFN of every `moe.every`-th layer, the last of each group
-    (GShard's every other layer: 1, 3, 5, ...; Megatron-LM --moe-layer-freq), else dense."""
+    mixture of experts in the FFN of every `moe.every`-th layer after the `moe.first_dense`
+    dense ones, the last of each group (GShard's every other layer: 1, 3, 5, ...;
+    Megatron-LM --moe-layer-freq; DeepSeek's first_k_dense_replace), else dense."""
     moe = m.moe_spec()
-    return tuple(LayerKind(ffn="moe" if moe is not None and (i + 1) % moe.every == 0
-                           else "dense")
+    return tuple(LayerKind(ffn="moe" if moe is not None and moe.is_moe(i) else "dense")
                  for i in range(m.layers))

@@ -90,6 +90,10 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "router": ("B", "B"), "route": ("B", "B"), "gate": ("B", "B"), "dispatch": ("B", "B"),
     "efc1": ("f", "f"), "efc3": ("f", "f"), "eact": ("d3", "d3"), "eglu": ("d3", "d3"),
     "efc2": ("f", "f"), "combine": ("P2", "P2"),
+    # shared experts: column- then row-parallel as the dense FFN, Partial into their sum
+    # with the (Partial) combine
+    "sfc1": ("f", "f"), "sfc3": ("f", "f"), "sact": ("d2", "d2"), "sglu": ("d2", "d2"),
+    "sfc2": ("f", "f"), "sadd": ("PP", "PP"),
 }
 # 2-D tensor parallel: role -> (choice on `tpx`, choice on `tpy`); the norm regions
 # (_SEQ_REGION) split the sequence on both under sequence parallel, else neither
@@ -116,7 +120,7 @@ _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
              "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b",
              "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
-             "efc2": "b", "combine": "b"}
+             "efc2": "b", "combine": "b", "sfc1": "b", "sfc3": "b", "sfc2": "b"}
 
 # An op whose role none of these tables names (a model's own stem or head op, such as a
 # vision transformer's patch embedding) runs replicated on the tensor-parallel axes, as
@@ -239,11 +243,20 @@ def model_dims(m: TransformerModel, layers: int, batch: int, flash: bool = False
     return with_moe(dims, m.moe)
 
 
-def with_moe(dims: GptDims, moe: MoeSpec | None) -> GptDims:
+def with_moe(dims: GptDims, moe: MoeSpec | None, exact: bool = False) -> GptDims:
     """`dims` with the scenario's mixture of experts (capacity per sample of dims.seq
-    tokens, simulator/graph/ops/moe.py)."""
+    tokens, simulator/graph/ops/moe.py; `exact`: a dropless router's verification case)."""
     if moe is None:
         return dims
-    capacity = expert_capacity(moe.experts, moe.top_k, moe.capacity_factor, dims.seq)
-    return dataclasses.replace(dims, experts=moe.experts, top_k=moe.top_k, capacity=capacity,
-                               moe_every=moe.every)
+    if moe.capacity_factor is not None:
+        capacity = expert_capacity(moe.experts, moe.top_k, moe.capacity_factor, dims.seq)
+    else:
+        # dropless: in run each expert's mean load (a dropless grouped GEMM runs the tokens
+        # routed, no padding; `imbalance` prices the busiest rank); in verify (`exact`) a
+        # slot for every token of the sample, so that no token is dropped
+        capacity = dims.seq if exact else expert_capacity(moe.experts, moe.top_k, 1.0,
+                                                          dims.seq)
+    return dataclasses.replace(
+        dims, experts=moe.experts, top_k=moe.top_k, capacity=capacity, moe_every=moe.every,
+        expert_ffn=moe.expert_ffn(dims.ffn), shared_ffn=moe.shared_ffn(dims.ffn),
+        score=moe.score, normalize=moe.normalized(), route_scale=moe.scaling_factor)
