@@ -11,6 +11,7 @@ import math
 import pytest
 
 from simulator.config.hardware import load_profile
+from simulator.config.resources import bundled_dir
 from simulator.config.scenario import parse_scenario
 from simulator.config.scenario.hf import load_hf, read_hf_config
 from simulator.errors import InputError
@@ -69,7 +70,8 @@ def test_qwen3_moe_maps_to_model_moe():
 
 
 def _cfg(**extra) -> dict:
-    cfg = json.loads(open("scenarios/models/qwen3-30b-a3b.json").read())
+    path = bundled_dir("scenarios") / "models" / "qwen3-30b-a3b.json"
+    cfg = json.loads(path.read_text(encoding="utf-8"))
     return {**cfg, **extra}
 
 
