@@ -12,6 +12,9 @@ import dataclasses
 
 import numpy as np
 import pytest
+from test_moe import _moe_data
+
+from simulator.config.hardware import load_profile
 
 from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
@@ -28,6 +31,7 @@ from simulator.numeric.rulecheck import check_signature
 from simulator.numeric.verify import verify_case
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.rules import signatures
+from simulator.simulation.simulate import simulate
 
 GATE_ATTRS = [{}, {"score": "sigmoid"}, {"score": "sigmoid", "normalize": False},
               {"normalize": False, "scale": 2.5}, {"score": "sigmoid", "scale": 2.5}]
@@ -269,3 +273,25 @@ def test_bad_modern_moe_settings_are_refused_by_name(override, message):
         assert "model.moe.score" in str(err.value) and "sigmoid" in str(err.value)
     else:
         assert str(err.value).endswith(message)
+
+
+# ---- ZeRO / distributed optimizer over the expert-data-parallel group ---------------------
+
+def test_distributed_optimizer_shards_dense_weights_over_data_and_experts_over_edp():
+    """ZeRO-1 (Megatron-Core's distributed optimizer, one per group): the dense weights'
+    states over all `data` ranks, each expert's over the data/expert ranks that hold it, so
+    a device keeps 12 bytes (fp32 master, Adam m and v) x (dense + all experts) / data
+    whatever the expert degree, also at expert = data, where no rank but the ep ranks
+    shares a weight (before, nothing was sharded there). GPT-style layer: q, k, v, o with
+    biases and two norms; 8 experts of 2 h f, a router h E; the token and position tables
+    and the final norm."""
+    h, f, E, L, V, s = 512, 1024, 8, 4, 1024, 256
+    dense = L * (4 * h * h + 4 * h + 4 * h + h * E) + V * h + s * h + 2 * h
+    experts = L * E * 2 * h * f
+    for expert in (1, 2, 4, 8):
+        sc = _parse(_moe_data(), [f"parallel.expert={expert}", "parallel.optimizer_shard=1"])
+        mem = dict(simulate(sc, load_profile("h100-sxm")).memory.by_category)
+        assert mem["optimizer_states"] == pytest.approx(12 * (dense + experts) / 8, rel=1e-12)
+    unsharded = _parse(_moe_data(), ["parallel.expert=8"])
+    mem = dict(simulate(unsharded, load_profile("h100-sxm")).memory.by_category)
+    assert mem["optimizer_states"] == pytest.approx(12 * (dense + experts / 8), rel=1e-12)

@@ -36,7 +36,13 @@ from simulator.graph.decoder import GptDims
 from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
 from simulator.models.optimizer_threshold import kept_whole, optimizer_threshold
-from simulator.models.params import block_params, embed_op, head_op, param_names
+from simulator.models.params import (
+    block_params,
+    embed_op,
+    expert_params,
+    head_op,
+    param_names,
+)
 from simulator.models.recompute import recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
@@ -335,6 +341,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
                   saved_bytes=sv.total(embed.select)),
             Block("layer", fwd["layer"], bwd["layer"], recompute, repeat=m.layers // unit,
                   layers=unit, params=params, param_tensors=tensors,
+                  expert_params=expert_params(plan, layer.select),
                   unsharded=small_params(plan, layer.select, small),
                   grad_sync=coalesce(_sync(plan, steps, layer.select), "grad_sync"),
                   saved_bytes=per_layer,
