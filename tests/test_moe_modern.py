@@ -15,7 +15,6 @@ import pytest
 from test_moe import _moe_data
 
 from simulator.config.hardware import load_profile
-
 from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.graph.builders import FFNS
@@ -29,7 +28,10 @@ from simulator.models.layers import layer_kinds
 from simulator.models.transformer_plan import gpt_dims
 from simulator.numeric.rulecheck import check_signature
 from simulator.numeric.verify import verify_case
+from simulator.program.model_program import transformer_program
 from simulator.sharding.mesh import Mesh
+from simulator.sharding.placement import Shard
+from simulator.sharding.plan import build_plan
 from simulator.sharding.rules import signatures
 from simulator.simulation.simulate import simulate
 
@@ -295,3 +297,42 @@ def test_distributed_optimizer_shards_dense_weights_over_data_and_experts_over_e
     unsharded = _parse(_moe_data(), ["parallel.expert=8"])
     mem = dict(simulate(unsharded, load_profile("h100-sxm")).memory.by_category)
     assert mem["optimizer_states"] == pytest.approx(12 * (dense + experts / 8), rel=1e-12)
+
+
+# ---- expert tensor parallelism --------------------------------------------------------------
+
+def test_expert_tensor_parallel_1_splits_whole_experts_over_tensor_ranks():
+    """parallel.expert_tensor=1 (Megatron-Core --expert-tensor-parallel-size 1) with tensor 2
+    and expert 8 on data 4: the ep mesh axis is 8 / 2 = 4 ranks and the tensor-parallel
+    ranks split the experts further (dim 0 on ep and on tp: one whole expert per device, as
+    many expert parameters as expert 4 with each expert's FFN split in two); verify proves
+    it, shared experts and sigmoid scores included."""
+    s = _parse(_data(**_MODERN), ["parallel.expert=8", "parallel.expert_tensor=1"])
+    case = build_case(s)
+    assert case.mesh.axes == (("dp", 1), ("ep", 4), ("tp", 2))
+    plan = build_plan(case.sharded, case.mesh)
+    w1 = plan.layouts["l1.experts.w1"].placements
+    assert w1[1] == Shard(0) and w1[2] == Shard(0)
+    assert plan.layouts["l1.shared.w1"].placements[2] == Shard(1)  # as the dense FFN
+    result = verify_case(case)
+    assert result.ok, [c for c in result.checks if not c.ok]
+    whole = transformer_program(s).block("layer").expert_params
+    split = transformer_program(_parse(_data(**_MODERN))).block("layer").expert_params
+    assert whole == split == 8 * (2 * 32 * 16) // 8  # 8 experts of 2 h f (gelu) over 8
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["parallel.expert_tensor=4", "parallel.tensor=4", "parallel.data=2",
+      "parallel.expert=2", "parallel.expert_tensor=2"],
+     "parallel.expert_tensor: 2 is not simulated (allowed: 1, whole experts on the "
+     "tensor-parallel ranks, or parallel.tensor=4, each expert split as the dense FFN is)"),
+    (["parallel.expert_tensor=1", "parallel.expert=3"],
+     "parallel.expert: 3 with parallel.expert_tensor=1 must be a multiple of parallel.tensor=2 "
+     "(the tensor-parallel ranks are part of the expert-parallel group)"),
+    (["parallel.expert_tensor=1", "parallel.expert=16", "model.moe.experts=16"],
+     "parallel.expert / parallel.tensor: 8 must divide parallel.data=4 (valid: 1, 2, 4)"),
+])
+def test_bad_expert_tensor_degrees_are_refused_by_name(overrides, message):
+    with pytest.raises(InputError) as err:
+        _parse(_data(), overrides)
+    assert str(err.value).endswith(message)

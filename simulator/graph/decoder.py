@@ -73,6 +73,9 @@ class GptDims:
     score: str = "softmax"
     normalize: bool | None = None
     route_scale: float = 1.0
+    # the expert FFNs split their FFN dim on the tensor-parallel axis (Megatron-Core's expert
+    # tensor parallel size = tensor); false: their expert dim (expert tensor parallel 1)
+    expert_tp: bool = True
     # context parallel: attention as ring attention over `context` sequence blocks
     context: int = 1
     # a vision transformer (`patch` > 0; Dosovitskiy et al. 2021): images of `channels` x

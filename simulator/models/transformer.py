@@ -141,7 +141,7 @@ def gpt_case(s: Scenario, dims: GptDims, notes: list[str]) -> VerifyCase:
         notes.append(f"{micro} of {s.grad_accum_steps} gradient-accumulation steps run")
     per_micro = dims.batch * p.data
     sharded, mesh = planned_transformer(dataclasses.replace(dims, batch=per_micro), p.data,
-                                        p.tensor, p.sequence_parallel, p.expert,
+                                        p.tensor, p.sequence_parallel, p.expert_axis,
                                         tuple(p.tensor_nd) if p.tensor_nd else None)
     graph = build_gpt(dataclasses.replace(dims, batch=per_micro))
     whole = build_gpt(dataclasses.replace(dims, batch=per_micro * micro))

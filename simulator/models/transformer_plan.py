@@ -74,8 +74,8 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
 __all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
-           "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "TP3D_WEIGHT_AXIS", "gpt_dims",
-           "model_dims", "uses_flash", "with_moe"]
+           "TP_ROLES", "EP_ROLES", "ETP1_ROLES", "TP2D_ROLES", "TP2D_AXES", "TP3D_WEIGHT_AXIS",
+           "gpt_dims", "model_dims", "uses_flash", "with_moe"]
 
 TP_ROLES: dict[str, tuple[str, str]] = {
     # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
@@ -114,6 +114,17 @@ TP3D_WEIGHT_AXIS = "tpz"
 # on `ep` the experts split the expert dim; every other op splits the batch as on `dp`
 EP_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
                             "efc2": "e"}
+# expert tensor parallel 1 (Megatron-Core --expert-tensor-parallel-size 1): on `tp` the
+# expert GEMMs split the expert dim, nested inside the split `ep` makes (tp inner, as
+# Megatron-Core orders its expert groups etp-ep-edp); the dispatched slots stay whole on
+# `tp` (each rank takes its experts' block locally) and the combine takes the expert
+# outputs as a Partial sum (zeros outside a rank's experts), so the `ep` all-to-alls carry
+# the whole tensor group's tokens, as with expert tensor parallel = tensor. (Splitting
+# the slots on `tp` too makes the planner move them with three all-to-alls, tp-ep-tp,
+# 1.5x the bytes.) Megatron-Core runs one all-to-all over the tp x ep ranks instead,
+# each rank sending its sequence-parallel share: 1/tp of these bytes.
+ETP1_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
+                              "efc2": "e"}
 _SEQ_REGION = ("embed_pos", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2",
                "proj_bias", "proj_drop", "fc2_bias", "fc2_drop")
 _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
@@ -134,8 +145,8 @@ _CP_LABEL = {"embed": "i1", "q_mm": "s", "k_mm": "s", "v_mm": "s", "attn": "s",
 
 
 def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False,
-                        context: bool = False, two_d: bool = False, three_d: bool = False
-                        ) -> dict[str, str]:
+                        context: bool = False, two_d: bool = False, three_d: bool = False,
+                        expert_tp: bool = True) -> dict[str, str]:
     """The per-mesh-axis choice for an op of this role (with `expert`: on (dp, ep, tp);
     with `context`: on (dp, cp, tp); with `two_d`: on (dp, tpx, tpy); with `three_d`: on
     (dp, tpx, tpy, tpz), tpz splitting the batch as dp does)."""
@@ -154,6 +165,8 @@ def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False
         return {"dp": dp, "cp": _CP_LABEL.get(role, "d1"), "tp": tp}
     if not expert:
         return {"dp": dp, "tp": tp}
+    if not expert_tp:
+        tp = ETP1_ROLES.get(role, tp)
     return {"dp": dp, "ep": EP_ROLES.get(role, dp), "tp": tp}
 
 
@@ -168,8 +181,8 @@ def _choices_2d(role: str, sequence_parallel: bool) -> dict[str, str]:
 
 
 def apply_transformer_plan(graph: Graph, sequence_parallel: bool, expert: bool = False,
-                           context: bool = False, two_d: bool = False, three_d: bool = False
-                           ) -> Graph:
+                           context: bool = False, two_d: bool = False, three_d: bool = False,
+                           expert_tp: bool = True) -> Graph:
     """The graph with every op's strategy set for a (dp, tp) mesh, (dp, ep, tp),
     (dp, cp, tp), (dp, tpx, tpy) or (dp, tpx, tpy, tpz); under 3-D every parameter is kept
     split on tpz (gathered before use)."""
@@ -177,7 +190,7 @@ def apply_transformer_plan(graph: Graph, sequence_parallel: bool, expert: bool =
     for op in graph.ops:
         role = op.name.split(".")[-1]
         choices = transformer_choices(role, sequence_parallel, expert, context, two_d,
-                                      three_d)
+                                      three_d, expert_tp)
         ops.append(dataclasses.replace(op, strategy=Strategy(axes=choices)))
     tensors = graph.tensors
     if three_d:
@@ -204,7 +217,8 @@ def planned_transformer(dims: GptDims, data: int, tensor: int, sequence_parallel
         return graph, Mesh.of(dp=data, tpx=x, tpy=y)
     moe = dims.experts > 0
     cp = dims.context > 1
-    graph = apply_transformer_plan(build_gpt(dims), sequence_parallel and tensor > 1, moe, cp)
+    graph = apply_transformer_plan(build_gpt(dims), sequence_parallel and tensor > 1, moe, cp,
+                                   expert_tp=dims.expert_tp or tensor == 1)
     if cp:
         return graph, Mesh.of(dp=data, cp=dims.context, tp=tensor)
     if not moe:
@@ -221,12 +235,13 @@ def uses_flash(scenario: Scenario, fused_default: bool = False) -> bool:
 
 def gpt_dims(scenario: Scenario, flash: bool, layers: int | None = None) -> GptDims:
     """The GPT graph dimensions of a transformer scenario: one micro-batch of every
-    data-parallel replica. GPT-style (gelu) models carry biases, Llama-style (swiglu) none."""
-    m = scenario.model
+    data-parallel replica. GPT-style (gelu) models carry biases, Llama-style (swiglu) none;
+    `parallel.expert_tensor: 1` keeps experts whole on the tensor-parallel ranks."""
+    m, p = scenario.model, scenario.parallel
     assert isinstance(m, TransformerModel), "gpt_dims needs a transformer model"
-    return model_dims(m, layers or m.layers,
-                      scenario.training.micro_batch_size * scenario.parallel.data, flash,
-                      scenario.parallel.context)
+    dims = model_dims(m, layers or m.layers, scenario.training.micro_batch_size * p.data,
+                      flash, p.context)
+    return dims if p.experts_tensor_split else dataclasses.replace(dims, expert_tp=False)
 
 
 def model_dims(m: TransformerModel, layers: int, batch: int, flash: bool = False,

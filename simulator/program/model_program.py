@@ -134,7 +134,7 @@ def _planned(scenario: Scenario, fused_attention: bool, e: int
     dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
                     min(m.layers, 3 * (m.moe.every if m.moe else 1)))
     nd = tuple(p.tensor_nd) if p.tensor_nd else None
-    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert,
+    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert_axis,
                                       nd)
     return comm_options.plan(scenario, graph, mesh, e), dims
 

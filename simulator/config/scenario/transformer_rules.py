@@ -112,13 +112,34 @@ def experts(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
         yield "model.moe.every", (f"{moe.every} must divide model.layers={m.layers} "
                                   f"(valid: {divisors(m.layers)})")
     yield from _moe_widths(m, s)
-    yield from must_divide("parallel.expert", p.expert, "parallel.data", p.data)
+    yield from _expert_degrees(p)
     yield from must_divide("parallel.expert", p.expert, "model.moe.experts", moe.experts)
     if moe.imbalance != 1.0 and p.expert == 1:
         yield "model.moe.imbalance", (
             f"{moe.imbalance:g} needs parallel.expert > 1: on one expert-parallel rank every "
             f"device runs all experts on its own tokens, so no rank is busier than another "
             f"(allowed: 1.0)")
+
+
+def _expert_degrees(p: ParallelSpec) -> Iterator[Problem]:
+    """Expert parallel over data-parallel ranks; with expert tensor parallel 1 over the
+    tensor x data ranks, tensor-parallel ranks first (Megatron-Core's expert groups
+    etp-ep-edp fold tp x dp: initialize_model_parallel requires expert_tensor x expert to
+    divide tensor x data)."""
+    if p.expert_tensor is not None and p.expert_tensor not in (1, p.tensor):
+        yield "parallel.expert_tensor", (
+            f"{p.expert_tensor} is not simulated (allowed: 1, whole experts on the "
+            f"tensor-parallel ranks, or parallel.tensor={p.tensor}, each expert split as the "
+            f"dense FFN is)")
+    elif p.experts_tensor_split:
+        yield from must_divide("parallel.expert", p.expert, "parallel.data", p.data)
+    elif p.expert % p.tensor:
+        yield "parallel.expert", (
+            f"{p.expert} with parallel.expert_tensor=1 must be a multiple of parallel.tensor="
+            f"{p.tensor} (the tensor-parallel ranks are part of the expert-parallel group)")
+    else:
+        yield from must_divide("parallel.expert / parallel.tensor", p.expert // p.tensor,
+                               "parallel.data", p.data)
 
 
 def _moe_widths(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
