@@ -16,6 +16,7 @@ from test_moe import _moe_data
 
 from simulator.config.hardware import load_profile
 from simulator.config.scenario import parse_scenario
+from simulator.cost.compute import compute_efficiency
 from simulator.errors import InputError
 from simulator.graph.builders import FFNS
 from simulator.graph.decoder import GptDims, LayerKind
@@ -336,3 +337,23 @@ def test_bad_expert_tensor_degrees_are_refused_by_name(overrides, message):
     with pytest.raises(InputError) as err:
         _parse(_data(), overrides)
     assert str(err.value).endswith(message)
+
+
+def test_expert_gemms_run_as_grouped_gemms_at_their_own_rate():
+    """The expert GEMMs of the program are grouped GEMMs; the profile's
+    `efficiency.grouped_gemm_fraction` divides their rate and no other kernel's."""
+    s = _parse(_moe_data(), ["parallel.expert=4"])
+    layer = transformer_program(s).block("layer")
+    grouped = {op.name for op in layer.fwd + layer.bwd if getattr(op, "grouped", False)}
+    assert grouped == {f"expert_fc{i}{g}" for i in (1, 2) for g in ("", ".dgrad", ".wgrad")}
+    others = {op.name for op in layer.fwd + layer.bwd
+              if getattr(op, "kind", "") == "gemm" and not op.grouped}
+    assert "router" in others and not any(n.startswith("expert_") for n in others)
+    hw = load_profile("h100-sxm")
+    slow = hw.model_copy(update={"efficiency": hw.efficiency.model_copy(
+        update={"grouped_gemm_fraction": 0.5})})
+    spec = next(op for op in layer.fwd if getattr(op, "grouped", False))
+    dense = dataclasses.replace(spec, grouped=False)
+    assert compute_efficiency(spec, slow)[0] == pytest.approx(
+        0.5 * compute_efficiency(dense, slow)[0], rel=1e-12)
+    assert compute_efficiency(dense, slow) == compute_efficiency(dense, hw)

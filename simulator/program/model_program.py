@@ -52,6 +52,7 @@ from simulator.program.program import Block, Op, Program, coalesce
 from simulator.program.recompute_policy import sac_cached_bytes, sac_recompute
 from simulator.program.stack_ops import (
     fused_cross_entropy,
+    grouped_gemms,
     imbalanced,
     main_grad,
     p2p_blocking,
@@ -244,8 +245,8 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
         # it keeps the model-dtype logits for its backward, not the fp32 softmax
         head_saved -= (4.0 - e) * logits
     imbalance = m.moe.imbalance if m.moe else 1.0
-    fwd["layer"], bwd["layer"] = (imbalanced(fwd["layer"], imbalance),
-                                  imbalanced(bwd["layer"], imbalance))
+    fwd["layer"], bwd["layer"] = (grouped_gemms(imbalanced(fwd["layer"], imbalance)),
+                                  grouped_gemms(imbalanced(bwd["layer"], imbalance)))
     more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
     fwd["layer"], bwd["layer"] = fwd["layer"] + more[0], bwd["layer"] + more[1]
     params = layer.params(plan, graph)[0]
