@@ -22,6 +22,9 @@ from simulator.graph.decoder import (
     linear,
 )
 from simulator.graph.graph import Graph, GraphBuilder
+from simulator.graph.mamba import mamba_mixer
+from simulator.graph.mla import mla
+from simulator.graph.mtp import mtp_loss
 
 __all__ = ["MIXERS", "FFNS", "build_gpt", "build_mlp", "build_resnet"]
 
@@ -48,7 +51,7 @@ def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims)
                 kernel="context")
 
 
-def _attention(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
+def _attention(g: GraphBuilder, x: str, p: str, d: GptDims, kind: LayerKind) -> str:
     grp, r, hd = d.kv_heads, d.heads // d.kv_heads, d.head_dim
     a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln1.g", [d.hidden], "parameter"),
                            g.tensor(f"{p}.ln1.b", [d.hidden], "parameter")], f"{p}.ln1",
@@ -159,7 +162,7 @@ def _identity(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
 
 # the block builders of a layer's kinds (`LayerKind.mixer`, `LayerKind.ffn`)
 MIXERS: dict[str, Block] = {
-    "attention": _attention, "none": _identity}
+    "attention": _attention, "none": _identity, "mamba": mamba_mixer, "mla": mla}
 FFNS: dict[str, Block] = {
     "dense": _ffn, "moe": _moe_ffn, "none": _identity}
 
@@ -219,13 +222,14 @@ def build_gpt(d: GptDims) -> Graph:
         ce = g.op("SoftmaxCrossEntropy", [logits, labels], "ce", kernel="cross_entropy")
         g.op("ReduceMean", [ce], "loss", axes=[0], kernel="loss")
         return g.build()
-    if d.tied:
-        logits = g.op("Einsum", [x, wte], "head", equation="bsh,vh->bsv", kernel="lm_head")
-    else:
-        w = g.tensor("w_head", [d.vocab, d.hidden], "parameter")
-        logits = g.op("Einsum", [x, w], "head", equation="bsh,vh->bsv", kernel="lm_head")
+    w = wte if d.tied else g.tensor("w_head", [d.vocab, d.hidden], "parameter")
+    logits = g.op("Einsum", [x, w], "head", equation="bsh,vh->bsv", kernel="lm_head")
     ce = g.op("SoftmaxCrossEntropy", [logits, labels], "ce", kernel="cross_entropy")
-    g.op("ReduceMean", [ce], "loss", axes=[0, 1], kernel="loss")
+    loss = g.op("ReduceMean", [ce], "loss", axes=[0, 1], kernel="loss")
+    if d.mtp_depth:
+        last = d.kind(d.layers - 1)
+        mtp_loss(g, x, loss, d, wte, w, lambda g, x, p: FFNS[last.ffn](
+            g, MIXERS[last.mixer](g, x, p, d, last), p, d, last))
     return g.build()
 
 
