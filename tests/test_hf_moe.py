@@ -123,10 +123,15 @@ def _megatron_flops_per_token(h, layers, heads, groups, seq, vocab, dense_ffn, d
     ({"ffn_hidden_size": 2048, "shared_experts": 1, "experts": 32, "top_k": 4,
       "score": "sigmoid", "scaling_factor": 2.5},
      dict(expert_ffn=2048, top_k=4, shared_ffn=2048, experts=32)),
+    ({"ffn_hidden_size": 2048, "shared_experts": 2, "experts": 32, "top_k": 4,
+      "first_dense": 3, "score": "sigmoid"},
+     dict(expert_ffn=2048, top_k=4, shared_ffn=4096, experts=32, dense_layers=3)),
 ])
 def test_model_flops_per_token_follow_megatron_formula(moe, flops_args, overrides=()):
     """Mixtral-8x7B as imported, and the same with DeepSeek-style routed experts of their
-    own width and a shared expert, dropless (no padding): the model FLOPs of one iteration
+    own width and shared experts, then with its first 3 layers dense (3 dense + 29 MoE
+    layers: not periodic, one program block per layer kind), dropless (no padding): the
+    model FLOPs of one iteration
     over its tokens equal the formula (the learned position table and tied head the
     simulator's transformer still adds have no matmul FLOPs)."""
     s = _scenario({"from_hf": "mixtral-8x7b", "seq_length": 4096,
@@ -135,5 +140,6 @@ def test_model_flops_per_token_follow_megatron_formula(moe, flops_args, override
     m = s.model
     got = simulate(s, load_profile("h100-sxm")).model_flops
     tokens = s.training.global_batch_size * m.seq_length
-    want = _megatron_flops_per_token(4096, 32, 32, 8, 4096, 32000, 14336, 0, **flops_args)
+    args = {"dense_layers": 0, **flops_args}
+    want = _megatron_flops_per_token(4096, 32, 32, 8, 4096, 32000, 14336, **args)
     assert got / tokens == pytest.approx(want, rel=1e-9)

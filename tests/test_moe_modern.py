@@ -236,6 +236,24 @@ def test_verify_fails_when_sigmoid_and_softmax_are_swapped(monkeypatch):
     assert next(c for c in result.checks if c.tensor == "l1.route").ok
 
 
+def test_first_dense_layers_run_and_verify_as_their_own_group():
+    """4 layers, the first dense and 3 MoE (shared experts, sigmoid, own widths), dropless:
+    not periodic, so the program has a dense and an MoE group (1 + 3 copies) and verify
+    keeps both kinds."""
+    data = _data(first_dense=1, every=1, **_MODERN)
+    data["model"]["layers"] = 4
+    s = _parse(data, ["model.moe.capacity_factor=null"])
+    prog = transformer_program(s)
+    layers = [(b.name, b.repeat, b.expert_params > 0) for b in prog.blocks
+              if b.name.startswith("layer")]
+    assert layers == [("layer0", 1, False), ("layer1", 3, True)]
+    case = build_case(s)
+    kinds = [op.name.split(".")[0] for op in case.sharded.ops if op.type == "MoeRoute"]
+    assert kinds and "l0" not in kinds
+    result = verify_case(case)
+    assert result.ok, [c for c in result.checks if not c.ok]
+
+
 def test_dropless_verifies_with_room_for_every_token():
     """A dropless router's verification case has a slot per token of the sample (nothing
     dropped, whatever the routing); run's graph sizes each expert for its mean load."""
