@@ -56,7 +56,8 @@ DATA_CASES = [
     ("unknown-key", ["parallel.tensr=2"],
      "s.yaml: parallel.tensr: unknown key (did you mean 'tensor'?); allowed: comm_fusion, "
      "comm_subgraph, context, data, dataset_strategy, enable_alltoall, expert, "
-     "expert_tensor, full_batch, micro_batches, mode, offload, optimizer_shard, optimizer_threshold_kb, overlap, "
+     "expert_tensor, full_batch, micro_batches, mode, offload, optimizer_shard, "
+     "optimizer_threshold_kb, overlap, "
      "parameter_server, pipeline, pipeline_layers, recompute, recompute_comm, schedule, "
      "search, sequence_parallel, tensor, tensor_nd, virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
