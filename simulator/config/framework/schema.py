@@ -214,6 +214,10 @@ class MemoryOverheads(_Closed):
     persistent_buffers: StrictStr
     workspace_bytes: NonNegInt | None
     workspace_source: StrictStr
+    # the device allocator whose reserve `reserved_peak_bytes` models (report.allocator):
+    # PyTorch's caching allocator, without or with expandable segments; null: another one
+    caching_allocator: Literal["pytorch", "pytorch_expandable"] | None = None
+    caching_allocator_source: StrictStr = ""
 
 
 class CrossEntropy(_Closed):
