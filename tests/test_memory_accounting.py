@@ -92,6 +92,18 @@ def test_unfused_fp32_cross_entropy_backward_buffers():
     assert te.block("head").transient_bytes == 0.0
 
 
+def test_loss_parallel_backward_buffers_take_12_bytes_a_local_logit():
+    """Under tensor parallelism torchtitan's loss_parallel backward (zeros_like, exp and
+    their sum beside the saved log-softmax) takes 12 bytes a logit of its vocabulary
+    shard, the plain path 8; a stack stating no vocabulary-parallel figure keeps its plain
+    one."""
+    tp2 = ["parallel.tensor=2", "parallel.data=4", "training.global_batch_size=8"]
+    tt = simulate(load_scenario(TT_8B, tp2)).program
+    assert tt.block("head").transient_bytes == 12 * TOKENS * 128256 // 2
+    te = simulate(load_scenario(TT_8B, [*tp2, "framework=megatron-core"])).program
+    assert te.block("head").transient_bytes == 0.0
+
+
 def test_interleaved_last_chunk_holds_one_micro_batch_of_the_loss():
     """Issue 24 (c): Megatron's interleaved 1F1B runs the last rank's last chunk (head and
     loss) one-forward-one-backward, so one micro-batch of its fp32 loss state is alive at a
