@@ -90,3 +90,18 @@ def test_run_reports_reserved_at_least_allocated_and_none_without_torch(tmp_path
 @pytest.mark.parametrize("size", [1, 511, MIB, MIB + 1, 10 * MIB - 1, 10 * MIB, 33 * MIB + 3])
 def test_one_request_reserves_its_segment(size):
     assert reserved_bytes([(size, 1)]) == allocation_size(round_size(size))
+
+
+def test_memory_figure_draws_the_reserve_beside_the_stack_overhead():
+    from simulator import load_scenario, simulate
+    from simulator.report import summary
+    from simulator.report.interactive import memory_figure
+
+    base = "benchmarks/data/memory/tt-h100-llama31-8b.yaml"
+    result = simulate(load_scenario(base, ["model.layers=2"]))
+    mem = summary(result)["memory"]
+    line = [t for t in memory_figure(result)["data"] if t["name"] == "reserved at the peak"]
+    expected = (mem["reserved_peak_bytes"] + mem["framework_overhead_bytes"]) / 1e9
+    assert len(line) == 1 and line[0]["y"][0] == pytest.approx(expected, rel=1e-3)
+    other = simulate(load_scenario(base, ["model.layers=2", "framework=mindspore"]))
+    assert not [t for t in memory_figure(other)["data"] if t["name"] == "reserved at the peak"]

@@ -33,7 +33,8 @@ from typing import Any
 
 __all__ = ["MIN_BLOCK", "SMALL_SIZE", "SMALL_BUFFER", "LARGE_BUFFER", "MIN_LARGE_ALLOC",
            "ROUND_LARGE", "round_size", "allocation_size", "reserved_bytes",
-           "peak_requests", "reserved_peak"]
+           "peak_requests", "reserved_peak", "result_reserved",
+           "reserved_line_bytes"]
 
 MIN_BLOCK = 512  # kMinBlockSize: all sizes are rounded to at least 512 bytes
 SMALL_SIZE = 1 << 20  # kSmallSize: largest "small" allocation is 1 MiB
@@ -133,3 +134,24 @@ def reserved_peak(program: Any, by_category: dict[str, float], mode: str | None
     alive = {k: v for k, v in by_category.items() if k != "framework_overhead"}
     return reserved_bytes(peak_requests(program, alive),
                           expandable=mode == "pytorch_expandable")
+
+
+def result_reserved(result: Any) -> int | None:
+    """`reserved_peak_bytes` of a SimResult: `reserved_peak` of its peak's composition
+    under its framework profile's `memory_overheads.caching_allocator` (None without a
+    profile or for another allocator)."""
+    fw = getattr(result, "framework", None)
+    mode = fw.memory_overheads.caching_allocator if fw is not None else None
+    reserved = reserved_peak(result.program, dict(result.memory.by_category), mode)
+    return None if reserved is None else int(round(reserved))
+
+
+def reserved_line_bytes(result: Any) -> float | None:
+    """Where the memory plots draw the allocator's view of the peak: the reserved segments
+    and the stack's own memory beside them (`framework_overhead`, which the plots stack),
+    so that the line and the stacked peak differ by the allocator's rounding alone (None:
+    not modelled)."""
+    reserved = result_reserved(result)
+    if reserved is None:
+        return None
+    return reserved + dict(result.memory.by_category).get("framework_overhead", 0.0)

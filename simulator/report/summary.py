@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.report.allocator import reserved_peak
+from simulator.report.allocator import result_reserved
 from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES
 from simulator.report.run_config import config_lines, run_config
 from simulator.report.uncertainty import result_band
@@ -38,22 +38,13 @@ def _memory(result: Any) -> dict[str, Any]:
             # max_memory_reserved: the segments PyTorch's caching allocator reserves for the
             # tensors alive at the peak, its rounding only (report.allocator; fragmentation
             # beyond it has no public rule); null for another allocator
-            "reserved_peak_bytes": _reserved(result),
+            "reserved_peak_bytes": result_reserved(result),
             # host memory of a node that offloaded states and parameters hold there, and
             # the node's host DRAM (hardware.host.memory_GB); `fits` needs both
             "host_peak_bytes": int(round(host)),
             "host_capacity_bytes": int(round(host_cap)),
             "by_category_bytes": {c: int(round(dict(peak.by_category).get(c, 0.0)))
                                   for c in CATEGORIES}}
-
-
-def _reserved(result: Any) -> int | None:
-    """`reserved_peak_bytes`: report.allocator.reserved_peak of the peak's composition under
-    the framework profile's `memory_overheads.caching_allocator`."""
-    fw = getattr(result, "framework", None)
-    mode = fw.memory_overheads.caching_allocator if fw is not None else None
-    reserved = reserved_peak(result.program, dict(result.memory.by_category), mode)
-    return None if reserved is None else int(round(reserved))
 
 
 def _steady_note(result: Any) -> list[str]:
