@@ -301,6 +301,14 @@ def _layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
     return recompute, per_layer, boundary
 
 
+
+def _ce_transient(software: Software, tensor: int) -> float:
+    """Bytes per logit the loss's backward allocates beyond its saved set: the stack's
+    vocabulary-parallel figure when the logits are split over tensor ranks and it states
+    one, else its plain figure (`CrossEntropy` of the framework profile)."""
+    vp = software.ce_vp_backward_transient_bytes_per_logit
+    return vp if tensor > 1 and vp else software.ce_backward_transient_bytes_per_logit
+
 def _derive(scenario: Scenario, software: Software, compute_units: int,
             fp8: Fp8Recipe | None) -> Program:
     """One device's work for one micro-batch of `scenario` (a transformer model), derived
@@ -354,7 +362,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
                   grad_sync=coalesce(_sync(plan, steps, head.select, embed.select),
                                       "grad_sync"),
                   saved_bytes=head_saved,
-                  transient_bytes=software.ce_backward_transient_bytes_per_logit * logits)),
+                  transient_bytes=_ce_transient(software, p.tensor) * logits)),
         dtype=dtype,
         grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
         tp_overlap=tpo, expert_slot_fill=slot_fill(dims), expert_load=imbalance,
