@@ -168,10 +168,12 @@ def _compare_case(name: str, key: tuple):
 def _dims_of(case):
     """The GPT dimensions the verify case was built with (per replica micro-batch)."""
     g = case.micro_reference
-    wq = g.tensors["l0.wq"].shape
+    # the first attention layer's (a hybrid model's layer 0 may be a Mamba-2 mixer)
+    wq = next(t.shape for name, t in g.tensors.items() if name.endswith(".wq"))
     hidden, groups, r, hd = wq
     dp = math.prod(n for a, n in case.mesh.axes if a in ("dp", "ep"))
-    layers = sum(1 for op in g.ops if op.name.endswith(".ln1"))
+    layers = len({op.name.split(".")[0] for op in g.ops if op.name[0] == "l"
+                  and op.name.split(".")[0][1:].isdigit()})
     routes = [op for op in g.ops if op.type == "MoeRoute"]
     moe = {}
     if routes:
@@ -179,7 +181,7 @@ def _dims_of(case):
         moe = dict(experts=g.tensors[routes[0].name.replace("route", "router.w")].shape[1],
                    top_k=routes[0].attrs["top_k"], capacity=routes[0].attrs["capacity"],
                    moe_every=first + 1)
-    w1 = "l0.w1" if "l0.w1" in g.tensors else "l0.experts.w1"
+    w1 = next(name for name in g.tensors if name.endswith(".w1"))
     return GptDims(layers=layers, hidden=hidden, heads=groups * r, kv_heads=groups,
                    ffn=g.tensors[w1].shape[-1], seq=g.tensors["wpe"].shape[0],
                    vocab=g.tensors["wte"].shape[0], batch=g.tensors["ids"].shape[0] // dp,

@@ -43,16 +43,17 @@ def staged_pipeline(s: Scenario) -> bool:
 
 
 def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
-    """Layers a shrunk model keeps: 2 or one of each distinct layer kind, or one group of
-    its layer plan (one MoE period) per virtual pipeline stage when the stages run on
-    devices of their own."""
+    """Layers a shrunk model keeps: 2 or one of each distinct layer kind, rounded up to
+    whole groups of its layer plan (one MoE period) on every virtual pipeline stage when
+    the stages run on devices of their own (a 3-kind hybrid on 2 stages: 4 layers)."""
     kinds = layer_kinds(m)
     least = min(m.layers, max(2, len(set(kinds))))
     if not staged_pipeline(s):
         return least
     p = s.parallel
     chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    return max(least, chunks * layer_plan(kinds).unit)
+    step = chunks * layer_plan(kinds).unit  # every virtual stage the same whole groups
+    return -(-least // step) * step
 
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
