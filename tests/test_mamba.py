@@ -379,3 +379,11 @@ def test_nemotron_h_56b_on_32_h100_fits_and_verifies_on_its_pipeline():
     assert run.memory.peak_bytes <= run.capacity_bytes
     tokens = 768 * 8192
     assert run.model_flops / tokens == pytest.approx(6 * 56.32e9, rel=0.05)
+
+
+def test_a_vision_transformer_refuses_a_hybrid_pattern():
+    s = _bundled("vit-base-16-8-a100")
+    with pytest.raises(InputError, match="model.hybrid_pattern: hybrid layers are simulated "
+                                         "in a GPT-style decoder"):
+        parse_scenario(s.model_dump(mode="json", exclude_none=True) | {"name": "v"},
+                       "v.yaml", ["model.hybrid_pattern=M-M-M-M-M-M-"])
