@@ -46,6 +46,13 @@ def _case(kind: str, u: int):
         "causal_conv1d": ("CausalConv1d", [(u, 5, 2 * u, 3), (2 * u, 3, 3), (2 * u, 3)], {}),
         "gated_rmsnorm": ("GatedRMSNorm", [(u, 2, 2 * u, 2, 3), (u, 2, 2 * u, 2, 3),
                                            (2 * u, 2, 3)], {}),
+        # multi-head latent attention (graph/mla.py) and multi-token prediction (graph/mtp.py)
+        "rmsnorm": ("RMSNorm", [(u, 2 * u, 3 * u), (3 * u,)], {}),
+        "rotary": ("Rotary", [(u, 2 * u, u, 1, 4)], {"base": 100.0}),
+        "concat": ("ConcatLast", [(u, 2 * u, 3), (u, 2 * u, 2)], {}),
+        "concat_heads": ("ConcatLast", [(u, 2 * u, u, 1, 3), (u, 2 * u, 2)], {}),
+        "attention_narrow_v": ("FusedAttention", [(u, 4, u, 1, 3), (u, 4, u, 3), (u, 4, u, 2)],
+                               {}),
     }
     return cases[kind]
 
@@ -53,7 +60,8 @@ def _case(kind: str, u: int):
 KINDS = ["matmul", "batchmatmul", "einsum_heads", "add_bias", "sub", "mul", "gelu", "relu",
          "silu", "dropout", "scale", "causal", "softmax", "layernorm", "reducemean",
          "reducesum", "transpose", "reshape", "gather", "cross_entropy", "conv2d",
-         "ssd_scan", "causal_conv1d", "gated_rmsnorm"]
+         "ssd_scan", "causal_conv1d", "gated_rmsnorm", "rmsnorm", "rotary", "concat",
+         "concat_heads", "attention_narrow_v"]
 
 
 def _graph(kind: str, u: int):

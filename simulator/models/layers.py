@@ -19,13 +19,14 @@ per distinct group of layers (`LayerPlan`):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simulator.config.scenario.schema import TransformerModel
 from simulator.graph.decoder import LayerKind
 
-__all__ = ["layer_kinds", "period", "LayerPlan", "layer_plan", "shrunk_kinds",
-           "HYBRID_LAYERS"]
+__all__ = ["layer_kinds", "HYBRID_LAYERS", "period", "LayerPlan", "layer_plan",
+           "shrunk_kinds", "shrunk_split"]
 
 Group = tuple[LayerKind, ...]
 
@@ -42,13 +43,16 @@ HYBRID_LAYERS: dict[str, LayerKind] = {
 
 def layer_kinds(m: TransformerModel) -> tuple[LayerKind, ...]:
     """One LayerKind per layer of `m`, first layer first: a hybrid model's pattern
-    (`model.hybrid_pattern`, HYBRID_LAYERS); else attention in every layer, and a
-    mixture of experts in the FFN of every `moe.every`-th layer, the last of each group
-    (GShard's every other layer: 1, 3, 5, ...; Megatron-LM --moe-layer-freq), else dense."""
+    (`model.hybrid_pattern`, HYBRID_LAYERS); else attention in every layer (multi-head
+    latent attention with `model.mla`), and a mixture of experts in the FFN of every
+    `moe.every`-th layer, the last of each group (GShard's every other layer: 1, 3, 5, ...;
+    Megatron-LM --moe-layer-freq), else dense."""
     if m.hybrid_pattern is not None:
         return tuple(HYBRID_LAYERS[c] for c in m.hybrid_pattern)
     moe = m.moe_spec()
-    return tuple(LayerKind(ffn="moe" if moe is not None and (i + 1) % moe.every == 0
+    mixer = "mla" if m.mla is not None else "attention"  # graph.mla in every layer
+    return tuple(LayerKind(mixer=mixer,
+                           ffn="moe" if moe is not None and (i + 1) % moe.every == 0
                            else "dense")
                  for i in range(m.layers))
 
@@ -113,3 +117,13 @@ def shrunk_kinds(kinds: tuple[LayerKind, ...], layers: int) -> tuple[LayerKind, 
         return kinds[:layers]
     distinct = tuple(dict.fromkeys(kinds))
     return tuple(distinct[i % len(distinct)] for i in range(layers))
+
+
+def shrunk_split(layers: Sequence[int], unit: int) -> tuple[int, ...]:
+    """Layers per virtual stage of a shrunk model whose stages held `layers` (groups of
+    `unit` layers): each stage keeps one group, and as many more as it held beyond the
+    stage that held fewest, so an uneven split stays as uneven stage to stage
+    ([19, 21, 20, 20] -> [1, 3, 2, 2]) and an even one becomes one group per stage."""
+    groups = [n // unit for n in layers]
+    least = min(groups)
+    return tuple((g - least + 1) * unit for g in groups)

@@ -66,6 +66,7 @@ from __future__ import annotations
 import dataclasses
 
 from simulator.config.scenario.schema import MoeSpec, Scenario, TransformerModel
+from simulator.config.scenario.schema_mla import MlaSpec, MtpSpec
 from simulator.graph.builders import build_gpt
 from simulator.graph.decoder import GptDims, LayerKind
 from simulator.graph.graph import Graph, OpNode
@@ -76,7 +77,7 @@ from simulator.sharding.plan import Strategy
 
 __all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
            "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "TP3D_WEIGHT_AXIS", "gpt_dims",
-           "model_dims", "uses_flash", "with_moe"]
+           "model_dims", "uses_flash", "with_moe", "with_mla", "with_mtp"]
 
 TP_ROLES: dict[str, tuple[str, str]] = {
     # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
@@ -97,6 +98,22 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "ssm_dt": ("g", "g"), "conv_x": ("c0", "c0"), "conv_b": ("c0", "c0"),
     "conv_c": ("c0", "c0"), "conv_x_act": ("d2", "d2"), "conv_b_act": ("d2", "d2"),
     "conv_c_act": ("d2", "d2"), "scan": ("g", "g"), "ssm_norm": ("g", "g"),
+    # multi-head latent attention (graph.mla), as Megatron-Core's MLASelfAttention with its
+    # TE layer spec (megatron/core/models/gpt/gpt_layer_specs.py: linear_q_down_proj and
+    # linear_kv_down_proj `backend.linear()`, a TELinear of parallel_mode 'duplicated'):
+    # the down-projections and latent norms replicated, on each rank's sequence block under
+    # SP (their weight gradients Partial, all-reduced), the rotary key gathered whole
+    # (`gather_from_sequence_parallel_region(k_pos_emb)`), the up-projections column-
+    # parallel over heads
+    "q_down": ("B", "s"), "kv_down": ("B", "s"), "k_rope_mm": ("B", "s"),
+    "q_norm": ("B", "d1"), "kv_norm": ("B", "d1"), "k_rope": ("B", "B"),
+    "q_nope": ("g", "g"), "q_rope_mm": ("g", "g"), "q_rope": ("d2", "d2"),
+    "k_nope": ("g", "g"), "v_up": ("g", "g"), "q_cat": ("d2", "d2"), "k_cat": ("d2", "d2"),
+    # multi-token prediction (graph.mtp), as Megatron-Core's MultiTokenPredictionLayer: its
+    # embedding vocabulary-parallel, eh_proj column-parallel (TEColumnParallelLinear), its
+    # output gathered whole (`gather_from_tensor_model_parallel_region`, then scattered to
+    # the sequence under SP); the losses' sums replicated
+    "eh_proj": ("h", "h"),
 }
 # 2-D tensor parallel: role -> (choice on `tpx`, choice on `tpy`); the norm regions
 # (_SEQ_REGION) split the sequence on both under sequence parallel, else neither
@@ -118,14 +135,18 @@ TP3D_WEIGHT_AXIS = "tpz"
 EP_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
                             "efc2": "e"}
 _SEQ_REGION = ("embed_pos", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2",
-               "proj_bias", "proj_drop", "fc2_bias", "fc2_drop")
+               "proj_bias", "proj_drop", "fc2_bias", "fc2_drop",
+               "enorm", "hnorm", "eh_cat")
 _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
              "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b",
              "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
              "efc2": "b", "combine": "b",
              "ssm_z": "b", "ssm_x": "b", "ssm_b": "b", "ssm_c": "b", "ssm_dt": "b",
-             "conv_x": "b", "conv_b": "b", "conv_c": "b", "scan": "b", "ssm_norm": "b"}
+             "conv_x": "b", "conv_b": "b", "conv_c": "b", "scan": "b", "ssm_norm": "b",
+             "q_down": "b", "kv_down": "b", "k_rope_mm": "b",
+             "q_nope": "b", "q_rope_mm": "b", "k_nope": "b", "v_up": "b",
+             "eh_proj": "b", "mtp_sum": "PP", "mtp_scale": "PP", "loss_mtp": "PP"}
 
 # An op whose role none of these tables names (a model's own stem or head op, such as a
 # vision transformer's patch embedding) runs replicated on the tensor-parallel axes, as
@@ -248,7 +269,25 @@ def model_dims(m: TransformerModel, kinds: tuple[LayerKind, ...], batch: int,
                    kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
                    batch=batch, swiglu=swiglu, bias=not swiglu, flash=flash,
                    context=context, dropout=m.dropout, kinds=kinds, **m.graph_dims())
-    return with_moe(dims, m.moe)
+    return with_mtp(with_mla(with_moe(dims, m.moe), m.mla), m.mtp)
+
+
+def with_mla(dims: GptDims, mla: MlaSpec | None) -> GptDims:
+    """`dims` with the scenario's multi-head latent attention (graph.mla)."""
+    if mla is None:
+        return dims
+    return dataclasses.replace(dims, q_lora_rank=mla.q_lora_rank or 0,
+                               kv_lora_rank=mla.kv_lora_rank,
+                               qk_nope_head_dim=mla.qk_nope_head_dim,
+                               qk_rope_head_dim=mla.qk_rope_head_dim,
+                               v_head_dim=mla.v_head_dim)
+
+
+def with_mtp(dims: GptDims, mtp: MtpSpec | None) -> GptDims:
+    """`dims` with the scenario's multi-token prediction modules (graph.mtp)."""
+    if mtp is None:
+        return dims
+    return dataclasses.replace(dims, mtp_depth=mtp.depth, mtp_weight=mtp.loss_weight)
 
 
 def with_moe(dims: GptDims, moe: MoeSpec | None) -> GptDims:

@@ -14,6 +14,8 @@ transformers class reads (transformers/models/*/configuration_*.py):
     gpt_neox                         hidden_size, num_hidden_layers, num_attention_heads,
                                      intermediate_size, hidden_act, vocab_size,
                                      tie_word_embeddings, max_position_embeddings
+    deepseek_v3, kimi_k2             the multi-head latent attention, multi-token
+                                     prediction and expert keys (hf_deepseek.py)
 
 A mixture of experts (num_local_experts > 1) becomes `model.moe` with `experts` and `top_k`
 (num_experts_per_tok) in every layer (transformers' MixtralSparseMoeBlock); its capacity
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.resources import bundled_dir
+from simulator.config.scenario.hf_deepseek import DeepseekKeys, deepseek_keys
 from simulator.errors import InputError
 
 __all__ = ["HfModel", "read_hf_config", "load_hf", "expand_from_hf", "bundled_models"]
@@ -67,10 +70,14 @@ class HfModel:
     bias: bool = False
     qkv_bias: bool = False
     positions: int = 0
+    # a deepseek_v3 config's own keys (MLA, MTP, its experts' shape: hf_deepseek)
+    deepseek: DeepseekKeys | None = None
 
     def param_count(self) -> int:
         """Parameters of the model as the transformers class builds it (embedding, blocks,
         final norm, LM head unless tied)."""
+        if self.deepseek is not None:
+            return self.deepseek.count(self, self.experts)
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
         attn = h * (q + 2 * kv) + q * h
         attn += (q + 2 * kv + h) * self.bias + (q + 2 * kv) * self.qkv_bias
@@ -90,6 +97,8 @@ class HfModel:
                   "vocab_size": self.vocab, "seq_length": self.max_positions}
         if self.experts > 1:
             fields["moe"] = {"experts": self.experts, "top_k": self.top_k}
+        if self.deepseek is not None:
+            return self.deepseek.model_fields(self, fields)
         return fields
 
 
@@ -166,9 +175,30 @@ def _neox(cfg: dict[str, Any], src: str) -> HfModel:
         bias=True)
 
 
+def _deepseek_v3(cfg: dict[str, Any], src: str) -> HfModel:
+    """DeepseekV3Config (DeepSeek-V3/R1, Kimi-K2): a Llama's keys (intermediate_size: the
+    dense layers' FFN, n_routed_experts and num_experts_per_tok: the routed experts) and
+    its own (`hf_deepseek.deepseek_keys`)."""
+    h, heads = _get(cfg, "hidden_size", src), _get(cfg, "num_attention_heads", src)
+    own = deepseek_keys(cfg, src)
+    return HfModel(
+        family=str(cfg["model_type"]), hidden=h, layers=_get(cfg, "num_hidden_layers", src),
+        heads=heads, kv_heads=heads, head_dim=own.qk_nope_head_dim + own.qk_rope_head_dim,
+        ffn=_get(cfg, "intermediate_size", src),
+        activation=_activation(cfg.get("hidden_act", "silu"), True, src),
+        vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", False)),
+        experts=_count(cfg, "n_routed_experts", src),
+        top_k=_count(cfg, "num_experts_per_tok", src),
+        max_positions=_get(cfg, "max_position_embeddings", src), deepseek=own)
+
+
 READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {
     "llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama,
     "gpt2": _gpt2, "gpt_neox": _neox,
+    "deepseek_v3": _deepseek_v3,
+    # Kimi-K2 reuses DeepseekV3ForCausalLM with model_type 'kimi_k2' (Moonshot AI's
+    # Kimi-K2 deployment guide: "we set model_type kimi_k2 in config.json")
+    "kimi_k2": _deepseek_v3,
 }
 
 

@@ -16,6 +16,13 @@ from pydantic import ConfigDict, Field, model_validator
 
 from simulator.config.scenario import schema_mamba, transformer_rules
 from simulator.config.scenario.rule_helpers import Problem
+from simulator.config.scenario.schema_mla import (
+    MlaSpec,
+    MtpSpec,
+    mla_context,
+    mla_problems,
+    mla_tensor_nd,
+)
 from simulator.config.scenario.schema_types import (
     Count,
     DropoutP,
@@ -107,6 +114,11 @@ class TransformerModel(ModelConfig):
     mamba: schema_mamba.MambaSpec | None = Field(default=None, description=(
         "Dimensions of the Mamba-2 mixers of hybrid_pattern's M layers; null: Mamba-2's "
         "defaults."))
+    mla: MlaSpec | None = Field(default=None, description=(
+        "Multi-head latent attention in every layer (DeepSeek-V2/V3); null: standard "
+        "multi-head or grouped-query attention."))
+    mtp: MtpSpec | None = Field(default=None, description=(
+        "Multi-token prediction modules after the last layer (DeepSeek-V3); null: none."))
 
     @property
     def ffn(self) -> int:
@@ -133,13 +145,16 @@ class TransformerModel(ModelConfig):
         yield from transformer_rules.shape(self, s)
         yield from transformer_rules.experts(self, s)
         yield from schema_mamba.hybrid_problems(self, s)
+        yield from mla_problems(self, s)
 
     def context_problems(self, s: Scenario) -> Iterator[Problem]:
         yield from schema_mamba.hybrid_context_problems(self, s)
+        yield from mla_context(self, s)
         yield from transformer_rules.context(self, s)
 
     def tensor_nd_problems(self, s: Scenario, nd: list[int]) -> Iterator[Problem]:
         yield from schema_mamba.hybrid_tensor_nd_problems(self, s)
+        yield from mla_tensor_nd(self, s, nd)
         yield from transformer_rules.tensor_nd(self, s, nd)
 
 

@@ -1,15 +1,16 @@
 """FusedAttention: causal softmax attention (`causal: false`: bidirectional, an encoder's)
 as ONE kernel (FlashAttention, Dao et al. 2022;
 FlashAttention-2, Dao 2023), grouped-query layout as in `graph.builders`:
-q [b, s, g, r, d], k and v [b, t, g, d] -> context [b, s, g, r, d], where g key/value groups
-serve r query heads each. The numpy reference computes exactly what the unfused chain
-scores -> scale -> causal mask -> softmax -> dropout -> context computes; the kernel keeps
-no s x s matrix.
+q [b, s, g, r, d], k [b, t, g, d] and v [b, t, g, e] -> context [b, s, g, r, e], where g
+key/value groups serve r query heads each (e = d but in multi-head latent attention, whose
+values are narrower than its queries and keys: DeepSeek-V3's 128 against 192). The numpy
+reference computes exactly what the unfused chain scores -> scale -> causal mask ->
+softmax -> dropout -> context computes; the kernel keeps no s x s matrix.
 
 Sharding: batch (b) and heads (g, r) may be split; the sequence and head dims stay whole
 (context parallelism would split s with a key/value exchange).
 
-Cost: the model FLOPs are QK^T and PV in full (4*b*heads*s*t*d, so MFU compares with
+Cost: the model FLOPs are QK^T and PV in full (2*b*heads*s*t*(d + e), so MFU compares with
 unfused attention); the kernel executes half of them (causal blocks above the diagonal are
 skipped; all of them without the mask) and its backward recomputes the scores (5 GEMM-sized
 passes against the forward's 2, FA-2 Sec. 3.1.2). Memory traffic is Q, K, V and O; the
@@ -31,18 +32,17 @@ _LSE_BYTES = 4.0  # fp32 log-sum-exp per query row
 
 def _infer(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
     q, k, v = shapes
-    if len(q) != 5 or len(k) != 4 or tuple(k) != tuple(v):
-        raise OpError(f"FusedAttention takes q [b,s,g,r,d] and k, v [b,t,g,d]; got "
-                      f"{[list(s) for s in shapes]}")
+    if len(q) != 5 or len(k) != 4 or len(v) != 4 or tuple(k[:3]) != tuple(v[:3]):
+        raise OpError(f"FusedAttention takes q [b,s,g,r,d], k [b,t,g,d] and v [b,t,g,e]; "
+                      f"got {[list(s) for s in shapes]}")
     if (q[0], q[2], q[4]) != (k[0], k[2], k[3]):
         raise OpError(f"q {list(q)} and k {list(k)} disagree on batch, groups or head dim")
-    return tuple(q)
+    return tuple(q[:4]) + (v[3],)
 
 
 def _labels(shapes: list[Shape], attrs: dict[str, Any]) -> LabelView:
-    kv = ("b", "t", "g", "d")
-    return LabelView((("b", "s", "g", "r", "d"), kv, kv), ("b", "s", "g", "r", "d"),
-                     fixed=frozenset({"s", "t", "d"}))
+    return LabelView((("b", "s", "g", "r", "d"), ("b", "t", "g", "d"), ("b", "t", "g", "e")),
+                     ("b", "s", "g", "r", "e"), fixed=frozenset({"s", "t", "d", "e"}))
 
 
 def _probs_ctx(q: np.ndarray, k: np.ndarray, ctx: KernelCtx) -> KernelCtx:
@@ -85,8 +85,8 @@ def _vjp(xs, y, dy, attrs, ctx):
 
 
 def _flops(shapes: list[Shape], out: Shape, attrs: dict[str, Any]) -> float:
-    (b, s, g, r, d), t = shapes[0], shapes[1][1]
-    return 4.0 * b * g * r * s * t * d
+    (b, s, g, r, d), t, e = shapes[0], shapes[1][1], shapes[2][3]
+    return 2.0 * b * g * r * s * t * (d + e)
 
 
 def _cost(ins: list[Shape], out: Shape, attrs: dict[str, Any], e: float, phase: str
