@@ -19,13 +19,14 @@ per distinct group of layers (`LayerPlan`):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simulator.config.scenario.schema import TransformerModel
 from simulator.graph.decoder import LayerKind
 
 __all__ = ["layer_kinds", "HYBRID_LAYERS", "period", "LayerPlan", "layer_plan",
-           "shrunk_kinds"]
+           "shrunk_kinds", "shrunk_split"]
 
 Group = tuple[LayerKind, ...]
 
@@ -116,3 +117,13 @@ def shrunk_kinds(kinds: tuple[LayerKind, ...], layers: int) -> tuple[LayerKind, 
         return kinds[:layers]
     distinct = tuple(dict.fromkeys(kinds))
     return tuple(distinct[i % len(distinct)] for i in range(layers))
+
+
+def shrunk_split(layers: Sequence[int], unit: int) -> tuple[int, ...]:
+    """Layers per virtual stage of a shrunk model whose stages held `layers` (groups of
+    `unit` layers): each stage keeps one group, and as many more as it held beyond the
+    stage that held fewest, so an uneven split stays as uneven stage to stage
+    ([19, 21, 20, 20] -> [1, 3, 2, 2]) and an even one becomes one group per stage."""
+    groups = [n // unit for n in layers]
+    least = min(groups)
+    return tuple((g - least + 1) * unit for g in groups)
