@@ -339,7 +339,8 @@ class NemotronHModel(HfModel):
     conv: int = 4
     chunk: int = 128
 
-    def param_count(self) -> int:
+    def param_count(self, active: bool = False) -> int:
+        # no experts: every parameter is active
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
         d_in = self.mamba_heads * self.mamba_head_dim
         conv_dim = d_in + 2 * self.groups * self.state

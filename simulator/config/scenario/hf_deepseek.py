@@ -136,7 +136,8 @@ class DeepseekKeys:
             return []
         # transformers' DeepseekV3 makes layer i sparse when i >= first_k_dense_replace and
         # i % moe_layer_freq == 0, which model.moe.every (the last of each group) is not
-        checks = [("moe_layer_freq", self.moe_every, 1, "a layer frequency")]
+        checks: list[tuple[str, object, object, str]] = [
+            ("moe_layer_freq", self.moe_every, 1, "a layer frequency")]
         if self.scoring not in ("softmax", "sigmoid"):
             checks.append(("scoring_func", self.scoring, "softmax or sigmoid",
                            "other score functions"))
