@@ -340,7 +340,7 @@ class NemotronHModel(HfModel):
     chunk: int = 128
 
     def param_count(self, active: bool = False) -> int:
-        # no experts: every parameter is active
+        """Parameters as transformers' NemotronH builds them (no experts: all active)."""
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
         d_in = self.mamba_heads * self.mamba_head_dim
         conv_dim = d_in + 2 * self.groups * self.state
