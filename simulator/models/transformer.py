@@ -86,10 +86,25 @@ def _small_moe(dims: GptDims, m: TransformerModel, s: Scenario) -> tuple[GptDims
         "every": min(moe.every, dims.layers),
         "ffn_hidden_size": half if moe.ffn_hidden_size else None,
         "shared_ffn_hidden_size": half if moe.shared_ffn_hidden_size else None,
-        "shared_experts": min(moe.shared_experts, 2)})
+        "shared_experts": min(moe.shared_experts, 2), **_small_groups(moe, experts)})
     dims = with_moe(dims, small, exact=True)
     return dims, (f" experts={dims.experts} top_k={dims.top_k} capacity={dims.capacity} "
                   f"every={dims.moe_every}")
+
+
+def _small_groups(moe, experts: int) -> dict[str, int]:
+    """Group-limited routing of a shrunk model's `experts`: as many groups as divide them
+    in groups of 2 or more, up to the model's, the same number of best groups where they
+    hold top_k experts (else every group)."""
+    if moe.groups <= 1:
+        return {}
+    groups = min(moe.groups, experts // 2)
+    while experts % groups:
+        groups -= 1
+    top = min(moe.group_top_k, groups)
+    if top * (experts // groups) < min(moe.top_k, experts):
+        top = groups
+    return {"groups": groups, "group_top_k": top}
 
 
 def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, list[str]]:
