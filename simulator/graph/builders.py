@@ -50,7 +50,7 @@ def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims)
                 kernel="context")
 
 
-def _attention(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
+def _attention(g: GraphBuilder, x: str, p: str, d: GptDims, kind: LayerKind) -> str:
     grp, r, hd = d.kv_heads, d.heads // d.kv_heads, d.head_dim
     a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln1.g", [d.hidden], "parameter"),
                            g.tensor(f"{p}.ln1.b", [d.hidden], "parameter")], f"{p}.ln1",

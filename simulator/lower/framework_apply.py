@@ -71,8 +71,7 @@ def communicators(scenario: Scenario, mesh: Mesh | None = None) -> int:
 def _fp8_share(prog: Program, scenario: Scenario, fw: FrameworkProfile) -> float:
     """Share of a device's parameters that feed FP8 GEMMs: the layers' (and the LM head's
     when the recipe runs it in FP8), over all parameters of the model."""
-    layer = prog.block("layer")
-    layers = layer.params * layer.repeat
+    layers = sum(b.params * b.repeat for b in prog.cut())
     head = prog.block("head").tied_params if "lm_head" in fw.fp8.gemm_roles else 0
     total = sum(b.params * b.repeat + b.tied_params for b in prog.blocks)
     return (layers + head) / total if total > 0 else 0.0

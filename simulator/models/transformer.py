@@ -17,6 +17,7 @@ from simulator.graph.builders import build_gpt
 from simulator.graph.decoder import GptDims
 from simulator.graph.graph import Graph
 from simulator.models.family import ModelFamily, VerifyCase
+from simulator.models.layers import layer_kinds, layer_plan, shrunk_kinds
 from simulator.models.transformer_plan import (
     gpt_dims,
     planned_transformer,
@@ -42,13 +43,16 @@ def staged_pipeline(s: Scenario) -> bool:
 
 
 def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
-    """Layers a shrunk model keeps: 2, or one block (one MoE period) per virtual pipeline
-    stage when the stages run on devices of their own."""
+    """Layers a shrunk model keeps: 2 or one of each distinct layer kind, or one group of
+    its layer plan (one MoE period) per virtual pipeline stage when the stages run on
+    devices of their own."""
+    kinds = layer_kinds(m)
+    least = min(m.layers, max(2, len(set(kinds))))
     if not staged_pipeline(s):
-        return min(m.layers, 2)
+        return least
     p = s.parallel
     chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    return max(min(m.layers, 2), chunks * (m.moe.every if m.moe else 1))
+    return max(least, chunks * layer_plan(kinds).unit)
 
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
@@ -87,8 +91,10 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
     heads = groups * (2 if m.kv_heads < m.num_heads else 1)
     unit = t * (2 * p.context if p.context > 1 else 1)  # two chunks per context rank
     seq = -(-8 // unit) * unit
-    dims = dataclasses.replace(own, layers=_chunk_layers(m, s), hidden=heads * 4, heads=heads,
-                               kv_heads=groups, ffn=8 * t, seq=seq, vocab=8 * t,
+    layers = _chunk_layers(m, s)
+    dims = dataclasses.replace(own, layers=layers, kinds=shrunk_kinds(own.kinds, layers),
+                               hidden=heads * 4, heads=heads, kv_heads=groups, ffn=8 * t,
+                               seq=seq, vocab=8 * t,
                                batch=min(s.training.micro_batch_size, _samples(p)))
     dims, experts = _small_moe(dims, m, s)
     ep = f" expert={p.expert}" if m.moe else ""
@@ -144,8 +150,7 @@ def _graph(s: Any, batch: int) -> Graph:
 
 
 def _block_layers(m: Any) -> int:
-    moe = transformer_model(m).moe
-    return moe.every if moe else 1
+    return layer_plan(layer_kinds(transformer_model(m))).unit
 
 
 FAMILY = ModelFamily("transformer", layered=True, unplanned=_graph,

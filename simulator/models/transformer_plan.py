@@ -68,9 +68,10 @@ import dataclasses
 from simulator.config.scenario.schema import MoeSpec, Scenario, TransformerModel
 from simulator.config.scenario.schema_mla import MlaSpec, MtpSpec
 from simulator.graph.builders import build_gpt
-from simulator.graph.decoder import GptDims
+from simulator.graph.decoder import GptDims, LayerKind
 from simulator.graph.graph import Graph, OpNode
 from simulator.graph.ops.moe import expert_capacity
+from simulator.models.layers import layer_kinds
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
@@ -235,27 +236,30 @@ def uses_flash(scenario: Scenario, fused_default: bool = False) -> bool:
     return fused_default if mode == "auto" else mode != "standard"
 
 
-def gpt_dims(scenario: Scenario, flash: bool, layers: int | None = None) -> GptDims:
+def gpt_dims(scenario: Scenario, flash: bool,
+             kinds: tuple[LayerKind, ...] | None = None) -> GptDims:
     """The GPT graph dimensions of a transformer scenario: one micro-batch of every
-    data-parallel replica. GPT-style (gelu) models carry biases, Llama-style (swiglu) none."""
+    data-parallel replica, of layers `kinds` (None: the model's own, `layer_kinds`; a
+    program's representative graph passes `models.layers.LayerPlan.graph`). GPT-style
+    (gelu) models carry biases, Llama-style (swiglu) none."""
     m = scenario.model
     assert isinstance(m, TransformerModel), "gpt_dims needs a transformer model"
-    return model_dims(m, layers or m.layers,
+    return model_dims(m, layer_kinds(m) if kinds is None else kinds,
                       scenario.training.micro_batch_size * scenario.parallel.data, flash,
                       scenario.parallel.context)
 
 
-def model_dims(m: TransformerModel, layers: int, batch: int, flash: bool = False,
-               context: int = 1) -> GptDims:
-    """The graph dimensions of transformer `m` with `layers` layers for `batch` samples:
+def model_dims(m: TransformerModel, kinds: tuple[LayerKind, ...], batch: int,
+               flash: bool = False, context: int = 1) -> GptDims:
+    """The graph dimensions of transformer `m` with layers of `kinds` for `batch` samples:
     its fields, its mixture of experts, and what its schema class adds
     (`TransformerModel.graph_dims`). GPT-style (gelu) models carry biases, Llama-style
     (swiglu) none."""
     swiglu = m.ffn_activation == "swiglu"
-    dims = GptDims(layers=layers, hidden=m.hidden_size, heads=m.num_heads,
+    dims = GptDims(layers=len(kinds), hidden=m.hidden_size, heads=m.num_heads,
                    kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
                    batch=batch, swiglu=swiglu, bias=not swiglu, flash=flash,
-                   context=context, dropout=m.dropout, **m.graph_dims())
+                   context=context, dropout=m.dropout, kinds=kinds, **m.graph_dims())
     return with_mtp(with_mla(with_moe(dims, m.moe), m.mla), m.mtp)
 
 
