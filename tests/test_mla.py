@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
+from simulator.config.hardware import load_profile
 from simulator.config.resources import bundled_dir, resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.config.scenario.hf import load_hf, read_hf_config
@@ -30,6 +31,7 @@ from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program
 from simulator.sharding.lower import saved
 from simulator.sharding.plan import build_plan
+from simulator.simulation.simulate import simulate
 from simulator.simulation.verify import verify_scenario
 
 SCENARIO = "mla-mtp-tiny-verify"
@@ -402,3 +404,17 @@ def test_kimi_k2_reads_as_deepseek_v3():
     fields = read_hf_config(cfg, "kimi.json").model_fields()
     assert (fields["num_heads"], fields["mla"]["kv_lora_rank"], "mtp" in fields) == \
         (64, 512, False)
+
+
+def test_replicated_down_projections_count_once_in_the_model_flops():
+    """Without sequence parallel every tensor-parallel rank runs the down-projections
+    whole (Megatron-Core's duplicated TELinear): the hardware FLOPs count them per rank,
+    the model FLOPs once, the same as with sequence parallel (each rank its block)."""
+    hw = load_profile("cpu-x86")
+    sp, whole = (simulate(_bundled([f"parallel.sequence_parallel={v}"]), hw)
+                 for v in ("true", "false"))
+    assert whole.model_flops == pytest.approx(sp.model_flops, rel=1e-12)
+    assert whole.hardware_flops > whole.model_flops
+    kernels = transformer_program(_bundled(["parallel.sequence_parallel=false"])).block(
+        "layer").tp_replicated
+    assert kernels == {"q_down", "kv_down"}

@@ -168,10 +168,12 @@ def _compare_case(name: str, key: tuple):
 def _dims_of(case):
     """The GPT dimensions the verify case was built with (per replica micro-batch)."""
     g = case.micro_reference
-    wq = g.tensors["l0.wq"].shape
-    hidden, groups, r, hd = wq
+    if "l0.wq" in g.tensors:
+        hidden, groups, r, _ = g.tensors["l0.wq"].shape
+    else:  # multi-head latent attention (graph.mla): one query head per key head
+        hidden, groups, r = g.tensors["l0.ln1.g"].shape[0], g.tensors["l0.w_v_up"].shape[1], 1
     dp = math.prod(n for a, n in case.mesh.axes if a in ("dp", "ep"))
-    layers = sum(1 for op in g.ops if op.name.endswith(".ln1"))
+    layers = sum(1 for op in g.ops if op.name.endswith(".ln1") and op.name[0] == "l")
     routes = [op for op in g.ops if op.type == "MoeRoute"]
     moe = {}
     if routes:
