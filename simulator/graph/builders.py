@@ -22,6 +22,7 @@ from simulator.graph.decoder import (
     linear,
 )
 from simulator.graph.graph import Graph, GraphBuilder
+from simulator.graph.mamba import mamba_mixer
 from simulator.graph.mla import mla
 from simulator.graph.mtp import mtp_loss
 
@@ -126,8 +127,7 @@ def _identity(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
 
 # the block builders of a layer's kinds (`LayerKind.mixer`, `LayerKind.ffn`)
 MIXERS: dict[str, Block] = {
-    "attention": _attention, "none": _identity}
-MIXERS["mla"] = mla
+    "attention": _attention, "none": _identity, "mamba": mamba_mixer, "mla": mla}
 FFNS: dict[str, Block] = {
     "dense": _ffn, "moe": _moe_ffn, "none": _identity}
 

@@ -77,6 +77,16 @@ class GptDims:
     # one LayerKind per layer (empty: attention, and an FFN that is a mixture of experts
     # every `moe_every`-th layer when `experts` > 0, else dense)
     kinds: tuple[LayerKind, ...] = ()
+    # Mamba-2 mixers (graph/mamba.py, LayerKind.mixer 'mamba'): `mamba_heads` heads of
+    # `mamba_head_dim` channels in `mamba_groups` groups that share B and C of
+    # `mamba_state` each, a causal convolution of `mamba_conv` taps, SSD chunks of
+    # `mamba_chunk` tokens (Nemotron-H-8B: 128, 64, 8, 128, 4, 128)
+    mamba_heads: int = 0
+    mamba_head_dim: int = 64
+    mamba_groups: int = 1
+    mamba_state: int = 128
+    mamba_conv: int = 4
+    mamba_chunk: int = 128
     # multi-head latent attention (DeepSeek-V2 Sec. 2.1; the 'mla' mixer, graph.mla): a
     # query latent of q_lora_rank (0: a plain query projection, as DeepSeek-V2-Lite), a
     # key/value latent of kv_lora_rank (0: no MLA), per-head query/key dims without and

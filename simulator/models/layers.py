@@ -19,21 +19,36 @@ per distinct group of layers (`LayerPlan`):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simulator.config.scenario.schema import TransformerModel
 from simulator.graph.decoder import LayerKind
 
-__all__ = ["layer_kinds", "period", "LayerPlan", "layer_plan", "shrunk_kinds"]
+__all__ = ["layer_kinds", "HYBRID_LAYERS", "period", "LayerPlan", "layer_plan",
+           "shrunk_kinds", "shrunk_split"]
 
 Group = tuple[LayerKind, ...]
 
+# Nemotron-H's hybrid_override_pattern (`model.hybrid_pattern`): each character one layer, a
+# Mamba-2 mixer, self-attention or an MLP, each with its own pre-norm and residual
+# (megatron/core/ssm/mamba_block.py builds MambaLayer, TransformerLayer with attention
+# only, TransformerLayer with an MLP only)
+HYBRID_LAYERS: dict[str, LayerKind] = {
+    "M": LayerKind(mixer="mamba", ffn="none"),
+    "*": LayerKind(mixer="attention", ffn="none"),
+    "-": LayerKind(mixer="none", ffn="dense"),
+}
+
 
 def layer_kinds(m: TransformerModel) -> tuple[LayerKind, ...]:
-    """One LayerKind per layer of `m`, first layer first: attention in every layer (multi-
-    head latent attention with `model.mla`), and a
-    mixture of experts in the FFN of every `moe.every`-th layer, the last of each group
-    (GShard's every other layer: 1, 3, 5, ...; Megatron-LM --moe-layer-freq), else dense."""
+    """One LayerKind per layer of `m`, first layer first: a hybrid model's pattern
+    (`model.hybrid_pattern`, HYBRID_LAYERS); else attention in every layer (multi-head
+    latent attention with `model.mla`), and a mixture of experts in the FFN of every
+    `moe.every`-th layer, the last of each group (GShard's every other layer: 1, 3, 5, ...;
+    Megatron-LM --moe-layer-freq), else dense."""
+    if m.hybrid_pattern is not None:
+        return tuple(HYBRID_LAYERS[c] for c in m.hybrid_pattern)
     moe = m.moe_spec()
     mixer = "mla" if m.mla is not None else "attention"  # graph.mla in every layer
     return tuple(LayerKind(mixer=mixer,
@@ -102,3 +117,13 @@ def shrunk_kinds(kinds: tuple[LayerKind, ...], layers: int) -> tuple[LayerKind, 
         return kinds[:layers]
     distinct = tuple(dict.fromkeys(kinds))
     return tuple(distinct[i % len(distinct)] for i in range(layers))
+
+
+def shrunk_split(layers: Sequence[int], unit: int) -> tuple[int, ...]:
+    """Layers per virtual stage of a shrunk model whose stages held `layers` (groups of
+    `unit` layers): each stage keeps one group, and as many more as it held beyond the
+    stage that held fewest, so an uneven split stays as uneven stage to stage
+    ([19, 21, 20, 20] -> [1, 3, 2, 2]) and an even one becomes one group per stage."""
+    groups = [n // unit for n in layers]
+    least = min(groups)
+    return tuple((g - least + 1) * unit for g in groups)

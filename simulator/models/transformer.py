@@ -17,7 +17,7 @@ from simulator.graph.builders import build_gpt
 from simulator.graph.decoder import GptDims
 from simulator.graph.graph import Graph
 from simulator.models.family import ModelFamily, VerifyCase
-from simulator.models.layers import layer_kinds, layer_plan, shrunk_kinds
+from simulator.models.layers import layer_kinds, layer_plan, shrunk_kinds, shrunk_split
 from simulator.models.transformer_plan import (
     gpt_dims,
     planned_transformer,
@@ -43,16 +43,20 @@ def staged_pipeline(s: Scenario) -> bool:
 
 
 def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
-    """Layers a shrunk model keeps: 2 or one of each distinct layer kind, or one group of
-    its layer plan (one MoE period) per virtual pipeline stage when the stages run on
-    devices of their own."""
+    """Layers a shrunk model keeps: 2 or one of each distinct layer kind, or when the
+    pipeline stages run on devices of their own one group of its layer plan (one MoE
+    period) per virtual stage, or the shrunk `parallel.pipeline_layers`
+    (`models.layers.shrunk_split`: an uneven split stays uneven)."""
     kinds = layer_kinds(m)
     least = min(m.layers, max(2, len(set(kinds))))
     if not staged_pipeline(s):
         return least
     p = s.parallel
+    unit = layer_plan(kinds).unit
+    if p.pipeline_layers is not None:
+        return max(least, sum(shrunk_split(p.pipeline_layers, unit)))
     chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    return max(least, chunks * layer_plan(kinds).unit)
+    return max(least, chunks * unit)
 
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
@@ -104,7 +108,17 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
                   f"kv_heads={dims.kv_heads} ffn={dims.ffn} seq={dims.seq} "
                   f"vocab={dims.vocab} micro_batch={dims.batch}{experts} (same parallel "
                   f"configuration: data={p.data} tensor={p.tensor}{ep}{nd} "
-                  f"sequence_parallel={str(p.sequence_parallel).lower()})"]
+                  f"sequence_parallel={str(p.sequence_parallel).lower()})"] + _split_note(m, s)
+
+
+def _split_note(m: TransformerModel, s: Scenario) -> list[str]:
+    """What a shrunk case keeps of `parallel.pipeline_layers` (`_chunk_layers`)."""
+    given = s.parallel.pipeline_layers
+    if not staged_pipeline(s) or given is None:
+        return []
+    small = shrunk_split(given, layer_plan(layer_kinds(m)).unit)
+    return [f"parallel.pipeline_layers {list(given)} kept as {list(small)}: each stage's "
+            f"layers beyond the fewest, plus one group"]
 
 
 def _head_split(p) -> int:

@@ -92,6 +92,12 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "router": ("B", "B"), "route": ("B", "B"), "gate": ("B", "B"), "dispatch": ("B", "B"),
     "efc1": ("f", "f"), "efc3": ("f", "f"), "eact": ("d3", "d3"), "eglu": ("d3", "d3"),
     "efc2": ("f", "f"), "combine": ("P2", "P2"),
+    # Mamba-2 (graph/mamba.py): heads split by their groups g, as Megatron-Core's MambaMixer
+    # splits nheads and ngroups (in_proj column-parallel, out_proj `proj` row-parallel)
+    "ssm_z": ("g", "g"), "ssm_x": ("g", "g"), "ssm_b": ("g", "g"), "ssm_c": ("g", "g"),
+    "ssm_dt": ("g", "g"), "conv_x": ("c0", "c0"), "conv_b": ("c0", "c0"),
+    "conv_c": ("c0", "c0"), "conv_x_act": ("d2", "d2"), "conv_b_act": ("d2", "d2"),
+    "conv_c_act": ("d2", "d2"), "scan": ("g", "g"), "ssm_norm": ("g", "g"),
     # multi-head latent attention (graph.mla), as Megatron-Core's MLASelfAttention with its
     # TE layer spec (megatron/core/models/gpt/gpt_layer_specs.py: linear_q_down_proj and
     # linear_kv_down_proj `backend.linear()`, a TELinear of parallel_mode 'duplicated'):
@@ -135,7 +141,10 @@ _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
              "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b",
              "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
-             "efc2": "b", "combine": "b", "q_down": "b", "kv_down": "b", "k_rope_mm": "b",
+             "efc2": "b", "combine": "b",
+             "ssm_z": "b", "ssm_x": "b", "ssm_b": "b", "ssm_c": "b", "ssm_dt": "b",
+             "conv_x": "b", "conv_b": "b", "conv_c": "b", "scan": "b", "ssm_norm": "b",
+             "q_down": "b", "kv_down": "b", "k_rope_mm": "b",
              "q_nope": "b", "q_rope_mm": "b", "k_nope": "b", "v_up": "b",
              "eh_proj": "b", "mtp_sum": "PP", "mtp_scale": "PP", "loss_mtp": "PP"}
 

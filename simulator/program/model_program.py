@@ -302,12 +302,13 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     resolves `model.attention: auto`, says whether gradient accumulation into fp32 runs
     inside the wgrad GEMMs, whether bf16 gradients are kept and reduced in fp32, and whether
     TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores).
-    `fp8`: the framework's FP8 recipe for a `dtype: fp8` model: the model is bf16 except the
-    recipe's GEMMs (without one, every op runs in fp8)."""
+    `fp8`: the framework's FP8 recipe for a `dtype: fp8` model, or its FP4 recipe for a bf16
+    one (`training.fp4_recipe`): the model is bf16 except the recipe's GEMMs (without one, a
+    `dtype: fp8` model runs every op in fp8)."""
     p, m = scenario.parallel, transformer_model(scenario.model)
-    recipe = fp8 if m.dtype == "fp8" else None
+    recipe = fp8 if fp8 is not None and (m.dtype == "fp8" or fp8.dtype == "fp4") else None
     tpo = tp_overlap(scenario, software, compute_units)
-    if recipe is not None and not recipe.dynamic and tpo is not None:
+    if recipe is not None and recipe.dtype == "fp8" and not recipe.dynamic and tpo is not None:
         # Transformer Engine (delayed scaling) with its userbuffers TP overlap gathers the
         # GEMM operands in FP8 (program.fp8)
         recipe = replace(recipe, gather_tp=p.tensor)
