@@ -26,11 +26,8 @@ from simulator.graph.mla import mla
 from simulator.graph.ops import KernelCtx
 from simulator.models.cases import build_case
 from simulator.models.params import transformer_params
-from simulator.models.transformer_plan import planned_transformer
 from simulator.numeric.verify import verify_case
 from simulator.program.model_program import transformer_program
-from simulator.sharding.lower import saved
-from simulator.sharding.plan import build_plan
 from simulator.simulation.simulate import simulate
 from simulator.simulation.verify import verify_scenario
 
@@ -360,40 +357,33 @@ def test_the_simulated_mla_layer_has_deepseek_v3s_attention_parameters():
     assert mla_params == k.attention_params(m) == 187_107_328
 
 
-def test_from_hf_reads_mla_and_mtp_and_refuses_what_it_cannot_express(tmp_path):
+def test_from_hf_reads_mla_mtp_and_experts_and_refuses_group_routing(tmp_path):
     cfg = json.loads((bundled_dir("scenarios") / "models" / "deepseek-v3.json").read_text())
-    with pytest.raises(InputError, match="model.from_hf: the config's n_shared_experts is 1: "
-                                         "shared experts are not simulated yet"):
+    with pytest.raises(InputError, match="model.from_hf: the config's n_group is 8: "
+                                         "group-limited routing"):
         parse_scenario({"hardware": "h100-sxm", "model": {"from_hf": "deepseek-v3"}}, "s")
-    cfg.update(n_routed_experts=None, num_hidden_layers=4)  # its dense layers alone
+    cfg.update(n_group=1, topk_group=1)  # routing without the group limit
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     s = parse_scenario({"hardware": "h100-sxm", "model": {
         "from_hf": str(tmp_path / "config.json"), "seq_length": 4096}}, "s")
-    assert s.model.mla.model_dump() == {
+    m = s.model
+    assert m.mla.model_dump() == {
         "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64, "v_head_dim": 128}
-    assert (s.model.mtp.depth, s.model.num_heads, s.model.ffn) == (1, 128, 18432)
-
-
-def test_saved_activations_of_the_mla_block_follow_the_closed_form():
-    """What one layer's MLA keeps for its backward at t = 1 with FlashAttention and no
-    dropout, per token (elements): the layer input and the normed input (h each), the
-    query latent before and after its norm (2 q_lora_rank), the key/value latent likewise
-    (2 kv_lora_rank), the concatenated queries and keys (2 n (nope + rope)), the values and
-    the attention output (2 n v_head_dim); and the fp32 log-sum-exp per head and query.
-    The rotary and concatenation ops keep nothing (linear; a slice for the backward)."""
-    d = dataclasses.replace(DIMS, flash=True, dropout=0.0, tied=True)
-    graph, mesh = planned_transformer(d, 1, 1, False)
-    sv = saved(build_plan(graph, mesh, 2), 2)
-    roles = ("ln1", "q_down", "q_norm", "q_nope", "q_rope_mm", "q_rope", "q_cat",
-             "k_rope_mm", "k_rope", "kv_down", "kv_norm", "k_nope", "v_up", "k_cat",
-             "attn", "proj")
-    got = sv.total(lambda n: n.startswith("l0.") and n.split(".")[1] in roles)
-    n, qk = d.heads, d.qk_nope_head_dim + d.qk_rope_head_dim
-    per_token = (2 * d.hidden + 2 * d.q_lora_rank + 2 * d.kv_lora_rank + 2 * n * qk
-                 + 2 * n * d.v_head_dim)
-    tokens = d.batch * d.seq
-    assert got == 2 * tokens * per_token + 4 * tokens * n
+    assert (m.mtp.depth, m.num_heads, m.ffn) == (1, 128, 18432)
+    assert (m.moe.experts, m.moe.top_k, m.moe.ffn_hidden_size, m.moe.shared_experts,
+            m.moe.first_dense, m.moe.score, m.moe.scaling_factor) == \
+        (256, 8, 2048, 1, 3, "sigmoid", 2.5)
+    # the simulated model's parameters (its graph's): 671B without the MTP module, which
+    # is one MLA + MoE layer, eh_proj and norms (its head's own parameters beside the
+    # final norm); the simulated model ties its LM head and has LayerNorm biases and a
+    # position table, so within 0.5%
+    c = transformer_params(m)
+    h, hf = m.hidden_size, load_hf("deepseek-v3")
+    mtp = c.head - 2 * h
+    assert abs(c.total - mtp - 671e9) / 671e9 < 0.005
+    hf_mtp = hf.deepseek.mtp_params(hf) - 2 * hf.vocab * h  # less its embedding/head copies
+    assert abs(mtp - hf_mtp) / hf_mtp < 0.001
 
 
 def test_kimi_k2_reads_as_deepseek_v3():

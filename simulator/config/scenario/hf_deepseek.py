@@ -5,11 +5,14 @@ beyond a Llama's, which `hf.HfModel.deepseek` carries: multi-head latent attenti
 multi-token prediction (`model.mtp`: num_nextn_predict_layers modules), and the mixture of
 experts' own keys.
 
-What the simulated transformer cannot express yet is refused by its config key when the
-config is used as a scenario's model (`model_fields`): shared experts (n_shared_experts),
-an expert FFN width of its own (moe_intermediate_size), leading dense layers
-(first_k_dense_replace), a layer frequency (moe_layer_freq), sigmoid scores
-(scoring_func) and group-limited routing (n_group). `param_count` counts the real model
+The experts' keys map onto `model.moe`: moe_intermediate_size (ffn_hidden_size),
+n_shared_experts (shared_experts), first_k_dense_replace (first_dense), moe_layer_freq
+(every), scoring_func (score), norm_topk_prob (normalize_top_k), routed_scaling_factor
+(scaling_factor). What the simulated transformer cannot express yet is refused by its
+config key when the config is used as a scenario's model (`model_fields`): group-limited
+routing (n_group > 1: DeepSeek-V3 sends each token to experts on at most topk_group of
+n_group groups, its node-limited routing, Sec. 2.1.2) and a score function other than
+softmax or sigmoid. `param_count` counts the real model
 all the same (DeepseekV3ForCausalLM's modules: the MLA projections and their norms, the
 dense and MoE FFNs, the router and its score-correction bias of `noaux_tc`), without the
 MTP modules, as the published 671B does; `active_params` counts the top-k routed experts
@@ -49,6 +52,8 @@ class DeepseekKeys:
     moe_every: int = 1
     scoring: str = "softmax"
     groups: int = 1
+    normalize: bool | None = None
+    scaling: float = 1.0
     source: str = ""
 
     def attention_params(self, m: HfModel) -> int:
@@ -95,6 +100,8 @@ class DeepseekKeys:
         for problem in self._unexpressed(m):
             raise InputError(self.source, _KEY, problem)
         fields = {k: v for k, v in fields.items() if k != "num_kv_heads"}  # MLA: per head
+        if "moe" in fields:
+            fields["moe"] = {**fields["moe"], **self._moe_keys()}
         fields["mla"] = {"q_lora_rank": self.q_lora_rank or None,
                          "kv_lora_rank": self.kv_lora_rank,
                          "qk_nope_head_dim": self.qk_nope_head_dim,
@@ -104,19 +111,29 @@ class DeepseekKeys:
             fields["mtp"] = {"depth": self.mtp_depth}
         return fields
 
+    def _moe_keys(self) -> dict[str, Any]:
+        """The `model.moe` keys of DeepSeek's experts beyond those HfModel sets."""
+        keys: dict[str, Any] = {}
+        if self.shared_experts:
+            keys["shared_experts"] = self.shared_experts
+        if self.scoring != "softmax":
+            keys["score"] = self.scoring
+        if self.scaling != 1.0:
+            keys["scaling_factor"] = self.scaling
+        return keys
+
     def _unexpressed(self, m: HfModel) -> list[str]:
         if m.experts <= 1:
             return []
-        checks = [
-            ("n_shared_experts", self.shared_experts, 0, "shared experts"),
-            ("moe_intermediate_size", self.moe_ffn, m.ffn,
-             "an expert FFN width apart from intermediate_size"),
-            ("first_k_dense_replace", self.first_dense, 0, "leading dense layers"),
-            ("moe_layer_freq", self.moe_every, 1, "a layer frequency"),
-            ("scoring_func", self.scoring, "softmax", "sigmoid router scores"),
-            ("n_group", self.groups, 1, "group-limited routing")]
-        return [f"the config's {key} is {value!r}: {what} are not simulated yet (allowed: "
-                f"{ok!r})" for key, value, ok, what in checks if value != ok]
+        out = []
+        if self.groups != 1:
+            out.append(f"the config's n_group is {self.groups}: group-limited routing (each "
+                       f"token's experts on at most topk_group of n_group groups) is not "
+                       f"simulated yet (allowed: 1)")
+        if self.scoring not in ("softmax", "sigmoid"):
+            out.append(f"the config's scoring_func is {self.scoring!r}: allowed softmax, "
+                       f"sigmoid")
+        return out
 
 
 def _size(cfg: dict[str, Any], key: str, src: str, default: int | None = None,
@@ -149,4 +166,20 @@ def deepseek_keys(cfg: dict[str, Any], src: str) -> DeepseekKeys:
         first_dense=_size(cfg, "first_k_dense_replace", src, 0, low=0),
         moe_every=_size(cfg, "moe_layer_freq", src, 1),
         scoring=str(cfg.get("scoring_func", "softmax")),
-        groups=_size(cfg, "n_group", src, 1), source=src)
+        groups=_size(cfg, "n_group", src, 1), normalize=_flag(cfg, "norm_topk_prob", src),
+        scaling=_factor(cfg, "routed_scaling_factor", src), source=src)
+
+
+def _flag(cfg: dict[str, Any], key: str, src: str) -> bool | None:
+    value = cfg.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise InputError(src, _KEY, f"{key}: found {value!r}; expected true or false")
+    return value
+
+
+def _factor(cfg: dict[str, Any], key: str, src: str) -> float:
+    value = cfg.get(key, 1.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0 < value <= 1000:
+        raise InputError(src, _KEY, f"{key}: found {value!r}; expected a number in (0, 1000]")
+    return float(value)
