@@ -46,6 +46,7 @@ from simulator.api.planning import (
     sweep_spec,
     target_time_s,
 )
+from simulator.api.imports import import_config
 from simulator.api.tools import comm, explain, json_schema, profile_fields, profiles, scenarios
 from simulator.errors import InfeasibleError, InputError, ShardsimError
 
@@ -60,6 +61,8 @@ __all__ = [
     "cluster_for", "options_for", "positive", "at_most",
     # inspection (api.tools)
     "explain", "json_schema", "comm", "profiles", "profile_fields", "scenarios",
+    # a scenario from a framework's own launch configuration (api.imports)
+    "import_config",
     # errors
     "InputError", "InfeasibleError", "ShardsimError",
 ]
