@@ -47,7 +47,7 @@ def _sections(scenario: Any) -> dict[str, Any]:
 def test_every_megatron_validation_run_has_a_launch_script() -> None:
     runs = sorted(p.stem for p in (ROOT / "scenarios" / "validation").glob("r0*.yaml")
                   if "narayanan2021" in p.stem or "megatron-readme" in p.stem)
-    assert CASES == runs and len(CASES) == 19
+    assert runs == CASES and len(CASES) == 19
 
 
 @pytest.mark.parametrize("case", CASES)

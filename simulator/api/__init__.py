@@ -31,6 +31,7 @@ from simulator.api.core import (
     verify_notes,
     verify_work,
 )
+from simulator.api.imports import import_config
 from simulator.api.planning import (
     at_most,
     check_model,
@@ -46,7 +47,6 @@ from simulator.api.planning import (
     sweep_spec,
     target_time_s,
 )
-from simulator.api.imports import import_config
 from simulator.api.tools import comm, explain, json_schema, profile_fields, profiles, scenarios
 from simulator.errors import InfeasibleError, InputError, ShardsimError
 

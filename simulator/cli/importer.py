@@ -31,6 +31,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def _write(path: Path, text: str) -> None:
     """Write `text` into `path` whole (a temporary sibling, then one rename)."""
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator.api import InputError
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -82,6 +83,7 @@ def megatron(
     """A scenario from Megatron-LM / Megatron-Core arguments: the table of what each flag
     became on stderr, the scenario YAML on stdout or in --out FILE."""
     with guarded() as stdout:
+        # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator import api
 
         for name, value in (("--nodes", nodes), ("--devices-per-node", devices_per_node)):

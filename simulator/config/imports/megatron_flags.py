@@ -140,7 +140,8 @@ FLAGS: dict[str, Flag] = {
         "--use-dist-ckpt", "--auto-detect-ckpt-format",
         "--log-batch-size-to-tensorboard", "--log-world-size-to-tensorboard",
         "--no-log-loss-scale-to-tensorboard", "--log-straggler", "--ckpt-fully-parallel-save",
-        "--ckpt-fully-parallel-load", "--dist-ckpt-format", "--finetune", "--pretrained-checkpoint")},
+        "--ckpt-fully-parallel-load", "--dist-ckpt-format", "--finetune",
+        "--pretrained-checkpoint")},
     **{f: _ignore(_HYPER) for f in (
         "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples",
         "--lr-warmup-iters", "--lr-warmup-samples", "--lr-warmup-fraction", "--lr-warmup-init",

@@ -49,21 +49,26 @@ class Source:
 Token = tuple[str, int]
 
 
-def _logical_lines(text: str) -> list[tuple[str, int]]:
-    """(line with its backslash continuations joined, first line number)."""
-    out: list[tuple[str, int]] = []
-    buf, start = "", 0
+Line = list[tuple[str, int]]  # a logical line: its physical pieces and their numbers
+
+
+def _logical_lines(text: str) -> list[Line]:
+    """The lines of `text` with their backslash continuations, each piece with its number."""
+    out: list[Line] = []
+    buf: Line = []
     for no, raw in enumerate(text.splitlines(), 1):
-        if not buf:
-            start = no
         if raw.rstrip().endswith("\\"):
-            buf += raw.rstrip()[:-1] + " "
+            buf.append((raw.rstrip()[:-1], no))
             continue
-        out.append((buf + raw, start))
-        buf = ""
+        out.append(buf + [(raw, no)])
+        buf = []
     if buf:
-        out.append((buf, start))
+        out.append(buf)
     return out
+
+
+def _words(line: Line, path: str) -> list[Token]:
+    return [(w, no) for piece, no in line for w in _split(piece, path, no)]
 
 
 def _split(text: str, path: str, line: int) -> list[str]:
@@ -74,12 +79,12 @@ def _split(text: str, path: str, line: int) -> list[str]:
                          ) from None
 
 
-def _expand(words: list[str], line: int, env: dict[str, list[Token]]) -> list[Token]:
+def _expand_tokens(words: list[Token], env: dict[str, list[Token]]) -> list[Token]:
     """Each word with the variables set earlier substituted: a word that is one variable
     becomes that variable's tokens (each with the line it was written on); a variable inside
     a word is replaced by its text."""
     out: list[Token] = []
-    for word in words:
+    for word, line in words:
         m = _VAR.fullmatch(word)
         name = m and (m.group(1) or m.group(2))
         if name and name in env:
@@ -91,35 +96,44 @@ def _expand(words: list[str], line: int, env: dict[str, list[Token]]) -> list[To
     return out
 
 
-def _assignments(lines: list[tuple[str, int]], path: str
-                 ) -> tuple[dict[str, list[Token]], list[tuple[str, int]]]:
+def _array(lines: list[Line], i: int, first: Line, path: str,
+           env: dict[str, list[Token]]) -> tuple[list[Token], int]:
+    """The tokens of a bash array `NAME=( ... )` whose body starts with `first` (the text
+    after the parenthesis), and the index of its last line."""
+    body: list[Token] = []
+    line = first
+    while True:
+        last_text, last_no = line[-1]
+        closed = last_text.rstrip().endswith(")")
+        if closed:
+            line = line[:-1] + [(last_text.rstrip()[:-1], last_no)]
+        body.extend(_expand_tokens(_words(line, path), env))
+        if closed or i + 1 >= len(lines):
+            return body, i
+        i += 1
+        line = lines[i]
+
+
+def _assignments(lines: list[Line], path: str
+                 ) -> tuple[dict[str, list[Token]], list[Line]]:
     """The variables the script sets (arrays spanning lines included) and its other lines."""
     env: dict[str, list[Token]] = {}
-    rest: list[tuple[str, int]] = []
+    rest: list[Line] = []
     i = 0
     while i < len(lines):
-        text, no = lines[i]
-        m = _ASSIGN.match(text.strip())
+        (head, no), *more = lines[i]
+        m = _ASSIGN.match(head.strip())
         if not m:
-            rest.append((text, no))
+            rest.append(lines[i])
             i += 1
             continue
         name, value = m.group(1), m.group(2).strip()
         if value.startswith("("):  # a bash array, maybe over several lines
-            body: list[Token] = []
-            chunk, at = value[1:], no
-            while True:
-                closed = chunk.rstrip().endswith(")") and not chunk.rstrip().endswith("\\)")
-                part = chunk.rstrip()[:-1] if closed else chunk
-                body.extend(_expand(_split(part, path, at), at, env))
-                if closed or i + 1 >= len(lines):
-                    break
-                i += 1
-                chunk, at = lines[i]
-            env[name] = body
-        else:
-            words = _split(value, path, no)
-            env[name] = _expand(shlex.split(" ".join(words)) if words else [], no, env)
+            env[name], i = _array(lines, i, [(value[1:], no), *more], path, env)
+        else:  # a string: its words, split again as bash splits an unquoted $NAME
+            words = _words([(value, no), *more], path)
+            env[name] = _expand_tokens([(w, at) for word, at in words
+                                        for w in word.split()], env)
         i += 1
     return env, rest
 
@@ -164,13 +178,11 @@ def _group(tokens: list[Token], path: str) -> tuple[Arg, ...]:
 def read_source(text: str, path: str) -> Source:
     """The arguments of `text` (the contents of file `path`), script or argument list."""
     lines = _logical_lines(text)
-    if not any(_ENTRY.search(w) for t, _ in lines for w in t.split()):
-        tokens = [(w, no) for t, no in lines for w in _split(t, path, no)]
-        return Source(path, _group(tokens, path))
+    if not any(_ENTRY.search(w) for line in lines for piece, _ in line for w in piece.split()):
+        return Source(path, _group([t for line in lines for t in _words(line, path)], path))
     env, rest = _assignments(lines, path)
-    for text_line, no in rest:
-        words = _split(text_line, path, no)
-        tokens = _expand(words, no, env)
+    for line in rest:
+        tokens = _expand_tokens(_words(line, path), env)
         if any(_ENTRY.search(t) for t, _ in tokens):
             args, launch = _launch(tokens, path)
             return Source(path, _group(args, path), launch.nnodes, launch.nproc, launch.script)
