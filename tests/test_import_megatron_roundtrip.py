@@ -1,6 +1,6 @@
 """Round trip of `shardsim import megatron` (issue 27 item 3): each bundled published run whose
 source states its launch configuration (Narayanan et al. 2021 Table 1: r001-r010; the
-Megatron-LM README table: r023-r031) has its Megatron-LM launch script in tests/data/megatron/,
+Megatron-LM README table: r023-r031) has its Megatron-LM launch script in scenarios/megatron/,
 written from what the case's header states; importing it gives the hand-written scenario's
 model, training, cluster and stack, and its parallel section but for the keys the hand-written
 files leave at shardsim's defaults where Megatron-LM's stack does otherwise (KNOWN)."""
@@ -16,7 +16,7 @@ from simulator import api
 from simulator.config.framework.load import framework_for
 from simulator.config.imports.load import import_file
 
-DATA = Path(__file__).parent / "data" / "megatron"
+DATA = Path(__file__).parent.parent / "scenarios" / "megatron"
 ROOT = Path(__file__).parent.parent
 CASES = sorted(p.stem for p in DATA.glob("r0*.sh"))
 

@@ -10,6 +10,7 @@ from typing import Any
 from simulator.config.framework.load import load_framework
 from simulator.config.hardware.load import load_profile
 from simulator.config.imports.megatron import import_megatron, read_megatron, stack_for
+from simulator.config.resources import is_file
 from simulator.errors import InputError
 
 __all__ = ["expand_from", "stack_of"]
@@ -53,15 +54,14 @@ def expand_from(data: dict[str, Any], source: str) -> dict[str, Any]:
     ref, lenient = spec["megatron_args"], spec.get("lenient", False)
     if not isinstance(ref, str) or not isinstance(lenient, bool):
         raise InputError(source, "from.megatron_args", f"found {ref!r}; expected the path "
-                         "of a Megatron-LM argument file or launch script (lenient: a boolean)")
-    path = Path(ref) if Path(ref).is_file() else Path(source).parent / ref
-    if not path.is_file():
-        raise InputError(source, "from.megatron_args", f"{ref}: no such file (relative paths "
-                         "are read from the scenario's folder)")
+                         "of a Megatron-LM argument file or launch script, relative to the "
+                         "scenario's folder, or a bundled one's name (lenient: a boolean)")
+    beside = Path(source).parent / ref
+    path = ref if is_file(Path(ref)) or not is_file(beside) else str(beside)
     cluster = data.get("cluster") if isinstance(data.get("cluster"), dict) else {}
     hardware = data.get("hardware") if isinstance(data.get("hardware"), str) else "h100-sxm"
     default, tp_comm = stack_of(hardware)
-    imported = import_megatron(read_megatron(str(path), ref), hardware, default, tp_comm,
+    imported = import_megatron(read_megatron(path, ref), hardware, default, tp_comm,
                                cluster.get("nodes"), cluster.get("devices_per_node"), lenient)
     written = {k: v for k, v in data.items() if k != "from"}
     return _merge({k: v for k, v in imported.scenario.items() if k != "name"}, written)

@@ -30,16 +30,17 @@ def _blame(err: InputError, imported: Imported, path: str) -> InputError:
 
 def import_file(fmt: str, path: str, hardware: str = "h100-sxm", nodes: int | None = None,
                 per_node: int | None = None, lenient: bool = False) -> tuple[Imported, Any]:
-    """(what the import made, the validated Scenario) of the file at `path` in format `fmt`."""
+    """(what the import made, the validated Scenario) of the file at `path` (or the bundled
+    launch script of that name) in format `fmt`."""
     if fmt not in FORMATS:
         raise InputError("FORMAT", "", f"found {fmt!r}; allowed: {', '.join(FORMATS)}")
     default, tp_comm = stack_of(hardware)
-    imported = import_megatron(read_megatron(path), hardware, default, tp_comm, nodes,
-                               per_node, lenient)
+    source = read_megatron(path)
+    imported = import_megatron(source, hardware, default, tp_comm, nodes, per_node, lenient)
     try:
-        scenario = parse_scenario(dict(imported.scenario), path)
+        scenario = parse_scenario(dict(imported.scenario), source.path)
     except InputError as err:
-        raise _blame(err, imported, path) from None
+        raise _blame(err, imported, source.path) from None
     return imported, scenario
 
 

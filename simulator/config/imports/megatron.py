@@ -14,6 +14,7 @@ batch not divisible by micro-batch x data-parallel size) are errors naming the f
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from simulator.config.imports.megatron_flags import APPROX, FLAGS, IGNORE, MAP
@@ -21,9 +22,12 @@ from simulator.config.imports.megatron_model import model_section, vocab_size
 from simulator.config.imports.megatron_parallel import parallel_section
 from simulator.config.imports.megatron_source import Source, read_source
 from simulator.config.imports.megatron_values import Values, check_flags
+from simulator.config.resources import bundled_dir, is_file
+from simulator.config.yamlio import did_you_mean
 from simulator.errors import InputError
 
-__all__ = ["Imported", "import_megatron", "read_megatron", "stack_for", "Row"]
+__all__ = ["Imported", "import_megatron", "read_megatron", "stack_for", "Row",
+           "bundled_sources"]
 
 
 @dataclass(frozen=True)
@@ -130,11 +134,26 @@ def _training(values: Values, dp: int) -> dict[str, Any]:
     return {"global_batch_size": glob, "micro_batch_size": micro, "optimizer": opt}
 
 
-def read_megatron(path: str, shown: str | None = None) -> Source:
-    """The arguments of the file at `path` (`shown` names it in messages)."""
-    name = shown or path
+def bundled_sources() -> list[str]:
+    """Names of the bundled launch scripts (scenarios/megatron/*.sh, without `.sh`)."""
+    return sorted(p.stem for p in (bundled_dir("scenarios") / "megatron").glob("*.sh"))
+
+
+def read_megatron(ref: str, shown: str | None = None) -> Source:
+    """The arguments of the file `ref` (a path, or the name of a bundled launch script in
+    scenarios/megatron/); `shown` names it in messages."""
+    name = shown or ref
+    path = Path(ref)
+    if not is_file(path):
+        bundled = bundled_dir("scenarios") / "megatron" / f"{ref}.sh"
+        if not is_file(bundled):
+            names = bundled_sources()
+            raise InputError(name, "", f"no such file or bundled launch script"
+                             f"{did_you_mean(ref, names)}; bundled (scenarios/megatron/): "
+                             f"{', '.join(names[:3])}, ... ({len(names)})")
+        path, name = bundled, shown or f"scenarios/megatron/{ref}.sh"
     try:
-        with open(path, encoding="utf-8") as fh:
+        with path.open(encoding="utf-8") as fh:
             text = fh.read(1_000_001)
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(name, "", f"cannot read the Megatron-LM arguments ({exc})") from None

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Megatron-LM launch of the published run scenarios/validation/r006-narayanan2021-t1-gpt-76.1b-1024g.yaml, as its
-# header states it (the shardsim round trip: tests/test_import_megatron_roundtrip.py).
+# Megatron-LM launch of the published run scenarios/validation/r001-narayanan2021-t1-gpt-1.7b-32g.yaml, as its
+# header states it (`shardsim import megatron NAME`; tests/test_import_megatron_roundtrip.py).
 # source: Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM (arXiv:2104.04473)
 # Table 1 (weak scaling); also NVIDIA/Megatron-LM images/cases_april2021.png @50a4b5fa
 # Megatron-LM of 2021 (v2.x): fp16, --checkpoint-activations (the paper's Eq. 3 counts
@@ -9,22 +9,21 @@
 # sequence 2048 as the header states (given as --vocab-size).
 
 GPUS_PER_NODE=8
-NNODES=128
+NNODES=4
 DISTRIBUTED_ARGS="--nproc_per_node $GPUS_PER_NODE --nnodes $NNODES --node_rank 0 --master_addr localhost --master_port 6000"
 
 python -m torch.distributed.launch $DISTRIBUTED_ARGS \
        pretrain_gpt.py \
-       --tensor-model-parallel-size 8 \
-       --pipeline-model-parallel-size 4 \
-       --num-layers-per-virtual-pipeline-stage 5 \
-       --num-layers 60 \
-       --hidden-size 10240 \
-       --num-attention-heads 80 \
+       --tensor-model-parallel-size 1 \
+       --pipeline-model-parallel-size 1 \
+       --num-layers 24 \
+       --hidden-size 2304 \
+       --num-attention-heads 24 \
        --seq-length 2048 \
        --max-position-embeddings 2048 \
        --vocab-size 51200 \
        --micro-batch-size 1 \
-       --global-batch-size 1792 \
+       --global-batch-size 512 \
        --checkpoint-activations \
        --fp16 \
        --DDP-impl local \

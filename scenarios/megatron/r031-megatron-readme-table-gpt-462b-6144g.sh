@@ -1,6 +1,6 @@
 #!/bin/bash
 # Megatron-LM launch of the published run scenarios/validation/r031-megatron-readme-table-gpt-462b-6144g.yaml, as its
-# header states it (the shardsim round trip: tests/test_import_megatron_roundtrip.py).
+# header states it (`shardsim import megatron NAME`; tests/test_import_megatron_roundtrip.py).
 # source: NVIDIA/Megatron-LM README.md 'Training Speed and Scalability' + images/model_table.png (commit f2e5db40, 2024-07, Megatron-Core r0.8.0)
 # images/model_table.png (weak scaling table)
 # Megatron-Core r0.8: bf16 (the header's assumption), the README's

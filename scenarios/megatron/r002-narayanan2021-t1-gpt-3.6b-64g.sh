@@ -1,6 +1,6 @@
 #!/bin/bash
 # Megatron-LM launch of the published run scenarios/validation/r002-narayanan2021-t1-gpt-3.6b-64g.yaml, as its
-# header states it (the shardsim round trip: tests/test_import_megatron_roundtrip.py).
+# header states it (`shardsim import megatron NAME`; tests/test_import_megatron_roundtrip.py).
 # source: Narayanan et al. 2021, Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM (arXiv:2104.04473)
 # Table 1 (weak scaling); also NVIDIA/Megatron-LM images/cases_april2021.png @50a4b5fa
 # Megatron-LM of 2021 (v2.x): fp16, --checkpoint-activations (the paper's Eq. 3 counts

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Megatron-LM launch of the published run scenarios/validation/r029-megatron-readme-table-gpt-177b-2304g.yaml, as its
-# header states it (the shardsim round trip: tests/test_import_megatron_roundtrip.py).
+# Megatron-LM launch of the published run scenarios/validation/r025-megatron-readme-table-gpt-16b-192g.yaml, as its
+# header states it (`shardsim import megatron NAME`; tests/test_import_megatron_roundtrip.py).
 # source: NVIDIA/Megatron-LM README.md 'Training Speed and Scalability' + images/model_table.png (commit f2e5db40, 2024-07, Megatron-Core r0.8.0)
 # images/model_table.png (weak scaling table)
 # Megatron-Core r0.8: bf16 (the header's assumption), the README's
@@ -10,19 +10,19 @@
 
 DISTRIBUTED_ARGS=(
     --nproc_per_node 8
-    --nnodes 288
+    --nnodes 24
 )
 GPT_MODEL_ARGS=(
-    --num-layers 96
-    --hidden-size 12288
-    --num-attention-heads 96
+    --num-layers 32
+    --hidden-size 6144
+    --num-attention-heads 48
     --seq-length 4096
     --max-position-embeddings 4096
     --vocab-size 131072
 )
 TRAINING_ARGS=(
     --micro-batch-size 1
-    --global-batch-size 1152
+    --global-batch-size 192
     --bf16
     --use-distributed-optimizer
     --overlap-grad-reduce
@@ -31,8 +31,8 @@ TRAINING_ARGS=(
     --train-iters 500000
 )
 MODEL_PARALLEL_ARGS=(
-    --tensor-model-parallel-size 8
-    --pipeline-model-parallel-size 6
+    --tensor-model-parallel-size 4
+    --pipeline-model-parallel-size 1
     --sequence-parallel
     --tp-comm-overlap
 )
