@@ -80,8 +80,10 @@ def megatron(
         "--json", help="Print the scenario, the table and the notes as one JSON object.")
     ] = False,
 ) -> None:
-    """A scenario from Megatron-LM / Megatron-Core arguments: the table of what each flag
-    became on stderr, the scenario YAML on stdout or in --out FILE."""
+    """A scenario from Megatron-LM / Megatron-Core arguments or a launch script.
+
+    The table of what each flag became goes to stderr, the scenario YAML to stdout or to
+    --out FILE."""
     with guarded() as stdout:
         # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator import api

@@ -58,10 +58,14 @@ def expand_from(data: dict[str, Any], source: str) -> dict[str, Any]:
                          "scenario's folder, or a bundled one's name (lenient: a boolean)")
     beside = Path(source).parent / ref
     path = ref if is_file(Path(ref)) or not is_file(beside) else str(beside)
-    cluster = data.get("cluster") if isinstance(data.get("cluster"), dict) else {}
-    hardware = data.get("hardware") if isinstance(data.get("hardware"), str) else "h100-sxm"
+    given = data.get("cluster")
+    cluster: dict[str, Any] = given if isinstance(given, dict) else {}
+    hw = data.get("hardware")
+    hardware = hw if isinstance(hw, str) else "h100-sxm"
     default, tp_comm = stack_of(hardware)
-    imported = import_megatron(read_megatron(path, ref), hardware, default, tp_comm,
-                               cluster.get("nodes"), cluster.get("devices_per_node"), lenient)
+    nodes, per_node = (v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+                       for v in (cluster.get("nodes"), cluster.get("devices_per_node")))
+    imported = import_megatron(read_megatron(path, ref), hardware, default, tp_comm, nodes,
+                               per_node, lenient)
     written = {k: v for k, v in data.items() if k != "from"}
     return _merge({k: v for k, v in imported.scenario.items() if k != "name"}, written)

@@ -120,7 +120,7 @@ def _training(values: Values, dp: int) -> dict[str, Any]:
     """Batch sizes and the optimizer (Megatron-LM: `--global-batch-size` defaults to
     micro-batch x data-parallel size; `--optimizer adam`; sgd with `--sgd-momentum 0.9`)."""
     micro = values.need("--micro-batch-size")
-    glob = values.int("--global-batch-size", micro * dp)
+    glob = values.integer("--global-batch-size", micro * dp)
     assert glob is not None
     if glob % (micro * dp):
         flag = "--global-batch-size" if values.has("--global-batch-size") else \
@@ -130,7 +130,7 @@ def _training(values: Values, dp: int) -> dict[str, Any]:
                            "refuses it: the micro-batches per step must be whole)")
     opt = values.text("--optimizer", "adam", ("adam", "sgd"))
     if opt == "sgd":
-        opt = "momentum" if values.float("--sgd-momentum", 0.9, 0.0, 1.0) > 0 else "sgd"
+        opt = "momentum" if values.number("--sgd-momentum", 0.9, 0.0, 1.0) > 0 else "sgd"
     return {"global_batch_size": glob, "micro_batch_size": micro, "optimizer": opt}
 
 

@@ -23,7 +23,7 @@ def vocab_size(values: Values, tp: int) -> int:
     a multiple of `--make-vocab-size-divisible-by` (default 128) x TP (tokenizer.py
     `_vocab_size_with_padding`)."""
     kind = values.text("--tokenizer-type")
-    size = values.int("--vocab-size")
+    size = values.integer("--vocab-size")
     if size is None and kind == "GPT2BPETokenizer":
         size = _GPT2_VOCAB
     if size is None:
@@ -32,7 +32,7 @@ def vocab_size(values: Values, tp: int) -> int:
                            "(GPT2BPETokenizer alone is known: 50,257)")
     if kind == "NullTokenizer":
         size += 1  # _NullTokenizer.vocab_size: the tokens plus its EOD
-    multiple = (values.int("--make-vocab-size-divisible-by", 128) or 128) * tp
+    multiple = (values.integer("--make-vocab-size-divisible-by", 128) or 128) * tp
     return -(-size // multiple) * multiple
 
 
@@ -54,8 +54,8 @@ def _dtype(values: Values, notes: list[str], lenient: bool) -> str:
 
 def _dropout(values: Values, notes: list[str], lenient: bool) -> float:
     """One probability for the hidden states and the attention (Megatron-LM: 0.1 each)."""
-    hidden = values.float("--hidden-dropout", 0.1, 0.0, 1.0)
-    attn = values.float("--attention-dropout", 0.1, 0.0, 1.0)
+    hidden = values.number("--hidden-dropout", 0.1, 0.0, 1.0)
+    attn = values.number("--attention-dropout", 0.1, 0.0, 1.0)
     if (hidden == 0) != (attn == 0):
         if not lenient:
             raise values.error("--attention-dropout", f"{attn:g} with --hidden-dropout "
@@ -71,11 +71,11 @@ def _moe(values: Values) -> dict[str, Any] | None:
     """Experts (`--num-experts`), top-k (`--moe-router-topk`, default 2) and the capacity
     factor (`--moe-expert-capacity-factor`; default None: dropless, which a capacity of
     experts / top_k reproduces)."""
-    experts = values.int("--num-experts", lo=1, hi=100_000)
+    experts = values.integer("--num-experts", lo=1, hi=100_000)
     if experts is None or experts == 1:
         return None
-    top_k = values.int("--moe-router-topk", 2, hi=experts) or 2
-    capacity = values.float("--moe-expert-capacity-factor", experts / top_k, 1e-6, 1000.0)
+    top_k = values.integer("--moe-router-topk", 2, hi=experts) or 2
+    capacity = values.number("--moe-expert-capacity-factor", experts / top_k, 1e-6, 1000.0)
     return {"experts": experts, "top_k": top_k, "capacity_factor": capacity}
 
 
@@ -88,14 +88,14 @@ def model_section(values: Values, tp: int, notes: list[str], lenient: bool) -> d
                            f"{hidden} (Megatron-LM: kv_channels = hidden / heads)")
     swiglu = values.has("--swiglu")
     # arguments.py: 'int((4 * args.hidden_size * 2 / 3) / 64) * 64' with --swiglu, else 4 h
-    ffn = values.int("--ffn-hidden-size", int((4 * hidden * 2 / 3) / 64) * 64 if swiglu
+    ffn = values.integer("--ffn-hidden-size", int((4 * hidden * 2 / 3) / 64) * 64 if swiglu
                      else 4 * hidden)
     model: dict[str, Any] = {
         "type": "transformer", "layers": values.need("--num-layers"), "hidden_size": hidden,
         "num_heads": heads, "ffn_hidden_size": ffn, "seq_length": values.need("--seq-length"),
         "dtype": _dtype(values, notes, lenient)}
     if values.has("--group-query-attention"):  # --num-query-groups: default 1
-        groups = values.int("--num-query-groups", 1, hi=heads) or 1
+        groups = values.integer("--num-query-groups", 1, hi=heads) or 1
         if heads % groups:
             raise values.error("--num-query-groups", f"{groups} does not divide "
                                f"--num-attention-heads {heads}")

@@ -18,10 +18,10 @@ def _degrees(values: Values, world: int) -> dict[str, int]:
     """TP, PP, CP, EP and DP = world / (TP x PP x CP) (validate_args: 'world size is not
     divisible by tensor parallel size times pipeline parallel size times context parallel
     size')."""
-    tp = values.int("--tensor-model-parallel-size", 1) or 1
-    pp = values.int("--pipeline-model-parallel-size", 1) or 1
-    cp = values.int("--context-parallel-size", 1) or 1
-    ep = values.int("--expert-model-parallel-size", 1) or 1
+    tp = values.integer("--tensor-model-parallel-size", 1) or 1
+    pp = values.integer("--pipeline-model-parallel-size", 1) or 1
+    cp = values.integer("--context-parallel-size", 1) or 1
+    ep = values.integer("--expert-model-parallel-size", 1) or 1
     if world % (tp * pp * cp):
         given = [a.flag for a in values.flags("--tensor-model-parallel-size",
                                               "--pipeline-model-parallel-size",
@@ -39,8 +39,8 @@ def _degrees(values: Values, world: int) -> dict[str, int]:
 def _schedule(values: Values, layers: int, pp: int) -> dict[str, Any]:
     """1F1B, or the interleaved schedule with `--num-layers-per-virtual-pipeline-stage` (its
     chunks: the layers per stage over it) or `--num-virtual-stages-per-pipeline-rank`."""
-    per = values.int("--num-layers-per-virtual-pipeline-stage")
-    chunks = values.int("--num-virtual-stages-per-pipeline-rank")
+    per = values.integer("--num-layers-per-virtual-pipeline-stage")
+    chunks = values.integer("--num-virtual-stages-per-pipeline-rank")
     flag = "--num-layers-per-virtual-pipeline-stage" if per else \
         "--num-virtual-stages-per-pipeline-rank"
     if per is None and chunks is None:
@@ -68,7 +68,7 @@ def _recompute(values: Values, layers_per_chunk: int, notes: list[str]) -> str:
     its input with `--recompute-method uniform` (checkpoints every N layers: N > 1 noted) or
     `block` over all of a stage's layers."""
     if values.has("--checkpoint-activations"):
-        every = values.int("--checkpoint-num-layers", 1) or 1
+        every = values.integer("--checkpoint-num-layers", 1) or 1
         if every > 1:
             notes.append(f"--checkpoint-num-layers {every}: simulated as a checkpoint per "
                          "layer (the same recompute, more inputs kept)")
@@ -79,7 +79,7 @@ def _recompute(values: Values, layers_per_chunk: int, notes: list[str]) -> str:
     if gran is None:
         return "none"
     method = values.text("--recompute-method", "uniform", ("uniform", "block"))
-    n = values.int("--recompute-num-layers", 1) or 1
+    n = values.integer("--recompute-num-layers", 1) or 1
     if method == "block" and n < layers_per_chunk:
         raise values.error("--recompute-num-layers", f"{n} of the {layers_per_chunk} layers "
                            "of each model chunk recomputed (block): recompute of part of a "
@@ -110,7 +110,7 @@ def _fusion(values: Values, derived: Derived) -> dict[str, Any]:
     """Buckets of `--ddp-bucket-size` parameters (fp32 gradients: bf16 training reduces in
     fp32, arguments.py 'bfloat16 requires gradient accumulation and all-reduce to be done in
     fp32'), else the stack's rule (`mode: auto`)."""
-    size = values.int("--ddp-bucket-size")
+    size = values.integer("--ddp-bucket-size")
     if size is None:
         derived.append(("parallel.comm_fusion", "mode auto", "no --ddp-bucket-size: the "
                         "stack's bucket rule (framework profile grad_reduction)"))

@@ -87,7 +87,7 @@ class Values:
             raise bad(self.source, arg, f"found {value!r}; allowed: {', '.join(choices)}")
         return value
 
-    def int(self, flag: str, default: int | None = None, lo: int = 1, hi: int = _MAX
+    def integer(self, flag: str, default: int | None = None, lo: int = 1, hi: int = _MAX
             ) -> int | None:
         arg = self.args.get(flag)
         if arg is None:
@@ -103,13 +103,13 @@ class Values:
         return number
 
     def need(self, flag: str, lo: int = 1) -> int:
-        number = self.int(flag, lo=lo)
+        number = self.integer(flag, lo=lo)
         if number is None:
             raise InputError(self.source.path, flag, "missing; Megatron-LM requires it "
                              "(megatron/training/arguments.py validate_args)")
         return number
 
-    def float(self, flag: str, default: float, lo: float, hi: float) -> float:
+    def number(self, flag: str, default: float, lo: float, hi: float) -> float:
         arg = self.args.get(flag)
         if arg is None:
             return default
