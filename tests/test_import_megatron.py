@@ -189,3 +189,19 @@ def test_scenario_key_from_megatron_args(tmp_path: Path) -> None:
                                      "args.txt}\n")
     with pytest.raises(api.InputError, match="the world size is not in the file"):
         api.load_scenario(str(tmp_path / "s.yaml"))
+
+
+def test_full_recompute_needs_its_method_and_layers(tmp_path: Path) -> None:
+    code, _, err = _run(tmp_path, BASE + "\n--recompute-granularity full", "--nodes", "1",
+                        "--devices-per-node", "8")
+    assert code == 2 and err.endswith(
+        "args.txt:2: --recompute-granularity: full needs --recompute-method (uniform or block) "
+        "and --recompute-num-layers (Megatron-Core transformer_config.py refuses it without "
+        "them)\n")
+    s = _scenario(tmp_path, BASE + " --recompute-granularity full --recompute-method block "
+                  "--recompute-num-layers 4", "--nodes", "1", "--devices-per-node", "8")
+    assert s["parallel"]["recompute"] == "full"
+    code, _, err = _run(tmp_path, BASE + " --recompute-granularity full --recompute-method "
+                        "block --recompute-num-layers 2", "--nodes", "1", "--devices-per-node",
+                        "8")
+    assert code == 2 and "2 of the 4 layers of each model chunk recomputed (block)" in err

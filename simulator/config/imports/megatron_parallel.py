@@ -75,9 +75,16 @@ def _recompute(values: Values, layers_per_chunk: int, notes: list[str]) -> str:
         return "full"
     gran = values.text("--recompute-granularity", None, ("full", "selective"))
     if values.has("--recompute-activations") or gran == "selective":
+        if values.has("--recompute-num-layers"):
+            raise values.error("--recompute-num-layers", "given with selective recompute; "
+                               "Megatron-Core requires it unset (transformer_config.py)")
         return "selective"
     if gran is None:
         return "none"
+    if not (values.has("--recompute-method") and values.has("--recompute-num-layers")):
+        raise values.error("--recompute-granularity", "full needs --recompute-method "
+                           "(uniform or block) and --recompute-num-layers (Megatron-Core "
+                           "transformer_config.py refuses it without them)")
     method = values.text("--recompute-method", "uniform", ("uniform", "block"))
     n = values.integer("--recompute-num-layers", 1) or 1
     if method == "block" and n < layers_per_chunk:
