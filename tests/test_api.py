@@ -44,8 +44,11 @@ def test_schema_command_prints_the_scenario_json_schema():
     doc = json.loads(res.stdout)
     want = Scenario.model_json_schema(mode="validation")
     assert doc["$defs"] == want["$defs"]
-    assert {k: v for k, v in doc["properties"].items() if k != "model"} == {
+    assert {k: v for k, v in doc["properties"].items() if k not in ("model", "from")} == {
         k: v for k, v in want["properties"].items() if k != "model"}
+    # `from: {megatron_args: FILE}` (config/imports/key.py) stands for the model and the rest
+    assert doc["properties"]["from"]["required"] == ["megatron_args"]
+    assert "model" not in doc["required"] and "model" in want["required"]
     model = dict(want["properties"]["model"])
     assert doc["properties"]["model"]["description"] == model.pop("description")
     assert doc["properties"]["model"]["anyOf"][0] == model
