@@ -57,7 +57,9 @@ def json_schema(hardware: bool = False) -> dict[str, Any]:
     if not hardware:
         doc["properties"]["model"] = _with_from_hf(doc["properties"]["model"])
         doc["properties"]["from"] = _FROM
+        # a model, or a `from` that gives it
         doc["required"] = [k for k in doc.get("required", []) if k != "model"]
+        doc["anyOf"] = [{"required": ["model"]}, {"required": ["from"]}]
     doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     doc["title"] = "shardsim hardware profile" if hardware else "shardsim scenario"
     return doc
