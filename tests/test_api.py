@@ -44,12 +44,15 @@ def test_schema_command_prints_the_scenario_json_schema():
     doc = json.loads(res.stdout)
     want = Scenario.model_json_schema(mode="validation")
     assert doc["$defs"] == want["$defs"]
-    assert {k: v for k, v in doc["properties"].items() if k != "model"} == {
+    assert {k: v for k, v in doc["properties"].items() if k not in ("model", "from")} == {
         k: v for k, v in want["properties"].items() if k != "model"}
+    # `from: {megatron_args: FILE}` (config/imports/key.py) stands for the model and the rest
+    assert doc["properties"]["from"]["required"] == ["megatron_args"]
+    assert doc["anyOf"] == [{"required": ["model"]}, {"required": ["from"]}]
     model = dict(want["properties"]["model"])
     assert doc["properties"]["model"]["description"] == model.pop("description")
     assert doc["properties"]["model"]["anyOf"][0] == model
-    assert doc["title"] == "shardsim scenario" and "model" in doc["required"]
+    assert doc["title"] == "shardsim scenario" and "model" in want["required"]
     hw = json.loads(CliRunner().invoke(app, ["schema", "--hardware"]).stdout)
     assert hw["title"] == "shardsim hardware profile"
 

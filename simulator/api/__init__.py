@@ -31,6 +31,7 @@ from simulator.api.core import (
     verify_notes,
     verify_work,
 )
+from simulator.api.imports import emit_config, import_config
 from simulator.api.planning import (
     at_most,
     check_model,
@@ -60,6 +61,8 @@ __all__ = [
     "cluster_for", "options_for", "positive", "at_most",
     # inspection (api.tools)
     "explain", "json_schema", "comm", "profiles", "profile_fields", "scenarios",
+    # a scenario from a framework's own launch configuration (api.imports)
+    "import_config", "emit_config",
     # errors
     "InputError", "InfeasibleError", "ShardsimError",
 ]

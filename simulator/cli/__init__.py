@@ -14,6 +14,7 @@ import typer
 from simulator.cli._group import OneLineErrors
 from simulator.cli.comm import comm
 from simulator.cli.explain import explain
+from simulator.cli.importer import import_app
 from simulator.cli.listing import profiles, scenarios
 from simulator.cli.plan import plan
 from simulator.cli.run import run, verify
@@ -60,6 +61,7 @@ app.command("profiles")(profiles)
 app.command("scenarios")(scenarios)
 app.command("sweep")(sweep)
 app.command("schema")(schema)
+app.add_typer(import_app, name="import")
 
 
 def main() -> None:

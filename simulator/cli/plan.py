@@ -15,6 +15,7 @@ from typing import IO, Annotated, Any
 import typer
 
 from simulator.api import (
+    InputError,
     at_most,
     check_model,
     check_request,
@@ -30,6 +31,7 @@ from simulator.cli._common import (
     load_scenario,
     stderr_console,
 )
+from simulator.cli.plan_emit import emit_best, print_emitted
 from simulator.cli.run import JsonOpt, ScenarioArg, SetOpt
 
 __all__ = ["plan"]
@@ -198,6 +200,10 @@ def plan(
         "--out", metavar="DIR", help="Write the plots here. Default: reports/<stem>-plan/ "
         "(with --json: none unless --out is given).", show_default=False)] = None,
     overrides: SetOpt = None,
+    emit: Annotated[str | None, typer.Option(
+        "--emit", metavar="FORMAT", help="Also print the best configuration as a launch: "
+        "megatron (Megatron-LM arguments; with --devices or --nodes).",
+        show_default=False)] = None,
 ) -> None:
     """Search parallel configurations: the best on a cluster, or the fewest devices for a
     target."""
@@ -216,6 +222,9 @@ def plan(
         hw = load_hardware(loaded)
         out_dir = out if out is not None or json_out else Path("reports") / f"{loaded.stem}-plan"
         if target_time is not None or tokens is not None:
+            if emit is not None:
+                raise InputError("--emit", "", "takes the best configuration of --devices "
+                                 "or --nodes (a fixed cluster), not of --target-time/--tokens")
             if tokens is not None and days is not None:
                 # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
                 from simulator.api import target_time_s
@@ -230,9 +239,11 @@ def plan(
         else:
             n, per_node = cluster_for(loaded.scenario, devices, nodes)
             report = _devices_mode(loaded, hw, n, per_node, opts, price, out_dir, False)
+            emit_best(loaded, report, n, per_node, emit)
         if json_out:
             emit_json(report, stdout)
         else:
             _print(report, stdout)
+            print_emitted(report, stdout)
         code = _exit_code(report)
     raise typer.Exit(code)

@@ -25,6 +25,23 @@ _FROM_HF = {
 }
 
 
+# `from: {megatron_args: FILE}` is expanded into the scenario it imports to before
+# validation (simulator/config/imports/key.py)
+_FROM = {
+    "type": "object", "title": "From", "required": ["megatron_args"],
+    "description": "A scenario imported from a training framework's own launch configuration "
+                   "(`shardsim import`); the keys written beside `from` override the "
+                   "imported ones.",
+    "properties": {
+        "megatron_args": {"type": "string", "description": (
+            "A file of Megatron-LM arguments or a launch script with a `torchrun ... "
+            "pretrain_gpt.py ARGS` line, relative to the scenario file.")},
+        "lenient": {"type": "boolean", "default": False, "description": (
+            "Import without the flags that have no scenario key instead of refusing them.")}},
+    "additionalProperties": False,
+}
+
+
 def _with_from_hf(model: dict[str, Any]) -> dict[str, Any]:
     """The model property: one of the model types, or a `from_hf` mapping (the property's
     description beside them)."""
@@ -39,6 +56,10 @@ def json_schema(hardware: bool = False) -> dict[str, Any]:
     doc = model.model_json_schema(mode="validation")
     if not hardware:
         doc["properties"]["model"] = _with_from_hf(doc["properties"]["model"])
+        doc["properties"]["from"] = _FROM
+        # a model, or a `from` that gives it
+        doc["required"] = [k for k in doc.get("required", []) if k != "model"]
+        doc["anyOf"] = [{"required": ["model"]}, {"required": ["from"]}]
     doc["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     doc["title"] = "shardsim hardware profile" if hardware else "shardsim scenario"
     return doc

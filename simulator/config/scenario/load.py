@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from simulator.config.imports.key import expand_from
 from simulator.config.resources import is_file, list_bundled, resolve_yaml
 from simulator.config.scenario.hf import expand_from_hf
 from simulator.config.scenario.rules import check_rules
@@ -44,6 +45,7 @@ def parse_scenario(data: dict[str, Any], source: str, overrides: Sequence[str] =
     """
     data = apply_overrides(data, list(overrides))
     try:
+        data = expand_from(data, source)  # from: {megatron_args: FILE}
         data = expand_from_hf(data, source)  # model: {from_hf: config.json}
     except InputError as err:
         raise blame_override(err, overrides) from None

@@ -1,0 +1,47 @@
+"""`shardsim import FORMAT SOURCE`: a scenario from a training framework's own launch
+configuration (issue 27; simulator/config/imports). Each function imports what it needs
+when called."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from simulator.errors import InputError
+
+__all__ = ["import_config", "emit_config"]
+
+
+def import_config(fmt: str, source: str, hardware: str = "h100-sxm",
+                  nodes: int | None = None, per_node: int | None = None,
+                  lenient: bool = False, command: str = "shardsim import") -> dict[str, Any]:
+    """The scenario SOURCE (a file in format `fmt`: `megatron`) imports to, validated:
+    `scenario` (the mapping), `yaml` (its text, with comments naming the source), `rows`
+    (what each flag became: flag, value, line, kind, detail), `notes`, `devices`.
+    InputError naming the file, line and flag otherwise."""
+    # imported when called: `import simulator` and the CLI start cheap
+    from simulator.config.imports.load import import_file, scenario_yaml
+
+    imported, scenario = import_file(fmt, source, hardware, nodes, per_node, lenient)
+    return {"source": source, "format": fmt, "devices": scenario.devices,
+            "scenario": imported.scenario, "rows": [asdict(r) for r in imported.rows],
+            "notes": list(imported.notes),
+            "yaml": scenario_yaml(imported, source, command)}
+
+
+def emit_config(fmt: str, loaded: Any, overrides: list[str]) -> str:
+    """The launch of `loaded` (a scenario as `load_scenario` gives it) with `overrides` (a
+    plan's `--set` items) in format `fmt` (`megatron`: a torchrun line of Megatron-LM
+    arguments), which `import_config` reads back to the same scenario; InputError naming
+    the keys the format cannot say."""
+    # imported when called: `import simulator` and the CLI start cheap
+    from simulator.api.core import load_hardware, load_scenario
+    from simulator.config.framework.load import framework_for
+    from simulator.config.imports.megatron_emit import emit_megatron
+
+    if fmt != "megatron":
+        raise InputError("--emit", "", f"found {fmt!r}; allowed: megatron")
+    ref = str(loaded.path) if loaded.path is not None else loaded.scenario.source
+    plan = load_scenario(ref, [*loaded.overrides, *overrides])
+    fw = framework_for(plan.scenario, load_hardware(plan))
+    return emit_megatron(plan.scenario, fw.name, fw.overlap.tp_comm_enabled)

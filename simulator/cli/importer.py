@@ -1,0 +1,102 @@
+"""`shardsim import FORMAT SOURCE`: a scenario from a training framework's own launch
+configuration (issue 27; docs/import.md). One command per format, in the `import` group."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+
+from simulator.cli._common import emit_json, guarded, printable, stderr_console
+
+__all__ = ["import_app"]
+
+import_app = typer.Typer(
+    name="import", no_args_is_help=True, add_completion=False,
+    help="Write a scenario from a training framework's own launch configuration.")
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    """One line per flag: its line, the flag and its value, what became of it and the
+    scenario key or why; then the keys no flag set."""
+    out = [f"{'line':>4}  {'flag':<40} {'value':<14} {'became':<12} scenario key / why"]
+    for r in rows:
+        line = str(r["line"]) if r["line"] else ""
+        out.append(f"{line:>4}  {r['flag']:<40} {printable(r['value']):<14} {r['kind']:<12} "
+                   f"{printable(r['detail'])}")
+    return "\n".join(out)
+
+
+def _write(path: Path, text: str) -> None:
+    """Write `text` into `path` whole (a temporary sibling, then one rename)."""
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
+    from simulator.api import InputError
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError("--out", str(path), f"cannot write the scenario ({exc.strerror})"
+                         ) from None
+
+
+def _report(result: dict[str, Any], out: Path | None, stdout: IO[str]) -> None:
+    err = stderr_console()
+    err.print(_table(result["rows"]), soft_wrap=True)
+    for note in result["notes"]:
+        err.print(f"note: {note}", soft_wrap=True)
+    if out is None:
+        stdout.write(result["yaml"])
+    else:
+        _write(out, result["yaml"])
+        err.print(f"scenario written: {out} ({result['devices']} devices); "
+                  f"`shardsim run {out}` simulates it", soft_wrap=True)
+
+
+@import_app.command("megatron")
+def megatron(
+    source: Annotated[Path, typer.Argument(
+        metavar="SOURCE", help="A file of Megatron-LM arguments, or a launch script with a "
+        "`torchrun ... pretrain_gpt.py ARGS` line.", show_default=False)],
+    out: Annotated[Path | None, typer.Option(
+        "--out", metavar="FILE", help="Write the scenario YAML here (default: stdout).",
+        show_default=False)] = None,
+    hardware: Annotated[str, typer.Option(
+        "--hardware", metavar="NAME", help="Hardware profile of the devices.")] = "h100-sxm",
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", metavar="N", help="Nodes (default: the launcher's --nnodes).",
+        show_default=False)] = None,
+    devices_per_node: Annotated[int | None, typer.Option(
+        "--devices-per-node", metavar="K", help="Devices per node (default: the launcher's "
+        "--nproc-per-node).", show_default=False)] = None,
+    lenient: Annotated[bool, typer.Option(
+        "--lenient", help="Import without the flags that have no scenario key, with a note "
+        "for each, instead of refusing them.")] = False,
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print the scenario, the table and the notes as one JSON object.")
+    ] = False,
+) -> None:
+    """A scenario from Megatron-LM / Megatron-Core arguments or a launch script.
+
+    The table of what each flag became goes to stderr, the scenario YAML to stdout or to
+    --out FILE."""
+    with guarded() as stdout:
+        # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
+        from simulator import api
+
+        for name, value in (("--nodes", nodes), ("--devices-per-node", devices_per_node)):
+            if value is not None and value < 1:
+                raise api.InputError(name, "", f"found {value}; expected at least 1")
+        result = api.import_config("megatron", str(source), hardware, nodes,
+                                   devices_per_node, lenient,
+                                   command=f"shardsim import megatron {source}")
+        if json_out:
+            if out is not None:
+                _write(out, result["yaml"])
+            emit_json({k: v for k, v in result.items() if k != "yaml"}, stdout)
+        else:
+            _report(result, out, stdout)

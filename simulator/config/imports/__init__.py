@@ -1,0 +1,2 @@
+"""Readers of foreign launch configurations (issue 27): Megatron-LM / Megatron-Core argument
+lists and launch scripts (`megatron`), into scenario mappings."""
