@@ -25,7 +25,7 @@ def plan_json():
 def test_plan_json_contract(plan_json):
     rep = plan_json
     assert set(rep) == {"scenario", "mode", "devices", "objective", "interrupted", "search",
-                        "best", "top", "pareto", "files"}
+                        "best", "top", "pareto", "files", "headroom", "hardware_overrides"}
     assert (rep["mode"], rep["devices"], rep["objective"], rep["interrupted"]) == \
         ("devices", 4, "time", False)
     assert rep["files"] == {}  # --json without --out writes nothing

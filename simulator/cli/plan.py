@@ -59,6 +59,16 @@ def _progress(quiet: bool) -> Iterator[Any]:
         yield update
 
 
+def _replayer(loaded: Any, per_node: int) -> Any:
+    """Configuration -> the complete scenario `run` takes as is (planner.replay)."""
+    from simulator.planner.replay import replay_scenario
+
+    def replay(cfg: Any) -> dict[str, Any]:
+        return replay_scenario(loaded.scenario, cfg, per_node, loaded.hardware_path)
+
+    return replay
+
+
 def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
                   price: float | None, out_dir: Path | None, quiet: bool) -> dict[str, Any]:
     # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
@@ -70,14 +80,17 @@ def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
         res = search(loaded.scenario, hw, n, per_node, opts, progress)
     objective, top = opts.objective, opts.top_k
     front = pareto_front(res.ranked)
+    replay = _replayer(loaded, per_node)
     report: dict[str, Any] = {
         "scenario": loaded.scenario.name, "mode": "devices", "devices": n,
-        "objective": objective, "interrupted": res.interrupted,
+        "objective": objective, "headroom": opts.headroom,
+        "hardware_overrides": list(loaded.hardware_overrides),
+        "interrupted": res.interrupted,
         "search": {"configurations": res.space, "pruned_by_memory": res.pruned,
                    "simulated": res.simulations, "probe_simulations": res.probes,
                    "wall_s": res.wall_s},
-        "best": row(res.best, n, price, res.best) if res.best else None,
-        "top": [row(c, n, price, res.best) for c in res.ranked[:top]],
+        "best": row(res.best, n, price, res.best, replay) if res.best else None,
+        "top": [row(c, n, price, res.best, replay) for c in res.ranked[:top]],
         "pareto": [row(c, n, price, res.best) for c in front], "files": {}}
     if out_dir is not None and res.ranked:
         path = make_out_dir(out_dir) / "pareto.png"
@@ -109,14 +122,16 @@ def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices
         pts.append((n, time_s))
     chosen_n = cap.chosen
     chosen = cap.result(chosen_n) if chosen_n else None
+    replay = _replayer(loaded, per_node)
     report: dict[str, Any] = {
         "scenario": loaded.scenario.name, "mode": "target", "objective": objective,
+        "headroom": opts.headroom, "hardware_overrides": list(loaded.hardware_overrides),
         "target_iteration_time_s": target, "devices": chosen_n,
         "interrupted": cap.interrupted,
-        "best": row(chosen.best, chosen_n, price, chosen.best)
+        "best": row(chosen.best, chosen_n, price, chosen.best, replay)
         if chosen_n and chosen and chosen.best
         else None,
-        "top": [row(c, chosen_n, price, chosen.best) for c in chosen.ranked[:top]]
+        "top": [row(c, chosen_n, price, chosen.best, replay) for c in chosen.ranked[:top]]
         if chosen_n and chosen
         else [],
         "scaling": scaling, "files": {}}
@@ -193,6 +208,9 @@ def plan(
         "(interleaved 1f1b).")] = 8,
     max_optimizer_shard: Annotated[int, typer.Option(
         "--max-optimizer-shard", metavar="Z", help="Highest ZeRO stage tried (0..3).")] = 3,
+    headroom: Annotated[float, typer.Option(
+        "--headroom", metavar="H", help="Share of device memory a plan leaves free (0.1: "
+        "its peak is at most 90% of the device's memory).")] = 0.0,
     json_out: JsonOpt = False,
     out: Annotated[Path | None, typer.Option(
         "--out", metavar="DIR", help="Write the plots here. Default: reports/<stem>-plan/ "
@@ -205,7 +223,7 @@ def plan(
         check_request(devices, nodes, target_time, tokens, days, objective)
         positive("--price-per-device-hour", price)
         opts = options_for(objective, top, max_micro_batch, max_virtual_stages,
-                        max_optimizer_shard)
+                           max_optimizer_shard, headroom)
         positive("--max-devices", max_devices, "an integer >= 1")
         at_most("--max-devices", max_devices)
         loaded = load_scenario(scenario, overrides or [])

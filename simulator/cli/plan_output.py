@@ -20,13 +20,22 @@ def ties(a: Any, b: Any) -> bool | None:
     return bool(a.low_s <= b.high_s and b.low_s <= a.high_s)
 
 
-def row(cand: Any, devices: int, price: float | None, best: Any = None) -> dict[str, Any]:
+def row(cand: Any, devices: int, price: float | None, best: Any = None,
+        replay: Any = None) -> dict[str, Any]:
     """One ranked configuration as a JSON-ready dict; with `best`, whether its error bar
-    overlaps the best configuration's (`ties_best`)."""
+    overlaps the best configuration's (`ties_best`); with `replay` (configuration ->
+    scenario mapping), the complete `scenario` that `run` takes as is, and `overrides`
+    that include the cluster."""
     ev = cand.evaluation
     hours = devices * ev.iteration_time_s / 3600.0
+    overrides = cand.config.overrides()
+    scenario = replay(cand.config) if replay is not None else None
+    if scenario is not None:
+        cluster = scenario["cluster"]
+        overrides = [f"cluster.nodes={cluster['nodes']}",
+                     f"cluster.devices_per_node={cluster['devices_per_node']}", *overrides]
     out = {"config": cand.config.to_dict(), "label": str(cand.config),
-           "overrides": cand.config.overrides(), "iteration_time_s": ev.iteration_time_s,
+           "overrides": overrides, "iteration_time_s": ev.iteration_time_s,
            "tokens_per_s": ev.tokens_per_s, "mfu": ev.mfu, "peak_bytes": int(ev.peak_bytes),
            "capacity_bytes": int(ev.capacity_bytes), "fits": ev.fits,
            "estimate_s": cand.estimate_s, "estimated_peak_bytes": int(cand.memory.peak_bytes),
@@ -36,6 +45,8 @@ def row(cand: Any, devices: int, price: float | None, best: Any = None) -> dict[
         out["ties_best"] = ties(ev, best.evaluation)
     if price is not None:
         out["cost_per_iteration"] = hours * price
+    if scenario is not None:
+        out["scenario"] = scenario
     return out
 
 

@@ -99,7 +99,8 @@ def check_model(scenario: Any) -> None:
                          "parallel.tensor_nd=null` (supported: null)")
 
 
-def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int) -> Any:
+def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int,
+                headroom: float = 0.0) -> Any:
     """SearchOptions from the command's options; InputError for a bad one."""
     # imported when called: the search and numpy load only then
     from simulator.planner.search import SearchOptions
@@ -111,7 +112,10 @@ def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int
     if max_zero not in range(4):
         raise InputError("--max-optimizer-shard", "", f"found {max_zero}; expected 0, 1, 2 "
                          "or 3 (the highest ZeRO stage tried)")
+    if not (0.0 <= headroom < 1.0):
+        raise InputError("--headroom", "", f"found {headroom:g}; expected a share of device "
+                         "memory to keep free, at least 0 and below 1 (0.1: 10%)")
     return SearchOptions(objective=objective, top_k=top,
-                         limits=SpaceLimits(max_mb, max_v, max_zero))
+                         limits=SpaceLimits(max_mb, max_v, max_zero), headroom=headroom)
 
 

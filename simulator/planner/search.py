@@ -25,10 +25,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simulator.config.scenario.schema import Scenario
+from simulator.lower.pipeline import steady_window
 from simulator.planner.estimate import Probes, estimate_time
 from simulator.planner.memory import MemoryEstimate, Workload, estimate_memory, workload_of
 from simulator.planner.space import Config, SpaceLimits, apply_config, config_of, enumerate_space
 from simulator.report import summary
+from simulator.simulation.budget import shortened_run
 from simulator.simulation.simulate import simulate
 
 __all__ = ["Evaluation", "Candidate", "SearchOptions", "SearchResult", "search",
@@ -89,6 +91,7 @@ class SearchOptions:
     pareto_points: int = 8  # configurations of the estimated time/memory front simulated
     limits: SpaceLimits = field(default_factory=SpaceLimits)
     include_current: bool = True  # simulate the scenario's own configuration first
+    headroom: float = 0.0  # share of device memory a plan must leave free (--headroom)
 
 
 @dataclass(frozen=True)
@@ -113,15 +116,35 @@ class SearchResult:
 
 
 def simulate_config(scenario: Scenario, hw: Any, cfg: Config,
-                    devices_per_node: int | None = None) -> Evaluation:
-    """Run the event engine on `scenario` under configuration `cfg`."""
+                    devices_per_node: int | None = None, headroom: float = 0.0,
+                    as_run: bool = False) -> Evaluation:
+    """Run the event engine on `scenario` under configuration `cfg`. With `headroom` h,
+    a configuration fits only when its peak leaves that share of device memory free.
+    The steady state is extended whenever the schedule has one (the cheapest simulation);
+    `as_run`: exactly as `shardsim run` simulates it (which may simulate every micro-batch,
+    and then differs in the last digits)."""
 
-    s = summary(simulate(apply_config(scenario, cfg, devices_per_node), hw, steady=True))
+    planned = apply_config(scenario, cfg, devices_per_node)
+    s = summary(simulate(planned, hw, steady=None if as_run else True))
     mem = s["memory"]
     u = s["uncertainty"]
-    return Evaluation(s["iteration_time_s"], s["tokens_per_s"], s["mfu"],
-                      float(mem["peak_bytes"]), float(mem["capacity_bytes"]), mem["fits"],
+    peak, cap = float(mem["peak_bytes"]), float(mem["capacity_bytes"])
+    fits = bool(mem["fits"]) and peak <= cap * (1.0 - headroom)
+    return Evaluation(s["iteration_time_s"], s["tokens_per_s"], s["mfu"], peak, cap, fits,
                       u["low_s"], u["high_s"])
+
+
+def _as_run(scenario: Scenario, cand: Candidate, per_node: int, headroom: float,
+            hw: Any) -> Candidate:
+    """`cand` evaluated as `run` evaluates it, where that is not the steady-state extension
+    the search used (so that running a ranked plan gives its figures to the last digit)."""
+    planned = apply_config(scenario, cand.config, per_node)
+    p = planned.parallel
+    window = steady_window(p.schedule, p.pipeline, planned.grad_accum_steps, p.virtual_stages)
+    if window is None or shortened_run(planned) == window:
+        return cand
+    ev = simulate_config(scenario, hw, cand.config, per_node, headroom, as_run=True)
+    return replace(cand, evaluation=ev)
 
 
 def _family(cfg: Config) -> tuple:
@@ -140,10 +163,15 @@ class _Search:
         self.done: list[Candidate] = []
         self.ratio: dict[tuple, float] = {}
         self.space = self.pruned = 0
+        # the memory a plan may use: the device's, less the headroom asked for
+        self.usable = hw.memory_capacity_bytes * (1.0 - opts.headroom)
+
+    def simulate(self, cfg: Config) -> Evaluation:
+        return simulate_config(self.sc, self.hw, cfg, self.per_node, self.opts.headroom)
 
     def survivors(self) -> list[tuple[Config, MemoryEstimate]]:
         space = enumerate_space(self.sc, self.devices, self.w.flash, self.opts.limits)
-        cap = self.hw.memory_capacity_bytes
+        cap = self.usable
         out = []
         for cfg in space:
             mem = estimate_memory(self.w, cfg)
@@ -186,14 +214,13 @@ class _Search:
         for cand in cands:
             if cand.config == mine:
                 self.progress("simulating the scenario's configuration", 0, 1)
-                self.record(cand, simulate_config(self.sc, self.hw, cand.config,
-                                                  self.per_node))
+                self.record(cand, self.simulate(cand.config))
                 return
 
     def run(self, cands: list[Candidate]) -> None:
         """Simulate in order of (corrected) estimate until the stop rule holds. The order
         is recomputed after each simulation (a family's correction changes its scores)."""
-        cap = self.hw.memory_capacity_bytes * (1 + self.opts.margin)
+        cap = self.usable * (1 + self.opts.margin)
         seen = {c.config for c in self.done}
         left = [c for c in cands if c.memory.peak_bytes <= cap and c.config not in seen] or \
             [c for c in cands if c.config not in seen]
@@ -206,7 +233,7 @@ class _Search:
                 break
             cand = left.pop(i)
             self.progress("simulating", len(self.done), limit)
-            self.record(cand, simulate_config(self.sc, self.hw, cand.config, self.per_node))
+            self.record(cand, self.simulate(cand.config))
 
     def tasks(self, cfg: Config) -> int:
         """Compute tasks the engine runs for `cfg` (micro-batches x chunks x stages): what a
@@ -226,11 +253,11 @@ class _Search:
             return
         near = [c for c in cands if self.score(c) <= best * _FRONT_SPAN
                 and self.tasks(c.config) <= dearest]
-        todo = [c for c in _spread(_estimated_front(near, self.hw.memory_capacity_bytes),
+        todo = [c for c in _spread(_estimated_front(near, self.usable),
                                    self.opts.pareto_points) if c.config not in seen]
         for k, cand in enumerate(todo):
             self.progress("simulating the time/memory front", k, len(todo))
-            self.record(cand, simulate_config(self.sc, self.hw, cand.config, self.per_node))
+            self.record(cand, self.simulate(cand.config))
 
 
 def _estimated_front(cands: list[Candidate], cap: float) -> list[Candidate]:
@@ -274,7 +301,11 @@ def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | No
         run.front(cands)
     except KeyboardInterrupt:
         interrupted = True
-    ranked = tuple(sorted(run.done, key=lambda c: c.key(options.objective)))
-    return SearchResult(devices, options.objective, ranked, run.space, run.pruned,
+    ranked = sorted(run.done, key=lambda c: c.key(options.objective))
+    if not interrupted:
+        ranked[:options.top_k] = [_as_run(scenario, c, per_node, options.headroom, hw)
+                                  for c in ranked[:options.top_k]]
+    ranked.sort(key=lambda c: c.key(options.objective))
+    return SearchResult(devices, options.objective, tuple(ranked), run.space, run.pruned,
                         len(run.done), run.probes.simulations, interrupted,
                         time.perf_counter() - t0)
