@@ -40,6 +40,7 @@ from simulator.api.planning import (
     options_for,
     pareto_front,
     positive,
+    replay_scenario,
     search,
     sweep_executor,
     sweep_rows,
@@ -57,7 +58,7 @@ __all__ = [
     # searches (api.core, api.planning)
     "sweep", "sweep_frame", "plan", "sweep_spec", "sweep_executor", "sweep_rows", "search",
     "fewest_devices", "pareto_front", "target_time_s", "check_request", "check_model",
-    "cluster_for", "options_for", "positive", "at_most",
+    "cluster_for", "options_for", "positive", "at_most", "replay_scenario",
     # inspection (api.tools)
     "explain", "json_schema", "comm", "profiles", "profile_fields", "scenarios",
     # errors

@@ -21,7 +21,7 @@ from simulator.planner.requests import (
 
 __all__ = ["sweep_spec", "sweep_executor", "sweep_rows", "search", "fewest_devices",
            "pareto_front", "target_time_s", "check_request", "check_model", "cluster_for",
-           "options_for", "positive", "at_most"]
+           "options_for", "positive", "at_most", "replay_scenario"]
 
 
 def sweep_spec(scenario: str, grid: Sequence[str], overrides: Sequence[str] = (),
@@ -103,3 +103,13 @@ def target_time_s(tokens: float, days: float, global_batch_size: int, seq_length
     from simulator.planner.capacity import target_time_s as _target
 
     return _target(tokens, days, global_batch_size, seq_length)
+
+
+def replay_scenario(scenario: Any, config: Any, devices_per_node: int | None = None,
+                    hardware_path: Path | None = None) -> dict[str, Any]:
+    """The complete scenario of a plan's configuration as a JSON-ready mapping: a file
+    `shardsim run` takes as is, cluster included (`plan --json` rows' `scenario`)."""
+    # imported when called: `import simulator` and the CLI start cheap
+    from simulator.planner.replay import replay_scenario as _replay
+
+    return _replay(scenario, config, devices_per_node, hardware_path)

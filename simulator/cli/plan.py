@@ -61,7 +61,7 @@ def _progress(quiet: bool) -> Iterator[Any]:
 
 def _replayer(loaded: Any, per_node: int) -> Any:
     """Configuration -> the complete scenario `run` takes as is (planner.replay)."""
-    from simulator.planner.replay import replay_scenario
+    from simulator.api import replay_scenario
 
     def replay(cfg: Any) -> dict[str, Any]:
         return replay_scenario(loaded.scenario, cfg, per_node, loaded.hardware_path)
