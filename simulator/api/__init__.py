@@ -32,6 +32,7 @@ from simulator.api.core import (
     verify_work,
 )
 from simulator.api.planning import (
+    Budget,
     at_most,
     check_model,
     check_request,
@@ -42,6 +43,7 @@ from simulator.api.planning import (
     positive,
     replay_scenario,
     search,
+    soonest_within,
     sweep_executor,
     sweep_rows,
     sweep_spec,
@@ -59,6 +61,7 @@ __all__ = [
     "sweep", "sweep_frame", "plan", "sweep_spec", "sweep_executor", "sweep_rows", "search",
     "fewest_devices", "pareto_front", "target_time_s", "check_request", "check_model",
     "cluster_for", "options_for", "positive", "at_most", "replay_scenario",
+    "soonest_within", "Budget",
     # inspection (api.tools)
     "explain", "json_schema", "comm", "profiles", "profile_fields", "scenarios",
     # errors

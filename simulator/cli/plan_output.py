@@ -132,7 +132,8 @@ def pareto_png(ranked: list[Any], front: list[Any], title: str, path: Path) -> P
     return _finish(fig, ax, "peak memory per device (GB)", title, path)
 
 
-def scaling_png(points: list[tuple[int, float | None]], target_s: float, chosen: int | None,
+def scaling_png(points: list[tuple[int, float | None]], target_s: float | None,
+                chosen: int | None,
                 title: str, path: Path) -> Path:
     """Best iteration time against devices, with the target and the chosen count."""
     import matplotlib
@@ -144,7 +145,8 @@ def scaling_png(points: list[tuple[int, float | None]], target_s: float, chosen:
     pts = [(n, t) for n, t in points if t is not None]
     if pts:
         ax.plot([n for n, _ in pts], [t for _, t in pts], "o-", label="best configuration")
-    ax.axhline(target_s, ls="--", c="tab:red", label=f"target {target_s:.3g} s")
+    if target_s is not None:
+        ax.axhline(target_s, ls="--", c="tab:red", label=f"target {target_s:.3g} s")
     if chosen is not None:
         ax.axvline(chosen, ls=":", c="black", label=f"fewest devices: {chosen}")
     ax.set_xscale("log", base=2)

@@ -27,7 +27,8 @@ def at_most(flag: str, value: int | None, limit: int = MAX_PLAN_DEVICES) -> None
 
 
 def check_request(devices: int | None, nodes: int | None, target: float | None,
-           tokens: float | None, days: float | None, objective: str) -> None:
+                  tokens: float | None, days: float | None, objective: str,
+                  budget: float | None = None) -> None:
     """InputError for the first bad or conflicting option."""
     from simulator.planner.search import OBJECTIVES  # numpy and the search: not at start-up
 
@@ -39,11 +40,20 @@ def check_request(devices: int | None, nodes: int | None, target: float | None,
     for flag, count in (("--devices", devices), ("--nodes", nodes)):
         positive(flag, count, "an integer >= 1")
     at_most("--devices", devices)
-    for flag, val in (("--target-time", target), ("--tokens", tokens), ("--days", days)):
+    for flag, val in (("--target-time", target), ("--tokens", tokens), ("--days", days),
+                      ("--budget", budget)):
         positive(flag, val)
-    if (tokens is None) != (days is None):
+    if budget is not None and tokens is None:
+        raise InputError("--budget", "", "needs --tokens (the budget pays for training "
+                         "that many tokens; add --days for a deadline too)")
+    if budget is not None and (devices or nodes):
+        raise InputError("--devices" if devices else "--nodes", "", "cannot be combined "
+                         "with --budget, which finds the devices")
+    if (days is not None and tokens is None) or (tokens is not None and days is None
+                                                 and budget is None):
         given, other = ("--tokens", "--days") if days is None else ("--days", "--tokens")
-        raise InputError(given, "", f"needs {other} too (the target is tokens in days)")
+        raise InputError(given, "", f"needs {other} too (the target is tokens in days"
+                         f"{'' if given == '--days' else '; or give --budget'})")
     if target is not None and tokens is not None:
         raise InputError("--target-time", "", "cannot be combined with --tokens/--days; "
                          "give one target")
