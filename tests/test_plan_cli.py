@@ -131,10 +131,3 @@ def test_bad_options_exit_2(invoke_cli, args, expected):
     assert res.exit_code == 2, res.stderr
     assert res.stdout == ""
     assert res.stderr == f"error: {expected}\n"
-
-
-def test_graph_model_refused(invoke_cli):
-    res = invoke_cli("plan", "seed-a-weight-ops")
-    assert res.exit_code == 2
-    assert res.stderr == ("error: scenarios/seed-a-weight-ops.yaml: model.type: found 'graph'; "
-                          "`plan` searches transformer models (supported: transformer, vit)\n")

@@ -38,7 +38,8 @@ def row(cand: Any, devices: int, price: float | None, best: Any = None,
            "overrides": overrides, "iteration_time_s": ev.iteration_time_s,
            "tokens_per_s": ev.tokens_per_s, "mfu": ev.mfu, "peak_bytes": int(ev.peak_bytes),
            "capacity_bytes": int(ev.capacity_bytes), "fits": ev.fits,
-           "estimate_s": cand.estimate_s, "estimated_peak_bytes": int(cand.memory.peak_bytes),
+           "estimate_s": cand.estimate_s,
+           "estimated_peak_bytes": int(cand.memory.peak_bytes) if cand.memory else None,
            "device_hours_per_iteration": hours,
            "uncertainty": {"low_s": ev.low_s, "high_s": ev.high_s}}
     if best is not None and best.evaluation is not None:

@@ -23,7 +23,13 @@ from typing import Any
 from simulator.config.scenario.schema import Scenario
 from simulator.models.registry import family
 from simulator.models.transformer import transformer_model
-from simulator.planner.search import Candidate, SearchOptions, SearchResult, search
+from simulator.planner.search import (
+    Candidate,
+    SearchOptions,
+    SearchResult,
+    estimated,
+    search,
+)
 from simulator.simulation.budget import transformer_param_count
 
 __all__ = ["pareto_front", "target_time_s", "CapacityResult", "fewest_devices",
@@ -100,8 +106,8 @@ def _floor_devices(scenario: Scenario, hw: Any, target_s: float) -> float:
     FLOPs, at least 6 x parameters x tokens (forward 2, backward 4: Kaplan et al. 2020,
     sec. 2.1), over the target at every device's dense peak."""
 
-    if not family(scenario.model).layered:
-        return 1.0
+    if not family(scenario.model).layered or not estimated(scenario):
+        return 1.0  # a mixture of experts runs fewer FLOPs than all its parameters ask
     m = transformer_model(scenario.model)
     tokens = scenario.training.global_batch_size * m.seq_length
     flops = 6.0 * transformer_param_count(m) * tokens

@@ -4,7 +4,6 @@ for, and the models the search covers (shared by `shardsim plan` and `simulator.
 from __future__ import annotations
 
 import math
-import typing
 from typing import Any
 
 from simulator.errors import InputError
@@ -76,37 +75,10 @@ def cluster_for(scenario: Any, devices: int | None, nodes: int | None) -> tuple[
 
 
 def check_model(scenario: Any) -> None:
-    """InputError for a model or parallel layout `plan` cannot search yet."""
-    if not scenario.model.plannable:
-        # the schema (pydantic): not at start-up
-        from simulator.config.scenario.schema_models import model_classes
-
-        supported = ", ".join(typing.get_args(c.model_fields["type"].annotation)[0]
-                              for c in model_classes() if c.plannable)
-        raise InputError(scenario.source, "model.type", f"found '{scenario.model.type}'; "
-                         f"`plan` searches transformer models (supported: {supported})")
-    if scenario.model.moe_spec() is not None:
-        # the search space (planner/space.py) has no expert degree and its memory and time
-        # estimates count dense layers: refuse rather than rank configurations wrongly
-        raise InputError(scenario.source, "model.moe", "a mixture of experts is not searched "
-                         "by `plan` yet (its space has no expert-parallel degree); compare "
-                         "configurations with `shardsim sweep` over parallel.expert "
-                         "(supported: dense transformers)")
-    if scenario.parallel.context > 1:
-        # likewise no context-parallel degree in the space: refuse rather than rank
-        # configurations of another device count
-        raise InputError(scenario.source, "parallel.context", f"{scenario.parallel.context} "
-                         "is not searched by `plan` yet (its space has no context-parallel "
-                         "degree); compare configurations with `shardsim sweep` over "
-                         "parallel.context (supported: 1)")
-    nd = scenario.parallel.tensor_nd
-    if nd is not None:
-        # nor a 2-D or 3-D tensor-parallel layout: its configurations would keep the grid of
-        # another tensor degree
-        raise InputError(scenario.source, "parallel.tensor_nd", f"{nd} is not searched "
-                         "by `plan` yet (its space has 1-D "
-                         "tensor parallel only); compare with `shardsim run --set "
-                         "parallel.tensor_nd=null` (supported: null)")
+    """InputError for a model or parallel layout `plan` cannot search: none since issue 23
+    (dense transformers by closed-form estimate, every other family by simulation,
+    `planner.generic_search`); kept for the API's callers."""
+    del scenario
 
 
 def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int,

@@ -61,9 +61,9 @@ class Evaluation:
 class Candidate:
     """A configuration with its estimates and, once simulated, its evaluation."""
 
-    config: Config
+    config: Any  # a space.Config, or a generic.GenericConfig (no estimate, no memory floor)
     estimate_s: float
-    memory: MemoryEstimate
+    memory: MemoryEstimate | None
     evaluation: Evaluation | None = None
 
     @property
@@ -145,6 +145,15 @@ def _as_run(scenario: Scenario, cand: Candidate, per_node: int, headroom: float,
         return cand
     ev = simulate_config(scenario, hw, cand.config, per_node, headroom, as_run=True)
     return replace(cand, evaluation=ev)
+
+
+def estimated(scenario: Scenario) -> bool:
+    """Whether the closed-form estimate and memory floor cover the scenario (a dense
+    transformer or ViT, 1-D tensor parallel, no context parallelism, no parameter server);
+    the others are searched by `planner.generic_search`."""
+    m, p = scenario.model, scenario.parallel
+    return bool(m.plannable) and m.moe_spec() is None and p.context == 1 and \
+        p.tensor_nd is None and p.mode != "parameter_server"
 
 
 def _family(cfg: Config) -> tuple:
@@ -286,6 +295,10 @@ def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | No
     profile `hw` (nodes of `devices_per_node`, default the scenario's)."""
     t0 = time.perf_counter()
     per_node = min(devices_per_node or scenario.cluster.devices_per_node, devices)
+    if not estimated(scenario):
+        from simulator.planner.generic_search import generic_search
+
+        return generic_search(scenario, hw, devices, per_node, options, progress)
     limits = options.limits
     if options.include_current and limits.max_micro_batch < scenario.training.micro_batch_size:
         # the space holds the scenario's own micro-batch size
@@ -302,10 +315,20 @@ def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | No
     except KeyboardInterrupt:
         interrupted = True
     ranked = sorted(run.done, key=lambda c: c.key(options.objective))
-    if not interrupted:
-        ranked[:options.top_k] = [_as_run(scenario, c, per_node, options.headroom, hw)
-                                  for c in ranked[:options.top_k]]
-    ranked.sort(key=lambda c: c.key(options.objective))
-    return SearchResult(devices, options.objective, tuple(ranked), run.space, run.pruned,
-                        len(run.done), run.probes.simulations, interrupted,
-                        time.perf_counter() - t0)
+    return finish_result(scenario, hw, devices, per_node, options, ranked, run.space,
+                         run.pruned, run.probes.simulations, interrupted, t0)
+
+
+def finish_result(scenario: Scenario, hw: Any, devices: int, per_node: int,
+                  options: SearchOptions, ranked: list[Candidate], space: int, pruned: int,
+                  probes: int, interrupted: bool, t0: float) -> SearchResult:
+    """The SearchResult of simulated candidates `ranked` (best first): the best is
+    simulated again where `run` would simulate it otherwise (`_as_run`), until the best
+    is one so simulated (the others may differ from `run` in the last digits)."""
+    checked: set[Any] = set()
+    while not interrupted and ranked and ranked[0].config not in checked:
+        checked.add(ranked[0].config)
+        ranked[0] = _as_run(scenario, ranked[0], per_node, options.headroom, hw)
+        ranked.sort(key=lambda c: c.key(options.objective))
+    return SearchResult(devices, options.objective, tuple(ranked), space, pruned,
+                        len(ranked), probes, interrupted, time.perf_counter() - t0)
