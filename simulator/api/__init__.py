@@ -38,6 +38,7 @@ from simulator.api.planning import (
     check_request,
     cluster_for,
     fewest_devices,
+    frameworks_for,
     options_for,
     pareto_front,
     positive,
@@ -60,7 +61,7 @@ __all__ = [
     # searches (api.core, api.planning)
     "sweep", "sweep_frame", "plan", "sweep_spec", "sweep_executor", "sweep_rows", "search",
     "fewest_devices", "pareto_front", "target_time_s", "check_request", "check_model",
-    "cluster_for", "options_for", "positive", "at_most", "replay_scenario",
+    "cluster_for", "options_for", "positive", "at_most", "replay_scenario", "frameworks_for",
     "soonest_within", "Budget",
     # inspection (api.tools)
     "explain", "json_schema", "comm", "profiles", "profile_fields", "scenarios",

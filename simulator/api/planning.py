@@ -15,14 +15,15 @@ from simulator.planner.requests import (
     check_model,
     check_request,
     cluster_for,
+    frameworks_for,
     options_for,
     positive,
 )
 
 __all__ = ["sweep_spec", "sweep_executor", "sweep_rows", "search", "fewest_devices",
            "pareto_front", "target_time_s", "check_request", "check_model", "cluster_for",
-           "options_for", "positive", "at_most", "replay_scenario", "soonest_within",
-           "Budget"]
+           "options_for", "frameworks_for", "positive", "at_most", "replay_scenario",
+           "soonest_within", "Budget"]
 
 
 def sweep_spec(scenario: str, grid: Sequence[str], overrides: Sequence[str] = (),

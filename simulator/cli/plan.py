@@ -19,6 +19,7 @@ from simulator.api import (
     check_model,
     check_request,
     cluster_for,
+    frameworks_for,
     options_for,
     positive,
 )
@@ -248,6 +249,10 @@ def plan(
         "(interleaved 1f1b).")] = 8,
     max_optimizer_shard: Annotated[int, typer.Option(
         "--max-optimizer-shard", metavar="Z", help="Highest ZeRO stage tried (0..3).")] = 3,
+    framework: Annotated[str | None, typer.Option(
+        "--framework", metavar="NAMES", help="Software stacks to try on the best "
+        "configurations too: framework profile names, comma-separated, or all.",
+        show_default=False)] = None,
     headroom: Annotated[float, typer.Option(
         "--headroom", metavar="H", help="Share of device memory a plan leaves free (0.1: "
         "its peak is at most 90% of the device's memory).")] = 0.0,
@@ -263,7 +268,7 @@ def plan(
         check_request(devices, nodes, target_time, tokens, days, objective, budget)
         positive("--price-per-device-hour", price)
         opts = options_for(objective, top, max_micro_batch, max_virtual_stages,
-                           max_optimizer_shard, headroom)
+                           max_optimizer_shard, headroom, frameworks_for(framework))
         positive("--max-devices", max_devices, "an integer >= 1")
         at_most("--max-devices", max_devices)
         loaded = load_scenario(scenario, overrides or [])

@@ -39,7 +39,8 @@ class ShardedParameters(ShardedGradients):
         low = self.low
         params = self.sharded(vs)  # backward order: head, layers, embedding
         order = tuple(reversed(params)) if kind == "F" else params
-        gates, held = [], []
+        gates: list[tuple[int, ...]] = []
+        held: list[float] = []
         last = len(order) - 1
         compute = low.b.streams.get((dev, "compute"), [])
         before = tuple(compute[-1:])  # the task running before this one

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.config.scenario.rules import check_rules
@@ -33,36 +33,48 @@ from simulator.config.scenario.schema import Scenario
 from simulator.config.yamlio import apply_overrides
 from simulator.errors import InputError
 
-__all__ = ["GenericConfig", "generic_splits", "knob_values", "with_items", "apply_generic"]
+__all__ = ["GenericConfig", "generic_splits", "knob_values", "extra_knobs", "with_items",
+           "apply_generic"]
 
 @dataclass(frozen=True, order=True)
 class GenericConfig:
-    """One configuration: the `--set` items that make it from the scenario."""
+    """One configuration: the `--set` items that make it from the scenario, or (`base`, a
+    dense `space.Config`) from that configuration of the scenario (a refinement)."""
 
     label: str
     items: tuple[str, ...]
+    base: Any = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return self.label
 
     def overrides(self) -> list[str]:
-        return list(self.items)
+        return (self.base.overrides() if self.base is not None else []) + list(self.items)
 
-    def to_dict(self) -> dict[str, object]:
+    def own(self) -> dict[str, str]:
+        """The items this configuration sets beyond its base."""
         return {item.partition("=")[0]: item.partition("=")[2] for item in self.items}
 
+    def to_dict(self) -> dict[str, object]:
+        return {**(self.base.to_dict() if self.base is not None else {}), **self.own()}
+
     def apply(self, scenario: Scenario, devices_per_node: int) -> Scenario:
-        return apply_generic(scenario, self, devices_per_node)
+        if self.base is not None:
+            from simulator.planner.space import apply_config
+
+            scenario = apply_config(scenario, self.base, devices_per_node)
+        return apply_generic(scenario, GenericConfig(self.label, self.items), devices_per_node)
 
 
-def _config(items: dict[str, Any]) -> GenericConfig:
+def _config(items: dict[str, Any], base: Any = None) -> GenericConfig:
     parts = [f"{k}={_text(v)}" for k, v in items.items()]
     short = {"parallel.data": "d", "parallel.tensor": "t", "parallel.pipeline": "p",
              "parallel.context": "c", "parallel.expert": "e", "training.micro_batch_size": "mb"}
     label = " ".join(f"{short[k]}{v}" for k, v in items.items() if k in short)
     rest = [_shown(k, v) for k, v in items.items()
             if k not in short and k != "parallel.virtual_stages"]
-    return GenericConfig(" ".join([label, *rest]).strip() or "as written", tuple(parts))
+    head = str(base) if base is not None else label
+    return GenericConfig(" ".join([head, *rest]).strip() or "as written", tuple(parts), base)
 
 
 def _shown(key: str, v: Any) -> str:
@@ -71,7 +83,9 @@ def _shown(key: str, v: Any) -> str:
     if key.startswith("model.ops["):
         return key[len("model."):].partition(".")[0] + "=auto"
     name = key.rpartition(".")[2]
-    return f"{'offload' if name == 'optimizer_states' else name}={_text(v)}"
+    if key.startswith("parallel.offload."):
+        name = "offload" if name == "optimizer_states" else f"offload_{name}"
+    return f"{name}={_text(v)}"
 
 
 def _text(v: Any) -> str:
@@ -156,7 +170,8 @@ def generic_splits(scenario: Scenario, devices: int) -> list[GenericConfig]:
 def _graph_strategies(scenario: Scenario) -> list[GenericConfig]:
     """Each key operator's strategy as written or left to propagation (every subset of
     them, up to 6 key operators), with recompute none or full."""
-    ops = scenario.model.ops
+    model: Any = scenario.model  # an operator graph (writes_ops)
+    ops = model.ops
     keys = [i for i, op in enumerate(ops) if op.strategy is not None][:6]
     out = []
     for free in itertools.product((False, True), repeat=len(keys)):
@@ -166,40 +181,68 @@ def _graph_strategies(scenario: Scenario) -> list[GenericConfig]:
     return out
 
 
-def knob_values(scenario: Scenario, split: GenericConfig, max_micro: int
-                ) -> list[tuple[str, list[Any]]]:
+def knob_values(scenario: Scenario, split: GenericConfig, max_micro: int,
+                frameworks: tuple[str, ...] = ()) -> list[tuple[str, list[Any]]]:
     """Per knob, the values tried on one split (one knob at a time, `generic_search`)."""
     if scenario.model.writes_ops:
-        return [("parallel.recompute", ["none", "full"])]
-    base = {k: _parse(v) for k, v in split.to_dict().items()}
+        fw = [("framework", list(frameworks))] if frameworks else []
+        return [("parallel.recompute", ["none", "full"]), *fw]
+    base = {k: _parse(v) for k, v in split.own().items()}
     d, pp = int(base["parallel.data"]), int(base["parallel.pipeline"])
     gb = scenario.training.global_batch_size
     mbs = [b for b in _divisors(gb // d) if b <= max_micro] if gb % d == 0 else [1]
     scheds = ["1f1b"] if pp == 1 else ["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
     shards = [0] if scenario.parallel.mode == "parameter_server" or d == 1 else [0, 1, 2, 3]
     sps = [False, True] if int(base["parallel.tensor"]) > 1 else []
-    knobs = [("training.micro_batch_size", mbs), ("parallel.schedule", scheds),
-             ("parallel.recompute", ["none", "selective", "full"]),
-             ("parallel.optimizer_shard", shards), ("parallel.sequence_parallel", sps),
-             ("parallel.offload.optimizer_states", [False, True])]
-    return [(k, v) for k, v in knobs if v]
+    knobs: list[tuple[str, list[Any]]] = [
+        ("training.micro_batch_size", mbs), ("parallel.schedule", scheds),
+        ("parallel.recompute", ["none", "selective", "full"]),
+        ("parallel.optimizer_shard", shards), ("parallel.sequence_parallel", sps),
+        ("parallel.offload.optimizer_states", [False, True])]
+    return [(k, v) for k, v in knobs if v] + extra_knobs(scenario, d, pp, frameworks)
+
+
+def extra_knobs(scenario: Scenario, d: int, pp: int, frameworks: tuple[str, ...] = ()
+                ) -> list[tuple[str, list[Any]]]:
+    """Knobs tried by simulation alone on a dense plan's best configuration too
+    (`generic_search.refine`): the zero-bubble schedule and uneven stage splits of a
+    pipeline, fusion buckets of a data-parallel reduction, multi-copy, offload of
+    parameters and activations, and the software stacks asked for (`--framework`)."""
+    knobs: list[tuple[str, list[Any]]] = []
+    layers = getattr(scenario.model, "layers", None)
+    if pp > 1:
+        knobs.append(("parallel.schedule", ["zb_h1"]))
+        if isinstance(layers, int) and layers % pp == 0 and layers // pp > 1:
+            even = [layers // pp] * pp
+            knobs.append(("parallel.pipeline_layers",
+                          [[e + (i == 0) - (i == pp - 1) for i, e in enumerate(even)],
+                           [e - (i == 0) + (i == pp - 1) for i, e in enumerate(even)]]))
+    if d > 1:
+        knobs.append(("parallel.comm_fusion.bucket_mb", [10, 100]))
+    knobs += [("parallel.overlap.copies", [2]), ("parallel.offload.activations", [True]),
+              ("parallel.offload.parameters", [True])]
+    if frameworks:
+        knobs.append(("framework", list(frameworks)))
+    return knobs
 
 
 def with_items(cfg: GenericConfig, **changes: Any) -> GenericConfig:
     """`cfg` with the items `changes` (dotted keys with '.' as '__') set."""
-    items = {k: _parse(v) for k, v in cfg.to_dict().items()}
+    items: dict[str, Any] = {k: _parse(v) for k, v in cfg.own().items()}
     for key, value in changes.items():
         items[key.replace("__", ".")] = value
     if items.get("parallel.schedule") == "interleaved_1f1b":
         items["parallel.virtual_stages"] = 2
     elif "parallel.schedule" in items:
         items["parallel.virtual_stages"] = 1
-    return _config(items)
+    return _config(items, cfg.base)
 
 
 def _parse(text: str) -> Any:
     if text == "null":
         return None
+    if text.startswith("[["):  # an operator strategy: kept as text (YAML reads it)
+        return text
     if text in ("true", "false"):
         return text == "true"
     if text.startswith("["):

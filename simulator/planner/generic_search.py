@@ -6,6 +6,7 @@ by the event engine as `run` simulates it."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -14,12 +15,13 @@ from simulator.errors import InputError
 from simulator.planner.generic import (
     GenericConfig,
     apply_generic,
+    extra_knobs,
     generic_splits,
     knob_values,
     with_items,
 )
 
-__all__ = ["generic_search", "KEEP"]
+__all__ = ["generic_search", "refine", "KEEP"]
 
 KEEP = 3  # splits whose knobs are searched
 
@@ -81,10 +83,14 @@ class _Generic:
     def key(self, cand: Any) -> tuple:
         return cand.key(self.opts.objective)
 
-    def descend(self, start: Any) -> None:
-        """Vary each knob in turn from the best configuration so far."""
+    def descend(self, start: Any, knobs: list[tuple[str, list[Any]]] | None = None) -> None:
+        """Vary each knob in turn from the best configuration so far (`knobs`, default
+        `knob_values` of the start's split)."""
         best = start
-        for knob, values in knob_values(self.sc, start.config, self.opts.limits.max_micro_batch):
+        if knobs is None:
+            knobs = knob_values(self.sc, start.config, self.opts.limits.max_micro_batch,
+                                self.opts.frameworks)
+        for knob, values in knobs:
             for value in values:
                 cfg = with_items(best.config, **{knob.replace(".", "__"): value})
                 if cfg == best.config or not self.valid(cfg):
@@ -116,6 +122,27 @@ def generic_search(scenario: Scenario, hw: Any, devices: int, per_node: int, opt
     ranked = sorted(run.done.values(), key=run.key)
     return run.s.finish_result(scenario, hw, devices, per_node, opts, ranked, run.space, 0,
                                0, interrupted, t0)
+
+
+def refine(scenario: Scenario, hw: Any, per_node: int, opts: Any, best: Any,
+           progress: Any = None) -> list[Any]:
+    """The dense search's best configuration with `extra_knobs` varied in turn by
+    simulation (zero-bubble schedule, uneven stages, fusion buckets, multi-copy, offload of
+    parameters and activations, `--framework`): the candidates simulated, which the
+    ranking takes besides the dense ones."""
+    run = _Generic(scenario, hw, per_node, opts, progress)
+    start_cfg = GenericConfig(str(best.config), (), best.config)
+    planned = apply_generic(start_cfg.apply(scenario, per_node), GenericConfig("", ()),
+                            per_node)
+    run.same[planned.model_dump_json(exclude={"source"})] = start_cfg
+    start = run.s.Candidate(start_cfg, best.estimate_s, None, best.evaluation)
+    cfg = best.config
+    knobs = extra_knobs(scenario, cfg.data, cfg.pipeline, opts.frameworks)
+    if cfg.virtual_stages > 1:  # an interleaved split is not one list per stage
+        knobs = [(k, v) for k, v in knobs if k != "parallel.pipeline_layers"]
+    with contextlib.suppress(KeyboardInterrupt):
+        run.descend(start, knobs)
+    return list(run.done.values())
 
 
 def _own_split(scenario: Scenario) -> GenericConfig:

@@ -12,6 +12,7 @@ from simulator.errors import InputError
 MAX_PLAN_DEVICES = 100_000
 
 __all__ = ["MAX_PLAN_DEVICES", "check_request", "cluster_for", "check_model", "options_for",
+           "frameworks_for",
            "positive", "at_most"]
 
 def positive(flag: str, value: float | None, kind: str = "a finite number > 0") -> None:
@@ -81,8 +82,26 @@ def check_model(scenario: Any) -> None:
     del scenario
 
 
+def frameworks_for(text: str | None) -> tuple[str, ...]:
+    """The software stacks of `--framework A,B` (or `all`: every bundled profile);
+    InputError for a name that is no bundled profile and no file."""
+    from simulator.config.resources import list_bundled, resolve_yaml
+    from simulator.config.yamlio import did_you_mean
+
+    if text is None:
+        return ()
+    bundled = [n for n in list_bundled("framework_profiles") if n != "reference"]
+    names = bundled if text.strip() == "all" else [n.strip() for n in text.split(",")]
+    for name in names:
+        if not name or resolve_yaml(name, "framework_profiles") is None:
+            raise InputError("--framework", name, "is neither a bundled framework profile "
+                             f"nor a file{did_you_mean(name, bundled)}; bundled: "
+                             f"{', '.join(bundled)} (or all)")
+    return tuple(names)
+
+
 def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int,
-                headroom: float = 0.0) -> Any:
+                headroom: float = 0.0, frameworks: tuple[str, ...] = ()) -> Any:
     """SearchOptions from the command's options; InputError for a bad one."""
     # imported when called: the search and numpy load only then
     from simulator.planner.search import SearchOptions
@@ -98,6 +117,7 @@ def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int
         raise InputError("--headroom", "", f"found {headroom:g}; expected a share of device "
                          "memory to keep free, at least 0 and below 1 (0.1: 10%)")
     return SearchOptions(objective=objective, top_k=top,
-                         limits=SpaceLimits(max_mb, max_v, max_zero), headroom=headroom)
+                         limits=SpaceLimits(max_mb, max_v, max_zero), headroom=headroom,
+                         frameworks=frameworks)
 
 

@@ -67,6 +67,12 @@ class Candidate:
     evaluation: Evaluation | None = None
 
     @property
+    def mem(self) -> MemoryEstimate:
+        """The memory estimate of a candidate of the dense search."""
+        assert self.memory is not None, f"{self.config} has no memory estimate"
+        return self.memory
+
+    @property
     def ev(self) -> Evaluation:
         """The evaluation of a simulated candidate."""
         assert self.evaluation is not None, f"{self.config} was not simulated"
@@ -79,7 +85,9 @@ class Candidate:
         assert ev is not None
         first = ev.peak_bytes if objective == "memory" else ev.iteration_time_s
         second = ev.iteration_time_s if objective == "memory" else ev.peak_bytes
-        return (not ev.fits, first, second, self.config)
+        # a dense Config orders among its kind; a generic one by its label, after them
+        rank = (0, self.config) if isinstance(self.config, Config) else (1, str(self.config))
+        return (not ev.fits, first, second, rank)
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,9 @@ class SearchOptions:
     limits: SpaceLimits = field(default_factory=SpaceLimits)
     include_current: bool = True  # simulate the scenario's own configuration first
     headroom: float = 0.0  # share of device memory a plan must leave free (--headroom)
+    # the dense search's best refined by simulation (generic_search.refine)
+    refine: bool = True
+    frameworks: tuple[str, ...] = ()  # software stacks searched too (--framework)
 
 
 @dataclass(frozen=True)
@@ -115,7 +126,7 @@ class SearchResult:
         return fitting[0] if fitting else None
 
 
-def simulate_config(scenario: Scenario, hw: Any, cfg: Config,
+def simulate_config(scenario: Scenario, hw: Any, cfg: Any,
                     devices_per_node: int | None = None, headroom: float = 0.0,
                     as_run: bool = False) -> Evaluation:
     """Run the event engine on `scenario` under configuration `cfg`. With `headroom` h,
@@ -191,7 +202,7 @@ class _Search:
 
     def score(self, cand: Candidate) -> float:
         if self.opts.objective == "memory":
-            return cand.memory.peak_bytes
+            return cand.mem.peak_bytes
         return cand.estimate_s * self.ratio.get(_family(cand.config), 1.0)
 
     def estimate(self, survivors: list[tuple[Config, MemoryEstimate]]) -> list[Candidate]:
@@ -231,7 +242,7 @@ class _Search:
         is recomputed after each simulation (a family's correction changes its scores)."""
         cap = self.usable * (1 + self.opts.margin)
         seen = {c.config for c in self.done}
-        left = [c for c in cands if c.memory.peak_bytes <= cap and c.config not in seen] or \
+        left = [c for c in cands if c.mem.peak_bytes <= cap and c.config not in seen] or \
             [c for c in cands if c.config not in seen]
         limit = self.opts.max_simulations
         while left and len(self.done) < limit:
@@ -243,6 +254,17 @@ class _Search:
             cand = left.pop(i)
             self.progress("simulating", len(self.done), limit)
             self.record(cand, self.simulate(cand.config))
+
+    def refine(self) -> None:
+        """The best fitting configuration, refined by simulation (`generic_search.refine`)."""
+        fits = [c for c in self.done if c.evaluation and c.evaluation.fits]
+        if not self.opts.refine or not fits:
+            return
+        from simulator.planner.generic_search import refine
+
+        best = min(fits, key=lambda c: c.key(self.opts.objective))
+        self.progress("refining the best by simulation", 0, 1)
+        self.done += refine(self.sc, self.hw, self.per_node, self.opts, best, self.progress)
 
     def tasks(self, cfg: Config) -> int:
         """Compute tasks the engine runs for `cfg` (micro-batches x chunks x stages): what a
@@ -272,8 +294,8 @@ class _Search:
 def _estimated_front(cands: list[Candidate], cap: float) -> list[Candidate]:
     """Candidates likely to fit that no other beats on both estimates (time and memory),
     by increasing memory."""
-    likely = sorted((c for c in cands if c.memory.peak_bytes <= cap),
-                    key=lambda c: (c.memory.peak_bytes, c.estimate_s, c.config))
+    likely = sorted((c for c in cands if c.mem.peak_bytes <= cap),
+                    key=lambda c: (c.mem.peak_bytes, c.estimate_s, c.config))
     front: list[Candidate] = []
     for c in likely:
         if not front or c.estimate_s < front[-1].estimate_s:
@@ -312,6 +334,7 @@ def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | No
             run.current(cands)
         run.run(cands)
         run.front(cands)
+        run.refine()
     except KeyboardInterrupt:
         interrupted = True
     ranked = sorted(run.done, key=lambda c: c.key(options.objective))
