@@ -1,5 +1,6 @@
-"""`shardsim plan`: the best configurations of a transformer scenario on a cluster, or the
-fewest devices that meet an iteration-time (or tokens-in-days) target.
+"""`shardsim plan`: the best configurations of a scenario on a cluster, the fewest devices
+that meet an iteration-time (or tokens-in-days) target within an optional budget, or the
+soonest training within a budget.
 
 Exit status: 0 a configuration fits (and meets the target); 1 none fits or none meets the
 target up to --max-devices; 2 bad input; 130 interrupted (what was ranked is printed).
