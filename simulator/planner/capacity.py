@@ -40,7 +40,7 @@ def pareto_front(cands: tuple[Candidate, ...] | list[Candidate]) -> list[Candida
     """The simulated candidates that fit and that no other beats on both iteration time
     and peak memory, by increasing peak memory."""
     fits = sorted((c for c in cands if c.evaluation and c.evaluation.fits),
-                  key=lambda c: (c.ev.peak_bytes, c.ev.iteration_time_s, c.config))
+                  key=lambda c: (c.ev.peak_bytes, c.ev.iteration_time_s, c.key("time")[-1]))
     front: list[Candidate] = []
     for c in fits:
         if not front or c.ev.iteration_time_s < front[-1].ev.iteration_time_s:
