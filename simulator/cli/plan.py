@@ -63,6 +63,7 @@ def _progress(quiet: bool) -> Iterator[Any]:
 
 def _replayer(loaded: Any, per_node: int) -> Any:
     """Configuration -> the complete scenario `run` takes as is (planner.replay)."""
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator.api import replay_scenario
 
     def replay(cfg: Any) -> dict[str, Any]:
@@ -208,6 +209,7 @@ def _budget(sc: Any, tokens: float | None, limit: float | None, price: float | N
     """The planner.capacity.Budget of --budget (None without it)."""
     if limit is None or tokens is None:
         return None
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
     from simulator.api import Budget
 
     iterations = tokens / (sc.training.global_batch_size * sc.model.seq_length)

@@ -32,6 +32,7 @@ from simulator.config.scenario.rules import check_rules
 from simulator.config.scenario.schema import Scenario
 from simulator.config.yamlio import apply_overrides
 from simulator.errors import InputError
+from simulator.planner.space import apply_config
 
 __all__ = ["GenericConfig", "generic_splits", "knob_values", "extra_knobs", "with_items",
            "apply_generic"]
@@ -60,8 +61,6 @@ class GenericConfig:
 
     def apply(self, scenario: Scenario, devices_per_node: int) -> Scenario:
         if self.base is not None:
-            from simulator.planner.space import apply_config
-
             scenario = apply_config(scenario, self.base, devices_per_node)
         return apply_generic(scenario, GenericConfig(self.label, self.items), devices_per_node)
 

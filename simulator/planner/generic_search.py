@@ -33,10 +33,10 @@ _RESETS = ({"parallel.sequence_parallel": False}, {"parallel.optimizer_shard": 0
 
 class _Generic:
     def __init__(self, scenario: Scenario, hw: Any, per_node: int, opts: Any,
-                 progress: Any) -> None:
-        from simulator.planner import search as s
-
-        self.s, self.sc, self.hw, self.per_node, self.opts = s, scenario, hw, per_node, opts
+                 progress: Any, kit: Any) -> None:
+        # kit: planner.search (its Candidate, simulate_config and finish_result), handed in
+        # by the search that calls this module
+        self.s, self.sc, self.hw, self.per_node, self.opts = kit, scenario, hw, per_node, opts
         self.progress = progress or (lambda *_: None)
         self.done: dict[GenericConfig, Any] = {}
         self.same: dict[str, GenericConfig] = {}  # scenario JSON -> the first config of it
@@ -102,10 +102,11 @@ class _Generic:
 
 
 def generic_search(scenario: Scenario, hw: Any, devices: int, per_node: int, opts: Any,
-                   progress: Any = None) -> Any:
-    """A `planner.search.SearchResult` over `planner.generic`'s space."""
+                   progress: Any, kit: Any) -> Any:
+    """A `planner.search.SearchResult` over `planner.generic`'s space (`kit`: the module
+    planner.search)."""
     t0 = time.perf_counter()
-    run = _Generic(scenario, hw, per_node, opts, progress)
+    run = _Generic(scenario, hw, per_node, opts, progress, kit)
     interrupted = False
     try:
         splits = [c for c in (run.first_valid(s) for s in generic_splits(scenario, devices))
@@ -125,12 +126,12 @@ def generic_search(scenario: Scenario, hw: Any, devices: int, per_node: int, opt
 
 
 def refine(scenario: Scenario, hw: Any, per_node: int, opts: Any, best: Any,
-           progress: Any = None) -> list[Any]:
+           progress: Any, kit: Any) -> list[Any]:
     """The dense search's best configuration with `extra_knobs` varied in turn by
     simulation (zero-bubble schedule, uneven stages, fusion buckets, multi-copy, offload of
     parameters and activations, `--framework`): the candidates simulated, which the
     ranking takes besides the dense ones."""
-    run = _Generic(scenario, hw, per_node, opts, progress)
+    run = _Generic(scenario, hw, per_node, opts, progress, kit)
     start_cfg = GenericConfig(str(best.config), (), best.config)
     planned = apply_generic(start_cfg.apply(scenario, per_node), GenericConfig("", ()),
                             per_node)

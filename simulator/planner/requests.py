@@ -85,6 +85,7 @@ def check_model(scenario: Any) -> None:
 def frameworks_for(text: str | None) -> tuple[str, ...]:
     """The software stacks of `--framework A,B` (or `all`: every bundled profile);
     InputError for a name that is no bundled profile and no file."""
+    # imported when called, as the search is: `import simulator` and the CLI start cheap
     from simulator.config.resources import list_bundled, resolve_yaml
     from simulator.config.yamlio import did_you_mean
 

@@ -19,6 +19,7 @@ simulated so far and says it was interrupted.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,7 @@ from typing import Any
 from simulator.config.scenario.schema import Scenario
 from simulator.lower.pipeline import steady_window
 from simulator.planner.estimate import Probes, estimate_time
+from simulator.planner.generic_search import generic_search, refine
 from simulator.planner.memory import MemoryEstimate, Workload, estimate_memory, workload_of
 from simulator.planner.space import Config, SpaceLimits, apply_config, config_of, enumerate_space
 from simulator.report import summary
@@ -260,11 +262,10 @@ class _Search:
         fits = [c for c in self.done if c.evaluation and c.evaluation.fits]
         if not self.opts.refine or not fits:
             return
-        from simulator.planner.generic_search import refine
-
         best = min(fits, key=lambda c: c.key(self.opts.objective))
         self.progress("refining the best by simulation", 0, 1)
-        self.done += refine(self.sc, self.hw, self.per_node, self.opts, best, self.progress)
+        self.done += refine(self.sc, self.hw, self.per_node, self.opts, best, self.progress,
+                            sys.modules[__name__])
 
     def tasks(self, cfg: Config) -> int:
         """Compute tasks the engine runs for `cfg` (micro-batches x chunks x stages): what a
@@ -318,9 +319,8 @@ def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | No
     t0 = time.perf_counter()
     per_node = min(devices_per_node or scenario.cluster.devices_per_node, devices)
     if not estimated(scenario):
-        from simulator.planner.generic_search import generic_search
-
-        return generic_search(scenario, hw, devices, per_node, options, progress)
+        return generic_search(scenario, hw, devices, per_node, options, progress,
+                              sys.modules[__name__])
     limits = options.limits
     if options.include_current and limits.max_micro_batch < scenario.training.micro_batch_size:
         # the space holds the scenario's own micro-batch size
