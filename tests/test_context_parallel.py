@@ -179,8 +179,11 @@ def test_bad_context_settings_are_refused_by_name(overrides, message):
     assert str(err.value).endswith(message)
 
 
-def test_plan_refuses_context_parallel_by_name(invoke_cli):
-    result = invoke_cli("plan", "cp-tiny-verify")
-    assert result.exit_code == 2, result.output
-    message = result.stderr if hasattr(result, "stderr") else result.output
-    assert ": parallel.context: 2 is not searched by `plan` yet" in message
+def test_plan_searches_the_context_degree(invoke_cli):
+    from simulator.planner.generic import generic_splits
+
+    sc = _bundled("cp-tiny-verify", [])
+    contexts = {dict(c.to_dict())["parallel.context"] for c in generic_splits(sc, 8)}
+    assert contexts == {"1", "2", "4", "8"}
+    result = invoke_cli("plan", "cp-tiny-verify", "--top", "1")
+    assert result.exit_code == 0, result.output

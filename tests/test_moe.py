@@ -375,10 +375,13 @@ def test_parallel_expert_changes_the_moe_result(invoke_cli):
     assert len({t for _, _, t in seen.values()}) == 3
 
 
-def test_plan_refuses_a_mixture_of_experts_by_name(invoke_cli):
-    """`plan`'s search space has no expert degree: it says so instead of ranking wrongly."""
-    result = invoke_cli("plan", "moe-mixtral-8x7b-64-h100")
-    assert result.exit_code == 2, result.output
-    message = result.stderr if hasattr(result, "stderr") else result.output
-    assert message.startswith("error: ") and ": model.moe: a mixture of experts is not " \
-        "searched by `plan` yet" in message
+def test_plan_searches_the_expert_degree():
+    """`plan`'s space has the expert degree: every divisor of the data degree that divides
+    the experts (planner.generic.generic_splits)."""
+    from simulator.api import load_scenario
+    from simulator.planner.generic import generic_splits
+
+    sc = load_scenario("moe-mixtral-8x7b-64-h100").scenario
+    splits = [c.to_dict() for c in generic_splits(sc, 64)]
+    experts = {s["parallel.expert"] for s in splits if s["parallel.data"] == "16"}
+    assert experts == {"1", "2", "4", "8"}  # Mixtral: 8 experts

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 import yaml
-from model_kinds import refusal, stderr_of
+from model_kinds import refusal
 
 from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
@@ -283,7 +283,12 @@ def test_tensor_nd_is_refused_by_name_on_other_models(kind, invoke_cli):
             ) in message
 
 
-def test_plan_refuses_two_d_by_name(invoke_cli):
-    result = invoke_cli("plan", BIG)
-    assert result.exit_code == 2, result.output
-    assert ": parallel.tensor_nd: [16, 4] is not searched by `plan` yet" in stderr_of(result)
+def test_plan_searches_the_tensor_grid():
+    from simulator.api import load_scenario
+    from simulator.planner.generic import generic_splits
+
+    sc = load_scenario(BIG).scenario
+    grids = {c.to_dict().get("parallel.tensor_nd") for c in generic_splits(sc, 64)
+             if c.to_dict()["parallel.tensor"] == "64"}
+    # 1-D, and every ordered 2-D factorisation of the 64 tensor devices
+    assert grids == {"null", "[2,32]", "[4,16]", "[8,8]", "[16,4]", "[32,2]"}

@@ -33,15 +33,19 @@ from simulator.api.core import (
 )
 from simulator.api.imports import emit_config, import_config
 from simulator.api.planning import (
+    Budget,
     at_most,
     check_model,
     check_request,
     cluster_for,
     fewest_devices,
+    frameworks_for,
     options_for,
     pareto_front,
     positive,
+    replay_scenario,
     search,
+    soonest_within,
     sweep_executor,
     sweep_rows,
     sweep_spec,
@@ -58,7 +62,8 @@ __all__ = [
     # searches (api.core, api.planning)
     "sweep", "sweep_frame", "plan", "sweep_spec", "sweep_executor", "sweep_rows", "search",
     "fewest_devices", "pareto_front", "target_time_s", "check_request", "check_model",
-    "cluster_for", "options_for", "positive", "at_most",
+    "cluster_for", "options_for", "positive", "at_most", "replay_scenario", "frameworks_for",
+    "soonest_within", "Budget",
     # inspection (api.tools)
     "explain", "json_schema", "comm", "profiles", "profile_fields", "scenarios",
     # a scenario from a framework's own launch configuration (api.imports)

@@ -190,7 +190,7 @@ def _swept(scenario: str, grid: Mapping[str, Sequence[Any]], overrides: Sequence
 def plan(scenario: Any, devices: int | None = None, *, nodes: int | None = None,
          target_time_s: float | None = None, objective: str = "time", top: int = 10,
          max_devices: int = 16384, options: Any = None, progress: Any = None) -> Any:
-    """The strategy search of `shardsim plan` on a transformer scenario (a name, a path, a
+    """The strategy search of `shardsim plan` on a scenario of any model (a name, a path, a
     LoadedScenario or a Scenario).
 
     Without a target: `planner.search.SearchResult` on `devices` devices (or `nodes` whole

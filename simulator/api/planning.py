@@ -15,13 +15,15 @@ from simulator.planner.requests import (
     check_model,
     check_request,
     cluster_for,
+    frameworks_for,
     options_for,
     positive,
 )
 
 __all__ = ["sweep_spec", "sweep_executor", "sweep_rows", "search", "fewest_devices",
            "pareto_front", "target_time_s", "check_request", "check_model", "cluster_for",
-           "options_for", "positive", "at_most"]
+           "options_for", "frameworks_for", "positive", "at_most", "replay_scenario",
+           "soonest_within", "Budget"]
 
 
 def sweep_spec(scenario: str, grid: Sequence[str], overrides: Sequence[str] = (),
@@ -79,13 +81,33 @@ def search(scenario: Any, hw: Any, devices: int, per_node: int, options: Any,
 
 
 def fewest_devices(scenario: Any, hw: Any, target_s: float, per_node: int, max_devices: int,
-                   options: Any, progress: Any = None) -> Any:
+                   options: Any, progress: Any = None, budget: Any = None) -> Any:
     """The fewest devices (up to `max_devices`) whose best configuration meets `target_s`
-    seconds per iteration (`shardsim plan --target-time`): a `planner.capacity.CapacityResult`."""
+    seconds per iteration (`shardsim plan --target-time`), within `budget` (a `Budget`)
+    when given: a `planner.capacity.CapacityResult`."""
     # imported when called: `import simulator` and the CLI start cheap
     from simulator.planner.capacity import fewest_devices as _fewest
 
-    return _fewest(scenario, hw, target_s, per_node, max_devices, options, progress)
+    return _fewest(scenario, hw, target_s, per_node, max_devices, options, progress, budget)
+
+
+def soonest_within(scenario: Any, hw: Any, budget: Any, per_node: int, max_devices: int,
+                   options: Any, progress: Any = None) -> Any:
+    """The device count (up to `max_devices`) whose best configuration trains soonest at a
+    cost within `budget` (`shardsim plan --tokens T --budget B`): a CapacityResult."""
+    # imported when called: `import simulator` and the CLI start cheap
+    from simulator.planner.capacity import soonest_within as _soonest
+
+    return _soonest(scenario, hw, budget, per_node, max_devices, options, progress)
+
+
+def Budget(limit: float, iterations: float, price: float | None = None) -> Any:  # noqa: N802
+    """`planner.capacity.Budget`: at most `limit` device-hours (money with `price` per
+    device-hour) for `iterations` iterations."""
+    # imported when called: `import simulator` and the CLI start cheap
+    from simulator.planner.capacity import Budget as _Budget
+
+    return _Budget(limit, iterations, price)
 
 
 def pareto_front(ranked: tuple[Any, ...] | list[Any]) -> list[Any]:
@@ -103,3 +125,13 @@ def target_time_s(tokens: float, days: float, global_batch_size: int, seq_length
     from simulator.planner.capacity import target_time_s as _target
 
     return _target(tokens, days, global_batch_size, seq_length)
+
+
+def replay_scenario(scenario: Any, config: Any, devices_per_node: int | None = None,
+                    hardware_path: Path | None = None) -> dict[str, Any]:
+    """The complete scenario of a plan's configuration as a JSON-ready mapping: a file
+    `shardsim run` takes as is, cluster included (`plan --json` rows' `scenario`)."""
+    # imported when called: `import simulator` and the CLI start cheap
+    from simulator.planner.replay import replay_scenario as _replay
+
+    return _replay(scenario, config, devices_per_node, hardware_path)

@@ -1,5 +1,6 @@
-"""`shardsim plan`: the best configurations of a transformer scenario on a cluster, or the
-fewest devices that meet an iteration-time (or tokens-in-days) target.
+"""`shardsim plan`: the best configurations of a scenario on a cluster, the fewest devices
+that meet an iteration-time (or tokens-in-days) target within an optional budget, or the
+soonest training within a budget.
 
 Exit status: 0 a configuration fits (and meets the target); 1 none fits or none meets the
 target up to --max-devices; 2 bad input; 130 interrupted (what was ranked is printed).
@@ -20,6 +21,7 @@ from simulator.api import (
     check_model,
     check_request,
     cluster_for,
+    frameworks_for,
     options_for,
     positive,
 )
@@ -61,6 +63,17 @@ def _progress(quiet: bool) -> Iterator[Any]:
         yield update
 
 
+def _replayer(loaded: Any, per_node: int) -> Any:
+    """Configuration -> the complete scenario `run` takes as is (planner.replay)."""
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
+    from simulator.api import replay_scenario
+
+    def replay(cfg: Any) -> dict[str, Any]:
+        return replay_scenario(loaded.scenario, cfg, per_node, loaded.hardware_path)
+
+    return replay
+
+
 def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
                   price: float | None, out_dir: Path | None, quiet: bool) -> dict[str, Any]:
     # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
@@ -72,14 +85,17 @@ def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
         res = search(loaded.scenario, hw, n, per_node, opts, progress)
     objective, top = opts.objective, opts.top_k
     front = pareto_front(res.ranked)
+    replay = _replayer(loaded, per_node)
     report: dict[str, Any] = {
         "scenario": loaded.scenario.name, "mode": "devices", "devices": n,
-        "objective": objective, "interrupted": res.interrupted,
+        "objective": objective, "headroom": opts.headroom,
+        "hardware_overrides": list(loaded.hardware_overrides),
+        "interrupted": res.interrupted,
         "search": {"configurations": res.space, "pruned_by_memory": res.pruned,
                    "simulated": res.simulations, "probe_simulations": res.probes,
                    "wall_s": res.wall_s},
-        "best": row(res.best, n, price, res.best) if res.best else None,
-        "top": [row(c, n, price, res.best) for c in res.ranked[:top]],
+        "best": row(res.best, n, price, res.best, replay) if res.best else None,
+        "top": [row(c, n, price, res.best, replay) for c in res.ranked[:top]],
         "pareto": [row(c, n, price, res.best) for c in front], "files": {}}
     if out_dir is not None and res.ranked:
         path = make_out_dir(out_dir) / "pareto.png"
@@ -88,43 +104,58 @@ def _devices_mode(loaded: Any, hw: Any, n: int, per_node: int, opts: Any,
     return report
 
 
-def _target_mode(loaded: Any, hw: Any, target: float, per_node: int, max_devices: int,
-                 opts: Any, price: float | None, out_dir: Path | None,
-                 quiet: bool) -> dict[str, Any]:
+def _target_mode(loaded: Any, hw: Any, target: float | None, per_node: int,
+                 max_devices: int, opts: Any, price: float | None, out_dir: Path | None,
+                 quiet: bool, budget: Any = None) -> dict[str, Any]:
     # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
-    from simulator.api import fewest_devices
+    from simulator.api import fewest_devices, soonest_within
     from simulator.cli._common import make_out_dir
     from simulator.cli.plan_output import row, scaling_png
 
     objective, top = opts.objective, opts.top_k
     with _progress(quiet) as progress:
-        cap = fewest_devices(loaded.scenario, hw, target, per_node, max_devices, opts,
-                             progress)
+        if target is None:
+            cap = soonest_within(loaded.scenario, hw, budget, per_node, max_devices, opts,
+                                 progress)
+        else:
+            cap = fewest_devices(loaded.scenario, hw, target, per_node, max_devices, opts,
+                                 progress, budget)
     scaling: list[dict[str, Any]] = []
     pts: list[tuple[int, float | None]] = []
     for n, res in cap.points:
         best = res.best
         time_s = best.ev.iteration_time_s if best else None
+        cost = budget.cost(n, time_s) if budget is not None and time_s is not None else None
         scaling.append({"devices": n, "configurations": res.space,
                         "best": row(best, n, price, best) if best else None,
-                        "meets": time_s is not None and time_s <= target})
+                        "training_cost": cost,
+                        "meets": time_s is not None and (target is None or time_s <= target)
+                        and (cost is None or cost <= budget.limit)})
         pts.append((n, time_s))
     chosen_n = cap.chosen
     chosen = cap.result(chosen_n) if chosen_n else None
+    replay = _replayer(loaded, per_node)
     report: dict[str, Any] = {
         "scenario": loaded.scenario.name, "mode": "target", "objective": objective,
+        "headroom": opts.headroom, "hardware_overrides": list(loaded.hardware_overrides),
         "target_iteration_time_s": target, "devices": chosen_n,
+        "budget": None if budget is None else {
+            "limit": budget.limit, "iterations": budget.iterations,
+            "unit": "device-hours" if budget.price is None else "money"},
+        "counts_without_configuration": cap.no_configuration,
         "interrupted": cap.interrupted,
-        "best": row(chosen.best, chosen_n, price, chosen.best)
+        "best": row(chosen.best, chosen_n, price, chosen.best, replay)
         if chosen_n and chosen and chosen.best
         else None,
-        "top": [row(c, chosen_n, price, chosen.best) for c in chosen.ranked[:top]]
+        "top": [row(c, chosen_n, price, chosen.best, replay) for c in chosen.ranked[:top]]
         if chosen_n and chosen
         else [],
         "scaling": scaling, "files": {}}
     if out_dir is not None and cap.points:
         path = make_out_dir(out_dir) / "scaling.png"
-        scaling_png(pts, target, chosen_n, f"{loaded.scenario.name}", path)
+        shown = target if target is not None else \
+            chosen.best.ev.iteration_time_s if chosen and chosen.best else None
+        scaling_png(pts, shown, chosen_n, f"{loaded.scenario.name}", path)
         report["files"]["scaling_png"] = str(path)
     return report
 
@@ -134,15 +165,7 @@ def _print(report: dict[str, Any], out: IO[str]) -> None:
     from simulator.cli.plan_output import print_table
 
     if report["mode"] == "target":
-        for s in report["scaling"]:
-            best = s["best"]
-            text = (f"{best['iteration_time_s']:.4g} s ({best['label']})" if best else
-                    "none fits" if s["configurations"] else
-                    "no configuration (the model or global batch does not split that way)")
-            out.write(f"{s['devices']:>7} devices: {text}{'  meets' if s['meets'] else ''}\n")
-        n = report["devices"]
-        out.write(f"target {report['target_iteration_time_s']:.4g} s/iteration: " +
-                  (f"fewest devices {n}\n" if n else "not met\n"))
+        _print_scaling(report, out)
     title = f"{report['scenario']}: best configurations on {report['devices']} devices " \
             f"(objective: {report['objective']})"
     if report["top"]:
@@ -156,11 +179,43 @@ def _print(report: dict[str, Any], out: IO[str]) -> None:
         out.write(f"{name}: {path}\n")
 
 
+def _print_scaling(report: dict[str, Any], out: IO[str]) -> None:
+    """The capacity search: each device count searched, and the answer."""
+    budget = report["budget"]
+    unit = " device-hours" if budget and budget["unit"] == "device-hours" else ""
+    for s in report["scaling"]:
+        best = s["best"]
+        text = (f"{best['iteration_time_s']:.4g} s ({best['label']})" if best else "none fits")
+        if s["training_cost"] is not None:
+            text += f", training {s['training_cost']:.4g}{unit}"
+        out.write(f"{s['devices']:>7} devices: {text}{'  meets' if s['meets'] else ''}\n")
+    if report["counts_without_configuration"]:
+        out.write(f"({report['counts_without_configuration']} device counts between have no "
+                  "configuration: the model or global batch does not split that way)\n")
+    n, target = report["devices"], report["target_iteration_time_s"]
+    head = [f"target {target:.4g} s/iteration"] if target is not None else []
+    if budget is not None:
+        head.append(f"budget {budget['limit']:.4g}{unit}")
+    what = "fewest devices" if target is not None else "soonest within budget:"
+    out.write(", ".join(head) + ": " + (f"{what} {n}\n" if n else "not met\n"))
+
+
 def _exit_code(report: dict[str, Any]) -> int:
     if report["interrupted"]:
         stderr_console().print("interrupted: showing what was ranked so far", style="yellow")
         return EXIT_INTERRUPTED
     return EXIT_OK if report["best"] else EXIT_FAILED
+
+
+def _budget(sc: Any, tokens: float | None, limit: float | None, price: float | None) -> Any:
+    """The planner.capacity.Budget of --budget (None without it)."""
+    if limit is None or tokens is None:
+        return None
+    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
+    from simulator.api import Budget
+
+    iterations = tokens / (sc.training.global_batch_size * sc.model.seq_length)
+    return Budget(limit, iterations, price)
 
 
 def plan(
@@ -179,6 +234,10 @@ def plan(
         show_default=False)] = None,
     days: Annotated[float | None, typer.Option(
         "--days", metavar="D", help="With --tokens.", show_default=False)] = None,
+    budget: Annotated[float | None, typer.Option(
+        "--budget", metavar="B", help="With --tokens: at most B device-hours (money with "
+        "--price-per-device-hour) for the training; with --days the fewest devices within "
+        "it, without the soonest training within it.", show_default=False)] = None,
     objective: Annotated[str, typer.Option(
         "--objective", metavar="time|memory|cost", help="Rank by iteration time, peak "
         "memory, or device-hours (with --price-per-device-hour: money).")] = "time",
@@ -195,6 +254,13 @@ def plan(
         "(interleaved 1f1b).")] = 8,
     max_optimizer_shard: Annotated[int, typer.Option(
         "--max-optimizer-shard", metavar="Z", help="Highest ZeRO stage tried (0..3).")] = 3,
+    framework: Annotated[str | None, typer.Option(
+        "--framework", metavar="NAMES", help="Software stacks to try on the best "
+        "configurations too: framework profile names, comma-separated, or all.",
+        show_default=False)] = None,
+    headroom: Annotated[float, typer.Option(
+        "--headroom", metavar="H", help="Share of device memory a plan leaves free (0.1: "
+        "its peak is at most 90% of the device's memory).")] = 0.0,
     json_out: JsonOpt = False,
     out: Annotated[Path | None, typer.Option(
         "--out", metavar="DIR", help="Write the plots here. Default: reports/<stem>-plan/ "
@@ -208,10 +274,10 @@ def plan(
     """Search parallel configurations: the best on a cluster, or the fewest devices for a
     target."""
     with guarded() as stdout:
-        check_request(devices, nodes, target_time, tokens, days, objective)
+        check_request(devices, nodes, target_time, tokens, days, objective, budget)
         positive("--price-per-device-hour", price)
         opts = options_for(objective, top, max_micro_batch, max_virtual_stages,
-                        max_optimizer_shard)
+                           max_optimizer_shard, headroom, frameworks_for(framework))
         positive("--max-devices", max_devices, "an integer >= 1")
         at_most("--max-devices", max_devices)
         loaded = load_scenario(scenario, overrides or [])
@@ -225,17 +291,17 @@ def plan(
             if emit is not None:
                 raise InputError("--emit", "", "takes the best configuration of --devices "
                                  "or --nodes (a fixed cluster), not of --target-time/--tokens")
+            sc = loaded.scenario
             if tokens is not None and days is not None:
                 # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
                 from simulator.api import target_time_s
 
-                sc = loaded.scenario
                 target_time = target_time_s(tokens, days, sc.training.global_batch_size,
                                             sc.model.seq_length)
-            assert target_time is not None
-            per_node = loaded.scenario.cluster.devices_per_node
+            per_node = sc.cluster.devices_per_node
             report = _target_mode(loaded, hw, target_time, per_node, max_devices, opts,
-                                  price, out_dir, False)
+                                  price, out_dir, False,
+                                  _budget(sc, tokens, budget, price))
         else:
             n, per_node = cluster_for(loaded.scenario, devices, nodes)
             report = _devices_mode(loaded, hw, n, per_node, opts, price, out_dir, False)

@@ -20,22 +20,34 @@ def ties(a: Any, b: Any) -> bool | None:
     return bool(a.low_s <= b.high_s and b.low_s <= a.high_s)
 
 
-def row(cand: Any, devices: int, price: float | None, best: Any = None) -> dict[str, Any]:
+def row(cand: Any, devices: int, price: float | None, best: Any = None,
+        replay: Any = None) -> dict[str, Any]:
     """One ranked configuration as a JSON-ready dict; with `best`, whether its error bar
-    overlaps the best configuration's (`ties_best`)."""
+    overlaps the best configuration's (`ties_best`); with `replay` (configuration ->
+    scenario mapping), the complete `scenario` that `run` takes as is, and `overrides`
+    that include the cluster."""
     ev = cand.evaluation
     hours = devices * ev.iteration_time_s / 3600.0
+    overrides = cand.config.overrides()
+    scenario = replay(cand.config) if replay is not None else None
+    if scenario is not None:
+        cluster = scenario["cluster"]
+        overrides = [f"cluster.nodes={cluster['nodes']}",
+                     f"cluster.devices_per_node={cluster['devices_per_node']}", *overrides]
     out = {"config": cand.config.to_dict(), "label": str(cand.config),
-           "overrides": cand.config.overrides(), "iteration_time_s": ev.iteration_time_s,
+           "overrides": overrides, "iteration_time_s": ev.iteration_time_s,
            "tokens_per_s": ev.tokens_per_s, "mfu": ev.mfu, "peak_bytes": int(ev.peak_bytes),
            "capacity_bytes": int(ev.capacity_bytes), "fits": ev.fits,
-           "estimate_s": cand.estimate_s, "estimated_peak_bytes": int(cand.memory.peak_bytes),
+           "estimate_s": cand.estimate_s,
+           "estimated_peak_bytes": int(cand.memory.peak_bytes) if cand.memory else None,
            "device_hours_per_iteration": hours,
            "uncertainty": {"low_s": ev.low_s, "high_s": ev.high_s}}
     if best is not None and best.evaluation is not None:
         out["ties_best"] = ties(ev, best.evaluation)
     if price is not None:
         out["cost_per_iteration"] = hours * price
+    if scenario is not None:
+        out["scenario"] = scenario
     return out
 
 
@@ -121,7 +133,8 @@ def pareto_png(ranked: list[Any], front: list[Any], title: str, path: Path) -> P
     return _finish(fig, ax, "peak memory per device (GB)", title, path)
 
 
-def scaling_png(points: list[tuple[int, float | None]], target_s: float, chosen: int | None,
+def scaling_png(points: list[tuple[int, float | None]], target_s: float | None,
+                chosen: int | None,
                 title: str, path: Path) -> Path:
     """Best iteration time against devices, with the target and the chosen count."""
     import matplotlib
@@ -133,7 +146,8 @@ def scaling_png(points: list[tuple[int, float | None]], target_s: float, chosen:
     pts = [(n, t) for n, t in points if t is not None]
     if pts:
         ax.plot([n for n, _ in pts], [t for _, t in pts], "o-", label="best configuration")
-    ax.axhline(target_s, ls="--", c="tab:red", label=f"target {target_s:.3g} s")
+    if target_s is not None:
+        ax.axhline(target_s, ls="--", c="tab:red", label=f"target {target_s:.3g} s")
     if chosen is not None:
         ax.axvline(chosen, ls=":", c="black", label=f"fewest devices: {chosen}")
     ax.set_xscale("log", base=2)

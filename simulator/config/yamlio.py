@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from simulator.config.override_path import override_steps, set_at
 from simulator.errors import InputError
 
 __all__ = ["read_yaml_file", "load_yaml_text", "parse_override", "apply_overrides",
@@ -274,6 +275,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     parts = key.split(".")
     if not key or any(not p for p in parts):
         raise InputError("--set", key or item, "the key must be a dotted path like parallel.tensor")
+    override_steps(key)  # list indices well formed
     try:
         value = load_yaml_text(text) if text.strip() else ""
     except TooDeepError as exc:
@@ -288,20 +290,12 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """A deep copy of `data` with each `key=value` override set (creating mappings as needed)."""
+    """A deep copy of `data` with each `key=value` override set (creating mappings as needed;
+    `a.b[0].c` reaches into lists: config.override_path)."""
     out = copy.deepcopy(data)
     for item in overrides:
         parts, value = parse_override(item)
-        node: Any = out
-        for depth, part in enumerate(parts[:-1]):
-            nxt = node.get(part)
-            if nxt is None:
-                nxt = node[part] = {}
-            elif not isinstance(nxt, dict):
-                path = ".".join(parts[: depth + 1])
-                raise InputError("--set", ".".join(parts), f"{path} is not a mapping")
-            node = nxt
-        node[parts[-1]] = value
+        set_at(out, ".".join(parts), value)
     return out
 
 

@@ -38,6 +38,9 @@ class DataParallel:
 
     collective = "all_reduce"
     per_unit = False  # compute runs unit by unit (pieces) in every micro-batch
+    # the optimizer is sharded: the parameters it keeps whole (parallel.optimizer_threshold_kb,
+    # MindSpore's parallel_optimizer_threshold) are all-reduced instead, and not gathered
+    keeps_whole = False
 
     def collapsible(self) -> bool:
         """Whether identical gradient buckets may run as one task (`Lowering.blocks`)."""
@@ -51,15 +54,37 @@ class DataParallel:
             else GroupSpec(1, 1, low.ranks.devices_per_node)
         self.link = "nic" if self.group.crosses_nodes else "fabric"
         self.buckets = {vs: self._buckets(vs) for vs in range(len(low.work))}
+        self.whole = {vs: self._whole_buckets(vs) for vs in range(len(low.work))}
 
-    def _runs(self, vs: int, kind: str) -> tuple[tuple[int, float, int], ...]:
-        """Gradient-byte buckets of virtual stage vs under the fusion rule of collective
-        `kind` (`parallel.comm_fusion`, its per-kind entry where given)."""
+    def sharded(self, vs: int) -> tuple[int, ...]:
+        """Parameter elements of each backward piece of virtual stage vs that this strategy
+        shards (all of them, but those a sharded optimizer keeps whole)."""
+        work = self.low.work[vs]
+        if not self.keeps_whole or not work.unsharded:
+            return work.piece_params
+        return tuple(n - u for n, u in zip(work.piece_params, work.piece_unsharded,
+                                           strict=True))
+
+    def _runs(self, vs: int, kind: str, pieces: tuple[int, ...] | None = None
+              ) -> tuple[tuple[int, float, int], ...]:
+        """Gradient-byte buckets of virtual stage vs (of `pieces`, default the sharded
+        parameters) under the fusion rule of collective `kind` (`parallel.comm_fusion`, its
+        per-kind entry where given)."""
         low = self.low
         mode, mb, index = low.par.comm_fusion.of(kind)
         starts = _group_starts(low, vs, index) if mode == "index" and index else None
-        return grad_bucket_runs(low.work[vs].piece_params, low.ge, mode, mb,
-                                low.prog.sequence()[0].param_tensors, starts)
+        return grad_bucket_runs(self.sharded(vs) if pieces is None else pieces, low.ge, mode,
+                                mb, low.prog.sequence()[0].param_tensors, starts)
+
+    def _whole_buckets(self, vs: int) -> tuple[Bucket, ...]:
+        """All-reduce buckets of the gradients of the parameters kept whole (none unless
+        `keeps_whole`): they are reduced as without a sharded optimizer, as verify does."""
+        work = self.low.work[vs]
+        if not self.keeps_whole or not work.unsharded:
+            return ()
+        return tuple(Bucket(i, nb, self.low.costs.collective_s("all_reduce", nb, self.group),
+                            n)
+                     for i, nb, n in self._runs(vs, "all_reduce", work.piece_unsharded))
 
     def _buckets(self, vs: int) -> tuple[Bucket, ...]:
         low = self.low
@@ -101,6 +126,16 @@ class DataParallel:
                                 (dep,), (mb, vs, j, first), units=units)
                 if units > 1:
                     self.low.block_of.append((tid, (dev, vs, j, first)))
+        self.reduce_whole(dev, vs, piece_tids)
+
+    def reduce_whole(self, dev: int, vs: int, piece_tids: list[int]) -> None:
+        """The last micro-batch's all-reduce of the gradients kept whole, bucket by bucket
+        after the piece that completes each (one task per bucket)."""
+        for j, b in enumerate(self.whole[vs]):
+            dep = piece_tids[min(b.piece, len(piece_tids) - 1)]
+            for k in range(b.count):
+                self.emit(dev, "grad_whole", "all_reduce", b.nbytes, b.seconds, (dep,),
+                          (vs, j, k))
 
     def backward_frees(self, vs: int) -> tuple[tuple[str, float], ...]:
         """Memory a recomputed backward of virtual stage vs frees when it ends (gathered
@@ -161,6 +196,7 @@ class ShardedStates(DataParallel):
     """Stage 1: reduce-scatter, then all-gather the updated parameters."""
 
     collective = "reduce_scatter"
+    keeps_whole = True
 
     def collapsible(self) -> bool:
         """Not under the overlapped parameter gather: it runs one task per bucket, and the
@@ -174,7 +210,9 @@ class ShardedStates(DataParallel):
     def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
         if self._overlapped():
             return
-        params = sum(self.low.work[vs].params for vs in vss)
+        params = sum(sum(self.sharded(vs)) for vs in vss)
+        if params <= 0:
+            return
         self.emit(dev, "param_gather", "all_gather", params * self.low.e, self.gather_s(vss),
                   (step_tid,), ("final",), alloc_buffer=False)
 
@@ -201,7 +239,7 @@ class ShardedStates(DataParallel):
             done += b.nbytes / low.ge
             ends.append(done)  # parameters gathered once bucket j is done
         gates, held = [], 0.0
-        for params in reversed(low.work[vs].piece_params):
+        for params in reversed(self.sharded(vs)):
             held += params
             j = min(bisect_left(ends, held * (1 - 1e-12)), len(ends) - 1)
             gates.append((tids[j],) if params > 0 and tids else ())
@@ -213,8 +251,10 @@ class ShardedGradients(ShardedStates):
 
     def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
         if mb != self.low.last_micro(vs):
-            nbytes = self.low.work[vs].params * self.low.ge
+            nbytes = sum(self.sharded(vs)) * self.low.ge
             seconds = sum(b.seconds * b.count for b in self.buckets[vs])
+            if nbytes <= 0:  # every parameter kept whole: nothing to reduce-scatter
+                return
             self.emit(dev, "grad_reduce", self.collective, nbytes, seconds, (piece_tids[-1],),
                       (mb, vs))
             return

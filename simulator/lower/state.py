@@ -27,7 +27,7 @@ from simulator.config.scenario.schema import DTYPE_BYTES
 from simulator.cost.specs import ComputeSpec
 from simulator.engine.tasks import Alloc
 
-__all__ = ["model_state_bytes", "optimizer_spec", "STATE_BYTES", "OPTIMIZER_FLOPS",
+__all__ = ["model_state_bytes", "optimizer_spec", "local_params", "STATE_BYTES", "OPTIMIZER_FLOPS",
            "state_bytes_per_param",
            "framework_overhead_bytes", "fp8_weight_copy_bytes"]
 
@@ -73,13 +73,21 @@ def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: f
     )
 
 
+def local_params(params: float, shard: int, dp: float, unsharded: float = 0.0) -> float:
+    """Parameter elements a device's optimizer updates: its shard of `params` under a
+    sharded optimizer, the `unsharded` ones (parallel.optimizer_threshold_kb) whole."""
+    if shard < 1:
+        return params
+    return (params - unsharded) / dp + unsharded
+
+
 def optimizer_spec(params: int, dtype: str, optimizer: str, shard: int, dp: float,
                    grad_bytes: float | None = None, state_dtype: str = "fp32",
-                   fp8_params: bool = False) -> ComputeSpec:
+                   fp8_params: bool = False, unsharded: float = 0.0) -> ComputeSpec:
     """The optimizer step as one memory-bound kernel over the local shard: read the gradient
     (`grad_bytes` per element, default the dtype's) and the states, write the states and the
-    16-bit parameter."""
-    local = params / (dp if shard >= 1 else 1)
+    16-bit parameter. `unsharded`: elements every rank updates whole (`local_params`)."""
+    local = local_params(params, shard, dp, unsharded)
     e = DTYPE_BYTES[dtype]
     k = state_bytes_per_param(optimizer, dtype, state_dtype, fp8_params)
     per_param = (grad_bytes or e) + 2 * k + e

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.lower.host import host_optimizer_s, offload_step_s
-from simulator.lower.state import optimizer_spec
+from simulator.lower.state import local_params, optimizer_spec
 
 if TYPE_CHECKING:
     from simulator.lower.lowering import Lowering
@@ -33,11 +33,13 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
     if remote is not None:
         step = remote
     elif low.par.offload.optimizer_states:
-        step = _host_optimizer(low, dev, params, deps)
+        step = _host_optimizer(low, dev, params, deps,
+                               sum(low.work[vs].unsharded for vs in vss))
     else:
         spec = optimizer_spec(params, low.prog.dtype, low.sc.training.optimizer,
                               low.par.optimizer_shard, low.state_ranks(vss), low.ge,
-                              low.state_dtype, low.fp8_params)
+                              low.state_dtype, low.fp8_params,
+                              sum(low.work[vs].unsharded for vs in vss))
         step = low.b.add(("O", dev), device=dev, stream="compute", name="opt",
                           phase="optimizer", duration_s=low.costs.compute_s(spec),
                           deps=deps)
@@ -89,7 +91,8 @@ def _grad_sync(low: Lowering, dev: int, vss: list[int]) -> tuple[int, ...]:
                        phase="bwd", duration_s=total.comm_s, comm_s=total.comm_s,
                        comm=total.comm),)
 
-def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...]) -> int:
+def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...],
+                    unsharded: int = 0) -> int:
     """ZeRO-Offload (Ren et al. 2021, Sec. 4): the reduced gradient shard goes to the
     host over PCIe, the host CPU runs the optimizer on it (its CPU-Adam, Sec. 5.1), and
     the updated 16-bit parameters come back; the device waits for them. Returns the task
@@ -100,7 +103,7 @@ def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...])
     a node share its `HOST_SOCKETS` sockets, so one socket updates the shards of
     devices_per_node / HOST_SOCKETS devices, one after another (the default schedule, no
     delayed parameter update: DPU, Sec. 5.2, is off unless asked for)."""
-    local = params / (low.shard_ranks if low.par.optimizer_shard >= 1 else 1)
+    local = local_params(params, low.par.optimizer_shard, low.shard_ranks, unsharded)
     # after the backward too (without data-parallel reductions nothing else orders it)
     deps += (low.b.streams[(dev, "compute")][-1],)
     back = 0.0 if low.off.params else local * low.e  # ZeRO-Infinity: stays on the host

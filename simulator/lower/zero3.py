@@ -26,8 +26,8 @@ class ShardedParameters(ShardedGradients):
     def _regathered(self, vs: int) -> float:
         """Bytes a recompute pass holds gathered: it gathers its chunk unit by unit, as the
         forward does (prefetch depth one), so two units are whole at most."""
-        work = self.low.work[vs]
-        return min(work.params, 2 * max(work.piece_params, default=0)) * self.low.e
+        pieces = self.sharded(vs)
+        return min(sum(pieces), 2 * max(pieces, default=0)) * self.low.e
 
     def backward_frees(self, vs: int) -> tuple[tuple[str, float], ...]:
         nbytes = self._regathered(vs)
@@ -37,14 +37,19 @@ class ShardedParameters(ShardedGradients):
     def unit_gates(self, dev: int, kind: str, mb: int, vs: int
                    ) -> tuple[Gates, tuple[float, ...]]:
         low = self.low
-        params = low.work[vs].piece_params  # backward order: head, layers, embedding
+        params = self.sharded(vs)  # backward order: head, layers, embedding
         order = tuple(reversed(params)) if kind == "F" else params
-        gates, held = [], []
+        gates: list[tuple[int, ...]] = []
+        held: list[float] = []
         last = len(order) - 1
         compute = low.b.streams.get((dev, "compute"), [])
         before = tuple(compute[-1:])  # the task running before this one
         for k, n in enumerate(order):
             nbytes = n * low.e
+            if nbytes <= 0:  # a unit whose parameters are all kept whole gathers nothing
+                gates.append(())
+                held.append(0.0)
+                continue
             # prefetch depth one: the gather of unit k waits for unit k-2's compute (the
             # first two for the task before), so two units are whole at most
             deps = (low.b.ids[("C", dev, kind, mb, vs, k - 2)],) if k >= 2 else before
@@ -60,7 +65,9 @@ class ShardedParameters(ShardedGradients):
     def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
         """Each unit's gradient reduce-scattered after its backward, every micro-batch."""
         low = self.low
-        for k, n in enumerate(low.work[vs].piece_params):
+        if mb == low.micro - 1:
+            self.reduce_whole(dev, vs, piece_tids)
+        for k, n in enumerate(self.sharded(vs)):
             nbytes = n * low.ge
             if nbytes <= 0:
                 continue
@@ -75,7 +82,9 @@ class ShardedParameters(ShardedGradients):
         if key[0] != "R" or self._keeps():
             return ()
         low = self.low
-        nbytes = low.work[vs].params * low.e
+        nbytes = sum(self.sharded(vs)) * low.e
+        if nbytes <= 0:
+            return ()
         compute = low.b.streams.get((dev, "compute"), [])
         prefetch = (compute[-2],) if len(compute) >= 2 else ()
         held = self._regathered(vs)

@@ -4,7 +4,6 @@ for, and the models the search covers (shared by `shardsim plan` and `simulator.
 from __future__ import annotations
 
 import math
-import typing
 from typing import Any
 
 from simulator.errors import InputError
@@ -13,6 +12,7 @@ from simulator.errors import InputError
 MAX_PLAN_DEVICES = 100_000
 
 __all__ = ["MAX_PLAN_DEVICES", "check_request", "cluster_for", "check_model", "options_for",
+           "frameworks_for",
            "positive", "at_most"]
 
 def positive(flag: str, value: float | None, kind: str = "a finite number > 0") -> None:
@@ -27,7 +27,8 @@ def at_most(flag: str, value: int | None, limit: int = MAX_PLAN_DEVICES) -> None
 
 
 def check_request(devices: int | None, nodes: int | None, target: float | None,
-           tokens: float | None, days: float | None, objective: str) -> None:
+                  tokens: float | None, days: float | None, objective: str,
+                  budget: float | None = None) -> None:
     """InputError for the first bad or conflicting option."""
     from simulator.planner.search import OBJECTIVES  # numpy and the search: not at start-up
 
@@ -39,11 +40,20 @@ def check_request(devices: int | None, nodes: int | None, target: float | None,
     for flag, count in (("--devices", devices), ("--nodes", nodes)):
         positive(flag, count, "an integer >= 1")
     at_most("--devices", devices)
-    for flag, val in (("--target-time", target), ("--tokens", tokens), ("--days", days)):
+    for flag, val in (("--target-time", target), ("--tokens", tokens), ("--days", days),
+                      ("--budget", budget)):
         positive(flag, val)
-    if (tokens is None) != (days is None):
+    if budget is not None and tokens is None:
+        raise InputError("--budget", "", "needs --tokens (the budget pays for training "
+                         "that many tokens; add --days for a deadline too)")
+    if budget is not None and (devices or nodes):
+        raise InputError("--devices" if devices else "--nodes", "", "cannot be combined "
+                         "with --budget, which finds the devices")
+    if (days is not None and tokens is None) or (tokens is not None and days is None
+                                                 and budget is None):
         given, other = ("--tokens", "--days") if days is None else ("--days", "--tokens")
-        raise InputError(given, "", f"needs {other} too (the target is tokens in days)")
+        raise InputError(given, "", f"needs {other} too (the target is tokens in days"
+                         f"{'' if given == '--days' else '; or give --budget'})")
     if target is not None and tokens is not None:
         raise InputError("--target-time", "", "cannot be combined with --tokens/--days; "
                          "give one target")
@@ -66,40 +76,33 @@ def cluster_for(scenario: Any, devices: int | None, nodes: int | None) -> tuple[
 
 
 def check_model(scenario: Any) -> None:
-    """InputError for a model or parallel layout `plan` cannot search yet."""
-    if not scenario.model.plannable:
-        # the schema (pydantic): not at start-up
-        from simulator.config.scenario.schema_models import model_classes
-
-        supported = ", ".join(typing.get_args(c.model_fields["type"].annotation)[0]
-                              for c in model_classes() if c.plannable)
-        raise InputError(scenario.source, "model.type", f"found '{scenario.model.type}'; "
-                         f"`plan` searches transformer models (supported: {supported})")
-    if scenario.model.moe_spec() is not None:
-        # the search space (planner/space.py) has no expert degree and its memory and time
-        # estimates count dense layers: refuse rather than rank configurations wrongly
-        raise InputError(scenario.source, "model.moe", "a mixture of experts is not searched "
-                         "by `plan` yet (its space has no expert-parallel degree); compare "
-                         "configurations with `shardsim sweep` over parallel.expert "
-                         "(supported: dense transformers)")
-    if scenario.parallel.context > 1:
-        # likewise no context-parallel degree in the space: refuse rather than rank
-        # configurations of another device count
-        raise InputError(scenario.source, "parallel.context", f"{scenario.parallel.context} "
-                         "is not searched by `plan` yet (its space has no context-parallel "
-                         "degree); compare configurations with `shardsim sweep` over "
-                         "parallel.context (supported: 1)")
-    nd = scenario.parallel.tensor_nd
-    if nd is not None:
-        # nor a 2-D or 3-D tensor-parallel layout: its configurations would keep the grid of
-        # another tensor degree
-        raise InputError(scenario.source, "parallel.tensor_nd", f"{nd} is not searched "
-                         "by `plan` yet (its space has 1-D "
-                         "tensor parallel only); compare with `shardsim run --set "
-                         "parallel.tensor_nd=null` (supported: null)")
+    """InputError for a model or parallel layout `plan` cannot search: none since issue 23
+    (dense transformers by closed-form estimate, every other family by simulation,
+    `planner.generic_search`); kept for the API's callers."""
+    del scenario
 
 
-def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int) -> Any:
+def frameworks_for(text: str | None) -> tuple[str, ...]:
+    """The software stacks of `--framework A,B` (or `all`: every bundled profile);
+    InputError for a name that is no bundled profile and no file."""
+    # imported when called, as the search is: `import simulator` and the CLI start cheap
+    from simulator.config.resources import list_bundled, resolve_yaml
+    from simulator.config.yamlio import did_you_mean
+
+    if text is None:
+        return ()
+    bundled = [n for n in list_bundled("framework_profiles") if n != "reference"]
+    names = bundled if text.strip() == "all" else [n.strip() for n in text.split(",")]
+    for name in names:
+        if not name or resolve_yaml(name, "framework_profiles") is None:
+            raise InputError("--framework", name, "is neither a bundled framework profile "
+                             f"nor a file{did_you_mean(name, bundled)}; bundled: "
+                             f"{', '.join(bundled)} (or all)")
+    return tuple(names)
+
+
+def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int,
+                headroom: float = 0.0, frameworks: tuple[str, ...] = ()) -> Any:
     """SearchOptions from the command's options; InputError for a bad one."""
     # imported when called: the search and numpy load only then
     from simulator.planner.search import SearchOptions
@@ -111,7 +114,11 @@ def options_for(objective: str, top: int, max_mb: int, max_v: int, max_zero: int
     if max_zero not in range(4):
         raise InputError("--max-optimizer-shard", "", f"found {max_zero}; expected 0, 1, 2 "
                          "or 3 (the highest ZeRO stage tried)")
+    if not (0.0 <= headroom < 1.0):
+        raise InputError("--headroom", "", f"found {headroom:g}; expected a share of device "
+                         "memory to keep free, at least 0 and below 1 (0.1: 10%)")
     return SearchOptions(objective=objective, top_k=top,
-                         limits=SpaceLimits(max_mb, max_v, max_zero))
+                         limits=SpaceLimits(max_mb, max_v, max_zero), headroom=headroom,
+                         frameworks=frameworks)
 
 

@@ -19,16 +19,20 @@ simulated so far and says it was interrupted.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from simulator.config.scenario.schema import Scenario
+from simulator.lower.pipeline import steady_window
 from simulator.planner.estimate import Probes, estimate_time
+from simulator.planner.generic_search import generic_search, refine
 from simulator.planner.memory import MemoryEstimate, Workload, estimate_memory, workload_of
 from simulator.planner.space import Config, SpaceLimits, apply_config, config_of, enumerate_space
 from simulator.report import summary
+from simulator.simulation.budget import shortened_run
 from simulator.simulation.simulate import simulate
 
 __all__ = ["Evaluation", "Candidate", "SearchOptions", "SearchResult", "search",
@@ -59,10 +63,16 @@ class Evaluation:
 class Candidate:
     """A configuration with its estimates and, once simulated, its evaluation."""
 
-    config: Config
+    config: Any  # a space.Config, or a generic.GenericConfig (no estimate, no memory floor)
     estimate_s: float
-    memory: MemoryEstimate
+    memory: MemoryEstimate | None
     evaluation: Evaluation | None = None
+
+    @property
+    def mem(self) -> MemoryEstimate:
+        """The memory estimate of a candidate of the dense search."""
+        assert self.memory is not None, f"{self.config} has no memory estimate"
+        return self.memory
 
     @property
     def ev(self) -> Evaluation:
@@ -77,7 +87,9 @@ class Candidate:
         assert ev is not None
         first = ev.peak_bytes if objective == "memory" else ev.iteration_time_s
         second = ev.iteration_time_s if objective == "memory" else ev.peak_bytes
-        return (not ev.fits, first, second, self.config)
+        # a dense Config orders among its kind; a generic one by its label, after them
+        rank = (0, self.config) if isinstance(self.config, Config) else (1, str(self.config))
+        return (not ev.fits, first, second, rank)
 
 
 @dataclass(frozen=True)
@@ -89,6 +101,10 @@ class SearchOptions:
     pareto_points: int = 8  # configurations of the estimated time/memory front simulated
     limits: SpaceLimits = field(default_factory=SpaceLimits)
     include_current: bool = True  # simulate the scenario's own configuration first
+    headroom: float = 0.0  # share of device memory a plan must leave free (--headroom)
+    # the dense search's best refined by simulation (generic_search.refine)
+    refine: bool = True
+    frameworks: tuple[str, ...] = ()  # software stacks searched too (--framework)
 
 
 @dataclass(frozen=True)
@@ -112,16 +128,45 @@ class SearchResult:
         return fitting[0] if fitting else None
 
 
-def simulate_config(scenario: Scenario, hw: Any, cfg: Config,
-                    devices_per_node: int | None = None) -> Evaluation:
-    """Run the event engine on `scenario` under configuration `cfg`."""
+def simulate_config(scenario: Scenario, hw: Any, cfg: Any,
+                    devices_per_node: int | None = None, headroom: float = 0.0,
+                    as_run: bool = False) -> Evaluation:
+    """Run the event engine on `scenario` under configuration `cfg`. With `headroom` h,
+    a configuration fits only when its peak leaves that share of device memory free.
+    The steady state is extended whenever the schedule has one (the cheapest simulation);
+    `as_run`: exactly as `shardsim run` simulates it (which may simulate every micro-batch,
+    and then differs in the last digits)."""
 
-    s = summary(simulate(apply_config(scenario, cfg, devices_per_node), hw, steady=True))
+    planned = apply_config(scenario, cfg, devices_per_node)
+    s = summary(simulate(planned, hw, steady=None if as_run else True))
     mem = s["memory"]
     u = s["uncertainty"]
-    return Evaluation(s["iteration_time_s"], s["tokens_per_s"], s["mfu"],
-                      float(mem["peak_bytes"]), float(mem["capacity_bytes"]), mem["fits"],
+    peak, cap = float(mem["peak_bytes"]), float(mem["capacity_bytes"])
+    fits = bool(mem["fits"]) and peak <= cap * (1.0 - headroom)
+    return Evaluation(s["iteration_time_s"], s["tokens_per_s"], s["mfu"], peak, cap, fits,
                       u["low_s"], u["high_s"])
+
+
+def _as_run(scenario: Scenario, cand: Candidate, per_node: int, headroom: float,
+            hw: Any) -> Candidate:
+    """`cand` evaluated as `run` evaluates it, where that is not the steady-state extension
+    the search used (so that running a ranked plan gives its figures to the last digit)."""
+    planned = apply_config(scenario, cand.config, per_node)
+    p = planned.parallel
+    window = steady_window(p.schedule, p.pipeline, planned.grad_accum_steps, p.virtual_stages)
+    if window is None or shortened_run(planned) == window:
+        return cand
+    ev = simulate_config(scenario, hw, cand.config, per_node, headroom, as_run=True)
+    return replace(cand, evaluation=ev)
+
+
+def estimated(scenario: Scenario) -> bool:
+    """Whether the closed-form estimate and memory floor cover the scenario (a dense
+    transformer or ViT, 1-D tensor parallel, no context parallelism, no parameter server);
+    the others are searched by `planner.generic_search`."""
+    m, p = scenario.model, scenario.parallel
+    return bool(m.plannable) and m.moe_spec() is None and p.context == 1 and \
+        p.tensor_nd is None and p.mode != "parameter_server"
 
 
 def _family(cfg: Config) -> tuple:
@@ -140,10 +185,15 @@ class _Search:
         self.done: list[Candidate] = []
         self.ratio: dict[tuple, float] = {}
         self.space = self.pruned = 0
+        # the memory a plan may use: the device's, less the headroom asked for
+        self.usable = hw.memory_capacity_bytes * (1.0 - opts.headroom)
+
+    def simulate(self, cfg: Config) -> Evaluation:
+        return simulate_config(self.sc, self.hw, cfg, self.per_node, self.opts.headroom)
 
     def survivors(self) -> list[tuple[Config, MemoryEstimate]]:
         space = enumerate_space(self.sc, self.devices, self.w.flash, self.opts.limits)
-        cap = self.hw.memory_capacity_bytes
+        cap = self.usable
         out = []
         for cfg in space:
             mem = estimate_memory(self.w, cfg)
@@ -154,7 +204,7 @@ class _Search:
 
     def score(self, cand: Candidate) -> float:
         if self.opts.objective == "memory":
-            return cand.memory.peak_bytes
+            return cand.mem.peak_bytes
         return cand.estimate_s * self.ratio.get(_family(cand.config), 1.0)
 
     def estimate(self, survivors: list[tuple[Config, MemoryEstimate]]) -> list[Candidate]:
@@ -186,16 +236,15 @@ class _Search:
         for cand in cands:
             if cand.config == mine:
                 self.progress("simulating the scenario's configuration", 0, 1)
-                self.record(cand, simulate_config(self.sc, self.hw, cand.config,
-                                                  self.per_node))
+                self.record(cand, self.simulate(cand.config))
                 return
 
     def run(self, cands: list[Candidate]) -> None:
         """Simulate in order of (corrected) estimate until the stop rule holds. The order
         is recomputed after each simulation (a family's correction changes its scores)."""
-        cap = self.hw.memory_capacity_bytes * (1 + self.opts.margin)
+        cap = self.usable * (1 + self.opts.margin)
         seen = {c.config for c in self.done}
-        left = [c for c in cands if c.memory.peak_bytes <= cap and c.config not in seen] or \
+        left = [c for c in cands if c.mem.peak_bytes <= cap and c.config not in seen] or \
             [c for c in cands if c.config not in seen]
         limit = self.opts.max_simulations
         while left and len(self.done) < limit:
@@ -206,7 +255,17 @@ class _Search:
                 break
             cand = left.pop(i)
             self.progress("simulating", len(self.done), limit)
-            self.record(cand, simulate_config(self.sc, self.hw, cand.config, self.per_node))
+            self.record(cand, self.simulate(cand.config))
+
+    def refine(self) -> None:
+        """The best fitting configuration, refined by simulation (`generic_search.refine`)."""
+        fits = [c for c in self.done if c.evaluation and c.evaluation.fits]
+        if not self.opts.refine or not fits:
+            return
+        best = min(fits, key=lambda c: c.key(self.opts.objective))
+        self.progress("refining the best by simulation", 0, 1)
+        self.done += refine(self.sc, self.hw, self.per_node, self.opts, best, self.progress,
+                            sys.modules[__name__])
 
     def tasks(self, cfg: Config) -> int:
         """Compute tasks the engine runs for `cfg` (micro-batches x chunks x stages): what a
@@ -226,18 +285,18 @@ class _Search:
             return
         near = [c for c in cands if self.score(c) <= best * _FRONT_SPAN
                 and self.tasks(c.config) <= dearest]
-        todo = [c for c in _spread(_estimated_front(near, self.hw.memory_capacity_bytes),
+        todo = [c for c in _spread(_estimated_front(near, self.usable),
                                    self.opts.pareto_points) if c.config not in seen]
         for k, cand in enumerate(todo):
             self.progress("simulating the time/memory front", k, len(todo))
-            self.record(cand, simulate_config(self.sc, self.hw, cand.config, self.per_node))
+            self.record(cand, self.simulate(cand.config))
 
 
 def _estimated_front(cands: list[Candidate], cap: float) -> list[Candidate]:
     """Candidates likely to fit that no other beats on both estimates (time and memory),
     by increasing memory."""
-    likely = sorted((c for c in cands if c.memory.peak_bytes <= cap),
-                    key=lambda c: (c.memory.peak_bytes, c.estimate_s, c.config))
+    likely = sorted((c for c in cands if c.mem.peak_bytes <= cap),
+                    key=lambda c: (c.mem.peak_bytes, c.estimate_s, c.config))
     front: list[Candidate] = []
     for c in likely:
         if not front or c.estimate_s < front[-1].estimate_s:
@@ -259,6 +318,9 @@ def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | No
     profile `hw` (nodes of `devices_per_node`, default the scenario's)."""
     t0 = time.perf_counter()
     per_node = min(devices_per_node or scenario.cluster.devices_per_node, devices)
+    if not estimated(scenario):
+        return generic_search(scenario, hw, devices, per_node, options, progress,
+                              sys.modules[__name__])
     limits = options.limits
     if options.include_current and limits.max_micro_batch < scenario.training.micro_batch_size:
         # the space holds the scenario's own micro-batch size
@@ -272,9 +334,24 @@ def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | No
             run.current(cands)
         run.run(cands)
         run.front(cands)
+        run.refine()
     except KeyboardInterrupt:
         interrupted = True
-    ranked = tuple(sorted(run.done, key=lambda c: c.key(options.objective)))
-    return SearchResult(devices, options.objective, ranked, run.space, run.pruned,
-                        len(run.done), run.probes.simulations, interrupted,
-                        time.perf_counter() - t0)
+    ranked = sorted(run.done, key=lambda c: c.key(options.objective))
+    return finish_result(scenario, hw, devices, per_node, options, ranked, run.space,
+                         run.pruned, run.probes.simulations, interrupted, t0)
+
+
+def finish_result(scenario: Scenario, hw: Any, devices: int, per_node: int,
+                  options: SearchOptions, ranked: list[Candidate], space: int, pruned: int,
+                  probes: int, interrupted: bool, t0: float) -> SearchResult:
+    """The SearchResult of simulated candidates `ranked` (best first): the best is
+    simulated again where `run` would simulate it otherwise (`_as_run`), until the best
+    is one so simulated (the others may differ from `run` in the last digits)."""
+    checked: set[Any] = set()
+    while not interrupted and ranked and ranked[0].config not in checked:
+        checked.add(ranked[0].config)
+        ranked[0] = _as_run(scenario, ranked[0], per_node, options.headroom, hw)
+        ranked.sort(key=lambda c: c.key(options.objective))
+    return SearchResult(devices, options.objective, tuple(ranked), space, pruned,
+                        len(ranked), probes, interrupted, time.perf_counter() - t0)

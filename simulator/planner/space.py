@@ -168,6 +168,8 @@ def apply_config(scenario: Scenario, cfg: Config, devices_per_node: int | None =
     `devices_per_node`, default the scenario's). Validated as a scenario file would be."""
 
     per_node = devices_per_node or scenario.cluster.devices_per_node
+    if not isinstance(cfg, Config):  # a generic.GenericConfig: its own --set items
+        return cfg.apply(scenario, per_node)
     devices = cfg.data * cfg.tensor * cfg.pipeline
     per_node = min(per_node, devices)
     data = scenario.model_dump()
