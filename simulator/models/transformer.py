@@ -44,9 +44,10 @@ def staged_pipeline(s: Scenario) -> bool:
 
 def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
     """Layers a shrunk model keeps: 2 or one of each distinct layer kind, or when the
-    pipeline stages run on devices of their own one group of its layer plan (one MoE
-    period) per virtual stage, or the shrunk `parallel.pipeline_layers`
-    (`models.layers.shrunk_split`: an uneven split stays uneven)."""
+    pipeline stages run on devices of their own that rounded up to whole groups of its
+    layer plan (one MoE period) on every virtual stage (a 3-kind hybrid on 2 stages: 4
+    layers), or the shrunk `parallel.pipeline_layers` (`models.layers.shrunk_split`: an
+    uneven split stays uneven)."""
     kinds = layer_kinds(m)
     least = min(m.layers, max(2, len(set(kinds))))
     if not staged_pipeline(s):
@@ -56,7 +57,8 @@ def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
     if p.pipeline_layers is not None:
         return max(least, sum(shrunk_split(p.pipeline_layers, unit)))
     chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    return max(least, chunks * unit)
+    step = chunks * unit  # every virtual stage the same whole groups
+    return -(-least // step) * step
 
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
