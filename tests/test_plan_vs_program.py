@@ -177,7 +177,7 @@ def _dims_of(case):
                    moe_every=first + 1)
     w1 = "l0.w1" if "l0.w1" in g.tensors else "l0.experts.w1"
     return GptDims(layers=layers, hidden=hidden, heads=groups * r, kv_heads=groups,
-                   ffn=g.tensors[w1].shape[-1], seq=g.tensors["wpe"].shape[0],
+                   ffn=g.tensors[w1].shape[-1], seq=g.tensors["ids"].shape[1],
                    vocab=g.tensors["wte"].shape[0], batch=g.tensors["ids"].shape[0] // dp,
                    **moe)
 

@@ -39,13 +39,19 @@ def _case(kind: str, u: int):
         "gather": ("Gather", [(4 * u, 2 * u), (u, 2 * u)], {}),
         "cross_entropy": ("SoftmaxCrossEntropy", [(2 * u, 3 * u), (2 * u,)], {}),
         "conv2d": ("Conv2D", [(u, 2 * u, 4, 4), (u, 2 * u, 3, 3)], {}),
+        "rmsnorm": ("RMSNorm", [(u, 2 * u, 3 * u), (3 * u,)], {}),
+        "rotary": ("Rotary", [(u, 3 * u, u, 4)], {"base": 100.0}),
+        "window_sink_attention": ("FusedAttention", [(u, 4, u, u, 2), (u, 4, u, 2),
+                                                     (u, 4, u, 2), (u, u)],
+                                  {"window": 2, "p": 0.0}),
     }
     return cases[kind]
 
 
 KINDS = ["matmul", "batchmatmul", "einsum_heads", "add_bias", "sub", "mul", "gelu", "relu",
          "silu", "dropout", "scale", "causal", "softmax", "layernorm", "reducemean",
-         "reducesum", "transpose", "reshape", "gather", "cross_entropy", "conv2d"]
+         "reducesum", "transpose", "reshape", "gather", "cross_entropy", "conv2d",
+         "rmsnorm", "rotary", "window_sink_attention"]
 
 
 def _graph(kind: str, u: int):

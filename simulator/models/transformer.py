@@ -89,8 +89,11 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
     seq = -(-8 // unit) * unit
     dims = dataclasses.replace(own, layers=_chunk_layers(m, s), hidden=heads * 4, heads=heads,
                                kv_heads=groups, ffn=8 * t, seq=seq, vocab=8 * t,
-                               batch=min(s.training.micro_batch_size, _samples(p)))
+                               batch=min(s.training.micro_batch_size, _samples(p)),
+                               **small_attention(own, seq))
     dims, experts = _small_moe(dims, m, s)
+    experts += (f" head_dim={dims.head_size}" if dims.head_size else "") + \
+        (f" window={dims.window}" if dims.window else "")
     ep = f" expert={p.expert}" if m.moe else ""
     ep += f" context={p.context}" if p.context > 1 else ""
     nd = f" tensor_nd={p.tensor_nd}" if p.tensor_nd else ""
@@ -99,6 +102,14 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
                   f"vocab={dims.vocab} micro_batch={dims.batch}{experts} (same parallel "
                   f"configuration: data={p.data} tensor={p.tensor}{ep}{nd} "
                   f"sequence_parallel={str(p.sequence_parallel).lower()})"]
+
+
+def small_attention(own: GptDims, seq: int) -> dict[str, int]:
+    """A shrunk model's head size and window: a head of its own width (8, beside hidden /
+    heads = 4) where the scenario sets one, and a window that still masks (half the shrunk
+    sequence, at least 2) where it has one."""
+    return {"head_size": 8 if own.head_size else 0,
+            "window": min(own.window, max(2, seq // 2)) if own.window else 0}
 
 
 def _head_split(p) -> int:
