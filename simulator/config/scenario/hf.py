@@ -19,11 +19,14 @@ A mixture of experts (num_local_experts > 1) becomes `model.moe` with `experts` 
 (num_experts_per_tok) in every layer (transformers' MixtralSparseMoeBlock); its capacity
 factor is the scenario's (`capacity_factor` of `model.moe`, default 1.0): Hugging Face's
 Mixtral routes without dropping tokens, which a capacity of `experts / top_k` reproduces.
-What the simulator's transformer (graph/builders.build_gpt) cannot express is not hidden: the
-simulated model always ties the LM head to the embedding and adds a learned position table,
-and carries biases exactly when its FFN is gelu (so RoPE, RMSNorm, an untied head and
-Qwen2's q/k/v biases are approximated; `param_count` here counts the real model). Keys
-written next to `from_hf` override the config's (e.g. `seq_length`, `vocab_size`, `dtype`).
+The model keeps what the config says of its head (tie_word_embeddings), positions (a
+learned table for gpt2, rotary otherwise), norm, head size, q/k/v biases and q/k norms,
+attention windows and dropout. The dense families of today (llama 3.x, mistral, qwen2,
+qwen3, gemma3_text) are read by `hf_dense`, which accounts for every key of the config:
+mapped, inert, printed as a note at run time (`hf_notes`), or refused by name. A model
+carries linear biases exactly when its FFN is gelu (GPT-2, GPT-NeoX) or on q/k/v alone
+(`qkv_bias`). Keys written next to `from_hf` override the config's (e.g. `seq_length`,
+`vocab_size`, `dtype`).
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.resources import bundled_dir
+from simulator.config.scenario.hf_dense import DENSE_FAMILIES, read_dense
 from simulator.errors import InputError
 
-__all__ = ["HfModel", "read_hf_config", "load_hf", "expand_from_hf", "bundled_models"]
+__all__ = ["HfModel", "read_hf_config", "load_hf", "expand_from_hf", "bundled_models",
+           "hf_notes"]
 
 _KEY = "model.from_hf"
 
@@ -67,6 +72,18 @@ class HfModel:
     bias: bool = False
     qkv_bias: bool = False
     positions: int = 0
+    # the dense families of `hf_dense` (llama 3.x, mistral, qwen2, qwen3, gemma3_text):
+    # whether the config sets its own head_dim, q/k head norms, more norms per layer than
+    # two (Gemma's post-norms), the rotary base, the attention window of the windowed
+    # layers and the period of the global ones, the dropout, and the run-time notes
+    head_dim_given: bool = False
+    qk_norm: bool = False
+    extra_norms: int = 0
+    rope_theta: float = 10000.0
+    sliding_window: int = 0
+    global_every: int = 0
+    dropout: float | None = None
+    notes: tuple[str, ...] = ()
 
     def param_count(self) -> int:
         """Parameters of the model as the transformers class builds it (embedding, blocks,
@@ -78,7 +95,7 @@ class HfModel:
         ffn = mats * h * self.ffn + (self.ffn + h) * self.bias
         ffn = ffn * self.experts + (h * self.experts if self.experts > 1 else 0)  # router
         norm = h * (2 if self.norm == "layer" else 1)
-        block = attn + ffn + 2 * norm
+        block = attn + ffn + (2 + self.extra_norms) * norm + 2 * self.head_dim * self.qk_norm
         embed = self.vocab * h * (1 if self.tied else 2) + self.positions * h
         return embed + self.layers * block + norm
 
@@ -90,7 +107,27 @@ class HfModel:
                   "vocab_size": self.vocab, "seq_length": self.max_positions}
         if self.experts > 1:
             fields["moe"] = {"experts": self.experts, "top_k": self.top_k}
+        fields.update(self._dense_fields())
         return fields
+
+    def _dense_fields(self) -> dict[str, Any]:
+        """The dense-fidelity keys as the config gives them (head, tied head, positions,
+        norm, biases, q/k norms, windows, dropout)."""
+        out: dict[str, Any] = {
+            "tie_embeddings": self.tied, "norm": "rmsnorm" if self.norm == "rms" else "layernorm",
+            "position": "learned" if self.positions else "rope"}
+        if self.head_dim_given:
+            out["head_dim"] = self.head_dim
+        if self.rope_theta != 10000.0:
+            out["rope_theta"] = self.rope_theta
+        out.update({k: True for k in ("qkv_bias", "qk_norm") if getattr(self, k)})
+        if self.sliding_window:
+            out["sliding_window"] = self.sliding_window
+        if self.global_every:
+            out["global_every"] = self.global_every
+        if self.dropout is not None:
+            out["dropout"] = self.dropout
+        return out
 
 
 def _get(cfg: dict[str, Any], key: str, src: str) -> int:
@@ -170,6 +207,9 @@ READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {
     "llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama,
     "gpt2": _gpt2, "gpt_neox": _neox,
 }
+# today's dense families: every config key mapped, noted or refused (`hf_dense`)
+READERS.update({family: lambda cfg, src: HfModel(**read_dense(cfg, src))
+                for family in DENSE_FAMILIES})
 
 
 def read_hf_config(cfg: dict[str, Any], src: str) -> HfModel:
@@ -179,6 +219,15 @@ def read_hf_config(cfg: dict[str, Any], src: str) -> HfModel:
         raise InputError(src, _KEY, f"model_type {kind!r} is not read; allowed: "
                          f"{', '.join(READERS)}")
     return READERS[kind](cfg, src)
+
+
+_NOTES: dict[str, tuple[str, ...]] = {}  # per scenario source, what its config's import noted
+
+
+def hf_notes(source: str) -> tuple[str, ...]:
+    """What reading the config of scenario `source`'s `model.from_hf` noted: keys that
+    change numbers the simulation does not price, and keys it does not read."""
+    return tuple(f"model.from_hf: {n}" for n in _NOTES.get(source, ()))
 
 
 def bundled_models() -> list[str]:
@@ -221,6 +270,7 @@ def expand_from_hf(data: dict[str, Any], source: str) -> dict[str, Any]:
         raise InputError(source, _KEY, f"found {ref!r}; expected a config.json path or a "
                          f"bundled model name ({', '.join(bundled_models())})")
     hf = load_hf(ref, source)
+    _NOTES[source] = hf.notes
     fields = hf.model_fields()
     moe = model.get("moe")
     if isinstance(moe, dict) and isinstance(fields.get("moe"), dict):
