@@ -244,3 +244,32 @@ def test_dense_dims_reach_the_graph():
     g = build_gpt(dataclasses.replace(d, layers=1))
     assert "wpe" not in g.tensors and "w_head" in g.tensors
     assert {o.type for o in g.ops} >= {"Rotary", "RMSNorm"}
+
+
+# ---- --set reaches every key ----------------------------------------------------------------
+
+SETS = {"head_dim": ("8", 8), "tie_embeddings": ("false", False), "position": ("none", "none"),
+        "rope_theta": ("500000.0", 500000.0), "norm": ("layernorm", "layernorm"),
+        "qkv_bias": ("true", True), "qk_norm": ("true", True),
+        "sliding_window": ("4", 4), "global_every": ("0", 0),
+        "attention_sinks": ("true", True)}
+
+
+def test_set_reaches_every_dense_key():
+    from simulator.config.scenario.schema_models import TransformerModel
+
+    assert set(SETS) <= set(TransformerModel.model_fields)
+    for key, (text, value) in SETS.items():
+        m = _bundled("verify-tiny-dp8", ["model.ffn_activation=swiglu", "model.attention=flash",
+                                         f"model.{key}={text}"]).model
+        assert getattr(m, key) == value, key
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("model.position=alibi", "model.position"), ("model.norm=batchnorm", "model.norm"),
+    ("model.head_dim=0", "model.head_dim"), ("model.sliding_window=-1", "model.sliding_window"),
+    ("model.rope_theta=0", "model.rope_theta")])
+def test_a_value_the_format_cannot_express_is_refused_with_its_key(text, words):
+    with pytest.raises(InputError) as err:
+        _bundled("verify-tiny-dp8", [text])
+    assert words in str(err.value)
