@@ -89,8 +89,8 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
     seq = -(-8 // unit) * unit
     dims = dataclasses.replace(own, layers=_chunk_layers(m, s), hidden=heads * 4, heads=heads,
                                kv_heads=groups, ffn=8 * t, seq=seq, vocab=8 * t,
-                               batch=min(s.training.micro_batch_size, _samples(p)),
-                               **small_attention(own, seq))
+                               batch=min(s.training.micro_batch_size, _samples(p)))
+    dims = small_attention(dims, seq)
     dims, experts = _small_moe(dims, m, s)
     experts += (f" head_dim={dims.head_size}" if dims.head_size else "") + \
         (f" window={dims.window}" if dims.window else "")
@@ -104,12 +104,13 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
                   f"sequence_parallel={str(p.sequence_parallel).lower()})"]
 
 
-def small_attention(own: GptDims, seq: int) -> dict[str, int]:
+def small_attention(dims: GptDims, seq: int) -> GptDims:
     """A shrunk model's head size and window: a head of its own width (8, beside hidden /
     heads = 4) where the scenario sets one, and a window that still masks (half the shrunk
     sequence, at least 2) where it has one."""
-    return {"head_size": 8 if own.head_size else 0,
-            "window": min(own.window, max(2, seq // 2)) if own.window else 0}
+    return dataclasses.replace(
+        dims, head_size=8 if dims.head_size else 0,
+        window=min(dims.window, max(2, seq // 2)) if dims.window else 0)
 
 
 def _head_split(p) -> int:
