@@ -239,13 +239,14 @@ def test_comm_ops_of_the_compiled_graph():
 
 
 def test_comm_ops_count_each_block_copy_once():
-    """A mixture of experts every 2 layers: the program's layer block stands for 2 model
-    layers (a dense one and an MoE one), so the 2-layer model is one copy of it and the
-    compiled graph holds its collectives once per micro-batch, not once per model layer."""
+    """A mixture of experts every 2 layers of a 2-layer model: the program's layer groups
+    are the dense layer and the MoE layer, one copy each (`models.layers`), and the
+    compiled graph holds each block copy's collectives once per micro-batch."""
     moe = ("model.moe={experts: 2, top_k: 1, every: 2}",)
     got = _graph("parallel.comm_subgraph.reuse=false", *moe)
     prog = simulate(load_scenario("tiny-cpu", list(moe))).program
-    assert prog.block("layer").repeat == 1 and prog.block("layer").layers == 2
+    assert [(b.name, b.repeat, b.layers) for b in prog.cut()] == [("layer0", 1, 1),
+                                                                   ("layer1", 1, 1)]
     per_micro = sum(b.repeat * sum(hasattr(op, "collective")
                                    for op in b.fwd + b.recompute + b.bwd)
                     for b in prog.blocks)

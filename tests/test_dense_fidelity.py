@@ -20,7 +20,7 @@ from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
 from simulator.graph.builders import build_gpt
 from simulator.graph.decoder import GptDims
-from simulator.graph.ops import KernelCtx, attention, get_family, ring_attention, rope
+from simulator.graph.ops import KernelCtx, attention, get_family, ring_attention, rotary
 from simulator.models.params import transformer_params
 from simulator.program.model_program import transformer_program
 from simulator.simulation.verify import verify_scenario
@@ -114,7 +114,7 @@ def test_every_dense_key_verifies(base):
     result = verify_scenario(_bundled(base, DENSE))
     assert result.ok, [c for c in result.checks if not c.ok]
     names = {c.tensor for c in result.checks}
-    assert {"l0.sinks.grad", "l0.q_norm.g.grad", "l0.q.bias.grad", "w_head.grad"} <= names
+    assert {"l0.sinks.grad", "l0.q_head_norm.g.grad", "l0.q.bias.grad", "w_head.grad"} <= names
 
 
 def test_windowed_ring_attention_verifies_and_a_local_window_mask_fails(monkeypatch):
@@ -131,10 +131,27 @@ def test_windowed_ring_attention_verifies_and_a_local_window_mask_fails(monkeypa
 
 def test_rotary_at_local_positions_fails_under_context_parallel(monkeypatch):
     s = _bundled("cp-tiny-verify")
-    real = rope._rotate
-    monkeypatch.setattr(rope, "_rotate", lambda x, attrs, ctx, sign: real(
-        x, attrs, KernelCtx.whole(ctx.in_shapes, ctx.out_shape), sign))
+    real = rotary.rotate
+    monkeypatch.setattr(rotary, "rotate", lambda x, first, base, inverse=False: real(
+        x, 0, base, inverse))
     assert not verify_scenario(s).ok
+
+
+def test_a_pattern_of_windows_verifies_and_runs_one_block_per_kind():
+    """Gemma-3's 5 local : 1 global, here 1 : 1 (global_every 2) on 2 layers: each layer
+    its own window; the program has a block per kind; a wrong window on one kind fails."""
+    s = _bundled("verify-tiny-dp2-tp4-sp", ["model.ffn_activation=swiglu",
+                                            "model.attention=flash",
+                                            "model.sliding_window=3", "model.global_every=2"])
+    result = verify_scenario(s)
+    assert result.ok, [c for c in result.checks if not c.ok]
+    prog = transformer_program(s)
+    windows = {op.name.split(".")[0]: op.attrs.get("window", 0)
+               for op in build_gpt(__import__("simulator.models.transformer_plan",
+                                              fromlist=["gpt_dims"]).gpt_dims(s, True)).ops
+               if op.type == "FusedAttention"}
+    assert windows == {"l0": 3, "l1": 0}
+    assert len([b for b in prog.blocks if b.name.startswith("layer")]) == 2
 
 
 # ---- closed forms: parameters, FLOPs, ring traffic -----------------------------------------
@@ -226,8 +243,6 @@ def test_the_untied_head_adds_its_matrix_gradient_and_optimizer_share(invoke_cli
     (["model.attention_sinks=true", "parallel.context=2", "parallel.data=4"],
      "model.attention_sinks", "context parallel"),
     (["model.head_dim=7"], "model.head_dim", "must be even"),
-    (["model.sliding_window=4", "model.global_every=2"], "model.global_every",
-     "not simulated yet"),
     (["model.position=alibi"], "model.position", "rope"),
 ])
 def test_what_cannot_be_expressed_is_refused_by_key(sets, key, words):

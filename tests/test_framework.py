@@ -237,6 +237,7 @@ def test_fp8_weight_copies_are_counted_as_parameters() -> None:
 def test_fp8_gemm_inputs_are_kept_in_fp8() -> None:
     """Tensors kept only by FP8 GEMMs are saved as their 1-byte FP8 copy: the layer keeps
     less than in bf16, but not half (norm, attention and residual tensors stay bf16)."""
+    from simulator.graph.decoder import LayerKind
     from simulator.models.transformer_plan import gpt_dims, planned_transformer
     from simulator.program.fp8 import fp8_saved
     from simulator.sharding.lower import Saved
@@ -249,7 +250,7 @@ def test_fp8_gemm_inputs_are_kept_in_fp8() -> None:
     fp8 = transformer_program(sc8, fw.software, hw.compute_units,
                               fp8_recipe(sc8, fw)).block("layer").saved_bytes
     assert bf16 / 2 < fp8 < bf16
-    graph, mesh = planned_transformer(gpt_dims(sc, True, 3), 4, 2, True)
+    graph, mesh = planned_transformer(gpt_dims(sc, True, (LayerKind(),) * 3), 4, 2, True)
     plan = build_plan(graph, mesh, 2)
     sv = Saved({"x": (8.0, "ln", ("l1.fc1_mm",)), "y": (8.0, "ln", ("l1.fc1_mm", "l1.ln2"))},
                {})

@@ -154,7 +154,7 @@ def test_bad_topology_lists_choices(a100_yaml):
 def test_nvlink_sharp_only_on_nvswitch_generations_that_have_it():
     """NVSwitch gen 3 (H100/H200) and gen 4 (B200/GB200) reduce in the switch; A100's does not."""
     with_nvls = {hw.name for hw in list_profiles() if hw.intra_node.nvls is not None}
-    assert with_nvls == {"h100-sxm", "h200-sxm", "b200-sxm", "gb200-nvl72", "b300-sxm",
+    assert with_nvls == {"h100-sxm", "h200-sxm", "h800-sxm", "b200-sxm", "gb200-nvl72", "b300-sxm",
                          "gb300-nvl72"}
     assert load_profile("h200-sxm").intra_node.nvls.latency_s == pytest.approx(25e-6)
 

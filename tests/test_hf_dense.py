@@ -43,27 +43,32 @@ def _scenario(model: dict, overrides=(), tensor=8):
                           list(overrides))
 
 
-def _palm_flops_per_token(m, seq, window=0):
+def _palm_flops_per_token(m, seq):
     """PaLM (Chowdhery et al. 2022, App. B): 6N + 12 L H Q T per token, N the GEMM
     parameters (every layer's projections and the LM head; not the input embedding, the
-    norms and the biases), T the keys a query sees (the window where it is shorter)."""
+    norms and the biases), T the keys a query sees: summed over the layers, each layer's
+    window where it is shorter than the sequence (every `global_every`-th layer global)."""
     q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
     gemm = m.layers * (2 * m.hidden * q + 2 * m.hidden * kv + 3 * m.hidden * m.ffn)
-    gemm += m.vocab * m.hidden
-    return 6 * gemm + 12 * m.layers * m.heads * m.head_dim * min(window or seq, seq)
+    gemm += m.vocab * m.hidden  # the LM head, one GEMM whether tied or not
+    keys = sum(seq if not m.sliding_window or (m.global_every and (i + 1) % m.global_every == 0)
+               else min(m.sliding_window, seq) for i in range(m.layers))
+    return 6 * gemm + 12 * m.heads * m.head_dim * keys
 
 
-@pytest.mark.parametrize(("name", "seq", "window"), [
-    ("llama-3-8b", 8192, 0), ("qwen3-8b", 4096, 0), ("mistral-7b", 8192, 4096),
-    ("qwen2-7b", 4096, 0)])
-def test_flops_per_token_follow_palm(name, seq, window):
+@pytest.mark.parametrize(("name", "seq", "layers"), [
+    ("llama-3-8b", 8192, 4), ("qwen3-8b", 4096, 4), ("mistral-7b", 8192, 4),
+    ("qwen2-7b", 4096, 4), ("gemma-3-1b", 4096, 12)])
+def test_flops_per_token_follow_palm(name, seq, layers):
+    """Mistral windows 4096 of 8192 keys in every layer; Gemma 3 512 in 10 of 12 layers."""
     from simulator.config.hardware.load import load_profile
     from simulator.simulation.simulate import simulate
 
-    s = _scenario({"from_hf": name, "seq_length": seq, "layers": 4}, tensor=4)
+    tensor = 1 if name == "gemma-3-1b" else 4
+    s = _scenario({"from_hf": name, "seq_length": seq, "layers": layers}, tensor=tensor)
     got = simulate(s, load_profile("h100-sxm")).model_flops / (8 * seq)
     m = load_hf(name)
-    want = _palm_flops_per_token(type(m)(**{**m.__dict__, "layers": 4}), seq, window)
+    want = _palm_flops_per_token(type(m)(**{**m.__dict__, "layers": layers}), seq)
     assert got == pytest.approx(want, rel=1e-9)
 
 

@@ -108,14 +108,18 @@ def _executed(case, e: int, shard: bool):
 
 
 def _timed(prog, layers: int):
-    layers //= prog.block("layer").layers  # the program's layer is a block (MoE every k layers)
-    fwd = prog.block("embed").fwd + prog.block("layer").fwd * layers + prog.block("head").fwd
-    bwd = prog.block("head").bwd + prog.block("layer").bwd * layers + prog.block("embed").bwd
+    # the program's layer groups, each copy once (a group may be a block of k layers: MoE
+    # every k layers)
+    seq = prog.sequence()
+    assert sum(b.layers for b in seq) == layers
+    fwd = prog.block("embed").fwd + sum((b.fwd for b in seq), ()) + prog.block("head").fwd
+    bwd = prog.block("head").bwd + sum((b.bwd for b in reversed(seq)), ()) + \
+        prog.block("embed").bwd
     # a gather Transformer Engine runs in FP8 (name `.fp8`, schedule.fp8) moves the same
     # elements at 1 byte instead of the bf16 program's 2
     comms = [(c.collective, c.axis, c.bytes * (2 if c.name.endswith(".fp8") else 1))
              for c in fwd + bwd if isinstance(c, CommSpec)]
-    sync = (prog.block("embed").grad_sync + prog.block("layer").grad_sync * layers
+    sync = (prog.block("embed").grad_sync + sum((b.grad_sync for b in seq), ())
             + prog.block("head").grad_sync)
     flops = sum(c.flops for c in fwd if isinstance(c, ComputeSpec)
                 and c.kind in ("gemm", "attention"))
@@ -197,7 +201,7 @@ def test_run_prices_the_collectives_and_flops_verify_executes(name):
         timed[(kind, axis)] += nbytes
     assert executed == timed
     dp_elems = sum(b for k, a, b in step if a == "dp" and k in ("all_reduce", "reduce_scatter"))
-    params = (dims.layers // prog.block("layer").layers * prog.block("layer").params
+    params = (sum(b.params for b in prog.sequence())
               + prog.block("embed").params + prog.block("head").params)
     if any(a == "dp" for _, a, _ in step):
         assert dp_elems == pytest.approx(params * e)

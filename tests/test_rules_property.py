@@ -39,8 +39,20 @@ def _case(kind: str, u: int):
         "gather": ("Gather", [(4 * u, 2 * u), (u, 2 * u)], {}),
         "cross_entropy": ("SoftmaxCrossEntropy", [(2 * u, 3 * u), (2 * u,)], {}),
         "conv2d": ("Conv2D", [(u, 2 * u, 4, 4), (u, 2 * u, 3, 3)], {}),
+        # Mamba-2 (graph/ops/ssm.py): batch and groups split, the scan's sequence whole
+        "ssd_scan": ("SsdScan", [(u, 3, 2 * u, 2, 2), (u, 3, 2 * u, 2), (2 * u, 2),
+                                 (u, 3, 2 * u, 2), (u, 3, 2 * u, 2), (2 * u, 2), (2 * u, 2)],
+                     {"chunk": 2}),
+        "causal_conv1d": ("CausalConv1d", [(u, 5, 2 * u, 3), (2 * u, 3, 3), (2 * u, 3)], {}),
+        "gated_rmsnorm": ("GatedRMSNorm", [(u, 2, 2 * u, 2, 3), (u, 2, 2 * u, 2, 3),
+                                           (2 * u, 2, 3)], {}),
+        # multi-head latent attention (graph/mla.py) and multi-token prediction (graph/mtp.py)
         "rmsnorm": ("RMSNorm", [(u, 2 * u, 3 * u), (3 * u,)], {}),
-        "rotary": ("Rotary", [(u, 3 * u, u, 4)], {"base": 100.0}),
+        "rotary": ("Rotary", [(u, 2 * u, u, 1, 4)], {"base": 100.0}),
+        "concat": ("ConcatLast", [(u, 2 * u, 3), (u, 2 * u, 2)], {}),
+        "concat_heads": ("ConcatLast", [(u, 2 * u, u, 1, 3), (u, 2 * u, 2)], {}),
+        "attention_narrow_v": ("FusedAttention", [(u, 4, u, 1, 3), (u, 4, u, 3), (u, 4, u, 2)],
+                               {}),
         "window_sink_attention": ("FusedAttention", [(u, 4, u, u, 2), (u, 4, u, 2),
                                                      (u, 4, u, 2), (u, u)],
                                   {"window": 2, "p": 0.0}),
@@ -51,7 +63,9 @@ def _case(kind: str, u: int):
 KINDS = ["matmul", "batchmatmul", "einsum_heads", "add_bias", "sub", "mul", "gelu", "relu",
          "silu", "dropout", "scale", "causal", "softmax", "layernorm", "reducemean",
          "reducesum", "transpose", "reshape", "gather", "cross_entropy", "conv2d",
-         "rmsnorm", "rotary", "window_sink_attention"]
+         "ssd_scan", "causal_conv1d", "gated_rmsnorm", "rmsnorm", "rotary", "concat",
+         "concat_heads", "attention_narrow_v",
+         "window_sink_attention"]
 
 
 def _graph(kind: str, u: int):

@@ -73,7 +73,7 @@ DATA_CASES = [
      "'bf16'?)"),
     ("unknown-schedule", ["parallel.schedule=1f1f"],
      "s.yaml: parallel.schedule: found '1f1f'; allowed: gpipe, 1f1b, interleaved_1f1b, "
-     "zb_h1, zb_h2 (did you mean '1f1b'?)"),
+     "zb_h1, zb_h2, dualpipe (did you mean '1f1b'?)"),
     ("degrees-product", ["parallel.data=4"],
      "s.yaml: parallel: data*tensor*pipeline = 4*2*1 = 8 must equal "
      "cluster.nodes*cluster.devices_per_node = 1*4 = 4"),

@@ -126,6 +126,7 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
     if err is not None:
         raise InputError(err.source, err.key, f"{err.message} (the scenario's model.dtype "
                          f"is {dtype})")
+    _fp4_refused(scenario, hw, "training.fp4_recipe")
     if scenario.cluster.node_types is None:
         return
 
@@ -139,6 +140,19 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
         if err is not None:
             raise InputError(scenario.source, f"cluster.node_types[{i}].hardware",
                              f"{err.message} (the scenario's model.dtype is {dtype})")
+        _fp4_refused(scenario, prof, f"cluster.node_types[{i}].hardware")
+
+
+def _fp4_refused(scenario: Any, hw: Any, key: str) -> None:
+    """An InputError at `key` when the scenario's FP4 recipe meets a device without FP4
+    tensor cores (a profile with no `peak_tflops.fp4`)."""
+    fp4 = scenario.training.fp4_recipe
+    if fp4 != "none" and not hw.has_dtype("fp4"):
+        what = fp4 if key == "training.fp4_recipe" else f"training.fp4_recipe {fp4}"
+        raise InputError(scenario.source, key,
+                         f"{what} runs GEMMs on FP4 tensor cores; "
+                         f"'{hw.name}' has none (its profile gives no peak_tflops.fp4); "
+                         f"Blackwell has them: b200-sxm, gb200-nvl72, b300-sxm, gb300-nvl72")
 
 
 def _no_peak(hw: Any, dtype: str) -> InputError | None:

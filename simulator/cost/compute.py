@@ -11,7 +11,7 @@ compute efficiency is the product of
 
 - `gemm_peak_fraction`: what the best-shaped large GEMM reaches (the measured maximum
   achievable matmul FLOP/s over the datasheet peak; `gemm_peak_fraction_fp8` for FP8 inputs,
-  which reach a lower share of their doubled peak);
+  which reach a lower share of their doubled peak, `gemm_peak_fraction_fp4` for FP4);
 - tile padding: m*n over the padded ceil(m/tm)*tm * ceil(n/tn)*tn;
 - wave quantization: tiles / (waves * compute_units), waves = ceil(tiles / compute_units)
   (NVIDIA, "Matrix Multiplication Background User's Guide", sections on tile and wave
@@ -91,10 +91,13 @@ def gemm_efficiency(mnk: tuple[int, int, int], batch: int, dtype: str,
 
 
 def peak_fraction(dtype: str, hw: HardwareProfile) -> float:
-    """`gemm_peak_fraction`, or for FP8 `gemm_peak_fraction_fp8` where the profile gives it."""
+    """`gemm_peak_fraction`, or for FP8 / FP4 `gemm_peak_fraction_fp8` /
+    `gemm_peak_fraction_fp4` where the profile gives it."""
     eff = hw.efficiency
     if dtype == "fp8" and eff.gemm_peak_fraction_fp8 is not None:
         return eff.gemm_peak_fraction_fp8
+    if dtype == "fp4" and eff.gemm_peak_fraction_fp4 is not None:
+        return eff.gemm_peak_fraction_fp4
     return eff.gemm_peak_fraction
 
 

@@ -6,7 +6,10 @@ busbw for large messages (NCCL's protocol overhead, nccl-tests issue #212: "450G
 line rate ... NCCL can get an effective NVLink bandwidth of 370GB/s").
 
 NIC sharing (contention). A device reaches the network through its nearest NIC(s): with at
-least as many NICs as devices each device owns nics/devices of them and never shares; with
+least as many NICs as devices each device owns nics/devices of them and never shares, but never
+more than its profile's node gives each of its devices (nics_per_node /
+devices_per_node_default: a 4-GPU `devices_per_node` on an NVL72 rack keeps one NIC per GPU,
+not 72/4); with
 fewer, every NIC serves devices_per_node/nics devices, and the ones that use the network at
 the same time split it evenly (fair share, max-min over equal flows). How many devices of a
 node use the network at once is `active_per_node`; by default all of them (the SPMD case:
@@ -45,7 +48,9 @@ def nic_share_bandwidth(hw: HardwareProfile, devices_per_node: int,
     """Datasheet network bandwidth one device gets, bytes/s, one direction, when
     `active_per_node` devices of its node (default: all) use the network at once."""
     nics = hw.inter_node.nics_per_node
-    everyone = hw.node_network_bandwidth_bytes_per_s / devices_per_node
+    # a device never owns more NICs than the profile's node gives each of its devices
+    everyone = hw.node_network_bandwidth_bytes_per_s / max(devices_per_node,
+                                                           hw.devices_per_node_default)
     if nics >= devices_per_node or active_per_node is None:
         return everyone  # a NIC (or several) of its own, or all devices busy: an even split
     sharing = math.ceil(max(1, active_per_node) / nics)  # active devices on one NIC

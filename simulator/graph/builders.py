@@ -23,6 +23,9 @@ from simulator.graph.decoder import (
     norm,
 )
 from simulator.graph.graph import Graph, GraphBuilder
+from simulator.graph.mamba import mamba_mixer
+from simulator.graph.mla import mla
+from simulator.graph.mtp import mtp_loss
 
 __all__ = ["MIXERS", "FFNS", "build_gpt", "build_mlp", "build_resnet"]
 
@@ -64,8 +67,8 @@ def _positions(g: GraphBuilder, q: str, k: str, p: str, d: GptDims) -> tuple[str
     dim, Qwen3's q_norm / k_norm) and rotated (`d.position` 'rope'), in that order as in
     Hugging Face's Qwen3Attention."""
     if d.qk_norm:
-        q = norm(g, q, f"{p}.q_norm", d, "qk_norm", d.head_dim)
-        k = norm(g, k, f"{p}.k_norm", d, "qk_norm", d.head_dim)
+        q = norm(g, q, f"{p}.q_head_norm", d, "qk_norm", d.head_dim)
+        k = norm(g, k, f"{p}.k_head_norm", d, "qk_norm", d.head_dim)
     if d.position == "rope":
         q = g.op("Rotary", [q], f"{p}.rope_q", base=d.rope_base, kernel="rope")
         k = g.op("Rotary", [k], f"{p}.rope_k", base=d.rope_base, kernel="rope")
@@ -144,7 +147,7 @@ def _identity(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
 
 # the block builders of a layer's kinds (`LayerKind.mixer`, `LayerKind.ffn`)
 MIXERS: dict[str, Block] = {
-    "attention": _attention, "none": _identity}
+    "attention": _attention, "none": _identity, "mamba": mamba_mixer, "mla": mla}
 FFNS: dict[str, Block] = {
     "dense": _ffn, "moe": _moe_ffn, "none": _identity}
 
@@ -211,13 +214,14 @@ def build_gpt(d: GptDims) -> Graph:
         ce = g.op("SoftmaxCrossEntropy", [logits, labels], "ce", kernel="cross_entropy")
         g.op("ReduceMean", [ce], "loss", axes=[0], kernel="loss")
         return g.build()
-    if d.tied:
-        logits = g.op("Einsum", [x, wte], "head", equation="bsh,vh->bsv", kernel="lm_head")
-    else:
-        w = g.tensor("w_head", [d.vocab, d.hidden], "parameter")
-        logits = g.op("Einsum", [x, w], "head", equation="bsh,vh->bsv", kernel="lm_head")
+    w = wte if d.tied else g.tensor("w_head", [d.vocab, d.hidden], "parameter")
+    logits = g.op("Einsum", [x, w], "head", equation="bsh,vh->bsv", kernel="lm_head")
     ce = g.op("SoftmaxCrossEntropy", [logits, labels], "ce", kernel="cross_entropy")
-    g.op("ReduceMean", [ce], "loss", axes=[0, 1], kernel="loss")
+    loss = g.op("ReduceMean", [ce], "loss", axes=[0, 1], kernel="loss")
+    if d.mtp_depth:
+        last = d.kind(d.layers - 1)
+        mtp_loss(g, x, loss, d, wte, w, lambda g, x, p: FFNS[last.ffn](
+            g, MIXERS[last.mixer](g, x, p, d, last), p, d, last))
     return g.build()
 
 

@@ -92,6 +92,29 @@ class GptDims:
     qk_norm: bool = False
     window: int = 0
     sinks: bool = False
+    # Mamba-2 mixers (graph/mamba.py, LayerKind.mixer 'mamba'): `mamba_heads` heads of
+    # `mamba_head_dim` channels in `mamba_groups` groups that share B and C of
+    # `mamba_state` each, a causal convolution of `mamba_conv` taps, SSD chunks of
+    # `mamba_chunk` tokens (Nemotron-H-8B: 128, 64, 8, 128, 4, 128)
+    mamba_heads: int = 0
+    mamba_head_dim: int = 64
+    mamba_groups: int = 1
+    mamba_state: int = 128
+    mamba_conv: int = 4
+    mamba_chunk: int = 128
+    # multi-head latent attention (DeepSeek-V2 Sec. 2.1; the 'mla' mixer, graph.mla): a
+    # query latent of q_lora_rank (0: a plain query projection, as DeepSeek-V2-Lite), a
+    # key/value latent of kv_lora_rank (0: no MLA), per-head query/key dims without and
+    # with rotary position, and the value head dim
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # multi-token prediction (DeepSeek-V3 Sec. 2.2; graph.mtp): `mtp_depth` sequential
+    # modules after the last layer, their mean cross-entropy added times `mtp_weight`
+    mtp_depth: int = 0
+    mtp_weight: float = 0.0
 
     @property
     def head_dim(self) -> int:
@@ -106,7 +129,8 @@ class GptDims:
         """The kind of layer `layer` (from 0)."""
         if self.kinds:
             return self.kinds[layer]
-        return LayerKind(window=self.window, ffn="moe" if self.is_moe(layer) else "dense")
+        return LayerKind(mixer="mla" if self.kv_lora_rank else "attention",
+                         window=self.window, ffn="moe" if self.is_moe(layer) else "dense")
 
 
 def linear(g: GraphBuilder, x: str, w: str, name: str, eq: str, d: GptDims, kernel: str,

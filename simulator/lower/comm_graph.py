@@ -141,11 +141,12 @@ def _strategy_ops(low: Lowering, vs: int, micro: int) -> Counter[CommOp]:
 def stage_ops(low: Lowering, stage: int) -> Counter[CommOp]:
     """The communication operators (class: instances) of the compiled graph of a device of
     pipeline stage `stage`."""
-    micro = low.sc.grad_accum_steps
     out: Counter[CommOp] = Counter()
     for vs in range(len(low.work)):
         if low.ranks.stage_of_virtual(vs) != stage:
             continue
+        # the micro-batches through vs (all, or under DualPipe its direction's half)
+        micro = low.sc.grad_accum_steps // (2 if low.ranks.mirrored else 1)
         for op, n in _micro_ops(low, vs).items():
             out[op] += n * micro
         out.update(_strategy_ops(low, vs, micro))

@@ -92,7 +92,7 @@ class DataParallel:
     def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
         """The gradient reduction of micro-batch mb of virtual stage vs, after piece_tids:
         the buckets of the last micro-batch, each after the piece that completes it."""
-        if mb < self.low.micro - 1:
+        if mb != self.low.last_micro(vs):
             return
         for j, b in enumerate(self.buckets[vs]):
             dep = piece_tids[min(b.piece, len(piece_tids) - 1)]
@@ -212,7 +212,7 @@ class ShardedGradients(ShardedStates):
     """Stage 2: gradients sharded too, so every micro-batch's are reduce-scattered."""
 
     def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
-        if mb < self.low.micro - 1:
+        if mb != self.low.last_micro(vs):
             nbytes = self.low.work[vs].params * self.low.ge
             seconds = sum(b.seconds * b.count for b in self.buckets[vs])
             self.emit(dev, "grad_reduce", self.collective, nbytes, seconds, (piece_tids[-1],),

@@ -27,11 +27,20 @@ OVERHEAD = "framework_overhead"  # the memory category of the stack's own buffer
 
 
 def fp8_recipe(scenario: Scenario, fw: FrameworkProfile) -> Fp8Recipe | None:
-    """The recipe of a `dtype: fp8` transformer under `fw`; None for other dtypes. An
-    InputError when the framework has no FP8 recipe."""
+    """The recipe of a `dtype: fp8` transformer under `fw`, or of a bf16 one with
+    `training.fp4_recipe` (its GEMMs in FP4, program.fp8); None otherwise. An InputError
+    when the framework has no low-precision recipe."""
     m = scenario.model
-    if not family(m).layered or m.dtype != "fp8":
+    fp4 = scenario.training.fp4_recipe
+    if not family(m).layered or (m.dtype != "fp8" and fp4 == "none"):
         return None
+    if fp4 != "none":
+        if not fw.fp8.supported or not fw.fp8.gemm_roles:
+            raise InputError(scenario.source, "training.fp4_recipe",
+                             f"{fp4} needs a framework whose recipe names the GEMMs it runs "
+                             f"in low precision; '{fw.name}' ({fw.source}) has none; with "
+                             f"one: megatron-core, nemo, torchtitan, llm-foundry")
+        return Fp8Recipe.fp4(fw.fp8.gemm_roles, fp4, scenario.grad_accum_steps)
     if not fw.fp8.supported or not fw.fp8.gemm_roles:
         raise InputError(scenario.source, "model.dtype",
                          f"fp8 needs a framework with an FP8 recipe; '{fw.name}' "
@@ -71,8 +80,7 @@ def communicators(scenario: Scenario, mesh: Mesh | None = None) -> int:
 def _fp8_share(prog: Program, scenario: Scenario, fw: FrameworkProfile) -> float:
     """Share of a device's parameters that feed FP8 GEMMs: the layers' (and the LM head's
     when the recipe runs it in FP8), over all parameters of the model."""
-    layer = prog.block("layer")
-    layers = layer.params * layer.repeat
+    layers = sum(b.params * b.repeat for b in prog.cut())
     head = prog.block("head").tied_params if "lm_head" in fw.fp8.gemm_roles else 0
     total = sum(b.params * b.repeat + b.tied_params for b in prog.blocks)
     return (layers + head) / total if total > 0 else 0.0
@@ -87,7 +95,9 @@ def with_framework_memory(plan: Plan, scenario: Scenario, fw: FrameworkProfile,
     stored as its FP8 data and transpose alone: the copies take the 16-bit weight's place
     (`weight_copy_bytes_per_param` - 2 bytes more, none at 2)."""
     extra = framework_overhead_bytes(fw.memory_overheads, communicators(scenario, mesh))
-    copies = float(fw.fp8.weight_copy_bytes_per_param if fp8_recipe(scenario, fw) else 0)
+    recipe = fp8_recipe(scenario, fw)
+    copies = float(fw.fp8.weight_copy_bytes_per_param) * recipe.weight_copy_factor \
+        if recipe else 0.0
     e = float(DTYPE_BYTES.get(prog.dtype, 2))
     if copies and scenario.training.fp8_params:  # the FP8 copies replace the 16-bit weight
         copies = max(0.0, copies - e)

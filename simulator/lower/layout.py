@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from simulator.config.scenario.schema import Scenario
 from simulator.cost.specs import GroupSpec
+from simulator.lower.dualpipe import mirror_stage
 from simulator.sharding.mesh import Mesh
 
 __all__ = ["RankMesh", "rank_mesh", "transformer_mesh"]
@@ -29,9 +30,12 @@ class RankMesh:
     part of the program's gradient synchronisation)."""
 
     mesh: Mesh
-    chunks: int  # model chunks per device (virtual_stages of interleaved_1f1b)
+    chunks: int  # model chunks per device (virtual_stages of interleaved_1f1b; 2 DualPipe)
     devices_per_node: int
     data_axis: str | None = "dp"
+    # DualPipe: virtual stage p + s is model stage s of the reverse direction, on device
+    # p - 1 - s (`lower.dualpipe`)
+    mirrored: bool = False
 
     def size(self, axis: str | None) -> int:
         return dict(self.mesh.axes).get(axis, 1) if axis else 1
@@ -76,6 +80,8 @@ class RankMesh:
         return a // self.devices_per_node == b // self.devices_per_node
 
     def stage_of_virtual(self, vs: int) -> int:
+        if self.mirrored:
+            return mirror_stage(vs, self.pipeline)
         return vs % self.pipeline
 
     def simulated(self, fidelity: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -119,10 +125,13 @@ def rank_mesh(scenario: Scenario, model_mesh: Mesh | None = None) -> RankMesh:
     program's gradient synchronisation."""
     p = scenario.parallel
     chunks = p.virtual_stages if p.schedule == "interleaved_1f1b" else 1
+    mirrored = p.schedule == "dualpipe"
+    if mirrored:
+        chunks = 2  # a stage of each direction
     if model_mesh is None:
         model_mesh = transformer_mesh(scenario)
         data_axis: str | None = "dp"
     else:
         data_axis = "dp" if p.data > 1 and "dp" in model_mesh.names else None
     mesh = Mesh(((PIPELINE_AXIS, p.pipeline),) + model_mesh.axes)
-    return RankMesh(mesh, chunks, scenario.cluster.devices_per_node, data_axis)
+    return RankMesh(mesh, chunks, scenario.cluster.devices_per_node, data_axis, mirrored)

@@ -43,6 +43,7 @@ from simulator.lower import comm_graph
 from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.costs import CostModel, Priced
 from simulator.lower.data_parallel import DataParallel
+from simulator.lower.dualpipe import emit_step, pair_exposed
 from simulator.lower.layout import RankMesh, rank_mesh
 from simulator.lower.offload import Offload
 from simulator.lower.pipeline import schedule_steps
@@ -96,6 +97,13 @@ class Lowering:
         self.send_s: dict[tuple[float, bool], float] = {}  # (bytes, intra) -> seconds
         # rank arithmetic asked for once per task, computed once per plan
         self.vstages = ranks.virtual_stages
+        # the virtual stages one micro-batch passes: all of them, or under DualPipe those of
+        # its direction (p of the 2p, `lower.dualpipe`)
+        self.chain = ranks.pipeline if ranks.mirrored else self.vstages
+        # DualPipe: a forward's send that leaves after the device's next pass (kind 'F>'),
+        # and the communication of a pair's forward that its backward hides ('Fp', 'BWp')
+        self.deferred: tuple[int, int, int] | None = None  # (peer, micro-batch, vs)
+        self.pair_fwd: tuple[float, float] = (0.0, 0.0)  # (compute_s, comm_s)
         self.data = ranks.data
         # the ranks that hold identical replicas of a parameter and so share its optimizer
         # states (ZeRO / distributed optimizer): data x context. Megatron-LM builds its
@@ -107,6 +115,18 @@ class Lowering:
         self.w_pass = False  # the device's schedule has W steps: B and W split (`device`)
         # host memory each simulated device's offload keeps there (`_host_bytes`)
         self.host_bytes: dict[int, float] = share.host_bytes if share else {}
+
+    def micro_range(self, vs: int) -> range:
+        """The micro-batches that pass virtual stage vs: all of them, or under DualPipe
+        those of its direction (the first half forward, the second reverse)."""
+        if not self.ranks.mirrored:
+            return range(self.micro)
+        half = self.micro // 2
+        return range(half) if vs < self.ranks.pipeline else range(half, self.micro)
+
+    def last_micro(self, vs: int) -> int:
+        """The last micro-batch through vs: its backward ends vs's gradient accumulation."""
+        return self.micro_range(vs)[-1]
 
     def _host_bytes(self, params: int, vss: list[int]) -> float:
         """Host memory a device's offload keeps there: ZeRO-Offload's optimizer states and
@@ -150,15 +170,18 @@ class Lowering:
         return peer
 
     # ---- compute tasks -------------------------------------------------------------------
-    def forward(self, dev: int, mb: int, vs: int) -> None:
+    def forward(self, dev: int, mb: int, vs: int, defer: bool = False,
+                pair: bool = False) -> None:
+        """F of micro-batch mb; `defer`: its send leaves after the device's next pass;
+        `pair`: the first half of an overlapped pair, its communication hidden (DualPipe)."""
         w, deps = self.work[vs], self.dp.gather_before(dev, vs, ("F", mb, vs))
-        if vs > 0:
+        if vs % self.chain > 0:
             prev = self._peer(dev, vs - 1)
             deps += (self.b.ids[("S", prev, "fwd", mb, vs - 1) if prev != dev
                                 else ("C", dev, "F", mb, vs - 1)],)
         # the first micro-batch's forward waits, piece by piece, for the parameter all-gather;
         # under ZeRO-3 every forward does, for the gather of its unit
-        gates = self.gates.pop((dev, vs), None) if mb == 0 else None
+        gates = self.gates.pop((dev, vs), None) if mb == self.micro_range(vs)[0] else None
         held: tuple[float, ...] = ()
         units = self.dp.unit_gates(dev, "F", mb, vs)
         if units is not None:
@@ -171,17 +194,23 @@ class Lowering:
             key = ("C", dev, "F", mb, vs) if last else ("C", dev, "F", mb, vs, k)
             io = self.off.before(dev, "F", mb, vs, k) if self.off.split else None
             alloc = (("activations", w.activation_bytes),) if first else ()
+            comm_s = 0.0 if pair else piece.comm_s
             tid = self.b.add(key, device=dev, stream="compute", name="F", phase="fwd",
-                             micro=mb, chunk=vs, duration_s=piece.compute_s + piece.comm_s,
-                             comm_s=piece.comm_s,
+                             micro=mb, chunk=vs, duration_s=piece.compute_s + comm_s,
+                             comm_s=comm_s,
                              deps=(deps if first else ()) + gate + (io.deps if io else ()),
                              comm=piece.comm, alloc=io.alloc if io else alloc,
                              free=((("parameters", held[k]),) if held and held[k] else ())
                              + (io.free if io else ()))
             if io:
                 self.off.after_forward(dev, mb, vs, k, tid)
-        if vs < self.vstages - 1:
-            self._send(dev, self._peer(dev, vs + 1), "fwd", mb, vs, tid)
+        if pair:
+            self.pair_fwd = (sum(p.compute_s for p in pieces), sum(p.comm_s for p in pieces))
+        if vs % self.chain < self.chain - 1:
+            if defer:
+                self.deferred = (self._peer(dev, vs + 1), mb, vs)
+            else:
+                self._send(dev, self._peer(dev, vs + 1), "fwd", mb, vs, tid)
 
     def _send(self, dev: int, peer: int, direction: str, mb: int, vs: int, after: int) -> None:
         if peer == dev:
@@ -206,15 +235,20 @@ class Lowering:
                    alloc=buf, free=buf)
 
     def _grad_dep(self, dev: int, mb: int, vs: int) -> tuple[int, ...]:
-        if vs == self.vstages - 1:
+        if vs % self.chain == self.chain - 1:
             return ()
         nxt = self._peer(dev, vs + 1)
         key = ("S", nxt, "bwd", mb, vs + 1) if nxt != dev else ("C", dev, "B", mb, vs + 1)
         return (self.b.ids[key],)
 
-    def backward(self, dev: int, mb: int, vs: int) -> None:
+    def backward(self, dev: int, mb: int, vs: int, full: bool = False,
+                 pair: bool = False) -> None:
+        """B of micro-batch mb (with W passes: its input gradient); `full`: the whole
+        backward although the schedule has W passes; `pair`: the second half of an
+        overlapped pair (DualPipe), the pair's communication hidden behind its computation."""
         w, deps = self.work[vs], self._grad_dep(dev, mb, vs)
-        saved = self._w_inputs(vs)
+        wp = self.w_pass and not full
+        saved = self._w_inputs(vs) if wp else 0.0
         free: Alloc = (("activations", w.activation_bytes - saved),)
         if w.recomputed:
             deps += self.dp.gather_before(dev, vs, ("R", mb, vs))
@@ -228,13 +262,15 @@ class Lowering:
         deps += self.dp.gather_before(dev, vs, ("B", mb, vs))
         units = None if w.recomputed else self.dp.unit_gates(dev, "B", mb, vs)
         split = units is not None or self.off.split or (
-            mb == self.micro - 1 and self.data > 1 and self.par.overlap.grad_reduce)
-        pieces = self._bwd_pieces(vs, "B", split)
+            mb == self.last_micro(vs) and self.data > 1 and self.par.overlap.grad_reduce)
+        pieces = self._bwd_pieces(vs, "B" if wp else "BW", split)
         gates, held = units if units is not None else (((),) * len(pieces), ())
-        grads: Alloc = (("activations", w.w_grad_bytes),) if self.w_pass else ()
+        grads: Alloc = (("activations", w.w_grad_bytes),) if wp else ()
+        exposed = pair_exposed(self, pieces) if pair else 0.0
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
+            comm_s = (exposed if last else 0.0) if pair else piece.comm_s
             key = ("C", dev, "B", mb, vs) if last else ("C", dev, "B", mb, vs, k)
             gathered = (("parameters", held[k]),) if held and held[k] else ()
             io = self.off.before(dev, "B", mb, vs, k) if self.off.split else None
@@ -243,22 +279,22 @@ class Lowering:
                 if k == 0 and w.transient_bytes else ()
             tids.append(self.b.add(key, device=dev, stream="compute", name="B", phase="bwd",
                                    micro=mb, chunk=vs,
-                                   duration_s=piece.compute_s + piece.comm_s,
-                                   comm_s=piece.comm_s,
+                                   duration_s=piece.compute_s + comm_s,
+                                   comm_s=comm_s,
                                    deps=(deps if k == 0 else ()) + gates[k]
                                    + (io.deps if io else ()), comm=piece.comm,
                                    alloc=(grads if k == 0 else ()) + transient,
                                    free=own + gathered + transient))
-        if vs > 0:
+        if vs % self.chain > 0:
             self._send(dev, self._peer(dev, vs - 1), "bwd", mb, vs, tids[-1])
-        if not self.w_pass and (self.par.overlap.grad_reduce or self.dp.per_unit):
+        if not wp and (self.par.overlap.grad_reduce or self.dp.per_unit):
             self.dp.reduce(dev, mb, vs, tids[-1:] if w.whole_grads else tids)
 
     def _bwd_pieces(self, vs: int, kind: str, split: bool) -> tuple[Priced, ...]:
-        """The pieces a 'B' or 'W' task runs, or their whole as one (with W passes, B is
-        the input-gradient part of the backward)."""
+        """The pieces a 'B', 'BW' (whole backward) or 'W' task runs, or their whole as one
+        (with W passes, B is the input-gradient part of the backward)."""
         w = self.work[vs]
-        if kind == "B" and not self.w_pass:
+        if kind == "BW" or (kind == "B" and not self.w_pass):
             return w.bwd_pieces if split else (w.bwd,)
         pieces = w.weight_pieces if kind == "W" else w.input_pieces
         return pieces if split else (sum(pieces[1:], pieces[0]),)
@@ -272,7 +308,7 @@ class Lowering:
         """W of micro-batch mb (Qi et al. 2023, Sec. 2); the gradient reductions follow it."""
         w = self.work[vs]
         split = self.dp.per_unit or (
-            mb == self.micro - 1 and self.data > 1 and self.par.overlap.grad_reduce)
+            mb == self.last_micro(vs) and self.data > 1 and self.par.overlap.grad_reduce)
         pieces = self._bwd_pieces(vs, "W", split)
         kept = (("activations", self._w_inputs(vs) + w.w_grad_bytes),)
         tids = []
@@ -296,9 +332,9 @@ class Lowering:
         for vs, gates in self.dp.early_gates(dev, vss).items():
             self.gates[(dev, vs)] = gates
         self.w_pass = any(kind == "W" for kind, _, _ in steps)
-        emit = {"F": self.forward, "B": self.backward, "W": self.weight}
         for kind, mb, vs in steps:
-            emit[kind](dev, mb, vs)
+            emit_step(self, dev, kind, mb, vs)
+        assert self.deferred is None, "a deferred send after the last step"
         finish(self, dev, vss)
         params = sum(self.work[vs].params for vs in vss)
         self.host_bytes[dev] = self._host_bytes(params, vss)

@@ -26,6 +26,11 @@ stage), where virtual stage = chunk * stages + stage (Megatron-LM's model-chunk 
   activations, and the extra forwards fill 1F1B's warm-up bubble; with uniform stages,
   free communication and m >= 2p its bubble is (p-1)(T_F + T_B - 2 T_W) (the closed form
   their `arxiv_bubble_rates` asserts), half a W per stage less than ZB-H1's.
+- dualpipe: DeepSeek-V3's bidirectional schedule (`lower.dualpipe`): each device holds two
+  stages, one per direction, micro-batches enter from both ends, and forward / backward
+  pairs of the two directions overlap their communication. Its steps use more kinds:
+  `F>` (a forward whose send leaves after the next pass), `Fp` / `BWp` (an overlapped
+  forward-backward pair) and `BW` (a full backward, input and weight gradients together).
 """
 
 from __future__ import annotations
@@ -33,10 +38,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from simulator.errors import InputError
+from simulator.lower.dualpipe import dualpipe_steps
 
 __all__ = ["Step", "SCHEDULES", "schedule_steps", "steady_window", "STEADY_PERIODS"]
 
-Step = tuple[str, int, int]  # (kind 'F' | 'B' | 'W', micro-batch, virtual stage)
+Step = tuple[str, int, int]  # (kind 'F' | 'B' | 'W' | dualpipe's, micro-batch, virtual stage)
 Schedule = Callable[[int, int, int, int], list[Step]]
 
 
@@ -97,7 +103,7 @@ def _zero_bubble(warmup_c: int) -> Schedule:
 
 SCHEDULES: dict[str, Schedule] = {"gpipe": _gpipe, "1f1b": _one_f_one_b,
                                   "interleaved_1f1b": _interleaved, "zb_h1": _zero_bubble(1),
-                                  "zb_h2": _zero_bubble(2)}
+                                  "zb_h2": _zero_bubble(2), "dualpipe": dualpipe_steps}
 
 
 def _warmup_1f1b(stages: int, chunks: int) -> tuple[int, int]:

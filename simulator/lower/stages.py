@@ -182,15 +182,16 @@ def _price_stages(scenario: Scenario, prog: Program, layout: RankMesh,
 
     priced = {id(b): _Priced(price(b.fwd), price(b.bwd), _priced_split(b.fwd, b.bwd, price))
               for b in prog.blocks}
-    stages = layout.virtual_stages
-    counts = layers or _default_split(scenario, prog, stages, priced)
+    # DualPipe: the p stages of one direction, the reverse direction's the same again
+    stages = layout.pipeline if layout.mirrored else layout.virtual_stages
+    counts = layers[:stages] if layers else _default_split(scenario, prog, stages, priced)
     out, start = [], 0
     for vs, n in enumerate(counts):
         stop = start + n
         out.append(_stage(prog, layout, priced, price, start, stop, vs, stages,
                           lambda sync: price_ops(coalesce(sync, "grad_sync"), costs, groups)))
         start = stop
-    return tuple(out)
+    return tuple(out) * (2 if layout.mirrored else 1)
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,8 @@ def split_for(scenario: Scenario, prog: Program, layout: RankMesh, costs: CostMo
     """The StageSplit `run` lowers `prog` with: `parallel.pipeline_layers` or the
     operators' stages where given, else the balance priced on `costs`."""
     work = stage_work(scenario, prog, layout, costs)
+    if layout.mirrored:  # one direction's stages (DualPipe): the copy holds the same
+        work = work[:layout.pipeline]
     return StageSplit(tuple(w.copies for w in work), prog.sequence()[0].layers)
 
 

@@ -21,12 +21,13 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
     compute = low.b.streams[(dev, "compute")]
     if not low.par.overlap.grad_reduce and not low.dp.per_unit:
         for vs in vss:
-            for mb in range(low.micro):
+            for mb in low.micro_range(vs):
                 low.dp.reduce(dev, mb, vs, [compute[-1]])
     last_comm = tuple(low.b.streams[(dev, s)][-1] for s in ("dp", "dp_reduce")
                       if low.b.streams.get((dev, s)))
     params = sum(low.work[vs].params for vs in vss)
     deps = last_comm + _grad_sync(low, dev, vss)
+    deps += _mirror_sync(low, dev, vss, deps + (compute[-1],))
     deps += _host_ops_step(low, dev, deps + (compute[-1],))
     remote = low.dp.remote_step(dev, params, deps)
     if remote is not None:
@@ -42,6 +43,26 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
                           deps=deps)
         step = low.off.after_step(dev, params, step)
     low.dp.after_step(dev, vss, step)
+
+def _mirror_sync(low: Lowering, dev: int, vss: list[int], deps: tuple[int, ...]
+                 ) -> tuple[int, ...]:
+    """DualPipe (`lower.dualpipe`): device d and device p-1-d hold the same two stages, one
+    per direction, so their gradients are summed before the optimizer step (the
+    implementation's example adds each copy's gradient to the other's,
+    deepseek-ai/DualPipe examples/example_dualpipe.py): an all-reduce of two ranks, which
+    moves each device's gradients once to the other (reduce-scatter and all-gather of half
+    each), priced as that send."""
+    if not low.ranks.mirrored:
+        return ()
+    mirror = low.ranks.with_stage(dev, low.ranks.pipeline - 1 - low.ranks.stage(dev))
+    nbytes = sum(low.work[vs].params for vs in vss) * low.ge
+    seconds = low.costs.send_recv_s(nbytes, low.ranks.same_node(dev, mirror))
+    buf = (("communication_buffers", nbytes),)
+    return (low.b.add(("M", dev), device=dev, stream="pp_bwd", name="mirror_grad_sync",
+                       phase="comm", duration_s=seconds, deps=deps,
+                       link="fabric" if low.ranks.same_node(dev, mirror) else "nic",
+                       comm=(("send_recv", nbytes),), alloc=buf, free=buf),)
+
 
 def _host_ops_step(low: Lowering, dev: int, deps: tuple[int, ...]) -> tuple[int, ...]:
     """The optimizer step of the parameters operators on the host CPU keep there

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
+from simulator.models.layers import layer_kinds, layer_plan
 from simulator.models.recompute import layer_role
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.sharding.plan import ShardingPlan, build_plan
@@ -48,7 +49,7 @@ def unsharded_roles(scenario: Scenario, fused_attention: bool = False) -> frozen
     m, p = scenario.model, scenario.parallel
     assert isinstance(m, TransformerModel)
     dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
-                    min(m.layers, 3 * (m.moe.every if m.moe else 1)))
+                    layer_plan(layer_kinds(m)).graph)
     graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert,
                                       tuple(p.tensor_nd) if p.tensor_nd else None)
     # (the parameters' layouts: the same plan `program.model_program` derives the program

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from simulator.config.scenario.schema import TransformerModel
+from simulator.graph.decoder import LayerKind
+from simulator.models.layers import layer_kinds, layer_plan
 from simulator.models.transformer_plan import model_dims, planned_transformer
 from simulator.sharding.plan import ShardingPlan, build_plan
 
@@ -63,11 +65,12 @@ def block_params(plan: ShardingPlan, select: Callable[[str], bool],
 @dataclass(frozen=True)
 class ParamCounts:
     """Parameter elements one device holds of a transformer at a tensor degree: the
-    embedding (token table, and a learned position table), one block of `block_layers`
-    layers (a mixture of experts every k layers repeats in blocks of k), the head's own
-    (the final norm, and an output matrix of its own), and the LM-head matrix tied to the
-    token table (held a second time only on a later pipeline stage); `blocks`: copies of
-    the layer block."""
+    embedding (token table, and a learned position table), its layers (`layers_params`, all
+    of them; `layer`: one group of `block_layers` layers of its layer plan, the largest
+    where the groups differ, `models.layers`), the head's own (the final norm, and an
+    output matrix of its own), and the LM-head matrix tied to the token table (held a
+    second time only on a later pipeline stage); `blocks`: groups of the layer plan in the
+    model."""
 
     embedding: int
     layer: int
@@ -75,16 +78,21 @@ class ParamCounts:
     output: int
     blocks: int
     block_layers: int
+    layers_params: int
 
     @property
     def per_layer(self) -> float:
-        """A block's parameters per model layer."""
-        return self.layer / self.block_layers
+        """The layers' parameters per model layer."""
+        return self.layers_params / (self.blocks * self.block_layers)
 
     @property
     def total(self) -> int:
         """The whole model on one device of the tensor group, the tied table once."""
-        return self.embedding + self.blocks * self.layer + self.head
+        return self.embedding + self.layers_params + self.head
+
+
+def _prefixed(prefixes: tuple[str, ...]) -> Callable[[str], bool]:
+    return lambda n: n.startswith(prefixes)
 
 
 def transformer_params(m: TransformerModel, tensor: int = 1, sequence_parallel: bool = False,
@@ -101,13 +109,20 @@ def transformer_params(m: TransformerModel, tensor: int = 1, sequence_parallel: 
 def _counts(cls: type[TransformerModel], model_json: str, tensor: int, sp: bool, expert: int,
             tensor_nd: tuple[int, ...] | None) -> ParamCounts:
     m = cls.model_validate_json(model_json)
-    unit = m.moe.every if m.moe else 1
-    dims = model_dims(m, unit, expert)
-    graph, mesh = planned_transformer(dims, expert, tensor, sp, expert, tensor_nd)
+    lp = layer_plan(layer_kinds(m))
+    # one copy of each group of the layer plan, in a row (a layer's parameters do not
+    # depend on its neighbours)
+    kinds: tuple[LayerKind, ...] = sum((g for g, _ in lp.groups), ())
+    graph, mesh = planned_transformer(model_dims(m, kinds, expert), expert, tensor, sp, expert,
+                                      tensor_nd)
     plan = build_plan(graph, mesh, 2)
-    prefixes = tuple(f"l{i}." for i in range(unit))
-    return ParamCounts(embedding=block_params(plan, embed_op)[0],
-                       layer=block_params(plan, lambda n: n.startswith(prefixes))[0],
+    own, at = [], 0
+    for g, _ in lp.groups:
+        prefixes = tuple(f"l{i}." for i in range(at, at + len(g)))
+        own.append(block_params(plan, _prefixed(prefixes))[0])
+        at += len(g)
+    return ParamCounts(embedding=block_params(plan, embed_op)[0], layer=max(own),
                        head=block_params(plan, head_op, embed_op)[0],
                        output=block_params(plan, head_op, embed_op, shared=True)[0],
-                       blocks=m.layers // unit, block_layers=unit)
+                       blocks=m.layers // lp.unit, block_layers=lp.unit,
+                       layers_params=sum(own[i] * n for i, n in lp.runs))

@@ -17,6 +17,7 @@ from simulator.graph.builders import build_gpt
 from simulator.graph.decoder import GptDims
 from simulator.graph.graph import Graph
 from simulator.models.family import ModelFamily, VerifyCase
+from simulator.models.layers import layer_kinds, layer_plan, shrunk_kinds, shrunk_split
 from simulator.models.transformer_plan import (
     gpt_dims,
     planned_transformer,
@@ -42,13 +43,20 @@ def staged_pipeline(s: Scenario) -> bool:
 
 
 def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
-    """Layers a shrunk model keeps: 2, or one block (one MoE period) per virtual pipeline
-    stage when the stages run on devices of their own."""
+    """Layers a shrunk model keeps: 2 or one of each distinct layer kind, or when the
+    pipeline stages run on devices of their own one group of its layer plan (one MoE
+    period) per virtual stage, or the shrunk `parallel.pipeline_layers`
+    (`models.layers.shrunk_split`: an uneven split stays uneven)."""
+    kinds = layer_kinds(m)
+    least = min(m.layers, max(2, len(set(kinds))))
     if not staged_pipeline(s):
-        return min(m.layers, 2)
+        return least
     p = s.parallel
+    unit = layer_plan(kinds).unit
+    if p.pipeline_layers is not None:
+        return max(least, sum(shrunk_split(p.pipeline_layers, unit)))
     chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    return max(min(m.layers, 2), chunks * (m.moe.every if m.moe else 1))
+    return max(least, chunks * unit)
 
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
@@ -87,13 +95,16 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
     heads = groups * (2 if m.kv_heads < m.num_heads else 1)
     unit = t * (2 * p.context if p.context > 1 else 1)  # two chunks per context rank
     seq = -(-8 // unit) * unit
-    dims = dataclasses.replace(own, layers=_chunk_layers(m, s), hidden=heads * 4, heads=heads,
-                               kv_heads=groups, ffn=8 * t, seq=seq, vocab=8 * t,
+    layers = _chunk_layers(m, s)
+    dims = dataclasses.replace(own, layers=layers, kinds=shrunk_kinds(own.kinds, layers),
+                               hidden=heads * 4, heads=heads, kv_heads=groups, ffn=8 * t,
+                               seq=seq, vocab=8 * t,
                                batch=min(s.training.micro_batch_size, _samples(p)))
     dims = small_attention(dims, seq)
     dims, experts = _small_moe(dims, m, s)
+    windows = sorted({k.window for k in dims.kinds if k.window} | ({dims.window} - {0}))
     experts += (f" head_dim={dims.head_size}" if dims.head_size else "") + \
-        (f" window={dims.window}" if dims.window else "")
+        (f" window={'/'.join(map(str, windows))}" if windows else "")
     ep = f" expert={p.expert}" if m.moe else ""
     ep += f" context={p.context}" if p.context > 1 else ""
     nd = f" tensor_nd={p.tensor_nd}" if p.tensor_nd else ""
@@ -101,16 +112,29 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
                   f"kv_heads={dims.kv_heads} ffn={dims.ffn} seq={dims.seq} "
                   f"vocab={dims.vocab} micro_batch={dims.batch}{experts} (same parallel "
                   f"configuration: data={p.data} tensor={p.tensor}{ep}{nd} "
-                  f"sequence_parallel={str(p.sequence_parallel).lower()})"]
+                  f"sequence_parallel={str(p.sequence_parallel).lower()})"] + _split_note(m, s)
+
+
+def _split_note(m: TransformerModel, s: Scenario) -> list[str]:
+    """What a shrunk case keeps of `parallel.pipeline_layers` (`_chunk_layers`)."""
+    given = s.parallel.pipeline_layers
+    if not staged_pipeline(s) or given is None:
+        return []
+    small = shrunk_split(given, layer_plan(layer_kinds(m)).unit)
+    return [f"parallel.pipeline_layers {list(given)} kept as {list(small)}: each stage's "
+            f"layers beyond the fewest, plus one group"]
 
 
 def small_attention(dims: GptDims, seq: int) -> GptDims:
-    """A shrunk model's head size and window: a head of its own width (8, beside hidden /
-    heads = 4) where the scenario sets one, and a window that still masks (half the shrunk
-    sequence, at least 2) where it has one."""
+    """A shrunk model's head size and windows: a head of its own width (8, beside hidden /
+    heads = 4) where the scenario sets one, and each layer kind's window one that still
+    masks (half the shrunk sequence, at least 2) where it has one."""
+    def small(window: int) -> int:
+        return min(window, max(2, seq // 2)) if window else 0
+
     return dataclasses.replace(
-        dims, head_size=8 if dims.head_size else 0,
-        window=min(dims.window, max(2, seq // 2)) if dims.window else 0)
+        dims, head_size=8 if dims.head_size else 0, window=small(dims.window),
+        kinds=tuple(dataclasses.replace(k, window=small(k.window)) for k in dims.kinds))
 
 
 def _head_split(p) -> int:
@@ -156,8 +180,7 @@ def _graph(s: Any, batch: int) -> Graph:
 
 
 def _block_layers(m: Any) -> int:
-    moe = transformer_model(m).moe
-    return moe.every if moe else 1
+    return layer_plan(layer_kinds(transformer_model(m))).unit
 
 
 FAMILY = ModelFamily("transformer", layered=True, unplanned=_graph,

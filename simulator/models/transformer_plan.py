@@ -66,16 +66,18 @@ from __future__ import annotations
 import dataclasses
 
 from simulator.config.scenario.schema import MoeSpec, Scenario, TransformerModel
+from simulator.config.scenario.schema_mla import MlaSpec, MtpSpec
 from simulator.graph.builders import build_gpt
-from simulator.graph.decoder import GptDims
+from simulator.graph.decoder import GptDims, LayerKind
 from simulator.graph.graph import Graph, OpNode
 from simulator.graph.ops.moe import expert_capacity
+from simulator.models.layers import layer_kinds
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
 __all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
            "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "TP3D_WEIGHT_AXIS", "gpt_dims",
-           "model_dims", "uses_flash", "with_moe"]
+           "model_dims", "uses_flash", "with_moe", "with_mla", "with_mtp"]
 
 TP_ROLES: dict[str, tuple[str, str]] = {
     # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
@@ -87,12 +89,34 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "fc3": ("d2", "d2"), "act": ("d2", "d2"), "glu": ("d2", "d2"), "fc2": ("f", "f"),
     "head": ("v", "v"), "ce": ("c", "c"), "loss": ("B", "B"),
     # rotary positions and query/key head norms: on the heads, as the q/k they follow
-    "rope_q": ("d2", "d2"), "rope_k": ("d2", "d2"), "q_norm": ("d2", "d2"),
-    "k_norm": ("d2", "d2"),
+    "rope_q": ("d2", "d2"), "rope_k": ("d2", "d2"), "q_head_norm": ("d2", "d2"),
+    "k_head_norm": ("d2", "d2"),
     # mixture of experts: routing replicated, expert FFN dim split, Partial into the combine
     "router": ("B", "B"), "route": ("B", "B"), "gate": ("B", "B"), "dispatch": ("B", "B"),
     "efc1": ("f", "f"), "efc3": ("f", "f"), "eact": ("d3", "d3"), "eglu": ("d3", "d3"),
     "efc2": ("f", "f"), "combine": ("P2", "P2"),
+    # Mamba-2 (graph/mamba.py): heads split by their groups g, as Megatron-Core's MambaMixer
+    # splits nheads and ngroups (in_proj column-parallel, out_proj `proj` row-parallel)
+    "ssm_z": ("g", "g"), "ssm_x": ("g", "g"), "ssm_b": ("g", "g"), "ssm_c": ("g", "g"),
+    "ssm_dt": ("g", "g"), "conv_x": ("c0", "c0"), "conv_b": ("c0", "c0"),
+    "conv_c": ("c0", "c0"), "conv_x_act": ("d2", "d2"), "conv_b_act": ("d2", "d2"),
+    "conv_c_act": ("d2", "d2"), "scan": ("g", "g"), "ssm_norm": ("g", "g"),
+    # multi-head latent attention (graph.mla), as Megatron-Core's MLASelfAttention with its
+    # TE layer spec (megatron/core/models/gpt/gpt_layer_specs.py: linear_q_down_proj and
+    # linear_kv_down_proj `backend.linear()`, a TELinear of parallel_mode 'duplicated'):
+    # the down-projections and latent norms replicated, on each rank's sequence block under
+    # SP (their weight gradients Partial, all-reduced), the rotary key gathered whole
+    # (`gather_from_sequence_parallel_region(k_pos_emb)`), the up-projections column-
+    # parallel over heads
+    "q_down": ("B", "s"), "kv_down": ("B", "s"), "k_rope_mm": ("B", "s"),
+    "q_norm": ("B", "d1"), "kv_norm": ("B", "d1"), "k_rope": ("B", "B"),
+    "q_nope": ("g", "g"), "q_rope_mm": ("g", "g"), "q_rope": ("d2", "d2"),
+    "k_nope": ("g", "g"), "v_up": ("g", "g"), "q_cat": ("d2", "d2"), "k_cat": ("d2", "d2"),
+    # multi-token prediction (graph.mtp), as Megatron-Core's MultiTokenPredictionLayer: its
+    # embedding vocabulary-parallel, eh_proj column-parallel (TEColumnParallelLinear), its
+    # output gathered whole (`gather_from_tensor_model_parallel_region`, then scattered to
+    # the sequence under SP); the losses' sums replicated
+    "eh_proj": ("h", "h"),
 }
 # 2-D tensor parallel: role -> (choice on `tpx`, choice on `tpy`); the norm regions
 # (_SEQ_REGION) split the sequence on both under sequence parallel, else neither
@@ -105,8 +129,8 @@ TP2D_ROLES: dict[str, tuple[str, str]] = {
     "proj": ("g", "h"), "fc1_mm": ("f", "h"), "fc3_mm": ("f", "h"), "fc1": ("d2", "d2"),
     "fc3": ("d2", "d2"), "act": ("d2", "d2"), "glu": ("d2", "d2"), "fc2": ("f", "h"),
     "head": ("v", "v"), "ce": ("c", "c"), "loss": ("B", "B"),
-    "rope_q": ("d2", "d2"), "rope_k": ("d2", "d2"), "q_norm": ("d2", "d2"),
-    "k_norm": ("d2", "d2"),
+    "rope_q": ("d2", "d2"), "rope_k": ("d2", "d2"), "q_head_norm": ("d2", "d2"),
+    "k_head_norm": ("d2", "d2"),
 }
 # 3-D tensor parallel's third axis: the batch split, every parameter kept split and
 # all-gathered before use (Bian et al. 2021's weight mode); innermost, so that the split
@@ -116,12 +140,18 @@ TP3D_WEIGHT_AXIS = "tpz"
 EP_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
                             "efc2": "e"}
 _SEQ_REGION = ("embed_pos", "embed_out", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2",
-               "proj_bias", "proj_drop", "fc2_bias", "fc2_drop")
+               "proj_bias", "proj_drop", "fc2_bias", "fc2_drop",
+               "enorm", "hnorm", "eh_cat")
 _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
              "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b",
              "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
-             "efc2": "b", "combine": "b"}
+             "efc2": "b", "combine": "b",
+             "ssm_z": "b", "ssm_x": "b", "ssm_b": "b", "ssm_c": "b", "ssm_dt": "b",
+             "conv_x": "b", "conv_b": "b", "conv_c": "b", "scan": "b", "ssm_norm": "b",
+             "q_down": "b", "kv_down": "b", "k_rope_mm": "b",
+             "q_nope": "b", "q_rope_mm": "b", "k_nope": "b", "v_up": "b",
+             "eh_proj": "b", "mtp_sum": "PP", "mtp_scale": "PP", "loss_mtp": "PP"}
 
 # An op whose role none of these tables names (a model's own stem or head op, such as a
 # vision transformer's patch embedding) runs replicated on the tensor-parallel axes, as
@@ -220,39 +250,59 @@ def uses_flash(scenario: Scenario, fused_default: bool = False) -> bool:
     return fused_default if mode == "auto" else mode != "standard"
 
 
-def gpt_dims(scenario: Scenario, flash: bool, layers: int | None = None) -> GptDims:
+def gpt_dims(scenario: Scenario, flash: bool,
+             kinds: tuple[LayerKind, ...] | None = None) -> GptDims:
     """The GPT graph dimensions of a transformer scenario: one micro-batch of every
-    data-parallel replica. GPT-style (gelu) models carry biases, Llama-style (swiglu) none."""
+    data-parallel replica, of layers `kinds` (None: the model's own, `layer_kinds`; a
+    program's representative graph passes `models.layers.LayerPlan.graph`). GPT-style
+    (gelu) models carry biases, Llama-style (swiglu) none."""
     m = scenario.model
     assert isinstance(m, TransformerModel), "gpt_dims needs a transformer model"
-    return model_dims(m, layers or m.layers,
+    return model_dims(m, layer_kinds(m) if kinds is None else kinds,
                       scenario.training.micro_batch_size * scenario.parallel.data, flash,
                       scenario.parallel.context)
 
 
-def model_dims(m: TransformerModel, layers: int, batch: int, flash: bool = False,
-               context: int = 1) -> GptDims:
-    """The graph dimensions of transformer `m` with `layers` layers for `batch` samples:
+def model_dims(m: TransformerModel, kinds: tuple[LayerKind, ...], batch: int,
+               flash: bool = False, context: int = 1) -> GptDims:
+    """The graph dimensions of transformer `m` with layers of `kinds` for `batch` samples:
     its fields, its mixture of experts, and what its schema class adds
     (`TransformerModel.graph_dims`). GPT-style (gelu) models carry biases, Llama-style
     (swiglu) none."""
     swiglu = m.ffn_activation == "swiglu"
-    fields: dict = dict(layers=layers, hidden=m.hidden_size, heads=m.num_heads,
+    fields: dict = dict(layers=len(kinds), hidden=m.hidden_size, heads=m.num_heads,
                         kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
                         batch=batch, swiglu=swiglu, bias=not swiglu, flash=flash,
-                        context=context, dropout=m.dropout, **dense_dims(m))
+                        context=context, dropout=m.dropout, kinds=kinds, **dense_dims(m))
     fields.update(m.graph_dims())
-    return with_moe(GptDims(**fields), m.moe)
+    return with_mtp(with_mla(with_moe(GptDims(**fields), m.moe), m.mla), m.mtp)
 
 
 def dense_dims(m: TransformerModel) -> dict:
     """The dense-fidelity fields of `GptDims` from transformer `m`'s keys (their defaults
     by architecture resolved by the schema): head size, tied head, positions, norm, q/k/v
-    biases, q/k head norms, one attention window for every layer, attention sinks."""
+    biases, q/k head norms, attention sinks (each layer's window is its LayerKind's)."""
     return {"head_size": m.head_dim or 0, "tied": m.tied, "position": m.positions,
             "rope_base": m.rope_theta, "rms": m.norm_kind == "rmsnorm",
-            "qkv_bias": m.qkv_bias, "qk_norm": m.qk_norm,
-            "window": m.uniform_window(), "sinks": m.attention_sinks}
+            "qkv_bias": m.qkv_bias, "qk_norm": m.qk_norm, "sinks": m.attention_sinks}
+
+
+def with_mla(dims: GptDims, mla: MlaSpec | None) -> GptDims:
+    """`dims` with the scenario's multi-head latent attention (graph.mla)."""
+    if mla is None:
+        return dims
+    return dataclasses.replace(dims, q_lora_rank=mla.q_lora_rank or 0,
+                               kv_lora_rank=mla.kv_lora_rank,
+                               qk_nope_head_dim=mla.qk_nope_head_dim,
+                               qk_rope_head_dim=mla.qk_rope_head_dim,
+                               v_head_dim=mla.v_head_dim)
+
+
+def with_mtp(dims: GptDims, mtp: MtpSpec | None) -> GptDims:
+    """`dims` with the scenario's multi-token prediction modules (graph.mtp)."""
+    if mtp is None:
+        return dims
+    return dataclasses.replace(dims, mtp_depth=mtp.depth, mtp_weight=mtp.loss_weight)
 
 
 def with_moe(dims: GptDims, moe: MoeSpec | None) -> GptDims:

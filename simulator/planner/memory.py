@@ -156,9 +156,12 @@ def figures(w: Workload, cfg: Config) -> Figures | None:
     tr = s.training.model_copy(update={"micro_batch_size": cfg.micro_batch_size})
     prog = transformer_program(s.model_copy(update={"parallel": par, "training": tr}),
                                w.software, w.compute_units, w.fp8_recipe)
-    layer, embed, head = (prog.block(n) for n in ("layer", "embed", "head"))
-    out = Figures(layer.saved_bytes, layer.working_bytes, embed.saved_bytes, head.saved_bytes,
-                  head.transient_bytes)
+    embed, head = prog.block("embed"), prog.block("head")
+    # per model layer, the least over the layer groups: a floor for any stage's layers
+    groups = prog.cut()
+    out = Figures(min(b.saved_bytes / b.layers for b in groups),
+                  min(b.working_bytes for b in groups), embed.saved_bytes,
+                  head.saved_bytes, head.transient_bytes)
     if len(_FIGURES) >= FIGURES_SIZE:
         _FIGURES.clear()
     _FIGURES[key] = (w, out)
@@ -289,7 +292,7 @@ def _fp8_share(m: TransformerModel, cfg: Config) -> float:
     """Share of the model's parameters that feed FP8 GEMMs (the layers'), applied to each
     device's, as simulator/lower/framework_apply.py counts the FP8 weight copies."""
     counts = transformer_params(m, cfg.tensor, cfg.sequence_parallel)
-    layers = counts.blocks * counts.layer
+    layers = counts.layers_params
     rest = counts.embedding + counts.head + (counts.output if cfg.pipeline > 1 else 0)
     return layers / (layers + rest)
 

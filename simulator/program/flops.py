@@ -33,12 +33,14 @@ def iteration_flops(scenario: Scenario, prog: Program) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of one iteration over the global batch, of a
     transformer's program (its embedding, repeated layer and head)."""
     t = scenario.parallel.tensor * scenario.parallel.context  # cp splits every token
-    layer, embed, head = prog.block("layer"), prog.block("embed"), prog.block("head")
+    embed, head = prog.block("embed"), prog.block("head")
     replicas = scenario.grad_accum_steps * scenario.parallel.data  # micro-batches per step
     ends = _matrix(embed.fwd + embed.bwd + head.fwd + head.bwd)
-    ops = layer.fwd + layer.bwd
     # the program's expert kernels are the busiest rank's, `expert_load` times the mean
     mean = 1.0 / prog.expert_load
-    model = t * replicas * (layer.repeat * _matrix(ops, prog.expert_slot_fill * mean) + ends)
-    executed = t * replicas * (layer.repeat * _matrix(ops + layer.recompute, mean) + ends)
-    return model, executed
+    model = executed = 0.0
+    for layer in prog.cut():
+        ops = layer.fwd + layer.bwd
+        model += layer.repeat * _matrix(ops, prog.expert_slot_fill * mean)
+        executed += layer.repeat * _matrix(ops + layer.recompute, mean)
+    return t * replicas * (model + ends), t * replicas * (executed + ends)

@@ -30,6 +30,20 @@ core (QK^T, softmax, PV), norms, embedding, LM head and the optimizer in bf16/fp
   write 1), so the gather moves 1 byte an element instead of 2 (`Fp8Recipe.gather_tp`;
   such a collective's name ends in `.fp8`).
 
+FP4 (issue 22 item 6): the same recipe with the GEMMs in FP4 (`training.fp4_recipe`: NVFP4 or
+MXFP4 on Blackwell, `Fp8Recipe.fp4`). Transformer Engine's NVFP4BlockScaling quantizes both
+operands of all three GEMMs of a linear layer (fprop, dgrad, wgrad; Abecassis et al. 2025,
+"Pretraining Large Language Models with NVFP4", arXiv 2509.25149, Sec. 4), each tensor in a
+rowwise and a columnwise copy: a cast reads the bf16 tensor (2 bytes an element) and writes two
+copies of 4-bit data plus their block scales (NVFP4: one E4M3 byte per 16 elements and an
+fp32 per-tensor scale; MXFP4: one E8M0 byte per 32 elements; OCP Microscaling Formats v1.0).
+NVFP4's per-tensor scale needs the tensor's amax first, an extra read (TE docs, "GEMM
+Profiling Tutorial": "Per-tensor amax passes: Extra memory pass to compute scaling factors");
+its 16x16 random Hadamard transform of the wgrad inputs and stochastic rounding of the
+gradients run inside the cast kernel (no bytes of their own here). The weights are cast once
+per step, as Transformer Engine caches a quantized weight across micro-batches; the inputs are
+kept for the backward in bf16 (`saves_fp8` false: the FP4 copies are not counted as saved).
+
 Sources: NVIDIA TransformerEngine docs (DelayedScaling, Format.HYBRID, fp8 weight caching);
 pytorch/ao torchao/float8 (float8_linear.py, float8_scaling_utils.py); framework profiles'
 `fp8` blocks.
@@ -43,7 +57,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec, Phase
 from simulator.sharding.lower import Saved, kernel_of
 from simulator.sharding.plan import ShardingPlan
 
-__all__ = ["Fp8Recipe", "apply_fp8", "fp8_saved", "FP8_OPS"]
+__all__ = ["Fp8Recipe", "apply_fp8", "fp8_saved", "FP8_OPS", "FP4_SCALE_BYTES"]
 
 # kernels of the planned GPT graph per role of `fp8.gemm_roles`
 FP8_OPS = {"qkv": ("qkv",), "proj": ("proj",), "fc1": ("fc1", "fc_gate", "fc_up"),
@@ -52,6 +66,8 @@ _CAST_T_BYTES = 4.0   # cast + transpose: read bf16 (2), write FP8 and its trans
 _AMAX_BYTES = 2.0     # a separate amax pass reads the bf16 tensor once more
 _TRANSPOSE_BYTES = 2.0  # FP8 transpose of a gathered FP8 tensor: read 1, write 1
 _SHARD_CAST_BYTES = 3.0  # cast of a local bf16 shard before an FP8 gather: read 2, write 1
+# FP4 block scales, bytes per element: NVFP4 one E4M3 per 16, MXFP4 one E8M0 per 32
+FP4_SCALE_BYTES = {"nvfp4": 1 / 16, "mxfp4": 1 / 32}
 
 
 @dataclass(frozen=True)
@@ -67,6 +83,33 @@ class Fp8Recipe:
     # the FP8 GEMMs keep their inputs for the backward in FP8 (1 byte an element); false:
     # in the model dtype, cast again in the backward (framework fp8.saved_inputs)
     saves_fp8: bool = True
+    # the GEMMs' dtype ('fp8', or 'fp4' for an FP4 recipe) and, for FP4, its format
+    dtype: str = "fp8"
+    fp4_format: str = ""
+
+    @staticmethod
+    def fp4(roles: tuple[str, ...], fmt: str, micro_batches: int) -> Fp8Recipe:
+        """The FP4 recipe `fmt` ('nvfp4' | 'mxfp4') over the GEMMs of `roles` (module doc)."""
+        r = Fp8Recipe.of(roles, False, micro_batches, saves_fp8=False)
+        return replace(r, dtype="fp4", fp4_format=fmt)
+
+    @property
+    def cast_bytes(self) -> float:
+        """Bytes one element's cast moves: FP8 cast + transpose (read 2, write 1 + 1); FP4
+        a rowwise and a columnwise copy of 4-bit data with their block scales (read 2, write
+        2 x (0.5 + scale)); a separate amax pass (current scaling, NVFP4) reads 2 more."""
+        if self.dtype == "fp4":
+            base = 2.0 + 2 * (0.5 + FP4_SCALE_BYTES[self.fp4_format])
+            return base + (_AMAX_BYTES if self.fp4_format == "nvfp4" else 0.0)
+        return _CAST_T_BYTES + (_AMAX_BYTES if self.dynamic else 0.0)
+
+    @property
+    def weight_copy_factor(self) -> float:
+        """The quantized weight copies' bytes against FP8's (data + transpose, 2 bytes a
+        parameter): FP4's two 4-bit copies with their scales."""
+        if self.dtype == "fp4":
+            return (0.5 + FP4_SCALE_BYTES[self.fp4_format])
+        return 1.0
 
     @staticmethod
     def of(roles: tuple[str, ...], dynamic: bool, micro_batches: int,
@@ -82,27 +125,27 @@ def _cast(name: str, elems: float, per_elem: float, phase: Phase) -> ComputeSpec
 def _forward_casts(op: ComputeSpec, r: Fp8Recipe, gathered: bool) -> tuple[ComputeSpec, ...]:
     m, n, k = op.gemm_mnk or (0, 0, 0)
     b = max(1, op.gemm_batch)
-    per = _CAST_T_BYTES + (_AMAX_BYTES if r.dynamic else 0.0)
+    per = r.cast_bytes
     weight_share = 1.0 if r.dynamic else 1.0 / r.micro_batches
-    weight = _cast(f"{op.name}.fp8_cast_weight", k * n * weight_share, per, op.phase)
+    weight = _cast(f"{op.name}.{r.dtype}_cast_weight", k * n * weight_share, per, op.phase)
     if gathered:  # quantized inside the norm on the shard; the gathered copy transposed
         return (_cast(f"{op.name}.fp8_transpose_input", b * m * k, _TRANSPOSE_BYTES, op.phase),
                 weight)
-    return (_cast(f"{op.name}.fp8_cast_input", b * m * k, per, op.phase), weight)
+    return (_cast(f"{op.name}.{r.dtype}_cast_input", b * m * k, per, op.phase), weight)
 
 
 def _backward_casts(op: ComputeSpec, r: Fp8Recipe, gathered: bool) -> tuple[ComputeSpec, ...]:
     """Casts before a dgrad GEMM (m, k_fwd, n_fwd): dY is m x n_fwd."""
     m, _, n = op.gemm_mnk or (0, 0, 0)
     b = max(1, op.gemm_batch)
-    per = _CAST_T_BYTES + (_AMAX_BYTES if r.dynamic else 0.0)
+    per = r.cast_bytes
     if gathered:  # the shard cast before the FP8 gather, the gathered copy transposed
-        out = [_cast(f"{op.name}.fp8_cast_grad", b * m * n,
+        out = [_cast(f"{op.name}.{r.dtype}_cast_grad", b * m * n,
                      _TRANSPOSE_BYTES + _SHARD_CAST_BYTES / r.gather_tp, op.phase)]
     else:
-        out = [_cast(f"{op.name}.fp8_cast_grad", b * m * n, per, op.phase)]
+        out = [_cast(f"{op.name}.{r.dtype}_cast_grad", b * m * n, per, op.phase)]
     if r.dynamic:  # the weight is cast again (transposed) for the dgrad GEMM
-        out.append(_cast(f"{op.name}.fp8_cast_weight", op.gemm_mnk[1] * n if op.gemm_mnk
+        out.append(_cast(f"{op.name}.{r.dtype}_cast_weight", op.gemm_mnk[1] * n if op.gemm_mnk
                          else 0.0, per, op.phase))
     return tuple(out)
 
@@ -146,7 +189,7 @@ def apply_fp8(ops: tuple, r: Fp8Recipe) -> tuple:
             out += casts[1:] if op.name == "fc_up" and "fc_gate" in r.kernels else casts
         elif part == "dgrad":
             out += _backward_casts(op, r, i in gathered)
-        out.append(replace(op, dtype="fp8"))
+        out.append(replace(op, dtype=r.dtype))
     return tuple(out)
 
 

@@ -35,6 +35,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.decoder import GptDims
 from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
+from simulator.models.layers import LayerPlan, layer_kinds, layer_plan
 from simulator.models.optimizer_threshold import kept_whole, optimizer_threshold
 from simulator.models.params import block_params, embed_op, head_op, param_names
 from simulator.models.recompute import recomputed_ops
@@ -121,16 +122,16 @@ def _recomputed(ops: tuple[Op, ...], keep: Select) -> tuple[Op, ...]:
 
 
 def _planned(scenario: Scenario, fused_attention: bool, e: int
-             ) -> tuple[ShardingPlan, GptDims]:
+             ) -> tuple[ShardingPlan, GptDims, LayerPlan]:
     """The planned GPT graph a transformer's program is derived from (the representative
-    layers: three blocks at most), and its dimensions."""
+    layers of its layer plan, `models.layers`), its dimensions and the layer plan."""
     p, m = scenario.parallel, transformer_model(scenario.model)
-    dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
-                    min(m.layers, 3 * (m.moe.every if m.moe else 1)))
+    lp = layer_plan(layer_kinds(m))
+    dims = gpt_dims(scenario, uses_flash(scenario, fused_attention), lp.graph)
     nd = tuple(p.tensor_nd) if p.tensor_nd else None
     graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert,
                                       nd)
-    return comm_options.plan(scenario, graph, mesh, e), dims
+    return comm_options.plan(scenario, graph, mesh, e), dims, lp
 
 
 def _head_params(plan: ShardingPlan, head: _Block, embed: _Block) -> tuple[int, int]:
@@ -148,14 +149,21 @@ def small_params(plan: ShardingPlan, select: Select, small: dict[str, int],
     return sum(small[n] for n in names if n in small)
 
 
-def _layer_block(layers: int, unit: int) -> Select:
-    """The ops of the block of `unit` layers that stands for every block: the middle one of
-    three (its neighbours are blocks on both sides), else the first. A block is one layer,
-    or with a mixture of experts every `unit` layers, its `unit - 1` dense layers and the
-    MoE layer that ends it."""
-    first = unit if layers >= 3 * unit else 0
-    prefixes = tuple(f"l{i}." for i in range(first, first + unit))
+def _prefixed(prefixes: tuple[str, ...]) -> Select:
     return lambda n: n.startswith(prefixes)
+
+
+def _layer_blocks(lp: LayerPlan) -> dict[str, _Block]:
+    """The ops of each group of the layer plan in its representative graph, by block name:
+    `layer` for a model of one group (every layer alike, or a mixture of experts every k
+    layers: its k - 1 dense layers and the MoE layer that ends it), `layer0`, `layer1`, ...
+    in the order the groups first come otherwise."""
+    out = {}
+    for i, (group, first) in enumerate(lp.groups):
+        prefixes = tuple(f"l{j}." for j in range(first, first + len(group)))
+        name = "layer" if len(lp.groups) == 1 else f"layer{i}"
+        out[name] = _Block(_prefixed(prefixes))
+    return out
 
 
 # Scenario fields `_derive` provably never reads (pydantic `exclude` form): a memoised
@@ -205,21 +213,19 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
 
 
 def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
-               recipe: Fp8Recipe | None, sv: Saved, dtype: str,
-               blocks: tuple[_Block, _Block, _Block]
+               recipe: Fp8Recipe | None, sv: Saved, dtype: str, blocks: dict[str, _Block]
                ) -> tuple[dict[str, tuple[Op, ...]], dict[str, tuple[Op, ...]], float, float]:
-    """(forward and backward ops of the layer, the embedding and the head, the head's saved
-    bytes, the logits per device) as the stack runs them: the plan's kernels and
-    collectives with the FP8 recipe's GEMMs, the attention kernel, a fused cross-entropy,
-    the busiest expert rank's load, the stack's unfused kernels, the fp32 main-gradient add
-    and the weight casts of a stored parameter dtype."""
+    """(forward and backward ops of each block by name: the layer groups', the embedding's
+    and the head's; the head's saved bytes, the logits per device) as the stack runs them:
+    the plan's kernels and collectives with the FP8 recipe's GEMMs, the attention kernel, a
+    fused cross-entropy, the busiest expert rank's load, the stack's unfused kernels, the
+    fp32 main-gradient add and the weight casts of a stored parameter dtype."""
     m, e = transformer_model(scenario.model), DTYPE_BYTES[dtype]
     graph = plan.graph
-    layer, embed, head = blocks
-    fwd = {k: forward_specs(plan, dtype, b.select, e, sv) for k, b in
-           (("layer", layer), ("embed", embed), ("head", head))}
-    bwd = {k: backward_specs(plan, dtype, b.select, e) for k, b in
-           (("layer", layer), ("embed", embed), ("head", head))}
+    embed, head = blocks["embed"], blocks["head"]
+    layers = [k for k in blocks if k not in ("embed", "head")]
+    fwd = {k: forward_specs(plan, dtype, b.select, e, sv) for k, b in blocks.items()}
+    bwd = {k: backward_specs(plan, dtype, b.select, e) for k, b in blocks.items()}
     if recipe is not None:
         fwd = {k: apply_fp8(v, recipe) for k, v in fwd.items()}
         bwd = {k: apply_fp8(v, recipe) for k, v in bwd.items()}
@@ -238,22 +244,24 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
         # it keeps the model-dtype logits for its backward, not the fp32 softmax
         head_saved -= (4.0 - e) * logits
     imbalance = m.moe.imbalance if m.moe else 1.0
-    fwd["layer"], bwd["layer"] = (imbalanced(fwd["layer"], imbalance),
-                                  imbalanced(bwd["layer"], imbalance))
     more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
-    fwd["layer"], bwd["layer"] = fwd["layer"] + more[0], bwd["layer"] + more[1]
-    params = layer.params(plan, graph)[0]
+    for k in layers:
+        fwd[k] = imbalanced(fwd[k], imbalance) + more[0]
+        bwd[k] = imbalanced(bwd[k], imbalance) + more[1]
+    params = {k: blocks[k].params(plan, graph)[0] for k in layers}
     embed_params = embed.params(plan, graph)[0]
     head_params, output_params = _head_params(plan, head, embed)
     if not software.fused_grad_accumulation:
         cast = software.grad_accumulation_cast
-        bwd["layer"] += main_grad(e, dtype, "main_grad_add", params, cast)
+        for k in layers:
+            bwd[k] += main_grad(e, dtype, "main_grad_add", params[k], cast)
         bwd["embed"] += main_grad(e, dtype, "main_grad_add_embed", embed_params, cast)
         bwd["head"] += main_grad(e, dtype, "main_grad_add_head", head_params + output_params,
                                  cast)
     if m.param_dtype is not None and m.param_dtype != dtype:
-        for block, n in (("layer", params), ("head", head_params + output_params)):
-            cast_fwd, cast_bwd = weight_casts(f"weight_cast_{block}", n, dtype)
+        casts = [(k, "layer", params[k]) for k in layers]
+        for block, name, n in casts + [("head", "head", head_params + output_params)]:
+            cast_fwd, cast_bwd = weight_casts(f"weight_cast_{name}", n, dtype)
             fwd[block], bwd[block] = cast_fwd + fwd[block], bwd[block] + cast_bwd
     return fwd, bwd, head_saved, logits
 
@@ -293,56 +301,46 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     resolves `model.attention: auto`, says whether gradient accumulation into fp32 runs
     inside the wgrad GEMMs, whether bf16 gradients are kept and reduced in fp32, and whether
     TP collectives overlap their GEMMs (`compute_units`: the device's SMs / AI cores).
-    `fp8`: the framework's FP8 recipe for a `dtype: fp8` model: the model is bf16 except the
-    recipe's GEMMs (without one, every op runs in fp8)."""
+    `fp8`: the framework's FP8 recipe for a `dtype: fp8` model, or its FP4 recipe for a bf16
+    one (`training.fp4_recipe`): the model is bf16 except the recipe's GEMMs (without one, a
+    `dtype: fp8` model runs every op in fp8)."""
     p, m = scenario.parallel, transformer_model(scenario.model)
-    recipe = fp8 if m.dtype == "fp8" else None
+    recipe = fp8 if fp8 is not None and (m.dtype == "fp8" or fp8.dtype == "fp4") else None
     tpo = tp_overlap(scenario, software, compute_units)
-    if recipe is not None and not recipe.dynamic and tpo is not None:
+    if recipe is not None and recipe.dtype == "fp8" and not recipe.dynamic and tpo is not None:
         # Transformer Engine (delayed scaling) with its userbuffers TP overlap gathers the
         # GEMM operands in FP8 (program.fp8)
         recipe = replace(recipe, gather_tp=p.tensor)
     dtype = "bf16" if recipe is not None else m.dtype
     e = DTYPE_BYTES[dtype]
-    unit = m.moe.every if m.moe else 1
-    plan, dims = _planned(scenario, software.fused_attention, e)
+    plan, dims, lp = _planned(scenario, software.fused_attention, e)
     graph = plan.graph
-    layer = _Block(_layer_block(m.layers, unit))
+    groups = _layer_blocks(lp)
     embed, head = _Block(embed_op), _Block(head_op)
     sv: Saved = saved(plan, e)
     if recipe is not None and recipe.saves_fp8:
         sv = fp8_saved(sv, plan, recipe, e)
     fwd, bwd, head_saved, logits = _stack_ops(scenario, software, plan, recipe, sv, dtype,
-                                              (layer, embed, head))
-    params, tensors = layer.params(plan, graph)
+                                              {**groups, "embed": embed, "head": head})
     embed_params = embed.params(plan, graph)[0]
     head_params, output_params = _head_params(plan, head, embed)
-    imbalance = m.moe.imbalance if m.moe else 1.0
-    recompute, per_layer, boundary = _layer_recompute(scenario, software, plan, dims, sv, e,
-                                                      layer.select, fwd["layer"])
     steps = gradient_steps(plan, ("dp",))
-    bwd, steps = _gathered_params(plan, {"layer": (layer.select, None),
+    bwd, steps = _gathered_params(plan, {**{k: (b.select, None) for k, b in groups.items()},
                                          "embed": (embed.select, None),
                                          "head": (head.select, embed.select)}, bwd, steps)
     threshold, pe = optimizer_threshold(scenario)
     small = kept_whole(plan, threshold, pe)
-    rc = p.recompute != "none"
+    imbalance = m.moe.imbalance if m.moe else 1.0
+    layer_blocks = [_group(scenario, software, plan, dims, sv, e, name, b, fwd[name],
+                           bwd[name], steps, small, lp.unit)
+                    for name, b in groups.items()]
     return Program(
         blocks=(
             Block("embed", fwd["embed"], bwd["embed"], pinned="first", layers=0,
                   params=embed_params, unsharded=small_params(plan, embed.select, small),
                   grad_sync=coalesce(_sync(plan, steps, embed.select), "grad_sync"),
                   saved_bytes=sv.total(embed.select)),
-            Block("layer", fwd["layer"], bwd["layer"], recompute, repeat=m.layers // unit,
-                  layers=unit, params=params, param_tensors=tensors,
-                  unsharded=small_params(plan, layer.select, small),
-                  grad_sync=coalesce(_sync(plan, steps, layer.select), "grad_sync"),
-                  saved_bytes=per_layer,
-                  # one layer's full saved set is alive while a recomputed layer runs its
-                  # backward: what the re-run makes beyond what it keeps
-                  working_bytes=sv.total(layer.select) - per_layer if rc else 0.0,
-                  recomputes=rc, send_fwd_bytes=float(boundary),
-                  send_bwd_bytes=float(boundary)),
+            *(replace(layer_blocks[i], repeat=n) for i, n in lp.runs),
             Block("head", fwd["head"], bwd["head"], pinned="last", layers=0,
                   params=head_params, tied_params=output_params,
                   unsharded=small_params(plan, head.select, small, embed.select),
@@ -355,3 +353,23 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         tp_overlap=tpo, expert_slot_fill=slot_fill(dims), expert_load=imbalance,
         p2p_blocking=p2p_blocking(software, p.schedule),
     )
+
+
+def _group(scenario: Scenario, software: Software, plan: ShardingPlan, dims: GptDims,
+           sv: Saved, e: int, name: str, block: _Block, fwd: tuple[Op, ...],
+           bwd: tuple[Op, ...], steps: tuple[CommSpec, ...], small: dict[str, int],
+           unit: int) -> Block:
+    """The Block of one group of the layer plan (`unit` layers), its repeat left at 1."""
+    recompute, per_layer, boundary = _layer_recompute(scenario, software, plan, dims, sv, e,
+                                                      block.select, fwd)
+    params, tensors = block.params(plan, plan.graph)
+    rc = scenario.parallel.recompute != "none"
+    return Block(name, fwd, bwd, recompute, layers=unit, params=params,
+                 param_tensors=tensors, unsharded=small_params(plan, block.select, small),
+                 grad_sync=coalesce(_sync(plan, steps, block.select), "grad_sync"),
+                 saved_bytes=per_layer,
+                 # one layer's full saved set is alive while a recomputed layer runs its
+                 # backward: what the re-run makes beyond what it keeps
+                 working_bytes=sv.total(block.select) - per_layer if rc else 0.0,
+                 recomputes=rc, send_fwd_bytes=float(boundary),
+                 send_bwd_bytes=float(boundary))

@@ -158,6 +158,11 @@ class Program:
     def pinned(self, where: str) -> tuple[Block, ...]:
         return tuple(b for b in self.blocks if b.pinned == where)
 
+    def cut(self) -> tuple[Block, ...]:
+        """The blocks a pipeline cuts between (a transformer's layer groups), each once,
+        in forward order, with their `repeat`."""
+        return tuple(b for b in self.blocks if b.pinned is None)
+
     def stage(self, start: int, stop: int, first: bool, last: bool) -> tuple[Block, ...]:
         """The blocks a virtual stage runs in forward order: copies start..stop-1 of the cut
         sequence, after the blocks pinned first (`first`) and before those pinned last."""

@@ -35,6 +35,9 @@ def run_config(result: Any) -> dict[str, Any]:
         "micro_batch_size": sc.training.micro_batch_size,
         "grad_accum_steps": sc.grad_accum_steps,
     }
+    fp4 = getattr(sc.training, "fp4_recipe", "none")
+    if fp4 != "none":  # the GEMMs of the recipe run in FP4 (program.fp8)
+        config["fp4_recipe"] = fp4
     if sc.cluster.node_types is not None:
         config["node_types"] = [{"hardware": t.hardware, "nodes": t.nodes}
                                 for t in sc.cluster.node_types]
@@ -57,7 +60,9 @@ def config_lines(config: dict[str, Any]) -> list[tuple[str, str]]:
     if "node_types" in config:
         hw = " + ".join(f"{t['nodes']} nodes of {t['hardware']}"
                         for t in config["node_types"])
-    return [("hardware, stack", f"{hw}, {config['framework']}, {config['dtype']}"),
+    dtype = config["dtype"] + (f" + {config['fp4_recipe']} GEMMs" if "fp4_recipe" in config
+                               else "")
+    return [("hardware, stack", f"{hw}, {config['framework']}, {dtype}"),
             ("parallel", " x ".join(degrees) + (f" ({', '.join(knobs)})" if knobs else "")),
             ("batch", f"global {config['global_batch_size']}, micro "
                       f"{config['micro_batch_size']}, {config['grad_accum_steps']} "

@@ -172,8 +172,10 @@ def label_size(view: LabelView, shapes: list[tuple[int, ...]], label: str) -> in
 def data_parallel_default(view: LabelView, mesh: Mesh, shapes: list[tuple[int, ...]]
                           ) -> Signature:
     """MindSpore's default for unconfigured operators: split the batch (dim 0 of the output,
-    or of the first input for a full reduction) over every mesh axis that divides it."""
-    batch = view.output[0] if view.output and view.output[0] else view.inputs[0][0]
+    or of the first input for a full reduction) over every mesh axis that divides it;
+    an op of scalars (a sum of losses) runs whole."""
+    batch = view.output[0] if view.output and view.output[0] else \
+        (view.inputs[0][0] if view.inputs and view.inputs[0] else None)  # None: scalars
     size = label_size(view, shapes, batch) if batch else 1
     sigs, used = [], 1
     for axis_size in mesh.shape:

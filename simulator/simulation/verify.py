@@ -12,6 +12,7 @@ from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.models.cases import VerifyCase, build_case
+from simulator.models.layers import shrunk_split
 from simulator.models.optimizer_threshold import unsharded_roles
 from simulator.models.recompute import (
     SelectivePolicy,
@@ -97,7 +98,8 @@ def pipeline_split(s: Scenario, graph: Graph, split: StageSplit | None,
     of their own (None where they run in sequence on one set of devices): `split` (the
     StageSplit `run` lowers with, `simulation.stage_split`; None: by count) as
     {operator: virtual stage}. A transformer shrunk to fewer layers keeps one block of
-    layers (one MoE period) per virtual stage."""
+    layers (one MoE period) per virtual stage, or its `parallel.pipeline_layers` shrunk as
+    `models.layers.shrunk_split` does (as `models.transformer` shrank the case)."""
     layered = family(s.model).layered
     if (staged_pipeline(s) if layered else s.parallel.pipeline > 1) is False:
         return None
@@ -107,8 +109,10 @@ def pipeline_split(s: Scenario, graph: Graph, split: StageSplit | None,
         return PipelineSplit(stage_ops(graph_units(s.model.type, names), split.counts),
                              s.parallel.pipeline, faults or SendFaults())
     layers, chunks = layer_count(graph), virtual_stages(s)
+    given = s.parallel.pipeline_layers
     counts = (split.layers if layers == s.model.layers  # type: ignore[union-attr]
-              else (layers // chunks,) * chunks)
+              else shrunk_split(given, family(s.model).block_layers(s.model))
+              if given is not None else (layers // chunks,) * chunks)
     return PipelineSplit(transformer_stage_of(graph, counts), s.parallel.pipeline,
                          faults or SendFaults())
 

@@ -163,6 +163,9 @@ class Efficiency(_Closed):
     # the same measurement for FP8 inputs where the profile has one (an FP8 matmul reaches a
     # lower share of its doubled peak); None: gemm_peak_fraction
     gemm_peak_fraction_fp8: Fraction | None = None
+    # the same for FP4 inputs (NVFP4 / MXFP4 block-scaled GEMMs on Blackwell, issue 22);
+    # None: gemm_peak_fraction
+    gemm_peak_fraction_fp4: Fraction | None = None
     gemm_tile_mn: tuple[Tile, Tile] = (128, 128)
     gemm_k_half: KHalf = 0.0
     attention_peak_fraction: Fraction

@@ -13,17 +13,13 @@ if TYPE_CHECKING:
     from simulator.config.scenario.schema import Scenario
     from simulator.config.scenario.schema_models import TransformerModel, VitModel
 
-__all__ = ["attention", "vit", "PER_LAYER_WINDOWS"]
-
-# whether the program runs layers of different attention windows (one Block per layer
-# kind, `models.layers.layer_kinds`); until then a pattern of windows is refused
-PER_LAYER_WINDOWS = False
+__all__ = ["attention", "vit"]
 
 
 def attention(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
     """Rotary positions need an even head size; a window pattern needs a window; windows
     and sinks run in a fused attention kernel; sinks are not simulated under context
-    parallel; per-layer windows wait for per-layer programs."""
+    parallel."""
     if m.positions == "rope" and m.head_size % 2:
         key = "model.head_dim" if m.head_dim is not None else "model.position"
         yield key, (f"rotary positions rotate pairs of a head's dims: the head size "
@@ -44,12 +40,6 @@ def attention(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
             f"sink logits under context parallel (ring attention over "
             f"parallel.context={s.parallel.context} ranks) are not simulated (allowed: false, "
             f"or parallel.context: 1)")
-    if not PER_LAYER_WINDOWS and m.sliding_window is not None and m.global_every > 1 \
-            and m.layers >= m.global_every:
-        yield "model.global_every", (
-            f"{m.global_every}: layers of different attention windows are not simulated yet "
-            f"(the program repeats one layer kind); allowed: 0 (every layer windowed), or "
-            f"model.sliding_window: null")
 
 
 def vit(m: VitModel) -> Iterator[Problem]:

@@ -14,6 +14,8 @@ transformers class reads (transformers/models/*/configuration_*.py):
     gpt_neox                         hidden_size, num_hidden_layers, num_attention_heads,
                                      intermediate_size, hidden_act, vocab_size,
                                      tie_word_embeddings, max_position_embeddings
+    deepseek_v3, kimi_k2             the multi-head latent attention, multi-token
+                                     prediction and expert keys (hf_deepseek.py)
 
 A mixture of experts (num_local_experts > 1) becomes `model.moe` with `experts` and `top_k`
 (num_experts_per_tok) in every layer (transformers' MixtralSparseMoeBlock); its capacity
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.config.resources import bundled_dir
+from simulator.config.scenario.hf_deepseek import DeepseekKeys, deepseek_keys
 from simulator.config.scenario.hf_dense import DENSE_FAMILIES, read_dense
 from simulator.errors import InputError
 
@@ -72,6 +75,8 @@ class HfModel:
     bias: bool = False
     qkv_bias: bool = False
     positions: int = 0
+    # a deepseek_v3 config's own keys (MLA, MTP, its experts' shape: hf_deepseek)
+    deepseek: DeepseekKeys | None = None
     # the dense families of `hf_dense` (llama 3.x, mistral, qwen2, qwen3, gemma3_text):
     # whether the config sets its own head_dim, q/k head norms, more norms per layer than
     # two (Gemma's post-norms), the rotary base, the attention window of the windowed
@@ -88,6 +93,8 @@ class HfModel:
     def param_count(self) -> int:
         """Parameters of the model as the transformers class builds it (embedding, blocks,
         final norm, LM head unless tied)."""
+        if self.deepseek is not None:
+            return self.deepseek.count(self, self.experts)
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
         attn = h * (q + 2 * kv) + q * h
         attn += (q + 2 * kv + h) * self.bias + (q + 2 * kv) * self.qkv_bias
@@ -107,7 +114,10 @@ class HfModel:
                   "vocab_size": self.vocab, "seq_length": self.max_positions}
         if self.experts > 1:
             fields["moe"] = {"experts": self.experts, "top_k": self.top_k}
-        fields.update(self._dense_fields())
+        if self.deepseek is not None:
+            return self.deepseek.model_fields(self, fields)
+        if self.family in DENSE_FAMILIES + ("gpt2", "gpt_neox"):
+            fields.update(self._dense_fields())
         return fields
 
     def _dense_fields(self) -> dict[str, Any]:
@@ -203,9 +213,30 @@ def _neox(cfg: dict[str, Any], src: str) -> HfModel:
         bias=True)
 
 
+def _deepseek_v3(cfg: dict[str, Any], src: str) -> HfModel:
+    """DeepseekV3Config (DeepSeek-V3/R1, Kimi-K2): a Llama's keys (intermediate_size: the
+    dense layers' FFN, n_routed_experts and num_experts_per_tok: the routed experts) and
+    its own (`hf_deepseek.deepseek_keys`)."""
+    h, heads = _get(cfg, "hidden_size", src), _get(cfg, "num_attention_heads", src)
+    own = deepseek_keys(cfg, src)
+    return HfModel(
+        family=str(cfg["model_type"]), hidden=h, layers=_get(cfg, "num_hidden_layers", src),
+        heads=heads, kv_heads=heads, head_dim=own.qk_nope_head_dim + own.qk_rope_head_dim,
+        ffn=_get(cfg, "intermediate_size", src),
+        activation=_activation(cfg.get("hidden_act", "silu"), True, src),
+        vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", False)),
+        experts=_count(cfg, "n_routed_experts", src),
+        top_k=_count(cfg, "num_experts_per_tok", src),
+        max_positions=_get(cfg, "max_position_embeddings", src), deepseek=own)
+
+
 READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {
     "llama": _llama, "mistral": _llama, "mixtral": _llama, "qwen2": _llama,
     "gpt2": _gpt2, "gpt_neox": _neox,
+    "deepseek_v3": _deepseek_v3,
+    # Kimi-K2 reuses DeepseekV3ForCausalLM with model_type 'kimi_k2' (Moonshot AI's
+    # Kimi-K2 deployment guide: "we set model_type kimi_k2 in config.json")
+    "kimi_k2": _deepseek_v3,
 }
 # today's dense families: every config key mapped, noted or refused (`hf_dense`)
 READERS.update({family: lambda cfg, src: HfModel(**read_dense(cfg, src))
@@ -277,3 +308,73 @@ def expand_from_hf(data: dict[str, Any], source: str) -> dict[str, Any]:
         model = {**model, "moe": {**fields["moe"], **moe}}
     fields.update({k: v for k, v in model.items() if k != "from_hf"})
     return {**data, "model": fields}
+
+
+# ---- nemotron_h: hybrid Mamba-2 / attention / MLP layers -------------------------------
+
+
+@dataclass(frozen=True)
+class NemotronHModel(HfModel):
+    """A Nemotron-H config (NVIDIA 2025, arXiv:2504.03624; transformers' NemotronHConfig):
+    `pattern` its hybrid_override_pattern (one character per layer: 'M' a Mamba-2 mixer,
+    '*' self-attention, '-' a non-gated squared-ReLU MLP), each layer one RMSNorm and its
+    block; the Mamba-2 dims as NemotronHMamba2Mixer reads them (d_inner = mamba_num_heads x
+    mamba_head_dim, conv over x, B, C with a bias, A_log, D, dt_bias per head, a gated
+    RMSNorm of d_inner)."""
+
+    pattern: str = ""
+    mamba_heads: int = 0
+    mamba_head_dim: int = 0
+    groups: int = 1
+    state: int = 0
+    conv: int = 4
+    chunk: int = 128
+
+    def param_count(self) -> int:
+        h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
+        d_in = self.mamba_heads * self.mamba_head_dim
+        conv_dim = d_in + 2 * self.groups * self.state
+        mamba = (h * (2 * d_in + 2 * self.groups * self.state + self.mamba_heads)
+                 + conv_dim * (self.conv + 1) + 3 * self.mamba_heads + d_in + d_in * h)
+        block = {"M": mamba, "*": h * (q + 2 * kv) + q * h, "-": 2 * h * self.ffn}
+        layers = sum(block[c] + h for c in self.pattern)
+        return self.vocab * h * (1 if self.tied else 2) + layers + h
+
+    def model_fields(self) -> dict[str, Any]:
+        """The transformer's keys with the pattern and `mamba` (the MLP's squared ReLU is
+        simulated as gelu: two matrices, the same FLOPs)."""
+        return {**super().model_fields(), "hybrid_pattern": self.pattern,
+                "mamba": {"state_size": self.state, "head_dim": self.mamba_head_dim,
+                          "num_heads": self.mamba_heads, "groups": self.groups,
+                          "conv_kernel": self.conv, "chunk_size": self.chunk}}
+
+
+def _nemotron_h(cfg: dict[str, Any], src: str) -> NemotronHModel:
+    """NemotronHConfig: hybrid_override_pattern over num_hidden_layers, Mamba-2 dims,
+    grouped-query attention of attention_head_dim, relu2 MLPs, no biases."""
+    pattern = cfg.get("hybrid_override_pattern")
+    layers = _get(cfg, "num_hidden_layers", src)
+    if not isinstance(pattern, str) or len(pattern) != layers or set(pattern) - set("M*-"):
+        raise InputError(src, _KEY, f"hybrid_override_pattern {pattern!r}: expected {layers} "
+                         "characters (num_hidden_layers) of M (Mamba-2), * (attention) and - "
+                         "(MLP); E (mixture of experts) is not simulated")
+    for key, want in (("mlp_hidden_act", "relu2"), ("use_bias", False), ("mlp_bias", False),
+                      ("attention_bias", False)):
+        if cfg.get(key, want) != want:
+            raise InputError(src, _KEY, f"{key}: found {cfg[key]!r}; only {want!r} is "
+                             "simulated for nemotron_h")
+    h, heads = _get(cfg, "hidden_size", src), _get(cfg, "num_attention_heads", src)
+    return NemotronHModel(
+        family="nemotron_h", hidden=h, layers=layers, heads=heads,
+        kv_heads=cfg.get("num_key_value_heads") or heads,
+        head_dim=cfg.get("attention_head_dim") or cfg.get("head_dim") or h // heads,
+        ffn=_get(cfg, "intermediate_size", src), activation="gelu",
+        vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", False)),
+        experts=1, max_positions=_get(cfg, "max_position_embeddings", src), pattern=pattern,
+        mamba_heads=_get(cfg, "mamba_num_heads", src),
+        mamba_head_dim=_get(cfg, "mamba_head_dim", src), groups=_count(cfg, "n_groups", src),
+        state=_get(cfg, "ssm_state_size", src), conv=_count(cfg, "conv_kernel", src),
+        chunk=_count(cfg, "chunk_size", src))
+
+
+READERS["nemotron_h"] = _nemotron_h

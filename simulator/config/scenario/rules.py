@@ -77,6 +77,10 @@ def _batch(s: Scenario) -> Iterator[Problem]:
         yield "training.fp8_params", (
             "true stores the weights of the FP8 GEMMs in FP8; it needs model.dtype: fp8 "
             f"(found {s.model.dtype})")
+    if t.fp4_recipe != "none" and s.model.dtype != "bf16":
+        yield "training.fp4_recipe", (
+            f"{t.fp4_recipe} runs the recipe's GEMMs in FP4 on a bf16 model; it needs "
+            f"model.dtype: bf16 (found {s.model.dtype})")
 
 
 def _model(s: Scenario) -> Iterator[Problem]:
@@ -135,6 +139,7 @@ def _schedule(s: Scenario) -> Iterator[Problem]:
         yield "parallel.schedule", ("interleaved_1f1b with parallel.virtual_stages 1 is 1f1b: "
                                     "give virtual_stages > 1 or schedule 1f1b")
     yield from _w_pass(s)
+    yield from _dualpipe(s)
     if s.model.writes_ops and p.schedule != "1f1b" and (
             p.pipeline == 1 or p.micro_batches == 1):
         yield "parallel.schedule", (f"{p.schedule} orders the micro-batches of a pipeline; "
@@ -149,11 +154,11 @@ def _schedule(s: Scenario) -> Iterator[Problem]:
 
 
 def _w_pass(s: Scenario) -> Iterator[Problem]:
-    """zb_h1 and zb_h2 keep each micro-batch's weight-gradient inputs from its B to its W
-    pass (`lower.pipeline`); what moves or remakes saved activations meanwhile is not
-    simulated with them."""
+    """zb_h1, zb_h2 and dualpipe keep each micro-batch's weight-gradient inputs from its B
+    to its W pass (`lower.pipeline`); what moves or remakes saved activations meanwhile is
+    not simulated with them."""
     p = s.parallel
-    if p.schedule not in ("zb_h1", "zb_h2"):
+    if p.schedule not in ("zb_h1", "zb_h2", "dualpipe"):
         return
     name = p.schedule
     per_op = s.model.recomputed_ops()
@@ -168,6 +173,31 @@ def _w_pass(s: Scenario) -> Iterator[Problem]:
         if getattr(p.offload, key):
             yield f"parallel.offload.{key}", (f"true with parallel.schedule {name} is not "
                                               "simulated yet (allowed: false)")
+
+
+def _dualpipe(s: Scenario) -> Iterator[Problem]:
+    """DualPipe (`lower.dualpipe`) pairs device d with device p-1-d and feeds half the
+    micro-batches from each end: an even pipeline, an even count of at least 2p
+    micro-batches (deepseek-ai/DualPipe `DualPipe.step` asserts both), a model cut into
+    layers (a transformer's or a graph's units)."""
+    p = s.parallel
+    if p.schedule != "dualpipe":
+        return
+    if p.pipeline < 2 or p.pipeline % 2:
+        yield "parallel.pipeline", (
+            f"{p.pipeline} with parallel.schedule dualpipe: DualPipe pairs device d with "
+            f"device p-1-d and needs an even pipeline of at least 2")
+        return
+    if s.model.writes_ops:
+        yield "parallel.schedule", ("dualpipe is simulated for layered models (transformer, "
+                                    "mlp, resnet); an operator graph's pipeline runs 1f1b")
+        return
+    m = s.grad_accum_steps
+    if m < 2 * p.pipeline or m % 2:
+        yield "training.global_batch_size", (
+            f"gives {m} micro-batches (global_batch_size / (micro_batch_size * data)); "
+            f"dualpipe feeds half of them from each end of the pipeline and needs an even "
+            f"number of at least 2 * parallel.pipeline = {2 * p.pipeline}")
 
 
 def _model_knobs(s: Scenario) -> Iterator[Problem]:

@@ -91,6 +91,13 @@ class TrainingSpec(_Closed):
     fp8_params: StrictBool = Field(default=False, description=(
         "With model.dtype fp8: the weights of the FP8 GEMMs stored in FP8, with no 16-bit copy "
         "besides the optimizer's."))
+    # FP4 recipes (issue 22 item 6): the GEMMs of the framework's low-precision recipe
+    # (fp8.gemm_roles) run in FP4 on Blackwell's FP4 tensor cores, the model otherwise bf16
+    # (simulator/program/fp8.py)
+    fp4_recipe: Literal["none", "nvfp4", "mxfp4"] = Field(default="none", description=(
+        "FP4 GEMMs on a bf16 model: none, nvfp4 (E2M1 with an E4M3 scale per 16 elements and a "
+        "per-tensor scale) or mxfp4 (E2M1 with an E8M0 scale per 32); the linear layers' "
+        "forward, dgrad and wgrad GEMMs run at the device's FP4 peak."))
 
 
 class Scenario(_Closed):

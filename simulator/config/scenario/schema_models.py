@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from simulator.config.scenario import dense_rules, transformer_rules
+from simulator.config.scenario import dense_rules, schema_mamba, transformer_rules
 from simulator.config.scenario.rule_helpers import Problem
+from simulator.config.scenario.schema_mla import (
+    MlaSpec,
+    MtpSpec,
+    mla_context,
+    mla_problems,
+    mla_tensor_nd,
+)
 from simulator.config.scenario.schema_types import (
     Count,
     DropoutP,
@@ -100,6 +107,20 @@ class TransformerModel(ModelConfig):
     param_dtype: Literal["fp16", "bf16"] | None = Field(default=None, description=(
         "Dtype the weights are stored in when it differs from dtype (cast to dtype each "
         "micro-batch); null: as computed."))
+    # hybrid state-space layers (config/scenario/schema_mamba.py): Nemotron-H's
+    # hybrid_override_pattern, one character per layer, and its Mamba-2 mixers' dims
+    hybrid_pattern: str | None = Field(default=None, description=(
+        "Kind of each layer, one character per layer: M a Mamba-2 mixer, * self-attention, "
+        "- an MLP (Nemotron-H's hybrid_override_pattern); null: attention and FFN in every "
+        "layer."))
+    mamba: schema_mamba.MambaSpec | None = Field(default=None, description=(
+        "Dimensions of the Mamba-2 mixers of hybrid_pattern's M layers; null: Mamba-2's "
+        "defaults."))
+    mla: MlaSpec | None = Field(default=None, description=(
+        "Multi-head latent attention in every layer (DeepSeek-V2/V3); null: standard "
+        "multi-head or grouped-query attention."))
+    mtp: MtpSpec | None = Field(default=None, description=(
+        "Multi-token prediction modules after the last layer (DeepSeek-V3); null: none."))
 
     # dense transformer fidelity (docs/techniques/attention-variants.md). Keys left null
     # take the architecture's value: a swiglu (Llama-style) model unties its LM head, rotates
@@ -186,19 +207,26 @@ class TransformerModel(ModelConfig):
 
     def graph_dims(self) -> dict[str, Any]:
         """Fields of its graph's dimensions (`graph.builders.GptDims`) beyond those every
-        transformer has (`models.transformer_plan.model_dims`): none for a GPT decoder."""
-        return {}
+        transformer has (`models.transformer_plan.model_dims`): a hybrid model's Mamba-2
+        dims, none for a GPT decoder."""
+        return schema_mamba.mamba_graph_dims(self)
 
     def problems(self, s: Scenario) -> Iterator[Problem]:
         yield from transformer_rules.shape(self, s)
         yield from transformer_rules.experts(self, s)
         yield from dense_rules.attention(self, s)
+        yield from schema_mamba.hybrid_problems(self, s)
+        yield from mla_problems(self, s)
 
     def context_problems(self, s: Scenario) -> Iterator[Problem]:
-        return transformer_rules.context(self, s)
+        yield from schema_mamba.hybrid_context_problems(self, s)
+        yield from mla_context(self, s)
+        yield from transformer_rules.context(self, s)
 
     def tensor_nd_problems(self, s: Scenario, nd: list[int]) -> Iterator[Problem]:
-        return transformer_rules.tensor_nd(self, s, nd)
+        yield from schema_mamba.hybrid_tensor_nd_problems(self, s)
+        yield from mla_tensor_nd(self, s, nd)
+        yield from transformer_rules.tensor_nd(self, s, nd)
 
 
 class VitModel(TransformerModel):

@@ -164,8 +164,10 @@ class ParallelSpec(_Closed):
     # simulator/graph/ops/ring_attention.py): devices are data * tensor * pipeline * context.
     context: Degree = Field(default=1, description=(
         "Context-parallel degree: devices splitting each sample's sequence (ring attention)."))
-    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2"] = Field(
-        default="1f1b", description="Pipeline schedule.")
+    schedule: Literal["gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "dualpipe"
+                      ] = Field(default="1f1b", description=(
+                          "Pipeline schedule (dualpipe: DeepSeek-V3's bidirectional one, two "
+                          "stages a device)."))
     # Micro-batches per step of an operator graph (type: graph), each its graph as written
     # (MindSpore PipelineCell's micro_size; gradients accumulated over them). Other models
     # derive them: global_batch_size / (micro_batch_size * data).

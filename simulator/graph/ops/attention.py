@@ -1,10 +1,11 @@
 """FusedAttention: causal softmax attention (`causal: false`: bidirectional, an encoder's)
 as ONE kernel (FlashAttention, Dao et al. 2022;
 FlashAttention-2, Dao 2023), grouped-query layout as in `graph.builders`:
-q [b, s, g, r, d], k and v [b, t, g, d] -> context [b, s, g, r, d], where g key/value groups
-serve r query heads each. The numpy reference computes exactly what the unfused chain
-scores -> scale -> causal mask -> softmax -> dropout -> context computes; the kernel keeps
-no s x s matrix.
+q [b, s, g, r, d], k [b, t, g, d] and v [b, t, g, e] -> context [b, s, g, r, e], where g
+key/value groups serve r query heads each (e = d but in multi-head latent attention, whose
+values are narrower than its queries and keys: DeepSeek-V3's 128 against 192). The numpy
+reference computes exactly what the unfused chain scores -> scale -> causal mask ->
+softmax -> dropout -> context computes; the kernel keeps no s x s matrix.
 
 Sliding-window attention (`window` W > 0; Beltagy et al. 2020, "Longformer", Sec. 3.1;
 Mistral 7B, Jiang et al. 2023, Sec. 2): each query attends to the last W tokens, itself
@@ -17,12 +18,12 @@ to less than one.
 Sharding: batch (b) and heads (g, r) may be split; the sequence and head dims stay whole
 (context parallelism would split s with a key/value exchange).
 
-Cost: the model FLOPs are QK^T and PV in full (4*b*heads*s*t*d, so MFU compares with
-unfused attention; under a window of W < t keys 4*b*heads*s*W*d, the window's square as
-the full causal count is the sequence's, and the kernel executes the key blocks inside it:
-sum over queries of min(s+1, W) pairs, a fraction 1 - (W-1)/(2s) of s*W; FlashAttention-2
-skips the blocks outside the window, flash_attn/flash_attn_interface.py `window_size`);
-the kernel executes half of them (causal blocks above the diagonal are
+Cost: the model FLOPs are QK^T and PV in full (2*b*heads*s*t*(d + e), so MFU compares with
+unfused attention; under a window of W < t keys t is W, the window's square as the full
+causal count is the sequence's, and the kernel executes the key blocks inside it: sum over
+queries of min(s+1, W) pairs, a fraction 1 - (W-1)/(2s) of s*W; FlashAttention-2 skips the
+blocks outside the window, flash_attn/flash_attn_interface.py `window_size`); the kernel
+executes half of them (causal blocks above the diagonal are
 skipped; all of them without the mask) and its backward recomputes the scores (5 GEMM-sized
 passes against the forward's 2, FA-2 Sec. 3.1.2). Memory traffic is Q, K, V and O; the
 backward keeps Q, K, V, O and the fp32 log-sum-exp of every row.
@@ -46,19 +47,18 @@ def _infer(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
     if len(shapes) == 4 and len(q) == 5 and tuple(shapes[3]) != (q[2], q[3]):
         raise OpError(f"attention sinks take one logit per head [{q[2]}, {q[3]}], got "
                       f"{list(shapes[3])}")
-    if len(q) != 5 or len(k) != 4 or tuple(k) != tuple(v):
-        raise OpError(f"FusedAttention takes q [b,s,g,r,d] and k, v [b,t,g,d]; got "
-                      f"{[list(s) for s in shapes]}")
+    if len(q) != 5 or len(k) != 4 or len(v) != 4 or tuple(k[:3]) != tuple(v[:3]):
+        raise OpError(f"FusedAttention takes q [b,s,g,r,d], k [b,t,g,d] and v [b,t,g,e]; "
+                      f"got {[list(s) for s in shapes]}")
     if (q[0], q[2], q[4]) != (k[0], k[2], k[3]):
         raise OpError(f"q {list(q)} and k {list(k)} disagree on batch, groups or head dim")
-    return tuple(q)
+    return tuple(q[:4]) + (v[3],)
 
 
 def _labels(shapes: list[Shape], attrs: dict[str, Any]) -> LabelView:
-    kv = ("b", "t", "g", "d")
     sinks: tuple[tuple[str, ...], ...] = (("g", "r"),) if len(shapes) == 4 else ()
-    return LabelView((("b", "s", "g", "r", "d"), kv, kv) + sinks, ("b", "s", "g", "r", "d"),
-                     fixed=frozenset({"s", "t", "d"}))
+    return LabelView((("b", "s", "g", "r", "d"), ("b", "t", "g", "d"), ("b", "t", "g", "e"))
+                     + sinks, ("b", "s", "g", "r", "e"), fixed=frozenset({"s", "t", "d", "e"}))
 
 
 def masked(rows: np.ndarray, cols: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
@@ -135,8 +135,8 @@ def window_keys(t: int, attrs: dict[str, Any]) -> int:
 
 
 def _flops(shapes: list[Shape], out: Shape, attrs: dict[str, Any]) -> float:
-    (b, s, g, r, d), t = shapes[0], window_keys(shapes[1][1], attrs)
-    return 4.0 * b * g * r * s * t * d
+    (b, s, g, r, d), t, e = shapes[0], window_keys(shapes[1][1], attrs), shapes[2][3]
+    return 2.0 * b * g * r * s * t * (d + e)
 
 
 def executed(t: int, attrs: dict[str, Any]) -> float:

@@ -85,35 +85,3 @@ def _ln_vjp(xs, y, dy, attrs, ctx):
 register(OpFamily("LayerNorm", (1, 3), _ln_shape, _ln_labels, _ln, _ln_vjp,
                   lambda s, o, a: 8.0 * math.prod(o), kind="norm", saves=(0, 1),
                   attrs=("eps",)))
-
-
-def _rms_rstd(x: np.ndarray, eps: float) -> np.ndarray:
-    return 1.0 / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)
-
-
-def _rms(xs, attrs, ctx):
-    y = xs[0] * _rms_rstd(xs[0], float(attrs.get("eps", 1e-6)))
-    return y * xs[1] if len(xs) == 2 else y
-
-
-def _rms_vjp(xs, y, dy, attrs, ctx):
-    """y = x * rstd * g, rstd = 1 / sqrt(mean(x^2) + eps): dx = rstd * (dy*g - xhat *
-    mean(dy*g*xhat)), dg = sum(dy * xhat) over every leading dim."""
-    x = xs[0]
-    rstd = _rms_rstd(x, float(attrs.get("eps", 1e-6)))
-    xhat = x * rstd
-    g = dy * xs[1] if len(xs) == 2 else dy
-    grads = [rstd * (g - xhat * (g * xhat).mean(axis=-1, keepdims=True))]
-    if len(xs) == 2:
-        grads.append((dy * xhat).sum(axis=tuple(range(x.ndim - 1))))
-    return grads
-
-
-# RMSNorm (Zhang & Sennrich 2019, "Root Mean Square Layer Normalization", Eq. 4): the
-# last dim scaled by its root mean square and a learned gain, no mean and no shift (Llama,
-# Qwen, Mistral, Gemma). Shape, labels and sharding as LayerNorm's: the normalised dim
-# whole, every other dim splittable. FLOPs: square, sum, scale by rstd and gain, 4 per
-# element (LayerNorm: 8); it saves its input and gain as LayerNorm does.
-register(OpFamily("RMSNorm", (1, 2), _ln_shape, _ln_labels, _rms, _rms_vjp,
-                  lambda s, o, a: 4.0 * math.prod(o), kind="norm", saves=(0, 1),
-                  attrs=("eps",)), "RmsNorm")
