@@ -197,11 +197,6 @@ class TransformerModel(ModelConfig):
         full = self.global_every and (layer + 1) % self.global_every == 0
         return 0 if full else self.sliding_window
 
-    def uniform_window(self) -> int:
-        """The window every layer shares (0 where layers differ: `models.layers`)."""
-        windows = {self.layer_window(i) for i in range(self.layers)}
-        return windows.pop() if len(windows) == 1 else 0
-
     def moe_spec(self) -> MoeSpec | None:
         return self.moe
 
