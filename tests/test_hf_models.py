@@ -21,6 +21,7 @@ PUBLISHED = {
     "llama-2-7b": 6.74e9, "llama-2-13b": 13.0e9, "llama-2-70b": 69.0e9, "llama-3-8b": 8.03e9,
     "mistral-7b": 7.3e9, "mixtral-8x7b": 46.7e9, "qwen2-0.5b": 0.494e9, "qwen2-7b": 7.62e9,
     "llama-3.1-405b": 405e9, "qwen3-8b": 8.2e9, "gemma-3-1b": 1.0e9,
+    "qwen3-30b-a3b": 30.5e9, "qwen3-235b-a22b": 235e9,
     "nemotron-h-47b": 47e9, "nemotron-h-56b": 56e9,
     "deepseek-v3": 671e9,
 }

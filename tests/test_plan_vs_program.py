@@ -10,7 +10,6 @@ reduction's bytes per device do not depend on its degree)."""
 from __future__ import annotations
 
 import functools
-import math
 from collections import Counter
 
 import numpy as np
@@ -22,10 +21,11 @@ from simulator.config.hardware import load_profile
 from simulator.config.resources import list_bundled, resolve_yaml
 from simulator.config.scenario import DTYPE_BYTES, parse_scenario
 from simulator.cost.specs import CommSpec, ComputeSpec
-from simulator.graph.decoder import GptDims
 from simulator.lower.framework_apply import fp8_recipe
 from simulator.models import transformer_plan
 from simulator.models.cases import build_case
+from simulator.models.transformer import small_gpt
+from simulator.models.transformer_plan import uses_flash
 from simulator.numeric.dist import distribute
 from simulator.numeric.execute import run_microbatch
 from simulator.numeric.execution import Execution
@@ -72,6 +72,12 @@ def _shrunk_like(raw: dict, dims) -> dict:
     if dims.experts:
         out["model"]["moe"].update(experts=dims.experts, top_k=dims.top_k,
                                    every=dims.moe_every)
+    if dims.kv_lora_rank:
+        out["model"]["mla"].update(q_lora_rank=dims.q_lora_rank or None,
+                                   kv_lora_rank=dims.kv_lora_rank,
+                                   qk_nope_head_dim=dims.qk_nope_head_dim,
+                                   qk_rope_head_dim=dims.qk_rope_head_dim,
+                                   v_head_dim=dims.v_head_dim)
     out["training"]["micro_batch_size"] = dims.batch
     out["training"]["global_batch_size"] = dims.batch * out["parallel"]["data"] * 2
     return out
@@ -156,34 +162,14 @@ def _compare_case(name: str, key: tuple):
     hw = load_profile(s.hardware)
     fw = framework_for(s, hw)
     case = build_case(s, fw.software.fused_attention)
-    dims = _dims_of(case)
+    # the dimensions the verify case was built with (per replica micro-batch)
+    dims = small_gpt(s.model, s, uses_flash(s, fw.software.fused_attention))[0]
     small = _scenario(_shrunk_like(raw, dims))
     prog = transformer_program(small, fw.software, hw.compute_units, fp8_recipe(small, fw))
     comms, sync, tflops = _timed(prog, dims.layers)
     e = DTYPE_BYTES[prog.dtype]  # activations move in the program's dtype (bf16 under FP8)
     micro, step, flops = _executed(case, e, s.parallel.optimizer_shard >= 1)
     return micro, step, flops, comms, sync, tflops, prog, dims, e
-
-
-def _dims_of(case):
-    """The GPT dimensions the verify case was built with (per replica micro-batch)."""
-    g = case.micro_reference
-    wq = g.tensors["l0.wq"].shape
-    hidden, groups, r, hd = wq
-    dp = math.prod(n for a, n in case.mesh.axes if a in ("dp", "ep"))
-    layers = sum(1 for op in g.ops if op.name.endswith(".ln1"))
-    routes = [op for op in g.ops if op.type == "MoeRoute"]
-    moe = {}
-    if routes:
-        first = int(routes[0].name.split(".")[0][1:])
-        moe = dict(experts=g.tensors[routes[0].name.replace("route", "router.w")].shape[1],
-                   top_k=routes[0].attrs["top_k"], capacity=routes[0].attrs["capacity"],
-                   moe_every=first + 1)
-    w1 = "l0.w1" if "l0.w1" in g.tensors else "l0.experts.w1"
-    return GptDims(layers=layers, hidden=hidden, heads=groups * r, kv_heads=groups,
-                   ffn=g.tensors[w1].shape[-1], seq=g.tensors["ids"].shape[1],
-                   vocab=g.tensors["wte"].shape[0], batch=g.tensors["ids"].shape[0] // dp,
-                   **moe)
 
 
 @pytest.mark.parametrize("name", TRANSFORMERS)

@@ -55,8 +55,9 @@ DATA_CASES = [
      "s.yaml: model.seq_length: found nothing (null); expected an integer"),
     ("unknown-key", ["parallel.tensr=2"],
      "s.yaml: parallel.tensr: unknown key (did you mean 'tensor'?); allowed: comm_fusion, "
-     "comm_subgraph, context, data, dataset_strategy, enable_alltoall, expert, full_batch, "
-     "micro_batches, mode, offload, optimizer_shard, optimizer_threshold_kb, overlap, "
+     "comm_subgraph, context, data, dataset_strategy, enable_alltoall, expert, "
+     "expert_tensor, full_batch, micro_batches, mode, offload, optimizer_shard, "
+     "optimizer_threshold_kb, overlap, "
      "parameter_server, pipeline, pipeline_layers, recompute, recompute_comm, schedule, "
      "search, sequence_parallel, tensor, tensor_nd, virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
@@ -118,7 +119,8 @@ SET_CASES = [
     ("set-unknown-key", ["parallel.tensr=2"],
      "s.yaml with --set parallel.tensr=2: parallel.tensr: unknown key (did you mean "
      "'tensor'?); allowed: comm_fusion, comm_subgraph, context, data, dataset_strategy, "
-     "enable_alltoall, expert, full_batch, micro_batches, mode, offload, optimizer_shard, "
+     "enable_alltoall, expert, expert_tensor, full_batch, micro_batches, mode, offload, "
+     "optimizer_shard, "
      "optimizer_threshold_kb, overlap, parameter_server, pipeline, pipeline_layers, "
      "recompute, recompute_comm, schedule, search, sequence_parallel, tensor, tensor_nd, "
      "virtual_stages"),

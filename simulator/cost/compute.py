@@ -111,6 +111,8 @@ def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, f
         mnk = spec.gemm_mnk or _square(spec.flops, spec.gemm_batch)
         fraction = gemm_efficiency(tuple(int(x) for x in mnk), max(1, spec.gemm_batch),
                                    spec.dtype, hw)
+        if spec.grouped:
+            fraction *= eff.grouped_gemm_fraction
         return hw.peak_flops_per_s(spec.dtype) * fraction * sustained, mem
     if spec.kind == "attention":
         return (hw.peak_flops_per_s(spec.dtype) * attention_fraction(spec, hw)

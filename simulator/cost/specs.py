@@ -49,6 +49,8 @@ class ComputeSpec:
     executed_fraction: float = 1.0  # share of `flops` the kernel really executes (a fused
     #                                 causal attention skips the masked half; its backward
     #                                 recomputes the scores): prices time, not model FLOPs
+    grouped: bool = False  # a grouped GEMM (a mixture of experts' expert GEMMs, one kernel
+    #                        over their token groups), priced at `grouped_gemm_fraction`
     impl: str = ""  # the kernel implementation where the profile prices them apart (fused
     #                 attention: the framework's fa1 / fa2 / fa3 / cudnn / te); "" = the generic one
     seq: int = 0  # fused attention: the keys each query row runs over (its local key length),

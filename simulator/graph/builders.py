@@ -109,33 +109,68 @@ def _ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
     return bias_dropout_add(g, y, x, p, "fc2", d, 2)
 
 
+def _gate_attrs(d: GptDims) -> dict[str, Any]:
+    """MoeGateWeights' attributes where they differ from its defaults (softmax scores,
+    renormalised when top_k > 1, unscaled), so that today's graphs keep their attributes."""
+    attrs: dict[str, Any] = {}
+    if d.score != "softmax":
+        attrs["score"] = d.score
+    if d.normalize is not None and d.normalize != (d.top_k > 1):
+        attrs["normalize"] = d.normalize
+    if d.route_scale != 1.0:
+        attrs["scale"] = d.route_scale
+    return attrs
+
+
+def _shared_experts(g: GraphBuilder, a: str, p: str, d: GptDims) -> str:
+    """The shared experts (DeepSeekMoE, Dai et al. 2024, arXiv:2401.06066, Sec. 3.2; DeepSeek-
+    V3 Sec. 2.1.2 eq. 12): every token through one FFN of their total width `d.shared_ffn`
+    (Megatron-Core's SharedExpertMLP), tensor parallel as the dense FFN is."""
+    w1 = g.tensor(f"{p}.shared.w1", [d.hidden, d.shared_ffn], "parameter")
+    u = g.op("Einsum", [a, w1], f"{p}.sfc1", equation="bsh,hf->bsf", kernel="shared_fc1")
+    if d.swiglu:
+        w3 = g.tensor(f"{p}.shared.w3", [d.hidden, d.shared_ffn], "parameter")
+        up = g.op("Einsum", [a, w3], f"{p}.sfc3", equation="bsh,hf->bsf", kernel="shared_fc1")
+        u = g.op("Mul", [g.op("SiLU", [u], f"{p}.sact", kernel="shared_act"), up],
+                 f"{p}.sglu", kernel="shared_act")
+    else:
+        u = g.op("GeLU", [u], f"{p}.sact", kernel="shared_act")
+    w2 = g.tensor(f"{p}.shared.w2", [d.shared_ffn, d.hidden], "parameter")
+    return g.op("Einsum", [u, w2], f"{p}.sfc2", equation="bsf,fh->bsh", kernel="shared_fc2")
+
+
 def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
     """The FFN as a mixture of experts (GShard Sec. 2.2, Switch Sec. 2.1; the routing ops are
     simulator/graph/ops/moe.py): a router GEMM to one logit per expert, top-k routing with
-    capacity, dispatch of each token to its experts' slots [b, E, C, h], the expert FFNs as
-    GEMMs batched over the expert dim (no biases, as in Switch and Mixtral), and the combine
-    weighted by the gates, then the residual."""
+    capacity, dispatch of each token to its experts' slots [b, E, C, h], the expert FFNs
+    (each `d.expert_ffn` wide) as GEMMs batched over the expert dim (no biases, as in Switch
+    and Mixtral), and the combine weighted by the gates (softmax or sigmoid scores,
+    `_gate_attrs`), plus the shared experts' output, then the residual."""
     a = norm(g, x, f"{p}.ln2", d, "ln2")
+    fe = d.expert_ffn or d.ffn
     wg = g.tensor(f"{p}.router.w", [d.hidden, d.experts], "parameter")
     logits = g.op("Einsum", [a, wg], f"{p}.router", equation="bsh,he->bse", kernel="router")
     route = g.op("MoeRoute", [logits], f"{p}.route", top_k=d.top_k, capacity=d.capacity,
                  kernel="moe_route")
-    gates = g.op("MoeGateWeights", [logits, route], f"{p}.gate", kernel="moe_route")
+    gates = g.op("MoeGateWeights", [logits, route], f"{p}.gate", kernel="moe_route",
+                 **_gate_attrs(d))
     xe = g.op("MoeDispatch", [route, a], f"{p}.dispatch", experts=d.experts,
               capacity=d.capacity, kernel="moe_dispatch")
-    w1 = g.tensor(f"{p}.experts.w1", [d.experts, d.hidden, d.ffn], "parameter")
+    w1 = g.tensor(f"{p}.experts.w1", [d.experts, d.hidden, fe], "parameter")
     u = g.op("Einsum", [xe, w1], f"{p}.efc1", equation="bech,ehf->becf", kernel="expert_fc1")
     if d.swiglu:
-        w3 = g.tensor(f"{p}.experts.w3", [d.experts, d.hidden, d.ffn], "parameter")
+        w3 = g.tensor(f"{p}.experts.w3", [d.experts, d.hidden, fe], "parameter")
         up = g.op("Einsum", [xe, w3], f"{p}.efc3", equation="bech,ehf->becf",
                   kernel="expert_fc1")
         u = g.op("Mul", [g.op("SiLU", [u], f"{p}.eact", kernel="expert_act"), up],
                  f"{p}.eglu", kernel="expert_act")
     else:
         u = g.op("GeLU", [u], f"{p}.eact", kernel="expert_act")
-    w2 = g.tensor(f"{p}.experts.w2", [d.experts, d.ffn, d.hidden], "parameter")
+    w2 = g.tensor(f"{p}.experts.w2", [d.experts, fe, d.hidden], "parameter")
     y = g.op("Einsum", [u, w2], f"{p}.efc2", equation="becf,efh->bech", kernel="expert_fc2")
     y = g.op("MoeCombine", [route, gates, y], f"{p}.combine", kernel="moe_combine")
+    if d.shared_ffn:
+        y = g.op("Add", [y, _shared_experts(g, a, p, d)], f"{p}.sadd", kernel="moe_combine")
     y = dropout(g, y, f"{p}.fc2_drop", d, hash_seed(p, 3), "dropout_residual2")
     return g.op("Add", [x, y], f"{p}.res2", kernel="dropout_residual2")
 

@@ -65,6 +65,17 @@ class GptDims:
     top_k: int = 1
     capacity: int = 0
     moe_every: int = 1
+    # each routed expert's FFN width (0: `ffn`), the shared experts' total width (0: none),
+    # the router's score function, whether the chosen weights are renormalised (None: when
+    # top_k > 1) and their scale (graph.ops.moe)
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    score: str = "softmax"
+    normalize: bool | None = None
+    route_scale: float = 1.0
+    # the expert FFNs split their FFN dim on the tensor-parallel axis (Megatron-Core's expert
+    # tensor parallel size = tensor); false: their expert dim (expert tensor parallel 1)
+    expert_tp: bool = True
     # context parallel: attention as ring attention over `context` sequence blocks
     context: int = 1
     # a vision transformer (`patch` > 0; Dosovitskiy et al. 2021): images of `channels` x

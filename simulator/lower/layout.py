@@ -114,7 +114,7 @@ def transformer_mesh(scenario: Scenario) -> Mesh:
         return Mesh.of(dp=p.data, cp=p.context, tp=p.tensor)
     if scenario.model.moe_spec() is None:
         return Mesh.of(dp=p.data, tp=p.tensor)
-    return Mesh.of(dp=p.data // p.expert, ep=p.expert, tp=p.tensor)
+    return Mesh.of(dp=p.data // p.expert_axis, ep=p.expert_axis, tp=p.tensor)
 
 
 def rank_mesh(scenario: Scenario, model_mesh: Mesh | None = None) -> RankMesh:

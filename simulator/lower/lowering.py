@@ -138,14 +138,33 @@ class Lowering:
         if self.par.offload.optimizer_states:
             states = dict(model_state_bytes(
                 params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
-                self.shard_ranks, False, self.ge,
+                self.state_ranks(vss), False, self.ge,
                 unsharded=sum(self.work[vs].unsharded for vs in vss),
                 state_dtype=self.state_dtype, fp8_params=self.fp8_params))
-            local = params / (self.shard_ranks if self.par.optimizer_shard >= 1 else 1)
+            local = params / (self.state_ranks(vss) if self.par.optimizer_shard >= 1 else 1)
             host += states["optimizer_states"] + local * self.ge
         if self.off.params:
             host += params * self.e
         return host
+
+    def state_ranks(self, vss: list[int]) -> float:
+        """The ranks the optimizer shards a device's parameters over (ZeRO stages 1-2), as
+        one divisor of the parameters the optimizer does not keep whole: data x context
+        (`shard_ranks`), and with expert parallelism Megatron-Core's two groups, the dense
+        parameters over every data-parallel rank (data x context, the `ep` ranks
+        included: its data-parallel group) and the experts over the expert-data-parallel
+        ranks (data / expert: `shard_ranks`) (megatron/core/optimizer/__init__.py builds one
+        distributed optimizer per group). The divisor is the weighted harmonic mean that
+        makes params / divisor = dense / (shard_ranks * ep) + experts / shard_ranks."""
+        ep = self.ranks.size("ep")
+        if ep == 1 or self.par.optimizer_shard not in (1, 2):
+            return self.shard_ranks
+        params = sum(self.work[vs].params - self.work[vs].unsharded for vs in vss)
+        expert = sum(self.work[vs].expert_params for vs in vss)
+        if params <= 0:
+            return self.shard_ranks
+        return params / ((params - expert) / (self.shard_ranks * ep)
+                         + expert / self.shard_ranks)
 
     def release(self) -> None:
         """Drop the emitters' references back to this lowering once the plan is built:
@@ -340,7 +359,8 @@ class Lowering:
         self.host_bytes[dev] = self._host_bytes(params, vss)
         return self.off.static(model_state_bytes(
             params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
-            self.shard_ranks, self.par.offload.optimizer_states or self.dp.remote_optimizer,
+            self.state_ranks(vss),
+            self.par.offload.optimizer_states or self.dp.remote_optimizer,
             self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss),
             state_dtype=self.state_dtype, fp8_params=self.fp8_params)) + self.prog.resident
 

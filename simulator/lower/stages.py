@@ -59,6 +59,7 @@ class StageWork:
     act_pieces: tuple[float, ...] = ()  # activation_bytes by fwd piece ([embed], layers, [head])
     offloadable: tuple[bool, ...] = ()  # per fwd piece: a layer (offload.activations moves it)
     unsharded: int = 0  # parameter elements the optimizer keeps whole (threshold)
+    expert_params: int = 0  # parameter elements of experts (split on `ep`)
     # bytes per micro-batch sent to the next virtual stage (activations) and to the one
     # before (their gradients)
     send_fwd_bytes: float = 0.0
@@ -254,6 +255,7 @@ def _stage(prog: Program, layout: RankMesh, priced: dict[int, _Priced],
         offloadable=tuple(b.pinned is None and not (vs == stages - 1 and i == len(blocks) - 1)
                           for i, b in enumerate(blocks)),
         unsharded=sum(b.unsharded for b in blocks),
+        expert_params=sum(b.expert_params for b in blocks),
         send_fwd_bytes=seq[stop - 1].send_fwd_bytes if vs < stages - 1 and stop else 0.0,
         send_bwd_bytes=seq[start - 1].send_bwd_bytes if vs > 0 and start else 0.0,
         recomputed=any(b.recomputes for b in blocks),

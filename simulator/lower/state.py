@@ -49,7 +49,7 @@ def state_bytes_per_param(optimizer: str, dtype: str, state_dtype: str = "fp32",
     return moments * sb + (sb if master else 0)
 
 
-def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: int,
+def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: float,
                       offload_states: bool = False, grad_bytes: float | None = None,
                       unsharded: float = 0.0, state_dtype: str = "fp32",
                       fp8_params: bool = False) -> Alloc:
@@ -73,7 +73,7 @@ def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: i
     )
 
 
-def optimizer_spec(params: int, dtype: str, optimizer: str, shard: int, dp: int,
+def optimizer_spec(params: int, dtype: str, optimizer: str, shard: int, dp: float,
                    grad_bytes: float | None = None, state_dtype: str = "fp32",
                    fp8_params: bool = False) -> ComputeSpec:
     """The optimizer step as one memory-bound kernel over the local shard: read the gradient

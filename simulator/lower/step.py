@@ -36,7 +36,7 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
         step = _host_optimizer(low, dev, params, deps)
     else:
         spec = optimizer_spec(params, low.prog.dtype, low.sc.training.optimizer,
-                              low.par.optimizer_shard, low.shard_ranks, low.ge,
+                              low.par.optimizer_shard, low.state_ranks(vss), low.ge,
                               low.state_dtype, low.fp8_params)
         step = low.b.add(("O", dev), device=dev, stream="compute", name="opt",
                           phase="optimizer", duration_s=low.costs.compute_s(spec),

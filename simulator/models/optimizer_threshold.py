@@ -50,7 +50,8 @@ def unsharded_roles(scenario: Scenario, fused_attention: bool = False) -> frozen
     assert isinstance(m, TransformerModel)
     dims = gpt_dims(scenario, uses_flash(scenario, fused_attention),
                     layer_plan(layer_kinds(m)).graph)
-    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert,
+    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel,
+                                      p.expert_axis,
                                       tuple(p.tensor_nd) if p.tensor_nd else None)
     # (the parameters' layouts: the same plan `program.model_program` derives the program
     # from, whatever `enable_alltoall` does to the activations' redistributions)

@@ -21,9 +21,10 @@ from simulator.config.scenario.schema import TransformerModel
 from simulator.graph.decoder import LayerKind
 from simulator.models.layers import layer_kinds, layer_plan
 from simulator.models.transformer_plan import model_dims, planned_transformer
+from simulator.sharding.placement import Shard
 from simulator.sharding.plan import ShardingPlan, build_plan
 
-__all__ = ["block_params", "param_names", "embed_op", "head_op", "ParamCounts",
+__all__ = ["block_params", "expert_params", "param_names", "embed_op", "head_op", "ParamCounts",
            "transformer_params"]
 
 _LAYER = re.compile(r"l\d+\.")
@@ -60,6 +61,18 @@ def block_params(plan: ShardingPlan, select: Callable[[str], bool],
     elems = sum(math.prod(plan.layouts[n].local_shape(graph.tensors[n].shape, plan.mesh))
                 for n in names)
     return elems, len(names)
+
+
+def expert_params(plan: ShardingPlan, select: Callable[[str], bool]) -> int:
+    """Elements per device of the parameters the selected operators read that are split on
+    the expert-parallel axis `ep` (a mixture of experts' expert FFNs); 0 without one."""
+    if "ep" not in plan.mesh.names:
+        return 0
+    axis = plan.mesh.axis_index("ep")
+    tensors = plan.graph.tensors
+    return sum(math.prod(plan.layouts[n].local_shape(tensors[n].shape, plan.mesh))
+               for n in param_names(plan, select)
+               if isinstance(plan.layouts[n].placements[axis], Shard))
 
 
 @dataclass(frozen=True)

@@ -60,23 +60,32 @@ def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
 
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
+    moe = m.moe
     return (m.hidden_size <= 128 and m.layers <= 4 and m.seq_length <= 32 and
             m.vocab_size <= 256 and m.ffn <= 512 and s.training.micro_batch_size <= 4
-            and (m.moe is None or m.moe.experts <= 16))
+            and (moe is None or (moe.experts <= 16 and moe.expert_ffn(m.ffn) <= 512
+                                 and moe.shared_ffn(m.ffn) <= 512)))
 
 
 def _small_moe(dims: GptDims, m: TransformerModel, s: Scenario) -> tuple[GptDims, str]:
     """A shrunk model's experts: as many as the scenario's up to 2 per expert-parallel rank
-    (at least 2), with the same top_k, capacity factor and MoE layer frequency (at most
-    every 2nd layer, so that the 2 layers kept hold one MoE layer)."""
+    (at least 2), with the same top_k, capacity factor, routing and MoE layer frequency (at
+    most every 2nd layer, so that the 2 layers kept hold one MoE layer); routed and shared
+    experts of a width of their own keep one (half the shrunk FFN's, still split by
+    tensor)."""
     moe = m.moe
     if moe is None:
         return dims, ""
     ep = s.parallel.expert
     experts = min(moe.experts, max(2, 2 * ep))
-    small = moe.model_copy(update={"experts": experts, "top_k": min(moe.top_k, experts),
-                                   "every": min(moe.every, dims.layers)})
-    dims = with_moe(dims, small)
+    half = dims.ffn // 2 if dims.ffn % (2 * s.parallel.tensor) == 0 else dims.ffn
+    small = moe.model_copy(update={
+        "experts": experts, "top_k": min(moe.top_k, experts),
+        "every": min(moe.every, dims.layers),
+        "ffn_hidden_size": half if moe.ffn_hidden_size else None,
+        "shared_ffn_hidden_size": half if moe.shared_ffn_hidden_size else None,
+        "shared_experts": min(moe.shared_experts, 2)})
+    dims = with_moe(dims, small, exact=True)
     return dims, (f" experts={dims.experts} top_k={dims.top_k} capacity={dims.capacity} "
                   f"every={dims.moe_every}")
 
@@ -89,7 +98,7 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
     p = s.parallel
     own = dataclasses.replace(gpt_dims(s, flash), batch=s.training.micro_batch_size)
     if _fits(m, s):
-        return own, []
+        return with_moe(own, m.moe, exact=True), []
     t = _head_split(p)
     groups = max(t, 2)
     heads = groups * (2 if m.kv_heads < m.num_heads else 1)
@@ -168,7 +177,7 @@ def gpt_case(s: Scenario, dims: GptDims, notes: list[str]) -> VerifyCase:
         notes.append(f"{micro} of {s.grad_accum_steps} gradient-accumulation steps run")
     per_micro = dims.batch * p.data
     sharded, mesh = planned_transformer(dataclasses.replace(dims, batch=per_micro), p.data,
-                                        p.tensor, p.sequence_parallel, p.expert,
+                                        p.tensor, p.sequence_parallel, p.expert_axis,
                                         tuple(p.tensor_nd) if p.tensor_nd else None)
     graph = build_gpt(dataclasses.replace(dims, batch=per_micro))
     whole = build_gpt(dataclasses.replace(dims, batch=per_micro * micro))

@@ -76,8 +76,9 @@ from simulator.sharding.mesh import Mesh
 from simulator.sharding.plan import Strategy
 
 __all__ = ["transformer_choices", "apply_transformer_plan", "planned_transformer",
-           "TP_ROLES", "EP_ROLES", "TP2D_ROLES", "TP2D_AXES", "TP3D_WEIGHT_AXIS", "gpt_dims",
-           "model_dims", "uses_flash", "with_moe", "with_mla", "with_mtp"]
+           "TP_ROLES", "EP_ROLES", "ETP1_ROLES", "TP2D_ROLES", "TP2D_AXES",
+           "TP3D_WEIGHT_AXIS", "gpt_dims", "model_dims", "uses_flash", "with_moe", "with_mla",
+           "with_mtp"]
 
 TP_ROLES: dict[str, tuple[str, str]] = {
     # role: (tp choice without SP, with SP); a bias add splits the dim its GEMM splits
@@ -95,6 +96,10 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "router": ("B", "B"), "route": ("B", "B"), "gate": ("B", "B"), "dispatch": ("B", "B"),
     "efc1": ("f", "f"), "efc3": ("f", "f"), "eact": ("d3", "d3"), "eglu": ("d3", "d3"),
     "efc2": ("f", "f"), "combine": ("P2", "P2"),
+    # shared experts: column- then row-parallel as the dense FFN, Partial into their sum
+    # with the (Partial) combine
+    "sfc1": ("f", "f"), "sfc3": ("f", "f"), "sact": ("d2", "d2"), "sglu": ("d2", "d2"),
+    "sfc2": ("f", "f"), "sadd": ("PP", "PP"),
     # Mamba-2 (graph/mamba.py): heads split by their groups g, as Megatron-Core's MambaMixer
     # splits nheads and ngroups (in_proj column-parallel, out_proj `proj` row-parallel)
     "ssm_z": ("g", "g"), "ssm_x": ("g", "g"), "ssm_b": ("g", "g"), "ssm_c": ("g", "g"),
@@ -139,6 +144,17 @@ TP3D_WEIGHT_AXIS = "tpz"
 # on `ep` the experts split the expert dim; every other op splits the batch as on `dp`
 EP_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
                             "efc2": "e"}
+# expert tensor parallel 1 (Megatron-Core --expert-tensor-parallel-size 1): on `tp` the
+# expert GEMMs split the expert dim, nested inside the split `ep` makes (tp inner, as
+# Megatron-Core orders its expert groups etp-ep-edp); the dispatched slots stay whole on
+# `tp` (each rank takes its experts' block locally) and the combine takes the expert
+# outputs as a Partial sum (zeros outside a rank's experts), so the `ep` all-to-alls carry
+# the whole tensor group's tokens, as with expert tensor parallel = tensor. (Splitting
+# the slots on `tp` too makes the planner move them with three all-to-alls, tp-ep-tp,
+# 1.5x the bytes.) Megatron-Core runs one all-to-all over the tp x ep ranks instead,
+# each rank sending its sequence-parallel share: 1/tp of these bytes.
+ETP1_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
+                              "efc2": "e"}
 _SEQ_REGION = ("embed_pos", "embed_out", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2",
                "proj_bias", "proj_drop", "fc2_bias", "fc2_drop",
                "enorm", "hnorm", "eh_cat")
@@ -146,7 +162,7 @@ _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
              "scores": "b", "context": "b", "proj": "b", "fc1_mm": "b", "fc3_mm": "b",
              "fc2": "b", "head": "b", "router": "b", "route": "b", "gate": "b",
              "dispatch": "b", "efc1": "b", "efc3": "b", "eact": "d0", "eglu": "d0",
-             "efc2": "b", "combine": "b",
+             "efc2": "b", "combine": "b", "sfc1": "b", "sfc3": "b", "sfc2": "b",
              "ssm_z": "b", "ssm_x": "b", "ssm_b": "b", "ssm_c": "b", "ssm_dt": "b",
              "conv_x": "b", "conv_b": "b", "conv_c": "b", "scan": "b", "ssm_norm": "b",
              "q_down": "b", "kv_down": "b", "k_rope_mm": "b",
@@ -165,8 +181,8 @@ _CP_LABEL = {"embed": "i1", "q_mm": "s", "k_mm": "s", "v_mm": "s", "attn": "s",
 
 
 def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False,
-                        context: bool = False, two_d: bool = False, three_d: bool = False
-                        ) -> dict[str, str]:
+                        context: bool = False, two_d: bool = False, three_d: bool = False,
+                        expert_tp: bool = True) -> dict[str, str]:
     """The per-mesh-axis choice for an op of this role (with `expert`: on (dp, ep, tp);
     with `context`: on (dp, cp, tp); with `two_d`: on (dp, tpx, tpy); with `three_d`: on
     (dp, tpx, tpy, tpz), tpz splitting the batch as dp does)."""
@@ -185,6 +201,8 @@ def transformer_choices(role: str, sequence_parallel: bool, expert: bool = False
         return {"dp": dp, "cp": _CP_LABEL.get(role, "d1"), "tp": tp}
     if not expert:
         return {"dp": dp, "tp": tp}
+    if not expert_tp:
+        tp = ETP1_ROLES.get(role, tp)
     return {"dp": dp, "ep": EP_ROLES.get(role, dp), "tp": tp}
 
 
@@ -199,8 +217,8 @@ def _choices_2d(role: str, sequence_parallel: bool) -> dict[str, str]:
 
 
 def apply_transformer_plan(graph: Graph, sequence_parallel: bool, expert: bool = False,
-                           context: bool = False, two_d: bool = False, three_d: bool = False
-                           ) -> Graph:
+                           context: bool = False, two_d: bool = False, three_d: bool = False,
+                           expert_tp: bool = True) -> Graph:
     """The graph with every op's strategy set for a (dp, tp) mesh, (dp, ep, tp),
     (dp, cp, tp), (dp, tpx, tpy) or (dp, tpx, tpy, tpz); under 3-D every parameter is kept
     split on tpz (gathered before use)."""
@@ -208,7 +226,7 @@ def apply_transformer_plan(graph: Graph, sequence_parallel: bool, expert: bool =
     for op in graph.ops:
         role = op.name.split(".")[-1]
         choices = transformer_choices(role, sequence_parallel, expert, context, two_d,
-                                      three_d)
+                                      three_d, expert_tp)
         ops.append(dataclasses.replace(op, strategy=Strategy(axes=choices)))
     tensors = graph.tensors
     if three_d:
@@ -235,7 +253,8 @@ def planned_transformer(dims: GptDims, data: int, tensor: int, sequence_parallel
         return graph, Mesh.of(dp=data, tpx=x, tpy=y)
     moe = dims.experts > 0
     cp = dims.context > 1
-    graph = apply_transformer_plan(build_gpt(dims), sequence_parallel and tensor > 1, moe, cp)
+    graph = apply_transformer_plan(build_gpt(dims), sequence_parallel and tensor > 1, moe, cp,
+                                   expert_tp=dims.expert_tp or tensor == 1)
     if cp:
         return graph, Mesh.of(dp=data, cp=dims.context, tp=tensor)
     if not moe:
@@ -255,12 +274,13 @@ def gpt_dims(scenario: Scenario, flash: bool,
     """The GPT graph dimensions of a transformer scenario: one micro-batch of every
     data-parallel replica, of layers `kinds` (None: the model's own, `layer_kinds`; a
     program's representative graph passes `models.layers.LayerPlan.graph`). GPT-style
-    (gelu) models carry biases, Llama-style (swiglu) none."""
-    m = scenario.model
+    (gelu) models carry biases, Llama-style (swiglu) none; `parallel.expert_tensor: 1`
+    keeps experts whole on the tensor-parallel ranks."""
+    m, p = scenario.model, scenario.parallel
     assert isinstance(m, TransformerModel), "gpt_dims needs a transformer model"
-    return model_dims(m, layer_kinds(m) if kinds is None else kinds,
-                      scenario.training.micro_batch_size * scenario.parallel.data, flash,
-                      scenario.parallel.context)
+    dims = model_dims(m, layer_kinds(m) if kinds is None else kinds,
+                      scenario.training.micro_batch_size * p.data, flash, p.context)
+    return dims if p.experts_tensor_split else dataclasses.replace(dims, expert_tp=False)
 
 
 def model_dims(m: TransformerModel, kinds: tuple[LayerKind, ...], batch: int,
@@ -305,11 +325,20 @@ def with_mtp(dims: GptDims, mtp: MtpSpec | None) -> GptDims:
     return dataclasses.replace(dims, mtp_depth=mtp.depth, mtp_weight=mtp.loss_weight)
 
 
-def with_moe(dims: GptDims, moe: MoeSpec | None) -> GptDims:
+def with_moe(dims: GptDims, moe: MoeSpec | None, exact: bool = False) -> GptDims:
     """`dims` with the scenario's mixture of experts (capacity per sample of dims.seq
-    tokens, simulator/graph/ops/moe.py)."""
+    tokens, simulator/graph/ops/moe.py; `exact`: a dropless router's verification case)."""
     if moe is None:
         return dims
-    capacity = expert_capacity(moe.experts, moe.top_k, moe.capacity_factor, dims.seq)
-    return dataclasses.replace(dims, experts=moe.experts, top_k=moe.top_k, capacity=capacity,
-                               moe_every=moe.every)
+    if moe.capacity_factor is not None:
+        capacity = expert_capacity(moe.experts, moe.top_k, moe.capacity_factor, dims.seq)
+    else:
+        # dropless: in run each expert's mean load (a dropless grouped GEMM runs the tokens
+        # routed, no padding; `imbalance` prices the busiest rank); in verify (`exact`) a
+        # slot for every token of the sample, so that no token is dropped
+        capacity = dims.seq if exact else expert_capacity(moe.experts, moe.top_k, 1.0,
+                                                          dims.seq)
+    return dataclasses.replace(
+        dims, experts=moe.experts, top_k=moe.top_k, capacity=capacity, moe_every=moe.every,
+        expert_ffn=moe.expert_ffn(dims.ffn), shared_ffn=moe.shared_ffn(dims.ffn),
+        score=moe.score, normalize=moe.normalized(), route_scale=moe.scaling_factor)

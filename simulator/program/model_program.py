@@ -37,7 +37,13 @@ from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
 from simulator.models.layers import LayerPlan, layer_kinds, layer_plan
 from simulator.models.optimizer_threshold import kept_whole, optimizer_threshold
-from simulator.models.params import block_params, embed_op, head_op, param_names
+from simulator.models.params import (
+    block_params,
+    embed_op,
+    expert_params,
+    head_op,
+    param_names,
+)
 from simulator.models.recompute import recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
@@ -47,6 +53,7 @@ from simulator.program.program import Block, Op, Program, coalesce
 from simulator.program.recompute_policy import sac_cached_bytes, sac_recompute
 from simulator.program.stack_ops import (
     fused_cross_entropy,
+    grouped_gemms,
     imbalanced,
     main_grad,
     p2p_blocking,
@@ -129,7 +136,7 @@ def _planned(scenario: Scenario, fused_attention: bool, e: int
     lp = layer_plan(layer_kinds(m))
     dims = gpt_dims(scenario, uses_flash(scenario, fused_attention), lp.graph)
     nd = tuple(p.tensor_nd) if p.tensor_nd else None
-    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert,
+    graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert_axis,
                                       nd)
     return comm_options.plan(scenario, graph, mesh, e), dims, lp
 
@@ -246,8 +253,8 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
     imbalance = m.moe.imbalance if m.moe else 1.0
     more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
     for k in layers:
-        fwd[k] = imbalanced(fwd[k], imbalance) + more[0]
-        bwd[k] = imbalanced(bwd[k], imbalance) + more[1]
+        fwd[k] = grouped_gemms(imbalanced(fwd[k], imbalance)) + more[0]
+        bwd[k] = grouped_gemms(imbalanced(bwd[k], imbalance)) + more[1]
     params = {k: blocks[k].params(plan, graph)[0] for k in layers}
     embed_params = embed.params(plan, graph)[0]
     head_params, output_params = _head_params(plan, head, embed)
@@ -366,6 +373,7 @@ def _group(scenario: Scenario, software: Software, plan: ShardingPlan, dims: Gpt
     rc = scenario.parallel.recompute != "none"
     return Block(name, fwd, bwd, recompute, layers=unit, params=params,
                  param_tensors=tensors, unsharded=small_params(plan, block.select, small),
+                 expert_params=expert_params(plan, block.select),
                  grad_sync=coalesce(_sync(plan, steps, block.select), "grad_sync"),
                  saved_bytes=per_layer,
                  # one layer's full saved set is alive while a recomputed layer runs its

@@ -84,6 +84,9 @@ class Block:
     tied_params: int = 0
     param_tensors: int = 0
     unsharded: int = 0
+    # elements of expert parameters (split on the expert-parallel axis `ep`), whose
+    # optimizer states shard over the expert-data-parallel ranks, not all data ranks
+    expert_params: int = 0
     grad_sync: tuple[CommSpec, ...] = ()
     saved_bytes: float = 0.0
     working_bytes: float = 0.0

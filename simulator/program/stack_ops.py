@@ -16,7 +16,7 @@ from simulator.graph.ops.loss import CE_BWD_FLOPS, CE_FWD_FLOPS
 from simulator.program.program import Op, TpOverlap
 
 __all__ = ["main_grad", "tp_overlap", "p2p_blocking", "with_impl", "fused_cross_entropy",
-           "imbalanced", "slot_fill", "weight_casts"]
+           "imbalanced", "grouped_gemms", "slot_fill", "weight_casts"]
 
 
 def main_grad(e: int, dtype: str, name: str, params: float, cast: bool = False
@@ -104,6 +104,15 @@ def imbalanced(ops: tuple[Op, ...], factor: float) -> tuple[Op, ...]:
         else:
             out.append(op)
     return tuple(out)
+
+
+def grouped_gemms(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """The expert FFN GEMMs (`expert_*`) marked as grouped GEMMs: Megatron-Core runs a
+    mixture of experts' local experts as one grouped GEMM over their token groups
+    (--moe-grouped-gemm, TEGroupedMLP / GroupedMLP), priced at the profile's
+    `efficiency.grouped_gemm_fraction`."""
+    return tuple(replace(op, grouped=True) if isinstance(op, ComputeSpec) and op.kind == "gemm"
+                 and op.name.startswith("expert_") else op for op in ops)
 
 
 def slot_fill(dims: GptDims) -> float:

@@ -83,7 +83,7 @@ def _buckets(s: Scenario, kind: str | None = None) -> int:
         return layers + 1
     if mode == "none":
         return (layers + 1) * _TENSORS_PER_LAYER
-    grad_bytes = transformer_param_count(m, p.expert) * _GRAD_BYTES / (p.tensor * p.pipeline)
+    grad_bytes = transformer_param_count(m, p.expert_axis) * _GRAD_BYTES / (p.tensor * p.pipeline)
     return int(-(-grad_bytes // (bucket_mb * 1e6)))
 
 

@@ -168,6 +168,10 @@ class Efficiency(_Closed):
     gemm_peak_fraction_fp4: Fraction | None = None
     gemm_tile_mn: tuple[Tile, Tile] = (128, 128)
     gemm_k_half: KHalf = 0.0
+    # a grouped GEMM (a mixture of experts' expert GEMMs run as one kernel over the experts'
+    # token groups: CUTLASS grouped GEMM, Megatron-Core --moe-grouped-gemm) against one
+    # dense GEMM of a group's shape; 1: the same rate
+    grouped_gemm_fraction: Annotated[StrictFloat, Field(gt=0, le=2, allow_inf_nan=False)] = 1.0
     attention_peak_fraction: Fraction
     attention_kernels: AttentionKernels | None = None
     # the key length at which fused attention reaches half its long-sequence rate: the

@@ -56,6 +56,7 @@ FIELD_USES: dict[str, str] = {
     "efficiency.gemm_peak_fraction": "GEMM efficiency (cost.compute)",
     "efficiency.gemm_peak_fraction_fp8": "FP8 GEMM efficiency (cost.compute)",
     "efficiency.gemm_peak_fraction_fp4": "FP4 GEMM efficiency (cost.compute)",
+    "efficiency.grouped_gemm_fraction": "expert GEMMs of a mixture of experts (cost.compute)",
     "efficiency.gemm_tile_mn": "GEMM tile quantisation (cost.compute)",
     "efficiency.gemm_k_half": "GEMM k-loop efficiency (cost.compute)",
     "efficiency.attention_peak_fraction": "fused attention kernels (cost.compute)",

@@ -17,8 +17,16 @@ transformers class reads (transformers/models/*/configuration_*.py):
     deepseek_v3, kimi_k2             the multi-head latent attention, multi-token
                                      prediction and expert keys (hf_deepseek.py)
 
+    qwen3_moe                        as llama, with num_experts, num_experts_per_tok,
+                                     moe_intermediate_size (each expert's width),
+                                     decoder_sparse_step, mlp_only_layers, norm_topk_prob
+                                     (transformers' Qwen3MoeConfig)
+
 A mixture of experts (num_local_experts > 1) becomes `model.moe` with `experts` and `top_k`
-(num_experts_per_tok) in every layer (transformers' MixtralSparseMoeBlock); its capacity
+(num_experts_per_tok) in every layer (transformers' MixtralSparseMoeBlock); Qwen3-MoE's
+experts are `moe_intermediate_size` wide (`model.moe.ffn_hidden_size`) in every
+`decoder_sparse_step`-th layer, dense layers listed in `mlp_only_layers` taken when they
+lead (`model.moe.first_dense`) and refused otherwise; its capacity
 factor is the scenario's (`capacity_factor` of `model.moe`, default 1.0): Hugging Face's
 Mixtral routes without dropping tokens, which a capacity of `experts / top_k` reproduces.
 The model keeps what the config says of its head (tie_word_embeddings), positions (a
@@ -35,7 +43,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +79,14 @@ class HfModel:
     experts: int
     max_positions: int
     top_k: int = 1
+    # a mixture of experts: each routed expert's width (0: ffn), the shared experts' total
+    # width, the leading dense layers, the MoE layer frequency, whether the top-k weights
+    # are renormalised (None: the simulator's default, when top_k > 1)
+    expert_ffn: int = 0
+    shared_ffn: int = 0
+    first_dense: int = 0
+    moe_every: int = 1
+    normalize: bool | None = None
     norm: str = "rms"
     bias: bool = False
     qkv_bias: bool = False
@@ -90,21 +106,29 @@ class HfModel:
     dropout: float | None = None
     notes: tuple[str, ...] = ()
 
-    def param_count(self) -> int:
+    def param_count(self, active: bool = False) -> int:
         """Parameters of the model as the transformers class builds it (embedding, blocks,
-        final norm, LM head unless tied)."""
+        final norm, LM head unless tied); `active`: those one token uses (a mixture of
+        experts' top_k routed experts, its shared experts and router, every other
+        parameter), the "activated parameters" model cards publish."""
         if self.deepseek is not None:
-            return self.deepseek.count(self, self.experts)
+            return self.deepseek.count(self, self.top_k if active else self.experts)
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
         attn = h * (q + 2 * kv) + q * h
         attn += (q + 2 * kv + h) * self.bias + (q + 2 * kv) * self.qkv_bias
         mats = 3 if self.activation == "swiglu" else 2
         ffn = mats * h * self.ffn + (self.ffn + h) * self.bias
-        ffn = ffn * self.experts + (h * self.experts if self.experts > 1 else 0)  # router
         norm = h * (2 if self.norm == "layer" else 1)
-        block = attn + ffn + (2 + self.extra_norms) * norm + 2 * self.head_dim * self.qk_norm
+        block = attn + (2 + self.extra_norms) * norm + 2 * self.head_dim * self.qk_norm
         embed = self.vocab * h * (1 if self.tied else 2) + self.positions * h
-        return embed + self.layers * block + norm
+        if self.experts <= 1:
+            return embed + self.layers * (block + ffn) + norm
+        moe_layers = (self.layers - self.first_dense) // self.moe_every
+        used = self.top_k if active else self.experts
+        moe = (used * mats * h * (self.expert_ffn or self.ffn) + mats * h * self.shared_ffn
+               + h * self.experts)  # routed and shared experts, router
+        return (embed + self.layers * block + (self.layers - moe_layers) * ffn
+                + moe_layers * moe + norm)
 
     def model_fields(self) -> dict[str, Any]:
         """The `model:` keys of the simulator's transformer."""
@@ -113,10 +137,10 @@ class HfModel:
                   "ffn_hidden_size": self.ffn, "ffn_activation": self.activation,
                   "vocab_size": self.vocab, "seq_length": self.max_positions}
         if self.experts > 1:
-            fields["moe"] = {"experts": self.experts, "top_k": self.top_k}
+            fields["moe"] = {"experts": self.experts, "top_k": self.top_k, **self._moe_keys()}
         if self.deepseek is not None:
             return self.deepseek.model_fields(self, fields)
-        if self.family in DENSE_FAMILIES + ("gpt2", "gpt_neox"):
+        if self.family in DENSE_FAMILIES + ("gpt2", "gpt_neox", "qwen3_moe"):
             fields.update(self._dense_fields())
         return fields
 
@@ -138,6 +162,19 @@ class HfModel:
         if self.dropout is not None:
             out["dropout"] = self.dropout
         return out
+
+    def _moe_keys(self) -> dict[str, Any]:
+        """The `model.moe` keys beyond experts and top_k that this model sets."""
+        keys: dict[str, Any] = {}
+        if self.expert_ffn and self.expert_ffn != self.ffn:
+            keys["ffn_hidden_size"] = self.expert_ffn
+        if self.first_dense:
+            keys["first_dense"] = self.first_dense
+        if self.moe_every != 1:
+            keys["every"] = self.moe_every
+        if self.normalize is not None and self.normalize != (self.top_k > 1):
+            keys["normalize_top_k"] = self.normalize
+        return keys
 
 
 def _get(cfg: dict[str, Any], key: str, src: str) -> int:
@@ -189,6 +226,33 @@ def _llama(cfg: dict[str, Any], src: str) -> HfModel:
         qkv_bias=cfg["model_type"] == "qwen2" or bool(cfg.get("attention_bias", False)))
 
 
+def _qwen3_moe(cfg: dict[str, Any], src: str) -> HfModel:
+    """Qwen3MoeConfig (transformers/models/qwen3_moe/configuration_qwen3_moe.py): a layer
+    is sparse when it is not in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0
+    (Qwen3MoeDecoderLayer); no shared experts."""
+    dense = cfg.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or dense != list(range(len(dense))):
+        raise InputError(src, _KEY, f"mlp_only_layers: found {dense!r}; only leading dense "
+                         "layers [0, 1, ..., k-1] are simulated (model.moe.first_dense)")
+    every = _count(cfg, "decoder_sparse_step", src)
+    if dense and every != 1:
+        raise InputError(src, _KEY, f"mlp_only_layers {dense} with decoder_sparse_step="
+                         f"{every} is not simulated (allowed: one of the two)")
+    base = _llama({**cfg, "num_local_experts": None}, src)
+    norm = cfg.get("norm_topk_prob", False)
+    if not isinstance(norm, bool):
+        raise InputError(src, _KEY, f"norm_topk_prob: found {norm!r}; expected true or false")
+    return replace(base, experts=_count(cfg, "num_experts", src),
+                   top_k=_count(cfg, "num_experts_per_tok", src),
+                   expert_ffn=_get(cfg, "moe_intermediate_size", src), first_dense=len(dense),
+                   moe_every=every, normalize=norm,
+                   # Qwen3's attention (Qwen3MoeAttention as Qwen3Attention): its own
+                   # head_dim, an RMSNorm of every query and key head, no dropout
+                   head_dim_given="head_dim" in cfg, qk_norm=True,
+                   rope_theta=float(cfg.get("rope_theta", 10000.0)),
+                   dropout=float(cfg.get("attention_dropout", 0.0)))
+
+
 def _gpt2(cfg: dict[str, Any], src: str) -> HfModel:
     """GPT2Config: learned positions, LayerNorm, biases everywhere, tied head."""
     h, heads = _get(cfg, "n_embd", src), _get(cfg, "n_head", src)
@@ -237,6 +301,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {
     # Kimi-K2 reuses DeepseekV3ForCausalLM with model_type 'kimi_k2' (Moonshot AI's
     # Kimi-K2 deployment guide: "we set model_type kimi_k2 in config.json")
     "kimi_k2": _deepseek_v3,
+    "qwen3_moe": _qwen3_moe,
 }
 # today's dense families: every config key mapped, noted or refused (`hf_dense`)
 READERS.update({family: lambda cfg, src: HfModel(**read_dense(cfg, src))
@@ -330,7 +395,8 @@ class NemotronHModel(HfModel):
     conv: int = 4
     chunk: int = 128
 
-    def param_count(self) -> int:
+    def param_count(self, active: bool = False) -> int:
+        """Parameters as transformers' NemotronH builds them (no experts: all active)."""
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
         d_in = self.mamba_heads * self.mamba_head_dim
         conv_dim = d_in + 2 * self.groups * self.state

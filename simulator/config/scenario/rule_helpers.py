@@ -58,3 +58,8 @@ def no_experts(s: Scenario) -> Iterator[Problem]:
             f"{s.parallel.expert} needs a mixture-of-experts transformer (model.moe: {{experts, "
             f"top_k, capacity_factor, every}}); a model of type '{s.model.type}' without "
             f"model.moe has no experts to split (allowed: 1)")
+    if s.parallel.expert_tensor is not None:
+        yield "parallel.expert_tensor", (
+            f"{s.parallel.expert_tensor} needs a mixture-of-experts transformer (model.moe); "
+            f"a model of type '{s.model.type}' without model.moe has no experts (remove the "
+            f"key)")

@@ -4,13 +4,15 @@ hooks every model family answers) and the mixture-of-experts section."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Annotated, ClassVar
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import Field, StrictFloat, StrictInt
 
 from simulator.config.scenario.rule_helpers import Problem, no_experts
 from simulator.config.scenario.schema_types import (
+    Count,
     Layers,
+    NonNegInt,
     _Closed,
 )
 
@@ -30,22 +32,81 @@ class MoeSpec(_Closed):
     seq_length tokens (Switch Sec. 2.2); imbalance: a what-if for `run`, the busiest
     expert-parallel rank's tokens over the mean (1: balanced routing), which scales that
     rank's expert FFNs and its dispatch/combine all-to-alls as if the capacity did not bind
-    (a dropless router); `verify` routes the real tokens and ignores it."""
+    (a dropless router); `verify` routes the real tokens and ignores it.
+
+    As trained today (Megatron-Core's MoE options; DeepSeek-V3, Liu et al. 2024,
+    arXiv:2412.19437, Sec. 2.1.2): routed experts of their own width (ffn_hidden_size,
+    --moe-ffn-hidden-size), shared experts every token passes through (shared_experts,
+    shared_ffn_hidden_size; --moe-shared-expert-intermediate-size is their total width),
+    dense leading layers (first_dense, DeepSeek's first_k_dense_replace), sigmoid or
+    softmax scores (score, --moe-router-score-function) renormalised over the chosen
+    experts or not (normalize_top_k, Hugging Face's norm_topk_prob) and scaled
+    (scaling_factor, --moe-router-topk-scaling-factor), and dropless routing (capacity_factor
+    null: Megatron-Core without --moe-expert-capacity-factor)."""
 
     experts: Annotated[StrictInt, Field(ge=2, le=100_000)] = Field(
         description="Expert FFNs per MoE layer, each of ffn_hidden_size.")
     top_k: Annotated[StrictInt, Field(ge=1, le=1_000)] = Field(
         default=1, description="Experts each token is sent to.")
-    capacity_factor: Annotated[StrictFloat, Field(gt=0, le=1_000.0, allow_inf_nan=False)] = Field(
-        default=1.0, description=(
+    capacity_factor: Annotated[StrictFloat, Field(gt=0, le=1_000.0, allow_inf_nan=False)] | \
+        None = Field(default=1.0, description=(
             "Slots per expert over an even share of a sample's tokens (1: exactly an even "
-            "share)."))
+            "share); null: dropless, every token reaches its experts (Megatron-Core without "
+            "--moe-expert-capacity-factor): run prices each expert's mean load (times "
+            "imbalance), verify proves it with room for every token."))
     every: Layers = Field(default=1, description=(
         "Every every-th layer is a mixture of experts (1: every layer, 2: every other)."))
     imbalance: Annotated[StrictFloat, Field(ge=1.0, le=1_000.0, allow_inf_nan=False)] = Field(
         default=1.0, description=(
             "What-if for run: the busiest expert-parallel rank's tokens over the mean (1: "
             "balanced routing); verify ignores it."))
+    ffn_hidden_size: Count | None = Field(default=None, description=(
+        "FFN width of each routed expert (Megatron-Core --moe-ffn-hidden-size, Hugging "
+        "Face moe_intermediate_size); null: model.ffn_hidden_size."))
+    shared_experts: Annotated[StrictInt, Field(ge=0, le=1_000)] = Field(
+        default=0, description=(
+            "Shared experts of every MoE layer, which every token passes through beside its "
+            "routed experts (DeepSeek n_shared_experts); 0: none."))
+    shared_ffn_hidden_size: Count | None = Field(default=None, description=(
+        "FFN width of each shared expert (Megatron-Core's "
+        "--moe-shared-expert-intermediate-size is shared_experts times it); null: the "
+        "routed experts' width."))
+    first_dense: NonNegInt = Field(default=0, description=(
+        "The first first_dense layers have a dense FFN (DeepSeek first_k_dense_replace); "
+        "after them every every-th layer is a mixture of experts."))
+    score: Literal["softmax", "sigmoid"] = Field(default="softmax", description=(
+        "Router score function (Megatron-Core --moe-router-score-function): softmax over "
+        "the experts, or each expert's sigmoid (DeepSeek-V3)."))
+    normalize_top_k: bool | None = Field(default=None, description=(
+        "Whether the chosen experts' scores are renormalised to sum to 1 (Hugging Face "
+        "norm_topk_prob); null: when top_k > 1 (GShard, Mixtral)."))
+    scaling_factor: Annotated[StrictFloat, Field(gt=0, le=1_000.0, allow_inf_nan=False)] = \
+        Field(default=1.0, description=(
+            "Factor on the routed experts' weights (Megatron-Core "
+            "--moe-router-topk-scaling-factor; DeepSeek-V3's routed_scaling_factor 2.5)."))
+    @property
+    def dropless(self) -> bool:
+        """Whether every token reaches its experts (no capacity factor)."""
+        return self.capacity_factor is None
+
+    def expert_ffn(self, dense_ffn: int) -> int:
+        """Each routed expert's FFN width (the model's when not its own)."""
+        return self.ffn_hidden_size or dense_ffn
+
+    def shared_ffn(self, dense_ffn: int) -> int:
+        """The shared experts' total FFN width (0: none): one FFN of that width computes
+        their sum, as Megatron-Core's SharedExpertMLP does."""
+        return self.shared_experts * (self.shared_ffn_hidden_size or
+                                      self.expert_ffn(dense_ffn))
+
+    def normalized(self) -> bool:
+        """Whether the chosen experts' weights are renormalised."""
+        return self.top_k > 1 if self.normalize_top_k is None else self.normalize_top_k
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether layer `layer` (from 0) has experts: after the first_dense layers, every
+        every-th layer, the last of each group (GShard's 1, 3, 5, ...)."""
+        return layer >= self.first_dense and (layer - self.first_dense + 1) % self.every == 0
 
 
 class ModelConfig(_Closed):

@@ -158,7 +158,13 @@ class ParallelSpec(_Closed):
     # devices stay data * tensor * pipeline.
     expert: Degree = Field(default=1, description=(
         "Expert-parallel degree: data-parallel ranks splitting each MoE layer's experts (divides "
-        "data)."))
+        "data); with expert_tensor 1, the ranks of tensor x data splitting them (Megatron-Core "
+        "--expert-model-parallel-size)."))
+    expert_tensor: Degree | None = Field(default=None, description=(
+        "Tensor-parallel degree of the expert FFNs (Megatron-Core "
+        "--expert-tensor-parallel-size): null or tensor, each expert's FFN split over the "
+        "tensor-parallel ranks; 1, whole experts, the tensor-parallel ranks splitting the "
+        "experts as expert-parallel ranks do (expert a multiple of tensor)."))
     # Context parallel: the sequence of every sample split over this many devices, attention
     # exchanging key/value blocks around a ring (Megatron-LM --context-parallel-size;
     # simulator/graph/ops/ring_attention.py): devices are data * tensor * pipeline * context.
@@ -265,4 +271,17 @@ class ParallelSpec(_Closed):
         interleaved."""
         return self.pipeline * (self.virtual_stages if self.schedule == "interleaved_1f1b"
                                 else 1)
+
+    @property
+    def experts_tensor_split(self) -> bool:
+        """Whether the expert FFNs split their FFN dim over the tensor-parallel ranks
+        (expert tensor parallel = tensor), not their experts (expert tensor parallel 1)."""
+        return self.expert_tensor is None or self.expert_tensor == self.tensor
+
+    @property
+    def expert_axis(self) -> int:
+        """The data-parallel ranks splitting the experts (the `ep` mesh axis): `expert`, or
+        with expert tensor parallel 1 expert / tensor of them, the tensor-parallel ranks
+        making up the rest of Megatron-Core's expert-parallel group."""
+        return self.expert if self.experts_tensor_split else self.expert // self.tensor
 

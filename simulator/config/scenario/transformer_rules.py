@@ -37,8 +37,10 @@ def shape(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
     yield from must_divide("model.num_heads", m.num_heads, "model.hidden_size", m.hidden_size)
     if m.num_kv_heads is not None:
         yield from must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
-    if m.moe is None or m.layers % m.moe.every == 0:  # else `experts` names model.moe.every
-        yield from _stage_layers(m.layers, p, m.moe.every if m.moe else 1)
+    if m.moe is None or (m.layers - m.moe.first_dense) % m.moe.every == 0:  # else `experts`
+        # leading dense layers break the period: any split of layers (one block per kind)
+        yield from _stage_layers(m.layers, p, m.moe.every if m.moe and not m.moe.first_dense
+                                 else 1)
     if p.tensor_nd is not None and len(p.tensor_nd) == 3:
         return  # 3-D splits these dims x*y ways (`tensor_nd` checks them)
     yield from must_divide("parallel.tensor", p.tensor, "model.num_heads", m.num_heads)
@@ -97,16 +99,65 @@ def experts(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
     if moe.top_k > moe.experts:
         yield "model.moe.top_k", (f"{moe.top_k} must be at most model.moe.experts="
                                   f"{moe.experts}")
-    if m.layers % moe.every:
+    if moe.first_dense >= m.layers:
+        yield "model.moe.first_dense", (f"{moe.first_dense} must be less than model.layers="
+                                        f"{m.layers} (the layers after it hold the experts)")
+    elif moe.first_dense:
+        if (m.layers - moe.first_dense) % moe.every:
+            yield "model.moe.every", (
+                f"{moe.every} must divide the {m.layers - moe.first_dense} layers after "
+                f"model.moe.first_dense={moe.first_dense} (valid: "
+                f"{divisors(m.layers - moe.first_dense)})")
+    elif m.layers % moe.every:
         yield "model.moe.every", (f"{moe.every} must divide model.layers={m.layers} "
                                   f"(valid: {divisors(m.layers)})")
-    yield from must_divide("parallel.expert", p.expert, "parallel.data", p.data)
+    yield from _moe_widths(m, s)
+    yield from _expert_degrees(p)
     yield from must_divide("parallel.expert", p.expert, "model.moe.experts", moe.experts)
     if moe.imbalance != 1.0 and p.expert == 1:
         yield "model.moe.imbalance", (
             f"{moe.imbalance:g} needs parallel.expert > 1: on one expert-parallel rank every "
             f"device runs all experts on its own tokens, so no rank is busier than another "
             f"(allowed: 1.0)")
+
+
+def _expert_degrees(p: ParallelSpec) -> Iterator[Problem]:
+    """Expert parallel over data-parallel ranks; with expert tensor parallel 1 over the
+    tensor x data ranks, tensor-parallel ranks first (Megatron-Core's expert groups
+    etp-ep-edp fold tp x dp: initialize_model_parallel requires expert_tensor x expert to
+    divide tensor x data)."""
+    if p.expert_tensor is not None and p.expert_tensor not in (1, p.tensor):
+        yield "parallel.expert_tensor", (
+            f"{p.expert_tensor} is not simulated (allowed: 1, whole experts on the "
+            f"tensor-parallel ranks, or parallel.tensor={p.tensor}, each expert split as the "
+            f"dense FFN is)")
+    elif p.experts_tensor_split:
+        yield from must_divide("parallel.expert", p.expert, "parallel.data", p.data)
+    elif p.expert % p.tensor:
+        yield "parallel.expert", (
+            f"{p.expert} with parallel.expert_tensor=1 must be a multiple of parallel.tensor="
+            f"{p.tensor} (the tensor-parallel ranks are part of the expert-parallel group)")
+    else:
+        yield from must_divide("parallel.expert / parallel.tensor", p.expert // p.tensor,
+                               "parallel.data", p.data)
+
+
+def _moe_widths(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
+    """The routed and shared experts' widths split over the tensor-parallel ranks as the
+    dense FFN's does; shared experts' width needs shared experts."""
+    moe, t = m.moe, s.parallel.tensor
+    assert moe is not None
+    if s.parallel.tensor_nd is None:
+        if moe.ffn_hidden_size:
+            yield from must_divide("parallel.tensor", t, "model.moe.ffn_hidden_size",
+                                   moe.ffn_hidden_size)
+        if moe.shared_experts:
+            yield from must_divide("parallel.tensor", t, "model.moe.shared_experts * "
+                                   "shared_ffn_hidden_size", moe.shared_ffn(m.ffn))
+    if moe.shared_ffn_hidden_size and not moe.shared_experts:
+        yield "model.moe.shared_ffn_hidden_size", (
+            f"{moe.shared_ffn_hidden_size} needs model.moe.shared_experts >= 1 (there are no "
+            f"shared experts to size)")
 
 
 def context(m: TransformerModel, s: Scenario) -> Iterator[Problem]:

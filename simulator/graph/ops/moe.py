@@ -23,6 +23,14 @@ GShard's dense [S, E, C] one-hot tensors, whose size grows with seq^2:
 Gate weights: the softmax probability of the chosen expert for top-1 (Switch eq. 2), the
 probabilities of the k chosen experts renormalised to sum to 1 for k >= 2 (GShard
 Algorithm 1 line 7; Mixtral's softmax over the top-k logits). The route carries no gradient.
+Attributes change that: `score: sigmoid` takes each expert's sigmoid in place of the
+softmax (DeepSeek-V3, arXiv:2412.19437, Sec. 2.1.2 eqs. 13-15: s = sigmoid(u e_i), the
+chosen scores divided by their sum; Megatron-Core --moe-router-score-function sigmoid),
+`normalize` says whether the chosen scores are renormalised (default: when k >= 2; Hugging
+Face's norm_topk_prob) and `scale` multiplies the weights (DeepSeek-V3's
+routed_scaling_factor; Megatron-Core --moe-router-topk-scaling-factor). Both score
+functions are monotone, so the route (the top-k logits) is the same either way; DeepSeek-
+V3's load-balancing bias, which shifts only the choice (eq. 16), is not modelled.
 
 Sharding: the routing ops split only the batch (a group is one sample); dispatch splits any
 output dim (a device fills only its own experts' or slots' block) and sums over tokens
@@ -112,33 +120,57 @@ register(OpFamily(
     saves=()))
 
 
-def _probs(logits: np.ndarray, route: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(q [b, s, E], chosen [b, s, k]): q is the softmax for top-1, and for k >= 2 the
-    softmax restricted to the chosen experts (0 elsewhere), so that a chosen expert's weight
-    is q at its index."""
+def _normalized(attrs: dict[str, Any], k: int) -> bool:
+    return bool(attrs.get("normalize", k > 1))
+
+
+def _probs(logits: np.ndarray, route: np.ndarray, attrs: dict[str, Any]
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(q [b, s, E], chosen [b, s, k], s [b, s, E]): s the scores (softmax over the experts,
+    or each one's sigmoid), q the weights a chosen expert takes at its index: s, or with
+    `normalize` s restricted to the chosen experts and renormalised (a softmax over the
+    chosen logits)."""
     chosen = route[..., 0].astype(np.int64)
-    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    if chosen.shape[-1] > 1:
-        mask = np.zeros(logits.shape, dtype=bool)
-        np.put_along_axis(mask, chosen, True, axis=-1)
-        z = np.where(mask, z, 0.0)
-    return z / z.sum(axis=-1, keepdims=True), chosen
+    if attrs.get("score", "softmax") == "sigmoid":
+        z = 0.5 * (1.0 + np.tanh(0.5 * logits))  # sigmoid, without exp overflow
+        scores = z
+    else:
+        z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        scores = z / z.sum(axis=-1, keepdims=True)
+    if not _normalized(attrs, chosen.shape[-1]):
+        return scores, chosen, scores
+    mask = np.zeros(logits.shape, dtype=bool)
+    np.put_along_axis(mask, chosen, True, axis=-1)
+    z = np.where(mask, z, 0.0)
+    return z / z.sum(axis=-1, keepdims=True), chosen, scores
 
 
-def gate_weights(logits: np.ndarray, route: np.ndarray) -> np.ndarray:
+def gate_weights(logits: np.ndarray, route: np.ndarray,
+                 attrs: dict[str, Any] | None = None) -> np.ndarray:
     """[b, s, k]: each choice's combine weight, 0 where the token was dropped."""
-    q, chosen = _probs(logits, route)
-    return np.take_along_axis(q, chosen, axis=-1) * (route[..., 1] >= 0)
+    attrs = attrs or {}
+    q, chosen, _ = _probs(logits, route, attrs)
+    kept = route[..., 1] >= 0
+    return np.take_along_axis(q, chosen, axis=-1) * kept * float(attrs.get("scale", 1.0))
 
 
 def _gate_vjp(xs, y, dy, attrs, ctx):
-    """dL/dlogits = q * (G - <q, G>), G the weight gradients scattered to their experts
-    (the softmax Jacobian; restricted to the chosen experts for k >= 2)."""
+    """dL/dlogits from G, the weight gradients (times the scale) scattered to their experts:
+    q * (G - <q, G>) for softmax scores (the softmax Jacobian; over the chosen experts when
+    normalised); for sigmoid scores s(1 - s) times G, or normalised (q = s / S over the
+    chosen) s(1 - s) (G - <q, G>) / S."""
     logits, route = xs
-    q, chosen = _probs(logits, route)
+    q, chosen, s = _probs(logits, route, attrs)
     g = np.zeros_like(logits)
-    np.put_along_axis(g, chosen, dy * (route[..., 1] >= 0), axis=-1)
-    return [q * (g - (q * g).sum(axis=-1, keepdims=True)), None]
+    scale = float(attrs.get("scale", 1.0))
+    np.put_along_axis(g, chosen, scale * dy * (route[..., 1] >= 0), axis=-1)
+    if attrs.get("score", "softmax") != "sigmoid":
+        return [q * (g - (q * g).sum(axis=-1, keepdims=True)), None]
+    if not _normalized(attrs, chosen.shape[-1]):
+        return [s * (1.0 - s) * g, None]
+    total = np.take_along_axis(s, chosen, axis=-1).sum(axis=-1, keepdims=True)
+    dq = (g - (q * g).sum(axis=-1, keepdims=True)) / total * (q > 0)  # the chosen only
+    return [s * (1.0 - s) * dq, None]
 
 
 def _gate_infer(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
@@ -153,7 +185,7 @@ register(OpFamily(
     "MoeGateWeights", (2, 2), _gate_infer,
     lambda s, a: LabelView((("b", "s", "e"), ("b", "s", "k", "t")), ("b", "s", "k"),
                            fixed=frozenset({"e", "k", "t"})),
-    lambda xs, a, c: gate_weights(xs[0], xs[1]), _gate_vjp,
+    lambda xs, a, c: gate_weights(xs[0], xs[1], a), _gate_vjp,
     lambda s, o, a: 5.0 * math.prod(s[0]), kind="softmax", differentiable=(True, False),
     sample=_sampler(1, lambda s, a: s[0][2], lambda s, a: max(1, s[1][1] // 2))))
 
