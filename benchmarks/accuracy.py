@@ -10,7 +10,8 @@ seconds per iteration, `target_iteration_time_s`, is the source's TFLOP/s/GPU co
 source's own FLOP count (each case file's header says how). This script simulates each run
 in-process with `simulate()` and prints, per run, the prediction, the target, the signed error
 `100 * (predicted / target - 1)`, and the model's MFU; then the mean absolute percentage error
-(MAPE) and the worst run, and the MAPE per framework and per hardware profile; whether the
+(MAPE) and the worst run, and the MAPE per framework and per hardware profile and per class of
+issue 24 (runs under 1 s, Blackwell, FSDP / ZeRO-3, MoE; each with its runs); whether the
 run fits in device memory (every published run ran, so each should) and the simulated peak.
 It measures and never asserts: the exit status is always 0.
 
@@ -30,7 +31,7 @@ import json
 import math
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TextIO
@@ -46,7 +47,7 @@ from simulator.report.uncertainty import (
 )
 
 __all__ = ["Row", "error_pct", "mape", "header_target", "csv_targets", "evaluate", "evaluate_all",
-           "intervals", "coverage_summary", "main"]
+           "intervals", "coverage_summary", "classes", "CLASSES", "main"]
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "scenarios" / "validation"
@@ -78,6 +79,7 @@ class Row:
     peak_gib: float = 0.0
     model: str = "transformer"
     regime: str = ""  # simulator.report.uncertainty.regime_tags joined by '+'
+    optimizer_shard: int = 0  # parallel.optimizer_shard (3: FSDP / ZeRO-3)
 
     def measured(self) -> Measured:
         """This run as a row of the uncertainty table."""
@@ -154,13 +156,53 @@ def evaluate(path: Path, table: dict[tuple[str, str, int], float]) -> Row:
     return Row(path.stem, scenario.hardware, scenario.devices, p.tensor, p.pipeline,  # type: ignore
                p.data, predicted, target, error_pct(predicted, target), mfu, fw,
                bool(peak <= result.capacity_bytes), peak / 2**30,  # type: ignore[attr-defined]
-               family, "+".join(regime))
+               family, "+".join(regime), p.optimizer_shard)  # type: ignore[attr-defined]
 
 
 def evaluate_all(dirs: Sequence[Path] = (DEFAULT_DIR, CALIBRATION_DIR),
                  table: dict[tuple[str, str, int], float] | None = None) -> list[Row]:
     """`evaluate` of every case file in `dirs`, in folder then name order."""
     return [evaluate(p, table or {}) for d in dirs for p in sorted(d.glob("*.yaml"))]
+
+
+# issue 24's classes, each to be within CLASS_TARGET_PCT (MAPE): the run's measured time
+# under 1 s (small work), Blackwell hardware, sharded parameters (FSDP / ZeRO-3), MoE
+CLASS_TARGET_PCT = 10.0
+CLASSES: dict[str, Callable[[Row], bool]] = {
+    "runs under 1 s": lambda r: r.target_s < 1.0,
+    "B200/GB200 (Blackwell)": lambda r: r.hardware.split("-")[0] in {"b200", "gb200", "b300",
+                                                                       "gb300"},
+    "FSDP / ZeRO-3": lambda r: r.optimizer_shard >= 3,
+    "MoE": lambda r: "moe" in r.regime.split("+"),
+}
+
+
+def classes(rows: Sequence[Row]) -> dict[str, dict[str, object]]:
+    """Per class of CLASSES: its runs, MAPE, worst signed error and whether the MAPE is
+    within CLASS_TARGET_PCT (None when the class has no run)."""
+    out: dict[str, dict[str, object]] = {}
+    for name, member in CLASSES.items():
+        part = [r for r in rows if member(r)]
+        worst = max(part, key=lambda r: abs(r.error_pct)) if part else None
+        m = mape(r.error_pct for r in part)
+        out[name] = {"runs": [r.run for r in part], "mape_pct": m,
+                     "worst_pct": worst.error_pct if worst else None,
+                     "worst_run": worst.run if worst else None,
+                     "within_target": (m <= CLASS_TARGET_PCT) if part else None}
+    return out
+
+
+def _print_classes(rows: Sequence[Row], out: TextIO) -> None:
+    print(f"per class (target: MAPE within {CLASS_TARGET_PCT:.0f}% each):", file=out)
+    for name, c in classes(rows).items():
+        runs: list[str] = c["runs"]  # type: ignore[assignment]
+        if not runs:
+            print(f"  {name}: no published run bundled", file=out)
+            continue
+        print(f"  {name}: MAPE {c['mape_pct']:.1f}% over {len(runs)} runs, worst "
+              f"{c['worst_pct']:+.1f}% ({c['worst_run']}); "
+              f"{'within' if c['within_target'] else 'NOT within'} target", file=out)
+        print(f"    {', '.join(runs)}", file=out)
 
 
 def _groups(rows: Sequence[Row], key: str) -> dict[str, list[float]]:
@@ -223,6 +265,7 @@ def _print(rows: Sequence[Row], out: TextIO | None = None) -> None:
         print(f"per {key}:", file=out)
         for name, part in _groups(rows, key).items():
             print(f"  {name}: MAPE {mape(part):.1f}% over {len(part)} runs", file=out)
+    _print_classes(rows, out)
     _print_coverage(rows, out)
 
 
@@ -258,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                     _groups(rows, "framework").items()},
                           "mape_pct_by_hardware": {k: mape(v) for k, v in
                                                    _groups(rows, "hardware").items()},
+                          "classes": classes(rows),
                           "not_fitting": [r.run for r in rows if not r.fits],
                           "interval_coverage": coverage_summary(rows),
                           "worst": asdict(worst) if worst else None,

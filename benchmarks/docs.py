@@ -135,7 +135,9 @@ class _Runner:
 
 
 def run_command(command: str, cwd: Path) -> tuple[int, str, str]:
-    """(exit status, stdout and stderr, stdout) of `shardsim ARGS` run in-process in `cwd`."""
+    """(exit status, stdout and stderr, stdout) of `shardsim ARGS` run in-process in `cwd`,
+    with the late progress lines off: they say how fast this machine is, not what the
+    command prints (`cli.progress`)."""
     from typer.testing import CliRunner
 
     from simulator.cli import app
@@ -146,7 +148,8 @@ def run_command(command: str, cwd: Path) -> tuple[int, str, str]:
     old = Path.cwd()
     os.chdir(cwd)
     try:
-        result = CliRunner().invoke(app, args, prog_name="shardsim")
+        result = CliRunner().invoke(app, args, prog_name="shardsim",
+                                    env={"SHARDSIM_PROGRESS_AFTER_S": "1e9"})
     finally:
         os.chdir(old)
     return result.exit_code, result.output, result.stdout

@@ -139,3 +139,27 @@ def test_default_reads_the_validation_and_the_calibration_runs(tmp_path: Path, c
     assert sorted(p.name for p in (REPO / "scenarios" / "calibration").glob("*.yaml")) == [
         "nemo-h100-gpt3-175b-128g.yaml", "nemo-h100-gpt3-175b-2048g.yaml",
         "nemo-h100-nemotron4-15b-16g.yaml", "nemo-h100-nemotron4-15b-2048g.yaml"]
+
+
+def _row(run: str, target_s: float, error: float, hardware: str = "h100-sxm",
+         shard: int = 1, regime: str = "") -> accuracy.Row:
+    predicted = target_s * (1 + error / 100)
+    return accuracy.Row(run, hardware, 8, 1, 1, 8, predicted, target_s, error, 0.4,
+                        "nemo", regime=regime, optimizer_shard=shard)
+
+
+def test_issue_24_classes_pick_their_runs_and_judge_their_mape() -> None:
+    rows = [_row("small-fast", 0.5, -20.0), _row("small-ok", 0.9, 4.0),
+            _row("gb200", 3.0, 6.0, hardware="gb200-nvl72"),
+            _row("fsdp", 5.0, -12.0, shard=3), _row("moe", 2.0, 9.0, regime="fp8+moe")]
+    c = accuracy.classes(rows)
+    assert c["runs under 1 s"]["runs"] == ["small-fast", "small-ok"]
+    assert c["runs under 1 s"]["mape_pct"] == pytest.approx(12.0)
+    assert c["runs under 1 s"]["worst_run"] == "small-fast"
+    assert c["runs under 1 s"]["within_target"] is False
+    assert c["B200/GB200 (Blackwell)"]["runs"] == ["gb200"]
+    assert c["B200/GB200 (Blackwell)"]["within_target"] is True
+    assert c["FSDP / ZeRO-3"]["runs"] == ["fsdp"]
+    assert c["MoE"]["runs"] == ["moe"] and c["MoE"]["worst_pct"] == pytest.approx(9.0)
+    empty = accuracy.classes(rows[:1])["MoE"]
+    assert empty["runs"] == [] and empty["within_target"] is None

@@ -72,8 +72,13 @@ VALUES: dict[str, list[str]] = {
                            "[{hardware: /etc/hostname, nodes: 1}]"],
     "model": ["{from_hf: llama-2-7b}", "{from_hf: mixtral-8x7b}", "{from_hf: nope}",
               "{from_hf: gpt2, seq_length: 0}", "{from_hf: 5}"],
+    "model.hybrid_pattern": ["M*-M", "MM", "M*E-", "''", "null", "'*-*-'", "5"],
+    "model.mamba": ["{state_size: 4, head_dim: 4, groups: 2}", "{groups: 0}", "{}",
+                    "{num_heads: 3, groups: 2}", "{expand: 100, head_dim: 1}", "null"],
+    "model.mamba.chunk_size": ["1", "1000000", "0"],
 }
 SCENARIOS = ["tiny-cpu", "moe-tiny-verify", "cp-tiny-verify", "tp2d-tiny-verify",
+             "hybrid-tiny-verify",
              "seed-a-weight-ops", "pipeline-graph-seed-c-8-cpu", "recompute-graph-seed-a-ops",
              "ps-gpt2-medium-16-a100", "mixed-a100-h100-pp2", "straggler-dp16-a100"]
 GRAPH_ATTRS = [{"recompute": "yes"}, {"recompute": True}, {"pipeline_stage": 5},

@@ -15,6 +15,7 @@ from simulator.config.resources import bundled_dir
 from simulator.config.scenario import parse_scenario
 from simulator.config.scenario.hf import load_hf, read_hf_config
 from simulator.errors import InputError
+from simulator.models.layers import layer_kinds
 from simulator.simulation.simulate import simulate
 
 # (total, activated) as published, and the digits they are published to
@@ -143,3 +144,17 @@ def test_model_flops_per_token_follow_megatron_formula(moe, flops_args, override
     args = {"dense_layers": 0, **flops_args}
     want = _megatron_flops_per_token(4096, 32, 32, 8, 4096, 32000, 14336, **args)
     assert got / tokens == pytest.approx(want, rel=1e-9)
+
+
+def test_deepseek_v3_experts_map_to_model_moe():
+    """DeepSeek-V3's config (n_shared_experts 1, moe_intermediate_size 2048,
+    first_k_dense_replace 3, scoring_func sigmoid, norm_topk_prob, routed_scaling_factor 2.5,
+    n_group 8, topk_group 4) as model.moe; its 3 dense + 58 MoE layers as layer kinds."""
+    m = parse_scenario({"hardware": "h800-sxm", "model": {"from_hf": "deepseek-v3",
+                                                          "seq_length": 4096}}, "s").model
+    moe = m.moe
+    assert (moe.experts, moe.top_k, moe.ffn_hidden_size, moe.shared_experts, moe.first_dense,
+            moe.score, moe.normalized(), moe.scaling_factor, moe.groups, moe.group_top_k) == \
+        (256, 8, 2048, 1, 3, "sigmoid", True, 2.5, 8, 4)
+    assert m.ffn == 18432
+    assert [k.ffn for k in layer_kinds(m)] == ["dense"] * 3 + ["moe"] * 58

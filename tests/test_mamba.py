@@ -339,3 +339,51 @@ def test_nemotron_h_8b_flops_per_token_follow_megatrons_hybrid_formula():
     assert abs(ours - published) / published < 0.02
     # per token, forward and backward: about 6 x 8.1e9 parameters' worth plus attention
     assert 3 * ours / s == pytest.approx(6 * 8.1e9, rel=0.1)
+
+
+# ---- the bundled scenarios ----------------------------------------------------------------
+
+
+def _bundled(name: str):
+    import yaml
+
+    from simulator.config.resources import resolve_yaml
+
+    path = resolve_yaml(name, "scenarios")
+    return parse_scenario(yaml.safe_load(path.read_text()), str(path), [])
+
+
+def test_the_bundled_tiny_hybrid_verifies_its_mamba_layers():
+    from simulator.simulation.verify import verify_scenario
+
+    result = verify_scenario(_bundled("hybrid-tiny-verify"))
+    assert result.ok, [c for c in result.checks if not c.ok]
+    checked = {c.tensor for c in result.checks}
+    assert {"l0.scan", "l3.scan", "l1.proj", "l2.fc2", "l3.ssm.A_log.grad"} <= checked
+
+
+def test_nemotron_h_56b_on_32_h100_fits_and_verifies_on_its_pipeline():
+    """Tensor 8, pipeline 2, data 2: verify shrinks it to one Mamba, MLP, attention and
+    Mamba layer (two on each stage's own 16 devices) and proves it; run fits 80 GB and
+    counts its 56.3B parameters' FLOPs (6 per parameter per token, plus attention)."""
+    from simulator.config.hardware import load_profile
+    from simulator.simulation.simulate import simulate
+    from simulator.simulation.verify import verify_scenario
+
+    s = _bundled("nemotron-h-56b-32-h100")
+    result = verify_scenario(s)
+    assert result.ok, [c for c in result.checks if not c.ok]
+    assert {"l0.scan", "l3.scan"} <= {c.tensor for c in result.checks}
+    assert any("pipeline=2" in n for n in result.notes)
+    run = simulate(s, load_profile(s.hardware))
+    assert run.memory.peak_bytes <= run.capacity_bytes
+    tokens = 768 * 8192
+    assert run.model_flops / tokens == pytest.approx(6 * 56.32e9, rel=0.05)
+
+
+def test_a_vision_transformer_refuses_a_hybrid_pattern():
+    s = _bundled("vit-base-16-8-a100")
+    with pytest.raises(InputError, match="model.hybrid_pattern: hybrid layers are simulated "
+                                         "in a GPT-style decoder"):
+        parse_scenario(s.model_dump(mode="json", exclude_none=True) | {"name": "v"},
+                       "v.yaml", ["model.hybrid_pattern=M-M-M-M-M-M-"])

@@ -360,9 +360,11 @@ def test_the_simulated_mla_layer_has_deepseek_v3s_attention_parameters():
 
 def test_from_hf_reads_mla_and_mtp_and_refuses_what_it_cannot_express(tmp_path):
     cfg = json.loads((bundled_dir("scenarios") / "models" / "deepseek-v3.json").read_text())
-    with pytest.raises(InputError, match="model.from_hf: the config's n_shared_experts is 1: "
-                                         "shared experts are not simulated yet"):
-        parse_scenario({"hardware": "h100-sxm", "model": {"from_hf": "deepseek-v3"}}, "s")
+    with pytest.raises(InputError, match="model.from_hf: the config's moe_layer_freq is 2: "
+                                         "a layer frequency are not simulated yet"):
+        bad = tmp_path / "freq.json"
+        bad.write_text(json.dumps({**cfg, "moe_layer_freq": 2}))
+        parse_scenario({"hardware": "h100-sxm", "model": {"from_hf": str(bad)}}, "s")
     cfg.update(n_routed_experts=None, num_hidden_layers=4)  # its dense layers alone
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     s = parse_scenario({"hardware": "h100-sxm", "model": {

@@ -150,8 +150,10 @@ def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
     fe = d.expert_ffn or d.ffn
     wg = g.tensor(f"{p}.router.w", [d.hidden, d.experts], "parameter")
     logits = g.op("Einsum", [a, wg], f"{p}.router", equation="bsh,he->bse", kernel="router")
+    groups: dict[str, Any] = {} if d.route_groups <= 1 else {
+        "groups": d.route_groups, "top_groups": d.route_top_groups, "score": d.score}
     route = g.op("MoeRoute", [logits], f"{p}.route", top_k=d.top_k, capacity=d.capacity,
-                 kernel="moe_route")
+                 kernel="moe_route", **groups)
     gates = g.op("MoeGateWeights", [logits, route], f"{p}.gate", kernel="moe_route",
                  **_gate_attrs(d))
     xe = g.op("MoeDispatch", [route, a], f"{p}.dispatch", experts=d.experts,

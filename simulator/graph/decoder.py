@@ -73,6 +73,10 @@ class GptDims:
     score: str = "softmax"
     normalize: bool | None = None
     route_scale: float = 1.0
+    # group-limited routing (DeepSeek-V3): the experts in `route_groups` groups, each
+    # token's top_k chosen among its `route_top_groups` best groups (1 group: none)
+    route_groups: int = 1
+    route_top_groups: int = 1
     # the expert FFNs split their FFN dim on the tensor-parallel axis (Megatron-Core's expert
     # tensor parallel size = tensor); false: their expert dim (expert tensor parallel 1)
     expert_tp: bool = True

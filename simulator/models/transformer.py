@@ -44,9 +44,10 @@ def staged_pipeline(s: Scenario) -> bool:
 
 def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
     """Layers a shrunk model keeps: 2 or one of each distinct layer kind, or when the
-    pipeline stages run on devices of their own one group of its layer plan (one MoE
-    period) per virtual stage, or the shrunk `parallel.pipeline_layers`
-    (`models.layers.shrunk_split`: an uneven split stays uneven)."""
+    pipeline stages run on devices of their own that rounded up to whole groups of its
+    layer plan (one MoE period) on every virtual stage (a 3-kind hybrid on 2 stages: 4
+    layers), or the shrunk `parallel.pipeline_layers` (`models.layers.shrunk_split`: an
+    uneven split stays uneven)."""
     kinds = layer_kinds(m)
     least = min(m.layers, max(2, len(set(kinds))))
     if not staged_pipeline(s):
@@ -56,7 +57,8 @@ def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
     if p.pipeline_layers is not None:
         return max(least, sum(shrunk_split(p.pipeline_layers, unit)))
     chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    return max(least, chunks * unit)
+    step = chunks * unit  # every virtual stage the same whole groups
+    return -(-least // step) * step
 
 
 def _fits(m: TransformerModel, s: Scenario) -> bool:
@@ -84,10 +86,25 @@ def _small_moe(dims: GptDims, m: TransformerModel, s: Scenario) -> tuple[GptDims
         "every": min(moe.every, dims.layers),
         "ffn_hidden_size": half if moe.ffn_hidden_size else None,
         "shared_ffn_hidden_size": half if moe.shared_ffn_hidden_size else None,
-        "shared_experts": min(moe.shared_experts, 2)})
+        "shared_experts": min(moe.shared_experts, 2), **_small_groups(moe, experts)})
     dims = with_moe(dims, small, exact=True)
     return dims, (f" experts={dims.experts} top_k={dims.top_k} capacity={dims.capacity} "
                   f"every={dims.moe_every}")
+
+
+def _small_groups(moe, experts: int) -> dict[str, int]:
+    """Group-limited routing of a shrunk model's `experts`: as many groups as divide them
+    in groups of 2 or more, up to the model's, the same number of best groups where they
+    hold top_k experts (else every group)."""
+    if moe.groups <= 1:
+        return {}
+    groups = min(moe.groups, experts // 2)
+    while experts % groups:
+        groups -= 1
+    top = min(moe.group_top_k, groups)
+    if top * (experts // groups) < min(moe.top_k, experts):
+        top = groups
+    return {"groups": groups, "group_top_k": top}
 
 
 def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, list[str]]:

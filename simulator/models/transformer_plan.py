@@ -341,4 +341,5 @@ def with_moe(dims: GptDims, moe: MoeSpec | None, exact: bool = False) -> GptDims
     return dataclasses.replace(
         dims, experts=moe.experts, top_k=moe.top_k, capacity=capacity, moe_every=moe.every,
         expert_ffn=moe.expert_ffn(dims.ffn), shared_ffn=moe.shared_ffn(dims.ffn),
-        score=moe.score, normalize=moe.normalized(), route_scale=moe.scaling_factor)
+        score=moe.score, normalize=moe.normalized(), route_scale=moe.scaling_factor,
+        route_groups=moe.groups, route_top_groups=moe.group_top_k)

@@ -14,7 +14,7 @@ parallelism each device runs experts/ep experts on ep times the tokens, the same
 from __future__ import annotations
 
 from simulator.config.scenario.schema import Scenario
-from simulator.program.program import Program, compute_ops, total_flops
+from simulator.program.program import Block, Program, compute_ops, total_flops
 
 __all__ = ["iteration_flops"]
 
@@ -29,18 +29,30 @@ def _matrix(ops: tuple, expert_fill: float = 1.0) -> float:
     return total - (1.0 - expert_fill) * experts
 
 
+def _replicated(block: Block) -> float:
+    """FLOPs of the block's kernels every tensor-parallel rank runs whole (forward and
+    backward: `Block.tp_replicated`)."""
+    return sum(op.flops for op in compute_ops(block.fwd + block.bwd)
+               if op.kind == "gemm" and op.name.split(".")[0] in block.tp_replicated)
+
+
 def iteration_flops(scenario: Scenario, prog: Program) -> tuple[float, float]:
     """(model FLOPs, hardware FLOPs) of one iteration over the global batch, of a
-    transformer's program (its embedding, repeated layer and head)."""
+    transformer's program (its embedding, repeated layer and head). A kernel every
+    tensor-parallel rank runs whole counts once in the model FLOPs, on every rank in the
+    hardware FLOPs."""
     t = scenario.parallel.tensor * scenario.parallel.context  # cp splits every token
+    once = 1.0 - 1.0 / scenario.parallel.tensor  # the share of t too many for those
     embed, head = prog.block("embed"), prog.block("head")
     replicas = scenario.grad_accum_steps * scenario.parallel.data  # micro-batches per step
     ends = _matrix(embed.fwd + embed.bwd + head.fwd + head.bwd)
+    extra = once * (_replicated(embed) + _replicated(head))
     # the program's expert kernels are the busiest rank's, `expert_load` times the mean
     mean = 1.0 / prog.expert_load
     model = executed = 0.0
     for layer in prog.cut():
         ops = layer.fwd + layer.bwd
-        model += layer.repeat * _matrix(ops, prog.expert_slot_fill * mean)
+        model += layer.repeat * (_matrix(ops, prog.expert_slot_fill * mean)
+                                 - once * _replicated(layer))
         executed += layer.repeat * _matrix(ops + layer.recompute, mean)
-    return t * replicas * (model + ends), t * replicas * (executed + ends)
+    return t * replicas * (model + ends - extra), t * replicas * (executed + ends)

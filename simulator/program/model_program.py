@@ -51,6 +51,7 @@ from simulator.program import comm_options
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.program.program import Block, Op, Program, coalesce
 from simulator.program.recompute_policy import sac_cached_bytes, sac_recompute
+from simulator.program.replicated import tp_replicated_kernels
 from simulator.program.stack_ops import (
     fused_cross_entropy,
     grouped_gemms,
@@ -301,6 +302,14 @@ def _layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
     return recompute, per_layer, boundary
 
 
+
+def _ce_transient(software: Software, tensor: int) -> float:
+    """Bytes per logit the loss's backward allocates beyond its saved set: the stack's
+    vocabulary-parallel figure when the logits are split over tensor ranks and it states
+    one, else its plain figure (`CrossEntropy` of the framework profile)."""
+    vp = software.ce_vp_backward_transient_bytes_per_logit
+    return vp if tensor > 1 and vp else software.ce_backward_transient_bytes_per_logit
+
 def _derive(scenario: Scenario, software: Software, compute_units: int,
             fp8: Fp8Recipe | None) -> Program:
     """One device's work for one micro-batch of `scenario` (a transformer model), derived
@@ -346,7 +355,8 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
             Block("embed", fwd["embed"], bwd["embed"], pinned="first", layers=0,
                   params=embed_params, unsharded=small_params(plan, embed.select, small),
                   grad_sync=coalesce(_sync(plan, steps, embed.select), "grad_sync"),
-                  saved_bytes=sv.total(embed.select)),
+                  saved_bytes=sv.total(embed.select),
+                  tp_replicated=tp_replicated_kernels(plan, embed.select)),
             *(replace(layer_blocks[i], repeat=n) for i, n in lp.runs),
             Block("head", fwd["head"], bwd["head"], pinned="last", layers=0,
                   params=head_params, tied_params=output_params,
@@ -354,7 +364,8 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
                   grad_sync=coalesce(_sync(plan, steps, head.select, embed.select),
                                       "grad_sync"),
                   saved_bytes=head_saved,
-                  transient_bytes=software.ce_backward_transient_bytes_per_logit * logits)),
+                  transient_bytes=_ce_transient(software, p.tensor) * logits,
+                  tp_replicated=tp_replicated_kernels(plan, head.select))),
         dtype=dtype,
         grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
         tp_overlap=tpo, expert_slot_fill=slot_fill(dims), expert_load=imbalance,
@@ -380,4 +391,5 @@ def _group(scenario: Scenario, software: Software, plan: ShardingPlan, dims: Gpt
                  # backward: what the re-run makes beyond what it keeps
                  working_bytes=sv.total(block.select) - per_layer if rc else 0.0,
                  recomputes=rc, send_fwd_bytes=float(boundary),
-                 send_bwd_bytes=float(boundary))
+                 send_bwd_bytes=float(boundary),
+                 tp_replicated=tp_replicated_kernels(plan, block.select))

@@ -96,6 +96,10 @@ class Block:
     send_fwd_bytes: float = 0.0
     send_bwd_bytes: float = 0.0
     ops: tuple[str, ...] = ()
+    # kernels every tensor-parallel rank runs whole (replicated GEMMs: MLA's down-
+    # projections without sequence parallel, Megatron-Core's duplicated TELinear): their
+    # model FLOPs are counted once, not per rank (`program.flops`)
+    tp_replicated: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

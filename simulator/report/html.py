@@ -29,7 +29,7 @@ from typing import Any
 
 from simulator.report.interactive import EXTRA, plotly_js, sweep_figure
 from simulator.report.run_config import config_lines
-from simulator.report.summary import error_bar, pace_rows
+from simulator.report.summary import allocator_view, error_bar, pace_rows
 
 __all__ = ["run_page", "sweep_page", "FIGURES"]
 
@@ -143,6 +143,7 @@ def _summary_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
             ("MFU / HFU", f"{s['mfu']:.1%} / {s['hfu']:.1%}"),
             ("memory peak", f"{_gb(mem['peak_bytes'])} of {_gb(mem['capacity_bytes'])} "
                             f"({fits})"),
+            ("allocator view", _esc(allocator_view(mem))),
             ("communication", f"{_gb(s['communication']['bytes_per_device'])} per device"),
             *((k, _esc(v)) for k, v in pace_rows(s)),
             ("simulation", f"{s['simulation']['events']} events"),

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from simulator.report.allocator import reserved_line_bytes
 from simulator.report.lanes import timeline_lanes
 from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES, memory_timeline
 
@@ -147,6 +148,12 @@ def memory_figure(result: Any) -> dict[str, Any]:
                      "hovertemplate": "capacity: %{y:.4g} GB<extra></extra>"})
     else:
         title += " (the capacity is off the scale)"
+    reserved = reserved_line_bytes(result)
+    if reserved is not None:
+        data.append({"type": "scatter", "mode": "lines", "name": "reserved at the peak",
+                     "x": [0, end], "y": [_r(reserved / 1e9)] * 2,
+                     "line": {"dash": "dot", "color": "#666", "width": 1},
+                     "hovertemplate": "reserved at the peak: %{y:.4g} GB<extra></extra>"})
     layout = _layout(title, height=420, hovermode="x unified", hoverdistance=-1,
                      xaxis={"title": {"text": "time (s)"}, "range": [0, end]},
                      yaxis={"title": {"text": "GB"}, "rangemode": "tozero"})

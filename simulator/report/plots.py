@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from simulator.report.allocator import reserved_line_bytes
 from simulator.report.interactive import PHASE_COLORS
 from simulator.report.lanes import timeline_lanes
 from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES, memory_timeline
@@ -80,6 +81,9 @@ def plot_memory(result: Any, path: Path) -> None:
     ys = [[s[c] / 1e9 for s in states] for c in CATEGORIES]
     ax.stackplot(times, ys, labels=list(CATEGORIES), step="post")
     ax.axhline(result.capacity_bytes / 1e9, color="k", linestyle="--", label="capacity")
+    reserved = reserved_line_bytes(result)
+    if reserved is not None:
+        ax.axhline(reserved / 1e9, color="0.4", linestyle=":", label="reserved at the peak")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("GB")
     ax.set_title(f"memory of device {device}: peak {result.memory.peak_bytes / 1e9:.2f} GB",

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.report.allocator import result_reserved
 from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES
 from simulator.report.run_config import config_lines, run_config
 from simulator.report.uncertainty import result_band
 
-__all__ = ["summary", "format_table", "error_bar"]
+__all__ = ["summary", "format_table", "error_bar", "allocator_view"]
 
 
 def _memory(result: Any) -> dict[str, Any]:
@@ -34,9 +35,10 @@ def _memory(result: Any) -> dict[str, Any]:
             # memory_overheads, lower.state.framework_overhead_bytes)
             "allocated_peak_bytes": int(round(peak.peak_bytes - overhead)),
             "framework_overhead_bytes": int(round(overhead)),
-            # max_memory_reserved adds the caching allocator's rounding and fragmentation:
-            # no public source states it as a rule yet, so it is not invented
-            "reserved_peak_bytes": None,
+            # max_memory_reserved: the segments PyTorch's caching allocator reserves for the
+            # tensors alive at the peak, its rounding only (report.allocator; fragmentation
+            # beyond it has no public rule); null for another allocator
+            "reserved_peak_bytes": result_reserved(result),
             # host memory of a node that offloaded states and parameters hold there, and
             # the node's host DRAM (hardware.host.memory_GB); `fits` needs both
             "host_peak_bytes": int(round(host)),
@@ -123,6 +125,14 @@ def pace_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def allocator_view(mem: dict[str, Any]) -> str:
+    """The peak as torch's counters would show it: allocated, reserved (where modelled)."""
+    reserved = mem.get("reserved_peak_bytes")
+    shown = (f"reserved {_gb(reserved)} (caching allocator rounding)" if reserved is not None
+             else "reserved not modelled for this allocator")
+    return f"allocated {_gb(mem['allocated_peak_bytes'])}, {shown}"
+
+
 def error_bar(u: dict[str, Any] | None) -> str:
     """The uncertainty of a summary in words: the interval, or why there is none."""
     if not u:
@@ -160,6 +170,7 @@ def format_table(s: dict[str, Any]) -> str:
     rows.append(("memory peak", f"{_gb(mem['peak_bytes'])} of {_gb(mem['capacity_bytes'])} "
                                 f"({verdict}; headroom {_gb(mem['headroom_bytes'])})"))
     rows += [(f"  {k}", _gb(v)) for k, v in mem["by_category_bytes"].items()]
+    rows.append(("allocator view", allocator_view(mem)))
     if mem.get("host_peak_bytes"):
         host_ok = mem["host_peak_bytes"] <= mem["host_capacity_bytes"]
         rows.append(("host memory", f"{_gb(mem['host_peak_bytes'])} of "

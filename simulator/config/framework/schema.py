@@ -95,6 +95,9 @@ class Software(_Closed):
     # bytes per logit the loss's backward allocates beyond what its forward saved
     # (`CrossEntropy.backward_transient_bytes_per_logit`; 0: not known)
     ce_backward_transient_bytes_per_logit: NonNegFloat = 0.0
+    # the same when the logits are split over tensor-parallel ranks (vocabulary-parallel
+    # loss; `CrossEntropy.vocab_parallel_backward_transient_bytes_per_logit`; 0: as above)
+    ce_vp_backward_transient_bytes_per_logit: NonNegFloat = 0.0
     # what `parallel.recompute: selective` recomputes (`ActivationRecompute.selective`;
     # program.recompute_policy)
     selective_recompute: Literal["attention_core", "every_second_mm"] = "attention_core"
@@ -214,6 +217,10 @@ class MemoryOverheads(_Closed):
     persistent_buffers: StrictStr
     workspace_bytes: NonNegInt | None
     workspace_source: StrictStr
+    # the device allocator whose reserve `reserved_peak_bytes` models (report.allocator):
+    # PyTorch's caching allocator, without or with expandable segments; null: another one
+    caching_allocator: Literal["pytorch", "pytorch_expandable"] | None = None
+    caching_allocator_source: StrictStr = ""
 
 
 class CrossEntropy(_Closed):
@@ -226,6 +233,10 @@ class CrossEntropy(_Closed):
     # bytes per logit of the stage's micro-batch (null: not found in a public source)
     backward_transient_bytes_per_logit: NonNegFloat | None = None
     backward_transient_source: StrictStr = ""
+    # the same for the vocabulary-parallel loss (logits split over tensor ranks), where the
+    # stack runs another implementation (null: as the plain figure)
+    vocab_parallel_backward_transient_bytes_per_logit: NonNegFloat | None = None
+    vocab_parallel_backward_transient_source: StrictStr = ""
 
 
 class ActivationRecompute(_Closed):
@@ -289,6 +300,8 @@ class FrameworkProfile(_Closed):
             fused_cross_entropy=bool(self.cross_entropy.fused),
             ce_backward_transient_bytes_per_logit=(
                 self.cross_entropy.backward_transient_bytes_per_logit or 0.0),
+            ce_vp_backward_transient_bytes_per_logit=(
+                self.cross_entropy.vocab_parallel_backward_transient_bytes_per_logit or 0.0),
             selective_recompute=self.activation_recompute.selective,
             unfused_passes=self.fused_kernels.unfused_passes,
             host_us_per_kernel=self.launch.host_us_per_kernel if self.launch else 0.0)

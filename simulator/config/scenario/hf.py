@@ -291,7 +291,9 @@ def _deepseek_v3(cfg: dict[str, Any], src: str) -> HfModel:
         vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", False)),
         experts=_count(cfg, "n_routed_experts", src),
         top_k=_count(cfg, "num_experts_per_tok", src),
-        max_positions=_get(cfg, "max_position_embeddings", src), deepseek=own)
+        max_positions=_get(cfg, "max_position_embeddings", src), deepseek=own,
+        expert_ffn=own.moe_ffn, shared_ffn=own.shared_experts * own.moe_ffn,
+        first_dense=own.first_dense, moe_every=own.moe_every, normalize=own.normalize)
 
 
 READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {

@@ -5,11 +5,16 @@ beyond a Llama's, which `hf.HfModel.deepseek` carries: multi-head latent attenti
 multi-token prediction (`model.mtp`: num_nextn_predict_layers modules), and the mixture of
 experts' own keys.
 
-What the simulated transformer cannot express yet is refused by its config key when the
-config is used as a scenario's model (`model_fields`): shared experts (n_shared_experts),
-an expert FFN width of its own (moe_intermediate_size), leading dense layers
-(first_k_dense_replace), a layer frequency (moe_layer_freq), sigmoid scores
-(scoring_func) and group-limited routing (n_group). `param_count` counts the real model
+Used as a scenario's model (`model_fields`), its experts become `model.moe`: their width
+(moe_intermediate_size as ffn_hidden_size), the shared experts (n_shared_experts, as wide),
+the leading dense layers (first_k_dense_replace as first_dense), the score function
+(scoring_func), the renormalisation and scale of the top-k weights (norm_topk_prob,
+routed_scaling_factor) and group-limited routing (n_group, topk_group as groups,
+group_top_k). What the simulated transformer cannot express is refused by its config key: a
+layer frequency (moe_layer_freq other than 1), another score function. The score-
+correction bias of `noaux_tc` shifts only which experts are chosen and is not modelled
+(the route may differ; the FLOPs and the balanced all-to-all bytes do not). `param_count`
+counts the real model
 all the same (DeepseekV3ForCausalLM's modules: the MLA projections and their norms, the
 dense and MoE FFNs, the router and its score-correction bias of `noaux_tc`), without the
 MTP modules, as the published 671B does; `active_params` counts the top-k routed experts
@@ -49,6 +54,9 @@ class DeepseekKeys:
     moe_every: int = 1
     scoring: str = "softmax"
     groups: int = 1
+    top_groups: int = 1
+    normalize: bool = False
+    scale: float = 1.0
     source: str = ""
 
     def attention_params(self, m: HfModel) -> int:
@@ -102,19 +110,37 @@ class DeepseekKeys:
                          "v_head_dim": self.v_head_dim}
         if self.mtp_depth:
             fields["mtp"] = {"depth": self.mtp_depth}
+        if m.experts > 1:
+            fields["moe"] = {**fields["moe"], **self._moe_fields(m)}
         return fields
+
+    def _moe_fields(self, m: HfModel) -> dict[str, Any]:
+        """The `model.moe` keys of DeepSeekMoE (DeepSeek-V3 Sec. 2.1.2): the routed experts'
+        width, the shared experts (as wide), the leading dense layers, the score function,
+        the renormalisation and scale of the top-k weights, group-limited routing."""
+        keys: dict[str, Any] = {"score": self.scoring, "normalize_top_k": self.normalize}
+        if self.moe_ffn and self.moe_ffn != m.ffn:
+            keys["ffn_hidden_size"] = self.moe_ffn
+        if self.shared_experts:
+            keys["shared_experts"] = self.shared_experts
+        if self.first_dense:
+            keys["first_dense"] = self.first_dense
+        if self.scale != 1.0:
+            keys["scaling_factor"] = self.scale
+        if self.groups > 1:
+            keys.update(groups=self.groups, group_top_k=self.top_groups)
+        return keys
 
     def _unexpressed(self, m: HfModel) -> list[str]:
         if m.experts <= 1:
             return []
-        checks = [
-            ("n_shared_experts", self.shared_experts, 0, "shared experts"),
-            ("moe_intermediate_size", self.moe_ffn, m.ffn,
-             "an expert FFN width apart from intermediate_size"),
-            ("first_k_dense_replace", self.first_dense, 0, "leading dense layers"),
-            ("moe_layer_freq", self.moe_every, 1, "a layer frequency"),
-            ("scoring_func", self.scoring, "softmax", "sigmoid router scores"),
-            ("n_group", self.groups, 1, "group-limited routing")]
+        # transformers' DeepseekV3 makes layer i sparse when i >= first_k_dense_replace and
+        # i % moe_layer_freq == 0, which model.moe.every (the last of each group) is not
+        checks: list[tuple[str, object, object, str]] = [
+            ("moe_layer_freq", self.moe_every, 1, "a layer frequency")]
+        if self.scoring not in ("softmax", "sigmoid"):
+            checks.append(("scoring_func", self.scoring, "softmax or sigmoid",
+                           "other score functions"))
         return [f"the config's {key} is {value!r}: {what} are not simulated yet (allowed: "
                 f"{ok!r})" for key, value, ok, what in checks if value != ok]
 
@@ -149,4 +175,24 @@ def deepseek_keys(cfg: dict[str, Any], src: str) -> DeepseekKeys:
         first_dense=_size(cfg, "first_k_dense_replace", src, 0, low=0),
         moe_every=_size(cfg, "moe_layer_freq", src, 1),
         scoring=str(cfg.get("scoring_func", "softmax")),
-        groups=_size(cfg, "n_group", src, 1), source=src)
+        groups=_size(cfg, "n_group", src, 1), top_groups=_size(cfg, "topk_group", src, 1),
+        normalize=_flag(cfg, "norm_topk_prob", src),
+        scale=_factor(cfg, "routed_scaling_factor", src), source=src)
+
+
+def _flag(cfg: dict[str, Any], key: str, src: str) -> bool:
+    """A boolean of the config (false when absent, as DeepseekV3Config's default)."""
+    value = cfg.get(key, False)
+    if not isinstance(value, bool):
+        raise InputError(src, _KEY, f"{key}: found {value!r}; expected true or false")
+    return value
+
+
+def _factor(cfg: dict[str, Any], key: str, src: str) -> float:
+    """A positive number of the config up to 1000 (1.0 when absent or null)."""
+    value = cfg.get(key)
+    if value is None:
+        return 1.0
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1000:
+        raise InputError(src, _KEY, f"{key}: found {value!r}; expected a number in (0, 1000]")
+    return float(value)

@@ -125,6 +125,11 @@ def hybrid_problems(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
             yield "model.mamba", ("is set, but no layer is a Mamba-2 mixer: give "
                                   "model.hybrid_pattern with 'M' layers, or remove model.mamba")
         return
+    if m.type != "transformer":
+        yield "model.hybrid_pattern", (
+            f"hybrid layers are simulated in a GPT-style decoder (model.type transformer), "
+            f"not in a model of type '{m.type}' (remove the key)")
+        return
     yield from _pattern(m)
     if has_mamba(m):
         yield from _shape(m, s)

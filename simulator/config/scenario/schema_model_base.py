@@ -89,6 +89,14 @@ class MoeSpec(_Closed):
         """Whether every token reaches its experts (no capacity factor)."""
         return self.capacity_factor is None
 
+    groups: Annotated[StrictInt, Field(ge=1, le=100_000)] = Field(default=1, description=(
+        "Group-limited routing (DeepSeek-V3 n_group; Megatron-Core --moe-router-num-groups): "
+        "the experts in this many groups, each token's experts chosen among its group_top_k "
+        "best groups (a group scored by the sum of its two best expert scores); 1: none."))
+    group_top_k: Annotated[StrictInt, Field(ge=1, le=100_000)] = Field(default=1, description=(
+        "Groups each token's experts are chosen from (DeepSeek-V3 topk_group; Megatron-Core "
+        "--moe-router-group-topk)."))
+
     def expert_ffn(self, dense_ffn: int) -> int:
         """Each routed expert's FFN width (the model's when not its own)."""
         return self.ffn_hidden_size or dense_ffn

@@ -154,6 +154,20 @@ def _moe_widths(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
         if moe.shared_experts:
             yield from must_divide("parallel.tensor", t, "model.moe.shared_experts * "
                                    "shared_ffn_hidden_size", moe.shared_ffn(m.ffn))
+    if moe.groups > 1:
+        per = moe.experts // moe.groups
+        if moe.experts % moe.groups or per < 2:
+            yield "model.moe.groups", (
+                f"{moe.groups} must split model.moe.experts={moe.experts} into groups of at "
+                f"least 2 (a group scores by its two best experts; valid: divisors of "
+                f"{moe.experts} up to {moe.experts // 2})")
+        elif not moe.group_top_k <= moe.groups or moe.group_top_k * per < moe.top_k:
+            yield "model.moe.group_top_k", (
+                f"{moe.group_top_k} must be at most model.moe.groups={moe.groups} and its "
+                f"groups must hold model.moe.top_k={moe.top_k} experts ({per} each)")
+    elif moe.group_top_k != 1:
+        yield "model.moe.group_top_k", (f"{moe.group_top_k} needs model.moe.groups > 1 "
+                                        f"(allowed without groups: 1)")
     if moe.shared_ffn_hidden_size and not moe.shared_experts:
         yield "model.moe.shared_ffn_hidden_size", (
             f"{moe.shared_ffn_hidden_size} needs model.moe.shared_experts >= 1 (there are no "

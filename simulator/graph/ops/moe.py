@@ -62,12 +62,36 @@ def _top_k(attrs: dict[str, Any]) -> int:
     return int(attrs.get("top_k", 1))
 
 
-def route_tokens(logits: np.ndarray, top_k: int, capacity: int) -> np.ndarray:
-    """[b, s, k, 2]: each token's k chosen experts (highest logits first; ties to the lower
-    index) and its slot there, -1 where the expert's `capacity` slots are already taken by
-    the sample's earlier tokens or earlier choices."""
+def _group_limited(logits: np.ndarray, score: str, groups: int, top_groups: int
+                   ) -> np.ndarray:
+    """The logits with the experts outside each token's `top_groups` best groups at -inf:
+    DeepSeek-V3's group-limited (node-limited) routing (arXiv:2412.19437 Sec. 2.1.2; its
+    config n_group, topk_group; transformers' DeepseekV3TopkRouter: a group's score is the
+    sum of its two highest expert scores; Megatron-Core --moe-router-num-groups,
+    --moe-router-group-topk)."""
     b, s, experts = logits.shape
-    order = np.argsort(-logits, axis=-1, kind="stable")[..., :top_k]
+    if score == "sigmoid":
+        scores = 0.5 * (1.0 + np.tanh(0.5 * logits))
+    else:
+        z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        scores = z / z.sum(axis=-1, keepdims=True)
+    per = experts // groups
+    best = np.sort(scores.reshape(b, s, groups, per), axis=-1)[..., -2:].sum(axis=-1)
+    keep = np.argsort(-best, axis=-1, kind="stable")[..., :top_groups]
+    mask = np.zeros((b, s, groups), dtype=bool)
+    np.put_along_axis(mask, keep, True, axis=-1)
+    return np.where(np.repeat(mask, per, axis=-1), logits, -np.inf)
+
+
+def route_tokens(logits: np.ndarray, top_k: int, capacity: int, score: str = "softmax",
+                 groups: int = 1, top_groups: int = 1) -> np.ndarray:
+    """[b, s, k, 2]: each token's k chosen experts (highest logits first; ties to the lower
+    index; with `groups` > 1 among the experts of its `top_groups` best groups) and its slot
+    there, -1 where the expert's `capacity` slots are already taken by the sample's earlier
+    tokens or earlier choices."""
+    b, s, experts = logits.shape
+    choice = logits if groups <= 1 else _group_limited(logits, score, groups, top_groups)
+    order = np.argsort(-choice, axis=-1, kind="stable")[..., :top_k]
     route = np.empty((b, s, top_k, 2), dtype=logits.dtype)
     route[..., 0] = order
     taken = np.zeros((b, 1, experts), dtype=np.int64)
@@ -103,6 +127,11 @@ def _route_infer(shapes: list[Shape], attrs: dict[str, Any]) -> Shape:
         raise OpError(f"MoeRoute takes logits [batch, seq, experts], got {list(shapes[0])}")
     if not 1 <= _top_k(attrs) <= shapes[0][2]:
         raise OpError(f"MoeRoute top_k={_top_k(attrs)} must be in 1..{shapes[0][2]} experts")
+    groups, top = int(attrs.get("groups", 1)), int(attrs.get("top_groups", 1))
+    if groups > 1 and (shapes[0][2] % groups or not 1 <= top <= groups
+                       or top * (shapes[0][2] // groups) < _top_k(attrs)):
+        raise OpError(f"MoeRoute groups={groups} top_groups={top} must split "
+                      f"{shapes[0][2]} experts evenly and leave top_k={_top_k(attrs)} of them")
     return (shapes[0][0], shapes[0][1], _top_k(attrs), 2)
 
 
@@ -114,7 +143,9 @@ def _route_labels(shapes: list[Shape], attrs: dict[str, Any]) -> LabelView:
 
 register(OpFamily(
     "MoeRoute", (1, 1), _route_infer, _route_labels,
-    lambda xs, a, c: route_tokens(xs[0], _top_k(a), int(a["capacity"])),
+    lambda xs, a, c: route_tokens(xs[0], _top_k(a), int(a["capacity"]),
+                                  str(a.get("score", "softmax")), int(a.get("groups", 1)),
+                                  int(a.get("top_groups", 1))),
     lambda xs, y, dy, a, c: [np.zeros_like(xs[0])],
     lambda s, o, a: 6.0 * math.prod(s[0]), kind="softmax", differentiable=(False,),
     saves=()))
