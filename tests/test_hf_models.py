@@ -20,6 +20,7 @@ PUBLISHED = {
     "gpt-neox-20b": 20_554_567_680,
     "llama-2-7b": 6.74e9, "llama-2-13b": 13.0e9, "llama-2-70b": 69.0e9, "llama-3-8b": 8.03e9,
     "mistral-7b": 7.3e9, "mixtral-8x7b": 46.7e9, "qwen2-0.5b": 0.494e9, "qwen2-7b": 7.62e9,
+    "llama-3.1-405b": 405e9, "qwen3-8b": 8.2e9, "gemma-3-1b": 1.0e9,
     "qwen3-30b-a3b": 30.5e9, "qwen3-235b-a22b": 235e9,
     "nemotron-h-47b": 47e9, "nemotron-h-56b": 56e9,
     "deepseek-v3": 671e9,
@@ -100,5 +101,6 @@ def test_from_hf_simulates_as_the_transcribed_model():
     via_hf = _scenario({"from_hf": "llama-2-7b", "seq_length": 512})
     written = _scenario({"type": "transformer", "layers": 32, "hidden_size": 4096,
                          "num_heads": 32, "num_kv_heads": 32, "ffn_hidden_size": 11008,
-                         "ffn_activation": "swiglu", "vocab_size": 32000, "seq_length": 512})
+                         "ffn_activation": "swiglu", "vocab_size": 32000, "seq_length": 512,
+                         "dropout": 0.0})  # Llama 2: attention_dropout 0.0, no dropout
     assert simulate(via_hf, hw).iteration_time_s == simulate(written, hw).iteration_time_s

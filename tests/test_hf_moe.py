@@ -45,10 +45,11 @@ def test_total_and_activated_parameters_match_the_model_cards(name):
 
 def test_qwen3_moe_closed_form():
     """Per layer: attention h(q + 2kv) + qh with q = 32 * 128 and kv = 4 * 128, the router
-    h * 128, 128 experts of 3 h * 768, two RMSNorms; the activated count keeps 8 experts."""
+    h * 128, 128 experts of 3 h * 768, two RMSNorms and the query and key head norms
+    (Qwen3MoeAttention's q_norm, k_norm: 128 each); the activated count keeps 8 experts."""
     m = load_hf("qwen3-30b-a3b")
     h, q, kv, v = 2048, 32 * 128, 4 * 128, 151936
-    attn = h * (q + 2 * kv) + q * h + 2 * h
+    attn = h * (q + 2 * kv) + q * h + 2 * h + 2 * 128
     assert m.param_count() == 2 * v * h + 48 * (attn + h * 128 + 128 * 3 * h * 768) + h
     assert m.param_count(active=True) == 2 * v * h + 48 * (attn + h * 128 + 8 * 3 * h * 768) + h
 

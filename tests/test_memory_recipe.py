@@ -88,14 +88,14 @@ def test_interleaved_in_flight_is_megatron_warmup(stage, warmup):
 
 def test_nemotron_stage0_peak_closed_form():
     # stage 0 of the 128-GPU run at its first backward: 12 layers + the untied embedding
-    # (V h / 8; and the learned position table, s h / 8, that the GPT graph carries) in bf16
+    # (V h / 8; rotary positions, no position table: NeMo's NemotronConfig) in bf16
     # weights, bf16 grads, Adam in bf16 over DP 2 (2 + 2 + 4 / 2 bytes), 103 layers'
     # activations in flight: the planner's closed form is the simulated peak
     sc, hw = _load(NEMOTRON)
     m = sc.model
     assert isinstance(m, TransformerModel)
     est = estimate_memory(workload_of(sc, hw), config_of(sc))
-    params = 12 * layer_params(m, 8) + (m.vocab_size + m.seq_length) // 8 * m.hidden_size
+    params = 12 * layer_params(m, 8) + m.vocab_size // 8 * m.hidden_size
     assert (est.parameters, est.gradients, est.optimizer_states) == pytest.approx(
         (2 * params, 2 * params, 2 * params), rel=1e-3)
     # selective recompute (the recipe's): no attention statistics kept, and one layer's

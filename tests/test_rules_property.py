@@ -53,6 +53,9 @@ def _case(kind: str, u: int):
         "concat_heads": ("ConcatLast", [(u, 2 * u, u, 1, 3), (u, 2 * u, 2)], {}),
         "attention_narrow_v": ("FusedAttention", [(u, 4, u, 1, 3), (u, 4, u, 3), (u, 4, u, 2)],
                                {}),
+        "window_sink_attention": ("FusedAttention", [(u, 4, u, u, 2), (u, 4, u, 2),
+                                                     (u, 4, u, 2), (u, u)],
+                                  {"window": 2, "p": 0.0}),
     }
     return cases[kind]
 
@@ -61,7 +64,8 @@ KINDS = ["matmul", "batchmatmul", "einsum_heads", "add_bias", "sub", "mul", "gel
          "silu", "dropout", "scale", "causal", "softmax", "layernorm", "reducemean",
          "reducesum", "transpose", "reshape", "gather", "cross_entropy", "conv2d",
          "ssd_scan", "causal_conv1d", "gated_rmsnorm", "rmsnorm", "rotary", "concat",
-         "concat_heads", "attention_narrow_v"]
+         "concat_heads", "attention_narrow_v",
+         "window_sink_attention"]
 
 
 def _graph(kind: str, u: int):

@@ -256,9 +256,10 @@ def run_notes(loaded: Any, hw: Any, result: Any) -> tuple[str, ...]:
     """What `run` says of its inputs: the stack `--set hardware=` took, and the
     `hardware.` overrides that changed nothing (each re-simulated without it)."""
     # imported when called: `import simulator` and the CLI start cheap
+    from simulator.config.scenario.hf import hf_notes
     from simulator.simulation.overrides import override_notes, stack_notes
 
-    notes = stack_notes(loaded, hw)
+    notes = list(hf_notes(loaded.scenario.source)) + list(stack_notes(loaded, hw))
     if loaded.hardware_overrides:
         notes += override_notes(loaded, hw, result)
     return tuple(notes)

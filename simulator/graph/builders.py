@@ -20,6 +20,7 @@ from simulator.graph.decoder import (
     dropout,
     hash_seed,
     linear,
+    norm,
 )
 from simulator.graph.graph import Graph, GraphBuilder
 from simulator.graph.mamba import mamba_mixer
@@ -29,17 +30,27 @@ from simulator.graph.mtp import mtp_loss
 __all__ = ["MIXERS", "FFNS", "build_gpt", "build_mlp", "build_resnet"]
 
 
-def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims) -> str:
+def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims,
+                    kind: LayerKind | None = None) -> str:
     """Scores, scaled-masked softmax, dropout, context: Megatron's unfused core attention
     (its scale-mask-softmax is one fused kernel), or one FlashAttention kernel; with context
-    parallelism one ring-attention kernel (simulator/graph/ops/ring_attention.py)."""
+    parallelism one ring-attention kernel (simulator/graph/ops/ring_attention.py). A
+    sliding window (`kind.window`) or sink logits (`d.sinks`, a parameter [g, r]) run in the
+    fused kernel (FlashAttention's `window_size`; unfused stacks do not window)."""
+    window = kind.window if kind is not None else 0
+    extra: dict[str, Any] = {"window": window} if window else {}
     if d.context > 1:
         return g.op("RingAttention", [q, k, v], f"{p}.attn", p=d.dropout,
-                    seed=hash_seed(p, 1), ring=d.context, kernel="flash_attention")
-    if d.flash:
-        bidirectional: dict[str, Any] = {} if d.causal else {"causal": False}
-        return g.op("FusedAttention", [q, k, v], f"{p}.attn", p=d.dropout,
-                    seed=hash_seed(p, 1), kernel="flash_attention", **bidirectional)
+                    seed=hash_seed(p, 1), ring=d.context, kernel="flash_attention", **extra)
+    if d.flash or window or d.sinks:
+        if not d.causal:
+            extra["causal"] = False
+        ins = [q, k, v]
+        if d.sinks:
+            ins.append(g.tensor(f"{p}.sinks", [d.kv_heads, d.heads // d.kv_heads],
+                                "parameter"))
+        return g.op("FusedAttention", ins, f"{p}.attn", p=d.dropout,
+                    seed=hash_seed(p, 1), kernel="flash_attention", **extra)
     sc = g.op("Einsum", [q, k], f"{p}.scores", equation="bsgrd,btgd->bgrst", kernel="scores")
     sc = g.op("Scale", [sc], f"{p}.scale", factor=1.0 / math.sqrt(d.head_dim),
               kernel="softmax")
@@ -51,27 +62,38 @@ def _attention_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims)
                 kernel="context")
 
 
+def _positions(g: GraphBuilder, q: str, k: str, p: str, d: GptDims) -> tuple[str, str]:
+    """Queries and keys with their heads normalised (`d.qk_norm`: RMSNorm over the head
+    dim, Qwen3's q_norm / k_norm) and rotated (`d.position` 'rope'), in that order as in
+    Hugging Face's Qwen3Attention."""
+    if d.qk_norm:
+        q = norm(g, q, f"{p}.q_head_norm", d, "qk_norm", d.head_dim)
+        k = norm(g, k, f"{p}.k_head_norm", d, "qk_norm", d.head_dim)
+    if d.position == "rope":
+        q = g.op("Rotary", [q], f"{p}.rope_q", base=d.rope_base, kernel="rope")
+        k = g.op("Rotary", [k], f"{p}.rope_k", base=d.rope_base, kernel="rope")
+    return q, k
+
+
 def _attention(g: GraphBuilder, x: str, p: str, d: GptDims, kind: LayerKind) -> str:
     grp, r, hd = d.kv_heads, d.heads // d.kv_heads, d.head_dim
-    a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln1.g", [d.hidden], "parameter"),
-                           g.tensor(f"{p}.ln1.b", [d.hidden], "parameter")], f"{p}.ln1",
-             kernel="ln1")
+    a = norm(g, x, f"{p}.ln1", d, "ln1")
     wq = g.tensor(f"{p}.wq", [d.hidden, grp, r, hd], "parameter")
     wk = g.tensor(f"{p}.wk", [d.hidden, grp, hd], "parameter")
     wv = g.tensor(f"{p}.wv", [d.hidden, grp, hd], "parameter")
-    q = linear(g, a, wq, f"{p}.q", "bsh,hgrd->bsgrd", d, "qkv", [grp, r, hd])
-    k = linear(g, a, wk, f"{p}.k", "bsh,hgd->bsgd", d, "qkv", [grp, hd])
-    v = linear(g, a, wv, f"{p}.v", "bsh,hgd->bsgd", d, "qkv", [grp, hd])
-    c = _attention_core(g, q, k, v, p, d)
+    qkv_bias = d.bias or d.qkv_bias
+    q = linear(g, a, wq, f"{p}.q", "bsh,hgrd->bsgrd", d, "qkv", [grp, r, hd], qkv_bias)
+    k = linear(g, a, wk, f"{p}.k", "bsh,hgd->bsgd", d, "qkv", [grp, hd], qkv_bias)
+    v = linear(g, a, wv, f"{p}.v", "bsh,hgd->bsgd", d, "qkv", [grp, hd], qkv_bias)
+    q, k = _positions(g, q, k, p, d)
+    c = _attention_core(g, q, k, v, p, d, kind)
     wo = g.tensor(f"{p}.wo", [grp, r, hd, d.hidden], "parameter")
     o = g.op("Einsum", [c, wo], f"{p}.proj", equation="bsgrd,grdh->bsh", kernel="proj")
     return bias_dropout_add(g, o, x, p, "proj", d, 1)
 
 
 def _ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
-    a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln2.g", [d.hidden], "parameter"),
-                           g.tensor(f"{p}.ln2.b", [d.hidden], "parameter")], f"{p}.ln2",
-             kernel="ln2")
+    a = norm(g, x, f"{p}.ln2", d, "ln2")
     w1 = g.tensor(f"{p}.w1", [d.hidden, d.ffn], "parameter")
     if d.swiglu:
         u = linear(g, a, w1, f"{p}.fc1", "bsh,hf->bsf", d, "fc_gate", [d.ffn])
@@ -124,9 +146,7 @@ def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
     (each `d.expert_ffn` wide) as GEMMs batched over the expert dim (no biases, as in Switch
     and Mixtral), and the combine weighted by the gates (softmax or sigmoid scores,
     `_gate_attrs`), plus the shared experts' output, then the residual."""
-    a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln2.g", [d.hidden], "parameter"),
-                           g.tensor(f"{p}.ln2.b", [d.hidden], "parameter")], f"{p}.ln2",
-             kernel="ln2")
+    a = norm(g, x, f"{p}.ln2", d, "ln2")
     fe = d.expert_ffn or d.ffn
     wg = g.tensor(f"{p}.router.w", [d.hidden, d.experts], "parameter")
     logits = g.op("Einsum", [a, wg], f"{p}.router", equation="bsh,he->bse", kernel="router")
@@ -187,8 +207,10 @@ def _patch_stem(g: GraphBuilder, d: GptDims) -> str:
 
 
 def build_gpt(d: GptDims) -> Graph:
-    """Embedding (+ learned positions), `layers` pre-LN blocks, final LN, LM head (tied to
-    the embedding unless `d.tied` is false), mean cross-entropy. Op names carry their role
+    """Embedding (+ learned positions, `d.position`), `layers` pre-norm blocks (rotary
+    positions on queries and keys with `d.position` 'rope'), final norm (LayerNorm, or
+    RMSNorm with `d.rms`), LM head (tied to the embedding unless `d.tied` is false), mean
+    cross-entropy. Op names carry their role
     (`l0.q`); `kernel` attrs name the fused kernels a Megatron-style stack runs.
 
     With `d.patch` a vision transformer (ViT, Dosovitskiy et al. 2021, Eq. 1-4): the patch
@@ -207,16 +229,21 @@ def build_gpt(d: GptDims) -> Graph:
         labels = g.tensor("labels", [d.batch, d.seq], "label")
         wte = g.tensor("wte", [d.vocab, d.hidden], "parameter")
         x = g.op("Gather", [wte, ids], "embed", kernel="embed_lookup")
-    x = g.op("Add", [x, g.tensor("wpe", [d.seq, d.hidden], "parameter")], "embed_pos",
-             kernel="embed_dropout")
+    if vision or d.position == "learned":
+        x = g.op("Add", [x, g.tensor("wpe", [d.seq, d.hidden], "parameter")], "embed_pos",
+                 kernel="embed_dropout")
+    elif d.dropout == 0.0:
+        # no position table and no dropout: the embedding's output as Megatron's embedding
+        # module returns it, its tensor-parallel reduction (a reduce-scatter to the sequence
+        # under sequence parallel) inside the embedding (VocabParallelEmbedding), not in the
+        # first layer
+        x = g.op("Scale", [x], "embed_out", factor=1.0, kernel="embed_dropout")
     x = dropout(g, x, "embed_drop", d, hash_seed("embed", 0), "embed_dropout")
     for layer in range(d.layers):
         k = d.kind(layer)
         x = MIXERS[k.mixer](g, x, f"l{layer}", d, k)
         x = FFNS[k.ffn](g, x, f"l{layer}", d, k)
-    x = g.op("LayerNorm", [x, g.tensor("lnf.g", [d.hidden], "parameter"),
-                           g.tensor("lnf.b", [d.hidden], "parameter")], "lnf",
-             kernel="ln_final")
+    x = norm(g, x, "lnf", d, "ln_final")
     if vision:
         x = g.op("SelectToken", [x], "head_cls", index=0, kernel="class_select")
         w = g.tensor("w_head", [d.vocab, d.hidden], "parameter")

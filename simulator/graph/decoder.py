@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from simulator.graph.graph import GraphBuilder
 
-__all__ = ["GptDims", "LayerKind", "Block", "linear", "dropout", "bias_dropout_add",
+__all__ = ["GptDims", "LayerKind", "Block", "linear", "norm", "dropout", "bias_dropout_add",
            "hash_seed"]
 
 
@@ -92,6 +92,21 @@ class GptDims:
     # one LayerKind per layer (empty: attention, and an FFN that is a mixture of experts
     # every `moe_every`-th layer when `experts` > 0, else dense)
     kinds: tuple[LayerKind, ...] = ()
+    # dense transformer fidelity: the size of a head (0: hidden / heads; Qwen3 and Gemma-3
+    # set their own); positions 'learned' (a table added to the embedding), 'rope' (rotary,
+    # on queries and keys in every layer, base `rope_base`) or 'none'; RMSNorm in place of
+    # LayerNorm (`rms`); biases on the query, key and value projections alone (`qkv_bias`,
+    # Qwen2); an RMSNorm of every query and key head (`qk_norm`, Qwen3, Gemma-3); the
+    # attention window of every layer while `kinds` is empty (0: all earlier tokens); a
+    # learned sink logit per head (`sinks`, GPT-OSS)
+    head_size: int = 0
+    position: str = "learned"
+    rope_base: float = 10000.0
+    rms: bool = False
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    window: int = 0
+    sinks: bool = False
     # Mamba-2 mixers (graph/mamba.py, LayerKind.mixer 'mamba'): `mamba_heads` heads of
     # `mamba_head_dim` channels in `mamba_groups` groups that share B and C of
     # `mamba_state` each, a causal convolution of `mamba_conv` taps, SSD chunks of
@@ -118,7 +133,7 @@ class GptDims:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        return self.head_size or self.hidden // self.heads
 
     def is_moe(self, layer: int) -> bool:
         """Whether layer `layer` (from 0) has experts: every `moe_every`-th layer, the last of
@@ -130,17 +145,28 @@ class GptDims:
         if self.kinds:
             return self.kinds[layer]
         return LayerKind(mixer="mla" if self.kv_lora_rank else "attention",
-                         ffn="moe" if self.is_moe(layer) else "dense")
+                         window=self.window, ffn="moe" if self.is_moe(layer) else "dense")
 
 
 def linear(g: GraphBuilder, x: str, w: str, name: str, eq: str, d: GptDims, kernel: str,
-           bias_shape: list[int]) -> str:
-    """x @ w (+ bias, GPT-style) as one kernel: the bias add is the GEMM's epilogue."""
+           bias_shape: list[int], bias: bool | None = None) -> str:
+    """x @ w (+ bias, GPT-style; `bias` true or false in place of the model's `d.bias`) as
+    one kernel: the bias add is the GEMM's epilogue."""
     y = g.op("Einsum", [x, w], name + "_mm", equation=eq, kernel=kernel)
-    if not d.bias:
+    if not (d.bias if bias is None else bias):
         return y
     b = g.tensor(f"{name}.bias", bias_shape, "parameter")
     return g.op("Add", [y, b], name, kernel=kernel)
+
+
+def norm(g: GraphBuilder, x: str, name: str, d: GptDims, kernel: str, width: int = 0) -> str:
+    """The model's norm over the last dim (`width`, default hidden): LayerNorm with gain
+    `{name}.g` and shift `{name}.b`, or with `d.rms` RMSNorm with its gain alone."""
+    gain = g.tensor(f"{name}.g", [width or d.hidden], "parameter")
+    if d.rms:
+        return g.op("RMSNorm", [x, gain], name, kernel=kernel)
+    shift = g.tensor(f"{name}.b", [width or d.hidden], "parameter")
+    return g.op("LayerNorm", [x, gain, shift], name, kernel=kernel)
 
 
 def dropout(g: GraphBuilder, x: str, name: str, d: GptDims, seed: int, kernel: str) -> str:

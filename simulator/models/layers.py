@@ -44,15 +44,16 @@ HYBRID_LAYERS: dict[str, LayerKind] = {
 def layer_kinds(m: TransformerModel) -> tuple[LayerKind, ...]:
     """One LayerKind per layer of `m`, first layer first: a hybrid model's pattern
     (`model.hybrid_pattern`, HYBRID_LAYERS); else attention in every layer (multi-head
-    latent attention with `model.mla`), and a mixture of experts in the FFN of every
-    `moe.every`-th layer after the `moe.first_dense` dense ones, the last of each group
-    (GShard's every other layer: 1, 3, 5, ...; Megatron-LM --moe-layer-freq; DeepSeek's
-    first_k_dense_replace), else dense."""
+    latent attention with `model.mla`) over the layer's window
+    (`TransformerModel.layer_window`: a sliding window but on every `global_every`-th
+    layer), and a mixture of experts in the FFN of every `moe.every`-th layer after the
+    `moe.first_dense` dense ones, the last of each group (GShard's every other layer: 1, 3,
+    5, ...; Megatron-LM --moe-layer-freq; DeepSeek's first_k_dense_replace), else dense."""
     if m.hybrid_pattern is not None:
         return tuple(HYBRID_LAYERS[c] for c in m.hybrid_pattern)
     moe = m.moe_spec()
     mixer = "mla" if m.mla is not None else "attention"  # graph.mla in every layer
-    return tuple(LayerKind(mixer=mixer,
+    return tuple(LayerKind(mixer=mixer, window=m.layer_window(i),
                            ffn="moe" if moe is not None and moe.is_moe(i) else "dense")
                  for i in range(m.layers))
 

@@ -126,7 +126,11 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
                                hidden=heads * 4, heads=heads, kv_heads=groups, ffn=8 * t,
                                seq=seq, vocab=8 * t,
                                batch=min(s.training.micro_batch_size, _samples(p)))
+    dims = small_attention(dims, seq)
     dims, experts = _small_moe(dims, m, s)
+    windows = sorted({k.window for k in dims.kinds if k.window} | ({dims.window} - {0}))
+    experts += (f" head_dim={dims.head_size}" if dims.head_size else "") + \
+        (f" window={'/'.join(map(str, windows))}" if windows else "")
     ep = f" expert={p.expert}" if m.moe else ""
     ep += f" context={p.context}" if p.context > 1 else ""
     nd = f" tensor_nd={p.tensor_nd}" if p.tensor_nd else ""
@@ -145,6 +149,18 @@ def _split_note(m: TransformerModel, s: Scenario) -> list[str]:
     small = shrunk_split(given, layer_plan(layer_kinds(m)).unit)
     return [f"parallel.pipeline_layers {list(given)} kept as {list(small)}: each stage's "
             f"layers beyond the fewest, plus one group"]
+
+
+def small_attention(dims: GptDims, seq: int) -> GptDims:
+    """A shrunk model's head size and windows: a head of its own width (8, beside hidden /
+    heads = 4) where the scenario sets one, and each layer kind's window one that still
+    masks (half the shrunk sequence, at least 2) where it has one."""
+    def small(window: int) -> int:
+        return min(window, max(2, seq // 2)) if window else 0
+
+    return dataclasses.replace(
+        dims, head_size=8 if dims.head_size else 0, window=small(dims.window),
+        kinds=tuple(dataclasses.replace(k, window=small(k.window)) for k in dims.kinds))
 
 
 def _head_split(p) -> int:

@@ -89,6 +89,9 @@ TP_ROLES: dict[str, tuple[str, str]] = {
     "proj": ("g", "g"), "fc1_mm": ("f", "f"), "fc3_mm": ("f", "f"), "fc1": ("d2", "d2"),
     "fc3": ("d2", "d2"), "act": ("d2", "d2"), "glu": ("d2", "d2"), "fc2": ("f", "f"),
     "head": ("v", "v"), "ce": ("c", "c"), "loss": ("B", "B"),
+    # rotary positions and query/key head norms: on the heads, as the q/k they follow
+    "rope_q": ("d2", "d2"), "rope_k": ("d2", "d2"), "q_head_norm": ("d2", "d2"),
+    "k_head_norm": ("d2", "d2"),
     # mixture of experts: routing replicated, expert FFN dim split, Partial into the combine
     "router": ("B", "B"), "route": ("B", "B"), "gate": ("B", "B"), "dispatch": ("B", "B"),
     "efc1": ("f", "f"), "efc3": ("f", "f"), "eact": ("d3", "d3"), "eglu": ("d3", "d3"),
@@ -131,6 +134,8 @@ TP2D_ROLES: dict[str, tuple[str, str]] = {
     "proj": ("g", "h"), "fc1_mm": ("f", "h"), "fc3_mm": ("f", "h"), "fc1": ("d2", "d2"),
     "fc3": ("d2", "d2"), "act": ("d2", "d2"), "glu": ("d2", "d2"), "fc2": ("f", "h"),
     "head": ("v", "v"), "ce": ("c", "c"), "loss": ("B", "B"),
+    "rope_q": ("d2", "d2"), "rope_k": ("d2", "d2"), "q_head_norm": ("d2", "d2"),
+    "k_head_norm": ("d2", "d2"),
 }
 # 3-D tensor parallel's third axis: the batch split, every parameter kept split and
 # all-gathered before use (Bian et al. 2021's weight mode); innermost, so that the split
@@ -150,7 +155,7 @@ EP_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1"
 # each rank sending its sequence-parallel share: 1/tp of these bytes.
 ETP1_ROLES: dict[str, str] = {"efc1": "e", "efc3": "e", "eact": "d1", "eglu": "d1",
                               "efc2": "e"}
-_SEQ_REGION = ("embed_pos", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2",
+_SEQ_REGION = ("embed_pos", "embed_out", "embed_drop", "ln1", "ln2", "lnf", "res1", "res2",
                "proj_bias", "proj_drop", "fc2_bias", "fc2_drop",
                "enorm", "hnorm", "eh_cat")
 _DP_LABEL = {"embed": "i0", "q_mm": "b", "k_mm": "b", "v_mm": "b", "attn": "b",
@@ -285,11 +290,21 @@ def model_dims(m: TransformerModel, kinds: tuple[LayerKind, ...], batch: int,
     (`TransformerModel.graph_dims`). GPT-style (gelu) models carry biases, Llama-style
     (swiglu) none."""
     swiglu = m.ffn_activation == "swiglu"
-    dims = GptDims(layers=len(kinds), hidden=m.hidden_size, heads=m.num_heads,
-                   kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
-                   batch=batch, swiglu=swiglu, bias=not swiglu, flash=flash,
-                   context=context, dropout=m.dropout, kinds=kinds, **m.graph_dims())
-    return with_mtp(with_mla(with_moe(dims, m.moe), m.mla), m.mtp)
+    fields: dict = dict(layers=len(kinds), hidden=m.hidden_size, heads=m.num_heads,
+                        kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
+                        batch=batch, swiglu=swiglu, bias=not swiglu, flash=flash,
+                        context=context, dropout=m.dropout, kinds=kinds, **dense_dims(m))
+    fields.update(m.graph_dims())
+    return with_mtp(with_mla(with_moe(GptDims(**fields), m.moe), m.mla), m.mtp)
+
+
+def dense_dims(m: TransformerModel) -> dict:
+    """The dense-fidelity fields of `GptDims` from transformer `m`'s keys (their defaults
+    by architecture resolved by the schema): head size, tied head, positions, norm, q/k/v
+    biases, q/k head norms, attention sinks (each layer's window is its LayerKind's)."""
+    return {"head_size": m.head_dim or 0, "tied": m.tied, "position": m.positions,
+            "rope_base": m.rope_theta, "rms": m.norm_kind == "rmsnorm",
+            "qkv_bias": m.qkv_bias, "qk_norm": m.qk_norm, "sinks": m.attention_sinks}
 
 
 def with_mla(dims: GptDims, mla: MlaSpec | None) -> GptDims:

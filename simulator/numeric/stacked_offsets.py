@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.graph.ops.attention import masked, sink_grad, sink_softmax
 from simulator.graph.ops.einsum import contract
 from simulator.graph.ops.elementwise import keep_draws
 from simulator.numeric.mask_rows import clear_row_masks, global_index, row_keep, row_mask
@@ -176,15 +177,15 @@ register_stacked(StackedKernel(_ce_forward, _ce_vjp), "SoftmaxCrossEntropy")
 
 # --- FusedAttention: `attention._probs` with a rank label and each rank's dropout offsets -
 
-def _attn_probs(q: np.ndarray, k: np.ndarray, attrs: dict[str, Any], ctx: StackCtx
-                ) -> tuple[np.ndarray, np.ndarray, float]:
-    """(softmax probabilities [R, b, g, r, s, t], scaled keep-mask, scale) of every rank."""
+def _attn_probs(q: np.ndarray, k: np.ndarray, attrs: dict[str, Any], ctx: StackCtx,
+                sinks: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+    """(softmax probabilities [R, b, g, r, s, t], scaled keep-mask, scale) of every rank
+    (its window and its sink logits [R, g, r] as `attention._probs`)."""
     scale = float(attrs.get("scale", 1.0 / math.sqrt(q.shape[-1])))
     z = contract("nbsgrd,nbtgd->nbgrst", q, k) * scale
     sq, tk = z.shape[-2], z.shape[-1]
-    z = np.where(np.arange(tk)[None, :] > np.arange(sq)[:, None], -1e9, z)
-    z = np.exp(z - z.max(axis=-1, keepdims=True))
-    probs = z / z.sum(axis=-1, keepdims=True)
+    z = np.where(masked(np.arange(sq)[:, None], np.arange(tk)[None, :], attrs), -1e9, z)
+    probs = sink_softmax(z, None if sinks is None else sinks[:, None, :, :, None, None])
     (b, s, g, r, _), t = ctx.in_shapes[0], ctx.in_shapes[1][1]
     starts = np.zeros((len(q), 5), dtype=np.int64)  # (b, g, r) offsets; s, t are whole
     starts[:, :3] = ctx.in_offsets[0][:, [0, 2, 3]]
@@ -193,20 +194,20 @@ def _attn_probs(q: np.ndarray, k: np.ndarray, attrs: dict[str, Any], ctx: StackC
 
 
 def _attn_forward(xs, attrs, ctx):
-    q, k, v = xs
-    probs, keep, _ = _attn_probs(q, k, attrs, ctx)
+    q, k, v = xs[:3]
+    probs, keep, _ = _attn_probs(q, k, attrs, ctx, xs[3] if len(xs) == 4 else None)
     return contract("nbgrst,nbtgd->nbsgrd", probs * keep, v)
 
 
 def _attn_vjp(xs, y, dy, attrs, ctx):
-    q, k, v = xs
-    probs, keep, scale = _attn_probs(q, k, attrs, ctx)
+    q, k, v = xs[:3]
+    probs, keep, scale = _attn_probs(q, k, attrs, ctx, xs[3] if len(xs) == 4 else None)
     dv = contract("nbgrst,nbsgrd->nbtgd", probs * keep, dy)
     dp = contract("nbsgrd,nbtgd->nbgrst", dy, v) * keep
     ds = probs * (dp - (dp * probs).sum(axis=-1, keepdims=True)) * scale
     dq = contract("nbgrst,nbtgd->nbsgrd", ds, k)
     dk = contract("nbgrst,nbsgrd->nbtgd", ds, q)
-    return [dq, dk, dv]
+    return [dq, dk, dv] + ([sink_grad(probs, dp, (1, 4))] if len(xs) == 4 else [])
 
 
 register_stacked(StackedKernel(_attn_forward, _attn_vjp), "FusedAttention")

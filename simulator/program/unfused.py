@@ -38,8 +38,8 @@ def unfused_elements(scenario: Scenario, tensor: str) -> int:
     tokens = scenario.training.micro_batch_size * m.seq_length // p.context
     tp = p.tensor
     width = {"hidden": m.hidden_size // (tp if p.sequence_parallel else 1),
-             "heads": m.num_heads * m.head_dim // tp,
-             "kv_heads": m.kv_heads * m.head_dim // tp,
+             "heads": m.num_heads * m.head_size // tp,
+             "kv_heads": m.kv_heads * m.head_size // tp,
              "ffn": m.ffn // tp}[tensor]
     return tokens * width
 

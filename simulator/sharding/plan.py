@@ -210,7 +210,7 @@ def op_internal_steps(op: OpNode, sig: Signature, graph: Graph, mesh: Mesh, item
             for axis, label in _internal_labels(op, sig, graph, mesh)
             for kind, nbytes in fam.group.label_steps(label, shapes, ins_local, local,
                                                       mesh.shape[axis], float(itemsize),
-                                                      phase)]
+                                                      phase, op.attrs)]
 
 
 def _internal_labels(op: OpNode, sig: Signature, graph: Graph, mesh: Mesh

@@ -29,11 +29,14 @@ experts are `moe_intermediate_size` wide (`model.moe.ffn_hidden_size`) in every
 lead (`model.moe.first_dense`) and refused otherwise; its capacity
 factor is the scenario's (`capacity_factor` of `model.moe`, default 1.0): Hugging Face's
 Mixtral routes without dropping tokens, which a capacity of `experts / top_k` reproduces.
-What the simulator's transformer (graph/builders.build_gpt) cannot express is not hidden: the
-simulated model always ties the LM head to the embedding and adds a learned position table,
-and carries biases exactly when its FFN is gelu (so RoPE, RMSNorm, an untied head and
-Qwen2's q/k/v biases are approximated; `param_count` here counts the real model). Keys
-written next to `from_hf` override the config's (e.g. `seq_length`, `vocab_size`, `dtype`).
+The model keeps what the config says of its head (tie_word_embeddings), positions (a
+learned table for gpt2, rotary otherwise), norm, head size, q/k/v biases and q/k norms,
+attention windows and dropout. The dense families of today (llama 3.x, mistral, qwen2,
+qwen3, gemma3_text) are read by `hf_dense`, which accounts for every key of the config:
+mapped, inert, printed as a note at run time (`hf_notes`), or refused by name. A model
+carries linear biases exactly when its FFN is gelu (GPT-2, GPT-NeoX) or on q/k/v alone
+(`qkv_bias`). Keys written next to `from_hf` override the config's (e.g. `seq_length`,
+`vocab_size`, `dtype`).
 """
 
 from __future__ import annotations
@@ -46,9 +49,11 @@ from typing import Any
 
 from simulator.config.resources import bundled_dir
 from simulator.config.scenario.hf_deepseek import DeepseekKeys, deepseek_keys
+from simulator.config.scenario.hf_dense import DENSE_FAMILIES, read_dense
 from simulator.errors import InputError
 
-__all__ = ["HfModel", "read_hf_config", "load_hf", "expand_from_hf", "bundled_models"]
+__all__ = ["HfModel", "read_hf_config", "load_hf", "expand_from_hf", "bundled_models",
+           "hf_notes"]
 
 _KEY = "model.from_hf"
 
@@ -88,6 +93,18 @@ class HfModel:
     positions: int = 0
     # a deepseek_v3 config's own keys (MLA, MTP, its experts' shape: hf_deepseek)
     deepseek: DeepseekKeys | None = None
+    # the dense families of `hf_dense` (llama 3.x, mistral, qwen2, qwen3, gemma3_text):
+    # whether the config sets its own head_dim, q/k head norms, more norms per layer than
+    # two (Gemma's post-norms), the rotary base, the attention window of the windowed
+    # layers and the period of the global ones, the dropout, and the run-time notes
+    head_dim_given: bool = False
+    qk_norm: bool = False
+    extra_norms: int = 0
+    rope_theta: float = 10000.0
+    sliding_window: int = 0
+    global_every: int = 0
+    dropout: float | None = None
+    notes: tuple[str, ...] = ()
 
     def param_count(self, active: bool = False) -> int:
         """Parameters of the model as the transformers class builds it (embedding, blocks,
@@ -102,7 +119,7 @@ class HfModel:
         mats = 3 if self.activation == "swiglu" else 2
         ffn = mats * h * self.ffn + (self.ffn + h) * self.bias
         norm = h * (2 if self.norm == "layer" else 1)
-        block = attn + 2 * norm
+        block = attn + (2 + self.extra_norms) * norm + 2 * self.head_dim * self.qk_norm
         embed = self.vocab * h * (1 if self.tied else 2) + self.positions * h
         if self.experts <= 1:
             return embed + self.layers * (block + ffn) + norm
@@ -123,7 +140,28 @@ class HfModel:
             fields["moe"] = {"experts": self.experts, "top_k": self.top_k, **self._moe_keys()}
         if self.deepseek is not None:
             return self.deepseek.model_fields(self, fields)
+        if self.family in DENSE_FAMILIES + ("gpt2", "gpt_neox", "qwen3_moe"):
+            fields.update(self._dense_fields())
         return fields
+
+    def _dense_fields(self) -> dict[str, Any]:
+        """The dense-fidelity keys as the config gives them (head, tied head, positions,
+        norm, biases, q/k norms, windows, dropout)."""
+        out: dict[str, Any] = {
+            "tie_embeddings": self.tied, "norm": "rmsnorm" if self.norm == "rms" else "layernorm",
+            "position": "learned" if self.positions else "rope"}
+        if self.head_dim_given:
+            out["head_dim"] = self.head_dim
+        if self.rope_theta != 10000.0:
+            out["rope_theta"] = self.rope_theta
+        out.update({k: True for k in ("qkv_bias", "qk_norm") if getattr(self, k)})
+        if self.sliding_window:
+            out["sliding_window"] = self.sliding_window
+        if self.global_every:
+            out["global_every"] = self.global_every
+        if self.dropout is not None:
+            out["dropout"] = self.dropout
+        return out
 
     def _moe_keys(self) -> dict[str, Any]:
         """The `model.moe` keys beyond experts and top_k that this model sets."""
@@ -207,7 +245,12 @@ def _qwen3_moe(cfg: dict[str, Any], src: str) -> HfModel:
     return replace(base, experts=_count(cfg, "num_experts", src),
                    top_k=_count(cfg, "num_experts_per_tok", src),
                    expert_ffn=_get(cfg, "moe_intermediate_size", src), first_dense=len(dense),
-                   moe_every=every, normalize=norm)
+                   moe_every=every, normalize=norm,
+                   # Qwen3's attention (Qwen3MoeAttention as Qwen3Attention): its own
+                   # head_dim, an RMSNorm of every query and key head, no dropout
+                   head_dim_given="head_dim" in cfg, qk_norm=True,
+                   rope_theta=float(cfg.get("rope_theta", 10000.0)),
+                   dropout=float(cfg.get("attention_dropout", 0.0)))
 
 
 def _gpt2(cfg: dict[str, Any], src: str) -> HfModel:
@@ -262,6 +305,9 @@ READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {
     "kimi_k2": _deepseek_v3,
     "qwen3_moe": _qwen3_moe,
 }
+# today's dense families: every config key mapped, noted or refused (`hf_dense`)
+READERS.update({family: lambda cfg, src: HfModel(**read_dense(cfg, src))
+                for family in DENSE_FAMILIES})
 
 
 def read_hf_config(cfg: dict[str, Any], src: str) -> HfModel:
@@ -271,6 +317,15 @@ def read_hf_config(cfg: dict[str, Any], src: str) -> HfModel:
         raise InputError(src, _KEY, f"model_type {kind!r} is not read; allowed: "
                          f"{', '.join(READERS)}")
     return READERS[kind](cfg, src)
+
+
+_NOTES: dict[str, tuple[str, ...]] = {}  # per scenario source, what its config's import noted
+
+
+def hf_notes(source: str) -> tuple[str, ...]:
+    """What reading the config of scenario `source`'s `model.from_hf` noted: keys that
+    change numbers the simulation does not price, and keys it does not read."""
+    return tuple(f"model.from_hf: {n}" for n in _NOTES.get(source, ()))
 
 
 def bundled_models() -> list[str]:
@@ -313,6 +368,7 @@ def expand_from_hf(data: dict[str, Any], source: str) -> dict[str, Any]:
         raise InputError(source, _KEY, f"found {ref!r}; expected a config.json path or a "
                          f"bundled model name ({', '.join(bundled_models())})")
     hf = load_hf(ref, source)
+    _NOTES[source] = hf.notes
     fields = hf.model_fields()
     moe = model.get("moe")
     if isinstance(moe, dict) and isinstance(fields.get("moe"), dict):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from simulator.config.scenario import schema_mamba, transformer_rules
+from simulator.config.scenario import dense_rules, schema_mamba, transformer_rules
 from simulator.config.scenario.rule_helpers import Problem
 from simulator.config.scenario.schema_mla import (
     MlaSpec,
@@ -28,6 +28,8 @@ from simulator.config.scenario.schema_types import (
     DropoutP,
     Dtype,
     Layers,
+    NonNegInt,
+    PosFloat,
     SeqLength,
     Vocab,
 )
@@ -120,6 +122,44 @@ class TransformerModel(ModelConfig):
     mtp: MtpSpec | None = Field(default=None, description=(
         "Multi-token prediction modules after the last layer (DeepSeek-V3); null: none."))
 
+    # dense transformer fidelity (docs/techniques/attention-variants.md). Keys left null
+    # take the architecture's value: a swiglu (Llama-style) model unties its LM head, rotates
+    # its queries and keys (RoPE) with no position table and normalises with RMSNorm, as
+    # Llama, Mistral, Qwen and DeepSeek do (HF LlamaConfig tie_word_embeddings false,
+    # LlamaRotaryEmbedding, LlamaRMSNorm); a gelu (GPT-style) model ties its head to the
+    # embedding and adds a learned position table before LayerNorm blocks (GPT-2/3,
+    # Megatron-LM's defaults). A model that differs (Gemma ties its head; MPT uses ALiBi,
+    # no position table; Nemotron-4 unties) says so.
+    head_dim: Count | None = Field(default=None, description=(
+        "Width of one attention head; null: hidden_size / num_heads. Queries are "
+        "num_heads x head_dim wide, keys and values num_kv_heads x head_dim (Qwen3, Gemma-3 "
+        "set their own)."))
+    tie_embeddings: bool | None = Field(default=None, description=(
+        "Whether the LM head reuses the token embedding; null: by architecture (false for "
+        "swiglu models, true for gelu models)."))
+    position: Literal["rope", "learned", "none"] | None = Field(default=None, description=(
+        "Positions: rope (rotary, on queries and keys, no table), learned (a table added "
+        "to the embedding) or none (ALiBi or NoPE: nothing priced); null: rope for swiglu "
+        "models, learned for gelu models."))
+    rope_theta: PosFloat = Field(default=10000.0, description=(
+        "Base of the rotary angles (Hugging Face rope_theta; 500000 in Llama 3)."))
+    norm: Literal["rmsnorm", "layernorm"] | None = Field(default=None, description=(
+        "Norm of every block and of the final norm: rmsnorm (gain only) or layernorm (gain "
+        "and shift); null: rmsnorm for swiglu models, layernorm for gelu models."))
+    qkv_bias: bool = Field(default=False, description=(
+        "Biases on the query, key and value projections of a model without other biases "
+        "(Qwen2)."))
+    qk_norm: bool = Field(default=False, description=(
+        "An RMSNorm of every query and key head before the rotation (Qwen3, Gemma-3)."))
+    sliding_window: Count | None = Field(default=None, description=(
+        "Sliding-window attention: each query attends to the last sliding_window tokens, "
+        "itself included; null: every earlier token."))
+    global_every: NonNegInt = Field(default=0, description=(
+        "With sliding_window: every global_every-th layer (the last of each group) attends "
+        "to every earlier token (GPT-OSS 2, Gemma-3 6); 0: every layer windowed."))
+    attention_sinks: bool = Field(default=False, description=(
+        "A learned sink logit per head in the attention softmax (GPT-OSS)."))
+
     @property
     def ffn(self) -> int:
         return self.ffn_hidden_size or 4 * self.hidden_size
@@ -129,8 +169,33 @@ class TransformerModel(ModelConfig):
         return self.num_kv_heads or self.num_heads
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+    def head_size(self) -> int:
+        """The width of one attention head (`head_dim`, or hidden / heads)."""
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def tied(self) -> bool:
+        """Whether the LM head is the embedding (`tie_embeddings`, by architecture)."""
+        if self.tie_embeddings is not None:
+            return self.tie_embeddings
+        return self.ffn_activation != "swiglu"
+
+    @property
+    def positions(self) -> str:
+        """'rope', 'learned' or 'none' (`position`, by architecture)."""
+        return self.position or ("rope" if self.ffn_activation == "swiglu" else "learned")
+
+    @property
+    def norm_kind(self) -> str:
+        """'rmsnorm' or 'layernorm' (`norm`, by architecture)."""
+        return self.norm or ("rmsnorm" if self.ffn_activation == "swiglu" else "layernorm")
+
+    def layer_window(self, layer: int) -> int:
+        """The attention window of layer `layer` (from 0; 0: every earlier token)."""
+        if self.sliding_window is None:
+            return 0
+        full = self.global_every and (layer + 1) % self.global_every == 0
+        return 0 if full else self.sliding_window
 
     def moe_spec(self) -> MoeSpec | None:
         return self.moe
@@ -144,6 +209,7 @@ class TransformerModel(ModelConfig):
     def problems(self, s: Scenario) -> Iterator[Problem]:
         yield from transformer_rules.shape(self, s)
         yield from transformer_rules.experts(self, s)
+        yield from dense_rules.attention(self, s)
         yield from schema_mamba.hybrid_problems(self, s)
         yield from mla_problems(self, s)
 
@@ -223,6 +289,7 @@ class VitModel(TransformerModel):
         if self.moe is not None:
             yield "model.moe", ("a vision transformer with a mixture of experts is not "
                                 "simulated yet (allowed: null)")
+        yield from dense_rules.vit(self)
         if self.num_classes % s.parallel.tensor:
             yield "model.num_classes", (
                 f"{self.num_classes} must be a multiple of parallel.tensor="

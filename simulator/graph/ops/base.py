@@ -105,10 +105,16 @@ class GroupKernel:
     # local input shapes, axis size, bytes per element, phase) -> (collective, bytes)
     label_comm: Callable[[str, list[Shape], list[Shape], int, float, str],
                          tuple[tuple[str, float], ...]] | None = None
+    # `axis_comm` for an exchange that also depends on the op's attributes (a windowed
+    # ring passes only the blocks inside the window): (..., phase, attrs) -> (coll, bytes)
+    attrs_comm: Callable[[Shape, int, float, str, dict[str, Any]],
+                         tuple[tuple[str, float], ...]] | None = None
 
-    def steps(self, out_local: Shape, n: int, e: float, phase: str
-              ) -> tuple[tuple[str, float], ...]:
+    def steps(self, out_local: Shape, n: int, e: float, phase: str,
+              attrs: dict[str, Any] | None = None) -> tuple[tuple[str, float], ...]:
         """The (collective, bytes) one device runs on a split axis of `n` devices."""
+        if self.attrs_comm is not None:
+            return self.attrs_comm(out_local, n, e, phase, attrs or {})
         if self.axis_comm is not None:
             return self.axis_comm(out_local, n, e, phase)
         if self.comm is None or phase != "fwd":
@@ -116,12 +122,12 @@ class GroupKernel:
         return self.comm(out_local)
 
     def label_steps(self, label: str, ins: list[Shape], ins_local: list[Shape],
-                    out_local: Shape, n: int, e: float, phase: str
-                    ) -> tuple[tuple[str, float], ...]:
+                    out_local: Shape, n: int, e: float, phase: str,
+                    attrs: dict[str, Any] | None = None) -> tuple[tuple[str, float], ...]:
         """`steps` for an axis that splits `label`, where the family's exchange needs it."""
         if self.label_comm is not None:
             return self.label_comm(label, ins, ins_local, n, e, phase)
-        return self.steps(out_local, n, e, phase)
+        return self.steps(out_local, n, e, phase, attrs)
 
 
 @dataclass(frozen=True)

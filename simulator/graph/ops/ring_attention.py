@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.graph.ops.attention import _LSE_BYTES
+from simulator.graph.ops.attention import _LSE_BYTES, masked, window_keys
 from simulator.graph.ops.attention import _cost as _flash_cost
 from simulator.graph.ops.attention import _forward as _flash_forward
 from simulator.graph.ops.attention import _infer as _flash_infer
@@ -55,12 +55,25 @@ def ring_steps(n: int) -> range:
     return range(n)
 
 
-def ring_kv_bytes(out_local: Shape, n: int, e: float, phase: str) -> float:
-    """Bytes one device sends per layer: its K and V blocks n-1 times forward; the KV ring
-    again and the dK/dV ring back in the backward."""
+def window_blocks(s_local: int, n: int, window: int) -> int:
+    """Key/value blocks of s_local tokens a rank's queries can see (its own included) under
+    a window of `window` tokens (0: every block, n): the blocks that start less than W-1
+    tokens before its first query, at most n. A windowed ring passes only those (the
+    blocks further back are masked whole: Brandon et al. 2023, "Striped Attention", Sec. 2
+    on ring attention's work; TE's P2P ring stops at the window, `window_size`)."""
+    if not window:
+        return n
+    return min(n, 1 + -(-(window - 1) // s_local))
+
+
+def ring_kv_bytes(out_local: Shape, n: int, e: float, phase: str, window: int = 0) -> float:
+    """Bytes one device sends per layer: its K and V blocks to the n-1 ranks after it
+    (under a window, to those whose queries it reaches: `window_blocks` - 1) forward; the
+    KV ring again and the dK/dV ring back in the backward."""
     b, s, g, _, d = out_local
     block = float(b * s * g * d) * e
-    return (2.0 if phase == "fwd" else 4.0) * (n - 1) * block
+    steps = window_blocks(s, n, window) - 1
+    return (2.0 if phase == "fwd" else 4.0) * steps * block
 
 
 def _labels(shapes: list[Shape], attrs: dict[str, Any]) -> LabelView:
@@ -76,7 +89,7 @@ def _block(q, k, attrs, ctx: KernelCtx, kctx: KernelCtx, scale: float):
     qs, ks = ctx.in_offsets[0][1], kctx.in_offsets[1][1]
     rows = np.arange(qs, qs + q.shape[1])[:, None]
     cols = np.arange(ks, ks + k.shape[1])[None, :]
-    z = np.where(cols > rows, _NEG, z)
+    z = np.where(masked(rows, cols, attrs), _NEG, z)
     (b, s, g, r, _), t = ctx.in_shapes[0], ctx.in_shapes[1][1]
     b0, _, g0, r0, _ = ctx.in_offsets[0]
     pctx = KernelCtx(ctx.in_shapes, (b, g, r, s, t), ctx.in_offsets, (b0, g0, r0, qs, ks),
@@ -143,12 +156,17 @@ def _group_vjp(xs_by_rank, ys, dys, attrs, ctxs, groups):
     return grads
 
 
-def _axis_comm(out_local: Shape, n: int, e: float, phase: str
+def _axis_comm(out_local: Shape, n: int, e: float, phase: str, attrs: dict[str, Any]
                ) -> tuple[tuple[str, float], ...]:
     """(collective, nccl-tests bytes) per phase: forward an all-gather of K and one of V
-    (n blocks each), backward those again and a reduce-scatter of dK and one of dV."""
+    (n blocks each), backward those again and a reduce-scatter of dK and one of dV. Under
+    a window that reaches m < n blocks, the m-1 ring steps are listed as all-gathers among
+    m ranks (the same bytes sent per device: (m-1) blocks of K and of V)."""
     b, s, g, _, d = out_local
-    buffer = float(n * b * s * g * d) * e
+    m = window_blocks(s, n, int(attrs.get("window", 0)))
+    if m <= 1:
+        return ()
+    buffer = float(m * b * s * g * d) * e
     fwd = (("all_gather", buffer), ("all_gather", buffer))
     return fwd if phase == "fwd" else fwd + (("reduce_scatter", buffer),) * 2
 
@@ -163,13 +181,14 @@ def _cost(ins: list[Shape], out: Shape, attrs: dict[str, Any], e: float, phase: 
 
 
 def _flops(shapes: list[Shape], out: Shape, attrs: dict[str, Any]) -> float:
-    (b, s, g, r, d), t = shapes[0], shapes[1][1] * int(attrs.get("ring", 1))
+    (b, s, g, r, d) = shapes[0]
+    t = window_keys(shapes[1][1] * int(attrs.get("ring", 1)), attrs)
     return 4.0 * b * g * r * s * t * d
 
 
 register(OpFamily("RingAttention", (3, 3), _flash_infer, _labels, _flash_forward, _flash_vjp,
                   _flops, kind="attention", saves=(0, 1, 2, -1),
                   saved_extra=lambda ins, out: _LSE_BYTES * math.prod(out[:-1]),
-                  cost=_cost, attrs=("scale", "ring"),
-                  group=GroupKernel(_group_forward, _group_vjp, axis_comm=_axis_comm)),
+                  cost=_cost, attrs=("scale", "ring", "window"),
+                  group=GroupKernel(_group_forward, _group_vjp, attrs_comm=_axis_comm)),
          "ContextParallelAttention")
