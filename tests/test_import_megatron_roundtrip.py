@@ -17,6 +17,7 @@ import pytest
 from simulator import api
 from simulator.config.framework.load import framework_for
 from simulator.config.imports.load import import_file
+from simulator.config.imports.megatron_emit import resolved
 
 DATA = Path(__file__).parent.parent / "scenarios" / "megatron"
 ROOT = Path(__file__).parent.parent
@@ -34,7 +35,7 @@ def _leaves(value: Any, prefix: str) -> dict[str, Any]:
 def _sections(scenario: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("model", "training", "parallel", "cluster"):
-        out.update(_leaves(getattr(scenario, name).model_dump(), name))
+        out.update(_leaves(resolved(getattr(scenario, name)), name))
     return out
 
 

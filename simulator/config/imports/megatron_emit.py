@@ -12,7 +12,7 @@ from simulator.config.imports.megatron_source import read_source
 from simulator.config.scenario.load import parse_scenario
 from simulator.errors import InputError
 
-__all__ = ["emit_megatron"]
+__all__ = ["emit_megatron", "resolved"]
 
 _ATTENTION = {"auto": [], "flash": ["--use-flash-attn"], "cudnn": ["--attention-backend fused"],
               "standard": ["--attention-backend unfused"]}
@@ -37,6 +37,7 @@ def _model(s: Any) -> list[str]:
         args += ["--group-query-attention", f"--num-query-groups {m.num_kv_heads}"]
     if m.ffn_activation == "swiglu":
         args.append("--swiglu")
+    args += _shape(m)
     args += {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp8": ["--bf16", "--fp8-format hybrid"],
              "fp32": []}[m.dtype]
     args += [f"--hidden-dropout {m.dropout!r}", f"--attention-dropout {m.dropout!r}"]
@@ -44,6 +45,20 @@ def _model(s: Any) -> list[str]:
     if m.moe is not None:
         args += [f"--num-experts {m.moe.experts}", f"--moe-router-topk {m.moe.top_k}",
                  f"--moe-expert-capacity-factor {m.moe.capacity_factor!r}"]
+    return args
+
+
+def _shape(m: Any) -> list[str]:
+    """The head, positions and norm as resolved by architecture (`TransformerModel.tied`,
+    `positions`, `norm_kind`), in Megatron-LM's flags."""
+    args = [] if m.tied else ["--untie-embeddings-and-output-weights"]
+    args.append("--position-embedding-type " + {"learned": "learned_absolute", "rope": "rope",
+                                                 "none": "none"}[m.positions])
+    if m.positions == "rope" and m.rope_theta != 10000.0:
+        args.append(f"--rotary-base {m.rope_theta!r}")
+    args.append("--normalization " + ("RMSNorm" if m.norm_kind == "rmsnorm" else "LayerNorm"))
+    if m.head_dim is not None and m.head_dim != m.hidden_size // m.num_heads:
+        args.append(f"--kv-channels {m.head_dim}")
     return args
 
 
@@ -90,11 +105,21 @@ def _parallel(s: Any, tp_comm_default: bool) -> list[str]:
     return args
 
 
+def resolved(section: Any) -> dict[str, Any]:
+    """A scenario section's keys, a transformer's head, positions and norm as resolved by
+    its architecture (a key left to its default and the same value stated are the same)."""
+    out = section.model_dump()
+    if "tie_embeddings" in out:
+        out.update(tie_embeddings=section.tied, position=section.positions,
+                   norm=section.norm_kind)
+    return out
+
+
 def _differences(want: Any, got: Any) -> list[str]:
     out = []
     for section in ("model", "training", "parallel", "cluster"):
-        a = getattr(want, section).model_dump()
-        b = getattr(got, section).model_dump()
+        a = resolved(getattr(want, section))
+        b = resolved(getattr(got, section))
         out += [f"{section}.{k}" for k in a if a[k] != b[k]]
     if want.framework != got.framework:
         out.append("framework")

@@ -106,21 +106,19 @@ FLAGS: dict[str, Flag] = {
     "--transformer-impl": _m("framework"),
     "--accumulate-allreduce-grads-in-fp32": _switch("model.dtype"),
     # ---- approximated as for every simulated transformer (model.from_hf does the same)
-    "--position-embedding-type": _approx("the simulated transformer adds a learned position "
-                                         "table; RoPE's few element-wise FLOPs are not counted"),
-    "--use-rotary-position-embeddings": _approx("as --position-embedding-type rope", 0),
-    "--rotary-percent": _approx("as --position-embedding-type rope"),
-    "--rotary-base": _approx("as --position-embedding-type rope"),
-    "--rotary-interleaved": _approx("as --position-embedding-type rope", 0),
-    "--no-position-embedding": _approx("as --position-embedding-type rope", 0),
-    "--max-position-embeddings": _approx("the simulated position table has seq_length rows"),
-    "--normalization": _approx("RMSNorm is simulated as LayerNorm (one more vector of h)"),
+    "--position-embedding-type": _m("model.position"),
+    "--use-rotary-position-embeddings": _switch("model.position"),
+    "--rotary-percent": _approx("RoPE on part of each head: the same element-wise kernel"),
+    "--rotary-base": _m("model.rope_theta"),
+    "--rotary-interleaved": _approx("another order of RoPE's pairs: the same kernel", 0),
+    "--no-position-embedding": _switch("model.position"),
+    "--max-position-embeddings": _ignore("the learned position table has seq_length rows "
+                                         "(the rows an iteration reads)"),
+    "--normalization": _m("model.norm"),
     "--disable-bias-linear": _approx("the simulated transformer carries its linear biases "
                                      "exactly when its FFN is gelu", 0),
-    "--untie-embeddings-and-output-weights": _approx(
-        "the simulated transformer ties its LM head to the embedding (the head's GEMMs are "
-        "simulated, its separate vocab x h weight is not counted)", 0),
-    "--kv-channels": _approx("the simulated head width is hidden_size / num_heads"),
+    "--untie-embeddings-and-output-weights": _switch("model.tie_embeddings"),
+    "--kv-channels": _m("model.head_dim"),
     "--apply-layernorm-1p": _approx("a LayerNorm variant: the same kernel", 0),
     "--use-mcore-models": _ignore("the Megatron-Core GPT model: the model simulated", 0),
     # ---- ignored: no effect on an iteration's time or memory

@@ -79,6 +79,32 @@ def _moe(values: Values) -> dict[str, Any] | None:
     return {"experts": experts, "top_k": top_k, "capacity_factor": capacity}
 
 
+_POSITIONS = {"learned_absolute": "learned", "rope": "rope", "none": "none"}
+
+
+def _shape_keys(values: Values, kv_channels: int) -> dict[str, Any]:
+    """The head, positions and norm as Megatron-LM sets them, always stated (its defaults,
+    arguments.py: a tied output layer, learned absolute positions, LayerNorm, kv_channels
+    hidden / heads, rotary base 10000, differ from a swiglu scenario's by-architecture
+    defaults)."""
+    given = values.text("--position-embedding-type", "learned_absolute", tuple(_POSITIONS))
+    position = _POSITIONS[given or "learned_absolute"]
+    if values.has("--use-rotary-position-embeddings"):
+        position = "rope"
+    if values.has("--no-position-embedding"):
+        position = "none"
+    norm = values.text("--normalization", "LayerNorm", ("LayerNorm", "RMSNorm"))
+    keys: dict[str, Any] = {
+        "tie_embeddings": not values.has("--untie-embeddings-and-output-weights"),
+        "position": position, "norm": "rmsnorm" if norm == "RMSNorm" else "layernorm"}
+    head = values.integer("--kv-channels", kv_channels, lo=1)
+    if head != kv_channels:
+        keys["head_dim"] = head
+    if values.has("--rotary-base"):
+        keys["rope_theta"] = values.number("--rotary-base", 10000.0, 1.0, 1e12)
+    return keys
+
+
 def model_section(values: Values, tp: int, notes: list[str], lenient: bool) -> dict[str, Any]:
     """The transformer's keys (the vocabulary apart: `vocab_size`)."""
     hidden = values.need("--hidden-size")
@@ -102,6 +128,7 @@ def model_section(values: Values, tp: int, notes: list[str], lenient: bool) -> d
         model["num_kv_heads"] = groups
     if swiglu:
         model["ffn_activation"] = "swiglu"
+    model.update(_shape_keys(values, hidden // heads))
     model["dropout"] = _dropout(values, notes, lenient)
     if values.has("--use-flash-attn"):
         model["attention"] = "flash"
