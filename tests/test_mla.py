@@ -226,10 +226,11 @@ def test_verify_fails_under_a_mutation(mutation):
 
 def _mla_layer_params(h, n, qr, kvr, dn, dr, dv) -> int:
     """DeepSeek-V2 Sec. 2.1: W_DQ, the query norm, W_UQ and W_QR; W_DKV, the key/value
-    norm, W_UK, W_UV and W_KR; W_O (and the layer's input norm, here a LayerNorm)."""
+    norm, W_UK, W_UV and W_KR; W_O (and the layer's input norm, the model's: an RMSNorm,
+    gain only, for this swiglu model as for DeepSeek-V3)."""
     q = (h * qr + qr + qr * n * (dn + dr)) if qr else h * n * (dn + dr)
     kv = h * kvr + kvr + kvr * n * (dn + dv) + h * dr
-    return q + kv + n * dv * h + 2 * h
+    return q + kv + n * dv * h + h
 
 
 def _model(**over):
@@ -256,12 +257,12 @@ def test_parameters_per_layer_follow_the_closed_form(tensor):
 
 
 def test_mtp_module_parameters_follow_the_closed_form():
-    """One MTP module: enorm, hnorm, eh_proj (2h x h), one layer, its final norm; the
-    embedding and head are the main model's (shared)."""
+    """One MTP module: enorm, hnorm, eh_proj (2h x h), one layer, its final norm (the
+    model's: an RMSNorm here); the embedding and head are the main model's (shared)."""
     with_mtp, without = transformer_params(_model()), transformer_params(_model(mtp=None))
     m = _bundled().model
     h = m.hidden_size
-    assert with_mtp.head - without.head == 2 * h + 2 * h * h + with_mtp.layer + 2 * h
+    assert with_mtp.head - without.head == 2 * h + 2 * h * h + with_mtp.layer + h
     assert with_mtp.embedding == without.embedding
 
 

@@ -25,7 +25,7 @@ between the two projections is local, as in attention. No biases on the projecti
 
 from __future__ import annotations
 
-from simulator.graph.decoder import GptDims, LayerKind, dropout, hash_seed
+from simulator.graph.decoder import GptDims, LayerKind, dropout, hash_seed, norm
 from simulator.graph.graph import GraphBuilder
 
 __all__ = ["mamba_mixer"]
@@ -58,9 +58,7 @@ def mamba_mixer(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> st
     """One Mamba-2 mixer with its pre-norm and residual (a `Block`)."""
     grp, r, hd, n = d.mamba_groups, d.mamba_heads // d.mamba_groups, d.mamba_head_dim, \
         d.mamba_state
-    a = g.op("LayerNorm", [x, g.tensor(f"{p}.ln1.g", [d.hidden], "parameter"),
-                           g.tensor(f"{p}.ln1.b", [d.hidden], "parameter")], f"{p}.ln1",
-             kernel="ln1")
+    a = norm(g, x, f"{p}.ln1", d, "ln1")  # the model's norm
     t = _in_proj(g, a, p, d)
     xs = _conv(g, t["x"], "x", [grp, r, hd], p, d)
     bs = _conv(g, t["b"], "b", [grp, n], p, d)

@@ -26,7 +26,14 @@ from __future__ import annotations
 
 import math
 
-from simulator.graph.decoder import GptDims, LayerKind, bias_dropout_add, dropout, hash_seed
+from simulator.graph.decoder import (
+    GptDims,
+    LayerKind,
+    bias_dropout_add,
+    dropout,
+    hash_seed,
+    norm,
+)
 from simulator.graph.graph import GraphBuilder
 
 __all__ = ["mla", "mla_core"]
@@ -94,8 +101,7 @@ def mla_core(g: GraphBuilder, q: str, k: str, v: str, p: str, d: GptDims) -> str
 def mla(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
     """The layer's norm, multi-head latent attention, the output projection and the
     residual (the block builder registered as MIXERS['mla'])."""
-    a = g.op("LayerNorm", [x, _param(g, f"{p}.ln1.g", [d.hidden]),
-                           _param(g, f"{p}.ln1.b", [d.hidden])], f"{p}.ln1", kernel="ln1")
+    a = norm(g, x, f"{p}.ln1", d, "ln1")  # the model's norm (RMSNorm in DeepSeek-V3)
     q = _queries(g, a, p, d)
     key, v = _keys_values(g, a, p, d)
     c = mla_core(g, q, key, v, p, d)

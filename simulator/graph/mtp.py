@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from simulator.graph.decoder import GptDims
+from simulator.graph.decoder import GptDims, norm
 from simulator.graph.graph import GraphBuilder
 
 __all__ = ["mtp_loss"]
@@ -51,9 +51,7 @@ def _module(g: GraphBuilder, h: str, k: int, d: GptDims, wte: str, w_head: str,
     w = g.tensor(f"{p}.eh_proj.w", [2 * d.hidden, d.hidden], "parameter")
     x = g.op("Einsum", [c, w], f"{p}.eh_proj", equation="bsc,ch->bsh", kernel="mtp_proj")
     x = layer(g, x, p)
-    y = g.op("LayerNorm", [x, g.tensor(f"{p}.lnf.g", [d.hidden], "parameter"),
-                           g.tensor(f"{p}.lnf.b", [d.hidden], "parameter")], f"{p}.lnf",
-             kernel="ln_final")
+    y = norm(g, x, f"{p}.lnf", d, "ln_final")  # the model's norm
     logits = g.op("Einsum", [y, w_head], f"{p}.head", equation="bsh,vh->bsv",
                   kernel="lm_head")
     ce = g.op("SoftmaxCrossEntropy", [logits, labels], f"{p}.ce", kernel="cross_entropy")
