@@ -25,7 +25,8 @@ from simulator.models.transformer_plan import (
     with_moe,
 )
 
-__all__ = ["FAMILY", "staged_pipeline", "transformer_model", "small_gpt", "gpt_case"]
+__all__ = ["FAMILY", "staged_pipeline", "transformer_model", "small_gpt", "gpt_case",
+           "shrunk_pipeline_layers"]
 
 # a unit (block) starts at the embedding, at each layer's first norm and at the final norm
 _UNIT_START = re.compile(r"embed|l\d+\.ln1|lnf")
@@ -53,11 +54,11 @@ def _chunk_layers(m: TransformerModel, s: Scenario) -> int:
     if not staged_pipeline(s):
         return least
     p = s.parallel
-    unit = layer_plan(kinds).unit
-    if p.pipeline_layers is not None:
-        return max(least, sum(shrunk_split(p.pipeline_layers, unit)))
+    kept = shrunk_pipeline_layers(s)
+    if kept is not None:
+        return max(least, sum(kept))
     chunks = p.pipeline * (p.virtual_stages if p.schedule == "interleaved_1f1b" else 1)
-    step = chunks * unit  # every virtual stage the same whole groups
+    step = chunks * layer_plan(kinds).unit  # every virtual stage the same whole groups
     return -(-least // step) * step
 
 
@@ -141,14 +142,23 @@ def small_gpt(m: TransformerModel, s: Scenario, flash: bool) -> tuple[GptDims, l
                   f"sequence_parallel={str(p.sequence_parallel).lower()})"] + _split_note(m, s)
 
 
-def _split_note(m: TransformerModel, s: Scenario) -> list[str]:
-    """What a shrunk case keeps of `parallel.pipeline_layers` (`_chunk_layers`)."""
+def shrunk_pipeline_layers(s: Scenario) -> tuple[int, ...] | None:
+    """Layers per virtual stage a shrunk case keeps of `parallel.pipeline_layers`
+    (`models.layers.shrunk_split` in groups of the layer plan); None where it is not given
+    or the stages do not run on devices of their own."""
     given = s.parallel.pipeline_layers
     if not staged_pipeline(s) or given is None:
+        return None
+    return shrunk_split(given, layer_plan(layer_kinds(transformer_model(s.model))).unit)
+
+
+def _split_note(m: TransformerModel, s: Scenario) -> list[str]:
+    """What a shrunk case keeps of `parallel.pipeline_layers` (`_chunk_layers`)."""
+    small = shrunk_pipeline_layers(s)
+    if small is None:
         return []
-    small = shrunk_split(given, layer_plan(layer_kinds(m)).unit)
-    return [f"parallel.pipeline_layers {list(given)} kept as {list(small)}: each stage's "
-            f"layers beyond the fewest, plus one group"]
+    return [f"parallel.pipeline_layers {list(s.parallel.pipeline_layers or ())} kept as "
+            f"{list(small)}: each stage's layers beyond the fewest, plus one group"]
 
 
 def small_attention(dims: GptDims, seq: int) -> GptDims:

@@ -302,13 +302,13 @@ def _layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
     return recompute, per_layer, boundary
 
 
-
 def _ce_transient(software: Software, tensor: int) -> float:
     """Bytes per logit the loss's backward allocates beyond its saved set: the stack's
     vocabulary-parallel figure when the logits are split over tensor ranks and it states
     one, else its plain figure (`CrossEntropy` of the framework profile)."""
     vp = software.ce_vp_backward_transient_bytes_per_logit
     return vp if tensor > 1 and vp else software.ce_backward_transient_bytes_per_logit
+
 
 def _derive(scenario: Scenario, software: Software, compute_units: int,
             fp8: Fp8Recipe | None) -> Program:

@@ -12,7 +12,6 @@ from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.models.cases import VerifyCase, build_case
-from simulator.models.layers import shrunk_split
 from simulator.models.optimizer_threshold import unsharded_roles
 from simulator.models.recompute import (
     SelectivePolicy,
@@ -29,7 +28,11 @@ from simulator.models.split import (
     stage_ops,
     virtual_stages,
 )
-from simulator.models.transformer import staged_pipeline, transformer_model
+from simulator.models.transformer import (
+    shrunk_pipeline_layers,
+    staged_pipeline,
+    transformer_model,
+)
 from simulator.numeric.execution import Faults
 from simulator.numeric.host_trips import HostTrips
 from simulator.numeric.pipeline import (
@@ -109,10 +112,11 @@ def pipeline_split(s: Scenario, graph: Graph, split: StageSplit | None,
         return PipelineSplit(stage_ops(graph_units(s.model.type, names), split.counts),
                              s.parallel.pipeline, faults or SendFaults())
     layers, chunks = layer_count(graph), virtual_stages(s)
-    given = s.parallel.pipeline_layers
-    counts = (split.layers if layers == s.model.layers  # type: ignore[union-attr]
-              else shrunk_split(given, family(s.model).block_layers(s.model))
-              if given is not None else (layers // chunks,) * chunks)
+    kept = shrunk_pipeline_layers(s)
+    if layers == s.model.layers:  # type: ignore[union-attr]
+        counts = split.layers
+    else:  # a shrunk case: as models.transformer shrank it
+        counts = kept if kept is not None else (layers // chunks,) * chunks
     return PipelineSplit(transformer_stage_of(graph, counts), s.parallel.pipeline,
                          faults or SendFaults())
 
