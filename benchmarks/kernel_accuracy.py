@@ -96,7 +96,8 @@ def main(argv: list[str]) -> int:
     show = "--rows" in argv
     data = json.loads(DATA.read_text())["sections"]
     hw = _burst(load_profile("h200-sxm"))
-    print(f"kernels measured on {data['environment']['name']} (torch {data['environment']['torch']})"
+    env = data["environment"]
+    print(f"kernels measured on {env['name']} (torch {env['torch']})"
           f" vs compute_time_s on h200-sxm (sustained_compute_fraction 1)")
     big = [r for r in data["gemm_bf16"] if 2 * r["m"] * r["n"] * r["k"] >= 1e11]
     small = [r for r in data["gemm_bf16"] if 2 * r["m"] * r["n"] * r["k"] < 1e11]
