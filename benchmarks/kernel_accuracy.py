@@ -28,6 +28,8 @@ from simulator.cost.compute import compute_time_s
 from simulator.cost.specs import ComputeSpec
 
 DATA = Path(__file__).resolve().parent / "data" / "measured" / "h200-gpu-kernels-2026-11-28.json"
+_KIND = {"copy": "copy", "rms_norm": "norm", "layer_norm": "norm", "softmax": "softmax",
+         "adamw_fused": "optimizer", "adamw_foreach": "optimizer"}  # else elementwise
 _IMPL = {"cudnn": "cudnn", "flash": "fa2"}  # torch SDPA backends -> profile attention kernels
 
 
@@ -50,7 +52,7 @@ def gemm_rows(rows: list[dict], dtype: str, hw: HardwareProfile) -> list[tuple[s
 def memory_rows(rows: list[dict], hw: HardwareProfile) -> list[tuple[str, float, float]]:
     out = []
     for r in rows:
-        kind = "optimizer" if r["op"].startswith("adamw") else "elementwise"
+        kind = _KIND.get(r["op"], "elementwise")
         kernels = r.get("kernels") or 1
         spec = ComputeSpec(r["op"], kind, 0.0, float(r["bytes"]), "bf16")
         # an unfused op (eager SwiGLU: silu, then mul) is that many kernels of its bytes

@@ -27,7 +27,9 @@ Memory-bound GEMMs (small k, skinny m) fall on the memory roof through `bytes_ac
 
 Non-GEMM kinds are memory-bound kernels: their FLOPs run on the vector units
 (`vector_flops_per_s * vector_peak_fraction`) and their bytes at `memory_bandwidth_fraction`
-of HBM bandwidth. `attention` (a fused FlashAttention-style kernel) is compute-bound at
+of HBM bandwidth, or at the profile's measured fraction for their kind
+(`kernel_bandwidth_fractions`: a fused AdamW step or a softmax reaches less than a copy).
+`attention` (a fused FlashAttention-style kernel) is compute-bound at
 the fraction of the matrix peak its implementation reaches (`attention_fraction`), quoted
 at 2048 keys and scaled with the kernel's key length (`attention_seq_factor`).
 """
@@ -41,7 +43,7 @@ from simulator.config.hardware.schema import HardwareProfile
 from simulator.cost.specs import ComputeSpec
 
 __all__ = ["compute_time_s", "gemm_efficiency", "compute_efficiency", "attention_fraction",
-           "attention_seq_factor", "DTYPE_BYTES"]
+           "attention_seq_factor", "bandwidth_fraction", "DTYPE_BYTES"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1,
                                   "fp4": 0.5}
@@ -105,7 +107,7 @@ def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, f
     """(FLOP/s, bytes/s) the kernel reaches on the compute and memory roofs. The compute
     roof is scaled by `sustained_compute_fraction` (clocks under a sustained training load)."""
     eff = hw.efficiency
-    mem = hw.memory_bandwidth_bytes_per_s * eff.memory_bandwidth_fraction
+    mem = hw.memory_bandwidth_bytes_per_s * bandwidth_fraction(spec.kind, hw)
     sustained = eff.sustained_compute_fraction
     if spec.kind == "gemm":
         mnk = spec.gemm_mnk or _square(spec.flops, spec.gemm_batch)
@@ -118,6 +120,15 @@ def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, f
         return (hw.peak_flops_per_s(spec.dtype) * attention_fraction(spec, hw)
                 * attention_seq_factor(spec.seq, eff.attention_seq_half) * sustained, mem)
     return hw.vector_flops_per_s * eff.vector_peak_fraction * sustained, mem
+
+
+def bandwidth_fraction(kind: str, hw: HardwareProfile) -> float:
+    """Fraction of HBM bandwidth a kernel of `kind` reaches: the profile's measured figure
+    for that kind (`kernel_bandwidth_fractions`) or `memory_bandwidth_fraction`."""
+    eff = hw.efficiency
+    by_kind = eff.kernel_bandwidth_fractions
+    measured = getattr(by_kind, kind) if by_kind and kind in type(by_kind).model_fields else None
+    return eff.memory_bandwidth_fraction if measured is None else measured
 
 
 def attention_seq_factor(seq: int, half: float) -> float:

@@ -29,6 +29,7 @@ PosFloat = Annotated[StrictFloat, Field(gt=0)]  # strict floats accept integers,
 PosInt = Annotated[StrictInt, Field(ge=1)]
 Fraction = Annotated[StrictFloat, Field(gt=0, le=1, allow_inf_nan=False)]
 
+
 # Physical bounds, wide enough for any device built or announced (B200: 4.5 PFLOP/s fp8, 8 TB/s
 # HBM, 900 GB/s NVLink; a 1 Gb/s NIC; a laptop CPU) and narrow enough that a slipped exponent
 # is refused instead of simulated (`bandwidth_GBps: 1e-300` would make one iteration 1e303 s).
@@ -155,6 +156,18 @@ class AttentionKernels(_Closed):
     te: AttentionKernel | None = None
 
 
+class KernelBandwidth(_Closed):
+    """Measured fraction of HBM bandwidth by memory-bound kernel kind (`cost.compute`); a
+    kind left out runs at `memory_bandwidth_fraction`."""
+
+    elementwise: Fraction | None = None
+    reduction: Fraction | None = None
+    norm: Fraction | None = None
+    softmax: Fraction | None = None
+    gather: Fraction | None = None
+    optimizer: Fraction | None = None
+
+
 class Efficiency(_Closed):
     """Physical parameters of the cost model (docs in `simulator.cost.compute` and
     `simulator.cost.collectives`). Fractions are of the datasheet peak."""
@@ -180,6 +193,10 @@ class Efficiency(_Closed):
     attention_seq_half: KHalf = 0.0
     vector_peak_fraction: Fraction = 0.5
     memory_bandwidth_fraction: Fraction
+    # measured fraction of HBM bandwidth by memory-bound kernel kind where it differs from
+    # `memory_bandwidth_fraction` (a fused optimizer step or a softmax reaches less than a
+    # copy); a kind absent here runs at memory_bandwidth_fraction
+    kernel_bandwidth_fractions: KernelBandwidth | None = None
     intra_node_bus_fraction: Fraction
     inter_node_bus_fraction: Fraction
     # compute roofs (tensor and vector) under a sustained multi-GPU training load, as a
