@@ -63,7 +63,7 @@ from simulator.program.stack_ops import (
     weight_casts,
     with_impl,
 )
-from simulator.program.unfused import unfused_ops
+from simulator.program.unfused import unfused_ops, unfused_saved_bytes
 from simulator.sharding.lower import (
     Saved,
     backward_specs,
@@ -294,7 +294,13 @@ def _layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
     out_name = next(op.op.output for op in reversed(plan.ops) if select(op.op.name))
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
                                                                 mesh))
-    per_layer = sv.total(select, region) + kept
+    # what the stack's unfused kernels keep beyond the fused layer's set: all of it without
+    # recompute or around a recomputed attention core; nothing under a full recompute or
+    # torchtitan's op-level SAC (those kernels re-run)
+    unfused = unfused_saved_bytes(scenario, software.unfused_passes)
+    keeps_unfused = p.recompute == "none" or (p.recompute == "selective"
+                                              and policy == "attention_core")
+    per_layer = sv.total(select, region) + kept + (unfused if keeps_unfused else 0.0)
     if p.recompute == "selective" and policy == "every_second_mm" and region is not None:
         # the kept ops' cached outputs and the block's input (boundary: the previous
         # layer's output, the same shape), not the inputs the kept ops save
@@ -389,7 +395,9 @@ def _group(scenario: Scenario, software: Software, plan: ShardingPlan, dims: Gpt
                  saved_bytes=per_layer,
                  # one layer's full saved set is alive while a recomputed layer runs its
                  # backward: what the re-run makes beyond what it keeps
-                 working_bytes=sv.total(block.select) - per_layer if rc else 0.0,
+                 working_bytes=(sv.total(block.select)
+                                + unfused_saved_bytes(scenario, software.unfused_passes)
+                                - per_layer) if rc else 0.0,
                  recomputes=rc, send_fwd_bytes=float(boundary),
                  send_bwd_bytes=float(boundary),
                  tp_replicated=tp_replicated_kernels(plan, block.select))

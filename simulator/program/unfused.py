@@ -20,6 +20,14 @@ only for models with fewer key/value heads than query heads):
 priced like every element-wise kernel, max(bytes / HBM, elements / vector) + launch
 (`cost.compute`): at these intensities the HBM roof. Forward passes join the layer's
 forward, so a full recompute runs them again, as it re-runs the stack's forward.
+
+A pass's `saved_bytes` is what its kernels keep for the backward beyond the fused layer's
+saved set, per element (`unfused_saved_bytes`: elements x saved_bytes summed over the passes):
+torchtitan's fp32 RMSNorm keeps x.float() (4 bytes) beside its bf16 output, where a fused
+norm keeps its bf16 input; an eager SwiGLU keeps SiLU's output for the Mul (2 bytes per FFN
+element); repeat_kv hands the attention the repeated keys and values, which it keeps instead
+of the key/value heads. Measured tensor by tensor on one layer by
+`benchmarks/device/saved_tensors.py` (benchmarks/data/measured/h200-saved-tensors-2026-11-28.json).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from simulator.config.scenario.schema import Scenario
 from simulator.cost.specs import ComputeSpec
 from simulator.models.transformer import transformer_model
 
-__all__ = ["unfused_elements", "unfused_ops"]
+__all__ = ["unfused_elements", "unfused_ops", "unfused_saved_bytes"]
 
 
 def unfused_elements(scenario: Scenario, tensor: str) -> int:
@@ -49,11 +57,8 @@ def unfused_ops(scenario: Scenario, passes: tuple[UnfusedPass, ...], dtype: str
     """(forward, backward) element-wise kernels of `passes` for one layer, one micro-batch."""
     fwd: list[ComputeSpec] = []
     bwd: list[ComputeSpec] = []
-    m = transformer_model(scenario.model)
     for ps in passes:
-        if ps.activation is not None and getattr(m, "ffn_activation", None) != ps.activation:
-            continue
-        if ps.grouped_query_only and not m.kv_heads < m.num_heads:
+        if not _applies(scenario, ps):
             continue
         n = float(ps.count * unfused_elements(scenario, ps.tensor))
         if ps.fwd_bytes > 0:
@@ -63,3 +68,17 @@ def unfused_ops(scenario: Scenario, passes: tuple[UnfusedPass, ...], dtype: str
             bwd.append(ComputeSpec(f"unfused.{ps.name}.bwd", "elementwise", n,
                                    n * ps.bwd_bytes, dtype, "bwd"))
     return tuple(fwd), tuple(bwd)
+
+
+def _applies(scenario: Scenario, ps: UnfusedPass) -> bool:
+    m = transformer_model(scenario.model)
+    if ps.activation is not None and getattr(m, "ffn_activation", None) != ps.activation:
+        return False
+    return not (ps.grouped_query_only and not m.kv_heads < m.num_heads)
+
+
+def unfused_saved_bytes(scenario: Scenario, passes: tuple[UnfusedPass, ...]) -> float:
+    """Bytes one layer keeps for its backward beyond the fused layer's saved set, one
+    device's share of one micro-batch (see the module doc)."""
+    return sum(ps.count * unfused_elements(scenario, ps.tensor) * ps.saved_bytes
+               for ps in passes if ps.saved_bytes and _applies(scenario, ps))

@@ -61,6 +61,11 @@ class UnfusedPass(_Closed):
     # only for models with fewer key/value heads than query heads (grouped-query attention: a
     # copy that repeats the key/value heads is a no-op without it)
     grouped_query_only: StrictBool = False
+    # bytes per element of `tensor` (each of `count`) the stack's kernels keep for the
+    # backward beyond what the fused layer keeps (an fp32 copy of a norm's input, SiLU's
+    # output kept by the Mul); negative where they keep less (key/value heads the attention
+    # no longer keeps because it keeps their repeated copies)
+    saved_bytes: Annotated[StrictFloat, Field(ge=-64, le=64, allow_inf_nan=False)] = 0.0
 
 
 class Software(_Closed):
