@@ -85,6 +85,13 @@ class TrainingSpec(_Closed):
     # NeMo `optim.dtype: bf16`), see simulator/lower/state.py
     optimizer_dtype: Literal["fp32", "bf16"] = Field(
         default="fp32", description="Dtype of the optimizer's states (moments, master weights).")
+    # dtype of Adam's / momentum's moments alone, the master copy staying in optimizer_dtype
+    # (Megatron-Core's precision-aware optimizer: --exp-avg-dtype / --exp-avg-sq-dtype beside
+    # --main-params-dtype; DeepSeek-V3 keeps BF16 moments and FP32 master weights,
+    # arXiv:2412.19437 Sec. 3.3.3); None: optimizer_dtype
+    moments_dtype: Literal["fp32", "bf16"] | None = Field(default=None, description=(
+        "Dtype of the optimizer's moments (Adam's first and second, momentum's), the master "
+        "weights staying in optimizer_dtype; null: optimizer_dtype."))
     # FP8 recipes only: the weights of the FP8 GEMMs are stored in FP8 (Transformer Engine
     # fp8_model_init; NeMo `model.fp8_params`), with no 16-bit copy on the device besides
     # the optimizer's

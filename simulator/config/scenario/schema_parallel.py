@@ -216,6 +216,18 @@ class ParallelSpec(_Closed):
     recompute: Literal["none", "selective", "full"] = Field(default="none", description=(
         "Activation recompute: none, selective (the attention core) or full (each layer from its "
         "input)."))
+    # Megatron-Core's fine-grained selective recompute (TransformerConfig.recompute_modules,
+    # --recompute-granularity selective --recompute-modules ...): core_attn is the default
+    # (the attention core); layernorm, mla_up_proj and moe_act discard their outputs after
+    # the forward and make them again before the backward (simulator/program/
+    # recompute_modules.py). None: the stack's selective policy.
+    recompute_modules: list[Literal["core_attn", "layernorm", "mla_up_proj", "moe_act"]] | \
+        None = Field(default=None, description=(
+            "With recompute selective: the parts of a transformer layer recomputed "
+            "(Megatron-Core --recompute-modules): core_attn (the attention core), layernorm "
+            "(the layer's two norms), mla_up_proj (MLA's latent norms, up-projections and "
+            "RoPE), moe_act (the experts' activation functions); null: the stack's selective "
+            "policy."))
     recompute_comm: RecomputeCommSpec = Field(default_factory=RecomputeCommSpec, description=(
         "What recompute runs again of the communication inside its region."))
     # MindSpore set_auto_parallel_context(enable_alltoall=...): a redistribution may use an
