@@ -153,3 +153,31 @@ def test_recompute_modules_refused_by_name(sets, key, message):
     with pytest.raises(InputError) as err:
         load_scenario(GPT, list(sets))
     assert err.value.key == key and err.value.message == message
+
+
+def test_probs_in_activation_drops_the_combines_copy_of_the_expert_outputs():
+    """Routing weights applied in the activation (Megatron-Core >= 0.13 grouped experts):
+    the combine keeps no copy of the k expert outputs, 2 k h bytes a token in bf16."""
+    drop = _saved() - _moe_layer("model.moe.probs_in_activation=true").saved_bytes
+    assert drop == S * 2 * K * H
+
+
+def test_fp8_cached_activations_closed_form():
+    """DeepSeek-V3's low-precision storage: the SwiGLU inputs (2 k f routed + 2 fs shared
+    elements a token) at 1 + 4/128 bytes instead of 2; the attention output (n dv) at
+    1.5 + 1/128 instead of 2."""
+    none = _saved()
+    act = none - _moe_layer("training.fp8_saved_activations=[moe_act_input]").saved_bytes
+    assert act == pytest.approx(S * (2 * K * F + 2 * FS) * (2 - (1 + 4 / 128)), rel=1e-12)
+    att = none - _moe_layer("training.fp8_saved_activations=[attention_output]").saved_bytes
+    assert att == pytest.approx(S * N * DV * (2 - (1.5 + 1 / 128)), rel=1e-12)
+
+
+def test_fp8_saved_activations_needs_an_fp8_model():
+    bf16 = DS["model"] | {"dtype": "bf16"}
+    with pytest.raises(InputError) as err:
+        load_scenario(DS | {"model": bf16}, ["training.fp8_saved_activations=[moe_act_input]"])
+    assert err.value.key == "training.fp8_saved_activations"
+    assert err.value.message == (
+        "['moe_act_input'] keeps activations of an FP8 recipe in a low-precision cache; it "
+        "needs model.dtype fp8 (found bf16); set it, or remove the key")

@@ -48,7 +48,9 @@ from simulator.models.recompute import DISCARDING, recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
+from simulator.program.deepep import fp8_dispatch
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
+from simulator.program.moe_saved import fp8_cached, probs_in_activation
 from simulator.program.program import Block, Op, Program, coalesce
 from simulator.program.recompute_modules import discarding_saved, module_recompute
 from simulator.program.recompute_policy import sac_cached_bytes, sac_recompute
@@ -238,6 +240,8 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
     if recipe is not None:
         fwd = {k: apply_fp8(v, recipe) for k, v in fwd.items()}
         bwd = {k: apply_fp8(v, recipe) for k, v in bwd.items()}
+        if recipe.dtype == "fp8" and scenario.parallel.expert_dispatcher == "deepep":
+            fwd, bwd = fp8_dispatch(fwd, bwd)
     impl = m.attention if m.attention not in ("auto", "standard", "flash") else \
         software.attention_impl
     if impl:
@@ -350,6 +354,10 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     sv: Saved = saved(plan, e)
     if recipe is not None and recipe.saves_fp8:
         sv = fp8_saved(sv, plan, recipe, e)
+    if m.moe is not None and m.moe.probs_in_activation:
+        sv = probs_in_activation(sv, plan)
+    if recipe is not None and scenario.training.fp8_saved_activations:
+        sv = fp8_cached(sv, plan, tuple(scenario.training.fp8_saved_activations), e)
     fwd, bwd, head_saved, logits = _stack_ops(scenario, software, plan, recipe, sv, dtype,
                                               {**groups, "embed": embed, "head": head})
     embed_params = embed.params(plan, graph)[0]

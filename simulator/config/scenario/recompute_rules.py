@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from simulator.config.scenario.schema import Scenario
 
-__all__ = ["recompute_modules"]
+__all__ = ["recompute_modules", "expert_dispatcher", "fp8_saved_activations"]
 
 Problem = tuple[str, str]
 
@@ -40,3 +40,36 @@ def recompute_modules(s: Scenario) -> Iterator[Problem]:
             yield f"{key}[{i}]", (f"{m} recomputes a part of model.{_NEEDS[m]}, which this "
                                   f"model does not have (allowed here: {', '.join(allowed)})")
             return
+
+
+def expert_dispatcher(s: Scenario) -> Iterator[Problem]:
+    """`expert_dispatcher: deepep` moves a mixture of experts' tokens: it needs one and an
+    expert-parallel degree above 1."""
+    p = s.parallel
+    if p.expert_dispatcher == "alltoall":
+        return
+    if getattr(s.model, "moe", None) is None or p.expert <= 1:
+        yield "parallel.expert_dispatcher", (
+            f"deepep moves the tokens of a mixture of experts between expert-parallel ranks; "
+            f"it needs model.moe and parallel.expert above 1 (found expert {p.expert}"
+            f"{'' if getattr(s.model, 'moe', None) is not None else ', no model.moe'}; "
+            f"allowed here: alltoall)")
+
+
+def fp8_saved_activations(s: Scenario) -> Iterator[Problem]:
+    """`training.fp8_saved_activations` caches activations of an FP8 recipe: it needs
+    `model.dtype: fp8`, no repeated entry, and moe_act_input a mixture of experts."""
+    which = s.training.fp8_saved_activations
+    if not which:
+        return
+    key = "training.fp8_saved_activations"
+    if getattr(s.model, "dtype", None) != "fp8":
+        yield key, (f"{list(which)} keeps activations of an FP8 recipe in a low-precision "
+                    f"cache; it needs model.dtype fp8 (found "
+                    f"{getattr(s.model, 'dtype', None)}); set it, or remove the key")
+    elif len(set(which)) != len(which):
+        yield key, f"{list(which)} names an activation twice (each at most once)"
+    elif "moe_act_input" in which and getattr(s.model, "moe", None) is None:
+        yield f"{key}[{list(which).index('moe_act_input')}]", (
+            "moe_act_input caches the inputs of the experts' activation; this model has no "
+            "model.moe (allowed here: attention_output)")

@@ -160,6 +160,14 @@ class ParallelSpec(_Closed):
         "Expert-parallel degree: data-parallel ranks splitting each MoE layer's experts (divides "
         "data); with expert_tensor 1, the ranks of tensor x data splitting them (Megatron-Core "
         "--expert-model-parallel-size)."))
+    # how the expert all-to-all moves tokens (Megatron-Core --moe-token-dispatcher-type
+    # alltoall, or flex with --moe-enable-deepep): a pairwise exchange of the dispatched
+    # copies, or DeepEP's once-a-node send forwarded over NVLink (simulator/cost/deepep.py),
+    # which dispatches FP8 under an FP8 recipe (simulator/program/deepep.py)
+    expert_dispatcher: Literal["alltoall", "deepep"] = Field(default="alltoall", description=(
+        "Expert all-to-all: alltoall (each token copy to its expert's device) or deepep "
+        "(DeepEP: a token crosses the network once a node and is forwarded over NVLink; FP8 "
+        "dispatch under an FP8 recipe)."))
     expert_tensor: Degree | None = Field(default=None, description=(
         "Tensor-parallel degree of the expert FFNs (Megatron-Core "
         "--expert-tensor-parallel-size): null or tensor, each expert's FFN split over the "
