@@ -36,7 +36,8 @@ from simulator.graph.graph import Graph
 from simulator.models.opgraph import graph_model
 from simulator.models.registry import family
 
-__all__ = ["Select", "SelectivePolicy", "CORE_ROLES", "MODULE_ROLES", "DISCARDING", "MM_ORDER",
+__all__ = ["Select", "SelectivePolicy", "CORE_ROLES", "MODULE_ROLES", "DISCARDING",
+           "discarding", "MM_ORDER",
            "layer_role",
            "saved_mms", "recomputed_ops", "Recomputed", "Recomputing", "recomputing",
            "recomputed", "verify_runs"]
@@ -73,6 +74,11 @@ MODULE_ROLES: dict[str, frozenset[str]] = {
     "moe_act": frozenset({"eact", "eglu", "sact", "sglu"}),
 }
 DISCARDING = ("layernorm", "mla_up_proj", "moe_act")  # output-discarding checkpointing
+
+
+def discarding(modules: Sequence[str]) -> list[str]:
+    """The output-discarding ones of `modules` (`DISCARDING`)."""
+    return [m for m in modules if m in DISCARDING]
 
 
 def recomputed_ops(mode: str, policy: SelectivePolicy = "attention_core",

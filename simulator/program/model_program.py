@@ -44,7 +44,7 @@ from simulator.models.params import (
     head_op,
     param_names,
 )
-from simulator.models.recompute import DISCARDING, recomputed_ops
+from simulator.models.recompute import discarding, recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
@@ -292,14 +292,14 @@ def _layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
     modules = p.recompute_modules if p.recompute == "selective" else None
     picked = recomputed_ops(p.recompute, policy, dims.swiglu, modules)
     region = None if picked is None else (lambda n: select(n) and picked(n))
+    out_name = next(op.op.output for op in reversed(plan.ops) if select(op.op.name))
+    boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
+                                                                mesh))
     if modules is not None and region is not None:
         recompute, kept = comm_options.recompute_comm_ops(
             scenario, module_recompute(layer_fwd, plan, select, region), mesh)
-        out_name = next(op.op.output for op in reversed(plan.ops) if select(op.op.name))
-        boundary = e * math.prod(plan.layouts[out_name].local_shape(
-            graph.tensors[out_name].shape, mesh))
-        discard = recomputed_ops("selective", policy, dims.swiglu,
-                                 [m for m in modules if m in DISCARDING]) or (lambda n: False)
+        discard = recomputed_ops(p.recompute, policy, dims.swiglu, discarding(modules)) \
+            or (lambda n: False)
         return recompute, kept + discarding_saved(sv, plan, select, region, discard,
                                                   fp8_kernels, e), boundary
     if p.recompute == "selective" and policy == "every_second_mm":
@@ -309,9 +309,6 @@ def _layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
             layer_fwd, (lambda n: True) if p.recompute == "full" else
             (lambda n: n in ATTENTION_CORE))
     recompute, kept = comm_options.recompute_comm_ops(scenario, recompute, mesh)
-    out_name = next(op.op.output for op in reversed(plan.ops) if select(op.op.name))
-    boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
-                                                                mesh))
     per_layer = sv.total(select, region) + kept
     if p.recompute == "selective" and policy == "every_second_mm" and region is not None:
         # the kept ops' cached outputs and the block's input (boundary: the previous
