@@ -56,10 +56,11 @@ DATA_CASES = [
     ("unknown-key", ["parallel.tensr=2"],
      "s.yaml: parallel.tensr: unknown key (did you mean 'tensor'?); allowed: comm_fusion, "
      "comm_subgraph, context, data, dataset_strategy, enable_alltoall, expert, "
-     "expert_tensor, full_batch, micro_batches, mode, offload, optimizer_shard, "
-     "optimizer_threshold_kb, overlap, "
-     "parameter_server, pipeline, pipeline_layers, recompute, recompute_comm, schedule, "
-     "search, sequence_parallel, tensor, tensor_nd, virtual_stages"),
+     "expert_dispatcher, expert_tensor, full_batch, micro_batches, mode, offload, "
+     "optimizer_shard, optimizer_threshold_kb, overlap, "
+     "parameter_server, pipeline, pipeline_layers, recompute, recompute_comm, "
+     "recompute_modules, schedule, search, sequence_parallel, tensor, tensor_nd, "
+     "virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
      "s.yaml: hardwre: unknown key (did you mean 'hardware'?); allowed: cluster, framework, "
      "hardware, model, name, parallel, seed, training"),
@@ -119,11 +120,11 @@ SET_CASES = [
     ("set-unknown-key", ["parallel.tensr=2"],
      "s.yaml with --set parallel.tensr=2: parallel.tensr: unknown key (did you mean "
      "'tensor'?); allowed: comm_fusion, comm_subgraph, context, data, dataset_strategy, "
-     "enable_alltoall, expert, expert_tensor, full_batch, micro_batches, mode, offload, "
-     "optimizer_shard, "
+     "enable_alltoall, expert, expert_dispatcher, expert_tensor, full_batch, "
+     "micro_batches, mode, offload, optimizer_shard, "
      "optimizer_threshold_kb, overlap, parameter_server, pipeline, pipeline_layers, "
-     "recompute, recompute_comm, schedule, search, sequence_parallel, tensor, tensor_nd, "
-     "virtual_stages"),
+     "recompute, recompute_comm, recompute_modules, schedule, search, sequence_parallel, "
+     "tensor, tensor_nd, virtual_stages"),
     ("set-breaks-rule", ["parallel.tensor=4"],
      "s.yaml with --set parallel.tensor=4: parallel: data*tensor*pipeline = 2*4*1 = 8 must "
      "equal cluster.nodes*cluster.devices_per_node = 1*4 = 4"),

@@ -163,14 +163,21 @@ def _ring(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile, proto
 def _all_to_all(nbytes: float, group: GroupSpec, hw: HardwareProfile,
                 active: int | None) -> float:
     """Pairwise exchange: each device keeps S/n, sends (m-1)/n*S inside its node and
-    (n-m)/n*S through its NIC share; both run at once."""
+    (n-m)/n*S through its NIC share; both run at once. With `group.remote_share` (DeepEP's
+    once-a-node forwarding, `cost.deepep`): that share of S through the NIC and (m-1)/m*S
+    over NVLink, at once."""
     n, m = group.size, group.members_per_node
-    t_intra = (m - 1) / n * nbytes / intra_bus_bandwidth(hw, m) if m > 1 else 0.0
+    intra, inter, peers = (m - 1) / n, (n - m) / n, n - 1
+    if group.remote_share and group.crosses_nodes:
+        # once a node over the NIC, then forwarded over NVLink (cost.deepep): a device's
+        # network peers are the other nodes' GPUs of its local rank
+        intra, inter, peers = (m - 1) / m, group.remote_share, group.nodes_spanned - 1
+    t_intra = intra * nbytes / intra_bus_bandwidth(hw, m) if m > 1 else 0.0
     t_inter = 0.0
     if group.crosses_nodes:
-        t_inter = (n - m) * nbytes / n / (group_network_bandwidth(group, hw, active) / m)
+        t_inter = inter * nbytes / (group_network_bandwidth(group, hw, active) / m)
     alpha = hw.inter_link_latency_s if group.crosses_nodes else hw.intra_link_latency_s
-    return max(t_intra, t_inter) + (n - 1) * alpha
+    return max(t_intra, t_inter) + peers * alpha
 
 
 def _tree(coll: str, nbytes: float, group: GroupSpec, hw: HardwareProfile, protocol: str,

@@ -72,6 +72,10 @@ class GroupSpec:
     size: int
     stride: int
     devices_per_node: int
+    # an all-to-all over the group sends each token once a node and forwards it there over
+    # NVLink (DeepEP, `cost.deepep`): the share of the send buffer crossing the NIC; 0: a
+    # pairwise exchange of the buffer
+    remote_share: float = 0.0
 
     @property
     def members_per_node(self) -> int:

@@ -11,9 +11,10 @@ of `size` devices `mesh.stride(axis)` ranks apart on nodes of `devices_per_node`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.config.scenario.schema import Scenario
+from simulator.cost.deepep import remote_share
 from simulator.cost.specs import GroupSpec
 from simulator.lower.dualpipe import mirror_stage
 from simulator.sharding.mesh import Mesh
@@ -36,6 +37,9 @@ class RankMesh:
     # DualPipe: virtual stage p + s is model stage s of the reverse direction, on device
     # p - 1 - s (`lower.dualpipe`)
     mirrored: bool = False
+    # DeepEP's dispatcher (`parallel.expert_dispatcher: deepep`): the share of an expert
+    # all-to-all's buffer crossing the NIC (cost.deepep); 0: a pairwise exchange
+    ep_remote_share: float = 0.0
 
     def size(self, axis: str | None) -> int:
         return dict(self.mesh.axes).get(axis, 1) if axis else 1
@@ -58,7 +62,8 @@ class RankMesh:
 
     def groups(self) -> dict[str, GroupSpec]:
         """GroupSpec of every mesh axis, by name."""
-        return {name: GroupSpec(size, self.mesh.stride(a), self.devices_per_node)
+        return {name: GroupSpec(size, self.mesh.stride(a), self.devices_per_node,
+                                self.ep_remote_share if name == "ep" else 0.0)
                 for a, (name, size) in enumerate(self.mesh.axes)}
 
     def stage(self, rank: int) -> int:
@@ -134,4 +139,19 @@ def rank_mesh(scenario: Scenario, model_mesh: Mesh | None = None) -> RankMesh:
     else:
         data_axis = "dp" if p.data > 1 and "dp" in model_mesh.names else None
     mesh = Mesh(((PIPELINE_AXIS, p.pipeline),) + model_mesh.axes)
-    return RankMesh(mesh, chunks, scenario.cluster.devices_per_node, data_axis, mirrored)
+    ranks = RankMesh(mesh, chunks, scenario.cluster.devices_per_node, data_axis, mirrored)
+    return replace(ranks, ep_remote_share=_ep_remote_share(scenario, ranks))
+
+
+def _ep_remote_share(scenario: Scenario, ranks: RankMesh) -> float:
+    """The NIC share of an expert all-to-all under DeepEP (`cost.deepep`), over the nodes
+    the `ep` group spans; 0 for the pairwise exchange or a group inside one node."""
+    moe = getattr(scenario.model, "moe", None)
+    if scenario.parallel.expert_dispatcher != "deepep" or moe is None or "ep" not in \
+            ranks.mesh.names:
+        return 0.0
+    group = ranks.groups()["ep"]
+    nodes = group.nodes_spanned
+    if nodes <= 1:
+        return 0.0
+    return remote_share(moe.experts, moe.top_k, nodes, moe.groups, moe.group_top_k)

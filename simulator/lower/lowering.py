@@ -49,7 +49,7 @@ from simulator.lower.offload import Offload
 from simulator.lower.pipeline import schedule_steps
 from simulator.lower.reduction import strategy_for
 from simulator.lower.stages import StageWork, stage_work
-from simulator.lower.state import model_state_bytes
+from simulator.lower.state import model_state_bytes, state_dtype_of
 from simulator.lower.step import finish
 from simulator.lower.tasks_builder import Builder
 from simulator.models.split import StageSplit
@@ -82,7 +82,7 @@ class Lowering:
         self.e = DTYPE_BYTES[prog.dtype]
         self.ge = prog.grad_bytes  # gradient elements: buffer and reduction
         tr = scenario.training  # the optimizer's state dtype, FP8 weights (lower.state)
-        self.state_dtype: str = tr.optimizer_dtype
+        self.state_dtype: str = state_dtype_of(tr.optimizer_dtype, tr.moments_dtype)
         self.fp8_params = tr.fp8_params and getattr(scenario.model, "dtype", "") == "fp8"
         self.par = scenario.parallel
         self.micro: int = share.micro if share else (

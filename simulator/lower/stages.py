@@ -283,7 +283,8 @@ def _default_split(scenario: Scenario, prog: Program, stages: int,
                    priced: dict[int, _Priced]) -> tuple[int, ...]:
     """Copies of the cut sequence on each virtual stage when the scenario does not give
     them: a sequence of one repeated block split evenly (`stage_layers`), distinct blocks
-    balanced on their priced seconds (`models.split.unit_split`). Without a profile the
+    balanced on their priced seconds, the pinned blocks counted on the first and last
+    (`models.split.unit_split`). Without a profile the
     split by count is `models.split.by_count`."""
     seq = prog.sequence()
 
@@ -295,5 +296,9 @@ def _default_split(scenario: Scenario, prog: Program, stages: int,
         return stage_layers(scenario, stages, len(seq), seconds(seq[:1]),
                             seconds(prog.pinned("first")), seconds(prog.pinned("last")),
                             seq[0].layers)
-    return unit_split(scenario, len(seq), prog.fixed, prog.spans, stages,
-                      [seconds((b,)) for b in seq])
+    weights = [seconds((b,)) for b in seq]
+    if weights and prog.fixed is None:
+        # the blocks pinned to the first and last stage weigh on them, as in stage_layers
+        weights[0] += seconds(prog.pinned("first"))
+        weights[-1] += seconds(prog.pinned("last"))
+    return unit_split(scenario, len(seq), prog.fixed, prog.spans, stages, weights)

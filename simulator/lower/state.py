@@ -28,11 +28,22 @@ from simulator.cost.specs import ComputeSpec
 from simulator.engine.tasks import Alloc
 
 __all__ = ["model_state_bytes", "optimizer_spec", "local_params", "STATE_BYTES", "OPTIMIZER_FLOPS",
-           "state_bytes_per_param",
+           "state_bytes_per_param", "state_dtype_of",
            "framework_overhead_bytes", "fp8_weight_copy_bytes"]
 
 STATE_BYTES = {"adam": 12, "momentum": 8, "sgd": 4}  # mixed precision: fp32 master + moments
 OPTIMIZER_FLOPS = {"adam": 12.0, "momentum": 4.0, "sgd": 2.0}  # per parameter per step
+
+
+def state_dtype_of(optimizer_dtype: str, moments_dtype: str | None = None) -> str:
+    """The optimizer's state dtype as the functions here take it: `optimizer_dtype`, or
+    'MASTER/MOMENTS' where `training.moments_dtype` differs from it (Megatron-Core's
+    precision-aware optimizer, --main-params-dtype fp32 --exp-avg-dtype bf16
+    --exp-avg-sq-dtype bf16; DeepSeek-V3's BF16 moments with FP32 master weights,
+    arXiv:2412.19437 Sec. 3.3.3)."""
+    if moments_dtype is None or moments_dtype == optimizer_dtype:
+        return optimizer_dtype
+    return f"{optimizer_dtype}/{moments_dtype}"
 
 
 def state_bytes_per_param(optimizer: str, dtype: str, state_dtype: str = "fp32",
@@ -41,12 +52,15 @@ def state_bytes_per_param(optimizer: str, dtype: str, state_dtype: str = "fp32",
     copy of the weights in `state_dtype` where the model's weights are not already that
     copy (see the module docstring): 12 / 8 / 4 for Adam / momentum / SGD of a 16-bit
     model in fp32 states, 4 less in fp32 training; Adam in bf16 states 4 (6 with FP8
-    weights)."""
-    sb = DTYPE_BYTES[state_dtype]
+    weights). `state_dtype` 'MASTER/MOMENTS' (`state_dtype_of`): the master copy in
+    MASTER, the moments in MOMENTS (Adam in fp32 / bf16: 4 + 2 x 2 = 8)."""
+    master_dtype, _, moments_dtype = state_dtype.partition("/")
+    sb = DTYPE_BYTES[master_dtype]
+    mb = DTYPE_BYTES[moments_dtype or master_dtype]
     moments = (STATE_BYTES[optimizer] - 4) // 4
     weights = DTYPE_BYTES[dtype]
     master = fp8_params or weights != sb
-    return moments * sb + (sb if master else 0)
+    return moments * mb + (sb if master else 0)
 
 
 def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: float,

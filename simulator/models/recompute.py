@@ -36,7 +36,9 @@ from simulator.graph.graph import Graph
 from simulator.models.opgraph import graph_model
 from simulator.models.registry import family
 
-__all__ = ["Select", "SelectivePolicy", "CORE_ROLES", "MM_ORDER", "layer_role",
+__all__ = ["Select", "SelectivePolicy", "CORE_ROLES", "MODULE_ROLES", "DISCARDING",
+           "discarding", "MM_ORDER",
+           "layer_role",
            "saved_mms", "recomputed_ops", "Recomputed", "Recomputing", "recomputing",
            "recomputed", "verify_runs"]
 
@@ -56,15 +58,44 @@ def saved_mms(gated: bool) -> frozenset[str]:
     return frozenset(r for i, r in enumerate(order) if i % 2 == 0)
 
 
+# Megatron-Core's fine-grained recompute modules (TransformerConfig.recompute_modules,
+# megatron/core/transformer/transformer_config.py) as the GPT graph's op roles: core_attn
+# checkpoints the attention core; layernorm ("the input_layernorm and pre_mlp_layernorm"),
+# mla_up_proj ("the MLA up projection and RoPE applying parts": in
+# multi_latent_attention.py the latent q/kv layernorms run inside it, before the up
+# projections) and moe_act ("the MoE MLP activation function"; here the shared experts'
+# too, as DeepSeek-V3 recomputes "the SwiGLU operator in MoE", arXiv:2412.19437 Sec. 3.3.3)
+# are output-discarding: their outputs are not kept, made again before the backward
+MODULE_ROLES: dict[str, frozenset[str]] = {
+    "core_attn": frozenset(CORE_ROLES),
+    "layernorm": frozenset({"ln1", "ln2"}),
+    "mla_up_proj": frozenset({"q_norm", "kv_norm", "q_nope", "q_rope_mm", "q_rope", "q_cat",
+                              "k_rope", "k_nope", "v_up", "k_cat"}),
+    "moe_act": frozenset({"eact", "eglu", "sact", "sglu"}),
+}
+DISCARDING = ("layernorm", "mla_up_proj", "moe_act")  # output-discarding checkpointing
+
+
+def discarding(modules: Sequence[str]) -> list[str]:
+    """The output-discarding ones of `modules` (`DISCARDING`)."""
+    return [m for m in modules if m in DISCARDING]
+
+
 def recomputed_ops(mode: str, policy: SelectivePolicy = "attention_core",
-                   gated: bool = False) -> Select | None:
+                   gated: bool = False, modules: Sequence[str] | None = None
+                   ) -> Select | None:
     """The GPT graph's ops (by name) recomputed under `mode` and the stack's selective
-    `policy` (`gated`: the MLP has a gate matrix, SwiGLU); None for `none`."""
+    `policy` (`gated`: the MLP has a gate matrix, SwiGLU), or under `selective` the
+    `modules` (`parallel.recompute_modules`, `MODULE_ROLES`) where given; None for
+    `none`."""
     def layer(n: str) -> bool:
         return re.match(r"l\d+\.", n) is not None
 
     if mode == "full":
         return layer
+    if mode == "selective" and modules is not None:
+        roles = frozenset().union(*(MODULE_ROLES[m] for m in modules))
+        return lambda n: layer(n) and layer_role(n) in roles
     if mode == "selective" and policy == "every_second_mm":
         kept = saved_mms(gated) | {"attn"}
         return lambda n: layer(n) and layer_role(n) not in kept

@@ -43,7 +43,7 @@ from typing import Any
 from simulator.config.framework.load import framework_for
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
 from simulator.lower.framework_apply import fp8_recipe
-from simulator.lower.state import framework_overhead_bytes, state_bytes_per_param
+from simulator.lower.state import framework_overhead_bytes, state_bytes_per_param, state_dtype_of
 from simulator.models.params import transformer_params
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import uses_flash
@@ -112,7 +112,8 @@ def workload_of(scenario: Scenario, hw: Any) -> Workload:
         copies = max(0.0, copies - e)
     return Workload(m, tr.global_batch_size, tr.optimizer, bool(flash), ge, fusion.mode,
                     fusion.bucket_mb * 1e6, fw.memory_overheads, off.parameters,
-                    off.activations, tr.optimizer_dtype, copies, fp8 and tr.fp8_params,
+                    off.activations, state_dtype_of(tr.optimizer_dtype, tr.moments_dtype),
+                    copies, fp8 and tr.fp8_params,
                     scenario, sw, hw.compute_units, fp8_recipe(scenario, fw),
                     scenario.parallel.mode == "parameter_server",
                     scenario.cluster.devices_per_node)

@@ -60,8 +60,15 @@ from simulator.sharding.plan import ShardingPlan
 __all__ = ["Fp8Recipe", "apply_fp8", "fp8_saved", "FP8_OPS", "FP4_SCALE_BYTES"]
 
 # kernels of the planned GPT graph per role of `fp8.gemm_roles`
-FP8_OPS = {"qkv": ("qkv",), "proj": ("proj",), "fc1": ("fc1", "fc_gate", "fc_up"),
-           "fc2": ("fc2",), "lm_head": ("lm_head",)}
+# (Megatron-Core builds every linear layer of a block from Transformer Engine modules, so an
+# FP8 recipe covers them all: MLA's down and up projections as the qkv role
+# (megatron/core/transformer/multi_latent_attention.py: linear_q_down_proj, linear_q_up_proj,
+# linear_kv_down_proj, linear_kv_up_proj are TE linears), the routed experts' grouped GEMMs
+# (TEGroupedMLP) and the shared experts' (SharedExpertMLP, an MLP) as fc1 / fc2; DeepSeek-V3
+# runs the same GEMMs in FP8, arXiv:2412.19437 Sec. 3.3, Fig. 6)
+FP8_OPS = {"qkv": ("qkv", "q_down", "kv_down", "q_up", "kv_up"), "proj": ("proj",),
+           "fc1": ("fc1", "fc_gate", "fc_up", "expert_fc1", "shared_fc1"),
+           "fc2": ("fc2", "expert_fc2", "shared_fc2"), "lm_head": ("lm_head",)}
 _CAST_T_BYTES = 4.0   # cast + transpose: read bf16 (2), write FP8 and its transpose (1 + 1)
 _AMAX_BYTES = 2.0     # a separate amax pass reads the bf16 tensor once more
 _TRANSPOSE_BYTES = 2.0  # FP8 transpose of a gathered FP8 tensor: read 1, write 1

@@ -44,12 +44,15 @@ from simulator.models.params import (
     head_op,
     param_names,
 )
-from simulator.models.recompute import recomputed_ops
+from simulator.models.recompute import discarding, recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
+from simulator.program.deepep import fp8_dispatch
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
+from simulator.program.moe_saved import fp8_cached, probs_in_activation
 from simulator.program.program import Block, Op, Program, coalesce
+from simulator.program.recompute_modules import discarding_saved, module_recompute
 from simulator.program.recompute_policy import sac_cached_bytes, sac_recompute
 from simulator.program.replicated import tp_replicated_kernels
 from simulator.program.stack_ops import (
@@ -237,6 +240,8 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
     if recipe is not None:
         fwd = {k: apply_fp8(v, recipe) for k, v in fwd.items()}
         bwd = {k: apply_fp8(v, recipe) for k, v in bwd.items()}
+        if recipe.dtype == "fp8" and scenario.parallel.expert_dispatcher == "deepep":
+            fwd, bwd = fp8_dispatch(fwd, bwd)
     impl = m.attention if m.attention not in ("auto", "standard", "flash") else \
         software.attention_impl
     if impl:
@@ -276,14 +281,27 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
 
 def _layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
                      dims: GptDims, sv: Saved, e: int, select: Select,
-                     layer_fwd: tuple[Op, ...]) -> tuple[tuple[Op, ...], float, float]:
+                     layer_fwd: tuple[Op, ...], fp8_kernels: frozenset[str] = frozenset()
+                     ) -> tuple[tuple[Op, ...], float, float]:
     """(the layer's recompute pass, the bytes it keeps per micro-batch, the bytes of its
     output: the boundary a pipeline sends) under `parallel.recompute` and the stack's
-    selective policy."""
+    selective policy, or `parallel.recompute_modules` (`program.recompute_modules`;
+    `fp8_kernels`: the FP8 GEMMs that keep FP8 copies of their inputs)."""
     p, graph, mesh = scenario.parallel, plan.graph, plan.mesh
     policy = software.selective_recompute
-    picked = recomputed_ops(p.recompute, policy, dims.swiglu)
+    modules = p.recompute_modules if p.recompute == "selective" else None
+    picked = recomputed_ops(p.recompute, policy, dims.swiglu, modules)
     region = None if picked is None else (lambda n: select(n) and picked(n))
+    out_name = next(op.op.output for op in reversed(plan.ops) if select(op.op.name))
+    boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
+                                                                mesh))
+    if modules is not None and region is not None:
+        recompute, kept = comm_options.recompute_comm_ops(
+            scenario, module_recompute(layer_fwd, plan, select, region), mesh)
+        discard = recomputed_ops(p.recompute, policy, dims.swiglu, discarding(modules)) \
+            or (lambda n: False)
+        return recompute, kept + discarding_saved(sv, plan, select, region, discard,
+                                                  fp8_kernels, e), boundary
     if p.recompute == "selective" and policy == "every_second_mm":
         recompute = sac_recompute(layer_fwd, dims.swiglu, dims.heads, dims.kv_heads)
     else:
@@ -291,9 +309,6 @@ def _layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
             layer_fwd, (lambda n: True) if p.recompute == "full" else
             (lambda n: n in ATTENTION_CORE))
     recompute, kept = comm_options.recompute_comm_ops(scenario, recompute, mesh)
-    out_name = next(op.op.output for op in reversed(plan.ops) if select(op.op.name))
-    boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
-                                                                mesh))
     # what the stack's unfused kernels keep beyond the fused layer's set: all of it without
     # recompute or around a recomputed attention core; nothing under a full recompute or
     # torchtitan's op-level SAC (those kernels re-run)
@@ -342,6 +357,10 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     sv: Saved = saved(plan, e)
     if recipe is not None and recipe.saves_fp8:
         sv = fp8_saved(sv, plan, recipe, e)
+    if m.moe is not None and m.moe.probs_in_activation:
+        sv = probs_in_activation(sv, plan)
+    if recipe is not None and scenario.training.fp8_saved_activations:
+        sv = fp8_cached(sv, plan, tuple(scenario.training.fp8_saved_activations), e)
     fwd, bwd, head_saved, logits = _stack_ops(scenario, software, plan, recipe, sv, dtype,
                                               {**groups, "embed": embed, "head": head})
     embed_params = embed.params(plan, graph)[0]
@@ -354,7 +373,9 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     small = kept_whole(plan, threshold, pe)
     imbalance = m.moe.imbalance if m.moe else 1.0
     layer_blocks = [_group(scenario, software, plan, dims, sv, e, name, b, fwd[name],
-                           bwd[name], steps, small, lp.unit)
+                           bwd[name], steps, small, lp.unit,
+                           recipe.kernels if recipe is not None and recipe.saves_fp8
+                           else frozenset())
                     for name, b in groups.items()]
     return Program(
         blocks=(
@@ -382,10 +403,10 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
 def _group(scenario: Scenario, software: Software, plan: ShardingPlan, dims: GptDims,
            sv: Saved, e: int, name: str, block: _Block, fwd: tuple[Op, ...],
            bwd: tuple[Op, ...], steps: tuple[CommSpec, ...], small: dict[str, int],
-           unit: int) -> Block:
+           unit: int, fp8_kernels: frozenset[str] = frozenset()) -> Block:
     """The Block of one group of the layer plan (`unit` layers), its repeat left at 1."""
     recompute, per_layer, boundary = _layer_recompute(scenario, software, plan, dims, sv, e,
-                                                      block.select, fwd)
+                                                      block.select, fwd, fp8_kernels)
     params, tensors = block.params(plan, plan.graph)
     rc = scenario.parallel.recompute != "none"
     return Block(name, fwd, bwd, recompute, layers=unit, params=params,

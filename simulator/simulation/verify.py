@@ -148,7 +148,8 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
         spec = s.parallel.parameter_server
         ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
         select = recomputed_ops(s.parallel.recompute, selective,
-                                transformer_model(s.model).ffn_activation == "swiglu") \
+                                transformer_model(s.model).ffn_activation == "swiglu",
+                                s.parallel.recompute_modules) \
             if family(s.model).layered else None
         pipeline = pipeline_split(s, case.sharded, split, send_faults)
         recompute = Recompute(select, s.parallel.recompute_comm.tensor,

@@ -13,6 +13,11 @@ from collections.abc import Callable, Iterator
 from simulator.config.scenario.axis_rules import context, parameter_server, tensor_nd
 from simulator.config.scenario.comm_rules import comm_subgraph, recompute_comm
 from simulator.config.scenario.dataset import dataset_problems
+from simulator.config.scenario.recompute_rules import (
+    expert_dispatcher,
+    fp8_saved_activations,
+    recompute_modules,
+)
 from simulator.config.scenario.rule_helpers import Problem, divisors, fused_collectives
 from simulator.config.scenario.schema import CommFusionSpec, ParallelSpec, Scenario
 from simulator.errors import InputError
@@ -347,6 +352,9 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _batch,
     _model,
     _selective_recompute,
+    recompute_modules,
+    expert_dispatcher,
+    fp8_saved_activations,
     _one_block_overlap,
     _schedule,
     _model_knobs,

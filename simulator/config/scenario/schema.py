@@ -85,6 +85,20 @@ class TrainingSpec(_Closed):
     # NeMo `optim.dtype: bf16`), see simulator/lower/state.py
     optimizer_dtype: Literal["fp32", "bf16"] = Field(
         default="fp32", description="Dtype of the optimizer's states (moments, master weights).")
+    # dtype of Adam's / momentum's moments alone, the master copy staying in optimizer_dtype
+    # (Megatron-Core's precision-aware optimizer: --exp-avg-dtype / --exp-avg-sq-dtype beside
+    # --main-params-dtype; DeepSeek-V3 keeps BF16 moments and FP32 master weights,
+    # arXiv:2412.19437 Sec. 3.3.3); None: optimizer_dtype
+    moments_dtype: Literal["fp32", "bf16"] | None = Field(default=None, description=(
+        "Dtype of the optimizer's moments (Adam's first and second, momentum's), the master "
+        "weights staying in optimizer_dtype; null: optimizer_dtype."))
+    # FP8 recipes only: activations kept for the backward in a narrower format (DeepSeek-V3
+    # Sec. 3.3.3 "Low-Precision Storage"; simulator/program/moe_saved.py)
+    fp8_saved_activations: list[Literal["moe_act_input", "attention_output"]] = Field(
+        default_factory=list, description=(
+            "With model.dtype fp8: activations kept in a low-precision cache (DeepSeek-V3): "
+            "moe_act_input (the MoE SwiGLU inputs in FP8 with a scale a 128) and "
+            "attention_output (the attention output, the projection's input, in E5M6)."))
     # FP8 recipes only: the weights of the FP8 GEMMs are stored in FP8 (Transformer Engine
     # fp8_model_init; NeMo `model.fp8_params`), with no 16-bit copy on the device besides
     # the optimizer's

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
-from pydantic import Field, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from simulator.config.scenario.rule_helpers import Problem, no_experts
 from simulator.config.scenario.schema_types import (
@@ -89,6 +89,14 @@ class MoeSpec(_Closed):
         """Whether every token reaches its experts (no capacity factor)."""
         return self.capacity_factor is None
 
+    # where the routing weights multiply (simulator/program/moe_saved.py): on the experts'
+    # outputs in the combine (GShard, Switch), or inside the experts' activation
+    # (Megatron-Core >= 0.13 grouped experts, activation_func_with_probs): the same
+    # function, but the combine then keeps no copy of the experts' outputs
+    probs_in_activation: StrictBool = Field(default=False, description=(
+        "The routing weights multiply the experts' activation output (Megatron-Core >= 0.13 "
+        "grouped experts) instead of their outputs in the combine, which then keeps no copy "
+        "of those outputs for the backward; false: in the combine."))
     groups: Annotated[StrictInt, Field(ge=1, le=100_000)] = Field(default=1, description=(
         "Group-limited routing (DeepSeek-V3 n_group; Megatron-Core --moe-router-num-groups): "
         "the experts in this many groups, each token's experts chosen among its group_top_k "

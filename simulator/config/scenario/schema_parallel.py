@@ -160,6 +160,14 @@ class ParallelSpec(_Closed):
         "Expert-parallel degree: data-parallel ranks splitting each MoE layer's experts (divides "
         "data); with expert_tensor 1, the ranks of tensor x data splitting them (Megatron-Core "
         "--expert-model-parallel-size)."))
+    # how the expert all-to-all moves tokens (Megatron-Core --moe-token-dispatcher-type
+    # alltoall, or flex with --moe-enable-deepep): a pairwise exchange of the dispatched
+    # copies, or DeepEP's once-a-node send forwarded over NVLink (simulator/cost/deepep.py),
+    # which dispatches FP8 under an FP8 recipe (simulator/program/deepep.py)
+    expert_dispatcher: Literal["alltoall", "deepep"] = Field(default="alltoall", description=(
+        "Expert all-to-all: alltoall (each token copy to its expert's device) or deepep "
+        "(DeepEP: a token crosses the network once a node and is forwarded over NVLink; FP8 "
+        "dispatch under an FP8 recipe)."))
     expert_tensor: Degree | None = Field(default=None, description=(
         "Tensor-parallel degree of the expert FFNs (Megatron-Core "
         "--expert-tensor-parallel-size): null or tensor, each expert's FFN split over the "
@@ -216,6 +224,18 @@ class ParallelSpec(_Closed):
     recompute: Literal["none", "selective", "full"] = Field(default="none", description=(
         "Activation recompute: none, selective (the attention core) or full (each layer from its "
         "input)."))
+    # Megatron-Core's fine-grained selective recompute (TransformerConfig.recompute_modules,
+    # --recompute-granularity selective --recompute-modules ...): core_attn is the default
+    # (the attention core); layernorm, mla_up_proj and moe_act discard their outputs after
+    # the forward and make them again before the backward (simulator/program/
+    # recompute_modules.py). None: the stack's selective policy.
+    recompute_modules: list[Literal["core_attn", "layernorm", "mla_up_proj", "moe_act"]] | \
+        None = Field(default=None, description=(
+            "With recompute selective: the parts of a transformer layer recomputed "
+            "(Megatron-Core --recompute-modules): core_attn (the attention core), layernorm "
+            "(the layer's two norms), mla_up_proj (MLA's latent norms, up-projections and "
+            "RoPE), moe_act (the experts' activation functions); null: the stack's selective "
+            "policy."))
     recompute_comm: RecomputeCommSpec = Field(default_factory=RecomputeCommSpec, description=(
         "What recompute runs again of the communication inside its region."))
     # MindSpore set_auto_parallel_context(enable_alltoall=...): a redistribution may use an

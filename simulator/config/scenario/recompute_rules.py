@@ -1,0 +1,75 @@
+"""Rules of `parallel.recompute_modules` (Megatron-Core's --recompute-modules): they name
+parts of a transformer layer recomputed under `recompute: selective`, so they need that
+granularity and a model that has the parts named (simulator/program/recompute_modules.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from simulator.config.scenario.schema import Scenario
+
+__all__ = ["recompute_modules", "expert_dispatcher", "fp8_saved_activations"]
+
+Problem = tuple[str, str]
+
+# the model key a module needs (None: every transformer has the part)
+_NEEDS = {"core_attn": None, "layernorm": None, "mla_up_proj": "mla", "moe_act": "moe"}
+
+
+def recompute_modules(s: Scenario) -> Iterator[Problem]:
+    """`recompute_modules` needs `recompute: selective`, a transformer, no repeated module,
+    and the model parts it names (mla_up_proj: model.mla; moe_act: model.moe)."""
+    mods = s.parallel.recompute_modules
+    if mods is None:
+        return
+    key = "parallel.recompute_modules"
+    if s.parallel.recompute != "selective":
+        yield key, (f"{list(mods)} names the parts recomputed under parallel.recompute "
+                    f"selective (found {s.parallel.recompute}); set it, or remove the key")
+        return
+    if s.model.type != "transformer":
+        yield key, (f"names parts of a transformer layer; a model of type '{s.model.type}' "
+                    f"has none (remove the key)")
+        return
+    if len(set(mods)) != len(mods):
+        yield key, f"{list(mods)} names a module twice (each at most once)"
+        return
+    allowed = [k for k, v in _NEEDS.items() if v is None or getattr(s.model, v, None) is not None]
+    for i, m in enumerate(mods):
+        if m not in allowed:
+            yield f"{key}[{i}]", (f"{m} recomputes a part of model.{_NEEDS[m]}, which this "
+                                  f"model does not have (allowed here: {', '.join(allowed)})")
+            return
+
+
+def expert_dispatcher(s: Scenario) -> Iterator[Problem]:
+    """`expert_dispatcher: deepep` moves a mixture of experts' tokens: it needs one and an
+    expert-parallel degree above 1."""
+    p = s.parallel
+    if p.expert_dispatcher == "alltoall":
+        return
+    if getattr(s.model, "moe", None) is None or p.expert <= 1:
+        yield "parallel.expert_dispatcher", (
+            f"deepep moves the tokens of a mixture of experts between expert-parallel ranks; "
+            f"it needs model.moe and parallel.expert above 1 (found expert {p.expert}"
+            f"{'' if getattr(s.model, 'moe', None) is not None else ', no model.moe'}; "
+            f"allowed here: alltoall)")
+
+
+def fp8_saved_activations(s: Scenario) -> Iterator[Problem]:
+    """`training.fp8_saved_activations` caches activations of an FP8 recipe: it needs
+    `model.dtype: fp8`, no repeated entry, and moe_act_input a mixture of experts."""
+    which = s.training.fp8_saved_activations
+    if not which:
+        return
+    key = "training.fp8_saved_activations"
+    if getattr(s.model, "dtype", None) != "fp8":
+        yield key, (f"{list(which)} keeps activations of an FP8 recipe in a low-precision "
+                    f"cache; it needs model.dtype fp8 (found "
+                    f"{getattr(s.model, 'dtype', None)}); set it, or remove the key")
+    elif len(set(which)) != len(which):
+        yield key, f"{list(which)} names an activation twice (each at most once)"
+    elif "moe_act_input" in which and getattr(s.model, "moe", None) is None:
+        yield f"{key}[{list(which).index('moe_act_input')}]", (
+            "moe_act_input caches the inputs of the experts' activation; this model has no "
+            "model.moe (allowed here: attention_output)")
