@@ -14,17 +14,19 @@ import pytest
 from simulator.api import load_hardware, load_scenario
 from simulator.planner import search as search_mod
 from simulator.planner.floors import floor_of
-from simulator.planner.generic import generic_splits, with_items
+from simulator.planner.generic import GenericConfig, generic_splits, with_items
 from simulator.planner.generic_search import _Generic
-from simulator.planner.search import SearchOptions, search
-from simulator.planner.space import SpaceLimits
+from simulator.planner.search import SearchOptions, estimated, search
+from simulator.planner.space import SpaceLimits, apply_config
 
 _LIMITS = SpaceLimits(max_micro_batch=2, max_virtual_stages=2)
 # (scenario, devices): MoE (expert degree, DualPipe), context, 2-D / 3-D tensor, FP8 MoE
 # on H100, a parameter server, an mlp pipeline
+# and a dense transformer, whose best the refinement (`generic_search.refine`) varies
 CASES = [("moe-tiny-verify", 8), ("cp-tiny-verify", 8), ("tp2d-tiny-verify", 8),
          ("tp3d-tiny-verify", 8), ("moe-qwen3-30b-a3b-8-h100", 8),
-         ("ps-gpt2-medium-16-a100", 16), ("pipeline-mlp-8-a100", 8)]
+         ("ps-gpt2-medium-16-a100", 16), ("pipeline-mlp-8-a100", 8),
+         ("llama2-7b-8-ascend910b", 8)]
 
 
 def _load(name: str):
@@ -44,7 +46,9 @@ def test_floors_never_above_the_simulation(name, devices):
     per_node = min(sc.cluster.devices_per_node, devices)
     checked = 0
     for cand in res.ranked:
-        planned = cand.config.apply(sc, per_node)
+        cfg = cand.config
+        planned = cfg.apply(sc, per_node) if isinstance(cfg, GenericConfig) else \
+            apply_config(sc, cfg, per_node)
         f = floor_of(planned, hw)
         ev = cand.ev
         assert f.time_s <= ev.iteration_time_s * (1 + 1e-9), (str(cand.config), f, ev)
@@ -56,13 +60,14 @@ def test_floors_never_above_the_simulation(name, devices):
 
 @pytest.mark.parametrize(("name", "devices"), CASES)
 def test_pruning_changes_no_answer(name, devices):
-    _, _, plain = _search(name, devices, floors=False)
+    sc, _, plain = _search(name, devices, floors=False)
     _, _, pruned = _search(name, devices, floors=True)
     assert plain.best is not None and pruned.best is not None
     assert str(pruned.best.config) == str(plain.best.config)
     assert pruned.best.ev.iteration_time_s == plain.best.ev.iteration_time_s
     assert pruned.simulations <= plain.simulations
-    assert plain.pruned == 0
+    if not estimated(sc):  # the dense search's own memory floor prunes either way
+        assert plain.pruned == 0
 
 
 def test_floors_prune_a_mixture_of_experts():
@@ -114,7 +119,7 @@ def test_floor_pruned_scan_equals_the_exhaustive_scan(name, devices):
 
 
 def test_dualpipe_and_fp4_are_searched_knobs():
-    from simulator.planner.generic import GenericConfig, fp4_recipes, knob_values
+    from simulator.planner.generic import fp4_recipes, knob_values
 
     sc, hw = _load("moe-tiny-verify")
     split = with_items(GenericConfig("", ()), parallel__data=2, parallel__tensor=1,
