@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 from simulator.api import load_hardware, load_scenario  # noqa: E402
 from simulator.planner.search import SearchOptions, search, simulate_config  # noqa: E402
 from simulator.planner.space import config_of  # noqa: E402
+from simulator.report import summary  # noqa: E402
+from simulator.simulation.simulate import simulate  # noqa: E402
 
 
 def _one(path: Path) -> dict:
@@ -56,6 +58,7 @@ def _one(path: Path) -> dict:
     row["within_2pct"] = bool(best and pub.fits and row["gap"] <= WITHIN)
     row["measured_s"] = _measured(path)
     row["group"] = _group(sc)
+    row["layout"] = _layout(sc)
     return row
 
 
@@ -70,9 +73,26 @@ def _measured(path: Path) -> float | None:
 
 def _group(sc) -> str:
     """What makes runs of one model comparable: the model, hardware, devices, batch."""
-    return json.dumps([sc.model.model_dump(mode="json", exclude={"name"}), sc.hardware,
-                       sc.framework, sc.devices, sc.training.global_batch_size],
+    model = sc.model.model_dump(mode="json", exclude={"name"})
+    return json.dumps([model, sc.hardware, sc.devices, sc.training.global_batch_size],
                       sort_keys=True)
+
+
+def _as_published(path: Path) -> dict:
+    """A run's row for the layout comparison alone: its published configuration simulated
+    as `run` simulates it (no plan)."""
+    loaded = load_scenario(str(path), [])
+    sc = loaded.scenario
+    s = summary(simulate(sc, load_hardware(loaded)))
+    return {"run": path.stem, "published": _layout(sc), "published_s": s["iteration_time_s"],
+            "published_fits": bool(s["memory"]["fits"]), "measured_s": _measured(path),
+            "group": _group(sc)}
+
+
+def _layout(sc) -> str:
+    """What a run's layout is, as the group comparison tells runs apart."""
+    return json.dumps([sc.parallel.model_dump(mode="json"), sc.training.micro_batch_size,
+                       sc.framework], sort_keys=True)
 
 
 def _layouts(rows: list[dict]) -> list[dict]:
@@ -85,7 +105,7 @@ def _layouts(rows: list[dict]) -> list[dict]:
             groups.setdefault(r["group"], []).append(r)
     out = []
     for runs in groups.values():
-        if len({r["published"] for r in runs}) < 2:
+        if len({r.get("layout", r["published"]) for r in runs}) < 2:
             continue
         best = min(runs, key=lambda r: r["measured_s"])
         pick = min(runs, key=lambda r: r["published_s"])
@@ -95,7 +115,7 @@ def _layouts(rows: list[dict]) -> list[dict]:
     return out
 
 
-def _print(rows: list[dict]) -> None:
+def _print(rows: list[dict], layout_rows: list[dict]) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
@@ -130,7 +150,7 @@ def _print(rows: list[dict]) -> None:
         print(f"published configuration within 2% of the planner's best on {near} of "
               f"{len(fit)} runs that fit; planner's best faster by a median "
               f"{gaps[len(gaps) // 2]:.1%}, at most {gaps[-1]:.1%}")
-    groups = _layouts(rows)
+    groups = _layouts(layout_rows)
     for g in groups:
         print(f"one model under {len(g['runs'])} layouts ({', '.join(g['runs'])}): measured "
               f"best {g['measured_best']}, planner's pick {g['pick']}, measured "
@@ -145,6 +165,9 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="run names or their prefixes (r001 ...) to keep")
     ap.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     ap.add_argument("--jobs", type=int, default=1, help="runs planned at once (processes)")
+    ap.add_argument("--pending", action="store_true",
+                    help="also compare the layouts of the pending published runs "
+                         "(benchmarks/data/validation-pending/: simulated, not planned)")
     args = ap.parse_args()
     paths = sorted((ROOT / "scenarios" / "validation").glob("*.yaml"))
     if args.only:
@@ -157,7 +180,14 @@ def main() -> None:
                   f"{row['planned_s'] or float('nan'):.3f} s planned", flush=True)
             if args.json:  # written after every run: a long benchmark keeps what it measured
                 Path(args.json).write_text(json.dumps(rows, indent=2))
-    _print(rows)
+    if args.pending:
+        pending = sorted((ROOT / "benchmarks" / "data" / "validation-pending").glob("*.yaml"))
+        with Pool(args.jobs) as pool:
+            extra = pool.map(_as_published, pending)
+        rows_all = rows + extra
+    else:
+        rows_all = rows
+    _print(rows, rows_all)
 
 
 if __name__ == "__main__":
