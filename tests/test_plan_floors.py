@@ -26,11 +26,14 @@ _LIMITS = SpaceLimits(max_micro_batch=2, max_virtual_stages=2)
 CASES = [("moe-tiny-verify", 8), ("cp-tiny-verify", 8), ("tp2d-tiny-verify", 8),
          ("tp3d-tiny-verify", 8), ("moe-qwen3-30b-a3b-8-h100", 8),
          ("ps-gpt2-medium-16-a100", 16), ("pipeline-mlp-8-a100", 8),
-         ("llama2-7b-8-ascend910b", 8)]
+         ("llama2-7b-8-ascend910b", 8), ("verify-tiny-dp8@b200", 8)]
+# a case name@profile: on that device, in bf16 (on a B200 the search tries FP4 recipes)
+_ON = {"b200": ["hardware=b200-sxm", "model.dtype=bf16"]}
 
 
 def _load(name: str):
-    loaded = load_scenario(name, [])
+    name, _, on = name.partition("@")
+    loaded = load_scenario(name, _ON[on] if on else [])
     return loaded.scenario, load_hardware(loaded)
 
 
@@ -45,6 +48,8 @@ def test_floors_never_above_the_simulation(name, devices):
     sc, hw, res = _search(name, devices, floors=False)
     per_node = min(sc.cluster.devices_per_node, devices)
     checked = 0
+    if name.endswith("@b200"):
+        assert any("fp4_recipe" in str(c.config) for c in res.ranked)
     for cand in res.ranked:
         cfg = cand.config
         planned = cfg.apply(sc, per_node) if isinstance(cfg, GenericConfig) else \
