@@ -74,9 +74,10 @@ class _Generic:
         return True
 
     def floor(self, cfg: GenericConfig) -> Floor | None:
-        """`planner.floors` of a valid `cfg` (None: off, or a configuration the lowering
-        refuses, which its simulation would refuse too)."""
-        if not self.opts.floors:
+        """`planner.floors` of a valid `cfg` (None: off; on a cluster of unequal devices,
+        whose per-device speeds and jitter the floors do not price; or a configuration the
+        lowering refuses, which its simulation would refuse too)."""
+        if not self.opts.floors or not self.sc.cluster.uniform:
             return None
         if cfg not in self.floors:
             try:
