@@ -1,8 +1,17 @@
 """How fast `shardsim plan` is, and how close its best configuration is to the best found by
-simulating every configuration of the same space (issue 8: within 2%; issue 23: <= 30 s on 2 cores).
+simulating every configuration of the same space (issue 8: within 2%; issue 23: GPT-3 175B
+on 1024 devices <= 30 s and a DeepSeek-V3-sized MoE on 2048 devices <= 120 s on 2 cores).
 
     python benchmarks/plan_speed.py                         # plan wall time + exhaustive
-    python benchmarks/plan_speed.py --no-exhaustive         # the wall time only
+    python benchmarks/plan_speed.py --no-exhaustive         # the wall times only
+    python benchmarks/plan_speed.py --no-exhaustive --no-moe   # GPT-3 only
+
+The MoE figure plans DeepSeek-V3 (671B, 256 routed experts, MLA, MTP; the model and batch
+of benchmarks/data/validation-pending/deepseek-v3-2048-h800.yaml, DeepSeek-AI 2024,
+arXiv:2412.19437 Sec. 3-4) on 2048 H800 over data, tensor, pipeline and expert degrees,
+then micro-batch, schedule (DualPipe included), recompute, ZeRO, sequence parallelism,
+offload, buckets and multi-copy: the generic search (`planner.generic_search`), pruned by
+`planner.floors`.
     python benchmarks/plan_speed.py --max-micro-batch 2 --max-virtual-stages 2 \
         --max-optimizer-shard 2        # a smaller space whose exhaustive part takes ~20 min
 
@@ -46,11 +55,16 @@ def _cpu_s() -> float:
     return use.ru_utime + use.ru_stime
 
 
-def _plan(args: argparse.Namespace) -> tuple[float, dict]:
-    cmd = [sys.executable, "-m", "simulator", "plan", args.scenario, "--devices",
-           str(args.devices), "--json", "--max-micro-batch", str(args.max_micro_batch),
-           "--max-virtual-stages", str(args.max_virtual_stages), "--max-optimizer-shard",
-           str(args.max_optimizer_shard)]
+MOE = "benchmarks/data/validation-pending/deepseek-v3-2048-h800.yaml"
+MOE_DEVICES = 2048
+
+
+def _plan(args: argparse.Namespace, scenario: str | None = None, devices: int | None = None
+          ) -> tuple[float, dict]:
+    cmd = [sys.executable, "-m", "simulator", "plan", scenario or args.scenario, "--devices",
+           str(devices or args.devices), "--json", "--max-micro-batch",
+           str(args.max_micro_batch), "--max-virtual-stages", str(args.max_virtual_stages),
+           "--max-optimizer-shard", str(args.max_optimizer_shard)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0, c0 = time.perf_counter(), _cpu_s()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -112,6 +126,18 @@ def _exhaustive(args: argparse.Namespace, per_node: int) -> dict[Config, tuple]:
     return done
 
 
+def _moe(args: argparse.Namespace) -> None:
+    """The DeepSeek-V3 plan on 2048 devices, with what its search simulated and pruned."""
+    wall, report = _plan(args, MOE, MOE_DEVICES)
+    best, found = report["best"], report["search"]
+    told = f"best {best['iteration_time_s']:.4f} s: {best['label']}" if best else \
+        "no configuration fits"
+    print(f"plan deepseek-v3 --devices {MOE_DEVICES}: {wall:.1f} s wall, "
+          f"{report['cpu_s']:.1f} s CPU (target <= 120 s); {found['configurations']} "
+          f"configurations, {found['simulated']} simulated, {found['pruned_by_memory']} "
+          f"ruled out by their floors; {told}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="gpt3-175b-1024-a100")
@@ -120,6 +146,7 @@ def main() -> None:
     ap.add_argument("--max-virtual-stages", type=int, default=SpaceLimits().max_virtual_stages)
     ap.add_argument("--max-optimizer-shard", type=int, default=3)
     ap.add_argument("--no-exhaustive", action="store_true")
+    ap.add_argument("--no-moe", action="store_true", help="leave out the DeepSeek-V3 plan")
     ap.add_argument("--include-pruned", action="store_true")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--save", metavar="FILE")
@@ -130,6 +157,8 @@ def main() -> None:
     print(f"plan {args.scenario} --devices {args.devices}: {wall:.1f} s wall, "
           f"{report['cpu_s']:.1f} s CPU (target <= 30 s); best "
           f"{best['iteration_time_s']:.4f} s: {best['label']}")
+    if not args.no_moe:
+        _moe(args)
     if args.no_exhaustive:
         return
     per_node = min(load_scenario(args.scenario, []).scenario.cluster.devices_per_node,

@@ -173,7 +173,7 @@ def _print(report: dict[str, Any], out: IO[str]) -> None:
     if report.get("search"):
         s = report["search"]
         out.write(f"searched {s['configurations']} configurations: {s['pruned_by_memory']} "
-                  f"pruned by the memory bound, {s['simulated']} simulated "
+                  f"pruned by their floors, {s['simulated']} simulated "
                   f"(+{s['probe_simulations']} probes) in {s['wall_s']:.1f} s\n")
     for name, path in report["files"].items():
         out.write(f"{name}: {path}\n")

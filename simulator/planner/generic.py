@@ -35,7 +35,7 @@ from simulator.errors import InputError
 from simulator.planner.space import apply_config
 
 __all__ = ["GenericConfig", "generic_splits", "knob_values", "extra_knobs", "with_items",
-           "apply_generic"]
+           "apply_generic", "lean", "fp4_recipes"]
 
 @dataclass(frozen=True, order=True)
 class GenericConfig:
@@ -180,8 +180,30 @@ def _graph_strategies(scenario: Scenario) -> list[GenericConfig]:
     return out
 
 
+def lean(split: GenericConfig) -> GenericConfig:
+    """`split` with the knobs that keep memory low at little cost in time: full recompute,
+    the 1f1b schedule (DualPipe holds two stages' weights, the zero-bubble ones more
+    activations) and, with data parallelism, the optimizer states sharded (ZeRO-1). The
+    search starts from it too where the scenario's own knobs do not fit."""
+    d = int(split.own().get("parallel.data", "1"))
+    items: dict[str, Any] = {"parallel.recompute": "full", "parallel.schedule": "1f1b"}
+    if d > 1:
+        items["parallel.optimizer_shard"] = 1
+    return with_items(split, **{k.replace(".", "__"): v for k, v in items.items()})
+
+
+def fp4_recipes(scenario: Scenario, hw: Any) -> list[str]:
+    """The FP4 recipes (`training.fp4_recipe`) searched: both where the device has an FP4
+    peak (Blackwell) and the model trains in bf16 (`rules`: FP4 GEMMs on a bf16 model)."""
+    if hw is None or getattr(hw.peak_tflops, "fp4", None) is None or \
+            getattr(scenario.model, "dtype", "") != "bf16":
+        return []
+    return ["nvfp4", "mxfp4"]
+
+
 def knob_values(scenario: Scenario, split: GenericConfig, max_micro: int,
-                frameworks: tuple[str, ...] = ()) -> list[tuple[str, list[Any]]]:
+                frameworks: tuple[str, ...] = (), hw: Any = None
+                ) -> list[tuple[str, list[Any]]]:
     """Per knob, the values tried on one split (one knob at a time, `generic_search`)."""
     if scenario.model.writes_ops:
         fw = [("framework", list(frameworks))] if frameworks else []
@@ -191,6 +213,8 @@ def knob_values(scenario: Scenario, split: GenericConfig, max_micro: int,
     gb = scenario.training.global_batch_size
     mbs = [b for b in _divisors(gb // d) if b <= max_micro] if gb % d == 0 else [1]
     scheds = ["1f1b"] if pp == 1 else ["1f1b", "interleaved_1f1b", "gpipe", "zb_h1"]
+    if pp > 1 and pp % 2 == 0:
+        scheds.append("dualpipe")
     shards = [0] if scenario.parallel.mode == "parameter_server" or d == 1 else [0, 1, 2, 3]
     sps = [False, True] if int(base["parallel.tensor"]) > 1 else []
     knobs: list[tuple[str, list[Any]]] = [
@@ -198,11 +222,11 @@ def knob_values(scenario: Scenario, split: GenericConfig, max_micro: int,
         ("parallel.recompute", ["none", "selective", "full"]),
         ("parallel.optimizer_shard", shards), ("parallel.sequence_parallel", sps),
         ("parallel.offload.optimizer_states", [False, True])]
-    return [(k, v) for k, v in knobs if v] + extra_knobs(scenario, d, pp, frameworks)
+    return [(k, v) for k, v in knobs if v] + extra_knobs(scenario, d, pp, frameworks, hw)
 
 
-def extra_knobs(scenario: Scenario, d: int, pp: int, frameworks: tuple[str, ...] = ()
-                ) -> list[tuple[str, list[Any]]]:
+def extra_knobs(scenario: Scenario, d: int, pp: int, frameworks: tuple[str, ...] = (),
+                hw: Any = None) -> list[tuple[str, list[Any]]]:
     """Knobs tried by simulation alone on a dense plan's best configuration too
     (`generic_search.refine`): the zero-bubble schedule and uneven stage splits of a
     pipeline, fusion buckets of a data-parallel reduction, multi-copy, offload of
@@ -210,7 +234,8 @@ def extra_knobs(scenario: Scenario, d: int, pp: int, frameworks: tuple[str, ...]
     knobs: list[tuple[str, list[Any]]] = []
     layers = getattr(scenario.model, "layers", None)
     if pp > 1:
-        knobs.append(("parallel.schedule", ["zb_h1"]))
+        knobs.append(("parallel.schedule", ["zb_h1", "dualpipe"] if pp % 2 == 0
+                      else ["zb_h1"]))
         if isinstance(layers, int) and layers % pp == 0 and layers // pp > 1:
             even = [layers // pp] * pp
             knobs.append(("parallel.pipeline_layers",
@@ -220,6 +245,9 @@ def extra_knobs(scenario: Scenario, d: int, pp: int, frameworks: tuple[str, ...]
         knobs.append(("parallel.comm_fusion.bucket_mb", [10, 100]))
     knobs += [("parallel.overlap.copies", [2]), ("parallel.offload.activations", [True]),
               ("parallel.offload.parameters", [True])]
+    fp4 = fp4_recipes(scenario, hw)
+    if fp4:
+        knobs.append(("training.fp4_recipe", fp4))
     if frameworks:
         knobs.append(("framework", list(frameworks)))
     return knobs

@@ -1,8 +1,17 @@
-"""The search over `planner.generic`'s space: every degree split simulated with the
-scenario's own knobs (reset to what the split allows where they do not apply), then, on
-the `KEEP` best splits, each knob varied in turn from the best configuration so far (a
-coordinate search), within `max_simulations`. Every configuration returned was simulated
-by the event engine as `run` simulates it."""
+"""The search over `planner.generic`'s space: every degree split with the scenario's own
+knobs (reset to what the split allows where they do not apply), then, on the `KEEP` best
+splits, each knob varied in turn from the best configuration so far (a coordinate search),
+within `max_simulations`. Every configuration returned was simulated by the event engine
+as `run` simulates it.
+
+"Best" while searching: the fastest configuration that fits, and while none fits, the one
+with the smallest peak (the descent then walks towards memory that fits). A configuration
+is simulated only when its floor (`planner.floors`: time and memory the engine cannot go
+below) leaves it a chance: splits are taken in order of floor until the floor passes the
+`KEEP`-th best simulated one, and a knob value is skipped when its floor is no better than
+the best so far. A skipped configuration could not have changed the search's path nor its
+answer (tests/test_plan_floors.py compares with the same search without floors, and with an
+exhaustive scan)."""
 
 from __future__ import annotations
 
@@ -12,12 +21,14 @@ from typing import Any
 
 from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
+from simulator.planner.floors import Floor, FloorCache, floor_of
 from simulator.planner.generic import (
     GenericConfig,
     apply_generic,
     extra_knobs,
     generic_splits,
     knob_values,
+    lean,
     with_items,
 )
 
@@ -42,16 +53,56 @@ class _Generic:
         self.same: dict[str, GenericConfig] = {}  # scenario JSON -> the first config of it
         self.refused: set[GenericConfig] = set()
         self.space = 0
+        self.planned: dict[GenericConfig, Scenario] = {}
+        self.floors: dict[GenericConfig, Floor | None] = {}
+        self.cache = FloorCache()
+        self.skipped = 0  # configurations their floor kept from simulation
+        # the memory a plan may use (`fits` also asks the headroom)
+        self.usable = hw.memory_capacity_bytes * (1.0 - opts.headroom)
 
     def valid(self, cfg: GenericConfig) -> bool:
         """Whether the scenario's rules accept `cfg` and it is no configuration already seen
         written another way (a knob set to the value it had)."""
         try:
-            planned = apply_generic(self.sc, cfg, self.per_node)
+            planned = cfg.apply(self.sc, self.per_node)
         except InputError:
             return False
         text = planned.model_dump_json(exclude={"source"})
-        return self.same.setdefault(text, cfg) == cfg
+        if self.same.setdefault(text, cfg) != cfg:
+            return False
+        self.planned[cfg] = planned
+        return True
+
+    def floor(self, cfg: GenericConfig) -> Floor | None:
+        """`planner.floors` of a valid `cfg` (None: off; on a cluster of unequal devices,
+        whose per-device speeds and jitter the floors do not price; or a configuration the
+        lowering refuses, which its simulation would refuse too)."""
+        if not self.opts.floors or not self.sc.cluster.uniform:
+            return None
+        if cfg not in self.floors:
+            try:
+                self.floors[cfg] = floor_of(self.planned[cfg], self.hw, self.cache)
+            except InputError:
+                self.floors[cfg] = None
+        return self.floors[cfg]
+
+    def low_key(self, cfg: GenericConfig) -> tuple:
+        """A lower bound of `best_key` of `cfg` once simulated (from its floor)."""
+        f = self.floor(cfg)
+        if f is None:
+            return (0, 0.0, 0.0)
+        if f.peak_bytes > self.usable:  # it cannot fit
+            return (1, f.peak_bytes, f.time_s)
+        if self.opts.objective == "memory":
+            return (0, f.peak_bytes, f.time_s)
+        return (0, f.time_s, f.peak_bytes)
+
+    def hopeless(self, cfg: GenericConfig, bar: tuple) -> bool:
+        """Whether `cfg`'s floor shows it cannot do better than `bar` (a `best_key`)."""
+        if self.low_key(cfg) > bar:
+            self.skipped += 1
+            return True
+        return False
 
     def first_valid(self, cfg: GenericConfig) -> GenericConfig | None:
         """`cfg`, or it with the scenario's knobs reset one after another until valid."""
@@ -83,21 +134,33 @@ class _Generic:
     def key(self, cand: Any) -> tuple:
         return cand.key(self.opts.objective)
 
+    def best_key(self, cand: Any) -> tuple:
+        """What the search minimises: the fastest configuration that fits (the smallest
+        peak under `--objective memory`), and, while none fits, the smallest peak."""
+        ev = cand.ev
+        if not ev.fits:
+            return (1, ev.peak_bytes, ev.iteration_time_s)
+        if self.opts.objective == "memory":
+            return (0, ev.peak_bytes, ev.iteration_time_s)
+        return (0, ev.iteration_time_s, ev.peak_bytes)
+
     def descend(self, start: Any, knobs: list[tuple[str, list[Any]]] | None = None) -> None:
         """Vary each knob in turn from the best configuration so far (`knobs`, default
         `knob_values` of the start's split)."""
         best = start
         if knobs is None:
             knobs = knob_values(self.sc, start.config, self.opts.limits.max_micro_batch,
-                                self.opts.frameworks)
+                                self.opts.frameworks, self.hw)
         for knob, values in knobs:
             for value in values:
                 cfg = with_items(best.config, **{knob.replace(".", "__"): value})
                 if cfg == best.config or not self.valid(cfg):
                     continue
                 self.space += 1
+                if cfg not in self.done and self.hopeless(cfg, self.best_key(best)):
+                    continue
                 cand = self.simulate(cfg)
-                if cand is not None and self.key(cand) < self.key(best):
+                if cand is not None and self.best_key(cand) < self.best_key(best):
                     best = cand
 
 
@@ -115,14 +178,16 @@ def generic_search(scenario: Scenario, hw: Any, devices: int, per_node: int, opt
         if not scenario.model.writes_ops and scenario.devices == devices:
             own = run.first_valid(_own_split(scenario))
             splits = ([own] if own else []) + [s for s in splits if s != own]
-        firsts = [c for c in (run.simulate(s) for s in splits) if c is not None]
-        for cand in sorted(firsts, key=run.key)[:KEEP]:
+        if not scenario.model.writes_ops:  # each split with lean memory knobs too
+            splits += [c for c in (lean(s) for s in splits) if run.valid(c)]
+            run.space = len(splits)
+        for cand in _starts(run, splits):
             run.descend(cand)
     except KeyboardInterrupt:
         interrupted = True
     ranked = sorted(run.done.values(), key=run.key)
-    return run.s.finish_result(scenario, hw, devices, per_node, opts, ranked, run.space, 0,
-                               0, interrupted, t0)
+    return run.s.finish_result(scenario, hw, devices, per_node, opts, ranked, run.space,
+                               run.skipped, 0, interrupted, t0)
 
 
 def refine(scenario: Scenario, hw: Any, per_node: int, opts: Any, best: Any,
@@ -138,12 +203,31 @@ def refine(scenario: Scenario, hw: Any, per_node: int, opts: Any, best: Any,
     run.same[planned.model_dump_json(exclude={"source"})] = start_cfg
     start = run.s.Candidate(start_cfg, best.estimate_s, None, best.evaluation)
     cfg = best.config
-    knobs = extra_knobs(scenario, cfg.data, cfg.pipeline, opts.frameworks)
+    knobs = extra_knobs(scenario, cfg.data, cfg.pipeline, opts.frameworks, hw)
     if cfg.virtual_stages > 1:  # an interleaved split is not one list per stage
         knobs = [(k, v) for k, v in knobs if k != "parallel.pipeline_layers"]
     with contextlib.suppress(KeyboardInterrupt):
         run.descend(start, knobs)
     return list(run.done.values())
+
+
+def _starts(run: _Generic, splits: list[GenericConfig]) -> list[Any]:
+    """The `KEEP` best splits by `best_key` (ties: the earlier in `splits`), each
+    simulated only while its floor could still place it among them (in order of floor;
+    the first of `splits`, the scenario's own where it is one, first)."""
+    first, rest = splits[:1], splits[1:]
+    order = first + sorted(rest, key=lambda c: (run.low_key(c), splits.index(c)))
+    seen: list[tuple[tuple, int, Any]] = []
+    for k, cfg in enumerate(order):
+        if len(seen) >= KEEP:
+            bar = sorted(seen)[KEEP - 1][0]
+            if run.low_key(cfg) > bar:
+                run.skipped += len(order) - k
+                break
+        cand = run.simulate(cfg)
+        if cand is not None:
+            seen.append((run.best_key(cand), splits.index(cfg), cand))
+    return [c for _, _, c in sorted(seen, key=lambda x: (x[0], x[1]))[:KEEP]]
 
 
 def _own_split(scenario: Scenario) -> GenericConfig:

@@ -105,6 +105,8 @@ class SearchOptions:
     # the dense search's best refined by simulation (generic_search.refine)
     refine: bool = True
     frameworks: tuple[str, ...] = ()  # software stacks searched too (--framework)
+    # skip what `planner.floors` shows cannot beat the best simulated (generic search)
+    floors: bool = True
 
 
 @dataclass(frozen=True)
