@@ -15,7 +15,7 @@ __all__ = ["import_config", "emit_config"]
 def import_config(fmt: str, source: str, hardware: str = "h100-sxm",
                   nodes: int | None = None, per_node: int | None = None,
                   lenient: bool = False, command: str = "shardsim import") -> dict[str, Any]:
-    """The scenario SOURCE (a file in format `fmt`: `megatron`) imports to, validated:
+    """The scenario SOURCE (a file in format `fmt`: `megatron`, `torchtitan`) imports to, validated:
     `scenario` (the mapping), `yaml` (its text, with comments naming the source), `rows`
     (what each flag became: flag, value, line, kind, detail), `notes`, `devices`.
     InputError naming the file, line and flag otherwise."""
@@ -26,22 +26,25 @@ def import_config(fmt: str, source: str, hardware: str = "h100-sxm",
     return {"source": source, "format": fmt, "devices": scenario.devices,
             "scenario": imported.scenario, "rows": [asdict(r) for r in imported.rows],
             "notes": list(imported.notes),
-            "yaml": scenario_yaml(imported, source, command)}
+            "yaml": scenario_yaml(imported, source, command, fmt)}
 
 
 def emit_config(fmt: str, loaded: Any, overrides: list[str]) -> str:
     """The launch of `loaded` (a scenario as `load_scenario` gives it) with `overrides` (a
     plan's `--set` items) in format `fmt` (`megatron`: a torchrun line of Megatron-LM
-    arguments), which `import_config` reads back to the same scenario; InputError naming
-    the keys the format cannot say."""
+    arguments; `torchtitan`: a job config TOML), which `import_config` reads back to the
+    same scenario; InputError naming the keys the format cannot say."""
     # imported when called: `import simulator` and the CLI start cheap
     from simulator.api.core import load_hardware, load_scenario
     from simulator.config.framework.load import framework_for
     from simulator.config.imports.megatron_emit import emit_megatron
+    from simulator.config.imports.torchtitan_emit import emit_torchtitan
 
-    if fmt != "megatron":
-        raise InputError("--emit", "", f"found {fmt!r}; allowed: megatron")
+    if fmt not in ("megatron", "torchtitan"):
+        raise InputError("--emit", "", f"found {fmt!r}; allowed: megatron, torchtitan")
     ref = str(loaded.path) if loaded.path is not None else loaded.scenario.source
     plan = load_scenario(ref, [*loaded.overrides, *overrides])
     fw = framework_for(plan.scenario, load_hardware(plan))
+    if fmt == "torchtitan":
+        return emit_torchtitan(plan.scenario, fw.name)
     return emit_megatron(plan.scenario, fw.name, fw.overlap.tp_comm_enabled)

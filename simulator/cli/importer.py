@@ -57,46 +57,77 @@ def _report(result: dict[str, Any], out: Path | None, stdout: IO[str]) -> None:
                   f"`shardsim run {out}` simulates it", soft_wrap=True)
 
 
-@import_app.command("megatron")
-def megatron(
-    source: Annotated[Path, typer.Argument(
-        metavar="SOURCE", help="A file of Megatron-LM arguments, or a launch script with a "
-        "`torchrun ... pretrain_gpt.py ARGS` line.", show_default=False)],
-    out: Annotated[Path | None, typer.Option(
-        "--out", metavar="FILE", help="Write the scenario YAML here (default: stdout).",
-        show_default=False)] = None,
-    hardware: Annotated[str, typer.Option(
-        "--hardware", metavar="NAME", help="Hardware profile of the devices.")] = "h100-sxm",
-    nodes: Annotated[int | None, typer.Option(
-        "--nodes", metavar="N", help="Nodes (default: the launcher's --nnodes).",
-        show_default=False)] = None,
-    devices_per_node: Annotated[int | None, typer.Option(
-        "--devices-per-node", metavar="K", help="Devices per node (default: the launcher's "
-        "--nproc-per-node).", show_default=False)] = None,
-    lenient: Annotated[bool, typer.Option(
-        "--lenient", help="Import without the flags that have no scenario key, with a note "
-        "for each, instead of refusing them.")] = False,
-    json_out: Annotated[bool, typer.Option(
-        "--json", help="Print the scenario, the table and the notes as one JSON object.")
-    ] = False,
-) -> None:
-    """A scenario from Megatron-LM / Megatron-Core arguments or a launch script.
+_OUT = Annotated[Path | None, typer.Option(
+    "--out", metavar="FILE", help="Write the scenario YAML here (default: stdout).",
+    show_default=False)]
+_HARDWARE = Annotated[str, typer.Option(
+    "--hardware", metavar="NAME", help="Hardware profile of the devices.")]
+_LENIENT = Annotated[bool, typer.Option(
+    "--lenient", help="Import without the keys that have no scenario key, with a note "
+    "for each, instead of refusing them.")]
+_JSON = Annotated[bool, typer.Option(
+    "--json", help="Print the scenario, the table and the notes as one JSON object.")]
 
-    The table of what each flag became goes to stderr, the scenario YAML to stdout or to
-    --out FILE."""
+
+def _run(fmt: str, source: Path, out: Path | None, hardware: str, nodes: int | None,
+         per_node: int | None, lenient: bool, json_out: bool) -> None:
     with guarded() as stdout:
         # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator import api
 
-        for name, value in (("--nodes", nodes), ("--devices-per-node", devices_per_node)):
+        for name, value in (("--nodes", nodes), ("--devices-per-node", per_node)):
             if value is not None and value < 1:
                 raise api.InputError(name, "", f"found {value}; expected at least 1")
-        result = api.import_config("megatron", str(source), hardware, nodes,
-                                   devices_per_node, lenient,
-                                   command=f"shardsim import megatron {source}")
+        result = api.import_config(fmt, str(source), hardware, nodes, per_node, lenient,
+                                   command=f"shardsim import {fmt} {source}")
         if json_out:
             if out is not None:
                 _write(out, result["yaml"])
             emit_json({k: v for k, v in result.items() if k != "yaml"}, stdout)
         else:
             _report(result, out, stdout)
+
+
+@import_app.command("megatron")
+def megatron(
+    source: Annotated[Path, typer.Argument(
+        metavar="SOURCE", help="A file of Megatron-LM arguments, or a launch script with a "
+        "`torchrun ... pretrain_gpt.py ARGS` line.", show_default=False)],
+    out: _OUT = None,
+    hardware: _HARDWARE = "h100-sxm",
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", metavar="N", help="Nodes (default: the launcher's --nnodes).",
+        show_default=False)] = None,
+    devices_per_node: Annotated[int | None, typer.Option(
+        "--devices-per-node", metavar="K", help="Devices per node (default: the launcher's "
+        "--nproc-per-node).", show_default=False)] = None,
+    lenient: _LENIENT = False,
+    json_out: _JSON = False,
+) -> None:
+    """A scenario from Megatron-LM / Megatron-Core arguments or a launch script.
+
+    The table of what each flag became goes to stderr, the scenario YAML to stdout or to
+    --out FILE."""
+    _run("megatron", source, out, hardware, nodes, devices_per_node, lenient, json_out)
+
+
+@import_app.command("torchtitan")
+def torchtitan(
+    source: Annotated[Path, typer.Argument(
+        metavar="SOURCE", help="A torchtitan job config (train_configs/*.toml), or the name "
+        "of a bundled one.", show_default=False)],
+    nodes: Annotated[int, typer.Option(
+        "--nodes", metavar="N", help="Nodes (torchrun's --nnodes).", show_default=False)],
+    devices_per_node: Annotated[int, typer.Option(
+        "--devices-per-node", metavar="K", help="Devices per node (torchrun's "
+        "--nproc-per-node).", show_default=False)],
+    out: _OUT = None,
+    hardware: _HARDWARE = "h100-sxm",
+    lenient: _LENIENT = False,
+    json_out: _JSON = False,
+) -> None:
+    """A scenario from a torchtitan job config (TOML).
+
+    The table of what each key became goes to stderr, the scenario YAML to stdout or to
+    --out FILE. The world size is not in the file: give --nodes and --devices-per-node."""
+    _run("torchtitan", source, out, hardware, nodes, devices_per_node, lenient, json_out)
