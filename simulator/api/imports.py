@@ -14,15 +14,20 @@ __all__ = ["import_config", "emit_config"]
 
 def import_config(fmt: str, source: str, hardware: str = "h100-sxm",
                   nodes: int | None = None, per_node: int | None = None,
-                  lenient: bool = False, command: str = "shardsim import") -> dict[str, Any]:
-    """The scenario SOURCE (a file in format `fmt`: `megatron`, `torchtitan`) imports to, validated:
+                  lenient: bool = False, command: str = "shardsim import",
+                  fills: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The scenario SOURCE (a file in format `fmt`: `megatron`, `torchtitan`, `deepspeed`)
+    imports to, validated:
     `scenario` (the mapping), `yaml` (its text, with comments naming the source), `rows`
     (what each flag became: flag, value, line, kind, detail), `notes`, `devices`.
+    `fills` (deepspeed): model, seq_length, micro_batch_size, grad_accum, dtype, recompute.
     InputError naming the file, line and flag otherwise."""
     # imported when called: `import simulator` and the CLI start cheap
+    from simulator.config.imports.formats import Fills
     from simulator.config.imports.load import import_file, scenario_yaml
 
-    imported, scenario = import_file(fmt, source, hardware, nodes, per_node, lenient)
+    imported, scenario = import_file(fmt, source, hardware, nodes, per_node, lenient,
+                                     Fills(**fills) if fills else None)
     return {"source": source, "format": fmt, "devices": scenario.devices,
             "scenario": imported.scenario, "rows": [asdict(r) for r in imported.rows],
             "notes": list(imported.notes),

@@ -70,7 +70,8 @@ _JSON = Annotated[bool, typer.Option(
 
 
 def _run(fmt: str, source: Path, out: Path | None, hardware: str, nodes: int | None,
-         per_node: int | None, lenient: bool, json_out: bool) -> None:
+         per_node: int | None, lenient: bool, json_out: bool,
+         fills: dict[str, Any] | None = None) -> None:
     with guarded() as stdout:
         # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
         from simulator import api
@@ -79,7 +80,7 @@ def _run(fmt: str, source: Path, out: Path | None, hardware: str, nodes: int | N
             if value is not None and value < 1:
                 raise api.InputError(name, "", f"found {value}; expected at least 1")
         result = api.import_config(fmt, str(source), hardware, nodes, per_node, lenient,
-                                   command=f"shardsim import {fmt} {source}")
+                                   command=f"shardsim import {fmt} {source}", fills=fills)
         if json_out:
             if out is not None:
                 _write(out, result["yaml"])
@@ -131,3 +132,51 @@ def torchtitan(
     The table of what each key became goes to stderr, the scenario YAML to stdout or to
     --out FILE. The world size is not in the file: give --nodes and --devices-per-node."""
     _run("torchtitan", source, out, hardware, nodes, devices_per_node, lenient, json_out)
+
+
+@import_app.command("deepspeed")
+def deepspeed(
+    source: Annotated[Path, typer.Argument(
+        metavar="SOURCE", help="A DeepSpeed config (ds_config.json).", show_default=False)],
+    model: Annotated[str, typer.Option(
+        "--model", metavar="HF_CONFIG", help="The model: a Hugging Face config.json or a "
+        "bundled one's name (as model.from_hf).", show_default=False)],
+    seq_length: Annotated[int, typer.Option(
+        "--seq-length", metavar="N", min=1, help="Tokens per sample.", show_default=False)],
+    nodes: Annotated[int, typer.Option(
+        "--nodes", metavar="N", help="Nodes (the launcher's).", show_default=False)],
+    devices_per_node: Annotated[int, typer.Option(
+        "--devices-per-node", metavar="K", help="Devices per node (the launcher's).",
+        show_default=False)],
+    micro_batch_size: Annotated[int | None, typer.Option(
+        "--micro-batch-size", metavar="N", min=1, help="Where the config says \"auto\" or "
+        "nothing: the Trainer's per-device batch.", show_default=False)] = None,
+    grad_accum: Annotated[int | None, typer.Option(
+        "--gradient-accumulation-steps", metavar="N", min=1, help="Where the config says "
+        "\"auto\" or nothing.", show_default=False)] = None,
+    dtype: Annotated[str | None, typer.Option(
+        "--dtype", metavar="bf16|fp16|fp32", help="Where fp16/bf16 enabled say \"auto\".",
+        show_default=False)] = None,
+    recompute: Annotated[str, typer.Option(
+        "--recompute", metavar="none|selective|full", help="The model code's activation "
+        "checkpointing (Hugging Face gradient_checkpointing: full).")] = "none",
+    out: _OUT = None,
+    hardware: _HARDWARE = "h100-sxm",
+    lenient: _LENIENT = False,
+    json_out: _JSON = False,
+) -> None:
+    """A scenario from a DeepSpeed config and a Hugging Face model config.
+
+    The table of what each key became goes to stderr, the scenario YAML to stdout or to
+    --out FILE."""
+    for name, value, allowed in (("--dtype", dtype, ("bf16", "fp16", "fp32", None)),
+                                 ("--recompute", recompute, ("none", "selective", "full"))):
+        if value not in allowed:
+            with guarded():
+                from simulator import api
+
+                raise api.InputError(name, "", f"found {value!r}; allowed: "
+                                     f"{', '.join(a for a in allowed if a)}")
+    fills = {"model": model, "seq_length": seq_length, "micro_batch_size": micro_batch_size,
+             "grad_accum": grad_accum, "dtype": dtype, "recompute": recompute}
+    _run("deepspeed", source, out, hardware, nodes, devices_per_node, lenient, json_out, fills)

@@ -25,11 +25,12 @@ _FROM_HF = {
 }
 
 
-# `from: {megatron_args: FILE}` (or `torchtitan_toml: FILE`) is expanded into the scenario
-# it imports to before validation (simulator/config/imports/key.py)
+# `from: {megatron_args: FILE}` (or `torchtitan_toml`, `deepspeed_config`) is expanded into
+# the scenario it imports to before validation (simulator/config/imports/key.py)
 _FROM = {
     "type": "object", "title": "From",
-    "oneOf": [{"required": ["megatron_args"]}, {"required": ["torchtitan_toml"]}],
+    "oneOf": [{"required": ["megatron_args"]}, {"required": ["torchtitan_toml"]},
+              {"required": ["deepspeed_config"]}],
     "description": "A scenario imported from a training framework's own launch configuration "
                    "(`shardsim import`); the keys written beside `from` override the "
                    "imported ones.",
@@ -40,6 +41,9 @@ _FROM = {
         "torchtitan_toml": {"type": "string", "description": (
             "A torchtitan job config (TOML), relative to the scenario file; the world size "
             "is the scenario's cluster.")},
+        "deepspeed_config": {"type": "string", "description": (
+            "A DeepSpeed config (JSON), relative to the scenario file; the model is the "
+            "scenario's model section, the world size its cluster.")},
         "lenient": {"type": "boolean", "default": False, "description": (
             "Import without the flags that have no scenario key instead of refusing them.")}},
     "additionalProperties": False,

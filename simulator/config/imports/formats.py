@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from simulator.config.framework.load import load_framework
 from simulator.config.hardware.load import load_profile
+from simulator.config.imports.deepspeed import Fills, import_deepspeed
+from simulator.config.imports.deepspeed_source import read_ds
 from simulator.config.imports.megatron import Imported, import_megatron, read_megatron, stack_for
 from simulator.config.imports.torchtitan import import_torchtitan
 from simulator.config.imports.torchtitan_source import read_toml
 from simulator.errors import InputError
 
-__all__ = ["LABELS", "read_format", "stack_of"]
+__all__ = ["LABELS", "read_format", "stack_of", "Fills"]
 
-LABELS = {"megatron": "Megatron-LM arguments", "torchtitan": "torchtitan job config"}
+LABELS = {"megatron": "Megatron-LM arguments", "torchtitan": "torchtitan job config",
+          "deepspeed": "DeepSpeed config"}
 
 
 def stack_of(hardware: str) -> tuple[str | None, bool]:
@@ -27,9 +30,14 @@ def stack_of(hardware: str) -> tuple[str | None, bool]:
 
 
 def read_format(fmt: str, ref: str, hardware: str, nodes: int | None, per_node: int | None,
-                lenient: bool, shown: str | None = None) -> tuple[Imported, str]:
+                lenient: bool, shown: str | None = None, fills: Fills | None = None
+                ) -> tuple[Imported, str]:
     """(the scenario mapping `ref` in format `fmt` imports to, the file's name in messages);
-    `shown` names a file given relative to a scenario."""
+    `shown` names a file given relative to a scenario; `fills` what a DeepSpeed config
+    leaves to its model and Trainer."""
+    if fmt == "deepspeed":
+        ds = read_ds(ref, shown, lenient)
+        return import_deepspeed(ds, hardware, nodes, per_node, fills or Fills()), ds.path
     if fmt == "torchtitan":
         toml = read_toml(ref, shown, lenient)
         return import_torchtitan(toml, hardware, nodes, per_node, lenient), toml.path

@@ -14,9 +14,11 @@ from simulator.errors import InputError
 
 __all__ = ["expand_from", "stack_of"]
 
-_KEYS = {"megatron_args": "megatron", "torchtitan_toml": "torchtitan"}
+_KEYS = {"megatron_args": "megatron", "torchtitan_toml": "torchtitan",
+         "deepspeed_config": "deepspeed"}
 _WHAT = {"megatron_args": "a Megatron-LM argument file or launch script",
-         "torchtitan_toml": "a torchtitan job config (TOML)"}
+         "torchtitan_toml": "a torchtitan job config (TOML)",
+         "deepspeed_config": "a DeepSpeed config (JSON)"}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

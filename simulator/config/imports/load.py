@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.config.imports.formats import LABELS, read_format
+from simulator.config.imports.formats import LABELS, Fills, read_format
 from simulator.config.imports.megatron import Imported
 from simulator.config.scenario.load import parse_scenario
 from simulator.errors import InputError
@@ -30,12 +30,13 @@ def _blame(err: InputError, imported: Imported, path: str) -> InputError:
 
 
 def import_file(fmt: str, path: str, hardware: str = "h100-sxm", nodes: int | None = None,
-                per_node: int | None = None, lenient: bool = False) -> tuple[Imported, Any]:
+                per_node: int | None = None, lenient: bool = False,
+                fills: Fills | None = None) -> tuple[Imported, Any]:
     """(what the import made, the validated Scenario) of the file at `path` (or the bundled
     launch script of that name) in format `fmt`."""
     if fmt not in FORMATS:
         raise InputError("FORMAT", "", f"found {fmt!r}; allowed: {', '.join(FORMATS)}")
-    imported, shown = read_format(fmt, path, hardware, nodes, per_node, lenient)
+    imported, shown = read_format(fmt, path, hardware, nodes, per_node, lenient, fills=fills)
     try:
         scenario = parse_scenario(dict(imported.scenario), shown)
     except InputError as err:
