@@ -50,7 +50,8 @@ def test_schema_command_prints_the_scenario_json_schema():
     # key.py) stands for the model and the rest
     assert doc["properties"]["from"]["oneOf"] == [{"required": ["megatron_args"]},
                                                   {"required": ["torchtitan_toml"]},
-                                                  {"required": ["deepspeed_config"]}]
+                                                  {"required": ["deepspeed_config"]},
+                                                  {"required": ["mindformers_yaml"]}]
     assert doc["anyOf"] == [{"required": ["model"]}, {"required": ["from"]}]
     model = dict(want["properties"]["model"])
     assert doc["properties"]["model"]["description"] == model.pop("description")

@@ -134,6 +134,27 @@ def torchtitan(
     _run("torchtitan", source, out, hardware, nodes, devices_per_node, lenient, json_out)
 
 
+@import_app.command("mindformers")
+def mindformers(
+    source: Annotated[Path, typer.Argument(
+        metavar="SOURCE", help="A MindFormers run config (YAML), or the name of a bundled one.",
+        show_default=False)],
+    nodes: Annotated[int, typer.Option(
+        "--nodes", metavar="N", help="Nodes (msrun's).", show_default=False)],
+    devices_per_node: Annotated[int, typer.Option(
+        "--devices-per-node", metavar="K", help="Devices per node.", show_default=False)],
+    out: _OUT = None,
+    hardware: _HARDWARE = "ascend-910b",
+    lenient: _LENIENT = False,
+    json_out: _JSON = False,
+) -> None:
+    """A scenario from a MindFormers run config (a Llama model).
+
+    The table of what each key became goes to stderr, the scenario YAML to stdout or to
+    --out FILE."""
+    _run("mindformers", source, out, hardware, nodes, devices_per_node, lenient, json_out)
+
+
 @import_app.command("deepspeed")
 def deepspeed(
     source: Annotated[Path, typer.Argument(

@@ -8,6 +8,8 @@ from simulator.config.hardware.load import load_profile
 from simulator.config.imports.deepspeed import Fills, import_deepspeed
 from simulator.config.imports.deepspeed_source import read_ds
 from simulator.config.imports.megatron import Imported, import_megatron, read_megatron, stack_for
+from simulator.config.imports.mindformers import import_mindformers
+from simulator.config.imports.mindformers_source import read_mf
 from simulator.config.imports.torchtitan import import_torchtitan
 from simulator.config.imports.torchtitan_source import read_toml
 from simulator.errors import InputError
@@ -15,7 +17,7 @@ from simulator.errors import InputError
 __all__ = ["LABELS", "read_format", "stack_of", "Fills"]
 
 LABELS = {"megatron": "Megatron-LM arguments", "torchtitan": "torchtitan job config",
-          "deepspeed": "DeepSpeed config"}
+          "deepspeed": "DeepSpeed config", "mindformers": "MindFormers config"}
 
 
 def stack_of(hardware: str) -> tuple[str | None, bool]:
@@ -38,6 +40,9 @@ def read_format(fmt: str, ref: str, hardware: str, nodes: int | None, per_node: 
     if fmt == "deepspeed":
         ds = read_ds(ref, shown, lenient)
         return import_deepspeed(ds, hardware, nodes, per_node, fills or Fills()), ds.path
+    if fmt == "mindformers":
+        mf = read_mf(ref, shown, lenient)
+        return import_mindformers(mf, hardware, nodes, per_node, lenient), mf.path
     if fmt == "torchtitan":
         toml = read_toml(ref, shown, lenient)
         return import_torchtitan(toml, hardware, nodes, per_node, lenient), toml.path

@@ -15,10 +15,11 @@ from simulator.errors import InputError
 __all__ = ["expand_from", "stack_of"]
 
 _KEYS = {"megatron_args": "megatron", "torchtitan_toml": "torchtitan",
-         "deepspeed_config": "deepspeed"}
+         "deepspeed_config": "deepspeed", "mindformers_yaml": "mindformers"}
 _WHAT = {"megatron_args": "a Megatron-LM argument file or launch script",
          "torchtitan_toml": "a torchtitan job config (TOML)",
-         "deepspeed_config": "a DeepSpeed config (JSON)"}
+         "deepspeed_config": "a DeepSpeed config (JSON)",
+         "mindformers_yaml": "a MindFormers run config (YAML)"}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

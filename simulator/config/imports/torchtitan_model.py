@@ -30,7 +30,6 @@ def _args(dim: int, layers: int, heads: int, kv: int | None = None, mult: float 
             "vocab_size": vocab}
 
 
-_L3 = {"theta": 500000.0, "vocab": 128256}
 
 FLAVORS: dict[str, dict[str, dict[str, Any]]] = {
     "llama2": {
@@ -38,9 +37,9 @@ FLAVORS: dict[str, dict[str, dict[str, Any]]] = {
         "13B": _args(5120, 40, 40), "26B": _args(5120, 80, 40),
         "70B": _args(8192, 80, 64, 8, 1.3, 4096)},
     "llama3": {
-        "8B": _args(4096, 32, 32, 8, 1.3, 1024, **_L3),
-        "70B": _args(8192, 80, 64, 8, 1.3, 4096, **_L3),
-        "405B": _args(16384, 126, 128, 8, 1.2, 4096, **_L3)},
+        "8B": _args(4096, 32, 32, 8, 1.3, 1024, 500000.0, 128256),
+        "70B": _args(8192, 80, 64, 8, 1.3, 4096, 500000.0, 128256),
+        "405B": _args(16384, 126, 128, 8, 1.2, 4096, 500000.0, 128256)},
 }
 
 _NORMS = {"rmsnorm": "rmsnorm", "layernorm": "layernorm", "np_layernorm": "layernorm",
