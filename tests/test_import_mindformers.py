@@ -144,3 +144,33 @@ def test_scenario_key_from_mindformers_yaml(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["import", "mindformers", "llama2-7b-pretrain-bf16",
                                    "--nodes", "1", "--devices-per-node", "8", "--json"])
     assert json.loads(out.stdout)["scenario"]["framework"] == "mindspore"
+
+
+MF7B = str(ROOT / "scenarios/validation/mf-910b-llama2-7b-8p.yaml")
+
+
+@pytest.mark.parametrize("overrides", [
+    [], ["parallel.recompute=selective", "training.global_batch_size=128"],
+    ["parallel.tensor=4", "parallel.data=2", "parallel.sequence_parallel=true"],
+    ["parallel.pipeline=2", "parallel.data=4", "parallel.optimizer_shard=0",
+     "parallel.optimizer_threshold_kb=0"],
+])
+def test_emitted_run_config_imports_back_to_the_plan(tmp_path: Path,
+                                                     overrides: list[str]) -> None:
+    loaded = api.load_scenario(MF7B)
+    text = api.emit_config("mindformers", loaded, overrides)
+    (tmp_path / "run.yaml").write_text(text)
+    plan = api.load_scenario(MF7B, overrides)
+    back = api.import_config("mindformers", str(tmp_path / "run.yaml"), "ascend-910b", 1, 8)
+    got = api.load_scenario(back["scenario"]).scenario
+    assert _sections(got) == _sections(plan.scenario)
+
+
+@pytest.mark.parametrize(("overrides", "key"), [
+    (["model.dropout=0.1"], "model.dropout"),
+    (["parallel.optimizer_shard=1"], "parallel.optimizer_shard"),
+])
+def test_emit_refuses_what_mindformers_cannot_say(overrides: list[str], key: str) -> None:
+    with pytest.raises(api.InputError) as err:
+        api.emit_config("mindformers", api.load_scenario(MF7B), overrides)
+    assert err.value.key == key
