@@ -37,8 +37,9 @@ def import_config(fmt: str, source: str, hardware: str = "h100-sxm",
 def emit_config(fmt: str, loaded: Any, overrides: list[str]) -> str:
     """The launch of `loaded` (a scenario as `load_scenario` gives it) with `overrides` (a
     plan's `--set` items) in format `fmt` (`megatron`: a torchrun line of Megatron-LM
-    arguments; `torchtitan`: a job config TOML; `mindformers`: a run config YAML), which `import_config` reads back to the
-    same scenario; InputError naming the keys the format cannot say."""
+    arguments; `torchtitan`: a job config TOML; `mindformers`: a run config YAML), which
+    `import_config` reads back to the same scenario; InputError naming the keys the format
+    cannot say."""
     # imported when called: `import simulator` and the CLI start cheap
     from simulator.api.core import load_hardware, load_scenario
     from simulator.config.framework.load import framework_for
