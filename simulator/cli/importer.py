@@ -155,6 +155,18 @@ def mindformers(
     _run("mindformers", source, out, hardware, nodes, devices_per_node, lenient, json_out)
 
 
+def _choices(dtype: str | None, recompute: str) -> None:
+    """--dtype and --recompute among their values (exit 2 naming the option otherwise)."""
+    for name, value, allowed in (("--dtype", dtype, ("bf16", "fp16", "fp32", None)),
+                                 ("--recompute", recompute, ("none", "selective", "full"))):
+        if value not in allowed:
+            with guarded():
+                from simulator import api
+
+                raise api.InputError(name, "", f"found {value!r}; allowed: "
+                                     f"{', '.join(a for a in allowed if a)}")
+
+
 @import_app.command("deepspeed")
 def deepspeed(
     source: Annotated[Path, typer.Argument(
@@ -190,14 +202,7 @@ def deepspeed(
 
     The table of what each key became goes to stderr, the scenario YAML to stdout or to
     --out FILE."""
-    for name, value, allowed in (("--dtype", dtype, ("bf16", "fp16", "fp32", None)),
-                                 ("--recompute", recompute, ("none", "selective", "full"))):
-        if value not in allowed:
-            with guarded():
-                from simulator import api
-
-                raise api.InputError(name, "", f"found {value!r}; allowed: "
-                                     f"{', '.join(a for a in allowed if a)}")
+    _choices(dtype, recompute)
     fills = {"model": model, "seq_length": seq_length, "micro_batch_size": micro_batch_size,
              "grad_accum": grad_accum, "dtype": dtype, "recompute": recompute}
     _run("deepspeed", source, out, hardware, nodes, devices_per_node, lenient, json_out, fills)
