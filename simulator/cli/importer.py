@@ -161,6 +161,7 @@ def _choices(dtype: str | None, recompute: str) -> None:
                                  ("--recompute", recompute, ("none", "selective", "full"))):
         if value not in allowed:
             with guarded():
+                # imported when the command runs: the CLI starts cheap (no numpy/pydantic)
                 from simulator import api
 
                 raise api.InputError(name, "", f"found {value!r}; allowed: "
