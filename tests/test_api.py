@@ -46,8 +46,12 @@ def test_schema_command_prints_the_scenario_json_schema():
     assert doc["$defs"] == want["$defs"]
     assert {k: v for k, v in doc["properties"].items() if k not in ("model", "from")} == {
         k: v for k, v in want["properties"].items() if k != "model"}
-    # `from: {megatron_args: FILE}` (config/imports/key.py) stands for the model and the rest
-    assert doc["properties"]["from"]["required"] == ["megatron_args"]
+    # `from: {megatron_args | torchtitan_toml | deepspeed_config: FILE}` (config/imports/
+    # key.py) stands for the model and the rest
+    assert doc["properties"]["from"]["oneOf"] == [{"required": ["megatron_args"]},
+                                                  {"required": ["torchtitan_toml"]},
+                                                  {"required": ["deepspeed_config"]},
+                                                  {"required": ["mindformers_yaml"]}]
     assert doc["anyOf"] == [{"required": ["model"]}, {"required": ["from"]}]
     model = dict(want["properties"]["model"])
     assert doc["properties"]["model"]["description"] == model.pop("description")

@@ -25,10 +25,12 @@ _FROM_HF = {
 }
 
 
-# `from: {megatron_args: FILE}` is expanded into the scenario it imports to before
-# validation (simulator/config/imports/key.py)
+# `from: {megatron_args: FILE}` (or torchtitan_toml, deepspeed_config, ...) is expanded into
+# the scenario it imports to before validation (simulator/config/imports/key.py)
 _FROM = {
-    "type": "object", "title": "From", "required": ["megatron_args"],
+    "type": "object", "title": "From",
+    "oneOf": [{"required": ["megatron_args"]}, {"required": ["torchtitan_toml"]},
+              {"required": ["deepspeed_config"]}, {"required": ["mindformers_yaml"]}],
     "description": "A scenario imported from a training framework's own launch configuration "
                    "(`shardsim import`); the keys written beside `from` override the "
                    "imported ones.",
@@ -36,6 +38,15 @@ _FROM = {
         "megatron_args": {"type": "string", "description": (
             "A file of Megatron-LM arguments or a launch script with a `torchrun ... "
             "pretrain_gpt.py ARGS` line, relative to the scenario file.")},
+        "torchtitan_toml": {"type": "string", "description": (
+            "A torchtitan job config (TOML), relative to the scenario file; the world size "
+            "is the scenario's cluster.")},
+        "deepspeed_config": {"type": "string", "description": (
+            "A DeepSpeed config (JSON), relative to the scenario file; the model is the "
+            "scenario's model section, the world size its cluster.")},
+        "mindformers_yaml": {"type": "string", "description": (
+            "A MindFormers run config (YAML), relative to the scenario file; the world size "
+            "is the scenario's cluster.")},
         "lenient": {"type": "boolean", "default": False, "description": (
             "Import without the flags that have no scenario key instead of refusing them.")}},
     "additionalProperties": False,

@@ -1,32 +1,25 @@
-"""The scenario key `from: {megatron_args: FILE}`: the scenario a Megatron-LM argument file
-or launch script imports to, under the keys written beside `from` (config/scenario/load.py
-`parse_scenario` expands it first, as `model.from_hf`)."""
+"""The scenario key `from: {megatron_args: FILE}` (or `torchtitan_toml: FILE`): the scenario
+a Megatron-LM argument file or launch script, or a torchtitan job config, imports to, under
+the keys written beside `from` (config/scenario/load.py `parse_scenario` expands it first,
+as `model.from_hf`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from simulator.config.framework.load import load_framework
-from simulator.config.hardware.load import load_profile
-from simulator.config.imports.megatron import import_megatron, read_megatron, stack_for
+from simulator.config.imports.formats import read_format, stack_of
 from simulator.config.resources import is_file
 from simulator.errors import InputError
 
 __all__ = ["expand_from", "stack_of"]
 
-_KEYS = ("megatron_args",)
-
-
-def stack_of(hardware: str) -> tuple[str | None, bool]:
-    """(the hardware profile's default framework, what the Megatron stack on it resolves
-    `overlap.tp_comm: auto` to); a profile that cannot be read is reported by the scenario's
-    own check of `hardware`, so here it is (None, the megatron-core default)."""
-    try:
-        default = load_profile(hardware).default_framework
-    except InputError:
-        default = None
-    return default, load_framework(stack_for(default)).overlap.tp_comm_enabled
+_KEYS = {"megatron_args": "megatron", "torchtitan_toml": "torchtitan",
+         "deepspeed_config": "deepspeed", "mindformers_yaml": "mindformers"}
+_WHAT = {"megatron_args": "a Megatron-LM argument file or launch script",
+         "torchtitan_toml": "a torchtitan job config (TOML)",
+         "deepspeed_config": "a DeepSpeed config (JSON)",
+         "mindformers_yaml": "a MindFormers run config (YAML)"}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -40,32 +33,42 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _spec(spec: Any, source: str) -> tuple[str, str, bool]:
+    """(the key, the file, lenient) of a `from` mapping; InputError naming what is wrong."""
+    given = [k for k in _KEYS if isinstance(spec, dict) and k in spec]
+    if not isinstance(spec, dict) or set(spec) - {*_KEYS, "lenient"} or len(given) != 1:
+        raise InputError(source, "from", f"found {spec!r}; expected a mapping with one of "
+                         f"{', '.join(_KEYS)}: FILE (and lenient: true|false)")
+    key = given[0]
+    ref, lenient = spec[key], spec.get("lenient", False)
+    if not isinstance(ref, str) or not isinstance(lenient, bool):
+        raise InputError(source, f"from.{key}", f"found {ref!r}; expected the path of "
+                         f"{_WHAT[key]}, relative to the scenario's folder, or a bundled "
+                         "one's name (lenient: a boolean)")
+    return key, ref, lenient
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+        else None
+
+
 def expand_from(data: dict[str, Any], source: str) -> dict[str, Any]:
-    """`data` with `from: {megatron_args: FILE, lenient: false}` replaced by the scenario
-    the file imports to, the keys written beside `from` winning (`cluster` gives the world
-    size when the file has no torchrun line; `hardware` picks the stack)."""
+    """`data` with `from: {megatron_args: FILE, lenient: false}` (or `torchtitan_toml`)
+    replaced by the scenario the file imports to, the keys written beside `from` winning
+    (`cluster` gives the world size when the file has no torchrun line; `hardware` picks
+    the stack)."""
     spec = data.get("from")
     if spec is None:
         return data
-    if not isinstance(spec, dict) or set(spec) - {*_KEYS, "lenient"} or \
-            not any(k in spec for k in _KEYS):
-        raise InputError(source, "from", f"found {spec!r}; expected a mapping with "
-                         f"{' or '.join(_KEYS)}: FILE (and lenient: true|false)")
-    ref, lenient = spec["megatron_args"], spec.get("lenient", False)
-    if not isinstance(ref, str) or not isinstance(lenient, bool):
-        raise InputError(source, "from.megatron_args", f"found {ref!r}; expected the path "
-                         "of a Megatron-LM argument file or launch script, relative to the "
-                         "scenario's folder, or a bundled one's name (lenient: a boolean)")
+    key, ref, lenient = _spec(spec, source)
     beside = Path(source).parent / ref
     path = ref if is_file(Path(ref)) or not is_file(beside) else str(beside)
     given = data.get("cluster")
     cluster: dict[str, Any] = given if isinstance(given, dict) else {}
     hw = data.get("hardware")
     hardware = hw if isinstance(hw, str) else "h100-sxm"
-    default, tp_comm = stack_of(hardware)
-    nodes, per_node = (v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-                       for v in (cluster.get("nodes"), cluster.get("devices_per_node")))
-    imported = import_megatron(read_megatron(path, ref), hardware, default, tp_comm, nodes,
-                               per_node, lenient)
+    imported, _ = read_format(_KEYS[key], path, hardware, _count(cluster.get("nodes")),
+                              _count(cluster.get("devices_per_node")), lenient, ref)
     written = {k: v for k, v in data.items() if k != "from"}
     return _merge({k: v for k, v in imported.scenario.items() if k != "name"}, written)

@@ -1,19 +1,20 @@
 """Importing a foreign launch configuration into a validated scenario: `shardsim import
-megatron SOURCE` (`import_file`; the scenario key `from: {megatron_args: FILE}` is
-`key.expand_from`), both through `megatron.import_megatron`."""
+FORMAT SOURCE` (`import_file`; the scenario key `from: {megatron_args: FILE}` and its
+siblings are `key.expand_from`), through each format's reader (`megatron.import_megatron`,
+`torchtitan.import_torchtitan`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from simulator.config.imports.key import stack_of
-from simulator.config.imports.megatron import Imported, import_megatron, read_megatron
+from simulator.config.imports.formats import LABELS, Fills, read_format
+from simulator.config.imports.megatron import Imported
 from simulator.config.scenario.load import parse_scenario
 from simulator.errors import InputError
 
 __all__ = ["import_file", "scenario_yaml", "FORMATS"]
 
-FORMATS = ("megatron",)
+FORMATS = tuple(LABELS)
 
 
 def _blame(err: InputError, imported: Imported, path: str) -> InputError:
@@ -29,29 +30,27 @@ def _blame(err: InputError, imported: Imported, path: str) -> InputError:
 
 
 def import_file(fmt: str, path: str, hardware: str = "h100-sxm", nodes: int | None = None,
-                per_node: int | None = None, lenient: bool = False) -> tuple[Imported, Any]:
+                per_node: int | None = None, lenient: bool = False,
+                fills: Fills | None = None) -> tuple[Imported, Any]:
     """(what the import made, the validated Scenario) of the file at `path` (or the bundled
     launch script of that name) in format `fmt`."""
     if fmt not in FORMATS:
         raise InputError("FORMAT", "", f"found {fmt!r}; allowed: {', '.join(FORMATS)}")
-    default, tp_comm = stack_of(hardware)
-    source = read_megatron(path)
-    imported = import_megatron(source, hardware, default, tp_comm, nodes, per_node, lenient)
+    imported, shown = read_format(fmt, path, hardware, nodes, per_node, lenient, fills=fills)
     try:
-        scenario = parse_scenario(dict(imported.scenario), source.path)
+        scenario = parse_scenario(dict(imported.scenario), shown)
     except InputError as err:
-        raise _blame(err, imported, source.path) from None
+        raise _blame(err, imported, shown) from None
     return imported, scenario
 
 
-
-
-def scenario_yaml(imported: Imported, source: str, command: str) -> str:
+def scenario_yaml(imported: Imported, source: str, command: str, fmt: str = "megatron"
+                  ) -> str:
     """The scenario as YAML, headed by comments naming the file it came from, the command,
     and the notes of the import."""
     import yaml
 
-    head = [f"# imported from {source} (Megatron-LM arguments) by `{command}`"]
+    head = [f"# imported from {source} ({LABELS[fmt]}) by `{command}`"]
     head += [f"# note: {n}" for n in imported.notes]
     body = yaml.safe_dump(imported.scenario, sort_keys=False, default_flow_style=False)
     return "\n".join(head) + "\n" + body

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.config.imports.megatron import import_megatron
+from simulator.config.imports.megatron_pattern import pattern_text
 from simulator.config.imports.megatron_source import read_source
 from simulator.config.scenario.load import parse_scenario
 from simulator.errors import InputError
@@ -45,6 +46,9 @@ def _model(s: Any) -> list[str]:
     if m.moe is not None:
         args += [f"--num-experts {m.moe.experts}", f"--moe-router-topk {m.moe.top_k}",
                  f"--moe-expert-capacity-factor {m.moe.capacity_factor!r}"]
+        if m.moe.every > 1 or m.moe.first_dense:
+            freq = pattern_text(m.layers, m.moe.first_dense, m.moe.every)
+            args.append(f"--moe-layer-freq '{freq}'")
     return args
 
 
@@ -73,6 +77,19 @@ def _training(s: Any) -> list[str]:
     return args
 
 
+def _uneven(p: Any) -> list[str]:
+    """`--decoder-first/last-pipeline-num-layers` of a `pipeline_layers` split (each rank's
+    layers, chunk c of rank r being virtual stage c x PP + r); a split they cannot say is
+    left to the import-back check, which names parallel.pipeline_layers."""
+    if not p.pipeline_layers or p.pipeline < 2:
+        return []
+    chunks = len(p.pipeline_layers) // p.pipeline
+    ranks = [sum(p.pipeline_layers[c * p.pipeline + r] for c in range(chunks))
+             for r in range(p.pipeline)]
+    return [f"--decoder-first-pipeline-num-layers {ranks[0]}",
+            f"--decoder-last-pipeline-num-layers {ranks[-1]}"]
+
+
 def _recompute(p: Any) -> list[str]:
     return {"none": [], "selective": ["--recompute-granularity selective"],
             "full": ["--recompute-granularity full", "--recompute-method uniform",
@@ -87,6 +104,7 @@ def _parallel(s: Any, tp_comm_default: bool) -> list[str]:
                                                      ("expert-model", p.expert)) if v > 1]
     if p.schedule == "interleaved_1f1b" and p.virtual_stages > 1:
         args.append(f"--num-virtual-stages-per-pipeline-rank {p.virtual_stages}")
+    args += _uneven(p)
     if p.sequence_parallel:
         args.append("--sequence-parallel")
     if p.optimizer_shard == 1:

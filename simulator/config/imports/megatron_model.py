@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.config.imports.megatron_pattern import (
+    PatternError,
+    as_first_dense_every,
+    parse_pattern,
+)
 from simulator.config.imports.megatron_values import Values
 
 __all__ = ["model_section", "vocab_size"]
@@ -67,16 +72,45 @@ def _dropout(values: Values, notes: list[str], lenient: bool) -> float:
     return hidden
 
 
-def _moe(values: Values) -> dict[str, Any] | None:
-    """Experts (`--num-experts`), top-k (`--moe-router-topk`, default 2) and the capacity
+def _layer_freq(values: Values, layers: int, notes: list[str], lenient: bool
+                ) -> dict[str, int]:
+    """`first_dense` and `every` of `--moe-layer-freq` (default 1: every layer;
+    megatron_pattern): a pattern no first_dense / every says is refused, or with
+    `--lenient` left out (every layer MoE) with a note."""
+    text = values.text("--moe-layer-freq")
+    if text is None:
+        return {}
+    try:
+        found = as_first_dense_every(parse_pattern(text, layers))
+    except PatternError as exc:
+        raise values.error("--moe-layer-freq", f"{text!r}: {exc}") from None
+    if found is None:
+        why = ("its MoE layers are not the first_dense dense layers then one in every N "
+               "(Megatron's integer N puts experts in layer 0, N, 2N, ...)")
+        if not lenient:
+            raise values.error("--moe-layer-freq", f"{text!r}: {why}: no scenario key says "
+                               "it; --lenient imports every layer as MoE")
+        notes.append(f"--moe-layer-freq {text} left out (every layer MoE): {why}")
+        return {}
+    first, every = found
+    keys = {"first_dense": first} if first else {}
+    if every > 1:
+        keys["every"] = every
+    return keys
+
+
+def _moe(values: Values, layers: int, notes: list[str], lenient: bool
+         ) -> dict[str, Any] | None:
+    """Experts (`--num-experts`), top-k (`--moe-router-topk`, default 2), the capacity
     factor (`--moe-expert-capacity-factor`; default None: dropless, which a capacity of
-    experts / top_k reproduces)."""
+    experts / top_k reproduces) and the MoE layers (`--moe-layer-freq`)."""
     experts = values.integer("--num-experts", lo=1, hi=100_000)
     if experts is None or experts == 1:
         return None
     top_k = values.integer("--moe-router-topk", 2, hi=experts) or 2
     capacity = values.number("--moe-expert-capacity-factor", experts / top_k, 1e-6, 1000.0)
-    return {"experts": experts, "top_k": top_k, "capacity_factor": capacity}
+    return {"experts": experts, "top_k": top_k, "capacity_factor": capacity,
+            **_layer_freq(values, layers, notes, lenient)}
 
 
 _POSITIONS = {"learned_absolute": "learned", "rope": "rope", "none": "none"}
@@ -135,7 +169,7 @@ def model_section(values: Values, tp: int, notes: list[str], lenient: bool) -> d
     backend = values.text("--attention-backend", None, tuple(_BACKENDS))
     if backend is not None:
         model["attention"] = _BACKENDS[backend]
-    moe = _moe(values)
+    moe = _moe(values, model["layers"], notes, lenient)
     if moe:
         model["moe"] = moe
     return model

@@ -48,6 +48,15 @@ def _schedule(values: Values, layers: int, pp: int) -> dict[str, Any]:
     if pp < 2:
         raise values.error(flag, "the interleaved schedule needs --pipeline-model-parallel-"
                            f"size of at least 2 (found {pp})")
+    uneven = [a.flag for a in values.flags(*_UNEVEN)]
+    if uneven and per is not None:
+        raise values.error(flag, f"given with {uneven[0]}; Megatron-LM takes the virtual "
+                           "pipeline size from --num-virtual-stages-per-pipeline-rank with "
+                           "an uneven split (arguments.py)")
+    if uneven:
+        assert chunks is not None
+        return {"schedule": "interleaved_1f1b", "virtual_stages": chunks} if chunks > 1 \
+            else {"schedule": "1f1b"}
     if layers % pp:
         raise values.error(flag, f"--num-layers {layers} is not divisible by the pipeline "
                            f"size {pp}")
@@ -60,6 +69,39 @@ def _schedule(values: Values, layers: int, pp: int) -> dict[str, Any]:
     if chunks == 1:
         return {"schedule": "1f1b"}
     return {"schedule": "interleaved_1f1b", "virtual_stages": chunks}
+
+
+_UNEVEN = ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers")
+
+
+def _uneven(values: Values, layers: int, pp: int, chunks: int) -> list[int] | None:
+    """The layers of each virtual stage with `--decoder-first/last-pipeline-num-layers`:
+    those on the first / last rank, the rest split evenly over the middle ranks, each
+    rank's split evenly over its `chunks` model chunks; virtual stage c x PP + r is chunk c
+    of rank r (Megatron-Core transformer_config.py `__post_init__` checks, transformer_block
+    `get_transformer_layer_offset`)."""
+    first, last = (values.integer(f, lo=1) for f in _UNEVEN)
+    if first is None and last is None:
+        return None
+    flag = _UNEVEN[0] if first is not None else _UNEVEN[1]
+    if pp < 2:
+        raise values.error(flag, f"needs --pipeline-model-parallel-size of at least 2 "
+                           f"(found {pp})")
+    middle, rest = pp - (first is not None) - (last is not None), layers - (first or 0) - (
+        last or 0)
+    if rest < 0 or (middle and rest % middle) or (not middle and rest):
+        raise values.error(flag, f"leaves {rest} of --num-layers {layers} for {middle} "
+                           "middle pipeline stage(s): not a whole number each (Megatron-Core "
+                           "refuses it)")
+    per_rank = [first if r == 0 and first is not None else last
+                if r == pp - 1 and last is not None else rest // max(middle, 1)
+                for r in range(pp)]
+    for r, count in enumerate(per_rank):
+        if count % chunks:
+            raise values.error(flag, f"{count} layers on pipeline rank {r} are not divisible "
+                               f"by the {chunks} virtual stages a rank (Megatron-Core refuses "
+                               "it)")
+    return [per_rank[r] // chunks for _ in range(chunks) for r in range(pp)]
 
 
 def _recompute(values: Values, layers_per_chunk: int, notes: list[str]) -> str:
@@ -138,7 +180,11 @@ def parallel_section(values: Values, world: int, tp_comm_default: bool, notes: l
         notes.append("--sequence-parallel with TP 1: off, as Megatron-LM turns it off")
     p["sequence_parallel"] = values.has("--sequence-parallel") and p["tensor"] > 1
     p["optimizer_shard"] = 1 if values.has("--use-distributed-optimizer") else 0
-    chunk = layers // (p["pipeline"] * p.get("virtual_stages", 1)) or 1
+    chunks = p.get("virtual_stages", 1)
+    split = _uneven(values, layers, p["pipeline"], chunks)
+    if split is not None:
+        p["pipeline_layers"] = split
+    chunk = min(split) if split else layers // (p["pipeline"] * chunks) or 1
     p["recompute"] = _recompute(values, chunk, notes)
     p["overlap"] = _overlap(values, p, tp_comm_default)
     p["comm_fusion"] = _fusion(values, derived)
