@@ -105,10 +105,6 @@ def test_a_graph_slice_keeps_its_batch_in_front():
      "parallel.overlap.copies=3: model.tensors[0].shape: batch 64 is not divisible by "
      "parallel.overlap.copies=3 (the copies are slices of the batch; valid copies: 1, 2, 4, "
      "8, 16, 32, 64)"),
-    ("seed-a-weight-ops", 2,
-     "parallel.overlap.copies: 2: one slice of 1/2 of the batch cannot run the graph's "
-     "strategies (model.ops[0].strategy: op 'embedding' (Gather): (S(0), S(0), S(0)): dim 0 "
-     "of size 4 does not split 8 ways)"),
 ])
 def test_graph_copies_that_do_not_slice_are_refused(invoke_cli, name, copies, message):
     result = invoke_cli("verify", name, "--set", f"parallel.overlap.copies={copies}")

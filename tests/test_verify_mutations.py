@@ -61,6 +61,9 @@ MUTATIONS: list[tuple[str, str, tuple[str, ...], Break, str]] = [
     ("asynchronous parameter server: pushes applied out of order",
      "ps-gpt2-medium-16-a100", ("parallel.parameter_server.sync=false",),
      _ps(reorder=True), "wte.updated"),
+    ("uneven split (DTensor chunks): a forward collective skipped",
+     "seed-sbp-partial-chain", ("model.tensors[0].shape=[7,12]", "model.tensors[1].shape=[7]"),
+     _faults(drop_comm=0), "ce"),
     ("multi-copy of an operator graph: one slice run twice", "hetero-embedding-cpu-8-a100",
      ("parallel.overlap.copies=2",), _faults(copy_fault="repeat"), "embedding_table.grad"),
 ]
