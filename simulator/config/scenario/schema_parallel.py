@@ -249,6 +249,16 @@ class ParallelSpec(_Closed):
             "network splits tensors and calls collectives by hand)."))
     parameter_server: ParameterServerSpec = Field(
         default_factory=ParameterServerSpec, description="The servers of mode parameter_server.")
+    # MindSpore's strategy checkpoint (set_auto_parallel_context strategy_ckpt_save_file /
+    # strategy_ckpt_load_file): `shardsim explain` writes the plan it shows to the save
+    # file; the load file's strategies replace the operators' own
+    # (config.scenario.strategy_ckpt, sharding.strategy_ckpt)
+    strategy_ckpt_save_file: StrictStr | None = Field(default=None, description=(
+        "Where `shardsim explain` writes the chosen plan as a strategy checkpoint (JSON; "
+        "MindSpore's strategy_ckpt_save_file); null: not written."))
+    strategy_ckpt_load_file: StrictStr | None = Field(default=None, description=(
+        "A strategy checkpoint whose operator placements replace the graph operators' "
+        "strategies (MindSpore's strategy_ckpt_load_file; model.type graph); null: none."))
     search: Literal["sharding_propagation", "dynamic_programming", "ilp",
                     "recursive_programming"] = Field(
         default="ilp", description=(
