@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator
+from typing import Any
 
 import simpy
 
@@ -76,7 +77,7 @@ class _Model:
         self.running: dict[int, list] = {}
         # fair link sharing: the flows holding each link, [process, work left, since]
         self.fair = plan.link_sharing == "fair"
-        self.flows: dict[tuple[int, str], list[list]] = {}
+        self.flows: dict[tuple[int, str], list[list[Any]]] = {}
 
     def _rendezvous(self, task: Task) -> Generator:
         """Wait until all group_size members of the collective have arrived."""
@@ -187,7 +188,7 @@ class _Model:
         flows = self.flows.setdefault(key, [])
         talks = task.device in self.slowdown and task.stream in COMM_STREAMS
         self._reshare(flows)
-        me = [env.active_process, duration, env.now]
+        me: list[Any] = [env.active_process, duration, env.now]
         flows.append(me)
         if talks:
             self._talk(task.device, +1)

@@ -240,7 +240,7 @@ class ParallelSpec(_Closed):
     # the servers of `parameter_server` (simulator/lower/parameter_server.py).
     # `data` is MindSpore's DATA_PARALLEL (every operator data parallel: no strategy, no
     # model-parallel degree); `hybrid`, MindSpore's HYBRID_PARALLEL, is refused by name
-    # (config.scenario.rules._modes).
+    # (config.scenario.mode_rules).
     mode: Literal["semi_auto", "auto", "parameter_server", "data", "hybrid"] = Field(
         default="semi_auto", description=(
             "semi_auto (strategies as written, the others data parallel), auto (the open "
