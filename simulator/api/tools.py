@@ -35,6 +35,7 @@ def explain(loaded: Any) -> dict[str, Any]:
 def strategy_checkpoint(loaded: Any) -> dict[str, Any]:
     """The plan `explain` shows as a strategy checkpoint (`sharding.strategy_ckpt`), which
     `parallel.strategy_ckpt_load_file` loads into another run."""
+    # imported when called: `import simulator` and the CLI start cheap
     from simulator.models.model_graph import propagated
     from simulator.sharding.strategy_ckpt import checkpoint
 

@@ -2,7 +2,8 @@
 operators of a `type: graph` scenario take the strategies a strategy checkpoint holds
 (written by `shardsim explain` under `parallel.strategy_ckpt_save_file`,
 `sharding.strategy_ckpt`): each operator named in the file gets its `placements`, in place
-of any strategy it had; an operator the file does not name keeps its own."""
+of any strategy it had; an operator the file does not name keeps its own. The key is
+consumed when the file is read: the parsed scenario holds the placements, not the path."""
 
 from __future__ import annotations
 
@@ -39,15 +40,19 @@ def load_strategy_ckpt(data: dict[str, Any], source: str) -> dict[str, Any]:
     """`data` (a scenario mapping) with the checkpoint's placements written into its
     operators; unchanged without the key. InputError for a model that is not a written
     graph, an unreadable file, or an operator the model does not have."""
-    ref = (data.get("parallel") or {}).get("strategy_ckpt_load_file")
-    if not isinstance(ref, str):
+    parallel = data.get("parallel")
+    ref = parallel.get("strategy_ckpt_load_file") if isinstance(parallel, dict) else None
+    if not isinstance(ref, str):  # (absent, or not a string: the schema says so)
         return data
     model = data.get("model")
     if not isinstance(model, dict) or model.get("type") != "graph":
         raise InputError(source, _KEY, "applies to model.type graph, whose operators take "
                          "strategies (the transformer, mlp and resnet build their own)")
+    raw = model.get("ops")
+    if not isinstance(raw, list) or not all(isinstance(op, dict) for op in raw):
+        return data  # (the schema says what is wrong with model.ops)
     doc = _read(ref, source)
-    ops = [dict(op) for op in model.get("ops") or []]
+    ops = [dict(op) for op in raw]
     names = {op.get("name"): i for i, op in enumerate(ops)}
     for name, placements in doc["ops"].items():
         if name not in names:
@@ -57,4 +62,7 @@ def load_strategy_ckpt(data: dict[str, Any], source: str) -> dict[str, Any]:
         for key in ("strategy", "out_strategy"):
             op.pop(key, None)
         op["placements"] = placements
-    return {**data, "model": {**model, "ops": ops}}
+    # the key is consumed: the scenario now holds the placements itself, so that a dump of
+    # it (`plan`'s best scenario, `run`'s config) runs anywhere without the file
+    rest = {k: v for k, v in parallel.items() if k != "strategy_ckpt_load_file"}
+    return {**data, "parallel": rest, "model": {**model, "ops": ops}}
