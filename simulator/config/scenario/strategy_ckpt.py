@@ -64,5 +64,6 @@ def load_strategy_ckpt(data: dict[str, Any], source: str) -> dict[str, Any]:
         op["placements"] = placements
     # the key is consumed: the scenario now holds the placements itself, so that a dump of
     # it (`plan`'s best scenario, `run`'s config) runs anywhere without the file
+    assert isinstance(parallel, dict)  # (ref came from it)
     rest = {k: v for k, v in parallel.items() if k != "strategy_ckpt_load_file"}
     return {**data, "parallel": rest, "model": {**model, "ops": ops}}
