@@ -102,3 +102,47 @@ def test_overlap_is_free_without_a_slowdown_and_for_transfers_that_do_not_overla
     beside = [*tasks[:2], Task(2, 0, "compute", "B", "bwd", 0, 0, 0.5)]
     assert run(_slowed(beside, 0.0)).end[2] == 2.5
     assert run(_slowed(beside, 0.3)).end[2] == approx(2.0 + 0.5 * 1.3)  # all of it beside
+
+
+def _fair(tasks: list[Task]) -> Plan:
+    return replace(_plan(tasks), link_sharing="fair")
+
+
+def test_two_equal_flows_on_one_link_each_take_twice_as_long():
+    """Processor sharing: two 1 s transfers that start together on one NIC each get half
+    of it and both end at 2 s (FIFO: the second starts at 1 s); a transfer on another link
+    or another device's NIC is not slowed."""
+    tasks = [
+        Task(0, 0, "pp_fwd", "send_fwd", "comm", 0, 0, 1.0, link="nic"),
+        Task(1, 0, "dp", "grad_bucket", "comm", -1, 0, 1.0, link="nic"),
+        Task(2, 1, "dp", "grad_bucket", "comm", -1, 0, 1.0, link="nic"),
+        Task(3, 0, "pp_bwd", "send_bwd", "comm", 0, 0, 1.0, link="fabric"),
+    ]
+    fair, fifo = run(_fair(tasks)), run(_plan(tasks))
+    assert fair.start == (0.0, 0.0, 0.0, 0.0) and fair.end == (2.0, 2.0, 1.0, 1.0)
+    assert fifo.start == (0.0, 1.0, 0.0, 0.0) and fifo.end == (1.0, 2.0, 1.0, 1.0)
+
+
+def test_a_flow_that_joins_halfway_shares_what_is_left():
+    """A (2 s alone) from 0, B (1 s alone) from 1 s: alone until 1 s (A has 1 s of work
+    left), then half each; B's 1 s of work ends at 3 s, as does A's (1 s at half rate),
+    then nothing is left. C (1 s) from 0.5 s on a three-flow link: A 0-0.5 alone, then
+    A, C at half until B joins at 1 s; shares as closed forms below."""
+    two = run(_fair([
+        Task(0, 0, "dp", "grad_bucket", "comm", -1, 0, 2.0, link="nic"),
+        Task(1, 0, "compute", "B", "bwd", 0, 0, 1.0),
+        Task(2, 0, "pp_bwd", "send_bwd", "comm", 0, 0, 1.0, deps=(1,), link="nic"),
+    ]))
+    assert two.start[2] == 1.0 and two.end[0] == approx(3.0) and two.end[2] == approx(3.0)
+    three = run(_fair([
+        Task(0, 0, "dp", "grad_bucket", "comm", -1, 0, 2.0, link="nic"),
+        Task(1, 0, "compute", "B", "bwd", 0, 0, 0.5),
+        Task(2, 0, "pp_bwd", "send_bwd", "comm", 0, 0, 1.0, deps=(1,), link="nic"),
+        Task(3, 0, "offload", "h2d", "offload", 0, 0, 1.0),
+        Task(4, 0, "pp_fwd", "send_fwd", "comm", 0, 0, 0.25, deps=(3,), link="nic"),
+    ]))
+    # 0-0.5: A alone (1.5 left); 0.5-1: A, C at 1/2 (A 1.25, C 0.75 left); from 1: A, C, D
+    # at 1/3: D's 0.25 takes 0.75 s (ends 1.75; A 1.0, C 0.5 left); then A, C at 1/2: C ends
+    # after 1 s (2.75; A 0.5 left), A alone 0.5 s more (3.25)
+    assert three.end[4] == approx(1.75) and three.end[2] == approx(2.75)
+    assert three.end[0] == approx(3.25)

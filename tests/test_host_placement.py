@@ -1,7 +1,9 @@
 """Host & device heterogeneous placement (simulator/lower/host.py): a graph operator with
 `primitive_target: CPU` runs at the cpu-x86 profile's speed and pays the PCIe copies of its
 inputs and outputs; its parameters (and their gradients and optimizer states) leave the
-device; `verify` still passes (placement does not change the tensors)."""
+device; `verify` still passes (placement does not change the tensors), computing with the
+rows that came up from the host and the gradient that went down, and fails when they are
+lost or corrupted on the way."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.cost import compute_time_s
 from simulator.lower.host import HOST_PROFILE, host_optimizer_s
+from simulator.numeric.execution import Faults
 from simulator.program.graph_program import graph_program
 from simulator.simulation.simulate import simulate
+from simulator.simulation.verify import verify_scenario
 
 NAME = "hetero-embedding-cpu-8-a100"
 E = 4  # fp32
@@ -76,6 +80,22 @@ def test_verify_passes_with_the_lookup_on_the_host(invoke_cli):
     report = json.loads(result.stdout)
     assert report["ok"] and report["tensors_checked"] > 0
     assert any("primitive_target" in note for note in report["notes"])
+
+
+def test_verify_computes_with_what_crossed_the_host_link():
+    """The rows come up (64 samples x 8 fields x 16 wide, fp32), their gradient goes down
+    (the same bytes): 32768 bytes each way over the 8 ranks; the ids' trip down is not
+    executed (their values are not changed by a copy that the mutations could reach)."""
+    s = _scenario("CPU")
+    good = verify_scenario(s)
+    assert good.ok
+    assert ("offload (host-placed operators): 32768 bytes went to the host and came back "
+            "(all ranks, micro-batches run); the run continued with the copies") in good.notes
+    for fault in ("drop", "corrupt"):
+        bad = verify_scenario(s, Faults(offload_fault=fault))
+        assert [c.tensor for c in bad.checks if not c.ok][:2] == ["emb", "x"]
+    on_device = verify_scenario(_scenario("GPU"), Faults(offload_fault="drop"))
+    assert on_device.ok  # nothing crosses the host link: nothing to lose
 
 
 def test_the_hosts_optimizer_step_over_the_table_precedes_the_devices(runs):

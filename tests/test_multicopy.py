@@ -1,6 +1,7 @@
 """Multi-copy parallel (`parallel.overlap.copies`): the copies' interleaving is an event
 simulation (hand-computed schedules pinned here), it hides tensor-parallel collectives under
-the other copy's kernels in `run`, and `verify` executes the micro-batch as its slices."""
+the other copy's kernels in `run`, and `verify` executes the micro-batch as its slices (an
+operator graph's too: its batch cut by `models.multicopy.sliced_model`)."""
 
 from __future__ import annotations
 
@@ -77,3 +78,36 @@ def test_copies_must_divide_the_micro_batch(invoke_cli):
     assert result.exit_code == 2
     assert ("parallel.overlap.copies: 4 must divide training.micro_batch_size=2 (the copies "
             "are slices of the micro-batch; valid: 1, 2)") in text
+
+
+def test_verify_runs_an_operator_graph_slice_by_slice(invoke_cli):
+    result = invoke_cli("verify", "hetero-embedding-cpu-8-a100", "--json", "--set",
+                        "parallel.overlap.copies=2")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["ok"]
+    assert "multi-copy: each micro-batch ran as 2 slices of 1/2 of the batch, one after " \
+           "another, gradients summed" in out["notes"]
+
+
+def test_a_graph_slice_keeps_its_batch_in_front():
+    from simulator.api.core import load_scenario
+    from simulator.models.multicopy import sliced_model
+    m = load_scenario("hetero-embedding-cpu-8-a100").scenario.model
+    cut = sliced_model(m, 4)
+    assert [t.shape for t in cut.tensors] == [[16, 8], [16], [200000, 16], [128, 256],
+                                               [256, 2]]
+    assert cut.ops[1].attrs["shape"] == [16, 128]
+
+
+@pytest.mark.parametrize("name, copies, message", [
+    ("hetero-embedding-cpu-8-a100", 3,
+     "parallel.overlap.copies=3: model.tensors[0].shape: batch 64 is not divisible by "
+     "parallel.overlap.copies=3 (the copies are slices of the batch; valid copies: 1, 2, 4, "
+     "8, 16, 32, 64)"),
+])
+def test_graph_copies_that_do_not_slice_are_refused(invoke_cli, name, copies, message):
+    result = invoke_cli("verify", name, "--set", f"parallel.overlap.copies={copies}")
+    text = result.stderr if hasattr(result, "stderr") else result.output
+    assert result.exit_code == 2, text
+    assert message in " ".join(text.split()), text

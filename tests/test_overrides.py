@@ -21,7 +21,7 @@ BASE = ["cluster.nodes=2", "cluster.devices_per_node=2", "parallel.data=2", "par
 PROFILES = ("a100-80gb", "h100-sxm", "ascend-910b")
 # values for fields that no bundled profile of PROFILES sets
 ABSENT = {"intra_node.mesh_links": "2", "peak_tflops.fp4": "9000.0",
-          "efficiency.gemm_peak_fraction_fp4": "0.5",
+          "efficiency.gemm_peak_fraction_fp4": "0.5", "inter_node.nodes_per_leaf": "1",
           **{f"efficiency.kernel_bandwidth_fractions.{k}": "0.05" for k in (
               "elementwise", "reduction", "norm", "softmax", "gather", "optimizer")}}
 
@@ -45,7 +45,8 @@ def _other(path: str, value) -> str:
     swaps = {"device_type": "npu", "intra_node.topology": "ring",
              "default_framework": "reference", "efficiency.gemm_tile_mn": "[64, 64]",
              "intra_node.allreduce_busbw_GBps": "null", "nccl.generation": "volta",
-             "nccl.cpu_vendor": "intel"}
+             "nccl.cpu_vendor": "intel", "inter_node.flow_sharing": "fair",
+             "inter_node.oversubscription": "4.0"}
     if path in swaps:
         return swaps[path]
     if value is None:

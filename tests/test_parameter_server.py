@@ -1,17 +1,21 @@
 """Parameter server training (`parallel.mode: parameter_server`, issue 10 item 9): the
 closed forms of bytes per worker and per server and of the synchronous step, the servers as
 the bottleneck, asynchronous staleness, the numeric proof that synchronous PS is data
-parallel (and that a dropped push is caught), and the rules."""
+parallel (and that a dropped push is caught), the asynchronous servers against one device
+applying the same stale pushes in the same order, and the rules."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 
 from simulator.config.scenario import parse_scenario
+from simulator.config.scenario.schema import Scenario
 from simulator.models.cases import build_case
+from simulator.numeric.optimizer import update, updates
 from simulator.numeric.ps import PsRun, key_ranges
 from simulator.numeric.verify import verify_case
 from simulator.simulation.verify import verify_scenario
@@ -134,16 +138,51 @@ def test_a_dropped_push_fails_verify():
     assert {c.tensor for c in bad.checks if not c.ok} >= {"fc0.w.grad", "fc0.w.updated"}
 
 
-def test_asynchronous_verify_says_what_it_did_not_compare():
-    doc = {"name": "ps", "hardware": "cpu-x86", "cluster": {"nodes": 1, "devices_per_node": 4},
-           "model": {"type": "mlp", "layers": 2, "hidden_size": 16, "input_size": 8,
-                     "num_classes": 4, "dtype": "fp32"},
-           "training": {"global_batch_size": 8, "micro_batch_size": 1},
-           "parallel": {"data": 4, "mode": "parameter_server",
-                        "parameter_server": {"sync": False}}}
-    result = verify_scenario(parse_scenario(doc, "ps"))
-    assert result.ok and not any(c.tensor.endswith(".updated") for c in result.checks)
-    assert any("asynchronous parameter server" in n for n in result.notes)
+def _async_mlp(optimizer: str) -> Scenario:
+    return parse_scenario({
+        "name": "ps", "hardware": "cpu-x86", "cluster": {"nodes": 1, "devices_per_node": 4},
+        "model": {"type": "mlp", "layers": 2, "hidden_size": 16, "input_size": 8,
+                  "num_classes": 4, "dtype": "fp32"},
+        "training": {"global_batch_size": 8, "micro_batch_size": 1, "optimizer": optimizer},
+        "parallel": {"data": 4, "mode": "parameter_server",
+                     "parameter_server": {"sync": False, "servers": 3}}}, "ps")
+
+
+def test_asynchronous_updates_are_compared_with_the_stale_reference():
+    result = verify_scenario(_async_mlp("adam"))
+    assert result.ok and any(c.tensor.endswith(".updated") for c in result.checks)
+    assert ("asynchronous parameter server: each push updates parameters other workers have "
+            "moved since (staleness up to n - 1 updates), so the updates are not the "
+            "single-device step: they were compared with one device applying the same stale "
+            "pushes in the same order, and the pushes' sum with the single-device gradient"
+            ) in result.notes
+
+
+@pytest.mark.parametrize("optimizer, order_matters", [
+    ("adam", True), ("momentum", True), ("sgd", False)])
+def test_asynchronous_pushes_applied_out_of_order_fail_where_order_matters(
+        optimizer, order_matters):
+    """SGD's steps commute (p - lr * sum of the n pushes, n times each worker's share:
+    n times the synchronous step), so its order cannot be seen; momentum and Adam carry
+    state from push to push."""
+    case = build_case(_async_mlp(optimizer))
+    good = verify_case(case, optimizer, 1e-3, ps=PsRun(3, sync=False))
+    bad = verify_case(case, optimizer, 1e-3, ps=PsRun(3, sync=False, reorder=True))
+    assert good.ok
+    failed = {c.tensor for c in bad.checks if not c.ok}
+    assert failed == ({"fc0.w.updated", "fc1.w.updated", "out.w.updated"} if order_matters
+                      else set())
+
+
+def test_one_push_is_one_update_and_sgd_pushes_sum():
+    rng = np.random.default_rng(0)
+    p, g1, g2 = (rng.standard_normal(5) for _ in range(3))
+    for kind in ("sgd", "momentum", "adam"):
+        assert np.array_equal(updates(kind, p, [g1], 0.1), update(kind, p, g1, 0.1))
+    assert np.allclose(updates("sgd", p, [g1, g2], 0.1), p - 0.1 * (g1 + g2))
+    # momentum: v1 = g1, v2 = 0.9 g1 + g2
+    assert np.allclose(updates("momentum", p, [g1, g2], 0.1),
+                       p - 0.1 * g1 - 0.1 * (0.9 * g1 + g2))
 
 
 def test_key_ranges_cover_every_element_once():

@@ -62,6 +62,20 @@ def test_key_operators_alone_give_the_intended_plan(name, search):
     assert {k: str(v) for k, v in got.items()} == {k: str(v) for k, v in want.items()}
 
 
+@pytest.mark.parametrize("name, intended", [("seed-a-propagate", True),
+                                            ("seed-b-propagate", True),
+                                            ("seed-c-propagate", False)])
+def test_the_recursive_search_decides_heavy_operators_first(name, intended):
+    """MindSpore's double recursive search (`solvers.solve_recursive`): never cheaper than
+    the exact ILP, the intended plan of seeds (a) and (b); on (c) the heavy convolutions,
+    decided before the light operators between them, leave it a costlier plan (greedy in
+    weight order is not exact). Its plan verifies."""
+    s = _scenario(name, ["parallel.search=recursive_programming"])
+    rec, ilp = propagated(s), propagated(_scenario(name))
+    assert rec.cost >= ilp.cost and (rec.choice == ilp.choice) == intended
+    assert verify_scenario(s).ok
+
+
 @pytest.mark.parametrize("name", ["seed-a-propagate", "seed-b-propagate",
                                   "seed-c-propagate"])
 def test_propagated_plans_verify(name):
@@ -107,8 +121,9 @@ def test_dynamic_programming_solves_the_chain_of_seed_b():
 
 
 @pytest.mark.parametrize("key,value,allowed", [
-    ("parallel.mode", "manual", "semi_auto, auto, parameter_server"),
-    ("parallel.search", "greedy", "sharding_propagation, dynamic_programming, ilp")])
+    ("parallel.mode", "manual", "semi_auto, auto, parameter_server, data, hybrid"),
+    ("parallel.search", "greedy",
+     "sharding_propagation, dynamic_programming, ilp, recursive_programming")])
 def test_bad_mode_and_search_exit_2(invoke_cli, key, value, allowed):
     result = invoke_cli("verify", "seed-b-propagate", "--set", f"{key}={value}")
     assert result.exit_code == 2

@@ -83,7 +83,12 @@ def _ref_moves(state: Layout, shape, mesh: Mesh, itemsize: int):
             if kind is None or not innermost(state, a, p):
                 continue
             nxt = Layout(state.placements[:a] + (p,) + state.placements[a + 1:])
-            n = math.prod(state.local_shape(shape, mesh)) * itemsize
+            local = list(state.local_shape(shape, mesh))
+            n = math.prod(local) * itemsize
+            if kind in ("reduce_scatter", "all_to_all") and local[p.dim] % sizes[a]:
+                # DTensor pads the dim it splits to sizes[a] * ceil(size / sizes[a]) (issue 26)
+                local[p.dim] = -(-local[p.dim] // sizes[a]) * sizes[a]
+                n = math.prod(local) * itemsize
             nbytes = 0.0 if kind not in COMM_KINDS else float(
                 n * sizes[a] if kind == "all_gather" else n)
             step = RedistStep(kind, a, state, nxt, nbytes)

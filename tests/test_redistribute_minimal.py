@@ -50,13 +50,17 @@ def _holds(t, full: np.ndarray, layout: Layout, mesh: Mesh) -> bool:
     return all(np.allclose(a, b) for a, b in zip(t.blocks, want.blocks))
 
 
-def _price(kind: str, axis: int, before: Layout, shape, mesh: Mesh) -> float:
+def _price(kind: str, axis: int, before: Layout, shape, mesh: Mesh, to=None) -> float:
     """Closed form of the default price: busbw factor x the nccl-tests buffer of the largest
     block (an all_gather gathers n padded shards)."""
     if kind not in ("all_reduce", "reduce_scatter", "all_to_all", "all_gather"):
         return 0.0
     n = mesh.shape[axis]
-    buffer = np.prod(before.local_shape(shape, mesh)) * ITEM * (n if kind == "all_gather" else 1)
+    local = list(before.local_shape(shape, mesh))
+    if kind in ("reduce_scatter", "all_to_all") and local[to.dim] % n:
+        # the dim it splits padded to n * ceil(size / n), as DTensor pads it (issue 26)
+        local[to.dim] = -(-local[to.dim] // n) * n
+    buffer = np.prod(local) * ITEM * (n if kind == "all_gather" else 1)
     return busbw_factor(kind, n) * float(buffer)
 
 
@@ -80,7 +84,7 @@ def _reference(sizes: tuple[int, ...], shape: tuple[int, ...], alltoall: bool):
                 continue
             if _holds(apply_step(t, RedistStep(kind, a, x, y, 0.0), mesh), full, y, mesh):
                 valid.add((x, y, kind))
-                price = _price(kind, a, x, shape, mesh)
+                price = _price(kind, a, x, shape, mesh, q)
                 dist[index[x], index[y]] = min(dist[index[x], index[y]], price)
     for k in range(len(layouts)):
         dist = np.minimum(dist, dist[:, k, None] + dist[None, k, :])

@@ -51,7 +51,15 @@ from simulator.api.planning import (
     sweep_spec,
     target_time_s,
 )
-from simulator.api.tools import comm, explain, json_schema, profile_fields, profiles, scenarios
+from simulator.api.tools import (
+    comm,
+    explain,
+    json_schema,
+    profile_fields,
+    profiles,
+    scenarios,
+    strategy_checkpoint,
+)
 from simulator.errors import InfeasibleError, InputError, ShardsimError
 
 __all__ = [
@@ -65,7 +73,8 @@ __all__ = [
     "cluster_for", "options_for", "positive", "at_most", "replay_scenario", "frameworks_for",
     "soonest_within", "Budget",
     # inspection (api.tools)
-    "explain", "json_schema", "comm", "profiles", "profile_fields", "scenarios",
+    "explain", "strategy_checkpoint", "json_schema", "comm", "profiles", "profile_fields",
+    "scenarios",
     # a scenario from a framework's own launch configuration (api.imports)
     "import_config", "emit_config",
     # errors

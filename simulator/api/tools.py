@@ -9,8 +9,8 @@ from typing import Any
 from simulator.api.core import check_overrides
 from simulator.errors import InputError
 
-__all__ = ["explain", "json_schema", "comm", "profiles", "profile_fields", "scenarios",
-           "COMM_MAX_DEVICES", "COMM_MAX_PER_NODE"]
+__all__ = ["explain", "strategy_checkpoint", "json_schema", "comm", "profiles",
+           "profile_fields", "scenarios", "COMM_MAX_DEVICES", "COMM_MAX_PER_NODE"]
 
 
 def explain(loaded: Any) -> dict[str, Any]:
@@ -30,6 +30,17 @@ def explain(loaded: Any) -> dict[str, Any]:
     return {"scenario": s.name, "search": s.parallel.search, "mesh": str(prop.problem.mesh),
             "total_cost_bytes": prop.cost,
             "ops": [row.to_dict() for row in explain_plan(prop)]}
+
+
+def strategy_checkpoint(loaded: Any) -> dict[str, Any]:
+    """The plan `explain` shows as a strategy checkpoint (`sharding.strategy_ckpt`), which
+    `parallel.strategy_ckpt_load_file` loads into another run."""
+    # imported when called: `import simulator` and the CLI start cheap
+    from simulator.models.model_graph import propagated
+    from simulator.sharding.strategy_ckpt import checkpoint
+
+    s = loaded.scenario
+    return checkpoint(propagated(s), s.name)
 
 
 def json_schema(hardware: bool = False) -> dict[str, Any]:

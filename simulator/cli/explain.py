@@ -4,6 +4,8 @@ the configured operator the choice came from (simulator/sharding/propagate/expla
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import IO, Any
 
 from simulator.cli._common import emit_json, guarded, load_checked, stderr_console
@@ -42,6 +44,11 @@ def explain(
         if s.parallel.mode != "auto":
             stderr_console().print(f"note: parallel.mode is {s.parallel.mode}; showing what "
                                    "parallel.mode=auto would choose")
+        save = s.parallel.strategy_ckpt_save_file
+        if save:  # MindSpore's strategy_ckpt_save_file: the plan shown, for another run
+            Path(save).write_text(json.dumps(api.strategy_checkpoint(loaded), indent=1) + "\n")
+            stderr_console().print(f"note: strategy checkpoint written to {save} (load it "
+                                   f"with parallel.strategy_ckpt_load_file)")
         if json_out:
             emit_json(report, stdout)
         else:

@@ -25,7 +25,7 @@ from simulator.config.hardware.schema import HardwareProfile
 from simulator.cost.specs import GroupSpec
 
 __all__ = ["intra_bus_bandwidth", "nic_share_bandwidth", "inter_bus_bandwidth",
-           "group_network_bandwidth", "ring_link", "measured_bus_time"]
+           "group_network_bandwidth", "ring_link", "measured_bus_time", "fabric_share"]
 
 
 def intra_bus_bandwidth(hw: HardwareProfile, members: int | None = None) -> float:
@@ -64,12 +64,30 @@ def inter_bus_bandwidth(hw: HardwareProfile, devices_per_node: int,
     return share * hw.efficiency.inter_node_bus_fraction
 
 
+def fabric_share(group: GroupSpec, hw: HardwareProfile) -> float:
+    """The share of its NIC bandwidth a group keeps in the scale-out fabric: 1 inside one
+    leaf (`inter_node.nodes_per_leaf` nodes joined at full bandwidth), 1 / oversubscription
+    for a group whose members span more nodes than a leaf holds, when every leaf sends up
+    at once (the SPMD case: every data-parallel group reduces at the same moment). A
+    group's span is the node range from its first member to its last ((size - 1) x stride
+    devices on). Typical ratios: 1:1 in NVIDIA's DGX SuperPOD reference architecture (a
+    non-blocking rail-optimised fat tree), 7:1 above Meta's 3,072-GPU pods of the Llama 3
+    clusters (Dubey et al. 2024, "The Llama 3 Herd of Models", Sec. 3.3.1)."""
+    leaf, ratio = hw.inter_node.nodes_per_leaf, hw.inter_node.oversubscription
+    if leaf is None or ratio == 1.0 or group.size == 1:
+        return 1.0
+    span = (group.size - 1) * group.stride // group.devices_per_node + 1
+    return 1.0 / ratio if span > leaf else 1.0
+
+
 def group_network_bandwidth(group: GroupSpec, hw: HardwareProfile,
                             active_per_node: int | None = None) -> float:
     """Effective bandwidth with which the group's members on one node reach the network
-    together: members_per_node NIC shares (NCCL spreads its channels over the NICs)."""
+    together: members_per_node NIC shares (NCCL spreads its channels over the NICs), times
+    the share the fabric above the leaves leaves it (`fabric_share`)."""
     return group.members_per_node * inter_bus_bandwidth(hw, group.devices_per_node,
-                                                        active_per_node)
+                                                        active_per_node) \
+        * fabric_share(group, hw)
 
 
 def ring_link(group: GroupSpec, hw: HardwareProfile,

@@ -12,6 +12,13 @@ kept as the time it next falls free: reserving it needs no SimPy event, and requ
 served in the order they are made, which SimPy's (time, priority, sequence) heap makes
 deterministic.
 
+With `Plan.link_sharing = 'fair'` a link is shared instead of queued (processor sharing,
+the max-min fair share of equal flows: Bertsekas & Gallager, "Data Networks", 2nd ed.,
+Sec. 6.5.2): every transfer starts as soon as it may, and while n of them hold one link each
+progresses at 1/n of its rate, so two equal flows that start together both end after twice
+the time one takes alone. A flow's end is recomputed whenever a flow joins or leaves its
+link (the others are interrupted, as compute is under a slowdown below).
+
 Events are created lazily: a finished dependency costs nothing to wait for, and a task of
 zero duration schedules no timeout, so the event count stays close to one per task.
 
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator
+from typing import Any
 
 import simpy
 
@@ -67,6 +75,9 @@ class _Model:
         self.slowdown = {d: s for d, s in zip(plan.devices, plan.slowdown) if s > 0}
         self.talking: dict[int, int] = {}
         self.running: dict[int, list] = {}
+        # fair link sharing: the flows holding each link, [process, work left, since]
+        self.fair = plan.link_sharing == "fair"
+        self.flows: dict[tuple[int, str], list[list[Any]]] = {}
 
     def _rendezvous(self, task: Task) -> Generator:
         """Wait until all group_size members of the collective have arrived."""
@@ -108,6 +119,14 @@ class _Model:
                 yield from self._rendezvous(task)
             now = start = env.now
             duration = task.duration_s
+            if task.link and self.fair:
+                starts[tid] = now
+                done[tid] = yield from self._flow(task, duration)
+                event = waiters.pop(tid, None)
+                if event is not None:
+                    scheduled += 1
+                    event.succeed()
+                continue
             if task.link:
                 key = (task.device, task.link)
                 start = max(start, link_free.get(key, 0.0))
@@ -160,6 +179,42 @@ class _Model:
                 state[1] = max(0.0, state[1] - (env.now - state[2]) * state[3])
         del self.running[dev]
         return env.now
+
+    def _flow(self, task: Task, duration: float) -> Generator[simpy.Event, object, float]:
+        """A transfer on a fairly shared link (module docstring): `duration` seconds of work
+        at the link's full rate, done at 1/n of it while n flows hold the link; returns
+        its end."""
+        env, key = self.env, (task.device, task.link)
+        flows = self.flows.setdefault(key, [])
+        talks = task.device in self.slowdown and task.stream in COMM_STREAMS
+        self._reshare(flows)
+        me: list[Any] = [env.active_process, duration, env.now]
+        flows.append(me)
+        if talks:
+            self._talk(task.device, +1)
+        while True:
+            self.scheduled += 1
+            try:
+                yield env.timeout(me[1] * len(flows))
+                break
+            except simpy.Interrupt:  # a flow joined or left: `_reshare` settled our work
+                pass
+        self._reshare(flows)  # (settled at the shares they had with this flow)
+        flows.remove(me)
+        if talks:
+            self._talk(task.device, -1)
+        return env.now
+
+    def _reshare(self, flows: list[list]) -> None:
+        """Before the flows of one link change: each one's work left settled at the share
+        it had since it last changed, and each one interrupted to wait anew."""
+        now, share = self.env.now, 1.0 / max(len(flows), 1)
+        for flow in flows:
+            flow[1] = max(0.0, flow[1] - (now - flow[2]) * share)
+            flow[2] = now
+            if flow[0] is not self.env.active_process:
+                self.scheduled += 1
+                flow[0].interrupt()
 
     def _talk(self, dev: int, step: int) -> None:
         """One communication task of `dev` more (+1) or less (-1); the compute task running

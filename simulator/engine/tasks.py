@@ -109,6 +109,9 @@ class Plan:
     # collective of its own runs beside them (hardware efficiency.overlap_compute_slowdown);
     # () or zeros: overlap is free
     slowdown: tuple[float, ...] = ()
+    # how transfers on one link share it (engine.core): 'fifo' one after another, each at
+    # the link's full rate; 'fair' all at once, n concurrent flows at 1/n of it each
+    link_sharing: str = "fifo"
 
     def __str__(self) -> str:
         return (f"Plan({len(self.tasks)} tasks on {len(self.devices)} simulated of "

@@ -418,7 +418,15 @@ def lower(scenario: Scenario, program: Program, costs: CostModel,
                 extras=low.dp.extras() + low.off.extras() + comm_graph.extras(low)
                 + program.extras + _host_extras(low),
                 blocks=tuple(low.block_of),
-                slowdown=tuple(view(dev).costs.overlap_slowdown for dev in devices))
+                slowdown=tuple(view(dev).costs.overlap_slowdown for dev in devices),
+                link_sharing=_link_sharing(costs))
     for each in (low, *views.values()):
         each.release()
     return plan
+
+
+def _link_sharing(costs: CostModel) -> str:
+    """How the engine shares a link among concurrent transfers: the profile's
+    `inter_node.flow_sharing` (fifo without a profile)."""
+    hw = costs.hardware
+    return str(hw.inter_node.flow_sharing) if hw is not None else "fifo"

@@ -30,6 +30,10 @@ class VerifyCase:
     # True: each micro-batch is `whole` with data of its own (an operator graph's
     # parallel.micro_batches), and the reference accumulates them on one device
     separate: bool = False
+    # multi-copy of an operator graph: `sharded` and `micro_reference` hold 1/slices of the
+    # batch of `whole`; each reference batch runs sharded as its `slices` slices, one after
+    # another, gradients summed (`models.multicopy`)
+    slices: int = 1
 
 
 @dataclass(frozen=True)

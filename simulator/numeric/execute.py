@@ -56,6 +56,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
     dead = dead_after(plan) if early else ()
     for k, p in enumerate(plan.ops):
         moved = forward_op(ex, p, cache)
+        if ex.host is not None:
+            ex.host.came_up(ex, p.op.name, p.op.output)
         saved.append(kept_inputs(p, moved) if early else moved)
         if ex.tick is not None:
             ex.tick()
@@ -91,6 +93,8 @@ def run_microbatch(ex: Execution, params: dict[str, DistTensor], batch: dict[str
             rerun(ex, recompute, k, segments[k], saved, again)
         ins = saved[k]
         assert ins is not None
+        if ex.host is not None:
+            ex.host.goes_down(ex, plan.ops[k].op.name, plan.ops[k].op.output, grads)
         backward_op(ex, plan.ops[k], ins, grads, regathered)
         release(ex, plan.ops[k], saved, k)
         if ex.tick is not None:

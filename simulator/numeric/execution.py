@@ -59,6 +59,9 @@ class Faults:
     # what comes back from the host of an offloaded tensor (`numeric.host_trips`): 'drop'
     # zeros, 'corrupt' off by one
     offload_fault: str | None = None
+    # multi-copy of an operator graph (`VerifyCase.slices`): 'repeat' runs the first slice
+    # of each micro-batch in place of every slice
+    copy_fault: str | None = None
 
 
 @dataclass

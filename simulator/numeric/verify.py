@@ -34,7 +34,7 @@ from simulator.numeric.pipeline import (
     StagedRun,
     reference_sends,
 )
-from simulator.numeric.ps import PsRun, ps_step
+from simulator.numeric.ps import PsRun, ps_step, pushes, stale_reference
 from simulator.numeric.recompute import Recompute
 from simulator.numeric.reference import Beside, Streamed, fork_pays
 from simulator.numeric.sharded_step import _gather, _opt_layout, _reduce, _step
@@ -84,6 +84,8 @@ class _Outcome:
     replica: dict[str, float]
     collectives: dict[str, int]
     recomputed: int = 0  # op forwards run again for the backward
+    # asynchronous parameter server: each worker's push of each parameter, arrival order
+    pushed: dict[str, list[np.ndarray]] = field(default_factory=dict)
 
 
 def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
@@ -137,6 +139,7 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
         for n, g in local.items():
             accumulate(n, g)
     counts: dict[str, int] = {}
+    pushed = pushes(total) if ps is not None and not ps.sync else {}
     if ps is not None:
         new, reduced, counts = ps_step(plan, params, total, kind, lr, ps)
     else:
@@ -146,7 +149,8 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
     return _Outcome(acts, {n: assemble(g, mesh) for n, g in reduced.items()},
                     {n: assemble(t, mesh) for n, t in new.items()},
                     {**replica, **{f"{n}.updated": replica_mismatch(t, mesh)
-                                   for n, t in new.items()}}, counts, ex.recomputed_ops)
+                                   for n, t in new.items()}}, counts, ex.recomputed_ops,
+                    pushed)
 
 
 # `progress(what, done, total)`: what verify is doing and how far it is (the CLI's progress)
@@ -181,6 +185,17 @@ def _unsharded(graph: Graph) -> Graph:
     """The same graph with every strategy dropped: the single-device reference."""
     return Graph(graph.tensors, tuple(dataclasses.replace(op, strategy=None)
                                       for op in graph.ops))
+
+
+def _sliced(batches: list[dict[str, np.ndarray]], slices: int, faults: Faults
+            ) -> list[dict[str, np.ndarray]]:
+    """Each batch as its `slices` slices along the batch, in order (multi-copy); the
+    mutation 'repeat' runs the first slice of each batch `slices` times."""
+    out = []
+    for b in batches:
+        parts = _split_batch(b, slices)
+        out += [parts[0]] * slices if faults.copy_fault == "repeat" else parts
+    return out
 
 
 def _sent(key: SendKey, got: np.ndarray | None, want: np.ndarray, tol: float,
@@ -235,10 +250,12 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
     data = _data(case.whole, rng, dtype)
     batches = (_split_batch(data, m) if not case.separate
                else [data] + [_data(case.whole, rng, dtype) for _ in range(m - 1)])
+    ref_batches = batches if case.separate else [data]
+    if case.slices > 1:
+        batches, m = _sliced(batches, case.slices, faults), m * case.slices
     plan = build_plan(case.sharded, case.mesh, np.dtype(dtype).itemsize, enable_alltoall)
     one = Mesh.of(single=1)
     whole = build_plan(_unsharded(case.whole), one)
-    ref_batches = batches if case.separate else [data]
     tol = 1e-4 if dtype == np.float32 else 1e-5
     if fork is None:
         fork = fork_pays(sum(math.prod(t.shape) for t in case.whole.tensors.values()))
@@ -277,9 +294,13 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
         checks += [_compare(f"{n}.updated", got.updated[n], ref.updated[n], tol)
                    for n in ref.updated]
     else:
+        stale = stale_reference(optimizer, params, got.pushed, lr)
+        checks += [_compare(f"{n}.updated", got.updated[n], stale[n], tol) for n in stale]
         notes += ("asynchronous parameter server: each push updates parameters other workers "
-                  "have moved since, so the updates are not the single-device step and were "
-                  "not compared (forward and pushed gradients were)",)
+                  "have moved since (staleness up to n - 1 updates), so the updates are not "
+                  "the single-device step: they were compared with one device applying the "
+                  "same stale pushes in the same order, and the pushes' sum with the "
+                  "single-device gradient",)
     if got.recomputed:
         notes += (f"recompute: {got.recomputed} op forwards ran again before their backward, "
                   f"from the kept block inputs",)

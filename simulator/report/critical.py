@@ -114,19 +114,26 @@ class Pace:
     comm_s: float
     length_s: float
     tasks: int
+    # time the transfers on the path ran beyond their own duration because other
+    # transfers shared their link (`Plan.link_sharing` 'fair'; 0 under 'fifo', where a
+    # transfer that waits for its link puts the one holding it on the path instead)
+    contention_s: float = 0.0
 
 
 def pace(plan: Plan, trace: Trace) -> Pace:
     """Who set the pace of the iteration (see the module docstring)."""
     path = critical_path(plan, trace)
     busy = dict.fromkeys(plan.devices, 0.0)
-    comm = 0.0
+    comm = shared = 0.0
     for tid in path:
         task = plan.tasks[tid]
         if task.stream == "compute":
             busy[task.device] += task.duration_s
         else:
             comm += task.duration_s
+            stretch = trace.end[tid] - trace.start[tid] - task.duration_s
+            if task.link and stretch > 1e-9 * max(1.0, trace.end[tid]):  # (not rounding)
+                shared += stretch
     device = max(plan.devices, key=lambda d: (busy[d], -d))
     length = trace.end[path[-1]] if path else 0.0
-    return Pace(device, busy[device], comm, length, len(path))
+    return Pace(device, busy[device], comm, length, len(path), shared)

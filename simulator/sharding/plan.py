@@ -265,8 +265,8 @@ def _resolve(op: OpNode, graph: Graph, mesh: Mesh) -> tuple[Signature, Layout | 
 
 def _check_shapes(op: OpNode, graph: Graph, mesh: Mesh, sig: Signature) -> None:
     for i, name in enumerate(op.inputs):
-        sig.input_layout(i).check(graph.tensors[name].shape, mesh)
-    sig.output_layout.check(graph.tensors[op.output].shape, mesh)
+        sig.input_layout(i).check(graph.tensors[name].shape, mesh, uneven=True)
+    sig.output_layout.check(graph.tensors[op.output].shape, mesh, uneven=True)
 
 
 def split_on(layout: Layout, shape: tuple[int, ...], mesh: Mesh, axes: tuple[str, ...]

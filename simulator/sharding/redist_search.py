@@ -88,9 +88,21 @@ def _legal(state: tuple[int, ...], ctx: Ctx) -> tuple[_Legal, ...]:
                     kind == "all_to_all" and not ctx.enable_alltoall):
                 continue
             nbytes = (0.0 if kind not in COMM_KINDS else
-                      float(n * sizes[a] if kind == "all_gather" else n))
+                      float(n * sizes[a] if kind == "all_gather" else
+                            _padded(n, local, c, sizes[a], ctx.itemsize)))
             out.append((state[:a] + (c,) + state[a + 1:], kind, a, nbytes))
     return tuple(out)
+
+
+def _padded(n: int, local: list[int], dim: int, parts: int, itemsize: int) -> int:
+    """The buffer of a step that splits `dim` of the block `local` (`n` bytes) `parts`
+    ways (reduce_scatter, all_to_all), padded as DTensor pads a dim the parts do not
+    divide to parts * ceil(size / parts) (`Shard._reduce_shard_tensor` splits
+    `with_padding`, torch/distributed/tensor/placement_types.py); `n` where they do, or
+    where the step splits no dim."""
+    if dim < 0 or local[dim] % parts == 0:
+        return n
+    return n // local[dim] * (-(-local[dim] // parts) * parts) if local[dim] else 0
 
 
 _Move = tuple[tuple[int, ...], RedistStep, float, int, int]

@@ -78,9 +78,12 @@ def pace_report(cluster: Cluster, plan: Plan, trace: Any) -> dict[str, Any]:
         who = {"device": p.device, "node": p.device // cluster.scenario.cluster.devices_per_node,
                "hardware": cluster.hw.name, "compute_factor": 1.0, "nic_factor": 1.0}
     share = p.compute_s / p.length_s if p.length_s > 0 else 0.0
-    return {**who, "stage": stage, "simulated_device": p.device,
-            "compute_on_path_s": p.compute_s, "comm_on_path_s": p.comm_s,
-            "share_of_iteration": share}
+    out = {**who, "stage": stage, "simulated_device": p.device,
+           "compute_on_path_s": p.compute_s, "comm_on_path_s": p.comm_s,
+           "share_of_iteration": share}
+    if p.contention_s > 0:  # transfers sharing a link (Plan.link_sharing 'fair') cost time
+        out["contention_on_path_s"] = p.contention_s
+    return out
 
 
 def jitter_report(cluster: Cluster, lower: Callable[[Callable[[int], CostModel]], Plan]

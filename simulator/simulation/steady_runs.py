@@ -85,8 +85,9 @@ def _pace(a: Measured, b: Measured, n: int, time_s: float) -> dict[str, Any] | N
     if pa is None or pb is None or pa["simulated_device"] != pb["simulated_device"]:
         return None
     out = dict(pb)
-    for key in ("compute_on_path_s", "comm_on_path_s"):
-        out[key] = pa[key] + n * (pb[key] - pa[key])
+    for key in ("compute_on_path_s", "comm_on_path_s", "contention_on_path_s"):
+        if key in pb:
+            out[key] = pa[key] + n * (pb[key] - pa[key])
     out["share_of_iteration"] = out["compute_on_path_s"] / time_s if time_s > 0 else 0.0
     return out
 

@@ -7,11 +7,13 @@ them as plain values and imports nothing of the timing path."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.models.cases import VerifyCase, build_case
+from simulator.models.multicopy import sliced_model
 from simulator.models.optimizer_threshold import unsharded_roles
 from simulator.models.recompute import (
     SelectivePolicy,
@@ -34,7 +36,7 @@ from simulator.models.transformer import (
     transformer_model,
 )
 from simulator.numeric.execution import Faults
-from simulator.numeric.host_trips import HostTrips
+from simulator.numeric.host_trips import HostTrips, host_ops
 from simulator.numeric.pipeline import (
     PipelineSplit,
     SendFaults,
@@ -46,6 +48,7 @@ from simulator.numeric.recompute import Recompute
 from simulator.numeric.verify import Progress, VerifyResult, verify_case
 from simulator.sharding.graph_yaml import strategy_key
 from simulator.sharding.layout import LayoutError
+from simulator.sharding.plan import build_plan
 from simulator.sharding.rules import SignatureError
 
 __all__ = ["verify_scenario"]
@@ -75,14 +78,22 @@ def graph_recompute(s: Scenario, graph: Graph, stage_of: dict[str, int] | None
 
 
 def host_trips(s: Scenario, graph: Graph) -> HostTrips | None:
-    """The round trips of an operator graph scenario's offload (`numeric.host_trips`): the
-    parameters, and the saved activations of every unit but the last; None without one."""
-    off = s.parallel.offload
-    if not (off.parameters or off.activations):
+    """The round trips to the host `run` prices (`numeric.host_trips`): the parameters
+    under `parallel.offload.parameters`; under `parallel.offload.activations` the saved
+    activations of every transformer layer (`lower.offload`: the embedding's and the
+    head's stay on the device) or of every unit of an operator graph but the last; the
+    outputs and output gradients of the host-placed operators. None without any."""
+    off, placed = s.parallel.offload, host_ops(graph)
+    if not (off.parameters or off.activations or placed):
         return None
-    units = graph_units(s.model.type, [op.name for op in graph.ops])
-    acts = frozenset(n for u in units[:-1] for n in u) if off.activations else frozenset()
-    return HostTrips(off.parameters, acts)
+    names = [op.name for op in graph.ops]
+    if not off.activations:
+        acts: frozenset[str] = frozenset()
+    elif family(s.model).layered:
+        acts = frozenset(n for n in names if re.match(r"l\d+\.", n))
+    else:
+        acts = frozenset(n for u in graph_units(s.model.type, names)[:-1] for n in u)
+    return HostTrips(off.parameters, acts, placed)
 
 
 def _kept_whole(s: Scenario, case: VerifyCase, fused_attention: bool) -> frozenset[str]:
@@ -144,7 +155,7 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
     if progress is not None:
         progress("planning the sharded case", 0, 1)
     try:
-        case = build_case(s, fused_attention)
+        case = _copies_case(s, build_case(s, fused_attention), fused_attention)
         spec = s.parallel.parameter_server
         ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
         select = recomputed_ops(s.parallel.recompute, selective,
@@ -162,18 +173,38 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
                              recompute=recompute,
                              unsharded=_kept_whole(s, case, fused_attention),
                              enable_alltoall=s.parallel.enable_alltoall,
-                             pipeline=pipeline, host=None if family(s.model).layered
-                             else host_trips(s, case.sharded),
+                             pipeline=pipeline, host=host_trips(s, case.sharded),
                              fork=fork, progress=progress)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
-    if copies > 1 and not family(s.model).writes_ops:
-        note = (f"multi-copy: each micro-batch ran as {copies} slices of "
-                f"{s.training.micro_batch_size}, one after another, gradients summed")
+    if copies > 1:
+        rows = (s.training.micro_batch_size if not family(s.model).writes_ops else
+                f"1/{copies} of the batch")
+        note = (f"multi-copy: each micro-batch ran as {copies} slices of {rows}, one after "
+                f"another, gradients summed")
         result = dataclasses.replace(result, notes=result.notes + (note,))
-    elif copies > 1:
-        result = dataclasses.replace(result, notes=result.notes + (
-            "multi-copy is not executed for an operator graph (its batch is its input "
-            "tensors): the plan was checked whole",))
     return result
+
+
+def _copies_case(s: Scenario, case: VerifyCase, fused_attention: bool) -> VerifyCase:
+    """An operator graph under multi-copy (`parallel.overlap.copies`): its sharded run on
+    the graph of one slice (`models.multicopy.sliced_model`), slice after slice, against
+    the whole batch on one device."""
+    copies = s.parallel.overlap.copies
+    if copies == 1 or not family(s.model).writes_ops:
+        return case
+    cut = s.model_copy(update={"model": sliced_model(s.model, copies)})
+    try:  # (the whole batch planned: what fails is the slice)
+        sliced = build_case(cut, fused_attention)
+        build_plan(sliced.sharded, sliced.mesh)
+    except InputError as exc:
+        key, why = exc.key, exc.message
+    except (SignatureError, LayoutError) as exc:
+        key, why = strategy_key(cut, exc), str(exc)
+    else:
+        return dataclasses.replace(case, sharded=sliced.sharded,
+                                   micro_reference=sliced.micro_reference, slices=copies)
+    raise InputError(s.source, "parallel.overlap.copies", (
+        f"{copies}: one slice of 1/{copies} of the batch cannot run the graph's strategies "
+        f"({key}: {why})"))
 

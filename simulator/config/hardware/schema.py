@@ -109,6 +109,16 @@ class InterNode(_Closed):
     nics_per_node: Links
     nic_bandwidth_Gbps: Gbps
     latency_us: LatencyUs
+    # how the transfers of one device that run at once share its link (engine.core): fifo,
+    # one after another at the full rate; fair, all at once at 1/n each (NCCL channels and
+    # RDMA queue pairs of concurrent collectives share the NIC)
+    flow_sharing: Literal["fifo", "fair"] = "fifo"
+    # the scale-out fabric: nodes that one leaf switch (one rail of a rail-optimised fabric,
+    # or a non-blocking pod) joins at full bandwidth, and the ratio of the bandwidth below the
+    # tier above it to the bandwidth up through it; a group spanning more nodes than a leaf
+    # gets 1 / oversubscription of its network bandwidth. None / 1.0: non-blocking
+    nodes_per_leaf: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
+    oversubscription: Annotated[StrictFloat, Field(ge=1, le=64, allow_inf_nan=False)] = 1.0
 
 
 class Nccl(_Closed):

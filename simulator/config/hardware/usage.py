@@ -43,6 +43,12 @@ FIELD_USES: dict[str, str] = {
     "intra_node.nvls.latency_us": "NVLink SHARP collectives (cost.algorithms)",
     "inter_node.nics_per_node": "network bandwidth per device (cost.links)",
     "inter_node.nic_bandwidth_Gbps": "collectives and sends across nodes (cost.links)",
+    "inter_node.flow_sharing": "how concurrent transfers of a device share its link "
+                               "(engine.core: fifo queue or fair share)",
+    "inter_node.nodes_per_leaf": "groups spanning more nodes cross the oversubscribed tier "
+                                 "(cost.links.fabric_share)",
+    "inter_node.oversubscription": "network bandwidth of groups that cross the leaf tier "
+                                   "(cost.links.fabric_share)",
     "inter_node.latency_us": "per-step latency across nodes: sends, all_to_all, PAT, and "
                              "every collective of a profile without `nccl` (cost.algorithms)",
     "nccl.generation": "NCCL's LL ceiling inside a node (cost.nccl_tuning)",

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from simulator.config.scenario.schema import Scenario
     from simulator.config.scenario.schema_models import GraphModel
 
-__all__ = ["own_batch", "reductions", "pipeline"]
+__all__ = ["own_batch", "reductions", "pipeline", "copies"]
 
 
 def own_batch(s: Scenario) -> Iterator[Problem]:
@@ -104,3 +104,21 @@ def _stage_attrs(m: GraphModel, chunks: int, layers_given: bool) -> Iterator[Pro
         yield "model.ops", (f"no operator is on pipeline stage {missing[0]} "
                             f"(attrs.pipeline_stage); every stage of "
                             f"parallel.pipeline*virtual_stages = {chunks} needs one")
+
+
+def copies(m: GraphModel, s: Scenario) -> Iterator[Problem]:
+    """Multi-copy parallel slices an operator graph's batch (an input's or label's first
+    dim, and a Reshape's explicit first entry) into `copies` parts (`models.multicopy`)."""
+    c = s.parallel.overlap.copies
+    if c == 1:
+        return
+    dims = [(f"model.tensors[{i}].shape", t.shape[0]) for i, t in enumerate(m.tensors)
+            if t.kind in ("input", "label") and t.shape]
+    dims += [(f"model.ops[{i}].attrs.shape", int(op.attrs["shape"][0]))
+             for i, op in enumerate(m.ops) if op.type == "Reshape"
+             and op.attrs.get("shape") and int(op.attrs["shape"][0]) != -1]
+    for key, n in dims:
+        if n % c:
+            yield key, (f"batch {n} is not divisible by parallel.overlap.copies={c} (the "
+                        f"copies are slices of the batch; valid copies: {divisors(n)})")
+            return

@@ -19,6 +19,7 @@ from simulator.config.resources import is_file, list_bundled, resolve_yaml
 from simulator.config.scenario.hf import expand_from_hf
 from simulator.config.scenario.rules import check_rules
 from simulator.config.scenario.schema import Scenario
+from simulator.config.scenario.strategy_ckpt import load_strategy_ckpt
 from simulator.config.validation import to_input_error
 from simulator.config.yamlio import apply_overrides, blame_override, did_you_mean
 from simulator.errors import InputError
@@ -47,6 +48,7 @@ def parse_scenario(data: dict[str, Any], source: str, overrides: Sequence[str] =
     try:
         data = expand_from(data, source)  # from: {megatron_args: FILE}
         data = expand_from_hf(data, source)  # model: {from_hf: config.json}
+        data = load_strategy_ckpt(data, source)  # parallel.strategy_ckpt_load_file
     except InputError as err:
         raise blame_override(err, overrides) from None
     data.setdefault("name", source)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from simulator.config.scenario.axis_rules import context, parameter_server, tensor_nd
 from simulator.config.scenario.comm_rules import comm_subgraph, recompute_comm
 from simulator.config.scenario.dataset import dataset_problems
+from simulator.config.scenario.mode_rules import parallel_modes
 from simulator.config.scenario.recompute_rules import (
     expert_dispatcher,
     fp8_saved_activations,
@@ -345,6 +346,7 @@ def _search(s: Scenario) -> Iterator[Problem]:
 
 RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _printable,
+    parallel_modes,
     _search,
     context,
     _devices,

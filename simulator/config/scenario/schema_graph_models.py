@@ -158,3 +158,4 @@ class GraphModel(ModelConfig):
         yield from graph_rules.own_batch(s)
         yield from graph_rules.reductions(s)
         yield from graph_rules.pipeline(self, s)
+        yield from graph_rules.copies(self, s)

@@ -258,14 +258,34 @@ class ParallelSpec(_Closed):
     # (simulator/sharding/propagate/search.py).
     # `parameter_server` replaces the data-parallel collectives by pushes to and pulls from
     # the servers of `parameter_server` (simulator/lower/parameter_server.py).
-    mode: Literal["semi_auto", "auto", "parameter_server"] = Field(
+    # `data` is MindSpore's DATA_PARALLEL (every operator data parallel: no strategy, no
+    # model-parallel degree); `hybrid`, MindSpore's HYBRID_PARALLEL, is refused by name
+    # (config.scenario.mode_rules).
+    mode: Literal["semi_auto", "auto", "parameter_server", "data", "hybrid"] = Field(
         default="semi_auto", description=(
             "semi_auto (strategies as written, the others data parallel), auto (the open "
-            "strategies searched) or parameter_server."))
+            "strategies searched), parameter_server, data (MindSpore's DATA_PARALLEL: every "
+            "operator data parallel) or hybrid (MindSpore's HYBRID_PARALLEL: refused, the "
+            "network splits tensors and calls collectives by hand)."))
     parameter_server: ParameterServerSpec = Field(
         default_factory=ParameterServerSpec, description="The servers of mode parameter_server.")
-    search: Literal["sharding_propagation", "dynamic_programming", "ilp"] = Field(
-        default="ilp", description="The search of mode auto.")
+    # MindSpore's strategy checkpoint (set_auto_parallel_context strategy_ckpt_save_file /
+    # strategy_ckpt_load_file): `shardsim explain` writes the plan it shows to the save
+    # file; the load file's strategies replace the operators' own
+    # (config.scenario.strategy_ckpt, sharding.strategy_ckpt)
+    strategy_ckpt_save_file: StrictStr | None = Field(default=None, description=(
+        "Where `shardsim explain` writes the chosen plan as a strategy checkpoint (JSON; "
+        "MindSpore's strategy_ckpt_save_file); null: not written."))
+    strategy_ckpt_load_file: StrictStr | None = Field(default=None, description=(
+        "A strategy checkpoint whose operator placements replace the graph operators' "
+        "strategies (MindSpore's strategy_ckpt_load_file; model.type graph); null: none."))
+    search: Literal["sharding_propagation", "dynamic_programming", "ilp",
+                    "recursive_programming"] = Field(
+        default="ilp", description=(
+            "The search of mode auto: sharding_propagation (MindSpore's greedy walk), "
+            "dynamic_programming (exact on chains and trees), ilp (exact), "
+            "recursive_programming (MindSpore's double recursive search: operators by "
+            "decreasing weight, each cheapest against those decided)."))
     # MindSpore's dataset_strategy / full_batch (operator graphs; simulator/config/scenario/
     # dataset.py): how each device loads the inputs and labels -- data_parallel (dim 0 over
     # every device), full_batch (every device the whole batch) or, per input and label in

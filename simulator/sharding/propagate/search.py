@@ -47,7 +47,12 @@ from simulator.sharding.notation import data_parallel_default, dataset_layout
 from simulator.sharding.placement import B, Partial
 from simulator.sharding.plan import Strategy, _resolve, op_internal_steps
 from simulator.sharding.propagate.problem import Problem
-from simulator.sharding.propagate.solvers import solve_dp, solve_greedy, solve_ilp
+from simulator.sharding.propagate.solvers import (
+    solve_dp,
+    solve_greedy,
+    solve_ilp,
+    solve_recursive,
+)
 from simulator.sharding.redistribute import plan_costs, plan_redistribution
 from simulator.sharding.rules import Signature, SignatureError, signatures, split_label
 
@@ -267,7 +272,7 @@ class Propagation:
 
 def _searches() -> dict[str, Callable[[Problem], tuple[int, ...]]]:
     return {"sharding_propagation": solve_greedy, "dynamic_programming": solve_dp,
-            "ilp": solve_ilp}
+            "ilp": solve_ilp, "recursive_programming": solve_recursive}
 
 
 def propagate(graph: Graph, mesh: Mesh, itemsize: int = 4, search: str = "ilp",
@@ -275,7 +280,8 @@ def propagate(graph: Graph, mesh: Mesh, itemsize: int = 4, search: str = "ilp",
               check: Callable[[dict[tuple[int, ...], int]], None] | None = None
               ) -> Propagation:
     """Choose every unconfigured op's signature with `search`: sharding_propagation,
-    dynamic_programming or ilp (propagate_solvers.py); `check` as `build_problem`'s."""
+    dynamic_programming, ilp or recursive_programming (propagate/solvers.py); `check` as
+    `build_problem`'s."""
     solvers = _searches()
     if search not in solvers:
         raise KeyError(f"unknown search {search!r} (registered: {', '.join(solvers)})")

@@ -14,12 +14,23 @@
   (ties: its own cost), never revisited. An op no configured op reaches starts a new walk
   from its cheapest signature. Not exact.
 
-Ties go to the lowest candidate index (dp, greedy); the ILP returns one optimum.
+- `solve_recursive`: the inner recursion of MindSpore's double recursive search
+  (`search_mode="recursive_programming"`, the Symbolic Automatic Parallel Planner; tutorial
+  "Double Recursive Strategy Search Algorithm", r2.3: "sorting the operators by weight ...
+  compresses the exponential search complexity to linear"): the configured ops first, then
+  every other op in decreasing weight (the elements of its inputs and output), each taking
+  the signature of least cost of its own plus its redistributions to and from the ops
+  already decided, never revisited. SAPP's outer recursion bisects the devices one factor
+  of two at a time; here the candidates of an op are already the products over the mesh
+  axes, so every factor is chosen at once. Not exact.
+
+Ties go to the lowest candidate index (dp, greedy, recursive); the ILP returns one optimum.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 from collections import deque
@@ -29,7 +40,7 @@ import numpy as np
 
 from simulator.sharding.propagate.problem import Problem
 
-__all__ = ["NotATree", "solve_dp", "solve_ilp", "solve_greedy"]
+__all__ = ["NotATree", "solve_dp", "solve_ilp", "solve_greedy", "solve_recursive"]
 
 
 class NotATree(ValueError):
@@ -241,4 +252,23 @@ def solve_greedy(p: Problem) -> tuple[int, ...]:
             if w not in decided:
                 decided[w] = _cheapest(p, w, decided)
                 queue.append(w)
+    return tuple(decided[v] for v in range(n))
+
+
+def _weight(p: Problem, v: int) -> int:
+    """The work of op v for the recursive search's order: elements of its tensors."""
+    op = p.graph.ops[v]
+    return sum(math.prod(p.graph.tensors[n].shape) for n in (*op.inputs, op.output))
+
+
+def solve_recursive(p: Problem) -> tuple[int, ...]:
+    n = len(p.candidates)
+    decided = {v: 0 for v in range(n) if p.fixed[v]}
+    for v in sorted(set(range(n)) - set(decided), key=lambda v: (-_weight(p, v), v)):
+        total = p.obj_node[v].copy()
+        for w in p.neighbours(v):
+            if w in decided:
+                m = p.obj_edges[(v, w)] if v < w else p.obj_edges[(w, v)].T
+                total = total + m[:, decided[w]]
+        decided[v] = int(np.argmin(total))
     return tuple(decided[v] for v in range(n))
