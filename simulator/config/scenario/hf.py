@@ -16,6 +16,8 @@ transformers class reads (transformers/models/*/configuration_*.py):
                                      tie_word_embeddings, max_position_embeddings
     deepseek_v3, kimi_k2             the multi-head latent attention, multi-token
                                      prediction and expert keys (hf_deepseek.py)
+    gpt_oss                          windows, sinks, biased attention and experts
+                                     (hf_gptoss.py)
 
     qwen3_moe                        as llama, with num_experts, num_experts_per_tok,
                                      moe_intermediate_size (each expert's width),
@@ -50,6 +52,7 @@ from typing import Any
 from simulator.config.resources import bundled_dir
 from simulator.config.scenario.hf_deepseek import DeepseekKeys, deepseek_keys
 from simulator.config.scenario.hf_dense import DENSE_FAMILIES, read_dense
+from simulator.config.scenario.hf_gptoss import read_gpt_oss
 from simulator.errors import InputError
 
 __all__ = ["HfModel", "read_hf_config", "load_hf", "expand_from_hf", "bundled_models",
@@ -105,6 +108,11 @@ class HfModel:
     global_every: int = 0
     dropout: float | None = None
     notes: tuple[str, ...] = ()
+    # gpt_oss (hf_gptoss): a bias on the attention output projection, biases on every
+    # expert's projections and on the router, a learned sink logit per attention head
+    out_bias: bool = False
+    moe_bias: bool = False
+    sinks: bool = False
 
     def param_count(self, active: bool = False) -> int:
         """Parameters of the model as the transformers class builds it (embedding, blocks,
@@ -116,6 +124,7 @@ class HfModel:
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
         attn = h * (q + 2 * kv) + q * h
         attn += (q + 2 * kv + h) * self.bias + (q + 2 * kv) * self.qkv_bias
+        attn += h * self.out_bias + self.heads * self.sinks
         mats = 3 if self.activation == "swiglu" else 2
         ffn = mats * h * self.ffn + (self.ffn + h) * self.bias
         norm = h * (2 if self.norm == "layer" else 1)
@@ -125,8 +134,10 @@ class HfModel:
             return embed + self.layers * (block + ffn) + norm
         moe_layers = (self.layers - self.first_dense) // self.moe_every
         used = self.top_k if active else self.experts
-        moe = (used * mats * h * (self.expert_ffn or self.ffn) + mats * h * self.shared_ffn
+        width = self.expert_ffn or self.ffn
+        moe = (used * mats * h * width + mats * h * self.shared_ffn
                + h * self.experts)  # routed and shared experts, router
+        moe += (used * ((mats - 1) * width + h) + self.experts) * self.moe_bias
         return (embed + self.layers * block + (self.layers - moe_layers) * ffn
                 + moe_layers * moe + norm)
 
@@ -140,7 +151,7 @@ class HfModel:
             fields["moe"] = {"experts": self.experts, "top_k": self.top_k, **self._moe_keys()}
         if self.deepseek is not None:
             return self.deepseek.model_fields(self, fields)
-        if self.family in DENSE_FAMILIES + ("gpt2", "gpt_neox", "qwen3_moe"):
+        if self.family in DENSE_FAMILIES + ("gpt2", "gpt_neox", "qwen3_moe", "gpt_oss"):
             fields.update(self._dense_fields())
         return fields
 
@@ -155,6 +166,8 @@ class HfModel:
         if self.rope_theta != 10000.0:
             out["rope_theta"] = self.rope_theta
         out.update({k: True for k in ("qkv_bias", "qk_norm") if getattr(self, k)})
+        if self.sinks:
+            out["attention_sinks"] = True
         if self.sliding_window:
             out["sliding_window"] = self.sliding_window
         if self.global_every:
@@ -304,6 +317,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {
     # Kimi-K2 deployment guide: "we set model_type kimi_k2 in config.json")
     "kimi_k2": _deepseek_v3,
     "qwen3_moe": _qwen3_moe,
+    "gpt_oss": lambda cfg, src: HfModel(**read_gpt_oss(cfg, src)),
 }
 # today's dense families: every config key mapped, noted or refused (`hf_dense`)
 READERS.update({family: lambda cfg, src: HfModel(**read_dense(cfg, src))
