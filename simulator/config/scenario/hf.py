@@ -76,7 +76,7 @@ class HfModel:
     kv_heads: int
     head_dim: int
     ffn: int
-    activation: str  # 'swiglu' | 'gelu'
+    activation: str  # 'swiglu' | 'gelu' | 'relu2'
     vocab: int
     tied: bool
     experts: int
@@ -423,9 +423,12 @@ class NemotronHModel(HfModel):
         return self.vocab * h * (1 if self.tied else 2) + layers + h
 
     def model_fields(self) -> dict[str, Any]:
-        """The transformer's keys with the pattern and `mamba` (the MLP's squared ReLU is
-        simulated as gelu: two matrices, the same FLOPs)."""
-        return {**super().model_fields(), "hybrid_pattern": self.pattern,
+        """The transformer's keys with the pattern and `mamba`: squared-ReLU MLPs without
+        biases (`relu2`), no position embedding (NemotronHModel has no rotary or learned
+        positions: its Mamba-2 layers carry the order), RMSNorm, the head untied unless
+        tie_word_embeddings."""
+        return {**super().model_fields(), "tie_embeddings": self.tied, "position": "none",
+                "norm": "rmsnorm", "hybrid_pattern": self.pattern,
                 "mamba": {"state_size": self.state, "head_dim": self.mamba_head_dim,
                           "num_heads": self.mamba_heads, "groups": self.groups,
                           "conv_kernel": self.conv, "chunk_size": self.chunk}}
@@ -450,7 +453,7 @@ def _nemotron_h(cfg: dict[str, Any], src: str) -> NemotronHModel:
         family="nemotron_h", hidden=h, layers=layers, heads=heads,
         kv_heads=cfg.get("num_key_value_heads") or heads,
         head_dim=cfg.get("attention_head_dim") or cfg.get("head_dim") or h // heads,
-        ffn=_get(cfg, "intermediate_size", src), activation="gelu",
+        ffn=_get(cfg, "intermediate_size", src), activation="relu2",
         vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", False)),
         experts=1, max_positions=_get(cfg, "max_position_embeddings", src), pattern=pattern,
         mamba_heads=_get(cfg, "mamba_num_heads", src),
