@@ -126,3 +126,18 @@ def test_model_flops_per_token_follow_megatron_formula_with_the_window():
     gemms = layers * (h * (q + 2 * kv) + q * h + 4 * 3 * h * f + 128 * h) + v * h
     core = 12 * q * (layers // 2 * seq + layers // 2 * min(window, seq))
     assert got / tokens == pytest.approx(6 * gemms + core, rel=1e-12)
+
+
+def test_a_pipeline_cuts_between_pairs_of_windowed_and_full_layers():
+    """The 36 layers repeat in 18 blocks of a windowed and a full layer: 32 stages have not
+    a block each (the planner proposed it and the lowering had nothing to put on 14
+    stages); 18 stages do."""
+    with pytest.raises(InputError) as err:
+        _bundled("gpt-oss-120b-64-h100", ["parallel.pipeline=32", "parallel.data=2",
+                                          "parallel.expert=1"])
+    assert err.value.key == "parallel.pipeline"
+    assert "32 stages x 1 chunks need at least 64 layers (blocks of 2 repeating layers)" \
+        in err.value.message
+    s = _bundled("gpt-oss-120b-64-h100", ["parallel.pipeline=16", "parallel.data=4",
+                                          "parallel.expert=4"])
+    assert simulate(s, load_profile("h100-sxm")).iteration_time_s > 0
