@@ -38,7 +38,12 @@ def shape(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
     if m.num_kv_heads is not None:
         yield from must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
     if m.moe is None or (m.layers - m.moe.first_dense) % m.moe.every == 0:  # else `experts`
-        yield from _stage_layers(m.layers, p, repeat_unit(m))
+        unit = repeat_unit(m)
+        block = ("model.moe.every", "dense layers and one MoE layer") \
+            if m.moe is not None and unit == m.moe.every else \
+            ("model.global_every", "windowed layers and one global layer") \
+            if m.sliding_window and unit == m.global_every else ("a period", "layers")
+        yield from _stage_layers(m.layers, p, unit, block)
     if p.tensor_nd is not None and len(p.tensor_nd) == 3:
         return  # 3-D splits these dims x*y ways (`tensor_nd` checks them)
     yield from must_divide("parallel.tensor", p.tensor, "model.num_heads", m.num_heads)
@@ -65,6 +70,8 @@ def repeat_unit(m: TransformerModel) -> int:
     k (GPT-OSS: 2); 1 when they do not (leading dense layers, a hybrid pattern: one block
     per layer)."""
     n, moe = m.layers, m.moe
+    if m.hybrid_pattern is not None and len(m.hybrid_pattern) != n:
+        return 1  # schema_mamba's rules refuse the pattern
 
     def kind(i: int) -> object:
         if m.hybrid_pattern is not None:
@@ -77,11 +84,12 @@ def repeat_unit(m: TransformerModel) -> int:
     return unit if unit < n else 1
 
 
-def _stage_layers(layers: int, p: ParallelSpec, unit: int = 1) -> Iterator[Problem]:
+def _stage_layers(layers: int, p: ParallelSpec, unit: int = 1,
+                  block: tuple[str, str] = ("", "")) -> Iterator[Problem]:
     """Explicit per-stage layer counts: one per virtual stage, adding up to the model's
     layers; only the first and last stage (which hold the embedding and the head) may have
     none. Without them every stage needs at least one layer (one block of `unit` layers:
-    `repeat_unit`)."""
+    `repeat_unit`; `block`: the key that makes the block and what it holds)."""
     chunks = p.chunks
     given = p.pipeline_layers
     if given is None:
@@ -93,8 +101,8 @@ def _stage_layers(layers: int, p: ParallelSpec, unit: int = 1) -> Iterator[Probl
         return
     if unit > 1 and any(n % unit for n in given):
         yield "parallel.pipeline_layers", (
-            f"{given}: each stage's layers must be a multiple of {unit} (the block of "
-            f"layers that repeats: model.moe.every, model.global_every)")
+            f"{given}: each stage's layers must be a multiple of {block[0]}={unit} (the "
+            f"block of {block[1]} that repeats)")
     problem = stage_count_problem(given, chunks, layers, "layers", "model.layers")
     if problem is not None:
         yield problem
