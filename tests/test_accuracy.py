@@ -22,10 +22,11 @@ CASES = sorted((REPO / "scenarios" / "validation").glob("*.yaml"))
 TINY = REPO / "scenarios" / "tiny-cpu.yaml"
 
 
-def test_sixty_nine_cases_are_bundled() -> None:
-    """19 Megatron-LM runs and 50 runs of five other stacks (scenarios/validation/README.md),
-    one of them on B200 (bridge2511-b200-llama3-8b-8g)."""
-    assert len(CASES) == 69
+def test_seventy_seven_cases_are_bundled() -> None:
+    """19 Megatron-LM runs and 58 runs of five other stacks (scenarios/validation/README.md),
+    among them Megatron-Bridge 25.11's Llama-3-8B on B200 and its eight MoE runs (GPT-OSS-120B
+    and Qwen3-30B-A3B on H100, B200, GB200 and GB300)."""
+    assert len(CASES) == 77
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem[:12])

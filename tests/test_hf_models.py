@@ -24,6 +24,7 @@ PUBLISHED = {
     "qwen3-30b-a3b": 30.5e9, "qwen3-235b-a22b": 235e9,
     "nemotron-h-47b": 47e9, "nemotron-h-56b": 56e9,
     "deepseek-v3": 671e9,
+    "gpt-oss-120b": 116.83e9, "gpt-oss-20b": 20.91e9,
 }
 
 

@@ -104,9 +104,9 @@ torchrun --nnodes 3 --nproc_per_node=8 pretrain_gpt.py ${MODEL[@]} \\
      "1,000,000,000"),
     ("\n--hidden-dropout 1.5",
      "args.txt:2: --hidden-dropout: found '1.5'; expected a number from 0 to 1"),
-    ("\n--squared-relu",
-     "args.txt:2: --squared-relu: changes what Megatron-LM runs and has no scenario key (a "
-     "squared-ReLU FFN (simulated as gelu: same FLOPs)); --lenient imports without it"),
+    ("\n--no-bias-gelu-fusion",
+     "args.txt:2: --no-bias-gelu-fusion: changes what Megatron-LM runs and has no scenario key "
+     "(the stack's fused kernels are its framework profile's); --lenient imports without it"),
     ("\n--bf16 4", "args.txt:2: --bf16: found 1 value(s) '4'; expected no value (a switch)"),
     ("\n--tensor-model-parallel-size 2 --tp-comm-overlap",
      "args.txt:2: --tp-comm-overlap: needs --sequence-parallel (Megatron-LM: 'Tensor parallel "
@@ -125,11 +125,12 @@ def test_bad_input_names_the_flag_and_line(tmp_path: Path, extra: str, message: 
 
 
 def test_lenient_notes_what_it_left_out(tmp_path: Path) -> None:
-    code, out, err = _run(tmp_path, BASE + " --squared-relu --use-torch-fsdp2", "--lenient",
-                          "--nodes", "1", "--devices-per-node", "8", "--json")
+    code, out, err = _run(tmp_path, BASE + " --no-bias-gelu-fusion --use-torch-fsdp2",
+                          "--lenient", "--nodes", "1", "--devices-per-node", "8", "--json")
     assert code == 0, err
     notes = json.loads(out)["notes"]
-    assert [n.split(" (line")[0] for n in notes] == ["--squared-relu", "--use-torch-fsdp2"]
+    assert [n.split(" (line")[0] for n in notes] == ["--no-bias-gelu-fusion",
+                                                      "--use-torch-fsdp2"]
 
 
 def test_a_scenario_value_out_of_range_names_its_flag(tmp_path: Path) -> None:

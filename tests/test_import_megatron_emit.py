@@ -42,6 +42,7 @@ def _round_trip(tmp_path: Path, ref: str, overrides: list[str]) -> None:
     (R023, ["parallel.tensor=2", "parallel.data=24", "parallel.sequence_parallel=true",
             "parallel.recompute=full", "training.micro_batch_size=2"]),
     (R005, []),  # fp16, interleaved, 2021's stack
+    (R023, ["model.ffn_activation=relu2"]),  # --squared-relu
     ("llama2-70b-64-h100", ["parallel.data=4", "parallel.tensor=4", "parallel.pipeline=4",
                             "parallel.schedule=interleaved_1f1b", "parallel.virtual_stages=5",
                             "parallel.recompute=selective"]),

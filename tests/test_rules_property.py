@@ -26,6 +26,7 @@ def _case(kind: str, u: int):
         "mul": ("Mul", [(u, 2 * u), (u, 2 * u)], {}),
         "gelu": ("GeLU", [(2 * u, 3 * u)], {}),
         "relu": ("ReLU", [(2 * u, 3 * u)], {}),
+        "relu2": ("SquaredReLU", [(2 * u, 3 * u)], {}),
         "silu": ("SiLU", [(2 * u, u)], {}),
         "dropout": ("Dropout", [(2 * u, 3 * u)], {"p": 0.3, "seed": 7}),
         "scale": ("Scale", [(2 * u, u)], {"factor": 0.5}),
@@ -61,7 +62,7 @@ def _case(kind: str, u: int):
 
 
 KINDS = ["matmul", "batchmatmul", "einsum_heads", "add_bias", "sub", "mul", "gelu", "relu",
-         "silu", "dropout", "scale", "causal", "softmax", "layernorm", "reducemean",
+         "relu2", "silu", "dropout", "scale", "causal", "softmax", "layernorm", "reducemean",
          "reducesum", "transpose", "reshape", "gather", "cross_entropy", "conv2d",
          "ssd_scan", "causal_conv1d", "gated_rmsnorm", "rmsnorm", "rotary", "concat",
          "concat_heads", "attention_narrow_v",

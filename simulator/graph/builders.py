@@ -103,10 +103,15 @@ def _ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
                  kernel="swiglu")
     else:
         u = linear(g, a, w1, f"{p}.fc1", "bsh,hf->bsf", d, "fc1", [d.ffn])
-        u = g.op("GeLU", [u], f"{p}.act", kernel="gelu")
+        u = _activation(g, u, f"{p}.act", "gelu", d)
     w2 = g.tensor(f"{p}.w2", [d.ffn, d.hidden], "parameter")
     y = g.op("Einsum", [u, w2], f"{p}.fc2", equation="bsf,fh->bsh", kernel="fc2")
     return bias_dropout_add(g, y, x, p, "fc2", d, 2)
+
+
+def _activation(g: GraphBuilder, u: str, name: str, kernel: str, d: GptDims) -> str:
+    """A non-gated FFN's activation: GeLU, or squared ReLU for a relu2 model."""
+    return g.op("SquaredReLU" if d.relu2 else "GeLU", [u], name, kernel=kernel)
 
 
 def _gate_attrs(d: GptDims) -> dict[str, Any]:
@@ -134,7 +139,7 @@ def _shared_experts(g: GraphBuilder, a: str, p: str, d: GptDims) -> str:
         u = g.op("Mul", [g.op("SiLU", [u], f"{p}.sact", kernel="shared_act"), up],
                  f"{p}.sglu", kernel="shared_act")
     else:
-        u = g.op("GeLU", [u], f"{p}.sact", kernel="shared_act")
+        u = _activation(g, u, f"{p}.sact", "shared_act", d)
     w2 = g.tensor(f"{p}.shared.w2", [d.shared_ffn, d.hidden], "parameter")
     return g.op("Einsum", [u, w2], f"{p}.sfc2", equation="bsf,fh->bsh", kernel="shared_fc2")
 
@@ -167,7 +172,7 @@ def _moe_ffn(g: GraphBuilder, x: str, p: str, d: GptDims, k: LayerKind) -> str:
         u = g.op("Mul", [g.op("SiLU", [u], f"{p}.eact", kernel="expert_act"), up],
                  f"{p}.eglu", kernel="expert_act")
     else:
-        u = g.op("GeLU", [u], f"{p}.eact", kernel="expert_act")
+        u = _activation(g, u, f"{p}.eact", "expert_act", d)
     w2 = g.tensor(f"{p}.experts.w2", [d.experts, fe, d.hidden], "parameter")
     y = g.op("Einsum", [u, w2], f"{p}.efc2", equation="becf,efh->bech", kernel="expert_fc2")
     y = g.op("MoeCombine", [route, gates, y], f"{p}.combine", kernel="moe_combine")

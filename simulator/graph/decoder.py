@@ -55,6 +55,8 @@ class GptDims:
     vocab: int
     batch: int
     swiglu: bool = False
+    # a non-gated FFN's activation: squared ReLU (relu2: Nemotron-H) instead of GeLU
+    relu2: bool = False
     dropout: float = 0.1
     bias: bool = False
     flash: bool = False

@@ -288,11 +288,12 @@ def model_dims(m: TransformerModel, kinds: tuple[LayerKind, ...], batch: int,
     """The graph dimensions of transformer `m` with layers of `kinds` for `batch` samples:
     its fields, its mixture of experts, and what its schema class adds
     (`TransformerModel.graph_dims`). GPT-style (gelu) models carry biases, Llama-style
-    (swiglu) none."""
+    (swiglu) and squared-ReLU (relu2: Nemotron-H, use_bias false) ones none."""
     swiglu = m.ffn_activation == "swiglu"
     fields: dict = dict(layers=len(kinds), hidden=m.hidden_size, heads=m.num_heads,
                         kv_heads=m.kv_heads, ffn=m.ffn, seq=m.seq_length, vocab=m.vocab_size,
-                        batch=batch, swiglu=swiglu, bias=not swiglu, flash=flash,
+                        batch=batch, swiglu=swiglu, relu2=m.ffn_activation == "relu2",
+                        bias=m.ffn_activation == "gelu", flash=flash,
                         context=context, dropout=m.dropout, kinds=kinds, **dense_dims(m))
     fields.update(m.graph_dims())
     return with_mtp(with_mla(with_moe(GptDims(**fields), m.moe), m.mla), m.mtp)

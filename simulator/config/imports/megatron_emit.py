@@ -36,8 +36,8 @@ def _model(s: Any) -> list[str]:
             *_vocab(m, s.parallel.tensor)]
     if m.num_kv_heads is not None and m.num_kv_heads != m.num_heads:
         args += ["--group-query-attention", f"--num-query-groups {m.num_kv_heads}"]
-    if m.ffn_activation == "swiglu":
-        args.append("--swiglu")
+    if m.ffn_activation != "gelu":
+        args.append({"swiglu": "--swiglu", "relu2": "--squared-relu"}[m.ffn_activation])
     args += _shape(m)
     args += {"fp16": ["--fp16"], "bf16": ["--bf16"], "fp8": ["--bf16", "--fp8-format hybrid"],
              "fp32": []}[m.dtype]

@@ -68,6 +68,7 @@ FLAGS: dict[str, Flag] = {
     "--make-vocab-size-divisible-by": _m("model.vocab_size"),
     "--tokenizer-type": _m("model.vocab_size"),
     "--swiglu": _switch("model.ffn_activation"),
+    "--squared-relu": _switch("model.ffn_activation"),
     "--fp16": _switch("model.dtype"),
     "--bf16": _switch("model.dtype"),
     "--fp8-format": _m("model.dtype"),
@@ -172,7 +173,6 @@ FLAGS: dict[str, Flag] = {
         "the input-gradient all-reduce overlaps the weight-gradient GEMM in the stack", 0),
     "--rampup-batch-size": _refuse("the batch grows over training; the simulator times one "
                                    "iteration at --global-batch-size"),
-    "--squared-relu": _refuse("a squared-ReLU FFN (simulated as gelu: same FLOPs)", 0),
     "--no-gradient-accumulation-fusion": _refuse(
         "the stack's fused weight-gradient accumulation is its framework profile's", 0),
     "--no-bias-gelu-fusion": _refuse("the stack's fused kernels are its framework profile's", 0),

@@ -162,6 +162,8 @@ def model_section(values: Values, tp: int, notes: list[str], lenient: bool) -> d
         model["num_kv_heads"] = groups
     if swiglu:
         model["ffn_activation"] = "swiglu"
+    elif values.has("--squared-relu"):  # squared ReLU (Nemotron-H, Nemotron-4): relu2
+        model["ffn_activation"] = "relu2"
     model.update(_shape_keys(values, hidden // heads))
     model["dropout"] = _dropout(values, notes, lenient)
     if values.has("--use-flash-attn"):

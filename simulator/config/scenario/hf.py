@@ -16,6 +16,8 @@ transformers class reads (transformers/models/*/configuration_*.py):
                                      tie_word_embeddings, max_position_embeddings
     deepseek_v3, kimi_k2             the multi-head latent attention, multi-token
                                      prediction and expert keys (hf_deepseek.py)
+    gpt_oss                          windows, sinks, biased attention and experts
+                                     (hf_gptoss.py)
 
     qwen3_moe                        as llama, with num_experts, num_experts_per_tok,
                                      moe_intermediate_size (each expert's width),
@@ -50,6 +52,7 @@ from typing import Any
 from simulator.config.resources import bundled_dir
 from simulator.config.scenario.hf_deepseek import DeepseekKeys, deepseek_keys
 from simulator.config.scenario.hf_dense import DENSE_FAMILIES, read_dense
+from simulator.config.scenario.hf_gptoss import read_gpt_oss
 from simulator.errors import InputError
 
 __all__ = ["HfModel", "read_hf_config", "load_hf", "expand_from_hf", "bundled_models",
@@ -73,7 +76,7 @@ class HfModel:
     kv_heads: int
     head_dim: int
     ffn: int
-    activation: str  # 'swiglu' | 'gelu'
+    activation: str  # 'swiglu' | 'gelu' | 'relu2'
     vocab: int
     tied: bool
     experts: int
@@ -105,6 +108,11 @@ class HfModel:
     global_every: int = 0
     dropout: float | None = None
     notes: tuple[str, ...] = ()
+    # gpt_oss (hf_gptoss): a bias on the attention output projection, biases on every
+    # expert's projections and on the router, a learned sink logit per attention head
+    out_bias: bool = False
+    moe_bias: bool = False
+    sinks: bool = False
 
     def param_count(self, active: bool = False) -> int:
         """Parameters of the model as the transformers class builds it (embedding, blocks,
@@ -116,6 +124,7 @@ class HfModel:
         h, q, kv = self.hidden, self.heads * self.head_dim, self.kv_heads * self.head_dim
         attn = h * (q + 2 * kv) + q * h
         attn += (q + 2 * kv + h) * self.bias + (q + 2 * kv) * self.qkv_bias
+        attn += h * self.out_bias + self.heads * self.sinks
         mats = 3 if self.activation == "swiglu" else 2
         ffn = mats * h * self.ffn + (self.ffn + h) * self.bias
         norm = h * (2 if self.norm == "layer" else 1)
@@ -125,8 +134,10 @@ class HfModel:
             return embed + self.layers * (block + ffn) + norm
         moe_layers = (self.layers - self.first_dense) // self.moe_every
         used = self.top_k if active else self.experts
-        moe = (used * mats * h * (self.expert_ffn or self.ffn) + mats * h * self.shared_ffn
+        width = self.expert_ffn or self.ffn
+        moe = (used * mats * h * width + mats * h * self.shared_ffn
                + h * self.experts)  # routed and shared experts, router
+        moe += (used * ((mats - 1) * width + h) + self.experts) * self.moe_bias
         return (embed + self.layers * block + (self.layers - moe_layers) * ffn
                 + moe_layers * moe + norm)
 
@@ -140,7 +151,7 @@ class HfModel:
             fields["moe"] = {"experts": self.experts, "top_k": self.top_k, **self._moe_keys()}
         if self.deepseek is not None:
             return self.deepseek.model_fields(self, fields)
-        if self.family in DENSE_FAMILIES + ("gpt2", "gpt_neox", "qwen3_moe"):
+        if self.family in DENSE_FAMILIES + ("gpt2", "gpt_neox", "qwen3_moe", "gpt_oss"):
             fields.update(self._dense_fields())
         return fields
 
@@ -155,6 +166,8 @@ class HfModel:
         if self.rope_theta != 10000.0:
             out["rope_theta"] = self.rope_theta
         out.update({k: True for k in ("qkv_bias", "qk_norm") if getattr(self, k)})
+        if self.sinks:
+            out["attention_sinks"] = True
         if self.sliding_window:
             out["sliding_window"] = self.sliding_window
         if self.global_every:
@@ -304,6 +317,7 @@ READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {
     # Kimi-K2 deployment guide: "we set model_type kimi_k2 in config.json")
     "kimi_k2": _deepseek_v3,
     "qwen3_moe": _qwen3_moe,
+    "gpt_oss": lambda cfg, src: HfModel(**read_gpt_oss(cfg, src)),
 }
 # today's dense families: every config key mapped, noted or refused (`hf_dense`)
 READERS.update({family: lambda cfg, src: HfModel(**read_dense(cfg, src))
@@ -409,9 +423,12 @@ class NemotronHModel(HfModel):
         return self.vocab * h * (1 if self.tied else 2) + layers + h
 
     def model_fields(self) -> dict[str, Any]:
-        """The transformer's keys with the pattern and `mamba` (the MLP's squared ReLU is
-        simulated as gelu: two matrices, the same FLOPs)."""
-        return {**super().model_fields(), "hybrid_pattern": self.pattern,
+        """The transformer's keys with the pattern and `mamba`: squared-ReLU MLPs without
+        biases (`relu2`), no position embedding (NemotronHModel has no rotary or learned
+        positions: its Mamba-2 layers carry the order), RMSNorm, the head untied unless
+        tie_word_embeddings."""
+        return {**super().model_fields(), "tie_embeddings": self.tied, "position": "none",
+                "norm": "rmsnorm", "hybrid_pattern": self.pattern,
                 "mamba": {"state_size": self.state, "head_dim": self.mamba_head_dim,
                           "num_heads": self.mamba_heads, "groups": self.groups,
                           "conv_kernel": self.conv, "chunk_size": self.chunk}}
@@ -436,7 +453,7 @@ def _nemotron_h(cfg: dict[str, Any], src: str) -> NemotronHModel:
         family="nemotron_h", hidden=h, layers=layers, heads=heads,
         kv_heads=cfg.get("num_key_value_heads") or heads,
         head_dim=cfg.get("attention_head_dim") or cfg.get("head_dim") or h // heads,
-        ffn=_get(cfg, "intermediate_size", src), activation="gelu",
+        ffn=_get(cfg, "intermediate_size", src), activation="relu2",
         vocab=_get(cfg, "vocab_size", src), tied=bool(cfg.get("tie_word_embeddings", False)),
         experts=1, max_positions=_get(cfg, "max_position_embeddings", src), pattern=pattern,
         mamba_heads=_get(cfg, "mamba_num_heads", src),

@@ -72,8 +72,9 @@ class TransformerModel(ModelConfig):
         "Width of the FFN's inner layer, in elements; null: 4 x hidden_size."))
     num_kv_heads: Count | None = Field(
         default=None, description="Key/value heads (grouped-query attention); null: num_heads.")
-    ffn_activation: Literal["gelu", "swiglu"] = Field(default="gelu", description=(
-        "FFN activation: gelu (two GEMMs) or swiglu (gated, three GEMMs)."))
+    ffn_activation: Literal["gelu", "swiglu", "relu2"] = Field(default="gelu", description=(
+        "FFN activation: gelu (two GEMMs, biases on every linear layer), swiglu (gated, "
+        "three GEMMs, no biases) or relu2 (squared ReLU, two GEMMs, no biases: Nemotron-H)."))
     # standard: scores materialised (QK^T, softmax, dropout, PV as separate kernels);
     # flash: one fused kernel (Dao et al. 2022), no s x s tensor in memory; auto: the
     # hardware profile's `software.fused_attention` (its reference training stack);
@@ -136,16 +137,16 @@ class TransformerModel(ModelConfig):
         "set their own)."))
     tie_embeddings: bool | None = Field(default=None, description=(
         "Whether the LM head reuses the token embedding; null: by architecture (false for "
-        "swiglu models, true for gelu models)."))
+        "swiglu models, true for gelu and relu2 models)."))
     position: Literal["rope", "learned", "none"] | None = Field(default=None, description=(
         "Positions: rope (rotary, on queries and keys, no table), learned (a table added "
         "to the embedding) or none (ALiBi or NoPE: nothing priced); null: rope for swiglu "
-        "models, learned for gelu models."))
+        "models, learned for gelu and relu2 models."))
     rope_theta: PosFloat = Field(default=10000.0, description=(
         "Base of the rotary angles (Hugging Face rope_theta; 500000 in Llama 3)."))
     norm: Literal["rmsnorm", "layernorm"] | None = Field(default=None, description=(
         "Norm of every block and of the final norm: rmsnorm (gain only) or layernorm (gain "
-        "and shift); null: rmsnorm for swiglu models, layernorm for gelu models."))
+        "and shift); null: rmsnorm for swiglu models, layernorm for gelu and relu2 models."))
     qkv_bias: bool = Field(default=False, description=(
         "Biases on the query, key and value projections of a model without other biases "
         "(Qwen2)."))

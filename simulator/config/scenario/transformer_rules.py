@@ -38,9 +38,12 @@ def shape(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
     if m.num_kv_heads is not None:
         yield from must_divide("model.num_kv_heads", m.kv_heads, "model.num_heads", m.num_heads)
     if m.moe is None or (m.layers - m.moe.first_dense) % m.moe.every == 0:  # else `experts`
-        # leading dense layers break the period: any split of layers (one block per kind)
-        yield from _stage_layers(m.layers, p, m.moe.every if m.moe and not m.moe.first_dense
-                                 else 1)
+        unit = repeat_unit(m)
+        block = ("model.moe.every", "dense layers and one MoE layer") \
+            if m.moe is not None and unit == m.moe.every else \
+            ("model.global_every", "windowed layers and one global layer") \
+            if m.sliding_window and unit == m.global_every else ("a period", "layers")
+        yield from _stage_layers(m.layers, p, unit, block)
     if p.tensor_nd is not None and len(p.tensor_nd) == 3:
         return  # 3-D splits these dims x*y ways (`tensor_nd` checks them)
     yield from must_divide("parallel.tensor", p.tensor, "model.num_heads", m.num_heads)
@@ -59,23 +62,47 @@ def shape(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
         yield from must_divide("parallel.tensor", p.tensor, "model.seq_length", m.seq_length)
 
 
-def _stage_layers(layers: int, p: ParallelSpec, unit: int = 1) -> Iterator[Problem]:
+def repeat_unit(m: TransformerModel) -> int:
+    """Layers in the block a pipeline cuts between, as `models.layers.layer_plan` groups
+    them: the period of the layers' kinds (a hybrid pattern's characters; else each layer's
+    attention window and whether its FFN has experts) when they repeat, so a mixture of
+    experts every k-th layer or a window with every k-th layer global repeats in blocks of
+    k (GPT-OSS: 2); 1 when they do not (leading dense layers, a hybrid pattern: one block
+    per layer)."""
+    n, moe = m.layers, m.moe
+    if m.hybrid_pattern is not None and len(m.hybrid_pattern) != n:
+        return 1  # schema_mamba's rules refuse the pattern
+
+    def kind(i: int) -> object:
+        if m.hybrid_pattern is not None:
+            return m.hybrid_pattern[i]
+        return m.layer_window(i), moe is not None and moe.is_moe(i)
+
+    kinds = [kind(i) for i in range(n)]
+    unit = next(q for q in range(1, n + 1)
+                if n % q == 0 and all(kinds[i] == kinds[i % q] for i in range(n)))
+    return unit if unit < n else 1
+
+
+def _stage_layers(layers: int, p: ParallelSpec, unit: int = 1,
+                  block: tuple[str, str] = ("", "")) -> Iterator[Problem]:
     """Explicit per-stage layer counts: one per virtual stage, adding up to the model's
     layers; only the first and last stage (which hold the embedding and the head) may have
-    none. Without them every stage needs at least one layer (one block of `unit` layers: a
-    mixture of experts every `unit` layers repeats in blocks of that many)."""
+    none. Without them every stage needs at least one layer (one block of `unit` layers:
+    `repeat_unit`; `block`: the key that makes the block and what it holds)."""
     chunks = p.chunks
     given = p.pipeline_layers
     if given is None:
         if layers < chunks * unit:
+            blocks = f" (blocks of {unit} repeating layers)" if unit > 1 else ""
             yield "parallel.pipeline", (
                 f"{p.pipeline} stages x {chunks // p.pipeline} chunks need at least "
-                f"{chunks * unit} layers; model.layers is {layers}")
+                f"{chunks * unit} layers{blocks}; model.layers is {layers}")
         return
     if unit > 1 and any(n % unit for n in given):
         yield "parallel.pipeline_layers", (
-            f"{given}: each stage's layers must be a multiple of model.moe.every={unit} "
-            f"(the block of dense layers and one MoE layer that repeats)")
+            f"{given}: each stage's layers must be a multiple of {block[0]}={unit} (the "
+            f"block of {block[1]} that repeats)")
     problem = stage_count_problem(given, chunks, layers, "layers", "model.layers")
     if problem is not None:
         yield problem

@@ -1,6 +1,6 @@
-"""Elementwise operators: GeLU, ReLU, SiLU, Dropout, Scale, CausalMask; Add, Sub, Mul with
-numpy broadcasting. Every dim may be split; linear ones (Dropout, Scale, Add, Sub, and Mul in
-one input at a time) also pass Partial values through.
+"""Elementwise operators: GeLU, ReLU, SquaredReLU, SiLU, Dropout, Scale, CausalMask; Add,
+Sub, Mul with numpy broadcasting. Every dim may be split; linear ones (Dropout, Scale, Add,
+Sub, and Mul in one input at a time) also pass Partial values through.
 """
 
 from __future__ import annotations
@@ -160,6 +160,10 @@ _MASK_BYTES = 1.0  # a dropout keep-mask is stored as bytes (Korthikanti et al. 
 _unary("GeLU", _gelu, _gelu_vjp, 8.0, False, "Gelu")
 _unary("ReLU", lambda xs, a, c: np.maximum(xs[0], 0.0),
        lambda xs, y, dy, a, c: [dy * (xs[0] > 0)], 1.0)
+# squared ReLU, relu(x)^2 (So et al. 2021, "Primer", arXiv:2109.08668, Sec. 4; Nemotron-H's
+# relu2 MLPs): its slope 2 relu(x)
+_unary("SquaredReLU", lambda xs, a, c: np.square(np.maximum(xs[0], 0.0)),
+       lambda xs, y, dy, a, c: [dy * (2.0 * np.maximum(xs[0], 0.0))], 2.0, False, "ReLU2")
 _unary("SiLU", lambda xs, a, c: xs[0] * _sigmoid(xs[0]), _silu_vjp, 4.0, False, "Swish")
 _unary("Dropout", lambda xs, a, c: xs[0] * dropout_mask(a, c, xs[0].shape),
        lambda xs, y, dy, a, c: [dy * dropout_mask(a, c, dy.shape)], 2.0, True, saves=(),
