@@ -23,7 +23,6 @@ flat buffer).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -44,16 +43,15 @@ from simulator.models.params import (
     head_op,
     param_names,
 )
-from simulator.models.recompute import discarding, recomputed_ops
+from simulator.models.recompute import recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
 from simulator.program.deepep import fp8_dispatch
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
+from simulator.program.layer_recompute import ATTENTION_CORE, layer_recompute
 from simulator.program.moe_saved import fp8_cached, probs_in_activation
 from simulator.program.program import Block, Op, Program, coalesce
-from simulator.program.recompute_modules import discarding_saved, module_recompute
-from simulator.program.recompute_policy import sac_cached_bytes, sac_recompute
 from simulator.program.replicated import tp_replicated_kernels
 from simulator.program.stack_ops import (
     fused_cross_entropy,
@@ -80,7 +78,6 @@ from simulator.sharding.plan import ShardingPlan
 __all__ = ["recomputed_ops", "transformer_program", "gpt_dims", "uses_flash",
            "ATTENTION_CORE", "memoised_programs"]
 
-ATTENTION_CORE = ("scores", "softmax", "attn_dropout", "context", "flash_attention")
 Select = Callable[[str], bool]
 
 
@@ -125,11 +122,6 @@ def _gathered_params(plan: ShardingPlan, blocks: dict[str, tuple[Select, Select 
                         for c in _sync(plan, steps, select, besides) if c.axis in axes)
         out[name] = param_gathers(plan, select) + bwd[name] + reduced
     return out, tuple(c for c in steps if c.axis not in axes)
-
-
-def _recomputed(ops: tuple[Op, ...], keep: Select) -> tuple[Op, ...]:
-    return tuple(replace(op, phase="recompute", saved_bytes=0.0) if isinstance(op, ComputeSpec)
-                 else replace(op, phase="recompute") for op in ops if keep(op.name))
 
 
 def _planned(scenario: Scenario, fused_attention: bool, e: int
@@ -279,50 +271,6 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
     return fwd, bwd, head_saved, logits
 
 
-def _layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
-                     dims: GptDims, sv: Saved, e: int, select: Select,
-                     layer_fwd: tuple[Op, ...], fp8_kernels: frozenset[str] = frozenset()
-                     ) -> tuple[tuple[Op, ...], float, float]:
-    """(the layer's recompute pass, the bytes it keeps per micro-batch, the bytes of its
-    output: the boundary a pipeline sends) under `parallel.recompute` and the stack's
-    selective policy, or `parallel.recompute_modules` (`program.recompute_modules`;
-    `fp8_kernels`: the FP8 GEMMs that keep FP8 copies of their inputs)."""
-    p, graph, mesh = scenario.parallel, plan.graph, plan.mesh
-    policy = software.selective_recompute
-    modules = p.recompute_modules if p.recompute == "selective" else None
-    picked = recomputed_ops(p.recompute, policy, dims.swiglu, modules)
-    region = None if picked is None else (lambda n: select(n) and picked(n))
-    out_name = next(op.op.output for op in reversed(plan.ops) if select(op.op.name))
-    boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
-                                                                mesh))
-    if modules is not None and region is not None:
-        recompute, kept = comm_options.recompute_comm_ops(
-            scenario, module_recompute(layer_fwd, plan, select, region), mesh)
-        discard = recomputed_ops(p.recompute, policy, dims.swiglu, discarding(modules)) \
-            or (lambda n: False)
-        return recompute, kept + discarding_saved(sv, plan, select, region, discard,
-                                                  fp8_kernels, e), boundary
-    if p.recompute == "selective" and policy == "every_second_mm":
-        recompute = sac_recompute(layer_fwd, dims.swiglu, dims.heads, dims.kv_heads)
-    else:
-        recompute = () if region is None else _recomputed(
-            layer_fwd, (lambda n: True) if p.recompute == "full" else
-            (lambda n: n in ATTENTION_CORE))
-    recompute, kept = comm_options.recompute_comm_ops(scenario, recompute, mesh)
-    # what the stack's unfused kernels keep beyond the fused layer's set: all of it without
-    # recompute or around a recomputed attention core; nothing under a full recompute or
-    # torchtitan's op-level SAC (those kernels re-run)
-    unfused = unfused_saved_bytes(scenario, software.unfused_passes)
-    keeps_unfused = p.recompute == "none" or (p.recompute == "selective"
-                                              and policy == "attention_core")
-    per_layer = sv.total(select, region) + kept + (unfused if keeps_unfused else 0.0)
-    if p.recompute == "selective" and policy == "every_second_mm" and region is not None:
-        # the kept ops' cached outputs and the block's input (boundary: the previous
-        # layer's output, the same shape), not the inputs the kept ops save
-        per_layer = sac_cached_bytes(plan, sv.extra, select, region, e) + boundary + kept
-    return recompute, per_layer, boundary
-
-
 def _ce_transient(software: Software, tensor: int) -> float:
     """Bytes per logit the loss's backward allocates beyond its saved set: the stack's
     vocabulary-parallel figure when the logits are split over tensor ranks and it states
@@ -405,7 +353,7 @@ def _group(scenario: Scenario, software: Software, plan: ShardingPlan, dims: Gpt
            bwd: tuple[Op, ...], steps: tuple[CommSpec, ...], small: dict[str, int],
            unit: int, fp8_kernels: frozenset[str] = frozenset()) -> Block:
     """The Block of one group of the layer plan (`unit` layers), its repeat left at 1."""
-    recompute, per_layer, boundary = _layer_recompute(scenario, software, plan, dims, sv, e,
+    recompute, per_layer, boundary = layer_recompute(scenario, software, plan, dims, sv, e,
                                                       block.select, fwd, fp8_kernels)
     params, tensors = block.params(plan, plan.graph)
     rc = scenario.parallel.recompute != "none"
