@@ -59,8 +59,8 @@ DATA_CASES = [
      "expert_dispatcher, expert_tensor, full_batch, micro_batches, mode, offload, "
      "optimizer_shard, optimizer_threshold_kb, overlap, "
      "parameter_server, pipeline, pipeline_layers, recompute, recompute_comm, "
-     "recompute_modules, schedule, search, sequence_parallel, strategy_ckpt_load_file, "
-     "strategy_ckpt_save_file, tensor, tensor_nd, virtual_stages"),
+     "recompute_modules, recompute_slice_activation, schedule, search, sequence_parallel, "
+     "strategy_ckpt_load_file, strategy_ckpt_save_file, tensor, tensor_nd, virtual_stages"),
     ("unknown-top-key", ["hardwre=cpu-x86"],
      "s.yaml: hardwre: unknown key (did you mean 'hardware'?); allowed: cluster, framework, "
      "hardware, model, name, parallel, seed, training"),
@@ -123,8 +123,9 @@ SET_CASES = [
      "enable_alltoall, expert, expert_dispatcher, expert_tensor, full_batch, "
      "micro_batches, mode, offload, optimizer_shard, "
      "optimizer_threshold_kb, overlap, parameter_server, pipeline, pipeline_layers, "
-     "recompute, recompute_comm, recompute_modules, schedule, search, sequence_parallel, "
-     "strategy_ckpt_load_file, strategy_ckpt_save_file, tensor, tensor_nd, virtual_stages"),
+     "recompute, recompute_comm, recompute_modules, recompute_slice_activation, schedule, "
+     "search, sequence_parallel, strategy_ckpt_load_file, strategy_ckpt_save_file, tensor, "
+     "tensor_nd, virtual_stages"),
     ("set-breaks-rule", ["parallel.tensor=4"],
      "s.yaml with --set parallel.tensor=4: parallel: data*tensor*pipeline = 2*4*1 = 8 must "
      "equal cluster.nodes*cluster.devices_per_node = 1*4 = 4"),

@@ -10,6 +10,7 @@ from simulator.config.scenario.schema import GraphModel
 from simulator.graph.graph import Graph
 from simulator.models.dataset import with_dataset
 from simulator.models.family import ModelFamily
+from simulator.models.manual_split import check_manual_splits
 from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph
 from simulator.sharding.mesh import Mesh
 
@@ -29,7 +30,9 @@ def _graph(s: Any, batch: int) -> Graph:
 def _written(s: Any) -> tuple[Graph, Mesh]:
     p = s.parallel
     mesh = mesh_for_graph(s.model, s.devices // p.pipeline, s.source, p.pipeline)
-    return with_dataset(graph_from_model(s.model, s.source), s, mesh), mesh
+    graph = with_dataset(graph_from_model(s.model, s.source), s, mesh)
+    check_manual_splits(s.model, graph, mesh, s.source)
+    return graph, mesh
 
 
 FAMILY = ModelFamily("graph", layered=False, unplanned=_graph, written=_written,

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from simulator.config.hardware.schema import Software
 from simulator.config.scenario.schema import Scenario
-from simulator.cost.specs import ComputeSpec
+from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.decoder import GptDims
 from simulator.models.recompute import discarding, recomputed_ops
 from simulator.program import comm_options
@@ -31,6 +31,17 @@ Select = Callable[[str], bool]
 def _recomputed(ops: tuple[Op, ...], keep: Select) -> tuple[Op, ...]:
     return tuple(replace(op, phase="recompute", saved_bytes=0.0) if isinstance(op, ComputeSpec)
                  else replace(op, phase="recompute") for op in ops if keep(op.name))
+
+
+def _sliced(recompute: tuple[Op, ...], layer_fwd: tuple[Op, ...], kept: float, tensor: int
+            ) -> tuple[tuple[Op, ...], float]:
+    """`parallel.recompute_slice_activation` (MindSpore; Megatron-LM
+    --distribute-saved-activations, tensor_parallel/random.py CheckpointFunction: the input
+    saved split into 1-D chunks over the tensor ranks, gathered again before the re-run):
+    1/tensor of the kept input, and an all-gather of it ahead of the recompute pass."""
+    gather = CommSpec(f"{layer_fwd[0].name}.slice_gather", "all_gather", kept, "tp",
+                      "recompute")
+    return (gather, *recompute), kept / tensor
 
 
 def layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
@@ -69,7 +80,10 @@ def layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
     unfused = unfused_saved_bytes(scenario, software.unfused_passes)
     keeps_unfused = p.recompute == "none" or (p.recompute == "selective"
                                               and policy == "attention_core")
-    per_layer = sv.total(select, region) + kept + (unfused if keeps_unfused else 0.0)
+    layer_input = sv.total(select, region)
+    if p.recompute_slice_activation:  # the rules allow it with recompute full, tensor > 1
+        recompute, layer_input = _sliced(recompute, layer_fwd, layer_input, p.tensor)
+    per_layer = layer_input + kept + (unfused if keeps_unfused else 0.0)
     if p.recompute == "selective" and policy == "every_second_mm" and region is not None:
         # the kept ops' cached outputs and the block's input (boundary: the previous
         # layer's output, the same shape), not the inputs the kept ops save

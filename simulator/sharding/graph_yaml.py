@@ -62,9 +62,11 @@ NOT_SIMULATED: dict[str, str] = {}
 # attributes that say how the training runs an operator, not what it computes: where it runs
 # in the pipeline (MindSpore Cell.pipeline_stage, checked by the scenario rules, read by
 # simulator/program/graph_stages.py) and whether its output is recomputed for the backward
-# (MindSpore Primitive.recompute(), read by simulator/program/graph_recompute.py): kept out
-# of the operator's own attrs
-STAGE_ATTRS = ("pipeline_stage", "recompute")
+# (MindSpore Primitive.recompute(), read by simulator/program/graph_recompute.py), and a
+# Gather's manual_split (the rows of each slice of its table, MindSpore "Other Features";
+# checked by simulator/config/scenario/manual_split_rules.py to be the split the strategy
+# already makes): kept out of the operator's own attrs
+STAGE_ATTRS = ("pipeline_stage", "recompute", "manual_split")
 
 
 # Where an operator runs (MindSpore `primitive_target`, MindSpore "Other Features"):

@@ -110,6 +110,8 @@ def _parallel(s: Any, tp_comm_default: bool) -> list[str]:
     if p.optimizer_shard == 1:
         args.append("--use-distributed-optimizer")
     args += _recompute(p)
+    if p.recompute_slice_activation:
+        args.append("--distribute-saved-activations")
     if p.overlap.grad_reduce:
         args.append("--overlap-grad-reduce")
     if p.optimizer_shard and p.overlap.param_gather:

@@ -184,9 +184,8 @@ FLAGS: dict[str, Flag] = {
                                            "profile's (unfused)", 0),
     "--no-overlap-p2p-communication": _refuse(
         "pipeline sends overlap compute in the interleaved schedule (the framework profile)", 0),
-    "--distribute-saved-activations": _refuse("saved activations split over the "
-                                              "tensor-parallel ranks are not simulated", 0),
-    "--distribute-checkpointed-activations": _refuse("as --distribute-saved-activations", 0),
+    "--distribute-saved-activations": _switch("parallel.recompute_slice_activation"),
+    "--distribute-checkpointed-activations": _switch("parallel.recompute_slice_activation"),
     "--fp8-recipe": _refuse("the FP8 recipe is the framework profile's (delayed scaling)"),
     "--moe-layer-freq": _m("model.moe.every"),
     "--expert-tensor-parallel-size": _refuse("the experts are split over parallel.tensor"),

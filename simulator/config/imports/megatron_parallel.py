@@ -186,6 +186,9 @@ def parallel_section(values: Values, world: int, tp_comm_default: bool, notes: l
         p["pipeline_layers"] = split
     chunk = min(split) if split else layers // (p["pipeline"] * chunks) or 1
     p["recompute"] = _recompute(values, chunk, notes)
+    if values.has("--distribute-saved-activations") or \
+            values.has("--distribute-checkpointed-activations"):
+        p["recompute_slice_activation"] = True
     p["overlap"] = _overlap(values, p, tp_comm_default)
     p["comm_fusion"] = _fusion(values, derived)
     return p, derived

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 from simulator.config.scenario.schema import Scenario
 
-__all__ = ["recompute_modules", "expert_dispatcher", "fp8_saved_activations"]
+__all__ = ["recompute_modules", "expert_dispatcher", "fp8_saved_activations",
+           "slice_activation"]
 
 Problem = tuple[str, str]
 
@@ -73,3 +74,27 @@ def fp8_saved_activations(s: Scenario) -> Iterator[Problem]:
         yield f"{key}[{list(which).index('moe_act_input')}]", (
             "moe_act_input caches the inputs of the experts' activation; this model has no "
             "model.moe (allowed here: attention_output)")
+
+
+def slice_activation(s: Scenario) -> Iterator[Problem]:
+    """`recompute_slice_activation` splits the input a layer keeps under a full recompute
+    over the tensor ranks of a transformer: it needs all three, and no sequence parallel,
+    whose layer input is already split there (Megatron-Core TransformerConfig.__post_init__
+    raises the same: distribute_saved_activations must be false under sequence parallel)."""
+    p = s.parallel
+    if not p.recompute_slice_activation:
+        return
+    key = "parallel.recompute_slice_activation"
+    if s.model.type != "transformer":
+        yield key, (f"true slices a transformer layer's kept input; a model of type "
+                    f"'{s.model.type}' has none (allowed: false)")
+    elif p.recompute != "full":
+        yield key, (f"true slices the input a layer keeps under parallel.recompute full "
+                    f"(found {p.recompute}; allowed: false)")
+    elif p.tensor == 1 or p.tensor_nd is not None:
+        yield key, ("true splits the kept input over parallel.tensor ranks, which is 1 "
+                    "here (allowed: false)" if p.tensor == 1 else
+                    "true with parallel.tensor_nd is not simulated (allowed: false)")
+    elif p.sequence_parallel:
+        yield key, ("true with parallel.sequence_parallel: the kept input is already split "
+                    "over the tensor ranks (allowed: false, as Megatron-Core requires)")

@@ -18,6 +18,7 @@ from simulator.config.scenario.recompute_rules import (
     expert_dispatcher,
     fp8_saved_activations,
     recompute_modules,
+    slice_activation,
 )
 from simulator.config.scenario.rule_helpers import Problem, divisors, fused_collectives
 from simulator.config.scenario.schema import CommFusionSpec, ParallelSpec, Scenario
@@ -355,6 +356,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _model,
     _selective_recompute,
     recompute_modules,
+    slice_activation,
     expert_dispatcher,
     fp8_saved_activations,
     _one_block_overlap,

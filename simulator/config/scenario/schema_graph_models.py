@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictStr
 
-from simulator.config.scenario import graph_rules
+from simulator.config.scenario import graph_rules, manual_split_rules
 from simulator.config.scenario.pipeline_rules import unit_pipeline
 from simulator.config.scenario.rule_helpers import Problem, no_experts
 from simulator.config.scenario.schema_types import (
@@ -117,7 +117,8 @@ class GraphOp(_Closed):
     output: StrictStr = Field(description="Name of the output tensor.")
     attrs: dict[str, Any] = Field(default_factory=dict, description=(
         "Operator attributes (such as shape, axes), and recompute, pipeline_stage, "
-        "primitive_target."))
+        "primitive_target, and on a Gather manual_split (the table rows of each slice of "
+        "its dim 0: torch.chunk's pieces, as an uneven strategy splits them)."))
     strategy: list[list[Degree]] | None = Field(default=None, description=(
         "MindSpore in_strategy: per input, the slices of each dim; null: chosen (parallel.mode "
         "auto) or data parallel."))
@@ -159,3 +160,4 @@ class GraphModel(ModelConfig):
         yield from graph_rules.reductions(s)
         yield from graph_rules.pipeline(self, s)
         yield from graph_rules.copies(self, s)
+        yield from manual_split_rules.manual_split(self)

@@ -238,6 +238,14 @@ class ParallelSpec(_Closed):
             "policy."))
     recompute_comm: RecomputeCommSpec = Field(default_factory=RecomputeCommSpec, description=(
         "What recompute runs again of the communication inside its region."))
+    # MindSpore's recompute_slice_activation (MindFormers `recompute_config`) = Megatron-LM's
+    # --distribute-saved-activations (TransformerConfig.distribute_saved_activations): under
+    # full recompute each layer keeps 1/tensor of its input and all-gathers it over the
+    # tensor ranks before re-running the layer
+    recompute_slice_activation: StrictBool = Field(default=False, description=(
+        "Under recompute full with tensor parallel: each layer keeps its input split over the "
+        "tensor ranks and all-gathers it before its recompute (MindSpore "
+        "recompute_slice_activation, Megatron --distribute-saved-activations)."))
     # MindSpore set_auto_parallel_context(enable_alltoall=...): a redistribution may use an
     # all-to-all (S(d) -> S(e)); false: all-gather + local slice (MindSpore's default; true
     # here, the planner's choice before the key existed)
