@@ -51,7 +51,8 @@ def test_schema_command_prints_the_scenario_json_schema():
     assert doc["properties"]["from"]["oneOf"] == [{"required": ["megatron_args"]},
                                                   {"required": ["torchtitan_toml"]},
                                                   {"required": ["deepspeed_config"]},
-                                                  {"required": ["mindformers_yaml"]}]
+                                                  {"required": ["mindformers_yaml"]},
+                                                  {"required": ["nemo_yaml"]}]
     assert doc["anyOf"] == [{"required": ["model"]}, {"required": ["from"]}]
     model = dict(want["properties"]["model"])
     assert doc["properties"]["model"]["description"] == model.pop("description")

@@ -155,6 +155,29 @@ def mindformers(
     _run("mindformers", source, out, hardware, nodes, devices_per_node, lenient, json_out)
 
 
+@import_app.command("nemo")
+def nemo(
+    source: Annotated[Path, typer.Argument(
+        metavar="SOURCE", help="A NeMo training config (a NeMo-Framework-Launcher "
+        "conf/training YAML), or the name of a bundled one.", show_default=False)],
+    out: _OUT = None,
+    hardware: _HARDWARE = "h100-sxm",
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", metavar="N", help="Nodes (default: trainer.num_nodes).",
+        show_default=False)] = None,
+    devices_per_node: Annotated[int | None, typer.Option(
+        "--devices-per-node", metavar="K", help="Devices per node (default: "
+        "trainer.devices).", show_default=False)] = None,
+    lenient: _LENIENT = False,
+    json_out: _JSON = False,
+) -> None:
+    """A scenario from a NeMo training config (a Megatron GPT).
+
+    The table of what each key became goes to stderr, the scenario YAML to stdout or to
+    --out FILE."""
+    _run("nemo", source, out, hardware, nodes, devices_per_node, lenient, json_out)
+
+
 def _choices(dtype: str | None, recompute: str) -> None:
     """--dtype and --recompute among their values (exit 2 naming the option otherwise)."""
     for name, value, allowed in (("--dtype", dtype, ("bf16", "fp16", "fp32", None)),

@@ -30,7 +30,8 @@ _FROM_HF = {
 _FROM = {
     "type": "object", "title": "From",
     "oneOf": [{"required": ["megatron_args"]}, {"required": ["torchtitan_toml"]},
-              {"required": ["deepspeed_config"]}, {"required": ["mindformers_yaml"]}],
+              {"required": ["deepspeed_config"]}, {"required": ["mindformers_yaml"]},
+              {"required": ["nemo_yaml"]}],
     "description": "A scenario imported from a training framework's own launch configuration "
                    "(`shardsim import`); the keys written beside `from` override the "
                    "imported ones.",
@@ -47,6 +48,10 @@ _FROM = {
         "mindformers_yaml": {"type": "string", "description": (
             "A MindFormers run config (YAML), relative to the scenario file; the world size "
             "is the scenario's cluster.")},
+        "nemo_yaml": {"type": "string", "description": (
+            "A NeMo training config (YAML: a NeMo-Framework-Launcher conf/training file), "
+            "relative to the scenario file; the world size is its trainer's unless the "
+            "scenario's cluster says otherwise.")},
         "lenient": {"type": "boolean", "default": False, "description": (
             "Import without the flags that have no scenario key instead of refusing them.")}},
     "additionalProperties": False,

@@ -10,6 +10,8 @@ from simulator.config.imports.deepspeed_source import read_ds
 from simulator.config.imports.megatron import Imported, import_megatron, read_megatron, stack_for
 from simulator.config.imports.mindformers import import_mindformers
 from simulator.config.imports.mindformers_source import read_mf
+from simulator.config.imports.nemo import import_nemo
+from simulator.config.imports.nemo_source import read_nemo
 from simulator.config.imports.torchtitan import import_torchtitan
 from simulator.config.imports.torchtitan_source import read_toml
 from simulator.errors import InputError
@@ -17,7 +19,8 @@ from simulator.errors import InputError
 __all__ = ["LABELS", "read_format", "stack_of", "Fills"]
 
 LABELS = {"megatron": "Megatron-LM arguments", "torchtitan": "torchtitan job config",
-          "deepspeed": "DeepSpeed config", "mindformers": "MindFormers config"}
+          "deepspeed": "DeepSpeed config", "mindformers": "MindFormers config",
+          "nemo": "NeMo training config"}
 
 
 def stack_of(hardware: str) -> tuple[str | None, bool]:
@@ -43,6 +46,9 @@ def read_format(fmt: str, ref: str, hardware: str, nodes: int | None, per_node: 
     if fmt == "mindformers":
         mf = read_mf(ref, shown, lenient)
         return import_mindformers(mf, hardware, nodes, per_node, lenient), mf.path
+    if fmt == "nemo":
+        cfg = read_nemo(ref, shown, lenient)
+        return import_nemo(cfg, hardware, nodes, per_node, lenient), cfg.path
     if fmt == "torchtitan":
         toml = read_toml(ref, shown, lenient)
         return import_torchtitan(toml, hardware, nodes, per_node, lenient), toml.path

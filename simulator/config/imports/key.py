@@ -15,11 +15,13 @@ from simulator.errors import InputError
 __all__ = ["expand_from", "stack_of"]
 
 _KEYS = {"megatron_args": "megatron", "torchtitan_toml": "torchtitan",
-         "deepspeed_config": "deepspeed", "mindformers_yaml": "mindformers"}
+         "deepspeed_config": "deepspeed", "mindformers_yaml": "mindformers",
+         "nemo_yaml": "nemo"}
 _WHAT = {"megatron_args": "a Megatron-LM argument file or launch script",
          "torchtitan_toml": "a torchtitan job config (TOML)",
          "deepspeed_config": "a DeepSpeed config (JSON)",
-         "mindformers_yaml": "a MindFormers run config (YAML)"}
+         "mindformers_yaml": "a MindFormers run config (YAML)",
+         "nemo_yaml": "a NeMo training config (YAML)"}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
