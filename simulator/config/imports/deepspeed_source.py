@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from simulator.config.imports.deepspeed_keys import NAMES, rule
 from simulator.config.imports.megatron_flags import REFUSE
-from simulator.config.resources import bundled_dir, is_file
+from simulator.config.imports.source_file import read_config_text
 from simulator.config.yamlio import did_you_mean
 from simulator.errors import InputError
 
@@ -124,18 +123,7 @@ def parse_ds(text: str, path: str, lenient: bool = False) -> DsConfig:
 def read_ds(ref: str, shown: str | None = None, lenient: bool = False) -> DsConfig:
     """The checked keys of the file `ref` (a path, or the name of a bundled config in
     scenarios/deepspeed/); `shown` names it in messages."""
-    name = shown or ref
-    path = Path(ref)
-    if not is_file(path):
-        bundled = bundled_dir("scenarios") / "deepspeed" / f"{ref}.json"
-        if not is_file(bundled):
-            raise InputError(name, "", "no such file or bundled DeepSpeed config")
-        path, name = bundled, shown or f"scenarios/deepspeed/{ref}.json"
-    try:
-        with path.open(encoding="utf-8") as fh:
-            text = fh.read(1_000_001)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(name, "", f"cannot read the DeepSpeed config ({exc})") from None
-    if len(text) > 1_000_000:
-        raise InputError(name, "", "more than 1,000,000 characters: not a DeepSpeed config")
+    text, name = read_config_text(ref, shown, "deepspeed", ".json", "DeepSpeed config",
+                                  lambda: "no such file or bundled DeepSpeed config",
+                                  "not a DeepSpeed config")
     return parse_ds(text, name, lenient)

@@ -14,7 +14,6 @@ batch not divisible by micro-batch x data-parallel size) are errors naming the f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from simulator.config.imports.megatron_flags import APPROX, FLAGS, IGNORE, MAP
@@ -22,7 +21,8 @@ from simulator.config.imports.megatron_model import model_section, vocab_size
 from simulator.config.imports.megatron_parallel import parallel_section
 from simulator.config.imports.megatron_source import Source, read_source
 from simulator.config.imports.megatron_values import Values, check_flags
-from simulator.config.resources import bundled_dir, is_file
+from simulator.config.imports.source_file import read_config_text
+from simulator.config.resources import bundled_dir
 from simulator.config.yamlio import did_you_mean
 from simulator.errors import InputError
 
@@ -142,22 +142,10 @@ def bundled_sources() -> list[str]:
 def read_megatron(ref: str, shown: str | None = None) -> Source:
     """The arguments of the file `ref` (a path, or the name of a bundled launch script in
     scenarios/megatron/); `shown` names it in messages."""
-    name = shown or ref
-    path = Path(ref)
-    if not is_file(path):
-        bundled = bundled_dir("scenarios") / "megatron" / f"{ref}.sh"
-        if not is_file(bundled):
-            names = bundled_sources()
-            raise InputError(name, "", f"no such file or bundled launch script"
-                             f"{did_you_mean(ref, names)}; bundled (scenarios/megatron/): "
-                             f"{', '.join(names[:3])}, ... ({len(names)})")
-        path, name = bundled, shown or f"scenarios/megatron/{ref}.sh"
-    try:
-        with path.open(encoding="utf-8") as fh:
-            text = fh.read(1_000_001)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(name, "", f"cannot read the Megatron-LM arguments ({exc})") from None
-    if len(text) > 1_000_000:
-        raise InputError(name, "", "more than 1,000,000 characters: not an argument list or "
-                         "a launch script")
+    def missing() -> str:
+        names = bundled_sources()
+        return (f"no such file or bundled launch script{did_you_mean(ref, names)}; "
+                f"bundled (scenarios/megatron/): {', '.join(names[:3])}, ... ({len(names)})")
+    text, name = read_config_text(ref, shown, "megatron", ".sh", "Megatron-LM arguments",
+                                  missing, "not an argument list or a launch script")
     return read_source(text, name)

@@ -5,14 +5,13 @@ key refused only when it turns its feature on; errors name the file, the line an
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from simulator.config.imports.megatron_flags import REFUSE
 from simulator.config.imports.mindformers_keys import NAMES, rule
-from simulator.config.resources import bundled_dir, is_file
+from simulator.config.imports.source_file import read_config_text
 from simulator.config.yamlio import did_you_mean
 from simulator.errors import InputError
 
@@ -90,8 +89,9 @@ def _check(mf: MfConfig, lenient: bool) -> None:
             mf.dropped.add(key)
 
 
-def parse_mf(text: str, path: str, lenient: bool = False) -> MfConfig:
-    """The checked keys of the YAML `text` (named `path` in messages)."""
+def yaml_keys(text: str, path: str, expected: str) -> MfConfig:
+    """The dotted keys of the YAML `text` (named `path` in messages) with their lines,
+    unchecked; `expected` says what the top level must be."""
     try:
         data = yaml.safe_load(text)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
@@ -100,11 +100,16 @@ def parse_mf(text: str, path: str, lenient: bool = False) -> MfConfig:
         where = f"{path}:{mark.line + 1}" if mark is not None else path
         raise InputError(where, "", f"not YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(data, dict) or node is None:
-        raise InputError(path, "", "expected a mapping of MindFormers config keys")
+        raise InputError(path, "", expected)
     values: dict[str, Any] = {}
     lines: dict[str, int] = {}
     _walk(node, data, "", values, lines)
-    mf = MfConfig(path, values, lines)
+    return MfConfig(path, values, lines)
+
+
+def parse_mf(text: str, path: str, lenient: bool = False) -> MfConfig:
+    """The checked keys of the YAML `text` (named `path` in messages)."""
+    mf = yaml_keys(text, path, "expected a mapping of MindFormers config keys")
     _check(mf, lenient)
     return mf
 
@@ -113,18 +118,7 @@ def read_mf(ref: str, shown: str | None = None, lenient: bool = False) -> MfConf
     """The checked keys of the file `ref` (a path, or the name of a bundled config in
     scenarios/mindformers/, kept as `.yml` so that no scenario listing takes it for a
     scenario); `shown` names it in messages."""
-    name = shown or ref
-    path = Path(ref)
-    if not is_file(path):
-        bundled = bundled_dir("scenarios") / "mindformers" / f"{ref}.yml"
-        if not is_file(bundled):
-            raise InputError(name, "", "no such file or bundled MindFormers config")
-        path, name = bundled, shown or f"scenarios/mindformers/{ref}.yml"
-    try:
-        with path.open(encoding="utf-8") as fh:
-            text = fh.read(1_000_001)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(name, "", f"cannot read the MindFormers config ({exc})") from None
-    if len(text) > 1_000_000:
-        raise InputError(name, "", "more than 1,000,000 characters: not a run config")
+    text, name = read_config_text(ref, shown, "mindformers", ".yml", "MindFormers config",
+                                  lambda: "no such file or bundled MindFormers config",
+                                  "not a run config")
     return parse_mf(text, name, lenient)

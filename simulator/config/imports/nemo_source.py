@@ -7,17 +7,13 @@ on; errors name the file, the line and the key."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from simulator.config.imports.megatron_flags import REFUSE
-from simulator.config.imports.mindformers_source import MfConfig, _walk
+from simulator.config.imports.mindformers_source import MfConfig, yaml_keys
 from simulator.config.imports.nemo_keys import NAMES, rule
-from simulator.config.resources import bundled_dir, is_file
+from simulator.config.imports.source_file import read_config_text
 from simulator.config.yamlio import did_you_mean
-from simulator.errors import InputError
 
 __all__ = ["parse_nemo", "read_nemo"]
 
@@ -74,19 +70,7 @@ def _check(cfg: MfConfig, lenient: bool) -> None:
 
 def parse_nemo(text: str, path: str, lenient: bool = False) -> MfConfig:
     """The checked keys of the YAML `text` (named `path` in messages)."""
-    try:
-        data = yaml.safe_load(text)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else path
-        raise InputError(where, "", f"not YAML ({getattr(exc, 'problem', exc)})") from None
-    if not isinstance(data, dict) or node is None:
-        raise InputError(path, "", "expected a mapping of NeMo config keys (trainer, model)")
-    values: dict[str, Any] = {}
-    lines: dict[str, int] = {}
-    _walk(node, data, "", values, lines)
-    cfg = MfConfig(path, values, lines)
+    cfg = yaml_keys(text, path, "expected a mapping of NeMo config keys (trainer, model)")
     _check(cfg, lenient)
     return cfg
 
@@ -94,18 +78,7 @@ def parse_nemo(text: str, path: str, lenient: bool = False) -> MfConfig:
 def read_nemo(ref: str, shown: str | None = None, lenient: bool = False) -> MfConfig:
     """The checked keys of the file `ref` (a path, or the name of a bundled config in
     scenarios/nemo/, kept as `.yml` so that no scenario listing takes it for a scenario)."""
-    name = shown or ref
-    path = Path(ref)
-    if not is_file(path):
-        bundled = bundled_dir("scenarios") / "nemo" / f"{ref}.yml"
-        if not is_file(bundled):
-            raise InputError(name, "", "no such file or bundled NeMo config")
-        path, name = bundled, shown or f"scenarios/nemo/{ref}.yml"
-    try:
-        with path.open(encoding="utf-8") as fh:
-            text = fh.read(1_000_001)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(name, "", f"cannot read the NeMo config ({exc})") from None
-    if len(text) > 1_000_000:
-        raise InputError(name, "", "more than 1,000,000 characters: not a training config")
+    text, name = read_config_text(ref, shown, "nemo", ".yml", "NeMo config",
+                                  lambda: "no such file or bundled NeMo config",
+                                  "not a training config")
     return parse_nemo(text, name, lenient)

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import tomllib
 
 from simulator.config.imports.megatron_flags import REFUSE
+from simulator.config.imports.source_file import read_config_text
 from simulator.config.imports.torchtitan_keys import SECTIONS, rule
 from simulator.config.imports.torchtitan_names import KEY_NAMES
-from simulator.config.resources import bundled_dir, is_file
+from simulator.config.resources import bundled_dir
 from simulator.config.yamlio import did_you_mean
 from simulator.errors import InputError
 
@@ -155,21 +155,10 @@ def bundled_tomls() -> list[str]:
 def read_toml(ref: str, shown: str | None = None, lenient: bool = False) -> Toml:
     """The checked keys of the file `ref` (a path, or the name of a bundled job config in
     scenarios/torchtitan/); `shown` names it in messages."""
-    name = shown or ref
-    path = Path(ref)
-    if not is_file(path):
-        bundled = bundled_dir("scenarios") / "torchtitan" / f"{ref}.toml"
-        if not is_file(bundled):
-            names = bundled_tomls()
-            raise InputError(name, "", f"no such file or bundled torchtitan job config"
-                             f"{did_you_mean(ref, names)}; bundled (scenarios/torchtitan/): "
-                             f"{', '.join(names)}")
-        path, name = bundled, shown or f"scenarios/torchtitan/{ref}.toml"
-    try:
-        with path.open(encoding="utf-8") as fh:
-            text = fh.read(1_000_001)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(name, "", f"cannot read the torchtitan job config ({exc})") from None
-    if len(text) > 1_000_000:
-        raise InputError(name, "", "more than 1,000,000 characters: not a job config")
+    def missing() -> str:
+        names = bundled_tomls()
+        return (f"no such file or bundled torchtitan job config{did_you_mean(ref, names)}; "
+                f"bundled (scenarios/torchtitan/): {', '.join(names)}")
+    text, name = read_config_text(ref, shown, "torchtitan", ".toml", "torchtitan job config",
+                                  missing, "not a job config")
     return parse_toml(text, name, lenient)
