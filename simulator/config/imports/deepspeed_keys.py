@@ -6,25 +6,15 @@ aliases) and zero/offload_config.py, activation_checkpointing/config.py."""
 
 from __future__ import annotations
 
-from simulator.config.imports.megatron_flags import APPROX, IGNORE, MAP, REFUSE, Flag
+from simulator.config.imports.key_rules import approximated as _approx
+from simulator.config.imports.key_rules import ignored as _ignore
+from simulator.config.imports.key_rules import mapped as _m
+from simulator.config.imports.key_rules import refused as _refuse
+from simulator.config.imports.megatron_flags import IGNORE, MAP, REFUSE, Flag
 
 __all__ = ["KEYS", "SECTIONS", "rule", "NAMES"]
 
 
-def _m(key: str) -> Flag:
-    return Flag(MAP, key, "")
-
-
-def _ignore(why: str) -> Flag:
-    return Flag(IGNORE, "", why)
-
-
-def _approx(why: str) -> Flag:
-    return Flag(APPROX, "", why)
-
-
-def _refuse(why: str) -> Flag:
-    return Flag(REFUSE, "", why)
 
 
 _LOG = "logging, monitoring, profiling or checkpointing: not part of a training iteration"

@@ -7,25 +7,16 @@ did-you-mean."""
 
 from __future__ import annotations
 
-from simulator.config.imports.megatron_flags import APPROX, IGNORE, MAP, REFUSE, Flag
+from simulator.config.imports.key_rules import approximated as _approx
+from simulator.config.imports.key_rules import ignored as _ignore
+from simulator.config.imports.key_rules import mapped as _m
+from simulator.config.imports.key_rules import refused as _refuse
+from simulator.config.imports.key_rules import section_rule
+from simulator.config.imports.megatron_flags import Flag
 
 __all__ = ["KEYS", "SECTIONS", "rule", "NAMES"]
 
 
-def _m(key: str) -> Flag:
-    return Flag(MAP, key, "")
-
-
-def _ignore(why: str) -> Flag:
-    return Flag(IGNORE, "", why)
-
-
-def _approx(why: str) -> Flag:
-    return Flag(APPROX, "", why)
-
-
-def _refuse(why: str) -> Flag:
-    return Flag(REFUSE, "", why)
 
 
 _LOG = "logging, checkpointing, profiling, evaluation or paths: not part of a training step"
@@ -154,11 +145,4 @@ NAMES: tuple[str, ...] = tuple(sorted({*KEYS, *SECTIONS, "model.model_config"}))
 
 def rule(key: str) -> Flag | None:
     """The rule of dotted `key`: its own, else a section read whole that encloses it."""
-    if key in KEYS:
-        return KEYS[key]
-    parts = key.split(".")
-    for end in range(len(parts) - 1, 0, -1):
-        found = SECTIONS.get(".".join(parts[:end]))
-        if found is not None:
-            return found
-    return SECTIONS.get(key)
+    return section_rule(key, KEYS, SECTIONS)

@@ -8,25 +8,15 @@ refused the same way. Names and defaults: pytorch/torchtitan torchtitan/config/j
 
 from __future__ import annotations
 
-from simulator.config.imports.megatron_flags import APPROX, IGNORE, MAP, REFUSE, Flag
+from simulator.config.imports.key_rules import approximated as _approx
+from simulator.config.imports.key_rules import ignored as _ignore
+from simulator.config.imports.key_rules import mapped as _m
+from simulator.config.imports.key_rules import refused as _refuse
+from simulator.config.imports.megatron_flags import Flag
 
 __all__ = ["KEYS", "SECTIONS"]
 
 
-def _m(key: str) -> Flag:
-    return Flag(MAP, key, "")
-
-
-def _ignore(why: str) -> Flag:
-    return Flag(IGNORE, "", why)
-
-
-def _approx(why: str) -> Flag:
-    return Flag(APPROX, "", why)
-
-
-def _refuse(why: str) -> Flag:
-    return Flag(REFUSE, "", why)
 
 
 _PATHS = "a file or folder path, or a name: no effect on an iteration's time or memory"
