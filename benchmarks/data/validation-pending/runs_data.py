@@ -320,14 +320,8 @@ def nemo(rid, model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tps, *, src=NEMO_2407,
                       "(--decoder-first/last-pipeline-num-layers) or the account_for_"
                       "embedding/loss layout)")
         needs.append(f"uneven pipeline stages ({l} layers on {pp} x VP {vp})")
-    if cp > 1:
-        needs.append(f"context parallel {cp}")
-        body["global_batch_size"] = gbs * cp
-        body["seq_length"] = seq // cp
-        approx.append(f"data = DP {dp} x CP {cp} with seq {seq // cp} and global_batch_size "
-                      f"{gbs * cp} (tokens per step kept; attention FLOPs undercounted) until "
-                      "context parallel exists; exact: data "
-                      f"{dp}, context_parallel {cp}, seq {seq}, global_batch_size {gbs}")
+    if cp > 1:  # parallel.context: each rank holds seq / cp tokens of every sequence
+        body["data"], body["context"] = dp, cp
     if fsdp:
         needs.append("Megatron-FSDP (use_megatron_fsdp / custom FSDP) instead of the "
                      "distributed optimizer")
