@@ -267,6 +267,17 @@ class HardwareProfile(_Closed):
         return dtype in DTYPES and getattr(self.peak_tflops, dtype) is not None
 
     @property
+    def fp8_gemm_any_layout(self) -> bool:
+        """Whether this device's FP8 GEMMs take their operands in any layout (NN, NT, TN),
+        so an FP8 tensor needs no transposed copy: Blackwell data-centre parts (compute
+        capability 10.x; Transformer Engine's nvte_is_non_tn_fp8_gemm_supported() is true
+        for 10.0 <= cc < 12.0 and cc >= 13.0, transformer_engine/common/transformer_engine.cpp,
+        and its quantizers then create no transpose, pytorch/csrc/quantizer.cpp
+        `create_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()`);
+        Hopper and Ada take only TN. Read from the profile's architecture (`nccl.generation`)."""
+        return self.nccl is not None and self.nccl.generation == "blackwell"
+
+    @property
     def vector_flops_per_s(self) -> float:
         """Peak of the vector (non-matrix) units, FLOP/s; defaults to the fp32 peak."""
         if self.vector_tflops is not None:

@@ -105,6 +105,11 @@ class TrainingSpec(_Closed):
     fp8_params: StrictBool = Field(default=False, description=(
         "With model.dtype fp8: the weights of the FP8 GEMMs stored in FP8, with no 16-bit copy "
         "besides the optimizer's."))
+    # FP8 recipes only: how the FP8 operands are scaled (simulator/program/fp8.py)
+    fp8_scaling: Literal["tensor", "mxfp8"] = Field(default="tensor", description=(
+        "With model.dtype fp8: tensor (one scale per tensor: Transformer Engine's delayed or "
+        "current scaling, torchao tensorwise) or mxfp8 (Blackwell's block scaling, an E8M0 "
+        "scale per 32 elements: a rowwise and a columnwise copy of every operand)."))
     # FP4 recipes (issue 22 item 6): the GEMMs of the framework's low-precision recipe
     # (fp8.gemm_roles) run in FP4 on Blackwell's FP4 tensor cores, the model otherwise bf16
     # (simulator/program/fp8.py)
