@@ -1,0 +1,129 @@
+"""Link figures fitted to nccl-tests logs through the collective model `shardsim comm` and
+`run` use (`simulator.cost.collectives.collective_choice`, NCCL's tuning model where the
+profile has an `nccl:` block).
+
+The fitted figures are the profile's own knobs of that model: the effective bus bandwidths
+(`efficiency.intra_node_bus_fraction`, `efficiency.inter_node_bus_fraction`), NVLink SHARP's
+share of it and its latency (`intra_node.nvls`), and the per-step latencies of the profile
+(`intra_node.latency_us`, `inter_node.latency_us`: all_to_all and send_recv, and every
+collective of a profile without NCCL's model). A figure is fitted only where the logs cover
+it: changing it must change the modelled time of at least one measured point. The loss is
+the mean squared log of modelled over measured time over every point of every log, so a
+1 us collective and a 10 ms one weigh alike; the figures are fitted one at a time, in the
+order above, twice round (coordinate descent), each over its whole allowed range.
+
+A base profile with a measured all_reduce curve inside a node (`intra_node.allreduce_busbw_GBps`,
+which prices every ring inside a node in place of the model) has it replaced by the logged
+all_reduce curve of the most ranks inside one node, when there is one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.calibrate.search import minimise
+from simulator.calibrate.values import get_value, with_value
+from simulator.config.hardware.schema import HardwareProfile
+from simulator.config.measurements import NcclLog
+from simulator.cost.collectives import collective_choice
+from simulator.cost.specs import GroupSpec
+
+__all__ = ["CommFit", "fit_comm", "group_of", "model_time_s", "CURVE_KEY"]
+
+CURVE_KEY = "intra_node.allreduce_busbw_GBps"
+# (dotted key, lower bound, upper bound, digits kept): the schema's ranges, latencies from
+# 0.05 us (below any measured step) to 1 ms
+_PARAMS: tuple[tuple[str, float, float, int], ...] = (
+    ("efficiency.intra_node_bus_fraction", 0.02, 1.0, 3),
+    ("intra_node.nvls.efficiency", 0.02, 1.0, 3),
+    ("efficiency.inter_node_bus_fraction", 0.02, 1.0, 3),
+    ("nccl.overhead_us", 0.01, 1000.0, 2),
+    ("intra_node.latency_us", 0.05, 1000.0, 2),
+    ("intra_node.nvls.latency_us", 0.05, 1000.0, 2),
+    ("inter_node.latency_us", 0.05, 1000.0, 2),
+)
+_ROUNDS = 2
+
+
+@dataclass(frozen=True)
+class CommFit:
+    """The fitted profile, {key: value} of what was replaced, {key: the logs that cover it},
+    the loss before and after."""
+
+    hw: HardwareProfile
+    values: dict[str, object]
+    sources: dict[str, tuple[str, ...]]
+    loss_before: float
+    loss_after: float
+
+
+def group_of(log: NcclLog, hw: HardwareProfile) -> GroupSpec:
+    """The ranks of `log` as a group: its ranks per node, or the profile's node size."""
+    per_node = log.ranks_per_node or hw.devices_per_node_default
+    return GroupSpec(size=log.ranks, stride=1, devices_per_node=min(per_node, log.ranks))
+
+
+def model_time_s(log: NcclLog, nbytes: float, hw: HardwareProfile) -> float:
+    """The modelled time of one point of `log`, as `shardsim comm` prices it."""
+    return collective_choice(log.collective, nbytes, group_of(log, hw), hw).time_s
+
+
+def _loss(logs: tuple[NcclLog, ...], hw: HardwareProfile) -> float:
+    errors = [math.log(model_time_s(log, p.nbytes, hw) / (p.time_us * 1e-6))
+              for log in logs for p in log.points]
+    return sum(e * e for e in errors) / len(errors)
+
+
+def _covering(key: str, lo: float, hi: float, logs: tuple[NcclLog, ...],
+              hw: HardwareProfile) -> tuple[str, ...]:
+    """The logs whose modelled times move when `key` moves (empty: not covered)."""
+    value = get_value(hw, key)
+    if value is None:
+        return ()
+    moved = [with_value(hw, key, min(max(x, lo), hi)) for x in (value / 2, value * 2 or 1.0)]
+    out = []
+    for log in logs:
+        for p in log.points:
+            base = model_time_s(log, p.nbytes, hw)
+            if any(abs(model_time_s(log, p.nbytes, m) - base) > 1e-9 * base for m in moved):
+                out.append(log.source)
+                break
+    return tuple(out)
+
+
+def measured_curve(logs: tuple[NcclLog, ...], hw: HardwareProfile
+                   ) -> tuple[tuple[float, float], ...] | None:
+    """The all_reduce curve [(bytes, busbw GB/s)] of the intra-node all_reduce log of most
+    ranks, busbw recomputed from bytes and time (the printed one has two decimals)."""
+    inside = [log for log in logs if log.collective == "all_reduce"
+              and not group_of(log, hw).crosses_nodes]
+    if not inside:
+        return None
+    log = max(inside, key=lambda x: x.ranks)
+    factor = 2 * (log.ranks - 1) / log.ranks
+    return tuple((float(p.nbytes), round(factor * p.nbytes / p.time_us / 1e3, 4))
+                 for p in log.points)
+
+
+def fit_comm(logs: tuple[NcclLog, ...], hw: HardwareProfile) -> CommFit:
+    """Fit the figures the logs cover (see the module docstring)."""
+    values: dict[str, object] = {}
+    sources: dict[str, tuple[str, ...]] = {}
+    before = _loss(logs, hw)
+    if hw.intra_node.allreduce_busbw_GBps:
+        curve = measured_curve(logs, hw)
+        if curve is not None:
+            hw = with_value(hw, CURVE_KEY, curve)
+            values[CURVE_KEY] = curve
+            sources[CURVE_KEY] = tuple(log.source for log in logs
+                                       if log.collective == "all_reduce")[:1]
+    params = [(k, lo, hi, d, _covering(k, lo, hi, logs, hw)) for k, lo, hi, d in _PARAMS]
+    params = [p for p in params if p[4]]
+    for _ in range(_ROUNDS):
+        for key, lo, hi, digits, _covers in params:
+            best = minimise(lambda x, h=hw, k=key: _loss(logs, with_value(h, k, x)), lo, hi)
+            hw = with_value(hw, key, round(best, digits) or 10.0 ** -digits)
+    for key, _lo, _hi, _digits, covers in params:
+        values[key], sources[key] = get_value(hw, key), covers
+    return CommFit(hw, values, sources, before, _loss(logs, hw))
