@@ -178,13 +178,16 @@ def _ranks(header: _Header, collective: str, points: list[NcclPoint], source: st
         per_node = on_host if len(header.ranks) == ranks else None
         return ranks, per_node, device
     big = max(points, key=lambda p: p.nbytes)
-    ratio = big.busbw_GBps / big.algbw_GBps if big.algbw_GBps >= 1 else 0.0
     top = 2.0 if collective == "all_reduce" else 1.0
-    if not 0 < ratio < top * 0.9999:
+    algbw = big.nbytes / big.time_us / 1e3
+    # busbw is printed to 0.01 GB/s: the rank count must be the same at either end of that
+    counts = {round(top / (top - r)) if 0 < r < top else 0
+              for r in ((big.busbw_GBps - 0.005) / algbw, (big.busbw_GBps + 0.005) / algbw)}
+    if len(counts) != 1 or min(counts) < 2:
         raise InputError(source, "", "the log lists no '#  Rank N ... on HOST' lines and its "
                          "largest row's busbw / algbw does not tell the rank count; keep the "
                          "header nccl-tests prints")
-    return max(2, round(top / (top - ratio))), None, ""
+    return counts.pop(), None, ""
 
 
 def _check_factor(collective: str, ranks: int, points: list[NcclPoint], source: str) -> None:
