@@ -88,6 +88,8 @@ def calibrate(logs: list[str], sweeps: list[str], base: str | None = None,
     devices = [d for d in (*(x.device for x in parsed), *(g.device for g in gemm)) if d]
     base = base or choose_base(devices, (logs or sweeps)[0])
     base_hw = load_profile(base)
+    for log in parsed:
+        _check_nodes(log, base_hw)
     hw, fields, notes = _fit(parsed, gemm, base_hw)
     name = name or f"{base_hw.name}-calibrated"
     text = _write(base, base_hw, fields, name, [*logs, *sweeps])
@@ -96,6 +98,15 @@ def calibrate(logs: list[str], sweeps: list[str], base: str | None = None,
         assert get_value(written, f.key) == get_value(hw, f.key), f.key
     checks = (*_comm_checks(parsed, written), *_gemm_checks(gemm, written))
     return Calibration(base_hw.source, name, text, tuple(fields), checks, notes)
+
+
+def _check_nodes(log: NcclLog, hw: HardwareProfile) -> None:
+    """Ranks across nodes must fill whole nodes, as `comm` and `run` place them."""
+    per_node = log.ranks_per_node or hw.devices_per_node_default
+    if log.ranks > per_node and log.ranks % per_node:
+        said = "its rank lines" if log.ranks_per_node else f"the base profile ({hw.name})"
+        raise InputError(log.source, "", f"{log.ranks} ranks with {per_node} per node (from "
+                         f"{said}) do not fill whole nodes; expected a multiple of {per_node}")
 
 
 def _fit(logs: tuple[NcclLog, ...], sweeps: tuple[GemmSweep, ...], hw: HardwareProfile
