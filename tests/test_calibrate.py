@@ -145,7 +145,7 @@ def test_comm_reproduces_the_logs_on_the_written_profile(h100_calibrated) -> Non
         assert statistics.median(mine) <= 0.10, log.source
         assert sum(e <= 0.25 for e in mine) >= 0.9 * len(mine), log.source
         errors += mine
-    assert statistics.median(errors) < statistics.median(base_errors) / 3  # 5.1% vs 20.9%
+    assert statistics.median(errors) < statistics.median(base_errors) / 3  # 5.1% vs 109%
     summary = {Path(r["file"]).name: r for r in result["summary"]}
     assert summary["h100_4gpu_all_reduce.txt"]["points"] == 31
 
