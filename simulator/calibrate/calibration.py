@@ -111,7 +111,9 @@ def _check_nodes(log: NcclLog, hw: HardwareProfile) -> None:
 
 def _fit(logs: tuple[NcclLog, ...], sweeps: tuple[GemmSweep, ...], hw: HardwareProfile
          ) -> tuple[HardwareProfile, list[Field], tuple[str, ...]]:
-    fields, notes, base = [], (), hw
+    fields: list[Field] = []
+    notes: tuple[str, ...] = ()
+    base = hw
     if logs:
         comm = fit_comm(logs, hw)
         hw = comm.hw

@@ -20,6 +20,7 @@ all_reduce curve of the most ranks inside one node, when there is one.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.calibrate.search import minimise
@@ -106,6 +107,11 @@ def measured_curve(logs: tuple[NcclLog, ...], hw: HardwareProfile
                  for p in log.points)
 
 
+def _comm_loss(logs: tuple[NcclLog, ...], hw: HardwareProfile, key: str
+               ) -> Callable[[float], float]:
+    return lambda x: _loss(logs, with_value(hw, key, x))
+
+
 def fit_comm(logs: tuple[NcclLog, ...], hw: HardwareProfile) -> CommFit:
     """Fit the figures the logs cover (see the module docstring)."""
     values: dict[str, object] = {}
@@ -122,7 +128,7 @@ def fit_comm(logs: tuple[NcclLog, ...], hw: HardwareProfile) -> CommFit:
     params = [p for p in params if p[4]]
     for _ in range(_ROUNDS):
         for key, lo, hi, digits, _covers in params:
-            best = minimise(lambda x, h=hw, k=key: _loss(logs, with_value(h, k, x)), lo, hi)
+            best = minimise(_comm_loss(logs, hw, key), lo, hi)
             hw = with_value(hw, key, round(best, digits) or 10.0 ** -digits)
     for key, _lo, _hi, _digits, covers in params:
         values[key], sources[key] = get_value(hw, key), covers

@@ -14,6 +14,7 @@ measured time.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.calibrate.search import minimise
@@ -87,6 +88,11 @@ def _groups(sweeps: tuple[GemmSweep, ...], hw: HardwareProfile
     return groups, notes
 
 
+def _gemm_loss(points: tuple[GemmPoint, ...], hw: HardwareProfile, key: str
+               ) -> Callable[[float], float]:
+    return lambda x: _loss(points, burst(with_value(hw, key, x)))
+
+
 def fit_gemm(sweeps: tuple[GemmSweep, ...], hw: HardwareProfile) -> GemmFit:
     """Fit each covered peak fraction (see the module docstring)."""
     groups, notes = _groups(sweeps, hw)
@@ -95,8 +101,7 @@ def fit_gemm(sweeps: tuple[GemmSweep, ...], hw: HardwareProfile) -> GemmFit:
     fitted: dict[str, tuple[GemmPoint, ...]] = {}
     for key, rows in groups.items():
         points = tuple(p for p, _ in rows)
-        best = minimise(lambda x, h=hw, k=key, pts=points: _loss(pts, burst(with_value(h, k, x))),
-                        0.01, 1.0)
+        best = minimise(_gemm_loss(points, hw, key), 0.01, 1.0)
         hw = with_value(hw, key, round(best, 3))
         values[key] = round(best, 3)
         sources[key] = tuple(dict.fromkeys(s for _, s in rows))

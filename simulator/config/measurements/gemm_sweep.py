@@ -133,7 +133,7 @@ def _mamf(lines: list[str], source: str) -> GemmSweep:
 
 def _columns(header: list[str], source: str, line: int) -> dict[str, int]:
     names = [h.strip().lower() for h in header]
-    found = {c: names.index(c) for c in ("m", "n", "k", "dtype") if c in names}
+    found: dict[str, int] = {c: names.index(c) for c in ("m", "n", "k", "dtype") if c in names}
     spelled = [t for t in _TFLOPS if t in names]
     if spelled:
         found["tflops"] = names.index(spelled[0])
