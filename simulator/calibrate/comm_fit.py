@@ -6,11 +6,16 @@ The fitted figures are the profile's own knobs of that model: the effective bus 
 (`efficiency.intra_node_bus_fraction`, `efficiency.inter_node_bus_fraction`), NVLink SHARP's
 share of it and its latency (`intra_node.nvls`), and the per-step latencies of the profile
 (`intra_node.latency_us`, `inter_node.latency_us`: all_to_all and send_recv, and every
-collective of a profile without NCCL's model). A figure is fitted only where the logs cover
-it: changing it must change the modelled time of at least one measured point. The loss is
-the mean squared log of modelled over measured time over every point of every log, so a
-1 us collective and a 10 ms one weigh alike; the figures are fitted one at a time, in the
-order above, twice round (coordinate descent), each over its whole allowed range.
+collective of a profile without NCCL's model). Each figure is fitted to the logs of its own
+links: the NVLink figures and NCCL's fixed overhead (`nccl.overhead_us`) to the logs inside
+one node, the network figures and the further overhead across nodes
+(`nccl.net_overhead_us`) to the logs across nodes; so a log across nodes, whose ring is as
+fast as its slower link, does not move the NVLink figures. A figure
+is fitted only where those logs cover it: changing it must change the modelled time of at
+least one of their points. The loss is the mean squared log of modelled over measured time
+over those points, so a 10 us collective and a 10 ms one weigh alike; the figures are
+fitted one at a time, in the order below, twice round (coordinate descent), each over its
+whole allowed range.
 
 A base profile with a measured all_reduce curve inside a node (`intra_node.allreduce_busbw_GBps`,
 which prices every ring inside a node in place of the model) has it replaced by the logged
@@ -33,16 +38,17 @@ from simulator.cost.specs import GroupSpec
 __all__ = ["CommFit", "fit_comm", "group_of", "model_time_s", "CURVE_KEY"]
 
 CURVE_KEY = "intra_node.allreduce_busbw_GBps"
-# (dotted key, lower bound, upper bound, digits kept): the schema's ranges, latencies from
-# 0.05 us (below any measured step) to 1 ms
-_PARAMS: tuple[tuple[str, float, float, int], ...] = (
-    ("efficiency.intra_node_bus_fraction", 0.02, 1.0, 3),
-    ("intra_node.nvls.efficiency", 0.02, 1.0, 3),
-    ("efficiency.inter_node_bus_fraction", 0.02, 1.0, 3),
-    ("nccl.overhead_us", 0.01, 1000.0, 2),
-    ("intra_node.latency_us", 0.05, 1000.0, 2),
-    ("intra_node.nvls.latency_us", 0.05, 1000.0, 2),
-    ("inter_node.latency_us", 0.05, 1000.0, 2),
+# (dotted key, the logs it is fitted to, lower bound, upper bound, digits kept): the schema's
+# ranges, latencies from 0.05 us (below any measured step) to 1 ms
+_PARAMS: tuple[tuple[str, str, float, float, int], ...] = (
+    ("efficiency.intra_node_bus_fraction", "intra", 0.02, 1.0, 3),
+    ("intra_node.nvls.efficiency", "intra", 0.02, 1.0, 3),
+    ("efficiency.inter_node_bus_fraction", "inter", 0.02, 1.0, 3),
+    ("nccl.overhead_us", "intra", 0.01, 1000.0, 2),
+    ("nccl.net_overhead_us", "inter", 0.01, 1000.0, 2),
+    ("intra_node.latency_us", "intra", 0.05, 1000.0, 2),
+    ("intra_node.nvls.latency_us", "intra", 0.05, 1000.0, 2),
+    ("inter_node.latency_us", "inter", 0.05, 1000.0, 2),
 )
 _ROUNDS = 2
 
@@ -93,18 +99,25 @@ def _covering(key: str, lo: float, hi: float, logs: tuple[NcclLog, ...],
     return tuple(out)
 
 
+def _domain(logs: tuple[NcclLog, ...], hw: HardwareProfile, domain: str
+            ) -> tuple[NcclLog, ...]:
+    """The logs inside one node ('intra'), across nodes ('inter'), or all of them."""
+    if domain == "all":
+        return logs
+    return tuple(x for x in logs if group_of(x, hw).crosses_nodes == (domain == "inter"))
+
+
 def measured_curve(logs: tuple[NcclLog, ...], hw: HardwareProfile
-                   ) -> tuple[tuple[float, float], ...] | None:
-    """The all_reduce curve [(bytes, busbw GB/s)] of the intra-node all_reduce log of most
-    ranks, busbw recomputed from bytes and time (the printed one has two decimals)."""
-    inside = [log for log in logs if log.collective == "all_reduce"
-              and not group_of(log, hw).crosses_nodes]
+                   ) -> tuple[str, tuple[tuple[float, float], ...]] | None:
+    """(source, [(bytes, busbw GB/s)]) of the intra-node all_reduce log of most ranks,
+    busbw recomputed from bytes and time (the printed one has two decimals)."""
+    inside = [x for x in _domain(logs, hw, "intra") if x.collective == "all_reduce"]
     if not inside:
         return None
     log = max(inside, key=lambda x: x.ranks)
     factor = 2 * (log.ranks - 1) / log.ranks
-    return tuple((float(p.nbytes), round(factor * p.nbytes / p.time_us / 1e3, 4))
-                 for p in log.points)
+    return log.source, tuple((float(p.nbytes), round(factor * p.nbytes / p.time_us / 1e3, 4))
+                             for p in log.points)
 
 
 def _comm_loss(logs: tuple[NcclLog, ...], hw: HardwareProfile, key: str
@@ -117,19 +130,18 @@ def fit_comm(logs: tuple[NcclLog, ...], hw: HardwareProfile) -> CommFit:
     values: dict[str, object] = {}
     sources: dict[str, tuple[str, ...]] = {}
     before = _loss(logs, hw)
-    if hw.intra_node.allreduce_busbw_GBps:
-        curve = measured_curve(logs, hw)
-        if curve is not None:
-            hw = with_value(hw, CURVE_KEY, curve)
-            values[CURVE_KEY] = curve
-            sources[CURVE_KEY] = tuple(log.source for log in logs
-                                       if log.collective == "all_reduce")[:1]
-    params = [(k, lo, hi, d, _covering(k, lo, hi, logs, hw)) for k, lo, hi, d in _PARAMS]
-    params = [p for p in params if p[4]]
+    curve = measured_curve(logs, hw) if hw.intra_node.allreduce_busbw_GBps else None
+    if curve is not None:
+        hw = with_value(hw, CURVE_KEY, curve[1])
+        values[CURVE_KEY], sources[CURVE_KEY] = curve[1], (curve[0],)
+    params = [(k, _domain(logs, hw, d), lo, hi, digits) for k, d, lo, hi, digits in _PARAMS]
+    covered = [(k, mine, lo, hi, digits, _covering(k, lo, hi, mine, hw))
+               for k, mine, lo, hi, digits in params if mine]
+    covered = [p for p in covered if p[5]]
     for _ in range(_ROUNDS):
-        for key, lo, hi, digits, _covers in params:
-            best = minimise(_comm_loss(logs, hw, key), lo, hi)
+        for key, mine, lo, hi, digits, _covers in covered:
+            best = minimise(_comm_loss(mine, hw, key), lo, hi)
             hw = with_value(hw, key, round(best, digits) or 10.0 ** -digits)
-    for key, _lo, _hi, _digits, covers in params:
+    for key, _mine, _lo, _hi, _digits, covers in covered:
         values[key], sources[key] = get_value(hw, key), covers
     return CommFit(hw, values, sources, before, _loss(logs, hw))
