@@ -254,3 +254,21 @@ def test_a_log_across_nodes_fits_the_network_figures_only() -> None:
     errors = [(c["what"], abs(c["error_pct"])) for c in result["checks"]]
     assert statistics.median(e for _, e in errors) <= 15.0
     assert all(e <= 12.0 for what, e in errors if int(what.split()[1]) <= 1 << 20)
+
+
+def test_a_base_with_a_measured_curve_gets_the_logged_one(tmp_path: Path) -> None:
+    """a100-80gb prices rings inside a node from its measured all_reduce curve; a log of an
+    all_reduce inside one node replaces that curve (here the H100 log, on purpose: the curve
+    must then be the log's, not the A100's), and comm gives back every logged point."""
+    result = api.calibrate_profile([LOGS[0]], [], base="a100-80gb")
+    fields = {f["key"]: f for f in result["fields"]}
+    assert tuple(fields["intra_node.allreduce_busbw_GBps"]["sources"]) == (LOGS[0],)
+    path = tmp_path / "a100-cal.yaml"
+    path.write_text(result["yaml"])
+    curve = load_profile(str(path)).intra_node.allreduce_busbw_GBps
+    assert curve is not None and curve[0][0] == 16  # 8 B is below the schema's 0.001 GB/s
+    slowest = 0.0  # the curve's time never falls with size (cost.links.measured_bus_time)
+    for p in read_nccl_log(LOGS[0]).points[1:]:
+        slowest = max(slowest, p.time_us)
+        res = api.comm("all_reduce", p.nbytes, 4, str(path), 8)
+        assert res["time_s"] == pytest.approx(slowest * 1e-6, rel=1e-4)

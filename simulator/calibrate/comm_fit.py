@@ -51,6 +51,7 @@ _PARAMS: tuple[tuple[str, str, float, float, int], ...] = (
     ("inter_node.latency_us", "inter", 0.05, 1000.0, 2),
 )
 _ROUNDS = 2
+_MIN_BUSBW = 1e-3  # GB/s, the profile schema's least bandwidth
 
 
 @dataclass(frozen=True)
@@ -110,14 +111,17 @@ def _domain(logs: tuple[NcclLog, ...], hw: HardwareProfile, domain: str
 def measured_curve(logs: tuple[NcclLog, ...], hw: HardwareProfile
                    ) -> tuple[str, tuple[tuple[float, float], ...]] | None:
     """(source, [(bytes, busbw GB/s)]) of the intra-node all_reduce log of most ranks,
-    busbw recomputed from bytes and time (the printed one has two decimals)."""
+    busbw recomputed from bytes and time (the printed one has two decimals), from the first
+    size whose busbw reaches the schema's 0.001 GB/s."""
     inside = [x for x in _domain(logs, hw, "intra") if x.collective == "all_reduce"]
     if not inside:
         return None
     log = max(inside, key=lambda x: x.ranks)
     factor = 2 * (log.ranks - 1) / log.ranks
-    return log.source, tuple((float(p.nbytes), round(factor * p.nbytes / p.time_us / 1e3, 4))
-                             for p in log.points)
+    points = ((float(p.nbytes), float(f"{factor * p.nbytes / p.time_us / 1e3:.5g}"))
+              for p in log.points)
+    # the schema's floor of 0.001 GB/s: below it (a few bytes) the curve's first point holds
+    return log.source, tuple((n, bw) for n, bw in points if bw >= _MIN_BUSBW)
 
 
 def _comm_loss(logs: tuple[NcclLog, ...], hw: HardwareProfile, key: str
