@@ -19,7 +19,8 @@ SEED = 27
 CASES = 120
 DATA = Path(__file__).parent / "data" / "calibrate"
 JUNK = ["nan", "inf", "-1", "0", "1e308", "9" * 400, "abc", "N/A", "", "\u4e2d", "\x00",
-        "1e-300", "-0.0", "#", "|", "@", "sum", "none", "4096x4096x4096", "0x10"]
+        "1e-300", "-0.0", "#", "|", "@", "sum", "none", "4096x4096x4096", "0x10",
+        "\u00b2", "\u0663", "9" * 5000, "Rank", "-1"]
 
 
 def _small_log(name: str) -> list[str]:

@@ -82,8 +82,8 @@ def parse_gemm_sweep(text: str, source: str) -> GemmSweep:
 def _dims(values: tuple[str, str, str], source: str, line: int) -> tuple[int, int, int]:
     out = []
     for name, value in zip("mnk", values):
-        if not value.strip().isdigit() or not 1 <= int(value) <= _MAX_DIM:
-            raise InputError(source, f"line {line}", f"{name} = {value!r}; expected an "
+        if not re.fullmatch(r"[0-9]{1,10}", value.strip()) or not 1 <= int(value) <= _MAX_DIM:
+            raise InputError(source, f"line {line}", f"{name} = {value[:40]!r}; expected an "
                              f"integer from 1 to {_MAX_DIM:,}")
         out.append(int(value))
     return out[0], out[1], out[2]
@@ -95,7 +95,7 @@ def _tflops(value: str, source: str, line: int) -> float:
     except ValueError:
         number = math.nan
     if not (math.isfinite(number) and 0 < number <= _MAX_TFLOPS):
-        raise InputError(source, f"line {line}", f"TFLOP/s = {value!r}; expected a number "
+        raise InputError(source, f"line {line}", f"TFLOP/s = {value[:40]!r}; expected a number "
                          f"above 0 and at most {_MAX_TFLOPS:g}")
     return number
 
@@ -103,7 +103,7 @@ def _tflops(value: str, source: str, line: int) -> float:
 def _dtype(value: str, source: str, line: int) -> str:
     name = dtype_name(value)
     if name is None:
-        raise InputError(source, f"line {line}", f"dtype {value!r}; expected one of "
+        raise InputError(source, f"line {line}", f"dtype {value[:40]!r}; expected one of "
                          f"{', '.join(sorted(set(_DTYPES)))}")
     return name
 

@@ -35,8 +35,10 @@ NCCL_COLLECTIVES = {"all_reduce": "all_reduce", "allreduce": "all_reduce",
                     "reduce_scatter": "reduce_scatter", "reducescatter": "reduce_scatter",
                     "alltoall": "all_to_all", "all_to_all": "all_to_all"}
 _STARTING = re.compile(r"Collective test starting:\s*(\w+?)_perf")
-_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+"
+_RANK = re.compile(r"^#\s*Rank\s+([0-9]{1,9})\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+"
                    r"device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
+_DIGITS = re.compile(r"[0-9]+")  # ASCII: str.isdigit() also takes '²', which int() refuses
+_MAX_BYTES = 2**50  # 1 PiB: no buffer a benchmark allocates comes near
 _REDOPS = ("sum", "prod", "max", "min", "avg", "none", "premulsum")
 _ROW_HELP = ("expected nccl-tests' row: size count type redop root time algbw busbw #wrong "
              "(out-of-place, then in-place)")
@@ -91,7 +93,7 @@ def parse_nccl_log(text: str, source: str, collective: str | None = None) -> Ncc
         line = raw.strip()
         if line.startswith("#"):
             _header_line(line, header)
-        elif line and line.split()[0].isdigit():
+        elif line and _DIGITS.fullmatch(line.split()[0]):
             point = _row(line, source, number)
             if point is not None:
                 points.append(point)
@@ -121,7 +123,7 @@ def _number(token: str, what: str, source: str, line: int) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
-        raise InputError(source, f"line {line}", f"{what} {token!r} is not a number >= 0; "
+        raise InputError(source, f"line {line}", f"{what} {token[:40]!r} is not a number >= 0; "
                          + _ROW_HELP)
     return value
 
@@ -134,9 +136,12 @@ def _row(line: str, source: str, number: int) -> NcclPoint | None:
         rest = rest[1:]
     if len(rest) in (5, 9) and re.fullmatch(r"-?\d+", rest[0]):
         rest = rest[1:]  # root
-    if len(tokens) < 3 or not tokens[1].isdigit() or len(rest) not in (4, 8):
+    if len(tokens) < 3 or not _DIGITS.fullmatch(tokens[1]) or len(rest) not in (4, 8):
         raise InputError(source, f"line {number}", f"cannot read this row ({line[:100]!r}); "
                          + _ROW_HELP)
+    if len(tokens[0]) > 16 or int(tokens[0]) > _MAX_BYTES:
+        raise InputError(source, f"line {number}", f"size {tokens[0][:20]} bytes; expected at "
+                         f"most {_MAX_BYTES:,} (1 PiB)")
     nbytes = int(tokens[0])
     time_us, algbw, busbw = (_number(t, w, source, number)
                              for t, w in zip(rest[:3], ("time", "algbw", "busbw")))
