@@ -15,7 +15,7 @@ is fitted only where those logs cover it: changing it must change the modelled t
 least one of their points. The loss is the mean squared log of modelled over measured time
 over those points, so a 10 us collective and a 10 ms one weigh alike; the figures are
 fitted one at a time, in the order below, twice round (coordinate descent), each over its
-whole allowed range.
+whole allowed range, then refined together by Nelder and Mead's simplex.
 
 A base profile with a measured all_reduce curve inside a node (`intra_node.allreduce_busbw_GBps`,
 which prices every ring inside a node in place of the model) has it replaced by the logged
@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simulator.calibrate.search import minimise
+from simulator.calibrate.search import minimise, simplex
 from simulator.calibrate.values import get_value, with_value
 from simulator.config.hardware.schema import HardwareProfile
 from simulator.config.measurements import NcclLog
@@ -129,6 +129,32 @@ def _comm_loss(logs: tuple[NcclLog, ...], hw: HardwareProfile, key: str
     return lambda x: _loss(logs, with_value(hw, key, x))
 
 
+def _fit_group(logs: tuple[NcclLog, ...], hw: HardwareProfile,
+               params: list[tuple[str, float, float, int, tuple[str, ...]]]) -> HardwareProfile:
+    """Fit `params` to `logs`: coordinate descent over each one's whole range (a grid, so
+    that it does not stop where the modelled algorithm switches), then Nelder-Mead's simplex
+    over them together (the figures are coupled: an all_reduce's small-size time is NCCL's
+    overhead plus NVLS's latency), then each rounded to its digits."""
+    if not params:
+        return hw
+    for _ in range(_ROUNDS):
+        for key, lo, hi, _digits, _covers in params:
+            hw = with_value(hw, key, minimise(_comm_loss(logs, hw, key), lo, hi))
+    keys = [p[0] for p in params]
+
+    def joint(x: list[float]) -> float:
+        moved = hw
+        for key, value in zip(keys, x):
+            moved = with_value(moved, key, value)
+        return _loss(logs, moved)
+
+    best = simplex(joint, [float(get_value(hw, k)) for k in keys], [p[1] for p in params],
+                   [p[2] for p in params])
+    for (key, _lo, _hi, digits, _covers), value in zip(params, best):
+        hw = with_value(hw, key, round(value, digits) or 10.0 ** -digits)
+    return hw
+
+
 def fit_comm(logs: tuple[NcclLog, ...], hw: HardwareProfile) -> CommFit:
     """Fit the figures the logs cover (see the module docstring)."""
     values: dict[str, object] = {}
@@ -138,14 +164,12 @@ def fit_comm(logs: tuple[NcclLog, ...], hw: HardwareProfile) -> CommFit:
     if curve is not None:
         hw = with_value(hw, CURVE_KEY, curve[1])
         values[CURVE_KEY], sources[CURVE_KEY] = curve[1], (curve[0],)
-    params = [(k, _domain(logs, hw, d), lo, hi, digits) for k, d, lo, hi, digits in _PARAMS]
-    covered = [(k, mine, lo, hi, digits, _covering(k, lo, hi, mine, hw))
-               for k, mine, lo, hi, digits in params if mine]
-    covered = [p for p in covered if p[5]]
-    for _ in range(_ROUNDS):
-        for key, mine, lo, hi, digits, _covers in covered:
-            best = minimise(_comm_loss(mine, hw, key), lo, hi)
-            hw = with_value(hw, key, round(best, digits) or 10.0 ** -digits)
-    for key, _mine, _lo, _hi, _digits, covers in covered:
-        values[key], sources[key] = get_value(hw, key), covers
+    for domain in ("intra", "inter"):
+        mine = _domain(logs, hw, domain)
+        params = [(k, lo, hi, digits, _covering(k, lo, hi, mine, hw))
+                  for k, d, lo, hi, digits in _PARAMS if d == domain and mine]
+        params = [p for p in params if p[4]]
+        hw = _fit_group(mine, hw, params)
+        for key, _lo, _hi, _digits, covers in params:
+            values[key], sources[key] = get_value(hw, key), covers
     return CommFit(hw, values, sources, before, _loss(logs, hw))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-__all__ = ["minimise"]
+__all__ = ["minimise", "simplex"]
 
 _GRID = 24
 _GOLDEN = (math.sqrt(5) - 1) / 2
@@ -35,3 +35,50 @@ def minimise(loss: Callable[[float], float], lo: float, hi: float,
             fd = loss(math.exp(d))
     candidates = [(loss(math.exp(grid[best])), grid[best]), (min(fc, fd), c if fc <= fd else d)]
     return math.exp(min(candidates)[1])
+
+
+def simplex(loss: Callable[[list[float]], float], start: list[float], lo: list[float],
+            hi: list[float], evaluations: int = 600) -> list[float]:
+    """The point of least `loss` near `start`, each coordinate kept in [lo, hi] (lo > 0):
+    Nelder and Mead's simplex (1965, "A simplex method for function minimization", The
+    Computer Journal 7(4)) in the logs of the coordinates, from a simplex of steps of a
+    factor 1.5, with the usual reflection 1, expansion 2, contraction and shrink 1/2."""
+    a, b = [math.log(x) for x in lo], [math.log(x) for x in hi]
+
+    def f(y: list[float]) -> float:
+        return loss([math.exp(min(max(v, a[i]), b[i])) for i, v in enumerate(y)])
+
+    first = [math.log(x) for x in start]
+    points = [first] + [[v + (math.log(1.5) if i == j else 0.0) for j, v in enumerate(first)]
+                        for i in range(len(first))]
+    scored = sorted((f(p), p) for p in points)
+    used = len(scored)
+    while used < evaluations and scored[-1][0] - scored[0][0] > 1e-12 * (1 + abs(scored[0][0])):
+        worst_f, worst = scored[-1]
+        centre = [sum(p[i] for _, p in scored[:-1]) / (len(scored) - 1)
+                  for i in range(len(first))]
+        trial = [c + (c - w) for c, w in zip(centre, worst)]
+        ft = f(trial)
+        used += 1
+        if ft < scored[0][0]:
+            wide = [c + 2 * (c - w) for c, w in zip(centre, worst)]
+            fw = f(wide)
+            used += 1
+            scored[-1] = (fw, wide) if fw < ft else (ft, trial)
+        elif ft < scored[-2][0]:
+            scored[-1] = (ft, trial)
+        else:
+            inner = [c + 0.5 * (w - c) for c, w in zip(centre, worst)]
+            fi = f(inner)
+            used += 1
+            if fi < worst_f:
+                scored[-1] = (fi, inner)
+            else:
+                best = scored[0][1]
+                scored = [scored[0]] + [(f(q), q) for q in
+                                        ([bv + 0.5 * (v - bv) for bv, v in zip(best, p)]
+                                         for _, p in scored[1:])]
+                used += len(scored) - 1
+        scored.sort(key=lambda s: s[0])
+    best = scored[0][1]
+    return [math.exp(min(max(v, a[i]), b[i])) for i, v in enumerate(best)]
