@@ -37,6 +37,9 @@ def minimise(loss: Callable[[float], float], lo: float, hi: float,
     return math.exp(min(candidates)[1])
 
 
+_Scored = list[tuple[float, list[float]]]
+
+
 def simplex(loss: Callable[[list[float]], float], start: list[float], lo: list[float],
             hi: list[float], evaluations: int = 600) -> list[float]:
     """The point of least `loss` near `start`, each coordinate kept in [lo, hi] (lo > 0):
@@ -45,40 +48,45 @@ def simplex(loss: Callable[[list[float]], float], start: list[float], lo: list[f
     factor 1.5, with the usual reflection 1, expansion 2, contraction and shrink 1/2."""
     a, b = [math.log(x) for x in lo], [math.log(x) for x in hi]
 
+    def inside(y: list[float]) -> list[float]:
+        return [math.exp(min(max(v, a[i]), b[i])) for i, v in enumerate(y)]
+
     def f(y: list[float]) -> float:
-        return loss([math.exp(min(max(v, a[i]), b[i])) for i, v in enumerate(y)])
+        return loss(inside(y))
 
     first = [math.log(x) for x in start]
     points = [first] + [[v + (math.log(1.5) if i == j else 0.0) for j, v in enumerate(first)]
                         for i in range(len(first))]
-    scored = sorted((f(p), p) for p in points)
+    scored = sorted(((f(p), p) for p in points), key=lambda s: s[0])
     used = len(scored)
     while used < evaluations and scored[-1][0] - scored[0][0] > 1e-12 * (1 + abs(scored[0][0])):
-        worst_f, worst = scored[-1]
-        centre = [sum(p[i] for _, p in scored[:-1]) / (len(scored) - 1)
-                  for i in range(len(first))]
-        trial = [c + (c - w) for c, w in zip(centre, worst)]
-        ft = f(trial)
-        used += 1
-        if ft < scored[0][0]:
-            wide = [c + 2 * (c - w) for c, w in zip(centre, worst)]
-            fw = f(wide)
-            used += 1
-            scored[-1] = (fw, wide) if fw < ft else (ft, trial)
-        elif ft < scored[-2][0]:
-            scored[-1] = (ft, trial)
-        else:
-            inner = [c + 0.5 * (w - c) for c, w in zip(centre, worst)]
-            fi = f(inner)
-            used += 1
-            if fi < worst_f:
-                scored[-1] = (fi, inner)
-            else:
-                best = scored[0][1]
-                scored = [scored[0]] + [(f(q), q) for q in
-                                        ([bv + 0.5 * (v - bv) for bv, v in zip(best, p)]
-                                         for _, p in scored[1:])]
-                used += len(scored) - 1
+        used += _step(scored, f)
         scored.sort(key=lambda s: s[0])
+    return inside(scored[0][1])
+
+
+def _step(scored: _Scored, f: Callable[[list[float]], float]) -> int:
+    """One Nelder-Mead step on the sorted simplex `scored` (changed in place); returns the
+    evaluations it took."""
+    worst_f, worst = scored[-1]
+    centre = [sum(p[i] for _, p in scored[:-1]) / (len(scored) - 1) for i in range(len(worst))]
+    trial = [c + (c - w) for c, w in zip(centre, worst)]
+    ft = f(trial)
+    if ft < scored[0][0]:
+        wide = [c + 2 * (c - w) for c, w in zip(centre, worst)]
+        fw = f(wide)
+        scored[-1] = (fw, wide) if fw < ft else (ft, trial)
+        return 2
+    if ft < scored[-2][0]:
+        scored[-1] = (ft, trial)
+        return 1
+    inner = [c + 0.5 * (w - c) for c, w in zip(centre, worst)]
+    fi = f(inner)
+    if fi < worst_f:
+        scored[-1] = (fi, inner)
+        return 2
     best = scored[0][1]
-    return [math.exp(min(max(v, a[i]), b[i])) for i, v in enumerate(best)]
+    for k in range(1, len(scored)):
+        q = [bv + 0.5 * (v - bv) for bv, v in zip(best, scored[k][1])]
+        scored[k] = (f(q), q)
+    return 2 + len(scored) - 1
