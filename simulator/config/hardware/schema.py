@@ -134,6 +134,13 @@ class Nccl(_Closed):
     # NCCL's collective channels on this node (its log: "24 coll channels"): how many chunks
     # a tree's pipeline carries at once
     channels: Annotated[StrictInt, Field(ge=1, le=64)] = 24
+    # a fixed time every collective takes beyond NCCL's model (kernel launch, proxy and
+    # flag set-up), as nccl-tests measures it at the smallest sizes, and the further time a
+    # collective across nodes takes (the network's own start-up: a TCP offload's, say);
+    # fitted by `shardsim calibrate` from logs inside a node and across nodes; 0: NCCL's
+    # model alone
+    overhead_us: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)] = 0.0
+    net_overhead_us: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)] = 0.0
 
 
 class Host(_Closed):
