@@ -149,6 +149,18 @@ class Scenario(_Closed):
         return self.model.dtype
 
     @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step: `training.global_batch_size`, or for an operator graph
+        that does not give it, its first input's first dim (as written) times
+        `parallel.micro_batches`."""
+        t = self.training
+        if not self.model.writes_ops or "global_batch_size" in t.model_fields_set:
+            return t.global_batch_size
+        written = next((x.shape[0] for x in getattr(self.model, "tensors", ())
+                        if x.kind == "input" and x.shape), 1)
+        return written * self.parallel.micro_batches
+
+    @property
     def grad_accum_steps(self) -> int:
         """Micro-batches per data-parallel replica per optimizer step (an operator graph:
         `parallel.micro_batches` of its graph as written)."""
