@@ -80,9 +80,10 @@ def _replicas(s: Scenario) -> Iterator[Problem]:
     b = _per_micro(s)
     if b % p.data:
         where = "training.global_batch_size" if _given(s) else "parallel.data"
+        valid = ", ".join(str(d) for d in range(1, b + 1) if b % d == 0 and per_stage % d == 0)
         yield where, (f"{p.data} replicas cannot share a batch of {b} samples per "
                       f"micro-batch evenly (each takes 1/parallel.data of it; valid data: "
-                      f"{[d for d in divisors(b) if per_stage % d == 0]})")
+                      f"{valid})")
 
 
 def problems(s: Scenario) -> Iterator[Problem]:
