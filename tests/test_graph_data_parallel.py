@@ -6,6 +6,7 @@ and the run's memory and collectives against closed forms."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -140,3 +141,33 @@ def test_replicas_across_nodes_reduce_over_the_slower_link(invoke_cli):
     within = _run(invoke_cli, ZERO, "cluster.nodes=1", "cluster.devices_per_node=8")
     assert across["iteration_time_s"] > within["iteration_time_s"]
     assert across["communication"] == within["communication"]
+
+
+def _plan(invoke_cli, name: str, *args: str) -> dict:
+    result = invoke_cli("plan", name, "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_plan_searches_replicas_zero_and_buckets_of_a_graph(invoke_cli):
+    out = _plan(invoke_cli, "seed-b-dimension-changing")
+    configs = [row["config"] for row in out["top"]]
+    assert all(row["fits"] for row in out["top"])
+    assert any(int(c.get("parallel.data", "1")) > 1 for c in configs)
+    assert any("parallel.optimizer_shard" in c for c in configs)
+    # a key operator left to propagation takes its out_strategy with it
+    freed = [c for c in configs if "model.ops[2].strategy" in c]
+    assert freed and all(c.get("model.ops[2].out_strategy") == "null" for c in freed)
+    times = [row["iteration_time_s"] for row in out["top"]]
+    assert times == sorted(times)
+
+
+def test_plan_on_more_devices_writes_the_mesh_it_keeps(invoke_cli):
+    """A mesh-less graph on 16 devices: the configuration names its mesh (the prime
+    factors of the devices a replica holds), and its scenario runs as planned."""
+    best = _plan(invoke_cli, "seed-a-weight-ops", "--devices", "16")["best"]
+    d = int(best["config"]["parallel.data"])
+    mesh = json.loads(best["config"]["model.mesh"])
+    assert d * math.prod(mesh.values()) == 16
+    again = _run(invoke_cli, "seed-a-weight-ops", *best["overrides"])
+    assert again["iteration_time_s"] == best["iteration_time_s"]
