@@ -73,7 +73,9 @@ __all__ = [
 
 class TrainingSpec(_Closed):
     global_batch_size: GlobalBatch = Field(
-        default=1, description="Samples per optimizer step, over all data-parallel replicas.")
+        default=1, description=(
+            "Samples per optimizer step, over all data-parallel replicas (an operator graph: "
+            "given, it rescales the graph's batch dims to it over parallel.micro_batches)."))
     micro_batch_size: MicroBatch = Field(
         default=1, description="Samples per micro-batch of one data-parallel replica.")
     optimizer: Literal["sgd", "momentum", "adam"] = Field(default="adam", description=(
