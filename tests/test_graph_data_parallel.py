@@ -171,3 +171,11 @@ def test_plan_on_more_devices_writes_the_mesh_it_keeps(invoke_cli):
     assert d * math.prod(mesh.values()) == 16
     again = _run(invoke_cli, "seed-a-weight-ops", *best["overrides"])
     assert again["iteration_time_s"] == best["iteration_time_s"]
+
+
+def test_multi_copy_slices_the_rescaled_global_batch():
+    """The slices of multi-copy are cut from the global batch (32 -> 2 x 16), not from the
+    graph as written rescaled again."""
+    from simulator.simulation.verify import verify_scenario
+    result = verify_scenario(_scenario(ZERO, "parallel.overlap.copies=2"))
+    assert result.ok, [c for c in result.checks if not c.ok][:3]
