@@ -179,3 +179,17 @@ def test_multi_copy_slices_the_rescaled_global_batch():
     from simulator.simulation.verify import verify_scenario
     result = verify_scenario(_scenario(ZERO, "parallel.overlap.copies=2"))
     assert result.ok, [c for c in result.checks if not c.ok][:3]
+
+
+def test_plan_searches_pipeline_degrees_keeping_the_global_batch():
+    """Where no operator names its stage, the splits include pipelines of p stages with p
+    or 2p micro-batches sharing the scenario's global batch (and, for a graph without
+    model.mesh, the mesh of a stage written out)."""
+    from simulator.planner.graph_space import graph_splits
+    s = _scenario("seed-a-weight-ops")
+    piped = [i for i in graph_splits(s, 8) if "parallel.pipeline" in i]
+    assert {(i["parallel.pipeline"], i["parallel.micro_batches"]) for i in piped} == \
+        {(2, 2), (2, 4), (4, 4), (4, 8), (8, 8)}
+    assert all(i["training.global_batch_size"] == 8 for i in piped)
+    staged = _scenario("pipeline-graph-seed-c-8-cpu")  # its operators name their stages
+    assert not any("parallel.pipeline" in i for i in graph_splits(staged, 8))

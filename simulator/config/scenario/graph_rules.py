@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["own_batch", "reductions", "pipeline", "copies"]
 
 
-def own_batch(s: Scenario) -> Iterator[Problem]:
+def own_batch(m: GraphModel, s: Scenario) -> Iterator[Problem]:
     """An operator graph carries its own batch (its input tensors, rescaled by
     `training.global_batch_size` where given) and its own device mesh (`model.mesh` and the
     strategies), which `parallel.data` replicates: the other degree and batch keys do not
@@ -32,7 +32,7 @@ def own_batch(s: Scenario) -> Iterator[Problem]:
             yield key, (f"{value} does not apply to model.type graph, whose batch is its "
                         f"input tensors' first dim and whose split is model.mesh with the "
                         f"operators' strategies (allowed: 1)")
-    yield from graph_batch.problems(s)
+    yield from graph_batch.problems(m, s)
 
 
 def reductions(s: Scenario) -> Iterator[Problem]:
@@ -119,7 +119,7 @@ def copies(m: GraphModel, s: Scenario) -> Iterator[Problem]:
     c = s.parallel.overlap.copies
     if c == 1:
         return
-    dims = graph_batch.batch_dims(s)
+    dims = graph_batch.batch_dims(m, s)
     dims += [(f"model.ops[{i}].attrs.shape", int(op.attrs["shape"][0]))
              for i, op in enumerate(m.ops) if op.type == "Reshape"
              and op.attrs.get("shape") and int(op.attrs["shape"][0]) != -1
