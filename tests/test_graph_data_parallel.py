@@ -193,3 +193,11 @@ def test_plan_searches_pipeline_degrees_keeping_the_global_batch():
     assert all(i["training.global_batch_size"] == 8 for i in piped)
     staged = _scenario("pipeline-graph-seed-c-8-cpu")  # its operators name their stages
     assert not any("parallel.pipeline" in i for i in graph_splits(staged, 8))
+
+
+def test_a_global_batch_too_large_to_verify_names_its_key(invoke_cli):
+    result = invoke_cli("verify", "seed-a-weight-ops", "--set",
+                        "training.global_batch_size=16000000")
+    assert result.exit_code == 2
+    text = result.stderr if hasattr(result, "stderr") else result.output
+    assert "training.global_batch_size: about 910 GFLOP to execute" in text
