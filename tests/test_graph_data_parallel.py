@@ -201,3 +201,12 @@ def test_a_global_batch_too_large_to_verify_names_its_key(invoke_cli):
     assert result.exit_code == 2
     text = result.stderr if hasattr(result, "stderr") else result.output
     assert "training.global_batch_size: about 910 GFLOP to execute" in text
+
+
+def test_overlap_keys_are_refused_where_the_reduction_waits_for_the_whole_backward(invoke_cli):
+    text = _refused(invoke_cli, ZERO, "parallel.overlap.grad_reduce=false")
+    assert "parallel.overlap.grad_reduce: false: not simulated for model.type graph " \
+           "without a pipeline" in text
+    piped = _run(invoke_cli, "pipeline-graph-seed-c-8-cpu", "parallel.data=2",
+                 "cluster.devices_per_node=16", "parallel.overlap.grad_reduce=false")
+    assert piped["iteration_time_s"] > 0

@@ -38,19 +38,24 @@ def own_batch(m: GraphModel, s: Scenario) -> Iterator[Problem]:
 def reductions(s: Scenario) -> Iterator[Problem]:
     """An operator graph's gradient reductions over its own mesh follow its operators'
     strategies and run coalesced once after the backward; over `parallel.data`'s replicas
-    (the outer axis `dp`) they are the data-parallel reduction, which optimizer sharding,
-    fusion buckets and overlap shape as for any model. Without replicas those keys have no
-    group to act on and are refused rather than ignored."""
+    (the outer axis `dp`) they are the data-parallel reduction, which optimizer sharding
+    and fusion buckets shape as for any model. Without replicas those keys have no group
+    to act on, and without a pipeline the reduction waits for the whole backward (one
+    block, `Program.whole_grads`), so the overlap keys have nothing to hide it under:
+    refused rather than ignored."""
     p = s.parallel
-    if p.data > 1:
-        return
     why = ("acts on the data-parallel reduction over parallel.data's replicas of "
            "model.mesh; with parallel.data=1 a graph's gradient reductions follow its "
            "operators' strategies on model.mesh and run once after the backward")
-    if p.optimizer_shard:
+    if p.data == 1 and p.optimizer_shard:
         yield "parallel.optimizer_shard", f"{p.optimizer_shard}: {why} (allowed: 0)"
-    if p.comm_fusion != CommFusionSpec():
+    if p.data == 1 and p.comm_fusion != CommFusionSpec():
         yield "parallel.comm_fusion", f"{why} (remove the key, or set parallel.data > 1)"
+    if p.data > 1 and p.pipeline > 1:
+        return
+    if p.data > 1:
+        why = ("not simulated for model.type graph without a pipeline, whose reduction over "
+               "the replicas starts once its whole backward has run (nothing to overlap)")
     for key in ("grad_reduce", "param_gather"):
         if getattr(p.overlap, key) is not True:
             yield f"parallel.overlap.{key}", f"false: {why} (allowed: true)"
