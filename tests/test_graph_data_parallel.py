@@ -210,3 +210,14 @@ def test_overlap_keys_are_refused_where_the_reduction_waits_for_the_whole_backwa
     piped = _run(invoke_cli, "pipeline-graph-seed-c-8-cpu", "parallel.data=2",
                  "cluster.devices_per_node=16", "parallel.overlap.grad_reduce=false")
     assert piped["iteration_time_s"] > 0
+
+
+def test_a_fusion_bucket_dropped_is_seen_in_the_bytes(invoke_cli, monkeypatch):
+    """The mutation of fusion: a bucket lost from the replicas' reduction changes the
+    bytes it moves, which fusion alone never does (the test above)."""
+    import simulator.lower.buckets as buckets
+    real = buckets._by_size
+    monkeypatch.setattr(buckets, "_by_size", lambda pieces, size: real(pieces, size)[:-1])
+    fused = _run(invoke_cli, ZERO, "parallel.comm_fusion.bucket_mb=0.1")
+    plain = _run(invoke_cli, ZERO, "parallel.comm_fusion.mode=none")
+    assert fused["communication"] != plain["communication"]
