@@ -73,7 +73,9 @@ __all__ = [
 
 class TrainingSpec(_Closed):
     global_batch_size: GlobalBatch = Field(
-        default=1, description="Samples per optimizer step, over all data-parallel replicas.")
+        default=1, description=(
+            "Samples per optimizer step, over all data-parallel replicas (an operator graph: "
+            "given, it rescales the graph's batch dims to it over parallel.micro_batches)."))
     micro_batch_size: MicroBatch = Field(
         default=1, description="Samples per micro-batch of one data-parallel replica.")
     optimizer: Literal["sgd", "momentum", "adam"] = Field(default="adam", description=(
@@ -152,6 +154,18 @@ class Scenario(_Closed):
     @property
     def dtype(self) -> str:
         return self.model.dtype
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step: `training.global_batch_size`, or for an operator graph
+        that does not give it, its first input's first dim (as written) times
+        `parallel.micro_batches`."""
+        t = self.training
+        if not self.model.writes_ops or "global_batch_size" in t.model_fields_set:
+            return t.global_batch_size
+        written = next((x.shape[0] for x in getattr(self.model, "tensors", ())
+                        if x.kind == "input" and x.shape), 1)
+        return written * self.parallel.micro_batches
 
     @property
     def grad_accum_steps(self) -> int:
