@@ -362,7 +362,8 @@ class Lowering:
             self.state_ranks(vss),
             self.par.offload.optimizer_states or self.dp.remote_optimizer,
             self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss),
-            state_dtype=self.state_dtype, fp8_params=self.fp8_params)) + self.prog.resident
+            state_dtype=self.state_dtype, fp8_params=self.fp8_params,
+            kept_states=sum(self.work[vs].worker_params for vs in vss))) + self.prog.resident
 
 
 def _host_extras(low: Lowering) -> tuple[tuple[str, object], ...]:
