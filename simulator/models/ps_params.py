@@ -3,9 +3,9 @@
 of parameter server and AllReduce. Some weights can be stored and updated through the
 parameter server", the rest all-reduced (MindSpore docs "Parameter Server Mode", r1.7
 design/parameter_server_training; r2.4 "Parameter Server", Overview; `Cell.set_param_ps`
-sets every weight of a cell, `Parameter.set_param_ps` one). One decision for `run` (the program's elements the workers
-all-reduce and update, `worker_elements`) and `verify` (the parameters pushed and pulled,
-`served`), by name on the model's own graph."""
+sets every weight of a cell, `Parameter.set_param_ps` one). One decision for `run` (the
+program's elements the workers all-reduce and update, `worker_elements`) and `verify` (the
+parameters pushed and pulled, `served`), by name on the model's own graph."""
 
 from __future__ import annotations
 
