@@ -8,6 +8,7 @@ from simulator.config.resources import resolve_yaml
 EXPECTED_SEED_B = """\
 seed (b) dimension-changing operators only, the rest propagated
 search ilp on mesh (m0=2, m1=2, m2=2): total cost 1,424 B
+  (ilp: exact: an integer program solved by HiGHS)
 
 add_bias (Add), from pool
   chosen  (S(0), B) -> S(0) x (S(2), S(0)) -> S(2) x (S(2), S(0)) -> S(2)  [392 B]

@@ -48,3 +48,19 @@ def test_modes_that_do_not_apply_are_refused_by_key(invoke_cli, name, sets, mess
 def test_the_recursive_search_scenario_verifies(invoke_cli):
     result = invoke_cli("verify", "ms-recursive-search-seed-c", "--json")
     assert result.exit_code == 0 and json.loads(result.stdout)["ok"], result.output
+
+
+def test_the_recursive_search_says_which_search_it_runs(invoke_cli):
+    """Not MindSpore's whole double recursive search: `run` notes and `explain` prints that
+    it runs the inner recursion only, on the other searches' cost."""
+    runs = ("the inner recursion of MindSpore's double recursive search (SAPP) only: "
+            "operators by decreasing weight, each cheapest against those decided; not "
+            "SAPP's outer recursion, which bisects the devices a factor of two at a time")
+    run = invoke_cli("run", "ms-recursive-search-seed-c", "--json")
+    assert run.exit_code == 0, run.output
+    assert any(n.startswith(f"parallel.search recursive_programming runs {runs}")
+               for n in json.loads(run.stdout)["notes"])
+    text = invoke_cli("explain", "ms-recursive-search-seed-c")
+    assert text.exit_code == 0 and f"  (recursive_programming: {runs}" in text.stdout
+    other = invoke_cli("run", "seed-c-propagate", "--json")
+    assert not any("parallel.search" in n for n in json.loads(other.stdout)["notes"])

@@ -15,9 +15,8 @@ from simulator.config.scenario.schema import Scenario
 from simulator.models.cases import build_case
 from simulator.numeric.execution import Faults
 from simulator.numeric.pipeline import SendFaults
-from simulator.numeric.ps import PsRun
 from simulator.numeric.verify import VerifyResult, verify_case
-from simulator.simulation.verify import verify_scenario
+from simulator.simulation.verify import ps_run, verify_scenario
 
 Break = Callable[[Scenario], VerifyResult]
 
@@ -29,9 +28,9 @@ def _faults(**kw) -> Break:
 def _ps(**kw) -> Break:
     """The scenario's parameter server run with a mutation of `numeric.ps.PsRun`."""
     def run(s: Scenario) -> VerifyResult:
-        spec = s.parallel.parameter_server
-        return verify_case(build_case(s), s.training.optimizer, s.training.learning_rate,
-                           s.seed, ps=PsRun(spec.servers, spec.sync, **kw))
+        case = build_case(s)
+        return verify_case(case, s.training.optimizer, s.training.learning_rate, s.seed,
+                           ps=ps_run(s, case, **kw))
     return run
 
 
@@ -61,6 +60,13 @@ MUTATIONS: list[tuple[str, str, tuple[str, ...], Break, str]] = [
     ("asynchronous parameter server: pushes applied out of order",
      "ps-gpt2-medium-16-a100", ("parallel.parameter_server.sync=false",),
      _ps(reorder=True), "wte.updated"),
+    # MindSpore's hybrid mode (Parameter.set_param_ps on the tables only): each half breaks
+    # on its own parameters
+    ("hybrid parameter server: a push of the served tables lost",
+     "ps-hybrid-gpt2-medium-16-a100", (), _ps(drop_push=1), "wte.grad"),
+    ("hybrid parameter server: the workers' all-reduce of the rest skipped",
+     "ps-hybrid-gpt2-medium-16-a100", (), _faults(skip_grad_reduction=True),
+     "l0.ln1.g.grad"),
     ("uneven split (DTensor chunks): a forward collective skipped",
      "seed-sbp-partial-chain", ("model.tensors[0].shape=[7,12]", "model.tensors[1].shape=[7]"),
      _faults(drop_comm=0), "ce"),

@@ -253,13 +253,19 @@ def verify_work(loaded: Any, max_devices: int, max_gflop: int, max_gb: int) -> i
 
 
 def run_notes(loaded: Any, hw: Any, result: Any) -> tuple[str, ...]:
-    """What `run` says of its inputs: the stack `--set hardware=` took, and the
-    `hardware.` overrides that changed nothing (each re-simulated without it)."""
+    """What `run` says of its inputs: the stack `--set hardware=` took, which search
+    `recursive_programming` runs, and the `hardware.` overrides that changed nothing (each
+    re-simulated without it)."""
     # imported when called: `import simulator` and the CLI start cheap
     from simulator.config.scenario.hf import hf_notes
     from simulator.simulation.overrides import override_notes, stack_notes
 
     notes = list(hf_notes(loaded.scenario.source)) + list(stack_notes(loaded, hw))
+    p = loaded.scenario.parallel
+    if p.mode == "auto" and p.search == "recursive_programming":
+        # not MindSpore's whole algorithm: say which search ran (shardsim explain says it too)
+        from simulator.sharding.propagate.search import SEARCH_RUNS
+        notes.append(f"parallel.search recursive_programming runs {SEARCH_RUNS[p.search]}")
     if loaded.hardware_overrides:
         notes += override_notes(loaded, hw, result)
     return tuple(notes)

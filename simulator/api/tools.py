@@ -15,19 +15,22 @@ __all__ = ["explain", "strategy_checkpoint", "json_schema", "comm", "profiles",
 
 def explain(loaded: Any) -> dict[str, Any]:
     """What sharding propagation chooses for an operator-graph scenario (`shardsim
-    explain`), operator by operator: {scenario, search, mesh, total_cost_bytes, ops}.
+    explain`), operator by operator: {scenario, search, search_runs (what that search
+    runs), mesh, total_cost_bytes, ops}.
     InputError for a transformer, whose plan is written by the sharding algebra."""
     # imported when called: `import simulator` and the CLI start cheap
     from simulator.models.model_graph import propagated
     from simulator.models.registry import family
     from simulator.sharding.propagate.explain import explain as explain_plan
+    from simulator.sharding.propagate.search import SEARCH_RUNS
 
     s = loaded.scenario
     if family(s.model).layered:
         raise InputError(s.source, "model.type", f"found '{s.model.type}'; explain takes an "
                          "operator graph: graph, mlp or resnet")
     prop = propagated(s)
-    return {"scenario": s.name, "search": s.parallel.search, "mesh": str(prop.problem.mesh),
+    return {"scenario": s.name, "search": s.parallel.search,
+            "search_runs": SEARCH_RUNS[s.parallel.search], "mesh": str(prop.problem.mesh),
             "total_cost_bytes": prop.cost,
             "ops": [row.to_dict() for row in explain_plan(prop)]}
 

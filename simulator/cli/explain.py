@@ -20,7 +20,8 @@ def _fmt(cost: float) -> str:
 
 def _print(report: dict[str, Any], out: IO[str]) -> None:
     out.write(f"{report['scenario']}\nsearch {report['search']} on mesh {report['mesh']}: "
-              f"total cost {_fmt(report['total_cost_bytes'])}\n")
+              f"total cost {_fmt(report['total_cost_bytes'])}\n"
+              f"  ({report['search']}: {report['search_runs']})\n")
     for row in report["ops"]:
         how = "configured" if row["configured"] else f"from {row['from'] or '-'}"
         out.write(f"\n{row['op']} ({row['type']}), {how}\n")

@@ -20,12 +20,14 @@ also the worst case, so a caller that knows fewer are active may pass the smalle
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from simulator.config.hardware.schema import HardwareProfile
 from simulator.cost.specs import GroupSpec
 
-__all__ = ["intra_bus_bandwidth", "nic_share_bandwidth", "inter_bus_bandwidth",
-           "group_network_bandwidth", "ring_link", "measured_bus_time", "fabric_share"]
+__all__ = ["NicSharing", "nic_sharing", "intra_bus_bandwidth", "nic_share_bandwidth",
+           "inter_bus_bandwidth", "group_network_bandwidth", "ring_link", "measured_bus_time",
+           "fabric_share"]
 
 
 def intra_bus_bandwidth(hw: HardwareProfile, members: int | None = None) -> float:
@@ -122,3 +124,43 @@ def measured_bus_time(hw: HardwareProfile, nbytes: float) -> float | None:
         if x <= x1:
             return math.exp(y0 + (y1 - y0) * (x - x0) / (x1 - x0))
     return math.exp(pts[-1][1]) * nbytes / curve[-1][0]
+
+
+@dataclass(frozen=True)
+class NicSharing:
+    """Which NIC resource each device of a node transfers through, and how the engine shares
+    it (`inter_node.flow_sharing: fair`). `resource(local)`: the resource of the device at
+    local rank `local` (an index below devices_per_node); `slots`: how many transfers of a
+    device alone on its NIC the resource carries at full rate at once; `priced`: how much
+    slower than alone the all-active share the cost model prices a transfer at
+    (`nic_share_bandwidth`) is, so that the engine can take a transfer's work alone as its
+    duration / priced."""
+
+    rail_optimized: bool
+    nics: int
+    devices_per_node: int
+    slots: float
+    priced: float
+
+    def resource(self, local: int) -> int:
+        if not self.rail_optimized:
+            return 0  # the node's NICs, one pool
+        if self.nics >= self.devices_per_node:
+            return local  # a NIC (or several) of its own
+        return local * self.nics // self.devices_per_node  # its nearest NIC
+
+
+def nic_sharing(hw: HardwareProfile, devices_per_node: int) -> NicSharing:
+    """How the devices of a node share its NICs: rail-optimised (`inter_node.rail_optimized`:
+    NIC i of every node on rail switch i, a device's traffic through its nearest NIC, as
+    NCCL keeps it with NCCL_CROSS_NIC=0), a resource per NIC carrying one device-alone
+    transfer at a time; else one pool of the node's NICs (all on one shared leaf, NCCL
+    spreading channels over any of them, NCCL_CROSS_NIC=1), carrying as many device-alone
+    transfers as it has NICs (or devices, when each device has a NIC's worth of its own).
+    A device alone gets `nic_share_bandwidth(..., active_per_node=1)`."""
+    alone = nic_share_bandwidth(hw, devices_per_node, 1)
+    shared = nic_share_bandwidth(hw, devices_per_node)
+    nics = hw.inter_node.nics_per_node
+    rail = bool(hw.inter_node.rail_optimized)
+    slots = 1.0 if rail else float(min(nics, devices_per_node))
+    return NicSharing(rail, nics, devices_per_node, slots, alone / shared)

@@ -77,7 +77,15 @@ class _Model:
         self.running: dict[int, list] = {}
         # fair link sharing: the flows holding each link, [process, work left, since]
         self.fair = plan.link_sharing == "fair"
-        self.flows: dict[tuple[int, str], list[list[Any]]] = {}
+        self.flows: dict[tuple, list[list[Any]]] = {}
+        # NICs shared by the devices that use them (fair): device -> (resource, transfers
+        # each of its own stands for, how much slower than alone it was priced); resource ->
+        # device-alone transfers it carries at full rate at once
+        self.nic: dict[int, tuple[tuple, int, float]] = {
+            d: (("nic", r), w, k) for d, r, w, k in zip(plan.devices, plan.nic_of,
+                                                         plan.nic_weight, plan.nic_priced)
+            if self.fair and r >= 0}
+        self.slots: dict[tuple, float] = {("nic", r): s for r, s in plan.nic_slots}
 
     def _rendezvous(self, task: Task) -> Generator:
         """Wait until all group_size members of the collective have arrived."""
@@ -183,32 +191,38 @@ class _Model:
     def _flow(self, task: Task, duration: float) -> Generator[simpy.Event, object, float]:
         """A transfer on a fairly shared link (module docstring): `duration` seconds of work
         at the link's full rate, done at 1/n of it while n flows hold the link; returns
-        its end."""
-        env, key = self.env, (task.device, task.link)
+        its end. A NIC its node's devices share (`Plan.nic_of`) carries `slots` transfers
+        of a device alone at full rate: while flows of total weight W hold it, each runs
+        at min(1, slots / W) of its rate alone, its work alone its priced duration over
+        `Plan.nic_priced`."""
+        env, key, weight, priced = self.env, (task.device, task.link), 1, 1.0
+        if task.link == "nic" and task.device in self.nic:
+            key, weight, priced = self.nic[task.device]
         flows = self.flows.setdefault(key, [])
+        slots = self.slots.get(key, 1.0)
         talks = task.device in self.slowdown and task.stream in COMM_STREAMS
-        self._reshare(flows)
-        me: list[Any] = [env.active_process, duration, env.now]
+        self._reshare(flows, slots)
+        me: list[Any] = [env.active_process, duration / priced, env.now, weight]
         flows.append(me)
         if talks:
             self._talk(task.device, +1)
         while True:
             self.scheduled += 1
             try:
-                yield env.timeout(me[1] * len(flows))
+                yield env.timeout(me[1] / _rate(flows, slots))
                 break
             except simpy.Interrupt:  # a flow joined or left: `_reshare` settled our work
                 pass
-        self._reshare(flows)  # (settled at the shares they had with this flow)
+        self._reshare(flows, slots)  # (settled at the shares they had with this flow)
         flows.remove(me)
         if talks:
             self._talk(task.device, -1)
         return env.now
 
-    def _reshare(self, flows: list[list]) -> None:
+    def _reshare(self, flows: list[list], slots: float = 1.0) -> None:
         """Before the flows of one link change: each one's work left settled at the share
         it had since it last changed, and each one interrupted to wait anew."""
-        now, share = self.env.now, 1.0 / max(len(flows), 1)
+        now, share = self.env.now, _rate(flows, slots)
         for flow in flows:
             flow[1] = max(0.0, flow[1] - (now - flow[2]) * share)
             flow[2] = now
@@ -224,6 +238,13 @@ class _Model:
         if (before == 0) != (before + step == 0) and dev in self.running:
             self.scheduled += 1
             self.running[dev][0].interrupt()
+
+
+def _rate(flows: list[list], slots: float) -> float:
+    """The rate (of its own alone) of each of `flows` on a link carrying `slots` of them at
+    full rate: processor sharing over their total weight."""
+    total = sum(f[3] for f in flows)
+    return min(1.0, slots / total) if total > 0 else 1.0
 
 
 def run(plan: Plan) -> Trace:

@@ -112,6 +112,16 @@ class Plan:
     # how transfers on one link share it (engine.core): 'fifo' one after another, each at
     # the link's full rate; 'fair' all at once, n concurrent flows at 1/n of it each
     link_sharing: str = "fifo"
+    # under 'fair', the NICs its devices share (`cost.links.nic_sharing`): per simulated
+    # device (as `devices`), the NIC resource its 'nic' transfers hold (-1 or (): its own
+    # link, as 'fabric'), how many transfers each of its own stands for there (the devices
+    # of its NIC it represents, all active: 1 under full fidelity), and how much slower
+    # than alone the cost model priced them (their work alone is duration / that); per
+    # resource, (resource, device-alone transfers it carries at full rate at once)
+    nic_of: tuple[int, ...] = ()
+    nic_weight: tuple[int, ...] = ()
+    nic_priced: tuple[float, ...] = ()
+    nic_slots: tuple[tuple[int, float], ...] = ()
 
     def __str__(self) -> str:
         return (f"Plan({len(self.tasks)} tasks on {len(self.devices)} simulated of "

@@ -45,6 +45,7 @@ from simulator.lower.costs import CostModel, Priced
 from simulator.lower.data_parallel import DataParallel
 from simulator.lower.dualpipe import emit_step, pair_exposed
 from simulator.lower.layout import RankMesh, rank_mesh
+from simulator.lower.nics import nic_fields
 from simulator.lower.offload import Offload
 from simulator.lower.pipeline import schedule_steps
 from simulator.lower.reduction import strategy_for
@@ -362,7 +363,8 @@ class Lowering:
             self.state_ranks(vss),
             self.par.offload.optimizer_states or self.dp.remote_optimizer,
             self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss),
-            state_dtype=self.state_dtype, fp8_params=self.fp8_params)) + self.prog.resident
+            state_dtype=self.state_dtype, fp8_params=self.fp8_params,
+            kept_states=sum(self.work[vs].worker_params for vs in vss))) + self.prog.resident
 
 
 def _host_extras(low: Lowering) -> tuple[tuple[str, object], ...]:
@@ -419,7 +421,8 @@ def lower(scenario: Scenario, program: Program, costs: CostModel,
                 + program.extras + _host_extras(low),
                 blocks=tuple(low.block_of),
                 slowdown=tuple(view(dev).costs.overlap_slowdown for dev in devices),
-                link_sharing=_link_sharing(costs))
+                link_sharing=_link_sharing(costs),
+                **nic_fields(costs.hardware, low.ranks, devices, fidelity))
     for each in (low, *views.values()):
         each.release()
     return plan

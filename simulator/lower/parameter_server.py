@@ -10,6 +10,7 @@ from simulator.config.hardware import load_profile
 from simulator.cost.parameter_server import PsLinks, ps_links, server_update_s, transfer_s
 from simulator.errors import InputError
 from simulator.lower.data_parallel import Bucket, DataParallel
+from simulator.lower.state import optimizer_spec
 
 if TYPE_CHECKING:
     from simulator.lower.lowering import Lowering
@@ -24,7 +25,13 @@ class ParameterServer(DataParallel):
     everything) and waits for the sum of all n pushes. Asynchronous: a worker's transfers
     see its own NIC and the servers' share of one worker, its pull waits for its own update
     only, and the servers serving all n workers once per period bound the period (a task
-    on the `ps_server` stream from the start of the iteration)."""
+    on the `ps_server` stream from the start of the iteration).
+
+    With `parameter_server.parameters` (MindSpore's hybrid mode: `Parameter.set_param_ps`
+    on some parameters) only those are pushed, updated on the servers and pulled; the
+    others' gradients are all-reduced among the workers bucket by bucket as without
+    servers (`_whole_buckets`), and each worker updates them itself, under the servers'
+    round, holding their optimizer states."""
 
     collective = "ps_push"
     remote_optimizer = True
@@ -36,6 +43,26 @@ class ParameterServer(DataParallel):
                                        _server_profile(low), spec.server_nic_Gbps)
         super().__init__(low)
         self.link = "nic"
+
+    def sharded(self, vs: int) -> tuple[int, ...]:
+        """Parameter elements of each backward piece that go to the servers."""
+        work = self.low.work[vs]
+        if not work.worker_params:
+            return work.piece_params
+        return tuple(n - w for n, w in zip(work.piece_params, work.piece_worker, strict=True))
+
+    def _whole_buckets(self, vs: int) -> tuple[Bucket, ...]:
+        """All-reduce buckets of the gradients the workers keep (not on the servers)."""
+        work = self.low.work[vs]
+        if not work.worker_params:
+            return ()
+        return tuple(Bucket(i, nb, self.low.costs.collective_s("all_reduce", nb, self.group),
+                            n)
+                     for i, nb, n in self._runs(vs, "all_reduce", work.piece_worker))
+
+    def worker_params(self) -> int:
+        """Parameter elements a worker all-reduces and updates itself."""
+        return sum(w.worker_params for w in self.low.work)
 
     def _buckets(self, vs: int) -> tuple[Bucket, ...]:
         return tuple(Bucket(i, nb, self._transfer_s(nb), n)
@@ -59,6 +86,8 @@ class ParameterServer(DataParallel):
 
     def remote_step(self, dev: int, params: int, deps: tuple[int, ...]) -> int:
         low = self.low
+        mine = self.worker_params()
+        params -= mine
         pushes = self.workers if self.sync else 1
         update = low.b.add(("dp", dev, "ps_update"), device=dev, stream="dp", name="ps_update",
                            phase="optimizer", duration_s=self._update_s(params, pushes),
@@ -66,6 +95,12 @@ class ParameterServer(DataParallel):
         pull = self.emit(dev, "ps_pull", "ps_pull", params * low.e,
                          self._transfer_s(params * low.e), (update,), ("pull",))
         waits: tuple[int, ...] = (pull,)
+        if mine:  # the workers' own parameters, updated on the device under the servers' round
+            spec = optimizer_spec(mine, low.prog.dtype, low.sc.training.optimizer, 0, 1.0,
+                                  low.ge, low.state_dtype, low.fp8_params)
+            waits += (low.b.add(("O", dev, "worker"), device=dev, stream="compute",
+                                name="worker_opt", phase="optimizer",
+                                duration_s=low.costs.compute_s(spec), deps=deps),)
         if not self.sync:
             waits += (low.b.add(("dp", dev, "ps_serve"), device=dev, stream="ps_server",
                                 name="ps_serve", phase="comm",
@@ -75,7 +110,8 @@ class ParameterServer(DataParallel):
 
     def extras(self) -> tuple[tuple[str, object], ...]:
         low = self.low
-        params = sum(w.params for w in low.work)
+        mine = self.worker_params()
+        params = sum(w.params for w in low.work) - mine
         push, pull = params * low.ge, params * low.e
         return (("parameter_server", {
             "workers": self.workers, "servers": self.servers, "sync": self.sync,
@@ -88,7 +124,9 @@ class ParameterServer(DataParallel):
             > self.servers * self.links.server_Bps else "worker_nic",
             # Li et al. 2014 Sec. 4.3: with n workers at one rate, the other n-1 push once
             # between a worker's pull and its push
-            "staleness_updates": 0 if self.sync else self.workers - 1}),)
+            "staleness_updates": 0 if self.sync else self.workers - 1,
+            # MindSpore's hybrid mode: elements on the servers, and all-reduced by the workers
+            "served_params": params, "all_reduced_params": mine}),)
 
 
 def _server_profile(low: Lowering):

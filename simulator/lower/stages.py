@@ -59,9 +59,11 @@ class StageWork:
     act_pieces: tuple[float, ...] = ()  # activation_bytes by fwd piece ([embed], layers, [head])
     offloadable: tuple[bool, ...] = ()  # per fwd piece: a layer (offload.activations moves it)
     unsharded: int = 0  # parameter elements the optimizer keeps whole (threshold)
+    worker_params: int = 0  # elements the workers all-reduce beside parameter servers
     expert_params: int = 0  # parameter elements of experts (split on `ep`)
     # the same by backward piece (aligned with piece_params)
     piece_unsharded: tuple[int, ...] = ()
+    piece_worker: tuple[int, ...] = ()
     # bytes per micro-batch sent to the next virtual stage (activations) and to the one
     # before (their gradients)
     send_fwd_bytes: float = 0.0
@@ -259,6 +261,8 @@ def _stage(prog: Program, layout: RankMesh, priced: dict[int, _Priced],
         unsharded=sum(b.unsharded for b in blocks),
         expert_params=sum(b.expert_params for b in blocks),
         piece_unsharded=tuple(b.unsharded for b in back),
+        worker_params=sum(b.worker_params for b in blocks),
+        piece_worker=tuple(b.worker_params for b in back),
         send_fwd_bytes=seq[stop - 1].send_fwd_bytes if vs < stages - 1 and stop else 0.0,
         send_bwd_bytes=seq[start - 1].send_bwd_bytes if vs > 0 and start else 0.0,
         recomputed=any(b.recomputes for b in blocks),

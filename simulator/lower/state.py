@@ -66,13 +66,14 @@ def state_bytes_per_param(optimizer: str, dtype: str, state_dtype: str = "fp32",
 def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: float,
                       offload_states: bool = False, grad_bytes: float | None = None,
                       unsharded: float = 0.0, state_dtype: str = "fp32",
-                      fp8_params: bool = False) -> Alloc:
+                      fp8_params: bool = False, kept_states: float = 0.0) -> Alloc:
     """Bytes of model states of a device holding `params` parameters (before optimizer
     sharding), as (category, bytes) pairs: ZeRO stage `shard` over `dp` ranks. Gradients
     take `grad_bytes` per element (default: the dtype's; 4 where bf16 gradients are kept
     in fp32, as Megatron-LM does). `unsharded` of the parameters stay whole whatever the
     stage (MindSpore's parallel_optimizer_threshold). `state_dtype` / `fp8_params`: see
-    `state_bytes_per_param`."""
+    `state_bytes_per_param`. `kept_states`: elements whose optimizer states stay on the
+    device although `offload_states` (those the workers update beside parameter servers)."""
     e = DTYPE_BYTES[dtype]
     ge = grad_bytes or e
     k = state_bytes_per_param(optimizer, dtype, state_dtype, fp8_params)
@@ -83,7 +84,7 @@ def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: f
     return (
         ("parameters", held(e, shard >= 3)),
         ("gradients", held(ge, shard >= 2)),
-        ("optimizer_states", 0.0 if offload_states else held(k, shard >= 1)),
+        ("optimizer_states", kept_states * k if offload_states else held(k, shard >= 1)),
     )
 
 

@@ -16,6 +16,10 @@ order (worker order here), its optimizer state carried from push to push (Li et 
 the single-device gradient, and the servers' parameters with a bounded-staleness reference:
 one device applying the same stale pushes to the whole tensors in the same order
 (`stale_reference`).
+
+With `served` (MindSpore's hybrid mode, `Parameter.set_param_ps` on some parameters) only
+those go through the servers; verify all-reduces and updates the others as data parallel
+does (`numeric.sharded_step`), and the synchronous step still equals one device.
 """
 
 from __future__ import annotations
@@ -35,12 +39,18 @@ __all__ = ["PsRun", "ps_step", "key_ranges", "pushes", "stale_reference"]
 class PsRun:
     """What verify needs of `parallel.parameter_server`, and its mutations: a dropped push
     (worker `drop_push`'s gradient never reaches the servers); asynchronous pushes applied
-    in the reverse of their arrival order (`reorder`)."""
+    in the reverse of their arrival order (`reorder`). `served`: the parameters on the
+    servers (None: all)."""
 
     servers: int
     sync: bool = True
     drop_push: int | None = None
     reorder: bool = False
+    served: frozenset[str] | None = None
+
+    def serves(self, name: str) -> bool:
+        """Whether parameter `name` is pushed to and pulled from the servers."""
+        return self.served is None or name in self.served
 
 
 def key_ranges(size: int, servers: int) -> list[slice]:

@@ -139,11 +139,16 @@ def _run(plan: ShardingPlan, params0, batches, kind, lr, shard, faults,
         for n, g in local.items():
             accumulate(n, g)
     counts: dict[str, int] = {}
-    pushed = pushes(total) if ps is not None and not ps.sync else {}
-    if ps is not None:
-        new, reduced, counts = ps_step(plan, params, total, kind, lr, ps)
-    else:
-        new, reduced = _step(ex, plan, held, total, kind, lr, levels)
+    on = {n for n in params if ps is not None and ps.serves(n)}
+    pushed = pushes({n: total[n] for n in on}) if ps is not None and not ps.sync else {}
+    new, reduced = _step(ex, plan, {n: t for n, t in held.items() if n not in on},
+                         {n: g for n, g in total.items() if n not in on}, kind, lr, levels)
+    if ps is not None:  # the servers' parameters pushed, summed, updated and pulled
+        served = ps_step(plan, {n: params[n] for n in on}, {n: total[n] for n in on}, kind,
+                         lr, ps)
+        new, reduced = ({n: (served[0] if n in on else new)[n] for n in params},
+                        {n: (served[1] if n in on else reduced)[n] for n in params})
+        counts = dict(served[2])
     for s in ex.comm_log:
         counts[s.kind] = counts.get(s.kind, 0) + 1
     return _Outcome(acts, {n: assemble(g, mesh) for n, g in reduced.items()},
@@ -294,8 +299,10 @@ def _verify(case: VerifyCase, optimizer: str, lr: float, seed: int, shard_optimi
         checks += [_compare(f"{n}.updated", got.updated[n], ref.updated[n], tol)
                    for n in ref.updated]
     else:
-        stale = stale_reference(optimizer, params, got.pushed, lr)
-        checks += [_compare(f"{n}.updated", got.updated[n], stale[n], tol) for n in stale]
+        stale = stale_reference(optimizer, {n: params[n] for n in got.pushed}, got.pushed,
+                                lr)
+        checks += [_compare(f"{n}.updated", got.updated[n], stale.get(n, ref.updated[n]),
+                            tol) for n in ref.updated]
         notes += ("asynchronous parameter server: each push updates parameters other workers "
                   "have moved since (staleness up to n - 1 updates), so the updates are not "
                   "the single-device step: they were compared with one device applying the "

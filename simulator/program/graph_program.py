@@ -6,13 +6,14 @@ lowering cuts into stages.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.config.scenario.dataset import dataset_choice
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.graph.graph import Graph
 from simulator.models.model_graph import planned_graph
 from simulator.models.params import block_params
+from simulator.models.ps_params import worker_elements
 from simulator.models.recompute import recomputing
 from simulator.models.split import fixed_counts, virtual_stages
 from simulator.program import comm_options
@@ -48,6 +49,22 @@ def graph_model_flops(graph: Graph, micro_batches: int) -> float:
             fwd = op.family.flops(graph.shapes(op), graph.tensors[op.output].shape, op.attrs)
             total += fwd * (1.0 + op.family.bwd_flops_factor)
     return total * micro_batches
+
+
+def _with_workers(plan: ShardingPlan, blocks: tuple[Block, ...], worker: dict[str, int]
+                  ) -> tuple[Block, ...]:
+    """The blocks with the elements the workers all-reduce beside parameter servers
+    (`models.ps_params.worker_elements`), each parameter counted in the first block whose
+    operators read it (the whole graph's block: all of them)."""
+    if len(blocks) == 1:
+        return (replace(blocks[0], worker_params=sum(worker.values())),)
+    seen: set[str] = set()
+    out = []
+    for b in blocks:
+        read = {n for op in b.ops for n in plan.op_plan(op).op.inputs if n in worker} - seen
+        seen |= read
+        out.append(replace(b, worker_params=sum(worker[n] for n in read)))
+    return tuple(out)
 
 
 def _staged(scenario: Scenario, plan: ShardingPlan, dtype: str, e: int,
@@ -96,6 +113,9 @@ def graph_program(scenario: Scenario) -> GraphProgram:
     if staged is not None:
         blocks, shared, spans = staged
         fixed = fixed_counts(scenario, [op.op.name for op in plan.ops], virtual_stages(scenario))
+    worker = worker_elements(scenario, plan)
+    if worker:
+        blocks = _with_workers(plan, blocks, worker)
     prog = Program(
         blocks=blocks, dtype=dtype, shared_saved=shared, fixed=fixed, spans=spans,
         whole_grads=staged is not None, host_kernels=host_kernels(plan, e),

@@ -43,6 +43,7 @@ from simulator.models.params import (
     head_op,
     param_names,
 )
+from simulator.models.ps_params import worker_elements
 from simulator.models.recompute import recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
@@ -319,9 +320,10 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
                                          "head": (head.select, embed.select)}, bwd, steps)
     threshold, pe = optimizer_threshold(scenario)
     small = kept_whole(plan, threshold, pe)
+    worker = worker_elements(scenario, plan)
     imbalance = m.moe.imbalance if m.moe else 1.0
     layer_blocks = [_group(scenario, software, plan, dims, sv, e, name, b, fwd[name],
-                           bwd[name], steps, small, lp.unit,
+                           bwd[name], steps, (small, worker), lp.unit,
                            recipe.kernels if recipe is not None and recipe.saves_fp8
                            else frozenset())
                     for name, b in groups.items()]
@@ -329,6 +331,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         blocks=(
             Block("embed", fwd["embed"], bwd["embed"], pinned="first", layers=0,
                   params=embed_params, unsharded=small_params(plan, embed.select, small),
+                  worker_params=small_params(plan, embed.select, worker),
                   grad_sync=coalesce(_sync(plan, steps, embed.select), "grad_sync"),
                   saved_bytes=sv.total(embed.select),
                   tp_replicated=tp_replicated_kernels(plan, embed.select)),
@@ -336,6 +339,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
             Block("head", fwd["head"], bwd["head"], pinned="last", layers=0,
                   params=head_params, tied_params=output_params,
                   unsharded=small_params(plan, head.select, small, embed.select),
+                  worker_params=small_params(plan, head.select, worker, embed.select),
                   grad_sync=coalesce(_sync(plan, steps, head.select, embed.select),
                                       "grad_sync"),
                   saved_bytes=head_saved,
@@ -350,15 +354,20 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
 
 def _group(scenario: Scenario, software: Software, plan: ShardingPlan, dims: GptDims,
            sv: Saved, e: int, name: str, block: _Block, fwd: tuple[Op, ...],
-           bwd: tuple[Op, ...], steps: tuple[CommSpec, ...], small: dict[str, int],
-           unit: int, fp8_kernels: frozenset[str] = frozenset()) -> Block:
-    """The Block of one group of the layer plan (`unit` layers), its repeat left at 1."""
+           bwd: tuple[Op, ...], steps: tuple[CommSpec, ...],
+           kept: tuple[dict[str, int], dict[str, int]], unit: int,
+           fp8_kernels: frozenset[str] = frozenset()) -> Block:
+    """The Block of one group of the layer plan (`unit` layers), its repeat left at 1.
+    `kept`: {parameter: local elements} the optimizer keeps whole, and those the workers
+    all-reduce beside parameter servers."""
+    small, worker = kept
     recompute, per_layer, boundary = layer_recompute(scenario, software, plan, dims, sv, e,
                                                       block.select, fwd, fp8_kernels)
     params, tensors = block.params(plan, plan.graph)
     rc = scenario.parallel.recompute != "none"
     return Block(name, fwd, bwd, recompute, layers=unit, params=params,
                  param_tensors=tensors, unsharded=small_params(plan, block.select, small),
+                 worker_params=small_params(plan, block.select, worker),
                  expert_params=expert_params(plan, block.select),
                  grad_sync=coalesce(_sync(plan, steps, block.select), "grad_sync"),
                  saved_bytes=per_layer,

@@ -61,7 +61,9 @@ class Block:
     elements of a parameter it shares with another block (a tied LM head's table), held
     again only when the model is cut into pipeline stages; param_tensors: how many
     separate tensors (fusion mode 'none'); unsharded: elements the optimizer keeps whole
-    (`parallel.optimizer_threshold_kb`); grad_sync: its gradient reductions on mesh axes
+    (`parallel.optimizer_threshold_kb`); worker_params: elements the workers all-reduce and
+    update themselves beside parameter servers that hold the rest
+    (`parallel.parameter_server.parameters`); grad_sync: its gradient reductions on mesh axes
     other than `dp`, run once per iteration before the optimizer step.
 
     saved_bytes: bytes kept for its backward (beyond `Program.shared_saved`);
@@ -84,6 +86,7 @@ class Block:
     tied_params: int = 0
     param_tensors: int = 0
     unsharded: int = 0
+    worker_params: int = 0
     # elements of expert parameters (split on the expert-parallel axis `ep`), whose
     # optimizer states shard over the expert-data-parallel ranks, not all data ranks
     expert_params: int = 0

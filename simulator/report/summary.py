@@ -162,6 +162,10 @@ def format_table(s: dict[str, Any]) -> str:
                      f"{ps['workers']} workers, {ps['servers']} servers, "
                      f"{'sync' if ps['sync'] else 'async'}, bottleneck {ps['bottleneck']}, "
                      f"staleness {ps['staleness_updates']} updates"))
+        if ps.get("all_reduced_params"):
+            rows.append(("  on the servers", f"{ps['served_params']:,} parameters pushed and "
+                                              f"pulled; {ps['all_reduced_params']:,} "
+                                              f"all-reduced among the workers"))
     for key, secs in s["breakdown_s"].items():
         share = secs / t if t > 0 else 0.0
         rows.append((f"  {key}", f"{secs:.4f} s ({share:.1%})"))

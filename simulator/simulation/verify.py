@@ -16,6 +16,7 @@ from simulator.models.cases import VerifyCase, build_case
 from simulator.models.graph_batch import resolved
 from simulator.models.multicopy import sliced_model
 from simulator.models.optimizer_threshold import unsharded_roles
+from simulator.models.ps_params import served
 from simulator.models.recompute import (
     SelectivePolicy,
     layer_role,
@@ -52,7 +53,7 @@ from simulator.sharding.layout import LayoutError
 from simulator.sharding.plan import build_plan
 from simulator.sharding.rules import SignatureError
 
-__all__ = ["verify_scenario"]
+__all__ = ["verify_scenario", "ps_run"]
 
 
 def graph_recompute(s: Scenario, graph: Graph, stage_of: dict[str, int] | None
@@ -107,6 +108,17 @@ def _kept_whole(s: Scenario, case: VerifyCase, fused_attention: bool) -> frozens
                      if t.kind == "parameter" and layer_role(n) in roles)
 
 
+def ps_run(s: Scenario, case: VerifyCase, **mutation) -> PsRun | None:
+    """What verify executes of `parallel.parameter_server` (None outside that mode): the
+    servers, sync, and the case's parameters on them (`models.ps_params.served`);
+    `mutation`: fields of `numeric.ps.PsRun` that break it (tests)."""
+    if s.parallel.mode != "parameter_server":
+        return None
+    spec = s.parallel.parameter_server
+    names = [n for n, t in case.sharded.tensors.items() if t.kind == "parameter"]
+    return PsRun(spec.servers, spec.sync, served=served(s, names), **mutation)
+
+
 def pipeline_split(s: Scenario, graph: Graph, split: StageSplit | None,
                    faults: SendFaults | None = None) -> PipelineSplit | None:
     """Where each operator of a verify graph runs when its pipeline stages run on devices
@@ -157,8 +169,7 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
         progress("planning the sharded case", 0, 1)
     try:
         case = _copies_case(s, build_case(s, fused_attention), fused_attention)
-        spec = s.parallel.parameter_server
-        ps = PsRun(spec.servers, spec.sync) if s.parallel.mode == "parameter_server" else None
+        ps = ps_run(s, case)
         select = recomputed_ops(s.parallel.recompute, selective,
                                 transformer_model(s.model).ffn_activation == "swiglu",
                                 s.parallel.recompute_modules) \
@@ -178,6 +189,12 @@ def verify_scenario(s: Scenario, faults: Faults | None = None,
                              fork=fork, progress=progress)
     except (SignatureError, LayoutError) as exc:
         raise InputError(s.source, strategy_key(s, exc), str(exc)) from None
+    if ps is not None and ps.served is not None and "all_reduce" in result.collectives:
+        note = (f"parameter server: {len(ps.served)} parameters pushed to and pulled from "
+                f"the servers ({', '.join(sorted(ps.served)[:6])}"
+                f"{', ...' if len(ps.served) > 6 else ''}), the others all-reduced among "
+                f"the workers")
+        result = dataclasses.replace(result, notes=result.notes + (note,))
     if copies > 1:
         rows = (s.training.micro_batch_size if not family(s.model).writes_ops else
                 f"1/{copies} of the batch")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from simulator.config.framework.load import load_framework
 from simulator.config.framework.schema import Software
@@ -119,6 +119,13 @@ class InterNode(_Closed):
     # gets 1 / oversubscription of its network bandwidth. None / 1.0: non-blocking
     nodes_per_leaf: Annotated[StrictInt, Field(ge=1, le=1_000_000)] | None = None
     oversubscription: Annotated[StrictFloat, Field(ge=1, le=64, allow_inf_nan=False)] = 1.0
+    # how the node's NICs meet the fabric, which decides what a device shares its NIC with
+    # under `flow_sharing: fair` (engine.core, cost.links.nic_sharing): rail-optimised, NIC i
+    # of every node on rail switch i and a device's traffic through its nearest NIC (NCCL
+    # keeps a ring on one NIC per rail, NCCL_CROSS_NIC=0), shared only with the devices
+    # nearest that NIC; else every NIC on one shared leaf and a device's channels on any of
+    # them (NCCL_CROSS_NIC=1), the node's NICs one pool its devices share
+    rail_optimized: StrictBool = False
 
 
 class Nccl(_Closed):

@@ -45,6 +45,8 @@ FIELD_USES: dict[str, str] = {
     "inter_node.nic_bandwidth_Gbps": "collectives and sends across nodes (cost.links)",
     "inter_node.flow_sharing": "how concurrent transfers of a device share its link "
                                "(engine.core: fifo queue or fair share)",
+    "inter_node.rail_optimized": "which devices share a NIC under flow_sharing fair "
+                                 "(cost.links.nic_sharing, engine.core)",
     "inter_node.nodes_per_leaf": "groups spanning more nodes cross the oversubscribed tier "
                                  "(cost.links.fabric_share)",
     "inter_node.oversubscription": "network bandwidth of groups that cross the leaf tier "

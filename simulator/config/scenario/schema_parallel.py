@@ -143,6 +143,17 @@ class ParameterServerSpec(_Closed):
     # one server's network bandwidth; default: the server host's NICs (its profile)
     server_nic_Gbps: NicGbps | None = Field(default=None, description=(
         "Network bandwidth of one server, in Gbit/s; null: the server host's NICs."))
+    # MindSpore's Parameter.set_param_ps on some parameters only: "the hybrid training mode
+    # of parameter server and AllReduce. Some weights can be stored and updated through the
+    # parameter server", the rest all-reduced (MindSpore docs "Parameter Server Mode", r1.7)
+    parameters: Annotated[list[Annotated[StrictStr, Field(min_length=1, max_length=200)]],
+                          Field(min_length=1, max_length=10_000)] | None = Field(
+        default=None, description=(
+            "The parameters on the servers (MindSpore's Parameter.set_param_ps): names of the "
+            "model's parameters, a transformer's without their layer prefix (wte, wq, w1, "
+            "ln1.g: that parameter of every layer); the others are all-reduced among the "
+            "workers, which update them. null: every parameter (Cell.set_param_ps on the "
+            "network)."))
 
 
 class ParallelSpec(_Closed):

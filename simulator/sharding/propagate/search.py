@@ -56,8 +56,8 @@ from simulator.sharding.propagate.solvers import (
 from simulator.sharding.redistribute import plan_costs, plan_redistribution
 from simulator.sharding.rules import Signature, SignatureError, signatures, split_label
 
-__all__ = ["Problem", "Propagation", "build_problem", "propagate", "redistribution_cost",
-           "search_sources"]
+__all__ = ["SEARCH_RUNS", "Problem", "Propagation", "build_problem", "propagate",
+           "redistribution_cost", "search_sources"]
 
 
 @functools.lru_cache(maxsize=1 << 18)
@@ -268,6 +268,22 @@ class Propagation:
         ops = tuple(op if op.strategy is not None else dataclasses.replace(
             op, strategy=Strategy(signature=self.signature(v))) for v, op in enumerate(g.ops))
         return Graph(g.tensors, ops)
+
+
+# what each search runs, as `shardsim explain` says it (propagate/solvers.py cites each)
+SEARCH_RUNS = {
+    "sharding_propagation": "MindSpore's sharding propagation: a greedy breadth-first walk "
+                            "from the configured operators (not exact)",
+    "dynamic_programming": "exact dynamic programming over chains and trees",
+    "ilp": "exact: an integer program solved by HiGHS",
+    "recursive_programming": "the inner recursion of MindSpore's double recursive search "
+                             "(SAPP) only: operators by decreasing weight, each cheapest "
+                             "against those decided; not SAPP's outer recursion, which "
+                             "bisects the devices a factor of two at a time (the candidates "
+                             "here are already products over the mesh axes), and priced by "
+                             "the same bus bytes as the other searches, not SAPP's symbolic "
+                             "cost model; not exact",
+}
 
 
 def _searches() -> dict[str, Callable[[Problem], tuple[int, ...]]]:
