@@ -22,7 +22,8 @@ from simulator.config.framework.load import load_framework
 from simulator.config.imports.bridge_keys import rule
 from simulator.config.imports.bridge_parallel import degrees, parallel, training
 from simulator.config.imports.megatron import Imported, Row
-from simulator.config.imports.megatron_flags import MAP
+from simulator.config.imports.bridge_source import OFF
+from simulator.config.imports.megatron_flags import MAP, REFUSE
 from simulator.config.imports.mindformers_source import MfConfig
 from simulator.errors import InputError
 
@@ -163,6 +164,8 @@ def _rows(cfg: MfConfig) -> tuple[Row, ...]:
         found = rule(key)
         if key in cfg.dropped or found is None:
             kind, detail = "lenient", "left out (--lenient)"
+        elif found.kind == REFUSE:  # parse_bridge refused it when on
+            kind, detail = "ignored", f"off ({found.why})"
         else:
             kind, detail = found.kind, found.key if found.kind == MAP else found.why
         rows.append(Row(key, str(value), cfg.lines.get(key, 0), kind, detail))

@@ -116,7 +116,8 @@ KEYS: dict[str, Flag] = {
     "train.manual_gc_interval": _approx("Python's garbage collection between steps: host time"),
     "train.manual_gc_eval": _approx("Python's garbage collection between steps: host time"),
     "train.empty_unused_memory_level": _approx("the caching allocator's cache emptied"),
-    **{f"train.{k}": _ignore(_LOG) for k in (
+    **{f"train.{k}": _ignore("the run's length, evaluation or exit: not part of a training "
+                             "step") for k in (
         "train_iters", "train_samples", "eval_iters", "eval_interval", "exit_interval",
         "exit_duration_in_mins", "exit_signal_handler", "exit_signal",
         "exit_signal_handler_for_dataloader", "skip_train", "iterations_to_skip",

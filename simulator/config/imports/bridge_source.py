@@ -22,10 +22,10 @@ from simulator.config.imports.source_file import read_config_text
 from simulator.config.yamlio import did_you_mean
 from simulator.errors import InputError
 
-__all__ = ["parse_bridge", "read_bridge"]
+__all__ = ["parse_bridge", "read_bridge", "OFF"]
 
 _KEY = re.compile(r"^\+{0,2}[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
-_OFF = (False, None, 0, "", {}, [], "null", "None")
+OFF = (False, None, 0, "", {}, [], "null", "None")
 
 
 def _scalar(text: str, where: str, key: str) -> Any:
@@ -91,7 +91,7 @@ def _check(cfg: MfConfig, lenient: bool) -> None:
             cfg.notes.append(f"{key} (line {cfg.lines.get(key, 0)}) left out: not a key "
                              "this importer knows")
             cfg.dropped.add(key)
-        elif found.kind == REFUSE and value not in _OFF:
+        elif found.kind == REFUSE and value not in OFF:
             if not lenient:
                 raise cfg.error(key, f"{value!r} changes what Megatron-Bridge runs and has no "
                                 f"scenario key ({found.why}); --lenient imports without it")
