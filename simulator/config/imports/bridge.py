@@ -22,7 +22,6 @@ from simulator.config.framework.load import load_framework
 from simulator.config.imports.bridge_keys import rule
 from simulator.config.imports.bridge_parallel import degrees, parallel, training
 from simulator.config.imports.megatron import Imported, Row
-from simulator.config.imports.bridge_source import OFF
 from simulator.config.imports.megatron_flags import MAP, REFUSE
 from simulator.config.imports.mindformers_source import MfConfig
 from simulator.errors import InputError
