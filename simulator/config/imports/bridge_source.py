@@ -25,7 +25,7 @@ from simulator.errors import InputError
 __all__ = ["parse_bridge", "read_bridge", "OFF"]
 
 _KEY = re.compile(r"^\+{0,2}[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
-OFF = (False, None, 0, "", {}, [], "null", "None")
+OFF: tuple[Any, ...] = (False, None, 0, "", {}, [], "null", "None")
 
 
 def _scalar(text: str, where: str, key: str) -> Any:
