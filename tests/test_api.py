@@ -52,7 +52,8 @@ def test_schema_command_prints_the_scenario_json_schema():
                                                   {"required": ["torchtitan_toml"]},
                                                   {"required": ["deepspeed_config"]},
                                                   {"required": ["mindformers_yaml"]},
-                                                  {"required": ["nemo_yaml"]}]
+                                                  {"required": ["nemo_yaml"]},
+                                                  {"required": ["bridge_config"]}]
     assert doc["anyOf"] == [{"required": ["model"]}, {"required": ["from"]}]
     model = dict(want["properties"]["model"])
     assert doc["properties"]["model"]["description"] == model.pop("description")

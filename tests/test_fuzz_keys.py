@@ -284,3 +284,15 @@ def test_moe_every_is_named_and_profiles_take_the_hardware_prefix():
 ])
 def test_usage_errors_are_one_error_line(args, expected):
     assert _refused(*args) == expected
+
+
+def test_every_import_format_has_a_key_fuzz():
+    """Each `shardsim import` format (config.imports.load.FORMATS) is fuzzed over its own keys
+    by tests/test_import_FORMAT.py's test_fuzz_never_ends_in_an_internal_error (exit 0 or 2,
+    never 3): a new format without one fails here."""
+    from simulator.config.imports.load import FORMATS
+
+    tests = Path(__file__).parent
+    missing = [fmt for fmt in FORMATS if "def test_fuzz_never_ends_in_an_internal_error" not in
+               (tests / f"test_import_{fmt}.py").read_text(encoding="utf-8")]
+    assert FORMATS and missing == []

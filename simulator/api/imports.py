@@ -37,19 +37,21 @@ def import_config(fmt: str, source: str, hardware: str = "h100-sxm",
 def emit_config(fmt: str, loaded: Any, overrides: list[str]) -> str:
     """The launch of `loaded` (a scenario as `load_scenario` gives it) with `overrides` (a
     plan's `--set` items) in format `fmt` (`megatron`: a torchrun line of Megatron-LM
-    arguments; `torchtitan`: a job config TOML; `mindformers`: a run config YAML), which
+    arguments; `torchtitan`: a job config TOML; `mindformers`: a run config YAML; `bridge`
+    or `nemo`: Megatron-Bridge's dotted overrides, NeMo's current stack), which
     `import_config` reads back to the same scenario; InputError naming the keys the format
     cannot say."""
     # imported when called: `import simulator` and the CLI start cheap
     from simulator.api.core import load_hardware, load_scenario
     from simulator.config.framework.load import framework_for
+    from simulator.config.imports.bridge_emit import emit_bridge
     from simulator.config.imports.megatron_emit import emit_megatron
     from simulator.config.imports.mindformers_emit import emit_mindformers
     from simulator.config.imports.torchtitan_emit import emit_torchtitan
 
-    if fmt not in ("megatron", "torchtitan", "mindformers"):
+    if fmt not in ("megatron", "torchtitan", "mindformers", "bridge", "nemo"):
         raise InputError("--emit", "", f"found {fmt!r}; allowed: megatron, torchtitan, "
-                         "mindformers")
+                         "mindformers, bridge (or nemo)")
     ref = str(loaded.path) if loaded.path is not None else loaded.scenario.source
     plan = load_scenario(ref, [*loaded.overrides, *overrides])
     fw = framework_for(plan.scenario, load_hardware(plan))
@@ -57,4 +59,6 @@ def emit_config(fmt: str, loaded: Any, overrides: list[str]) -> str:
         return emit_torchtitan(plan.scenario, fw.name)
     if fmt == "mindformers":
         return emit_mindformers(plan.scenario, fw.name)
+    if fmt in ("bridge", "nemo"):
+        return emit_bridge(plan.scenario, fw.name, fw.overlap.tp_comm_enabled)
     return emit_megatron(plan.scenario, fw.name, fw.overlap.tp_comm_enabled)

@@ -178,6 +178,31 @@ def nemo(
     _run("nemo", source, out, hardware, nodes, devices_per_node, lenient, json_out)
 
 
+@import_app.command("bridge")
+def bridge(
+    source: Annotated[Path, typer.Argument(
+        metavar="SOURCE", help="A Megatron-Bridge ConfigContainer YAML, a file of its dotted "
+        "overrides (model.tensor_model_parallel_size=4 ...; NeMo 2's names too), or the name "
+        "of a bundled one.", show_default=False)],
+    out: _OUT = None,
+    hardware: _HARDWARE = "h100-sxm",
+    nodes: Annotated[int | None, typer.Option(
+        "--nodes", metavar="N", help="Nodes (default: NeMo 2's trainer.num_nodes).",
+        show_default=False)] = None,
+    devices_per_node: Annotated[int | None, typer.Option(
+        "--devices-per-node", metavar="K", help="Devices per node (default: NeMo 2's "
+        "trainer.devices).", show_default=False)] = None,
+    lenient: _LENIENT = False,
+    json_out: _JSON = False,
+) -> None:
+    """A scenario from a Megatron-Bridge / NeMo 2 training config (a Megatron-Core GPT).
+
+    The table of what each key became goes to stderr, the scenario YAML to stdout or to
+    --out FILE. A ConfigContainer does not hold the world size: give --nodes and
+    --devices-per-node."""
+    _run("bridge", source, out, hardware, nodes, devices_per_node, lenient, json_out)
+
+
 def _choices(dtype: str | None, recompute: str) -> None:
     """--dtype and --recompute among their values (exit 2 naming the option otherwise)."""
     for name, value, allowed in (("--dtype", dtype, ("bf16", "fp16", "fp32", None)),

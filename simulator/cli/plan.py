@@ -268,8 +268,9 @@ def plan(
     overrides: SetOpt = None,
     emit: Annotated[str | None, typer.Option(
         "--emit", metavar="FORMAT", help="Also print the best configuration as a launch: "
-        "megatron (Megatron-LM arguments), torchtitan (a job config TOML) or mindformers (a "
-        "run config YAML); with --devices or --nodes.",
+        "megatron (Megatron-LM arguments), torchtitan (a job config TOML), mindformers (a "
+        "run config YAML) or bridge / nemo (Megatron-Bridge overrides); with --devices or "
+        "--nodes.",
         show_default=False)] = None,
 ) -> None:
     """Search parallel configurations: the best on a cluster, or the fewest devices for a

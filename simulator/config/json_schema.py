@@ -31,7 +31,7 @@ _FROM = {
     "type": "object", "title": "From",
     "oneOf": [{"required": ["megatron_args"]}, {"required": ["torchtitan_toml"]},
               {"required": ["deepspeed_config"]}, {"required": ["mindformers_yaml"]},
-              {"required": ["nemo_yaml"]}],
+              {"required": ["nemo_yaml"]}, {"required": ["bridge_config"]}],
     "description": "A scenario imported from a training framework's own launch configuration "
                    "(`shardsim import`); the keys written beside `from` override the "
                    "imported ones.",
@@ -52,6 +52,10 @@ _FROM = {
             "A NeMo training config (YAML: a NeMo-Framework-Launcher conf/training file), "
             "relative to the scenario file; the world size is its trainer's unless the "
             "scenario's cluster says otherwise.")},
+        "bridge_config": {"type": "string", "description": (
+            "A Megatron-Bridge ConfigContainer YAML or a file of its dotted overrides "
+            "(NeMo 2's names too), relative to the scenario file; the world size is the "
+            "scenario's cluster.")},
         "lenient": {"type": "boolean", "default": False, "description": (
             "Import without the flags that have no scenario key instead of refusing them.")}},
     "additionalProperties": False,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from simulator.config.framework.load import load_framework
 from simulator.config.hardware.load import load_profile
+from simulator.config.imports.bridge import import_bridge
+from simulator.config.imports.bridge_source import read_bridge
 from simulator.config.imports.deepspeed import Fills, import_deepspeed
 from simulator.config.imports.deepspeed_source import read_ds
 from simulator.config.imports.megatron import Imported, import_megatron, read_megatron, stack_for
@@ -20,7 +22,7 @@ __all__ = ["LABELS", "read_format", "stack_of", "Fills"]
 
 LABELS = {"megatron": "Megatron-LM arguments", "torchtitan": "torchtitan job config",
           "deepspeed": "DeepSpeed config", "mindformers": "MindFormers config",
-          "nemo": "NeMo training config"}
+          "nemo": "NeMo training config", "bridge": "Megatron-Bridge config"}
 
 
 def stack_of(hardware: str) -> tuple[str | None, bool]:
@@ -49,6 +51,9 @@ def read_format(fmt: str, ref: str, hardware: str, nodes: int | None, per_node: 
     if fmt == "nemo":
         cfg = read_nemo(ref, shown, lenient)
         return import_nemo(cfg, hardware, nodes, per_node, lenient), cfg.path
+    if fmt == "bridge":
+        cfg = read_bridge(ref, shown, lenient)
+        return import_bridge(cfg, hardware, nodes, per_node, lenient), cfg.path
     if fmt == "torchtitan":
         toml = read_toml(ref, shown, lenient)
         return import_torchtitan(toml, hardware, nodes, per_node, lenient), toml.path

@@ -16,12 +16,13 @@ __all__ = ["expand_from", "stack_of"]
 
 _KEYS = {"megatron_args": "megatron", "torchtitan_toml": "torchtitan",
          "deepspeed_config": "deepspeed", "mindformers_yaml": "mindformers",
-         "nemo_yaml": "nemo"}
+         "nemo_yaml": "nemo", "bridge_config": "bridge"}
 _WHAT = {"megatron_args": "a Megatron-LM argument file or launch script",
          "torchtitan_toml": "a torchtitan job config (TOML)",
          "deepspeed_config": "a DeepSpeed config (JSON)",
          "mindformers_yaml": "a MindFormers run config (YAML)",
-         "nemo_yaml": "a NeMo training config (YAML)"}
+         "nemo_yaml": "a NeMo training config (YAML)",
+         "bridge_config": "a Megatron-Bridge ConfigContainer YAML or dotted overrides"}
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

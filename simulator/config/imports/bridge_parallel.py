@@ -1,0 +1,121 @@
+"""The parallel and training sections of a Megatron-Bridge config's import (`bridge`):
+degrees (`model.*_model_parallel_size`, data parallel the rest of the world), the schedule,
+sequence parallel, the distributed optimizer, recompute, the tensor-parallel overlap, and
+the batch. Megatron-Core's rules (TransformerConfig, DistributedDataParallelConfig) as
+Megatron-Bridge passes them on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.config.imports.mindformers_source import MfConfig
+
+__all__ = ["degrees", "parallel", "training"]
+
+_DEGREES = {"tensor": "tensor", "pipeline": "pipeline", "context": "context",
+            "expert": "expert"}
+_MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
+
+
+def degrees(cfg: MfConfig, world: int) -> dict[str, int]:
+    d = {k: cfg.integer(f"model.{v}_model_parallel_size", 1) or 1 for k, v in _DEGREES.items()}
+    d["context"] = cfg.integer("model.context_parallel_size", 1) or 1
+    model = d["tensor"] * d["pipeline"] * d["context"]
+    if world % model:
+        raise cfg.error("model.tensor_model_parallel_size", f"tensor {d['tensor']} x pipeline "
+                        f"{d['pipeline']} x context {d['context']} = {model} does not divide "
+                        f"the {world} devices")
+    d["data"] = world // model
+    if d["data"] * d["context"] % d["expert"]:
+        raise cfg.error("model.expert_model_parallel_size", f"{d['expert']} does not divide "
+                        f"data x context parallel {d['data'] * d['context']}")
+    return d
+
+
+def _modules(cfg: MfConfig) -> list[str] | None:
+    given = cfg.get("model.recompute_modules")
+    if given is None or given == ["core_attn"]:  # Megatron-Core's default: the stack's
+        return None
+    if not isinstance(given, list) or not given or any(m not in _MODULES for m in given):
+        raise cfg.error("model.recompute_modules", f"found {given!r}; expected a list of "
+                        f"{', '.join(_MODULES)}")
+    return list(given)
+
+
+def _recompute(cfg: MfConfig, lenient: bool) -> tuple[str, list[str] | None]:
+    """(none | selective | full, the modules of a selective one other than the default);
+    full over part of a chunk's layers (`block`, fewer than its layers) refused."""
+    granularity = cfg.get("model.recompute_granularity")
+    if granularity is None:
+        return "none", None
+    if granularity not in ("selective", "full"):
+        raise cfg.error("model.recompute_granularity", f"found {granularity!r}; allowed: "
+                        "null, 'selective', 'full'")
+    if granularity == "selective":
+        return "selective", _modules(cfg)
+    method = cfg.get("model.recompute_method")
+    if method not in ("uniform", "block"):
+        raise cfg.error("model.recompute_method", f"found {method!r}; full recompute needs "
+                        "'uniform' or 'block'")
+    n = cfg.integer("model.recompute_num_layers", None, lo=0)
+    if n is None:
+        raise cfg.error("model.recompute_num_layers", "missing: full recompute needs it")
+    if method == "block":
+        key = "model.recompute_num_layers"
+        if not lenient:
+            raise cfg.error(key, f"{n} with method 'block': part of each stage recomputed, "
+                            "not simulated (use method 'uniform'); --lenient imports it as "
+                            "every layer")
+        cfg.notes.append(f"{key} {n} (block) imported as every layer")
+    elif n > 1:
+        cfg.notes.append(f"model.recompute_num_layers {n} (uniform): simulated as a "
+                         "checkpoint per layer (the same recompute, more inputs kept)")
+    return "full", None
+
+
+def _sharded(cfg: MfConfig) -> int:
+    """1 with the distributed optimizer (`ddp.` or `optimizer.use_distributed_optimizer`,
+    which Megatron-Bridge keeps equal), else 0."""
+    given = [cfg.flag(k) for k in ("ddp.use_distributed_optimizer",
+                                   "optimizer.use_distributed_optimizer") if k in cfg.values]
+    if len(set(given)) > 1:
+        raise cfg.error("optimizer.use_distributed_optimizer", "differs from "
+                        "ddp.use_distributed_optimizer: one optimizer")
+    return 1 if given and given[0] else 0
+
+
+def parallel(cfg: MfConfig, d: dict[str, int], tp_comm_default: bool,
+             lenient: bool) -> dict[str, Any]:
+    """The parallel section; `tp_comm_default`: what the nemo profile resolves
+    `overlap.tp_comm: auto` to (written only when the config says otherwise)."""
+    p: dict[str, Any] = {"data": d["data"], "tensor": d["tensor"], "pipeline": d["pipeline"]}
+    for k in ("context", "expert"):
+        if d[k] > 1:
+            p[k] = d[k]
+    vp = cfg.integer("model.virtual_pipeline_model_parallel_size", None) or 1
+    p.update(schedule="interleaved_1f1b" if vp > 1 else "1f1b", virtual_stages=vp)
+    p["sequence_parallel"] = cfg.flag("model.sequence_parallel") and d["tensor"] > 1
+    p["optimizer_shard"] = _sharded(cfg)
+    p["recompute"], modules = _recompute(cfg, lenient)
+    if modules is not None:
+        p["recompute_modules"] = modules
+    p["comm_fusion"] = {"mode": "auto"}
+    tp_comm = any(cfg.flag(k) for k in ("comm_overlap.tp_comm_overlap",
+                                        "model.tp_comm_overlap"))
+    if d["tensor"] > 1 and tp_comm != tp_comm_default:
+        p["overlap"] = {"tp_comm": tp_comm}
+    return p
+
+
+def training(cfg: MfConfig, d: dict[str, int]) -> dict[str, Any]:
+    micro = cfg.integer("train.micro_batch_size", 1) or 1
+    per_step = micro * d["data"]
+    gbs = cfg.integer("train.global_batch_size", per_step) or per_step
+    if gbs % per_step:
+        raise cfg.error("train.global_batch_size", f"{gbs} is not a multiple of "
+                        f"micro_batch_size {micro} x data parallel {d['data']} = {per_step}")
+    name = cfg.get("optimizer.optimizer", "adam")
+    if name != "adam":
+        raise cfg.error("optimizer.optimizer", f"found {name!r}; the optimizers simulated: "
+                        "adam")
+    return {"global_batch_size": gbs, "micro_batch_size": micro, "optimizer": "adam"}
