@@ -35,8 +35,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from simulator.report.allocator import (LARGE_BUFFER, MIN_BLOCK, SMALL_BUFFER, SMALL_SIZE,
-                                        allocation_size)
+from simulator.report.allocator import (
+    LARGE_BUFFER,
+    MIN_BLOCK,
+    SMALL_BUFFER,
+    SMALL_SIZE,
+    allocation_size,
+)
 
 __all__ = ["CachingAllocator", "Block"]
 
