@@ -33,6 +33,7 @@ program replayed here, keeps references instead of recording streams.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from simulator.report.allocator import (
@@ -43,7 +44,7 @@ from simulator.report.allocator import (
     allocation_size,
 )
 
-__all__ = ["CachingAllocator", "Block"]
+__all__ = ["CachingAllocator", "Block", "replay"]
 
 _ADDRESS_SPACE = 1 << 50  # an expandable segment's virtual range: larger than any device
 
@@ -282,3 +283,17 @@ class CachingAllocator:
         for other in (block.prev, block.next):
             self._merge(block, other)
         self._unmapped.setdefault(key, []).append(block)
+
+
+def replay(events: Iterable[tuple[str, str, float, str]], capacity: float | None = None,
+           expandable: bool = False) -> CachingAllocator:
+    """Run `events` ("alloc", key, bytes, stream) / ("free", key, _, _) through a fresh
+    allocator; its peaks and per-stream reserve are the answer."""
+    a = CachingAllocator(capacity=capacity, expandable=expandable)
+    live: dict[str, Block] = {}
+    for kind, key, nbytes, stream in events:
+        if kind == "alloc":
+            live[key] = a.malloc(nbytes, stream)
+        else:
+            a.free(live.pop(key))
+    return a

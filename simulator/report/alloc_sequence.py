@@ -1,0 +1,283 @@
+"""The allocations and frees of a simulated iteration, tensor by tensor, in the order a
+PyTorch FSDP2 (`fully_shard`) step issues them, built from the program the simulator times
+(`program.program.Program`) and its device's model states (`Plan.static_memory`); replayed
+through the caching allocator (`report.allocator_replay`) it gives `max_memory_reserved`.
+
+Which tensors, from which source (pytorch/pytorch torch/distributed/fsdp/_fully_shard/
+_fsdp_collectives.py @010ae4a; torch/optim/adam.py @dc80ccd):
+
+- Model states, allocated once: the optimizer states and any resident category, split
+  over each
+  block's parameter tensors (a GEMM's weight is n x k of its `gemm_mnk`; the rest of the
+  block's parameters one tensor). The Adam moments (exp_avg, exp_avg_sq: 8 B per sharded
+  parameter of `optimizer_states`) are made by the first `step()` (`_init_group`), after
+  the first backward; the rest of the states before the first forward.
+- Unshard of a block (`foreach_all_gather`, on the all-gather copy-in stream): the
+  flat bf16 copy-in input (the shard), the all-gather output (the block's parameters,
+  whole); the input freed; the previous all-gather output freed when the next one is
+  waited on (`all_gather_state`); on the default stream the unsharded parameters, one
+  tensor each (`alloc_all_gather_outputs`), freed at reshard (after the block's forward:
+  reshard_after_forward; after its backward).
+- Forward: each op's saved set one tensor (`ComputeSpec.saved_bytes`; the block's saved
+  bytes beyond its ops' one more), kept until the block's backward.
+- Backward, blocks in reverse, the next block's unshard prefetched (FSDP2's backward
+  prefetch depth 1): the re-run's saved set (`working_bytes`) and the loss's buffers
+  (`transient_bytes`) while it runs; each weight's bf16 gradient as its op's backward runs,
+  the op's saved tensor freed; then `foreach_reduce`: the fp32 reduce-scatter input (the
+  block's parameters, whole) on the default stream, the bf16 gradients freed, the
+  reduce-scatter output (the sharded fp32 gradient, kept as `.grad`) on the reduce-scatter
+  stream; the previous block's reduce-scatter input freed.
+- Optimizer (`_multi_tensor_adam`, foreach): `exp_avg_sq_sqrt = torch._foreach_sqrt(
+  device_exp_avg_sqs)` is the one full-size intermediate (4 B per sharded parameter, one
+  tensor each), freed after `_foreach_addcdiv_`; zero_grad(set_to_none) frees the
+  gradients.
+
+Not in the program, so not in the sequence: each op's transient outputs and the activation
+gradients between ops (the loss's buffers excepted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simulator.report.allocator_replay import CachingAllocator, replay
+
+__all__ = ["Event", "fsdp2_sequence", "SEQUENCES", "ITERATIONS", "replay_result"]
+
+Event = tuple[str, str, float, str]  # ("alloc" | "free", tensor key, bytes, stream)
+DEFAULT, GATHER, REDUCE = "default", "all_gather", "reduce_scatter"
+ADAM_MOMENT_BYTES = 8.0  # exp_avg + exp_avg_sq, fp32, per sharded parameter
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One copy of a block as FSDP2 wraps it: per op in forward order, the elements of
+    the weight it reads (0: none), the bytes it keeps for the backward and the bytes its
+    re-run makes again (a recomputed block); the block's other parameters and bytes as a
+    last entry."""
+
+    name: str
+    ops: tuple[tuple[float, float, float], ...]
+    block: Any
+
+    @property
+    def tensors(self) -> tuple[float, ...]:
+        return tuple(w for w, _, _ in self.ops if w > 0)
+
+
+def _fit(sizes: list[float], total: float) -> list[float]:
+    """`sizes` and one more tensor making up `total`; scaled down when they exceed it."""
+    have = sum(sizes)
+    if have > total:
+        return [x * total / have for x in sizes] + [0.0]
+    return sizes + [total - have]
+
+
+def _unit(name: str, block: Any) -> _Unit:
+    """The kept set: the saved tensors of the ops the block does not run again (a
+    recomputed block keeps its inputs only), fitted to the block's `saved_bytes`; the
+    re-run's: the saved tensors of the ops it runs again, fitted to `working_bytes`."""
+    rerun = {op.name for op in block.recompute}
+    weights, kept, again = [], [], []
+    for op in block.fwd:
+        mnk = getattr(op, "gemm_mnk", None)
+        weights.append(float(mnk[1] * mnk[2]) if mnk and getattr(op, "kind", "") == "gemm"
+                       else 0.0)
+        saved = float(getattr(op, "saved_bytes", 0.0))
+        kept.append(0.0 if op.name in rerun else saved)
+        again.append(saved if op.name in rerun else 0.0)
+    if sum(weights) > block.params:  # GEMMs without weights (attention products)
+        weights = [0.0] * len(weights)
+    weights.append(max(block.params - sum(weights), 0.0))
+    ops = zip(weights, _fit(kept, block.saved_bytes), _fit(again, block.working_bytes))
+    return _Unit(name, tuple(o for o in ops if any(x > 0 for x in o)), block)
+
+
+def _units(program: Any) -> list[_Unit]:
+    blocks = program.stage(0, len(program.sequence()), True, True)
+    return [_unit(f"{b.name}{i}", b) for i, b in enumerate(blocks)]
+
+
+class _Seq:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.live: dict[str, None] = {}  # insertion order: a deterministic sequence
+
+    def alloc(self, key: str, nbytes: float, stream: str = DEFAULT) -> None:
+        if nbytes > 0:
+            assert key not in self.live, key
+            self.live[key] = None
+            self.events.append(("alloc", key, nbytes, stream))
+
+    def free(self, key: str) -> None:
+        if key in self.live:
+            del self.live[key]
+            self.events.append(("free", key, 0.0, ""))
+
+
+def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
+                   micro_batches: int = 1) -> list[Event]:
+    """The events of `iterations` FSDP2 steps of `micro_batches` micro-batches each
+    (module docstring). `static`: the device's model states by category (bytes)."""
+    units = _units(program)
+    elems = sum(sum(u.tensors) for u in units)
+    if elems <= 0:
+        return []
+    grads = static.get("gradients", 0.0)
+    states = static.get("optimizer_states", 0.0)
+    shard = grads / (elems * program.grad_bytes) if grads > 0 else 1.0  # 1 / FSDP degree
+    moments = min(states, ADAM_MOMENT_BYTES * elems * shard)
+    # FSDP2 keeps its shards in the optimizer's dtype (fp32) and casts them when it
+    # gathers them (`_get_param_all_gather_inputs`): no compute-dtype shard
+    # ("parameters") is held; the gradients are made by the backward
+    per_elem = {c: v / elems for c, v in static.items()
+                if c not in ("parameters", "gradients", "framework_overhead") and v > 0}
+    per_elem["optimizer_states"] = (states - moments) / elems
+    s = _Seq()
+    for cat, b in per_elem.items():
+        for u in units:
+            for j, n in enumerate(u.tensors):
+                s.alloc(f"{cat}:{u.name}.{j}", n * b)
+    e = float(program_param_bytes(program))
+    for it in range(iterations):
+        for mb in range(micro_batches):
+            _forward(s, units, e, shard)
+            _backward(s, units, e, shard, program.grad_bytes, accumulate=mb > 0)
+        if it == 0:
+            for u in units:
+                for j, n in enumerate(u.tensors):
+                    s.alloc(f"moments:{u.name}.{j}", n * moments / elems)
+        _optimizer(s, units, shard)
+    return s.events
+
+
+def program_param_bytes(program: Any) -> int:
+    """Bytes of one gathered parameter element: the compute dtype's (MixedPrecisionPolicy
+    param_dtype)."""
+    from simulator.config.scenario.schema import DTYPE_BYTES
+    return int(DTYPE_BYTES.get(program.dtype, 2)) if program.dtype != "fp8" else 2
+
+
+def _unshard(s: _Seq, group: list[_Unit], e: float, shard: float, tag: str) -> None:
+    whole = sum(sum(u.tensors) for u in group) * e
+    s.alloc(f"ag_in:{tag}", whole * shard, GATHER)
+    s.alloc(f"ag_out:{tag}", whole, GATHER)
+    s.free(f"ag_in:{tag}")
+    for u in group:
+        for j, n in enumerate(u.tensors):
+            s.alloc(f"unsharded:{u.name}.{j}", n * e)
+
+
+def _reshard(s: _Seq, group: list[_Unit]) -> None:
+    for u in group:
+        for j in range(len(u.tensors)):
+            s.free(f"unsharded:{u.name}.{j}")
+
+
+def _forward(s: _Seq, units: list[_Unit], e: float, shard: float) -> None:
+    """The root group (the pinned blocks: embedding, final norm, head) is gathered first
+    and kept until the backward ends (FSDP2 does not reshard the root after forward); each
+    other block is gathered before its forward and resharded after it."""
+    root = [u for u in units if u.block.pinned]
+    _unshard(s, root, e, shard, "root")
+    prev = "root"
+    for u in units:
+        if not u.block.pinned:
+            _unshard(s, [u], e, shard, u.name)
+            s.free(f"ag_out:{prev}")
+            prev = u.name
+        for k, (_, kept, _) in enumerate(u.ops):
+            s.alloc(f"saved:{u.name}.{k}", kept)
+        if not u.block.pinned:
+            _reshard(s, [u])
+    s.free(f"ag_out:{prev}")
+
+
+def _reduce(s: _Seq, group: list[_Unit], grad_bytes: float, shard: float, tag: str,
+            accumulate: bool) -> None:
+    """`foreach_reduce` of a group's bf16 gradients."""
+    whole = sum(sum(u.tensors) for u in group)
+    s.alloc(f"rs_in:{tag}", whole * grad_bytes)
+    for u in group:
+        for k in range(len(u.ops)):
+            s.free(f"grad16:{u.name}.{k}")
+    s.alloc(f"grad:{tag}" + (".acc" if accumulate else ""), whole * grad_bytes * shard,
+            REDUCE)
+    s.free(f"grad:{tag}.acc")
+
+
+def _backward(s: _Seq, units: list[_Unit], e: float, shard: float, grad_bytes: float,
+              accumulate: bool) -> None:
+    layers = [u for u in reversed(units) if not u.block.pinned]
+    gathered = 0  # layers gathered so far, in backward order
+    last_ag = last_rs = None
+    for u in reversed(units):
+        if not u.block.pinned:  # this block's gather (if not prefetched) and the next's
+            i = layers.index(u)
+            while gathered < min(i + 2, len(layers)):
+                _unshard(s, [layers[gathered]], e, shard, layers[gathered].name)
+                s.free(f"ag_out:{last_ag}")
+                last_ag = layers[gathered].name
+                gathered += 1
+        b = u.block
+        for k, (_, _, again) in enumerate(u.ops):  # the re-run
+            s.alloc(f"work:{u.name}.{k}", again)
+        s.alloc(f"loss:{u.name}", b.transient_bytes)
+        for k in reversed(range(len(u.ops))):
+            s.alloc(f"grad16:{u.name}.{k}", u.ops[k][0] * e)
+            s.free(f"saved:{u.name}.{k}")
+            s.free(f"work:{u.name}.{k}")
+        s.free(f"loss:{u.name}")
+        if not b.pinned:
+            _reduce(s, [u], grad_bytes, shard, u.name, accumulate)
+            s.free(f"rs_in:{last_rs}")
+            last_rs = u.name
+            _reshard(s, [u])
+    s.free(f"ag_out:{last_ag}")
+    root = [u for u in units if u.block.pinned]
+    _reduce(s, root, grad_bytes, shard, "root", accumulate)
+    s.free(f"rs_in:{last_rs}")
+    s.free("rs_in:root")
+    _reshard(s, root)
+
+
+def _optimizer(s: _Seq, units: list[_Unit], shard: float) -> None:
+    for u in units:
+        for j, n in enumerate(u.tensors):
+            s.alloc(f"sqrt:{u.name}.{j}", n * 4.0 * shard)
+    for u in units:
+        for j in range(len(u.tensors)):
+            s.free(f"sqrt:{u.name}.{j}")
+    for key in [k for k in s.live if k.startswith("grad:")]:
+        s.free(key)
+
+
+SEQUENCES = {"fsdp2": fsdp2_sequence}
+# steps replayed: the first makes the optimizer's moments, the second runs with them (the
+# reserve persists from step to step: nothing is released unless an allocation fails)
+ITERATIONS = 2
+
+
+def replay_result(result: Any, expandable: bool | None = None
+                  ) -> CachingAllocator | None:
+    """The caching allocator after replaying `ITERATIONS` steps of the peak device of a
+    SimResult, or None where no sequence is modelled: a stack without PyTorch's allocator
+    or without `memory_overheads.allocation_sequence`, a run that does not shard its
+    parameters (`optimizer_shard` 3) or is cut into pipeline stages. `expandable`: the
+    allocator's mode (None: the stack's `caching_allocator`)."""
+    fw = getattr(result, "framework", None)
+    mem = fw.memory_overheads if fw is not None else None
+    if mem is None or mem.caching_allocator is None or mem.allocation_sequence is None:
+        return None
+    par = result.scenario.parallel
+    if par.optimizer_shard != 3 or par.pipeline != 1:
+        return None
+    if expandable is None:
+        expandable = mem.caching_allocator == "pytorch_expandable"
+    index = result.plan.devices.index(result.memory.device)
+    static = dict(result.plan.static_memory[index])
+    events = SEQUENCES[mem.allocation_sequence](
+        result.program, static, ITERATIONS, result.scenario.grad_accum_steps)
+    capacity = result.capacity_bytes - static.get("framework_overhead", 0.0)
+    return replay(events, capacity, expandable)
