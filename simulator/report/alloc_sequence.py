@@ -94,6 +94,17 @@ def _unit(name: str, block: Any) -> _Unit:
     return _Unit(name, tuple(o for o in ops if any(x > 0 for x in o)), block)
 
 
+def _pieces(total: float, unit: float) -> list[float]:
+    """The loss's backward buffers (`transient_bytes`) as tensors the size of the block's
+    largest kept tensor (the fp32 log-probabilities: NllLossBackward0's grad_input and
+    LogSoftmaxBackward0's output are each one such tensor, framework `cross_entropy.
+    backward_transient_source`)."""
+    if total <= 0:
+        return []
+    n = max(1, round(total / unit)) if unit > 0 else 1
+    return [total / n] * n
+
+
 def _units(program: Any) -> list[_Unit]:
     blocks = program.stage(0, len(program.sequence()), True, True)
     return [_unit(f"{b.name}{i}", b) for i, b in enumerate(blocks)]
@@ -223,12 +234,15 @@ def _backward(s: _Seq, units: list[_Unit], e: float, shard: float, grad_bytes: f
         b = u.block
         for k, (_, _, again) in enumerate(u.ops):  # the re-run
             s.alloc(f"work:{u.name}.{k}", again)
-        s.alloc(f"loss:{u.name}", b.transient_bytes)
+        pieces = _pieces(b.transient_bytes, max(kept for _, kept, _ in u.ops))
+        for j, nbytes in enumerate(pieces):
+            s.alloc(f"loss:{u.name}.{j}", nbytes)
         for k in reversed(range(len(u.ops))):
             s.alloc(f"grad16:{u.name}.{k}", u.ops[k][0] * e)
             s.free(f"saved:{u.name}.{k}")
             s.free(f"work:{u.name}.{k}")
-        s.free(f"loss:{u.name}")
+        for j in range(len(pieces)):
+            s.free(f"loss:{u.name}.{j}")
         if not b.pinned:
             _reduce(s, [u], grad_bytes, shard, u.name, accumulate)
             s.free(f"rs_in:{last_rs}")
