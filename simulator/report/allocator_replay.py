@@ -36,15 +36,27 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from simulator.report.allocator import (
-    LARGE_BUFFER,
-    MIN_BLOCK,
-    SMALL_BUFFER,
-    SMALL_SIZE,
-    allocation_size,
-)
+__all__ = ["CachingAllocator", "Block", "replay", "MIN_BLOCK", "SMALL_SIZE", "SMALL_BUFFER",
+           "LARGE_BUFFER", "MIN_LARGE_ALLOC", "ROUND_LARGE", "allocation_size"]
 
-__all__ = ["CachingAllocator", "Block", "replay"]
+MIN_BLOCK = 512  # kMinBlockSize: all sizes are rounded to at least 512 bytes
+SMALL_SIZE = 1 << 20  # kSmallSize: largest "small" allocation is 1 MiB
+SMALL_BUFFER = 2 << 20  # kSmallBuffer: "small" allocations are packed in 2 MiB blocks
+LARGE_BUFFER = 20 << 20  # kLargeBuffer: "large" allocations may be packed in 20 MiB blocks
+MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc: allocations of 1-10 MiB may use kLargeBuffer
+ROUND_LARGE = 2 << 20  # kRoundLarge: round up large allocations to 2 MiB
+
+
+
+def allocation_size(nbytes: float) -> float:
+    """The segment a request of `nbytes` (rounded) takes when no cached block fits it
+    (`get_allocation_size`)."""
+    if nbytes <= SMALL_SIZE:
+        return float(SMALL_BUFFER)
+    if nbytes < MIN_LARGE_ALLOC:
+        return float(LARGE_BUFFER)
+    return float(ROUND_LARGE * math.ceil(nbytes / ROUND_LARGE - 1e-9))
+
 
 _ADDRESS_SPACE = 1 << 50  # an expandable segment's virtual range: larger than any device
 
