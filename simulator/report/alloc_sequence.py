@@ -7,8 +7,7 @@ Which tensors, from which source (pytorch/pytorch torch/distributed/fsdp/_fully_
 _fsdp_collectives.py @010ae4a; torch/optim/adam.py @dc80ccd):
 
 - Model states, allocated once: the optimizer states and any resident category, split
-  over each
-  block's parameter tensors (a GEMM's weight is n x k of its `gemm_mnk`; the rest of the
+  over each block's parameter tensors (a GEMM's weight is n x k of its `gemm_mnk`; the rest of the
   block's parameters one tensor). The Adam moments (exp_avg, exp_avg_sq: 8 B per sharded
   parameter of `optimizer_states`) are made by the first `step()` (`_init_group`), after
   the first backward; the rest of the states before the first forward.
@@ -41,6 +40,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.config.scenario.schema import DTYPE_BYTES
 from simulator.report.allocator_replay import CachingAllocator, replay
 
 __all__ = ["Event", "fsdp2_sequence", "SEQUENCES", "ITERATIONS", "replay_result"]
@@ -150,7 +150,7 @@ def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
         for u in units:
             for j, n in enumerate(u.tensors):
                 s.alloc(f"{cat}:{u.name}.{j}", n * b)
-    e = float(program_param_bytes(program))
+    e = _param_bytes(program)
     for it in range(iterations):
         for mb in range(micro_batches):
             _forward(s, units, e, shard)
@@ -163,11 +163,10 @@ def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
     return s.events
 
 
-def program_param_bytes(program: Any) -> int:
+def _param_bytes(program: Any) -> float:
     """Bytes of one gathered parameter element: the compute dtype's (MixedPrecisionPolicy
-    param_dtype)."""
-    from simulator.config.scenario.schema import DTYPE_BYTES
-    return int(DTYPE_BYTES.get(program.dtype, 2)) if program.dtype != "fp8" else 2
+    param_dtype; an FP8 run gathers bf16: float8 all-gather is not modelled)."""
+    return float(DTYPE_BYTES.get(program.dtype, 2)) if program.dtype != "fp8" else 2.0
 
 
 def _unshard(s: _Seq, group: list[_Unit], e: float, shard: float, tag: str) -> None:
