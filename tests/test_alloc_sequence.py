@@ -21,7 +21,8 @@ def _program() -> Program:
                        saved_bytes=7 * MIB),
            ComputeSpec("b", "gemm", 1.0, 1.0, "bf16", gemm_mnk=(128, 16, 32),
                        saved_bytes=11 * MIB))
-    loss = (ComputeSpec("ce", "softmax", 1.0, 1.0, "bf16", saved_bytes=40 * MIB),)
+    loss = (ComputeSpec("lm_head", "gemm", 1.0, 1.0, "bf16", gemm_mnk=(128, 500, 4)),
+            ComputeSpec("ce", "softmax", 1.0, 1.0, "bf16", saved_bytes=40 * MIB))
     return Program((Block("embed", (), (), params=EMBED, pinned="first"),
                     Block("layer", ops, (), repeat=2, params=LAYER, saved_bytes=20 * MIB),
                     Block("head", loss, (), params=HEAD, pinned="last",
@@ -79,3 +80,18 @@ def test_gathers_run_on_their_stream_and_the_root_is_gathered_whole_once_a_step(
     assert [n for key, n, _ in gathers if key == "ag_out:root"] == [2.0 * (EMBED + HEAD)]
     assert len(gathers) == 1 + 2 * 2
     assert _bytes(ev, "loss:") == 80 * MIB and _bytes(ev, "saved:head") == 40 * MIB
+
+
+def test_one_rank_gathers_nothing_and_the_logits_live_through_the_loss_forward():
+    one = {k: v / SHARD for k, v in STATIC.items()}
+    ev = fsdp2_sequence(_program(), one, 1, fp32_logits=True)
+    assert not [key for _, key, _, _ in ev if key.startswith(("ag_in:", "ag_out:"))]
+    keys = [(kind, key) for kind, key, _, _ in ev]
+    # the head's logits (its GEMM's m x n in bf16) and their fp32 copy around the loss's
+    # kept tensor; the copy freed after it, the logits before the backward
+    at = keys.index(("alloc", "saved:head3.1"))
+    assert keys[at - 2:at + 3] == [("alloc", "logits"), ("alloc", "logits_fp32"),
+                                   ("alloc", "saved:head3.1"), ("free", "logits_fp32"),
+                                   ("free", "logits")]
+    assert _bytes(ev, "logits_fp32") == 4.0 * 128 * 500
+    assert _bytes(ev, "logits") == (2.0 + 4.0) * 128 * 500

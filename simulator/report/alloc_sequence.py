@@ -60,6 +60,7 @@ class _Unit:
     name: str
     ops: tuple[tuple[float, float, float], ...]
     block: Any
+    logits: float = 0.0  # the loss block: elements of its last GEMM's output
 
     @property
     def tensors(self) -> tuple[float, ...]:
@@ -91,7 +92,10 @@ def _unit(name: str, block: Any) -> _Unit:
         weights = [0.0] * len(weights)
     weights.append(max(block.params - sum(weights), 0.0))
     ops = zip(weights, _fit(kept, block.saved_bytes), _fit(again, block.working_bytes))
-    return _Unit(name, tuple(o for o in ops if any(x > 0 for x in o)), block)
+    gemms = [op.gemm_mnk for op in block.fwd if getattr(op, "gemm_mnk", None)]
+    logits = float(gemms[-1][0] * gemms[-1][1]) if gemms and block.transient_bytes > 0 \
+        else 0.0
+    return _Unit(name, tuple(o for o in ops if any(x > 0 for x in o)), block, logits)
 
 
 def _pieces(total: float, unit: float) -> list[float]:
@@ -128,9 +132,10 @@ class _Seq:
 
 
 def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
-                   micro_batches: int = 1) -> list[Event]:
+                   micro_batches: int = 1, fp32_logits: bool = False) -> list[Event]:
     """The events of `iterations` FSDP2 steps of `micro_batches` micro-batches each
-    (module docstring). `static`: the device's model states by category (bytes)."""
+    (module docstring). `static`: the device's model states by category (bytes);
+    `fp32_logits`: the loss casts the logits to fp32 (`cross_entropy.logits_dtype`)."""
     units = _units(program)
     elems = sum(sum(u.tensors) for u in units)
     if elems <= 0:
@@ -153,7 +158,7 @@ def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
     e = _param_bytes(program)
     for it in range(iterations):
         for mb in range(micro_batches):
-            _forward(s, units, e, shard)
+            _forward(s, units, e, shard, fp32_logits)
             _backward(s, units, e, shard, program.grad_bytes, accumulate=mb > 0)
         if it == 0:
             for u in units:
@@ -169,11 +174,21 @@ def _param_bytes(program: Any) -> float:
     return float(DTYPE_BYTES.get(program.dtype, 2)) if program.dtype != "fp8" else 2.0
 
 
-def _unshard(s: _Seq, group: list[_Unit], e: float, shard: float, tag: str) -> None:
+def _all_gather(s: _Seq, group: list[_Unit], e: float, shard: float, tag: str) -> None:
+    """`unshard` (`foreach_all_gather` on the copy-in stream): the bf16 copy-in input (the
+    shard) and the output (the group's parameters, whole); the input freed. With one rank
+    FSDP2 gathers nothing (`unshard`: world_size == 1 returns an empty result)."""
+    if shard >= 1.0:
+        return
     whole = sum(sum(u.tensors) for u in group) * e
     s.alloc(f"ag_in:{tag}", whole * shard, GATHER)
     s.alloc(f"ag_out:{tag}", whole, GATHER)
     s.free(f"ag_in:{tag}")
+
+
+def _copy_out(s: _Seq, group: list[_Unit], e: float) -> None:
+    """`wait_for_unshard`: the unsharded parameters, one tensor each, on the default
+    stream (`alloc_all_gather_outputs`)."""
     for u in group:
         for j, n in enumerate(u.tensors):
             s.alloc(f"unsharded:{u.name}.{j}", n * e)
@@ -185,28 +200,59 @@ def _reshard(s: _Seq, group: list[_Unit]) -> None:
             s.free(f"unsharded:{u.name}.{j}")
 
 
-def _forward(s: _Seq, units: list[_Unit], e: float, shard: float) -> None:
+def _loss_forward(s: _Seq, u: _Unit, e: float, fp32_logits: bool) -> None:
+    """The loss block's forward: the logits (its last GEMM's output, compute dtype) and,
+    where the loss casts them (`fp32_logits`), their fp32 copy, alive while the loss op
+    makes its kept set; the copy freed then (log-softmax keeps its output, not its input),
+    the logits freed before the backward (torchtitan train.py @9dec370 lines 303-308:
+    `loss = loss_fn(pred, labels); del pred; loss.backward()`)."""
+    s.alloc("logits", u.logits * e)
+    for k, (_, kept, _) in enumerate(u.ops):
+        if kept == max(x for _, x, _ in u.ops) and fp32_logits:
+            s.alloc("logits_fp32", u.logits * 4.0)
+        s.alloc(f"saved:{u.name}.{k}", kept)
+        s.free("logits_fp32")
+    s.free("logits")
+
+
+def _forward(s: _Seq, units: list[_Unit], e: float, shard: float, fp32_logits: bool
+             ) -> None:
     """The root group (the pinned blocks: embedding, final norm, head) is gathered first
-    and kept until the backward ends (FSDP2 does not reshard the root after forward); each
-    other block is gathered before its forward and resharded after it."""
-    root = [u for u in units if u.block.pinned]
-    _unshard(s, root, e, shard, "root")
+    and kept until the backward ends (the root is not resharded after forward); each other
+    block is gathered before its forward and resharded after it. In the forward the
+    previous all-gather output is freed when the next is waited on (`wait_for_unshard`:
+    implicit prefetch keeps `all_gather_state`)."""
     prev = "root"
-    for u in units:
-        if not u.block.pinned:
-            _unshard(s, [u], e, shard, u.name)
-            s.free(f"ag_out:{prev}")
-            prev = u.name
-        for k, (_, kept, _) in enumerate(u.ops):
-            s.alloc(f"saved:{u.name}.{k}", kept)
+    for u in [None] + units:
+        group = [v for v in units if v.block.pinned] if u is None else [u]
+        if u is None or not u.block.pinned:
+            tag = "root" if u is None else u.name
+            _all_gather(s, group, e, shard, tag)
+            if tag != prev:
+                s.free(f"ag_out:{prev}")
+            _copy_out(s, group, e)
+            prev = tag
+        if u is None:
+            continue
+        if u.logits > 0:
+            _loss_forward(s, u, e, fp32_logits)
+        else:
+            for k, (_, kept, _) in enumerate(u.ops):
+                s.alloc(f"saved:{u.name}.{k}", kept)
         if not u.block.pinned:
             _reshard(s, [u])
     s.free(f"ag_out:{prev}")
 
 
-def _reduce(s: _Seq, group: list[_Unit], grad_bytes: float, shard: float, tag: str,
-            accumulate: bool) -> None:
-    """`foreach_reduce` of a group's bf16 gradients."""
+def _post_backward(s: _Seq, group: list[_Unit], grad_bytes: float, shard: float, tag: str,
+                   accumulate: bool) -> None:
+    """`post_backward`: reshard, the previous reduce-scatter input freed
+    (`reduce_scatter_state = None`), then `foreach_reduce`: the fp32 reduce-scatter input
+    on the default stream, the bf16 gradients freed, the output (the sharded gradient) on
+    the reduce-scatter stream; the input kept as the next `reduce_scatter_state`."""
+    _reshard(s, group)
+    for key in [k for k in s.live if k.startswith("rs_in:")]:
+        s.free(key)
     whole = sum(sum(u.tensors) for u in group)
     s.alloc(f"rs_in:{tag}", whole * grad_bytes)
     for u in group:
@@ -217,42 +263,44 @@ def _reduce(s: _Seq, group: list[_Unit], grad_bytes: float, shard: float, tag: s
     s.free(f"grad:{tag}.acc")
 
 
+def _block_backward(s: _Seq, u: _Unit, e: float) -> None:
+    """A block's re-run (its `working_bytes`), the loss buffers, then per op in reverse
+    its weight's bf16 gradient made and its kept and re-run tensors freed."""
+    for k, (_, _, again) in enumerate(u.ops):
+        s.alloc(f"work:{u.name}.{k}", again)
+    pieces = _pieces(u.block.transient_bytes, max(kept for _, kept, _ in u.ops))
+    for j, nbytes in enumerate(pieces):
+        s.alloc(f"loss:{u.name}.{j}", nbytes)
+    for k in reversed(range(len(u.ops))):
+        s.alloc(f"grad16:{u.name}.{k}", u.ops[k][0] * e)
+        s.free(f"saved:{u.name}.{k}")
+        s.free(f"work:{u.name}.{k}")
+    for j in range(len(pieces)):
+        s.free(f"loss:{u.name}.{j}")
+
+
 def _backward(s: _Seq, units: list[_Unit], e: float, shard: float, grad_bytes: float,
               accumulate: bool) -> None:
+    """Blocks in reverse; `pre_backward` waits for the block's gather (freeing its
+    output after the copy-out) and prefetches the next block's (FSDP2's backward prefetch
+    of one); the root reduces after the last block, at the end of the backward."""
     layers = [u for u in reversed(units) if not u.block.pinned]
-    gathered = 0  # layers gathered so far, in backward order
-    last_ag = last_rs = None
     for u in reversed(units):
-        if not u.block.pinned:  # this block's gather (if not prefetched) and the next's
+        if not u.block.pinned:
             i = layers.index(u)
-            while gathered < min(i + 2, len(layers)):
-                _unshard(s, [layers[gathered]], e, shard, layers[gathered].name)
-                s.free(f"ag_out:{last_ag}")
-                last_ag = layers[gathered].name
-                gathered += 1
-        b = u.block
-        for k, (_, _, again) in enumerate(u.ops):  # the re-run
-            s.alloc(f"work:{u.name}.{k}", again)
-        pieces = _pieces(b.transient_bytes, max(kept for _, kept, _ in u.ops))
-        for j, nbytes in enumerate(pieces):
-            s.alloc(f"loss:{u.name}.{j}", nbytes)
-        for k in reversed(range(len(u.ops))):
-            s.alloc(f"grad16:{u.name}.{k}", u.ops[k][0] * e)
-            s.free(f"saved:{u.name}.{k}")
-            s.free(f"work:{u.name}.{k}")
-        for j in range(len(pieces)):
-            s.free(f"loss:{u.name}.{j}")
-        if not b.pinned:
-            _reduce(s, [u], grad_bytes, shard, u.name, accumulate)
-            s.free(f"rs_in:{last_rs}")
-            last_rs = u.name
-            _reshard(s, [u])
-    s.free(f"ag_out:{last_ag}")
-    root = [u for u in units if u.block.pinned]
-    _reduce(s, root, grad_bytes, shard, "root", accumulate)
-    s.free(f"rs_in:{last_rs}")
-    s.free("rs_in:root")
-    _reshard(s, root)
+            if i == 0:
+                _all_gather(s, [u], e, shard, u.name)
+            _copy_out(s, [u], e)
+            s.free(f"ag_out:{u.name}")
+            if i + 1 < len(layers):
+                _all_gather(s, [layers[i + 1]], e, shard, layers[i + 1].name)
+        _block_backward(s, u, e)
+        if not u.block.pinned:
+            _post_backward(s, [u], grad_bytes, shard, u.name, accumulate)
+    _post_backward(s, [u for u in units if u.block.pinned], grad_bytes, shard, "root",
+                   accumulate)
+    for key in [k for k in s.live if k.startswith("rs_in:")]:
+        s.free(key)
 
 
 def _optimizer(s: _Seq, units: list[_Unit], shard: float) -> None:
@@ -290,7 +338,8 @@ def replay_result(result: Any, expandable: bool | None = None
         expandable = mem.caching_allocator == "pytorch_expandable"
     index = result.plan.devices.index(result.memory.device)
     static = dict(result.plan.static_memory[index])
+    fp32_logits = str(fw.cross_entropy.logits_dtype or "").startswith("fp32")
     events = SEQUENCES[mem.allocation_sequence](
-        result.program, static, ITERATIONS, result.scenario.grad_accum_steps)
+        result.program, static, ITERATIONS, result.scenario.grad_accum_steps, fp32_logits)
     capacity = result.capacity_bytes - static.get("framework_overhead", 0.0)
     return replay(events, capacity, expandable)
