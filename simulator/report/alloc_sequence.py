@@ -4,35 +4,41 @@ PyTorch FSDP2 (`fully_shard`) step issues them, built from the program the simul
 through the caching allocator (`report.allocator_replay`) it gives `max_memory_reserved`.
 
 Which tensors, from which source (pytorch/pytorch torch/distributed/fsdp/_fully_shard/
-_fsdp_collectives.py @010ae4a; torch/optim/adam.py @dc80ccd):
+_fsdp_param_group.py @002a76f and _fsdp_collectives.py @010ae4a; torch/optim/adam.py
+@dc80ccd):
 
 - Model states, allocated once: the optimizer states and any resident category, split
-  over each block's parameter tensors (a GEMM's weight is n x k of its `gemm_mnk`; the rest of the
-  block's parameters one tensor). The Adam moments (exp_avg, exp_avg_sq: 8 B per sharded
-  parameter of `optimizer_states`) are made by the first `step()` (`_init_group`), after
-  the first backward; the rest of the states before the first forward.
-- Unshard of a block (`foreach_all_gather`, on the all-gather copy-in stream): the
-  flat bf16 copy-in input (the shard), the all-gather output (the block's parameters,
-  whole); the input freed; the previous all-gather output freed when the next one is
-  waited on (`all_gather_state`); on the default stream the unsharded parameters, one
-  tensor each (`alloc_all_gather_outputs`), freed at reshard (after the block's forward:
-  reshard_after_forward; after its backward).
-- Forward: each op's saved set one tensor (`ComputeSpec.saved_bytes`; the block's saved
-  bytes beyond its ops' one more), kept until the block's backward.
-- Backward, blocks in reverse, the next block's unshard prefetched (FSDP2's backward
-  prefetch depth 1): the re-run's saved set (`working_bytes`) and the loss's buffers
-  (`transient_bytes`) while it runs; each weight's bf16 gradient as its op's backward runs,
-  the op's saved tensor freed; then `foreach_reduce`: the fp32 reduce-scatter input (the
-  block's parameters, whole) on the default stream, the bf16 gradients freed, the
-  reduce-scatter output (the sharded fp32 gradient, kept as `.grad`) on the reduce-scatter
-  stream; the previous block's reduce-scatter input freed.
+  over each block's parameter tensors (a GEMM's weight is n x k of its `gemm_mnk`; the
+  rest of the block's parameters one tensor). FSDP2 keeps fp32 shards and no bf16 copy:
+  the "parameters" category is not allocated. The Adam moments (exp_avg, exp_avg_sq: 8 B
+  per sharded parameter of `optimizer_states`) are made by the first `step()`
+  (`_init_group`), after the first backward; the rest of the states before the first
+  forward.
+- Gather of a group (`unshard`, `foreach_all_gather` on the copy-in stream; nothing with
+  one rank): the bf16 copy-in input (the shard) and the output (the parameters, whole),
+  the input freed; `wait_for_unshard`: the unsharded parameters, one tensor each, on the
+  default stream; in the forward the previous output freed then, in the backward this
+  one. The root group (the pinned blocks: embedding, final norm, head) is gathered
+  first and kept until the backward ends; the other blocks are resharded after their
+  forward and their backward.
+- Forward: each op's kept tensor (`ComputeSpec.saved_bytes` of the ops the block does
+  not run again, fitted to its `saved_bytes`), until the block's backward; the loss
+  block's logits (its last GEMM's output) and their fp32 copy while the loss runs.
+- Backward, blocks in reverse, the next block's gather prefetched (FSDP2's backward
+  prefetch of one): the re-run's tensors (`working_bytes`) and the loss's buffers
+  (`transient_bytes`) while it runs; each weight's bf16 gradient as its op's backward
+  runs, the op's tensors freed; `post_backward`: reshard, the previous reduce-scatter
+  input freed, the fp32 reduce-scatter input (the block's parameters, whole) on the
+  default stream, the bf16 gradients freed, the reduce-scatter output (the sharded fp32
+  gradient, kept as `.grad`) on the reduce-scatter stream.
 - Optimizer (`_multi_tensor_adam`, foreach): `exp_avg_sq_sqrt = torch._foreach_sqrt(
   device_exp_avg_sqs)` is the one full-size intermediate (4 B per sharded parameter, one
   tensor each), freed after `_foreach_addcdiv_`; zero_grad(set_to_none) frees the
   gradients.
 
 Not in the program, so not in the sequence: each op's transient outputs and the activation
-gradients between ops (the loss's buffers excepted).
+gradients between ops (the loss's buffers excepted); torchtitan keeping its last block
+unsharded after the forward (parallelize_llama.py @9dec370 line 333).
 """
 
 from __future__ import annotations
