@@ -162,8 +162,9 @@ def result_reserved(result: Any) -> int | None:
 def reserved_line_bytes(result: Any) -> float | None:
     """Where the memory plots draw the allocator's view of the peak: the reserved segments
     and the stack's own memory beside them (`framework_overhead`, which the plots stack),
-    so that the line and the stacked peak differ by the allocator's rounding alone (None:
-    not modelled)."""
+    so that the line and the stacked peak differ by what the allocator holds beyond the
+    tensors (its rounding, or with a replayed sequence its history too) (None: not
+    modelled)."""
     reserved = result_reserved(result)
     if reserved is None:
         return None
