@@ -339,8 +339,10 @@ def replay_result(result: Any, expandable: bool | None = None
     parameters (`optimizer_shard` 3) or is cut into pipeline stages. `expandable`: the
     allocator's mode (None: the stack's `caching_allocator`)."""
     fw = getattr(result, "framework", None)
-    mem = fw.memory_overheads if fw is not None else None
-    if mem is None or mem.caching_allocator is None or mem.allocation_sequence is None:
+    if fw is None:
+        return None
+    mem = fw.memory_overheads
+    if mem.caching_allocator is None or mem.allocation_sequence is None:
         return None
     par = result.scenario.parallel
     if par.optimizer_shard != 3 or par.pipeline != 1:
