@@ -79,12 +79,34 @@ def test_run_reports_reserved_at_least_allocated_and_none_without_torch(tmp_path
     from simulator.report import summary
 
     base = "benchmarks/data/memory/tt-h100-llama31-8b.yaml"
-    mem = summary(simulate(load_scenario(base, ["model.layers=2"])))["memory"]
+    # without FSDP (ZeRO-1) no allocation sequence is modelled: the closed form, the
+    # tensors alive at the peak rounded
+    mem = summary(simulate(load_scenario(base, ["model.layers=2",
+                                                "parallel.optimizer_shard=1"])))["memory"]
+    assert mem["reserved_model"] == "closed_form"
     assert mem["allocated_peak_bytes"] <= mem["reserved_peak_bytes"] <= (
         mem["allocated_peak_bytes"] + 2 * LARGE_BUFFER + 2 * MIB)
     other = summary(simulate(load_scenario(base, ["model.layers=2",
                                                   "framework=mindspore"])))["memory"]
-    assert other["reserved_peak_bytes"] is None
+    assert other["reserved_peak_bytes"] is None and other["reserved_model"] is None
+
+
+def test_fsdp2_run_reports_the_replayed_reserve():
+    from simulator import load_scenario, simulate
+    from simulator.report import summary
+    from simulator.report.alloc_sequence import replay_result
+
+    result = simulate(load_scenario("benchmarks/data/memory/tt-h100-llama31-8b.yaml",
+                                    ["model.layers=2"]))
+    mem = summary(result)["memory"]
+    replayed = replay_result(result)
+    assert mem["reserved_model"] == "allocation_replay" and replayed is not None
+    assert mem["reserved_peak_bytes"] == replayed.peak_reserved >= replayed.peak_allocated
+    # the reserve of the three streams adds up; the reduce-scatter stream holds at least
+    # the sharded fp32 gradients (4 B a parameter over the 8 ranks)
+    assert sum(replayed.reserved_by_stream.values()) == replayed.reserved
+    grads = dict(result.plan.static_memory[0])["gradients"]
+    assert replayed.peak_by_stream["reduce_scatter"] >= grads
 
 
 @pytest.mark.parametrize("size", [1, 511, MIB, MIB + 1, 10 * MIB - 1, 10 * MIB, 33 * MIB + 3])

@@ -203,7 +203,7 @@ def test_summary_has_exactly_the_contract_keys(a100):
                                       "offload_exposed", "optimizer"]
     assert list(s["memory"]) == ["peak_bytes", "capacity_bytes", "fits", "headroom_bytes",
                                  "allocated_peak_bytes", "framework_overhead_bytes",
-                                 "reserved_peak_bytes", "host_peak_bytes",
+                                 "reserved_peak_bytes", "reserved_model", "host_peak_bytes",
                                  "host_capacity_bytes", "by_category_bytes"]
     assert list(s["memory"]["by_category_bytes"]) == [
         "parameters", "gradients", "optimizer_states", "activations", "communication_buffers",

@@ -14,11 +14,13 @@ kSmallBuffer = 2 MiB segments (a small block splits whenever 512 B or more remai
 grows by pages of 2 MiB (small pool) and 20 MiB (large pool), and blocks split whenever 512 B
 remain: what it reserves is the rounded requests of a pool, rounded up to its page.
 
-The model packs the tensors alive at the peak as tightly as those rules allow: it is the
-least the allocator reserves for them. What a run's history adds beyond that (free blocks
-between live ones that a later, larger request cannot use: fragmentation) depends on the
-order of every allocation and free, which no public source states as a rule for training
-workloads; it is not added (docs/accuracy.md, memory).
+The closed form packs the tensors alive at the peak as tightly as those rules allow: it is
+the least the allocator reserves for them. What a run's history adds beyond that (free
+blocks between live ones that a later, larger request cannot use, other streams' pools)
+depends on the order of every allocation and free: where the stack's order is modelled
+(`memory_overheads.allocation_sequence`: FSDP2), `result_reserved` replays it through the
+allocator instead (`report.alloc_sequence`, `report.allocator_replay`) and
+`reserved_model` says which of the two gave the figure.
 
 The tensors alive at the peak are taken from the program at the peak's composition
 (`peak_requests`): the activations in the proportions of the saved tensors of the program's
@@ -31,17 +33,21 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from simulator.report.alloc_sequence import replay_result
+from simulator.report.allocator_replay import (
+    LARGE_BUFFER,
+    MIN_BLOCK,
+    MIN_LARGE_ALLOC,
+    ROUND_LARGE,
+    SMALL_BUFFER,
+    SMALL_SIZE,
+    allocation_size,
+)
+
 __all__ = ["MIN_BLOCK", "SMALL_SIZE", "SMALL_BUFFER", "LARGE_BUFFER", "MIN_LARGE_ALLOC",
            "ROUND_LARGE", "round_size", "allocation_size", "reserved_bytes",
-           "peak_requests", "reserved_peak", "result_reserved",
+           "peak_requests", "reserved_peak", "result_reserved", "reserved_model",
            "reserved_line_bytes"]
-
-MIN_BLOCK = 512  # kMinBlockSize: all sizes are rounded to at least 512 bytes
-SMALL_SIZE = 1 << 20  # kSmallSize: largest "small" allocation is 1 MiB
-SMALL_BUFFER = 2 << 20  # kSmallBuffer: "small" allocations are packed in 2 MiB blocks
-LARGE_BUFFER = 20 << 20  # kLargeBuffer: "large" allocations may be packed in 20 MiB blocks
-MIN_LARGE_ALLOC = 10 << 20  # kMinLargeAlloc: allocations of 1-10 MiB may use kLargeBuffer
-ROUND_LARGE = 2 << 20  # kRoundLarge: round up large allocations to 2 MiB
 
 Request = tuple[float, float]  # (bytes of one tensor, how many are alive)
 
@@ -54,16 +60,6 @@ def round_size(nbytes: float) -> float:
     """A request as the allocator rounds it (`round_size`): a multiple of 512 B, 512 at
     least."""
     return max(float(MIN_BLOCK), _up(nbytes, MIN_BLOCK))
-
-
-def allocation_size(nbytes: float) -> float:
-    """The segment a request of `nbytes` (rounded) takes when no cached block fits it
-    (`get_allocation_size`)."""
-    if nbytes <= SMALL_SIZE:
-        return float(SMALL_BUFFER)
-    if nbytes < MIN_LARGE_ALLOC:
-        return float(LARGE_BUFFER)
-    return _up(nbytes, ROUND_LARGE)
 
 
 def reserved_bytes(requests: Iterable[Request], expandable: bool = False) -> float:
@@ -136,10 +132,27 @@ def reserved_peak(program: Any, by_category: dict[str, float], mode: str | None
                           expandable=mode == "pytorch_expandable")
 
 
+def reserved_model(result: Any) -> str | None:
+    """How `reserved_peak_bytes` of a SimResult is predicted: "allocation_replay" (its
+    step's allocations and frees replayed through the caching allocator,
+    `alloc_sequence.replay_result`), "closed_form" (the tensors alive at the peak, packed
+    as tightly as the allocator's rounding allows: `reserved_peak`), or None (another
+    allocator)."""
+    fw = getattr(result, "framework", None)
+    if fw is None or fw.memory_overheads.caching_allocator is None:
+        return None
+    return "allocation_replay" if replay_result(result) is not None else "closed_form"
+
+
 def result_reserved(result: Any) -> int | None:
-    """`reserved_peak_bytes` of a SimResult: `reserved_peak` of its peak's composition
-    under its framework profile's `memory_overheads.caching_allocator` (None without a
-    profile or for another allocator)."""
+    """`reserved_peak_bytes` of a SimResult: the peak reserve of the replay of its
+    allocations where its stack's sequence is modelled (`alloc_sequence.replay_result`),
+    else `reserved_peak` of its peak's composition under its framework profile's
+    `memory_overheads.caching_allocator` (None without a profile or for another
+    allocator)."""
+    replayed = replay_result(result)
+    if replayed is not None:
+        return int(replayed.peak_reserved)
     fw = getattr(result, "framework", None)
     mode = fw.memory_overheads.caching_allocator if fw is not None else None
     reserved = reserved_peak(result.program, dict(result.memory.by_category), mode)
@@ -149,8 +162,9 @@ def result_reserved(result: Any) -> int | None:
 def reserved_line_bytes(result: Any) -> float | None:
     """Where the memory plots draw the allocator's view of the peak: the reserved segments
     and the stack's own memory beside them (`framework_overhead`, which the plots stack),
-    so that the line and the stacked peak differ by the allocator's rounding alone (None:
-    not modelled)."""
+    so that the line and the stacked peak differ by what the allocator holds beyond the
+    tensors (its rounding, or with a replayed sequence its history too) (None: not
+    modelled)."""
     reserved = result_reserved(result)
     if reserved is None:
         return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.report.allocator import result_reserved
+from simulator.report.allocator import reserved_model, result_reserved
 from simulator.report.metrics import BREAKDOWN_KEYS, CATEGORIES
 from simulator.report.run_config import config_lines, run_config
 from simulator.report.uncertainty import result_band
@@ -35,10 +35,12 @@ def _memory(result: Any) -> dict[str, Any]:
             # memory_overheads, lower.state.framework_overhead_bytes)
             "allocated_peak_bytes": int(round(peak.peak_bytes - overhead)),
             "framework_overhead_bytes": int(round(overhead)),
-            # max_memory_reserved: the segments PyTorch's caching allocator reserves for the
-            # tensors alive at the peak, its rounding only (report.allocator; fragmentation
-            # beyond it has no public rule); null for another allocator
+            # max_memory_reserved: the segments PyTorch's caching allocator reserves, from
+            # a replay of the step's allocations where the stack's order is modelled, else
+            # the rounding of the tensors alive at the peak (report.allocator); null for
+            # another allocator; reserved_model says which
             "reserved_peak_bytes": result_reserved(result),
+            "reserved_model": reserved_model(result),
             # host memory of a node that offloaded states and parameters hold there, and
             # the node's host DRAM (hardware.host.memory_GB); `fits` needs both
             "host_peak_bytes": int(round(host)),
@@ -128,7 +130,9 @@ def pace_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
 def allocator_view(mem: dict[str, Any]) -> str:
     """The peak as torch's counters would show it: allocated, reserved (where modelled)."""
     reserved = mem.get("reserved_peak_bytes")
-    shown = (f"reserved {_gb(reserved)} (caching allocator rounding)" if reserved is not None
+    how = {"allocation_replay": "caching allocator replay of the step"}.get(
+        mem.get("reserved_model") or "", "caching allocator rounding")
+    shown = (f"reserved {_gb(reserved)} ({how})" if reserved is not None
              else "reserved not modelled for this allocator")
     return f"allocated {_gb(mem['allocated_peak_bytes'])}, {shown}"
 

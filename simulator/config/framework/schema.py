@@ -226,6 +226,12 @@ class MemoryOverheads(_Closed):
     # PyTorch's caching allocator, without or with expandable segments; null: another one
     caching_allocator: Literal["pytorch", "pytorch_expandable"] | None = None
     caching_allocator_source: StrictStr = ""
+    # the order in which the stack allocates and frees a step's tensors, replayed through
+    # the caching allocator for `reserved_peak_bytes` (report.alloc_sequence): "fsdp2"
+    # (torch fully_shard, foreach AdamW, zero_grad(set_to_none)); null: no sequence, the
+    # closed form of the tensors alive at the peak (report.allocator)
+    allocation_sequence: Literal["fsdp2"] | None = None
+    allocation_sequence_source: StrictStr = ""
 
 
 class CrossEntropy(_Closed):
