@@ -1,0 +1,130 @@
+"""ZeRO-Infinity's NVMe tier (`parallel.offload.optimizer_states: nvme`, simulator/lower/nvme.py):
+the NVMe time in closed form (the states' bytes over the node's read and write bandwidth,
+shared by its devices), its own breakdown line and trace lane, host memory down to the
+swapper's buffers, the drives' capacity checked, and the refusals (no NVMe in the profile,
+ZeRO stage below 3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator.api import load_hardware, load_scenario
+from simulator.cli import app
+from simulator.config.loaded import check_supported
+from simulator.errors import InputError
+from simulator.lower.nvme import BUFFER_COUNT, SUB_GROUP_SIZE, SWAP_ELEMENT_BYTES
+from simulator.report import summary
+from simulator.simulation.simulate import simulate
+
+DEVICES = 8  # one DGX H100 node
+
+
+def _scenario(states: Any = "nvme", shard: int = 3, hardware: str = "h100-sxm") -> dict:
+    return {
+        "name": "nvme", "hardware": hardware,
+        "cluster": {"nodes": 1, "devices_per_node": DEVICES},
+        "model": {"type": "transformer", "layers": 4, "hidden_size": 1024, "num_heads": 16,
+                  "seq_length": 1024, "vocab_size": 8192, "dtype": "bf16"},
+        "training": {"global_batch_size": 2 * DEVICES, "micro_batch_size": 1,
+                     "optimizer": "adam"},
+        "parallel": {"data": DEVICES, "tensor": 1, "pipeline": 1, "optimizer_shard": shard,
+                     "offload": {"optimizer_states": states}},
+    }
+
+
+def _run(data: dict, overrides: tuple[str, ...] = ()) -> tuple[Any, dict]:
+    loaded = load_scenario(data, list(overrides))
+    hw = load_hardware(loaded)
+    check_supported(loaded, hw)
+    result = simulate(loaded.scenario, hw)
+    return result, summary(result)
+
+
+@pytest.fixture(scope="module")
+def nvme_run() -> tuple[Any, dict]:
+    return _run(_scenario())
+
+
+def test_nvme_time_is_the_states_over_the_node_bandwidth(nvme_run):
+    """Each device's fp32 states (12 bytes per parameter with Adam, its 1/8 ZeRO-3 shard) are
+    read and written back; the node's 8 devices share its drives (DGX H100: 8 x 6.4 GB/s
+    read, 8 x 3.8 GB/s write), and the device waits for the whole chain: the exposed NVMe
+    time is 8 x S / R + 8 x S / W, i.e. 12 P / R + 12 P / W."""
+    result, s = nvme_run
+    params = result.program.params
+    states_per_device = 12 * params / DEVICES
+    read, write = 8 * 6.4e9, 8 * 3.8e9
+    expect = DEVICES * states_per_device / read + DEVICES * states_per_device / write
+    assert s["breakdown_s"]["nvme_exposed"] == pytest.approx(expect, rel=1e-9)
+    assert s["memory"]["nvme_peak_bytes"] == round(12 * params)
+    assert s["memory"]["nvme_capacity_bytes"] == 30720e9  # 8 x 3.84 TB
+    # its own lane in the trace: the read, the host's step and the write, in that order
+    lane = [t for t in result.plan.tasks if t.device == 0 and t.stream == "nvme"]
+    assert [(t.name, t.phase) for t in lane] == [
+        ("nvme_read", "nvme"), ("host_opt", "optimizer"), ("nvme_write", "nvme")]
+    assert lane[0].duration_s == pytest.approx(DEVICES * states_per_device / read)
+    assert lane[2].duration_s == pytest.approx(DEVICES * states_per_device / write)
+    assert sum(s["breakdown_s"].values()) == pytest.approx(s["iteration_time_s"], rel=1e-2)
+
+
+def test_nvme_adds_its_swap_to_the_host_offload(nvme_run):
+    """Against ZeRO-Offload to host memory (optimizer_states true) the only change on the
+    critical path is the swap: the iteration is longer by the read and the write; the host
+    keeps the swapper's buffers instead of the states and the gradient shard."""
+    result, s = nvme_run
+    cpu_result, cpu = _run(_scenario(states=True))
+    assert cpu["breakdown_s"]["nvme_exposed"] == 0.0 and cpu["memory"]["nvme_peak_bytes"] == 0
+    assert s["iteration_time_s"] - cpu["iteration_time_s"] == pytest.approx(
+        s["breakdown_s"]["nvme_exposed"], rel=1e-9)
+    local = result.program.params / DEVICES
+    buffers = BUFFER_COUNT * min(local, SUB_GROUP_SIZE) * SWAP_ELEMENT_BYTES
+    assert s["memory"]["host_peak_bytes"] == pytest.approx(DEVICES * buffers, abs=DEVICES)
+    # the states and the gradient shard (fp32 on h100-sxm's stack, megatron-core's main_grad)
+    assert cpu["memory"]["host_peak_bytes"] == pytest.approx(DEVICES * local * (12 + 4),
+                                                             abs=DEVICES)
+    assert s["memory"]["peak_bytes"] == cpu["memory"]["peak_bytes"]  # the device is the same
+
+
+def test_nvme_capacity_is_checked_per_node(nvme_run):
+    """The node's drives hold the states of its devices: a 0.1 GB volume does not."""
+    _, s = nvme_run
+    _, small = _run(_scenario(), ("hardware.host.nvme_GB=0.1",))
+    assert s["memory"]["fits"] and not small["memory"]["fits"]
+    assert small["memory"]["nvme_capacity_bytes"] == 0.1e9
+    assert small["memory"]["nvme_peak_bytes"] == s["memory"]["nvme_peak_bytes"]
+    assert small["memory"]["peak_bytes"] == s["memory"]["peak_bytes"]
+
+
+def test_a_profile_without_nvme_refuses_it():
+    with pytest.raises(InputError) as err:
+        _run(_scenario(hardware="h800-sxm"))
+    assert err.value.key == "parallel.offload.optimizer_states"
+    assert err.value.message == (
+        "nvme needs the node's NVMe drives; 'h800-sxm' gives no host.nvme_GB, "
+        "host.nvme_read_GBps, host.nvme_write_GBps (set them with --set "
+        "hardware.host.nvme_GB=... etc., or offload to host memory: optimizer_states true); "
+        "profiles with NVMe: a100-40gb, a100-80gb, h100-sxm, h200-sxm, b200-sxm")
+    # given the figures with --set, the same profile runs it
+    result, s = _run(_scenario(hardware="h800-sxm"), (
+        "hardware.host.nvme_GB=1000", "hardware.host.nvme_read_GBps=10",
+        "hardware.host.nvme_write_GBps=5"))
+    states = 12 * result.program.params
+    assert s["breakdown_s"]["nvme_exposed"] == pytest.approx(states / 10e9 + states / 5e9)
+
+
+def test_nvme_needs_zero3_and_a_known_value():
+    """DeepSpeed swaps optimizer states to NVMe only under ZeRO-3; anything but true, false
+    and nvme is refused naming the key (exit 2)."""
+    with pytest.raises(InputError) as err:
+        load_scenario(_scenario(shard=1))
+    assert err.value.message == (
+        "nvme with parallel.optimizer_shard 1: DeepSpeed swaps optimizer states to NVMe only "
+        "under ZeRO-3 (allowed: optimizer_shard 3, or optimizer_states true for host memory)")
+    res = CliRunner().invoke(app, ["run", "tiny-cpu", "--set",
+                                   "parallel.offload.optimizer_states=disk"])
+    assert res.exit_code == 2
+    assert res.stderr.endswith("parallel.offload.optimizer_states: found 'disk'; allowed: "
+                               "true, false, nvme\n")
