@@ -6,16 +6,21 @@ ZeRO stage below 3)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from simulator.api import load_hardware, load_scenario
+from simulator.api import plan as api_plan
 from simulator.cli import app
 from simulator.config.loaded import check_supported
 from simulator.errors import InputError
 from simulator.lower.nvme import BUFFER_COUNT, SUB_GROUP_SIZE, SWAP_ELEMENT_BYTES
+from simulator.planner.estimate import Probes, estimate_time
+from simulator.planner.memory import layer_params, workload_of
+from simulator.planner.space import apply_config, enumerate_space
 from simulator.report import summary
 from simulator.simulation.simulate import simulate
 
@@ -128,3 +133,43 @@ def test_nvme_needs_zero3_and_a_known_value():
     assert res.exit_code == 2
     assert res.stderr.endswith("parallel.offload.optimizer_states: found 'disk'; allowed: "
                                "true, false, nvme\n")
+
+
+def test_plan_space_has_the_nvme_tier_under_zero3():
+    """Where the profile has drives, every ZeRO-3 candidate that offloads its optimizer also
+    comes with the states on NVMe; the estimate prices it as the lowering does (the host
+    offload's estimate plus the states read and written at the node's bandwidth)."""
+    loaded = load_scenario(_scenario())
+    sc, hw = loaded.scenario, load_hardware(loaded)
+    plain = enumerate_space(sc, DEVICES)
+    tiered = enumerate_space(sc, DEVICES, nvme=True)
+    extra = [c for c in tiered if c not in plain]
+    assert extra and all(c.offload_nvme and c.offload_optimizer and c.optimizer_shard == 3
+                         for c in extra)
+    assert {replace(c, offload_nvme=False) for c in extra} == {
+        c for c in plain if c.optimizer_shard == 3 and c.offload_optimizer}
+    assert all(apply_config(sc, c).parallel.offload.optimizer_on_nvme for c in extra[:3])
+    w, probes = workload_of(sc, hw), Probes(sc, hw, DEVICES)
+    cfg = extra[0]
+    local = sum(layer_params(w.model, cfg.tensor) for _ in range(w.model.layers)) / cfg.data
+    states = 12 * local * DEVICES
+    swap = states / hw.nvme_read_bytes_per_s + states / hw.nvme_write_bytes_per_s
+    cpu = estimate_time(w, replace(cfg, offload_nvme=False), probes)
+    assert estimate_time(w, cfg, probes) - cpu == pytest.approx(swap, rel=1e-9)
+
+
+def test_plan_picks_nvme_when_host_memory_cannot_hold_the_states():
+    """A 13B GPT on one DGX H100 node whose devices are cut to 20 GB and its host to 150 GB:
+    the states must leave the device (ZeRO-3 alone needs ~29 GB), host memory cannot hold
+    them (16 bytes per parameter, 208 GB), the swapper's buffers can (4 x 1e9 fp32 elements
+    per device, 128 GB): the plan's best is ZeRO-3 with the states on NVMe, and it fits."""
+    data = _scenario()
+    data["model"].update(layers=40, hidden_size=5120, num_heads=40, vocab_size=32000)
+    loaded = load_scenario(data, ["hardware.memory_GB=20", "hardware.host.memory_GB=150"])
+    result = api_plan(loaded)
+    best = result.best
+    assert best.config.offload_nvme and best.config.optimizer_shard == 3
+    assert best.evaluation.fits
+    # every fitting plan keeps its states on NVMe (a refinement of the best: its own items)
+    assert all("parallel.offload.optimizer_states=nvme" in c.config.overrides()
+               for c in result.ranked if c.evaluation.fits)
