@@ -6,6 +6,7 @@ ZeRO stage below 3)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -173,3 +174,17 @@ def test_plan_picks_nvme_when_host_memory_cannot_hold_the_states():
     # every fitting plan keeps its states on NVMe (a refinement of the best: its own items)
     assert all("parallel.offload.optimizer_states=nvme" in c.config.overrides()
                for c in result.ranked if c.evaluation.fits)
+
+
+def test_run_says_the_drives_are_short_and_the_remedy(tmp_path):
+    """`run --strict` on states that overflow the drives: exit 1, the message names
+    hardware.host.nvme_GB, and the cheapest remedy is the host tier (which fits)."""
+    path = tmp_path / "nvme.json"
+    path.write_text(json.dumps(_scenario()))  # JSON is YAML
+    res = CliRunner().invoke(app, ["run", str(path), "--strict", "--set",
+                                   "hardware.host.nvme_GB=0.1"])
+    assert res.exit_code == 1
+    assert res.stderr.startswith("the scenario does not fit on the nodes' NVMe drives: the "
+                                 "optimizer states take ")
+    assert "GB per node > 0.1 GB (hardware.host.nvme_GB); cheapest remedy: --set " \
+        "parallel.offload.optimizer_states=true (" in res.stderr
