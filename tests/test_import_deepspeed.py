@@ -81,6 +81,10 @@ def test_nvme_optimizer_offload_is_zero_infinity(tmp_path: Path) -> None:
         "stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}}})
     assert s["parallel"]["offload"] == {"optimizer_states": "nvme"}
     assert s["parallel"]["optimizer_shard"] == 3
+    s = _scenario(tmp_path, {**BASE, "zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "nvme", "pipeline_read": True,
+                                          "pipeline_write": False}}})
+    assert s["parallel"]["offload"] == {"optimizer_states": "nvme", "nvme_pipeline_read": True}
     assert _error(tmp_path, {**BASE, "zero_optimization": {
         "stage": 2, "offload_optimizer": {"device": "nvme"}}}).endswith(
         "ds.json:10: zero_optimization.offload_optimizer.device: 'nvme' with ZeRO stage 2: "

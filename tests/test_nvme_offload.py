@@ -18,7 +18,7 @@ from simulator.api import plan as api_plan
 from simulator.cli import app
 from simulator.config.loaded import check_supported
 from simulator.errors import InputError
-from simulator.lower.nvme import BUFFER_COUNT, SUB_GROUP_SIZE, SWAP_ELEMENT_BYTES
+from simulator.lower.nvme import BUFFER_COUNT, SUB_GROUP_SIZE, SWAP_ELEMENT_BYTES, sub_groups
 from simulator.planner.estimate import Probes, estimate_time
 from simulator.planner.memory import layer_params, workload_of
 from simulator.planner.space import apply_config, enumerate_space
@@ -49,6 +49,12 @@ def _run(data: dict, overrides: tuple[str, ...] = ()) -> tuple[Any, dict]:
     return result, summary(result)
 
 
+def _lane(result: Any, stream: str) -> list[Any]:
+    """Device 0's tasks on `stream`, in the order the stream runs them."""
+    tids = next(t for d, name, t in result.plan.streams if d == 0 and name == stream)
+    return [result.plan.tasks[tid] for tid in tids]
+
+
 @pytest.fixture(scope="module")
 def nvme_run() -> tuple[Any, dict]:
     return _run(_scenario())
@@ -67,12 +73,16 @@ def test_nvme_time_is_the_states_over_the_node_bandwidth(nvme_run):
     assert s["breakdown_s"]["nvme_exposed"] == pytest.approx(expect, rel=1e-9)
     assert s["memory"]["nvme_peak_bytes"] == round(12 * params)
     assert s["memory"]["nvme_capacity_bytes"] == 30720e9  # 8 x 3.84 TB
-    # its own lane in the trace: the read, the host's step and the write, in that order
-    lane = [t for t in result.plan.tasks if t.device == 0 and t.stream == "nvme"]
-    assert [(t.name, t.phase) for t in lane] == [
-        ("nvme_read", "nvme"), ("host_opt", "optimizer"), ("nvme_write", "nvme")]
+    # its own lane in the trace: the read and the write; the host steps between them on the
+    # offload lane, after the gradients come down and before the parameters go up
+    lane = _lane(result, "nvme")
+    assert [(t.name, t.phase) for t in lane] == [("nvme_read", "nvme"), ("nvme_write", "nvme")]
     assert lane[0].duration_s == pytest.approx(DEVICES * states_per_device / read)
-    assert lane[2].duration_s == pytest.approx(DEVICES * states_per_device / write)
+    assert lane[1].duration_s == pytest.approx(DEVICES * states_per_device / write)
+    host = _lane(result, "offload")
+    assert [t.name for t in host] == ["grad_d2h", "host_opt", "param_h2d"]
+    assert lane[0].deps == (host[0].tid,) and host[1].deps == (lane[0].tid,)
+    assert lane[1].deps == (host[1].tid,)
     assert sum(s["breakdown_s"].values()) == pytest.approx(s["iteration_time_s"], rel=1e-2)
 
 
@@ -188,3 +198,55 @@ def test_run_says_the_drives_are_short_and_the_remedy(tmp_path):
                                  "optimizer states take ")
     assert "GB per node > 0.1 GB (hardware.host.nvme_GB); cheapest remedy: --set " \
         "parallel.offload.optimizer_states=true (" in res.stderr
+
+
+def test_sub_groups_are_deepspeeds_tiles():
+    assert sub_groups(5e8) == [1.0]
+    assert sub_groups(2.5e9) == [0.4, 0.4, 0.2]
+
+
+@pytest.fixture(scope="module")
+def bundled_175b() -> dict:
+    """zero-infinity-nvme-gpt3-175b-16-h100 serial and pipelined (its 175B / 16 shard is
+    11 sub-groups of 1e9 elements, the last 0.94e9)."""
+    name = "zero-infinity-nvme-gpt3-175b-16-h100"
+    out = {}
+    for label, sets in (("serial", ()),
+                        ("read", ("parallel.offload.nvme_pipeline_read=true",)),
+                        ("both", ("parallel.offload.nvme_pipeline_read=true",
+                                  "parallel.offload.nvme_pipeline_write=true"))):
+        loaded = load_scenario(name, list(sets))
+        result = simulate(loaded.scenario, load_hardware(loaded))
+        out[label] = (result, summary(result))
+    return out
+
+
+def test_pipelined_swap_hides_the_host_step_under_the_drives(bundled_175b):
+    """The drives are the bottleneck (1048 GB per node read and written, 55 s, against a
+    5 s host step): pipelining overlaps the host's steps with the reads and writes of other
+    sub-groups, never the reads with the writes (one drive queue), so the NVMe time stays
+    whole and the host step disappears from the critical path, all of it with both reads
+    and writes pipelined, all but the last sub-group's with reads only (its step waits for
+    its own read and nothing follows it on the drives but its write)."""
+    serial, read, both = (bundled_175b[k][1] for k in ("serial", "read", "both"))
+    result = bundled_175b["serial"][0]
+    step = serial["breakdown_s"]["optimizer"]  # the host's step; the device's is 0
+    last = sub_groups(result.program.params / 16)[-1]
+    for s in (read, both):
+        assert s["breakdown_s"]["nvme_exposed"] == pytest.approx(
+            serial["breakdown_s"]["nvme_exposed"], rel=1e-12)
+    assert serial["iteration_time_s"] - both["iteration_time_s"] == pytest.approx(step,
+                                                                                rel=1e-9)
+    assert serial["iteration_time_s"] - read["iteration_time_s"] == pytest.approx(
+        step * (1 - last), rel=1e-9)
+    lane = [t.name for t in _lane(bundled_175b["both"][0], "nvme")]
+    assert lane[:4] == ["nvme_read", "nvme_read", "nvme_write", "nvme_read"]
+    assert lane.count("nvme_read") == lane.count("nvme_write") == 11
+
+
+def test_pipelining_needs_the_nvme_tier():
+    with pytest.raises(InputError) as err:
+        load_scenario(_scenario(states=True), ["parallel.offload.nvme_pipeline_read=true"])
+    assert (err.value.key, err.value.message) == (
+        "parallel.offload.nvme_pipeline_read",
+        "true applies only with parallel.offload.optimizer_states nvme (found true)")

@@ -116,7 +116,7 @@ def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...],
     step_s = offload_step_s(int(local), low.prog.dtype, low.sc.training.optimizer,
                             low.ranks.devices_per_node)
     if low.par.offload.optimizer_on_nvme:  # ZeRO-Infinity: the states on NVMe (lower.nvme)
-        host = swap_chain(low, dev, d2h, step_s, low.state_bytes(params, vss))
+        host = swap_chain(low, dev, d2h, step_s, low.state_bytes(params, vss), local)
     else:
         host = low.b.add(("H", dev, "opt"), device=dev, stream="offload", name="host_opt",
                          phase="optimizer", duration_s=step_s, deps=(d2h,))

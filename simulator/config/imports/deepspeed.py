@@ -102,8 +102,11 @@ def _offload(ds: DsConfig, stage: int) -> dict[str, bool | str]:
         if device == "nvme" and stage != 3:
             raise ds.error(full, f"'nvme' with ZeRO stage {stage}: DeepSpeed swaps optimizer "
                            "states to NVMe only with stage 3")
-        if device == "nvme":
+        if device == "nvme":  # DeepSpeed's pipelined swap (offload_config.py), where asked
             out[what] = "nvme"
+            for k in ("read", "write"):
+                if ds.flag(f"zero_optimization.{key}.pipeline_{k}"):
+                    out[f"nvme_pipeline_{k}"] = True
         if device == "cpu" and what == "parameters" and stage != 3:
             raise ds.error(full, f"'cpu' with ZeRO stage {stage}: DeepSpeed offloads "
                            "parameters only with stage 3")

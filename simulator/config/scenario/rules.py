@@ -330,6 +330,11 @@ def _nvme_offload(s: Scenario) -> Iterator[Problem]:
     under ZeRO-3 (its stage3 optimizer owns the swapper, runtime/zero/stage3.py; its tests
     refuse NVMe offload at stages 1-2)."""
     p = s.parallel
+    for key in ("nvme_pipeline_read", "nvme_pipeline_write"):
+        if getattr(p.offload, key) and not p.offload.optimizer_on_nvme:
+            yield f"parallel.offload.{key}", (
+                "true applies only with parallel.offload.optimizer_states nvme (found "
+                f"{str(p.offload.optimizer_states).lower()})")
     if p.offload.optimizer_on_nvme and p.optimizer_shard != 3:
         yield "parallel.offload.optimizer_states", (
             f"nvme with parallel.optimizer_shard {p.optimizer_shard}: DeepSpeed swaps "

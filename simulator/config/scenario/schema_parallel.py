@@ -26,6 +26,13 @@ class OffloadSpec(_Closed):
     activations: StrictBool = Field(default=False, description=(
         "Saved activations copied to host memory after the forward and back before the backward."))
 
+    nvme_pipeline_read: StrictBool = Field(default=False, description=(
+        "With optimizer_states nvme: the next sub-group's states read while the host steps "
+        "this one (DeepSpeed offload_optimizer.pipeline_read; default off, as DeepSpeed's)."))
+    nvme_pipeline_write: StrictBool = Field(default=False, description=(
+        "With optimizer_states nvme: a sub-group's states written back while the host steps "
+        "the next (DeepSpeed offload_optimizer.pipeline_write; default off, as DeepSpeed's)."))
+
     @field_validator("optimizer_states", mode="before")
     @classmethod
     def _bool_or_nvme(cls, value: object) -> object:
