@@ -23,6 +23,8 @@ def test_optimizer_offload_is_not_free(path):
     entry = RUNS.get(path)
     if entry is None or entry["exit"] != 0:
         pytest.skip("run refuses this scenario")
+    if load_scenario(path).scenario.parallel.offload.optimizer_on_nvme:
+        pytest.skip("its states are offloaded already (to NVMe: test_nvme_offload_is_not_free)")
     try:
         loaded = load_scenario(path, ["parallel.offload.optimizer_states=true"])
     except InputError as err:
