@@ -22,11 +22,13 @@ CASES = sorted((REPO / "scenarios" / "validation").glob("*.yaml"))
 TINY = REPO / "scenarios" / "tiny-cpu.yaml"
 
 
-def test_seventy_seven_cases_are_bundled() -> None:
-    """19 Megatron-LM runs and 58 runs of five other stacks (scenarios/validation/README.md),
-    among them Megatron-Bridge 25.11's Llama-3-8B on B200 and its eight MoE runs (GPT-OSS-120B
-    and Qwen3-30B-A3B on H100, B200, GB200 and GB300)."""
-    assert len(CASES) == 77
+def test_ninety_four_cases_are_bundled() -> None:
+    """19 Megatron-LM runs and 75 runs of five other stacks, among them Megatron-Bridge 25.11's
+    Llama-3-8B on B200 and its eight MoE runs (GPT-OSS-120B and Qwen3-30B-A3B on H100, B200,
+    GB200 and GB300) and the fifteen context-parallel NeMo runs (NeMo 24.07's Llama-3 8B/70B
+    and dgxc-benchmarking 24.09's Llama-3.1 8B/70B/405B, CP 2) and Megatron-Bridge 25.11's
+    Llama-3.1-405B on 1024 H100 and 128 B200 (CP 2, 126 layers on 64 virtual stages)."""
+    assert len(CASES) == 94
 
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem[:12])

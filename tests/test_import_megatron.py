@@ -60,7 +60,8 @@ def test_flags_map_to_their_keys(tmp_path: Path) -> None:
             " --expert-model-parallel-size 2 --hidden-dropout 0 --attention-dropout 0")
     s = _scenario(tmp_path, text, "--nodes", "1", "--devices-per-node", "4")
     assert s["model"]["num_kv_heads"] == 2 and s["model"]["attention"] == "cudnn"
-    assert s["model"]["moe"] == {"experts": 4, "top_k": 2, "capacity_factor": 2.0}
+    # no --moe-expert-capacity-factor: Megatron-Core's dropless default
+    assert s["model"]["moe"] == {"experts": 4, "top_k": 2, "capacity_factor": None}
     assert s["model"]["dropout"] == 0.0
     p = s["parallel"]
     assert (p["schedule"], p["virtual_stages"], p["pipeline"], p["data"]) == (
@@ -206,3 +207,19 @@ def test_full_recompute_needs_its_method_and_layers(tmp_path: Path) -> None:
                         "block --recompute-num-layers 2", "--nodes", "1", "--devices-per-node",
                         "8")
     assert code == 2 and "2 of the 4 layers of each model chunk recomputed (block)" in err
+
+
+def test_fp8_recipe_maps_to_the_scaling_key(tmp_path: Path) -> None:
+    """--fp8-recipe mxfp8 is training.fp8_scaling mxfp8 (on a Blackwell profile); delayed
+    and tensorwise are one scale per tensor (the default); blockwise has no key."""
+    fp8 = BASE + " --fp8-format hybrid"
+    per_node = ("--nodes", "1", "--devices-per-node", "8", "--hardware", "b200-sxm")
+    mx = _scenario(tmp_path, fp8 + " --fp8-recipe mxfp8", *per_node)
+    assert mx["training"]["fp8_scaling"] == "mxfp8" and mx["model"]["dtype"] == "fp8"
+    tensor = _scenario(tmp_path, fp8 + " --fp8-recipe tensorwise", *per_node)
+    assert "fp8_scaling" not in tensor["training"]
+    code, out, err = _run(tmp_path, fp8 + "\n--fp8-recipe blockwise", *per_node)
+    assert (code, out) == (2, "")
+    assert err.replace(str(tmp_path) + "/", "") == (
+        "error: args.txt:2: --fp8-recipe: blockwise (1 x 128 / 128 x 128 block scales) has no "
+        "scenario key; tensor scaling (delayed, tensorwise) and mxfp8 do\n")

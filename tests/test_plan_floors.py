@@ -21,12 +21,13 @@ from simulator.planner.space import SpaceLimits, apply_config
 
 _LIMITS = SpaceLimits(max_micro_batch=2, max_virtual_stages=2)
 # (scenario, devices): MoE (expert degree, DualPipe), context, 2-D / 3-D tensor, FP8 MoE
-# on H100, a parameter server, an mlp pipeline
+# on H100, a parameter server, an mlp pipeline, operator graphs with replicas of their mesh
 # and a dense transformer, whose best the refinement (`generic_search.refine`) varies
 CASES = [("moe-tiny-verify", 8), ("cp-tiny-verify", 8), ("tp2d-tiny-verify", 8),
          ("tp3d-tiny-verify", 8), ("moe-qwen3-30b-a3b-8-h100", 8),
          ("ps-gpt2-medium-16-a100", 16), ("pipeline-mlp-8-a100", 8),
-         ("llama2-7b-8-ascend910b", 8), ("verify-tiny-dp8@b200", 8)]
+         ("llama2-7b-8-ascend910b", 8), ("verify-tiny-dp8@b200", 8),
+         ("graph-data-parallel-zero-8-cpu", 8), ("seed-a-weight-ops", 8)]
 # a case name@profile: on that device, in bf16 (on a B200 the search tries FP4 recipes)
 _ON = {"b200": ["hardware=b200-sxm", "model.dtype=bf16"]}
 

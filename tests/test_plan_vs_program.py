@@ -51,6 +51,7 @@ def _small(name: str) -> dict:
     par["data"] = min(par.get("data", 1), max(2, par.get("expert", 1)))
     par["pipeline"] = 1
     par.pop("virtual_stages", None)
+    par.pop("pipeline_layers", None)  # one stage: no per-stage split
     par["schedule"] = "1f1b"
     devices = par["data"] * par.get("tensor", 1) * par.get("context", 1)
     raw["cluster"] = {"nodes": 1, "devices_per_node": devices}

@@ -66,6 +66,23 @@ MUTATIONS: list[tuple[str, str, tuple[str, ...], Break, str]] = [
      _faults(drop_comm=0), "ce"),
     ("multi-copy of an operator graph: one slice run twice", "hetero-embedding-cpu-8-a100",
      ("parallel.overlap.copies=2",), _faults(copy_fault="repeat"), "embedding_table.grad"),
+    ("graph replicas (parallel.data): gradients not summed over them",
+     "graph-data-parallel-zero-8-cpu", ("parallel.optimizer_shard=0",),
+     _faults(skip_dp_reduction=True), "embedding_table.grad"),
+    ("graph replicas at a rescaled global batch: gradients not summed over them",
+     "seed-a-weight-ops", ("parallel.data=2", "cluster.devices_per_node=16",
+                           "training.global_batch_size=16"),
+     _faults(skip_dp_reduction=True), "embedding_table.grad"),
+    ("graph optimizer parallel: updated shards not gathered back",
+     "graph-data-parallel-zero-8-cpu", (), _faults(skip_update_gather=True),
+     "embedding_table.updated"),
+    ("graph optimizer parallel, ZeRO-3: parameters not gathered",
+     "graph-data-parallel-zero-8-cpu",
+     ("parallel.optimizer_shard=3", "parallel.comm_fusion.bucket_mb=25"),
+     _faults(skip_param_gather=True), "emb"),
+    ("graph optimizer parallel, ZeRO-2: gradients not summed over the replicas",
+     "graph-data-parallel-zero-8-cpu", ("parallel.optimizer_shard=2",),
+     _faults(skip_dp_reduction=True), "embedding_table.grad"),
 ]
 
 

@@ -13,6 +13,7 @@ message the CLI prints. Importing this module is cheap: each function imports wh
 when called, so that `shardsim --help` and the CLI's own imports stay fast.
 """
 
+from simulator.api.calibrate import calibrate_profile
 from simulator.api.core import (
     blame_override,
     cheapest_remedy,
@@ -77,6 +78,8 @@ __all__ = [
     "scenarios",
     # a scenario from a framework's own launch configuration (api.imports)
     "import_config", "emit_config",
+    # a hardware profile from the user's nccl-tests logs and GEMM sweep (api.calibrate)
+    "calibrate_profile",
     # errors
     "InputError", "InfeasibleError", "ShardsimError",
 ]

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from simulator.cli._group import OneLineErrors
+from simulator.cli.calibrate import calibrate
 from simulator.cli.comm import comm
 from simulator.cli.explain import explain
 from simulator.cli.importer import import_app
@@ -61,6 +62,7 @@ app.command("profiles")(profiles)
 app.command("scenarios")(scenarios)
 app.command("sweep")(sweep)
 app.command("schema")(schema)
+app.command("calibrate")(calibrate)
 app.add_typer(import_app, name="import")
 
 

@@ -128,6 +128,12 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
         raise InputError(err.source, err.key, f"{err.message} (the scenario's model.dtype "
                          f"is {dtype})")
     _fp4_refused(scenario, hw, "training.fp4_recipe")
+    if scenario.training.fp8_scaling == "mxfp8" and not hw.fp8_gemm_any_layout:
+        raise InputError(scenario.source, "training.fp8_scaling",
+                         f"mxfp8 is Blackwell's block-scaled FP8; '{hw.name}' has no MXFP8 "
+                         "GEMMs (Transformer Engine's MXFP8BlockScaling needs compute "
+                         "capability 10.0); with them: b200-sxm, gb200-nvl72, b300-sxm, "
+                         "gb300-nvl72")
     nvme_refused(scenario, hw)
     if scenario.cluster.node_types is None:
         return

@@ -348,4 +348,13 @@ def price(name: str, collective: str, nbytes: float, group: GroupSpec, hw: Hardw
     timed = [(algo.time_s(collective, nbytes, group, hw, p, active), i, p)
              for i, p in enumerate(options)]
     seconds, _, best = min(timed)
-    return best, seconds
+    return best, seconds + _overhead_s(group, hw)
+
+
+def _overhead_s(group: GroupSpec, hw: HardwareProfile) -> float:
+    """What nccl-tests measures beyond NCCL's model at the smallest sizes (`nccl.overhead_us`,
+    and `nccl.net_overhead_us` more across nodes); 0 without NCCL's model."""
+    if hw.nccl is None:
+        return 0.0
+    net = hw.nccl.net_overhead_us if group.crosses_nodes else 0.0
+    return (hw.nccl.overhead_us + net) * 1e-6

@@ -26,10 +26,12 @@ __all__ = ["fp8_recipe", "with_auto_fusion", "with_framework_memory", "communica
 OVERHEAD = "framework_overhead"  # the memory category of the stack's own buffers
 
 
-def fp8_recipe(scenario: Scenario, fw: FrameworkProfile) -> Fp8Recipe | None:
-    """The recipe of a `dtype: fp8` transformer under `fw`, or of a bf16 one with
-    `training.fp4_recipe` (its GEMMs in FP4, program.fp8); None otherwise. An InputError
-    when the framework has no low-precision recipe."""
+def fp8_recipe(scenario: Scenario, fw: FrameworkProfile, hw: Any = None
+               ) -> Fp8Recipe | None:
+    """The recipe of a `dtype: fp8` transformer under `fw` on the device `hw`, or of a bf16
+    one with `training.fp4_recipe` (its GEMMs in FP4, program.fp8); None otherwise. An
+    InputError when the framework has no low-precision recipe. On a device whose FP8 GEMMs
+    take any layout (`fp8_gemm_any_layout`) a per-tensor recipe keeps no transposes."""
     m = scenario.model
     fp4 = scenario.training.fp4_recipe
     if not family(m).layered or (m.dtype != "fp8" and fp4 == "none"):
@@ -46,8 +48,11 @@ def fp8_recipe(scenario: Scenario, fw: FrameworkProfile) -> Fp8Recipe | None:
                          f"fp8 needs a framework with an FP8 recipe; '{fw.name}' "
                          f"({fw.source}) has none (fp8.supported: {str(fw.fp8.supported).lower()}"
                          f"); with one: megatron-core, nemo, torchtitan, llm-foundry")
-    return Fp8Recipe.of(fw.fp8.gemm_roles, fw.fp8.dynamic_scaling, scenario.grad_accum_steps,
-                        fw.fp8.saved_inputs == "fp8")
+    recipe = Fp8Recipe.of(fw.fp8.gemm_roles, fw.fp8.dynamic_scaling,
+                          scenario.grad_accum_steps, fw.fp8.saved_inputs == "fp8")
+    mx = scenario.training.fp8_scaling == "mxfp8"
+    any_layout = bool(hw is not None and hw.fp8_gemm_any_layout)
+    return replace(recipe, mx=mx, transposes=mx or not any_layout)
 
 
 def with_auto_fusion(scenario: Scenario, fw: FrameworkProfile, grad_bytes: float
@@ -87,7 +92,7 @@ def _fp8_share(prog: Program, scenario: Scenario, fw: FrameworkProfile) -> float
 
 
 def with_framework_memory(plan: Plan, scenario: Scenario, fw: FrameworkProfile,
-                          prog: Program, mesh: Mesh | None = None) -> Plan:
+                          prog: Program, mesh: Mesh | None = None, hw: Any = None) -> Plan:
     """`plan` with the stack's constant memory added to every device's static memory: the
     `framework_overhead` category (context, collective buffers, workspaces), and with an
     FP8 recipe the FP8 weight copies (under `parameters`). With `training.fp8_params`
@@ -95,7 +100,7 @@ def with_framework_memory(plan: Plan, scenario: Scenario, fw: FrameworkProfile,
     stored as its FP8 data and transpose alone: the copies take the 16-bit weight's place
     (`weight_copy_bytes_per_param` - 2 bytes more, none at 2)."""
     extra = framework_overhead_bytes(fw.memory_overheads, communicators(scenario, mesh))
-    recipe = fp8_recipe(scenario, fw)
+    recipe = fp8_recipe(scenario, fw, hw)
     copies = float(fw.fp8.weight_copy_bytes_per_param) * recipe.weight_copy_factor \
         if recipe else 0.0
     e = float(DTYPE_BYTES.get(prog.dtype, 2))

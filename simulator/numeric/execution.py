@@ -62,6 +62,12 @@ class Faults:
     # multi-copy of an operator graph (`VerifyCase.slices`): 'repeat' runs the first slice
     # of each micro-batch in place of every slice
     copy_fault: str | None = None
+    # data parallel (the mesh axis `dp`): the gradients reduced on every other axis but
+    # not summed over the replicas (each keeps its own replica's summand)
+    skip_dp_reduction: bool = False
+    # optimizer sharding below ZeRO-3: the updated shards not all-gathered back (each
+    # device keeps its own updated shard and the stale parameter elsewhere)
+    skip_update_gather: bool = False
 
 
 @dataclass

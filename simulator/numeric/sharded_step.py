@@ -11,7 +11,7 @@ import numpy as np
 from simulator.numeric.dist import DistTensor
 from simulator.numeric.execution import Execution, reduce_unless_skipped
 from simulator.numeric.optimizer import update
-from simulator.sharding.placement import Broadcast, Shard
+from simulator.sharding.placement import B, Broadcast, Partial, Shard
 from simulator.sharding.plan import ShardingPlan
 
 __all__ = ["_opt_layout", "_except_dp", "reduce_grad", "_reduce", "_step", "_gather", "_updated"]
@@ -56,6 +56,10 @@ def reduce_grad(ex: Execution, plan: ShardingPlan, g: DistTensor, target) -> Dis
     the whole gradient (Megatron's finalize_model_grads all-reduces the sequence-parallel
     norm gradients over tp on the full buffer), then data parallel."""
     whole = ex.move(g, _except_dp(plan, g.layout, target), forward=False, keep=("dp",))
+    if ex.faults.skip_dp_reduction:  # the mutation: Partial on dp relabelled Broadcast
+        whole = DistTensor(whole.shape, type(whole.layout)(tuple(
+            B if isinstance(q, Partial) else q for q in whole.layout.placements)),
+            whole.blocks)
     return ex.move(whole, target, forward=False)
 
 
@@ -83,10 +87,25 @@ def _step(ex: Execution, plan: ShardingPlan, params: dict[str, DistTensor],
         g = grads[name] if level >= 2 else _reduce(ex, plan, name, grads[name], level)
         local = ex.move(p, target, forward=False)
         updated = DistTensor(p.shape, target, _updated(kind, local, g, lr))
-        new[name] = updated if level >= 3 else ex.move(updated, plan.layouts[name],
-                                                        forward=False)
+        new[name] = updated if level >= 3 else _gathered_back(ex, plan, name, updated, p)
         reduced[name] = g
     return new, reduced
+
+
+def _gathered_back(ex: Execution, plan: ShardingPlan, name: str, updated: DistTensor,
+                   old: DistTensor) -> DistTensor:
+    """Below ZeRO-3: the updated shards all-gathered back to the kept layout; the mutation
+    leaves each device its own updated shard and the stale parameter elsewhere."""
+    kept = plan.layouts[name]
+    if not ex.faults.skip_update_gather or updated.layout == kept:
+        return ex.move(updated, kept, forward=False)
+    blocks = []
+    for rank, (own, stale) in enumerate(zip(updated.blocks, old.blocks)):
+        whole = np.zeros(old.shape, dtype=own.dtype)
+        whole[kept.region(old.shape, plan.mesh, rank)] = stale
+        whole[updated.layout.region(old.shape, plan.mesh, rank)] = own
+        blocks.append(whole[kept.region(old.shape, plan.mesh, rank)])
+    return DistTensor(old.shape, kept, tuple(blocks))
 
 
 def _gather(ex: Execution, plan: ShardingPlan, name: str, shard: DistTensor,

@@ -80,7 +80,7 @@ def _program(planned: Scenario, hw: Any, fw: Any, cache: FloorCache) -> tuple[An
     if not family(planned.model).layered:
         prog, mesh, _, _ = run_program(planned, hw, fw)
         return prog, mesh
-    recipe = fp8_recipe(planned, fw)
+    recipe = fp8_recipe(planned, fw, hw)
     if recipe is not None:
         recipe = replace(recipe, micro_batches=max(_MANY, recipe.micro_batches))
     key = (planned.model_dump_json(exclude=_KEY), fw.software, hw.compute_units, recipe)

@@ -11,9 +11,11 @@ The space, per family:
   factorisation into the scenario's number of axes) where it uses one; then, on the best
   splits, the micro-batch size, the schedule (gpipe, 1f1b, interleaved, zero-bubble),
   sequence parallelism, recompute, ZeRO stage and optimizer offload;
-- operator graphs: each key operator's strategy (those the file shards) as written or
-  left to sharding propagation, with recompute (MindSpore's workflow: shard a few key
-  operators, let propagation do the rest).
+- operator graphs: each data degree (replicas of the model's mesh) times each key
+  operator's strategy (those the file shards) as written or left to sharding
+  propagation, then optimizer parallel, fusion buckets and recompute (MindSpore's
+  workflow: shard a few key operators, let propagation do the rest, scale data parallel;
+  `planner.graph_space`).
 
 The search simulates the splits first (with the scenario's own memory knobs), then the
 knobs on the `_KEEP` best splits, within `max_simulations`: a plan it returns was simulated
@@ -22,7 +24,6 @@ and fits; it is the best of what was simulated, not of the whole space.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from simulator.config.scenario.rules import check_rules
 from simulator.config.scenario.schema import Scenario
 from simulator.config.yamlio import apply_overrides
 from simulator.errors import InputError
+from simulator.planner.graph_space import graph_devices, graph_knobs, graph_splits
 from simulator.planner.space import apply_config
 
 __all__ = ["GenericConfig", "generic_splits", "knob_values", "extra_knobs", "with_items",
@@ -70,8 +72,8 @@ def _config(items: dict[str, Any], base: Any = None) -> GenericConfig:
     short = {"parallel.data": "d", "parallel.tensor": "t", "parallel.pipeline": "p",
              "parallel.context": "c", "parallel.expert": "e", "training.micro_batch_size": "mb"}
     label = " ".join(f"{short[k]}{v}" for k, v in items.items() if k in short)
-    rest = [_shown(k, v) for k, v in items.items()
-            if k not in short and k != "parallel.virtual_stages"]
+    rest = [_shown(k, v) for k, v in items.items() if k not in short and
+            k != "parallel.virtual_stages" and not k.endswith(".out_strategy")]
     head = str(base) if base is not None else label
     return GenericConfig(" ".join([head, *rest]).strip() or "as written", tuple(parts), base)
 
@@ -115,7 +117,8 @@ def apply_generic(scenario: Scenario, cfg: GenericConfig, devices_per_node: int)
 def _devices(data: dict[str, Any]) -> int:
     par = data.get("parallel", {})
     if data["model"].get("type") == "graph":
-        return int(data["cluster"]["nodes"]) * int(data["cluster"]["devices_per_node"])
+        return graph_devices(data) or \
+            int(data["cluster"]["nodes"]) * int(data["cluster"]["devices_per_node"])
     return math.prod(int(par.get(k, 1)) for k in ("data", "tensor", "pipeline", "context"))
 
 
@@ -139,7 +142,7 @@ def generic_splits(scenario: Scenario, devices: int) -> list[GenericConfig]:
     """The degree splits of a layered model on `devices` devices (or, for an operator
     graph, its key operators' strategies), before validation."""
     if scenario.model.writes_ops:
-        return _graph_strategies(scenario)
+        return _graph_strategies(scenario, devices)
     p, m = scenario.parallel, scenario.model
     moe = m.moe_spec()
     contexts = _divisors(devices) if p.context > 1 else [1]
@@ -166,18 +169,10 @@ def generic_splits(scenario: Scenario, devices: int) -> list[GenericConfig]:
     return out
 
 
-def _graph_strategies(scenario: Scenario) -> list[GenericConfig]:
-    """Each key operator's strategy as written or left to propagation (every subset of
-    them, up to 6 key operators), with recompute none or full."""
-    model: Any = scenario.model  # an operator graph (writes_ops)
-    ops = model.ops
-    keys = [i for i, op in enumerate(ops) if op.strategy is not None][:6]
-    out = []
-    for free in itertools.product((False, True), repeat=len(keys)):
-        items: dict[str, Any] = {f"model.ops[{i}].strategy": None
-                                 for i, f in zip(keys, free, strict=True) if f}
-        out.append(_config(items))
-    return out
+def _graph_strategies(scenario: Scenario, devices: int) -> list[GenericConfig]:
+    """Each data degree times each key operator's strategy as written or left to
+    propagation (`planner.graph_space`)."""
+    return [_config(items) for items in graph_splits(scenario, devices)]
 
 
 def lean(split: GenericConfig) -> GenericConfig:
@@ -207,7 +202,8 @@ def knob_values(scenario: Scenario, split: GenericConfig, max_micro: int,
     """Per knob, the values tried on one split (one knob at a time, `generic_search`)."""
     if scenario.model.writes_ops:
         fw = [("framework", list(frameworks))] if frameworks else []
-        return [("parallel.recompute", ["none", "full"]), *fw]
+        d = int(split.own().get("parallel.data", scenario.parallel.data))
+        return [*graph_knobs(d), *fw]
     base = {k: _parse(v) for k, v in split.own().items()}
     d, pp = int(base["parallel.data"]), int(base["parallel.pipeline"])
     gb = scenario.training.global_batch_size

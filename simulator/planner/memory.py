@@ -107,14 +107,16 @@ def workload_of(scenario: Scenario, hw: Any) -> Workload:
     off = scenario.parallel.offload
     tr = scenario.training
     fp8 = m.dtype == "fp8" and fw.fp8.supported
-    copies = float(fw.fp8.weight_copy_bytes_per_param) if fp8 else 0.0
+    recipe = fp8_recipe(scenario, fw, hw)
+    copies = float(fw.fp8.weight_copy_bytes_per_param) * (
+        recipe.weight_copy_factor if recipe else 1.0) if fp8 else 0.0
     if tr.fp8_params:  # the FP8 data and transpose take the bf16 weight's place
         copies = max(0.0, copies - e)
     return Workload(m, tr.global_batch_size, tr.optimizer, bool(flash), ge, fusion.mode,
                     fusion.bucket_mb * 1e6, fw.memory_overheads, off.parameters,
                     off.activations, state_dtype_of(tr.optimizer_dtype, tr.moments_dtype),
                     copies, fp8 and tr.fp8_params,
-                    scenario, sw, hw.compute_units, fp8_recipe(scenario, fw),
+                    scenario, sw, hw.compute_units, recipe,
                     scenario.parallel.mode == "parameter_server",
                     scenario.cluster.devices_per_node)
 

@@ -30,6 +30,16 @@ core (QK^T, softmax, PV), norms, embedding, LM head and the optimizer in bf16/fp
   write 1), so the gather moves 1 byte an element instead of 2 (`Fp8Recipe.gather_tp`;
   such a collective's name ends in `.fp8`).
 
+Blackwell (issue 24): the data-centre parts' FP8 GEMMs take their operands in any layout, so
+with one scale per tensor (delayed or current scaling) Transformer Engine writes no transpose:
+a cast reads 2 and writes 1 byte an element, a gathered FP8 tensor is used as it arrives, and
+the cached FP8 weight is 1 byte a parameter instead of 2 (`Fp8Recipe.transposes` false;
+`HardwareProfile.fp8_gemm_any_layout` gives the rule and its source). MXFP8
+(`training.fp8_scaling: mxfp8`, Blackwell's block scaling: one E8M0 scale per 32 elements
+along the GEMM's reduction dimension, OCP Microscaling Formats v1.0) scales rows and columns
+apart, so every operand has a rowwise and a columnwise copy: a cast reads 2 and writes
+2 x (1 + 1/32) bytes, with no amax pass (the block scales come from the block itself).
+
 FP4 (issue 22 item 6): the same recipe with the GEMMs in FP4 (`training.fp4_recipe`: NVFP4 or
 MXFP4 on Blackwell, `Fp8Recipe.fp4`). Transformer Engine's NVFP4BlockScaling quantizes both
 operands of all three GEMMs of a linear layer (fprop, dgrad, wgrad; Abecassis et al. 2025,
@@ -73,6 +83,8 @@ _CAST_T_BYTES = 4.0   # cast + transpose: read bf16 (2), write FP8 and its trans
 _AMAX_BYTES = 2.0     # a separate amax pass reads the bf16 tensor once more
 _TRANSPOSE_BYTES = 2.0  # FP8 transpose of a gathered FP8 tensor: read 1, write 1
 _SHARD_CAST_BYTES = 3.0  # cast of a local bf16 shard before an FP8 gather: read 2, write 1
+_CAST_BYTES = 3.0  # cast without a transpose (Blackwell, per-tensor scale): read 2, write 1
+MX_SCALE_BYTES = 1 / 32  # MXFP8: one E8M0 scale byte per 32 elements
 # FP4 block scales, bytes per element: NVFP4 one E4M3 per 16, MXFP4 one E8M0 per 32
 FP4_SCALE_BYTES = {"nvfp4": 1 / 16, "mxfp4": 1 / 32}
 
@@ -93,6 +105,11 @@ class Fp8Recipe:
     # the GEMMs' dtype ('fp8', or 'fp4' for an FP4 recipe) and, for FP4, its format
     dtype: str = "fp8"
     fp4_format: str = ""
+    # the FP8 GEMMs need transposed copies of their operands (Hopper / Ada: TN layouts only);
+    # false on Blackwell with one scale per tensor (module doc)
+    transposes: bool = True
+    # MXFP8 block scaling: a rowwise and a columnwise copy of every operand with their scales
+    mx: bool = False
 
     @staticmethod
     def fp4(roles: tuple[str, ...], fmt: str, micro_batches: int) -> Fp8Recipe:
@@ -108,15 +125,21 @@ class Fp8Recipe:
         if self.dtype == "fp4":
             base = 2.0 + 2 * (0.5 + FP4_SCALE_BYTES[self.fp4_format])
             return base + (_AMAX_BYTES if self.fp4_format == "nvfp4" else 0.0)
-        return _CAST_T_BYTES + (_AMAX_BYTES if self.dynamic else 0.0)
+        if self.mx:
+            return 2.0 + 2 * (1.0 + MX_SCALE_BYTES)
+        return (_CAST_T_BYTES if self.transposes else _CAST_BYTES) + (
+            _AMAX_BYTES if self.dynamic else 0.0)
 
     @property
     def weight_copy_factor(self) -> float:
         """The quantized weight copies' bytes against FP8's (data + transpose, 2 bytes a
-        parameter): FP4's two 4-bit copies with their scales."""
+        parameter): FP4's two 4-bit copies with their scales, MXFP8's two 8-bit copies with
+        theirs, the FP8 data alone where no transpose is kept."""
         if self.dtype == "fp4":
             return (0.5 + FP4_SCALE_BYTES[self.fp4_format])
-        return 1.0
+        if self.mx:
+            return 1.0 + MX_SCALE_BYTES
+        return 1.0 if self.transposes else 0.5
 
     @staticmethod
     def of(roles: tuple[str, ...], dynamic: bool, micro_batches: int,
@@ -135,6 +158,8 @@ def _forward_casts(op: ComputeSpec, r: Fp8Recipe, gathered: bool) -> tuple[Compu
     per = r.cast_bytes
     weight_share = 1.0 if r.dynamic else 1.0 / r.micro_batches
     weight = _cast(f"{op.name}.{r.dtype}_cast_weight", k * n * weight_share, per, op.phase)
+    if gathered and not r.transposes:  # quantized inside the norm, used as gathered
+        return (weight,)
     if gathered:  # quantized inside the norm on the shard; the gathered copy transposed
         return (_cast(f"{op.name}.fp8_transpose_input", b * m * k, _TRANSPOSE_BYTES, op.phase),
                 weight)
@@ -148,7 +173,8 @@ def _backward_casts(op: ComputeSpec, r: Fp8Recipe, gathered: bool) -> tuple[Comp
     per = r.cast_bytes
     if gathered:  # the shard cast before the FP8 gather, the gathered copy transposed
         out = [_cast(f"{op.name}.{r.dtype}_cast_grad", b * m * n,
-                     _TRANSPOSE_BYTES + _SHARD_CAST_BYTES / r.gather_tp, op.phase)]
+                     _TRANSPOSE_BYTES * r.transposes + _SHARD_CAST_BYTES / r.gather_tp,
+                     op.phase)]
     else:
         out = [_cast(f"{op.name}.{r.dtype}_cast_grad", b * m * n, per, op.phase)]
     if r.dynamic:  # the weight is cast again (transposed) for the dgrad GEMM

@@ -31,7 +31,7 @@ def run_config(result: Any) -> dict[str, Any]:
         "dtype": sc.model.dtype, "devices": sc.devices,
         "nodes": sc.cluster.nodes, "devices_per_node": sc.cluster.devices_per_node,
         "parallel": _parallel(sc),
-        "global_batch_size": sc.training.global_batch_size,
+        "global_batch_size": sc.global_batch,
         "micro_batch_size": sc.training.micro_batch_size,
         "grad_accum_steps": sc.grad_accum_steps,
     }

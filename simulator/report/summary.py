@@ -72,7 +72,7 @@ def summary(result: Any) -> dict[str, Any]:
     sc = result.scenario
     t = result.iteration_time_s
     devices = sc.devices
-    samples = sc.training.global_batch_size / t if t > 0 else 0.0
+    samples = sc.global_batch / t if t > 0 else 0.0
     tflops = result.model_flops / t / devices / 1e12 if t > 0 else 0.0
     hw_tflops = result.hardware_flops / t / devices / 1e12 if t > 0 else 0.0
     parts = dict(result.breakdown_s)

@@ -28,16 +28,21 @@ def prime_mesh(devices: int) -> Mesh:
     return Mesh(tuple(axes) or (("m0", 1),))
 
 
-def mesh_for_graph(model: GraphModel, devices: int, source: str, stages: int = 1) -> Mesh:
-    """The mesh of `devices` devices (one pipeline stage's, of `stages`)."""
+def mesh_for_graph(model: GraphModel, devices: int, source: str, stages: int = 1,
+                   replicas: int = 1) -> Mesh:
+    """The mesh of `devices` devices (one data-parallel replica's of one pipeline stage's,
+    of `stages` stages and `replicas` replicas)."""
     if model.mesh is None:
         return prime_mesh(devices)
     mesh = Mesh(tuple(model.mesh.items()))
     if mesh.size != devices:
         sizes = "*".join(str(s) for s in mesh.shape)
         per = f", {devices} per pipeline stage" if stages > 1 else ""
+        if replicas > 1:
+            per = (f", {devices} per replica of parallel.data={replicas}"
+                   f"{' and pipeline stage' if stages > 1 else ''}")
         raise InputError(source, "model.mesh", f"axes multiply to {sizes} = {mesh.size}; "
-                         f"the cluster has {devices * stages} devices{per}")
+                         f"the cluster has {devices * stages * replicas} devices{per}")
     return mesh
 
 

@@ -49,6 +49,9 @@ class Strategy:
     # Set by sharding propagation (simulator/sharding/propagate/search.py): the N-D signature it
     # chose, used as is.
     signature: Signature | None = None
+    # With `signature`: the layout the output is re-laid in (an out_strategy resolved on a
+    # smaller mesh and widened, `sharding.outer_axis`); None: the signature's own.
+    out_layout: Layout | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -252,7 +255,7 @@ def _resolve(op: OpNode, graph: Graph, mesh: Mesh) -> tuple[Signature, Layout | 
     if st is None:
         return data_parallel_default(view, mesh, shapes), None
     if st.signature is not None:
-        return st.signature, None
+        return st.signature, st.out_layout
     if st.axes is not None:
         return from_axis_choices(view, mesh, st.axes), None
     if st.placements is not None:

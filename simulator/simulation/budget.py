@@ -233,9 +233,10 @@ def estimate_verify_gflop(s: Scenario) -> Estimate | None:
     graph, _ = planned_graph(s)
     micro = min(s.grad_accum_steps, 2)  # verify runs two micro-batches (models.cases)
     gflop = 2 * graph_model_flops(graph, micro) / 1e9
-    return Estimate(math.ceil(gflop), "model.tensors",
+    key, shapes = _shapes_key(s)
+    return Estimate(math.ceil(gflop), key,
                     "matrix GFLOP of the graph's forward and backward, run sharded and on one "
-                    "device at the shapes model.tensors gives")
+                    f"device at the shapes {shapes}")
 
 
 def estimate_verify_gb(s: Scenario) -> Estimate | None:
@@ -249,6 +250,16 @@ def estimate_verify_gb(s: Scenario) -> Estimate | None:
     graph, _ = planned_graph(s)
     elements = sum(math.prod(t.shape) for t in graph.tensors.values())
     gb = 2 * 2 * 8 * elements / 1e9
-    return Estimate(math.ceil(gb), "model.tensors",
+    key, shapes = _shapes_key(s)
+    return Estimate(math.ceil(gb), key,
                     "float64 values and gradients of every tensor of the graph, on one device "
-                    "and sharded, at the shapes model.tensors gives")
+                    f"and sharded, at the shapes {shapes}")
+
+
+def _shapes_key(s: Scenario) -> tuple[str, str]:
+    """The key that sets an operator graph's shapes, and the shapes in words: its global
+    batch where given (which rescales model.tensors), else model.tensors."""
+    if "global_batch_size" in s.training.model_fields_set:
+        return "training.global_batch_size", (f"training.global_batch_size="
+                                              f"{s.training.global_batch_size} gives")
+    return "model.tensors", "model.tensors gives"

@@ -145,7 +145,7 @@ def run_program(scenario: Scenario, hw: Any, fw: Any) -> RunProgram:
     the same one)."""
     if family(scenario.model).layered:
         prog = transformer_program(scenario, fw.software, hw.compute_units,
-                                   fp8_recipe(scenario, fw))
+                                   fp8_recipe(scenario, fw, hw))
         return RunProgram(prog, None, *iteration_flops(scenario, prog))
     gp = _graph_program(scenario)
     return RunProgram(gp.program, gp.mesh, gp.model_flops, gp.model_flops)
@@ -265,7 +265,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     def lowered(micro: int | None, cuts: Cuts | None) -> Plan:
         return with_framework_memory(
             lower_with(cluster.device_costs, micro, cuts if collapse else None),
-            scenario, fw, prog, mesh)
+            scenario, fw, prog, mesh, hw)
 
     simulated = _Runs(lowered, cluster, reports)
     got = None

@@ -13,6 +13,7 @@ from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
 from simulator.models.cases import VerifyCase, build_case
+from simulator.models.graph_batch import resolved
 from simulator.models.multicopy import sliced_model
 from simulator.models.optimizer_threshold import unsharded_roles
 from simulator.models.recompute import (
@@ -193,7 +194,8 @@ def _copies_case(s: Scenario, case: VerifyCase, fused_attention: bool) -> Verify
     copies = s.parallel.overlap.copies
     if copies == 1 or not family(s.model).writes_ops:
         return case
-    cut = s.model_copy(update={"model": sliced_model(s.model, copies)})
+    whole = resolved(s)  # the global batch first, then its slices (rescaled no further)
+    cut = whole.model_copy(update={"model": sliced_model(whole.model, copies)})
     try:  # (the whole batch planned: what fails is the slice)
         sliced = build_case(cut, fused_attention)
         build_plan(sliced.sharded, sliced.mesh)

@@ -84,7 +84,9 @@ def body(r: dict) -> str:
     m += [f"seq_length: {p.get('seq_length', r['seq_len'])}", f"vocab_size: {r['vocab_size']}",
           f"dtype: {r['dtype']}"]
     par = [f"data: {p['data']}", f"tensor: {p.get('tensor', 1)}",
-           f"pipeline: {p.get('pipeline', 1)}", f"schedule: {p.get('schedule', '1f1b')}",
+           f"pipeline: {p.get('pipeline', 1)}"] + (
+        [f"context: {p['context']}"] if p.get("context", 1) > 1 else []) + [
+           f"schedule: {p.get('schedule', '1f1b')}",
            f"virtual_stages: {p.get('virtual_stages', 1)}",
            f"sequence_parallel: {str(p.get('sequence_parallel', False)).lower()}",
            f"optimizer_shard: {p.get('optimizer_shard', 0)}",
@@ -190,7 +192,7 @@ def main() -> int:
         (HERE / name).write_text(header(r, t, formula) + body(r))
         rows.append(csv_row(r, t, formula, f"benchmarks/data/validation-pending/{name}"))
     with open(HERE / "runs.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
+        w = csv.DictWriter(fh, fieldnames=CSV_COLUMNS, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
     print(f"wrote {len(rows)} cases and runs.csv")

@@ -293,7 +293,8 @@ def nemo(rid, model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tps, *, src=NEMO_2407,
          table="Pretraining, FP8, NeMo 24.07, DGX-H100", gpu="H100 80GB SXM (DGX H100)",
          hw="h100-sxm", fsdp=False, prec="fp8", fmt="FP8 (TE delayed scaling)",
          framework="nemo", extra_needs=(), extra_assume=(), tflops=None, step_s=None,
-         vocab=None, shape_note=None, source_name="NVIDIA NeMo performance summary"):
+         vocab=None, shape_note=None, source_name="NVIDIA NeMo performance summary",
+         embed_loss_split=False):
     l, h, a, g, f, v, act, pb = NEMO_SHAPES[model]
     v = vocab or v
     if model.startswith("GPT3"):  # GPT-2 BPE 50257 padded to a multiple of 128 x TP
@@ -312,7 +313,17 @@ def nemo(rid, model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tps, *, src=NEMO_2407,
     if vp > 1:
         body["schedule"], body["virtual_stages"] = "interleaved_1f1b", vp
     chunks = pp * max(vp, 1)
-    if l % chunks:
+    if embed_loss_split and (l + 2) % chunks == 0:
+        # Megatron-Core account_for_embedding/loss_in_pipeline_split: the embedding and the
+        # loss each count as one layer of the first / last virtual stage
+        per = (l + 2) // chunks
+        split = [per - 1] + [per] * (chunks - 2) + [per - 1]
+        body["parallel_extra"] = [f"pipeline_layers: [{', '.join(map(str, split))}]"]
+        assume.append(f"stages: {split[0]}, {per} x {chunks - 2}, {split[-1]} layers per virtual "
+                      "stage (the recipe's account_for_embedding_in_pipeline_split and "
+                      "account_for_loss_in_pipeline_split, Megatron-Bridge recipes/llama/llama3.py "
+                      "llama31_405b_pretrain_config)")
+    elif l % chunks:
         lay = chunks * round(l / chunks)
         body["layers"] = lay
         approx.append(f"layers {lay} (nearest multiple of {chunks} chunks; exact: {l} layers, "
@@ -320,14 +331,8 @@ def nemo(rid, model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tps, *, src=NEMO_2407,
                       "(--decoder-first/last-pipeline-num-layers) or the account_for_"
                       "embedding/loss layout)")
         needs.append(f"uneven pipeline stages ({l} layers on {pp} x VP {vp})")
-    if cp > 1:
-        needs.append(f"context parallel {cp}")
-        body["global_batch_size"] = gbs * cp
-        body["seq_length"] = seq // cp
-        approx.append(f"data = DP {dp} x CP {cp} with seq {seq // cp} and global_batch_size "
-                      f"{gbs * cp} (tokens per step kept; attention FLOPs undercounted) until "
-                      "context parallel exists; exact: data "
-                      f"{dp}, context_parallel {cp}, seq {seq}, global_batch_size {gbs}")
+    if cp > 1:  # parallel.context: each rank holds seq / cp tokens of every sequence
+        body["data"], body["context"] = dp, cp
     if fsdp:
         needs.append("Megatron-FSDP (use_megatron_fsdp / custom FSDP) instead of the "
                      "distributed optimizer")
@@ -394,15 +399,16 @@ nemo("bridge2511-h100-llama3-8b-fsdp-8g", "LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 1,
 nemo("bridge2511-h100-llama3-70b-64g", "LLAMA3-70B", 64, 128, 1, 8192, 4, 8, 1, 5, 1602,
      src=BRIDGE, table=BR_T.format("H100"), fmt=CS, framework="nemo", tflops=719)
 nemo("bridge2511-h100-llama31-405b-cp2-1024g", "LLAMA3.1-405B", 1024, 512, 1, 8192, 8, 8, 2, 8,
-     292, src=BRIDGE, table=BR_T.format("H100"), fmt=CS, framework="nemo", tflops=737)
+     292, src=BRIDGE, table=BR_T.format("H100"), fmt=CS, framework="nemo", tflops=737,
+     embed_loss_split=True)
 B200_NEED = ("hardware profile b200 (NVIDIA B200, 8 per node, NVLink 5; not bundled yet: the "
              "body uses h200-sxm as a placeholder so the file parses)")
 nemo("bridge2511-b200-llama3-8b-8g", "LLAMA3-8B", 8, 128, 2, 8192, 1, 1, 1, 1, 30624,
      src=BRIDGE, table=BR_T.format("B200"), gpu="B200 (DGX B200)", hw="h200-sxm", fmt=CS,
      framework="nemo", tflops=1576, extra_needs=[B200_NEED])
 nemo("bridge2511-b200-llama31-405b-cp2-128g", "LLAMA3.1-405B", 128, 64, 1, 8192, 4, 8, 2, 8,
-     661, src=BRIDGE, table=BR_T.format("B200"), gpu="B200 (DGX B200)", hw="h200-sxm", fmt=CS,
-     framework="nemo", tflops=1667, extra_needs=[B200_NEED])
+     661, src=BRIDGE, table=BR_T.format("B200"), gpu="B200 (DGX B200)", hw="b200-sxm", fmt=CS,
+     framework="nemo", tflops=1667, embed_loss_split=True)
 
 # --------------------------------------------------------------------------------------------
 # Megatron-DeepSpeed: BLOOM-176B (BigScience) and MT-NLG 530B (Microsoft/NVIDIA)

@@ -134,6 +134,13 @@ class Nccl(_Closed):
     # NCCL's collective channels on this node (its log: "24 coll channels"): how many chunks
     # a tree's pipeline carries at once
     channels: Annotated[StrictInt, Field(ge=1, le=64)] = 24
+    # a fixed time every collective takes beyond NCCL's model (kernel launch, proxy and
+    # flag set-up), as nccl-tests measures it at the smallest sizes, and the further time a
+    # collective across nodes takes (the network's own start-up: a TCP offload's, say);
+    # fitted by `shardsim calibrate` from logs inside a node and across nodes; 0: NCCL's
+    # model alone
+    overhead_us: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)] = 0.0
+    net_overhead_us: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)] = 0.0
 
 
 class Host(_Closed):
@@ -272,6 +279,17 @@ class HardwareProfile(_Closed):
 
     def has_dtype(self, dtype: str) -> bool:
         return dtype in DTYPES and getattr(self.peak_tflops, dtype) is not None
+
+    @property
+    def fp8_gemm_any_layout(self) -> bool:
+        """Whether this device's FP8 GEMMs take their operands in any layout (NN, NT, TN),
+        so an FP8 tensor needs no transposed copy: Blackwell data-centre parts (compute
+        capability 10.x; Transformer Engine's nvte_is_non_tn_fp8_gemm_supported() is true
+        for 10.0 <= cc < 12.0 and cc >= 13.0, transformer_engine/common/transformer_engine.cpp,
+        and its quantizers then create no transpose, pytorch/csrc/quantizer.cpp
+        `create_transpose = columnwise_usage && !nvte_is_non_tn_fp8_gemm_supported()`);
+        Hopper and Ada take only TN. Read from the profile's architecture (`nccl.generation`)."""
+        return self.nccl is not None and self.nccl.generation == "blackwell"
 
     @property
     def vector_flops_per_s(self) -> float:

@@ -54,6 +54,10 @@ FIELD_USES: dict[str, str] = {
     "nccl.generation": "NCCL's LL ceiling inside a node (cost.nccl_tuning)",
     "nccl.cpu_vendor": "NCCL's LL ceiling and post overhead across nodes (cost.nccl_tuning)",
     "nccl.channels": "NCCL's tree pipeline fill (cost.nccl_tuning)",
+    "nccl.overhead_us": "a fixed time added to every collective NCCL's model prices "
+                        "(cost.algorithms)",
+    "nccl.net_overhead_us": "a fixed time added to every collective across nodes NCCL's "
+                            "model prices (cost.algorithms)",
     "host.memory_GB": "host memory capacity: fits with offloaded optimizer states and parameters",
     "host.pcie_bandwidth_GBps": "host copies under offload.optimizer_states",
     "host.nvme_GB": "NVMe capacity: fits with offload.optimizer_states nvme",

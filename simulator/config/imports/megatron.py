@@ -131,7 +131,18 @@ def _training(values: Values, dp: int) -> dict[str, Any]:
     opt = values.text("--optimizer", "adam", ("adam", "sgd"))
     if opt == "sgd":
         opt = "momentum" if values.number("--sgd-momentum", 0.9, 0.0, 1.0) > 0 else "sgd"
-    return {"global_batch_size": glob, "micro_batch_size": micro, "optimizer": opt}
+    out: dict[str, Any] = {"global_batch_size": glob, "micro_batch_size": micro,
+                           "optimizer": opt}
+    # --fp8-recipe (Megatron-LM arguments.py: delayed, tensorwise, mxfp8, blockwise): one
+    # scale per tensor (delayed or current scaling, the framework profile's) or MXFP8
+    recipe = values.text("--fp8-recipe", "delayed",
+                         ("delayed", "tensorwise", "mxfp8", "blockwise"))
+    if recipe == "blockwise":
+        raise values.error("--fp8-recipe", "blockwise (1 x 128 / 128 x 128 block scales) has no "
+                           "scenario key; tensor scaling (delayed, tensorwise) and mxfp8 do")
+    if recipe == "mxfp8" and values.has("--fp8-format"):
+        out["fp8_scaling"] = "mxfp8"
+    return out
 
 
 def bundled_sources() -> list[str]:

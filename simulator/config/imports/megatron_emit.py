@@ -44,8 +44,9 @@ def _model(s: Any) -> list[str]:
     args += [f"--hidden-dropout {m.dropout!r}", f"--attention-dropout {m.dropout!r}"]
     args += _ATTENTION.get(m.attention, [])
     if m.moe is not None:
-        args += [f"--num-experts {m.moe.experts}", f"--moe-router-topk {m.moe.top_k}",
-                 f"--moe-expert-capacity-factor {m.moe.capacity_factor!r}"]
+        args += [f"--num-experts {m.moe.experts}", f"--moe-router-topk {m.moe.top_k}"]
+        if m.moe.capacity_factor is not None:  # absent: dropless, Megatron's default
+            args.append(f"--moe-expert-capacity-factor {m.moe.capacity_factor!r}")
         if m.moe.every > 1 or m.moe.first_dense:
             freq = pattern_text(m.layers, m.moe.first_dense, m.moe.every)
             args.append(f"--moe-layer-freq '{freq}'")
@@ -74,6 +75,8 @@ def _training(s: Any) -> list[str]:
              "sgd": ["--optimizer sgd", "--sgd-momentum 0"]}[t.optimizer]
     if t.fp8_params:
         args.append("--fp8-param-gather")
+    if t.fp8_scaling == "mxfp8":
+        args.append("--fp8-recipe mxfp8")
     return args
 
 

@@ -186,7 +186,7 @@ FLAGS: dict[str, Flag] = {
         "pipeline sends overlap compute in the interleaved schedule (the framework profile)", 0),
     "--distribute-saved-activations": _switch("parallel.recompute_slice_activation"),
     "--distribute-checkpointed-activations": _switch("parallel.recompute_slice_activation"),
-    "--fp8-recipe": _refuse("the FP8 recipe is the framework profile's (delayed scaling)"),
+    "--fp8-recipe": _m("training.fp8_scaling"),
     "--moe-layer-freq": _m("model.moe.every"),
     "--expert-tensor-parallel-size": _refuse("the experts are split over parallel.tensor"),
     "--moe-token-dispatcher-type": _refuse("the dispatch is an all-to-all"),

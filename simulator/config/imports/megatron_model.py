@@ -102,13 +102,14 @@ def _layer_freq(values: Values, layers: int, notes: list[str], lenient: bool
 def _moe(values: Values, layers: int, notes: list[str], lenient: bool
          ) -> dict[str, Any] | None:
     """Experts (`--num-experts`), top-k (`--moe-router-topk`, default 2), the capacity
-    factor (`--moe-expert-capacity-factor`; default None: dropless, which a capacity of
-    experts / top_k reproduces) and the MoE layers (`--moe-layer-freq`)."""
+    factor (`--moe-expert-capacity-factor`; default None: dropless, `capacity_factor:
+    null`) and the MoE layers (`--moe-layer-freq`)."""
     experts = values.integer("--num-experts", lo=1, hi=100_000)
     if experts is None or experts == 1:
         return None
     top_k = values.integer("--moe-router-topk", 2, hi=experts) or 2
-    capacity = values.number("--moe-expert-capacity-factor", experts / top_k, 1e-6, 1000.0)
+    capacity = values.number("--moe-expert-capacity-factor", 1.0, 1e-6, 1000.0) \
+        if values.has("--moe-expert-capacity-factor") else None
     return {"experts": experts, "top_k": top_k, "capacity_factor": capacity,
             **_layer_freq(values, layers, notes, lenient)}
 

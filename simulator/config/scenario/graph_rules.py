@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+from simulator.config.scenario import graph_batch
 from simulator.config.scenario.pipeline_rules import too_few_units, unit_split
 from simulator.config.scenario.rule_helpers import Problem, divisors
 from simulator.config.scenario.schema_parallel import CommFusionSpec
@@ -19,31 +20,42 @@ if TYPE_CHECKING:
 __all__ = ["own_batch", "reductions", "pipeline", "copies"]
 
 
-def own_batch(s: Scenario) -> Iterator[Problem]:
-    """An operator graph carries its own batch (its input tensors) and its own device mesh
-    (`model.mesh` and the strategies): the batch and degree keys do not apply."""
-    fixed = (("parallel.data", s.parallel.data), ("parallel.tensor", s.parallel.tensor),
-             ("training.micro_batch_size", s.training.micro_batch_size),
-             ("training.global_batch_size", s.training.global_batch_size))
+def own_batch(m: GraphModel, s: Scenario) -> Iterator[Problem]:
+    """An operator graph carries its own batch (its input tensors, rescaled by
+    `training.global_batch_size` where given) and its own device mesh (`model.mesh` and the
+    strategies), which `parallel.data` replicates: the other degree and batch keys do not
+    apply."""
+    fixed = (("parallel.tensor", s.parallel.tensor),
+             ("training.micro_batch_size", s.training.micro_batch_size))
     for key, value in fixed:
         if value != 1:
             yield key, (f"{value} does not apply to model.type graph, whose batch is its "
                         f"input tensors' first dim and whose split is model.mesh with the "
                         f"operators' strategies (allowed: 1)")
+    yield from graph_batch.problems(m, s)
 
 
 def reductions(s: Scenario) -> Iterator[Problem]:
-    """An operator graph's gradient reductions follow its operators' strategies on its own
-    mesh (some parameters split where others are replicated) and run coalesced once after
-    the backward: sharding the optimizer, bucketing and overlapping them per parameter is
-    not simulated yet, so those keys are refused rather than ignored."""
+    """An operator graph's gradient reductions over its own mesh follow its operators'
+    strategies and run coalesced once after the backward; over `parallel.data`'s replicas
+    (the outer axis `dp`) they are the data-parallel reduction, which optimizer sharding
+    and fusion buckets shape as for any model. Without replicas those keys have no group
+    to act on, and without a pipeline the reduction waits for the whole backward (one
+    block, `Program.whole_grads`), so the overlap keys have nothing to hide it under:
+    refused rather than ignored."""
     p = s.parallel
-    why = ("not simulated yet for model.type graph, whose gradient reductions follow its "
+    why = ("acts on the data-parallel reduction over parallel.data's replicas of "
+           "model.mesh; with parallel.data=1 a graph's gradient reductions follow its "
            "operators' strategies on model.mesh and run once after the backward")
-    if p.optimizer_shard:
+    if p.data == 1 and p.optimizer_shard:
         yield "parallel.optimizer_shard", f"{p.optimizer_shard}: {why} (allowed: 0)"
-    if p.comm_fusion != CommFusionSpec():
-        yield "parallel.comm_fusion", f"{why} (remove the key)"
+    if p.data == 1 and p.comm_fusion != CommFusionSpec():
+        yield "parallel.comm_fusion", f"{why} (remove the key, or set parallel.data > 1)"
+    if p.data > 1 and p.pipeline > 1:
+        return
+    if p.data > 1:
+        why = ("not simulated for model.type graph without a pipeline, whose reduction over "
+               "the replicas starts once its whole backward has run (nothing to overlap)")
     for key in ("grad_reduce", "param_gather"):
         if getattr(p.overlap, key) is not True:
             yield f"parallel.overlap.{key}", f"false: {why} (allowed: true)"
@@ -112,11 +124,11 @@ def copies(m: GraphModel, s: Scenario) -> Iterator[Problem]:
     c = s.parallel.overlap.copies
     if c == 1:
         return
-    dims = [(f"model.tensors[{i}].shape", t.shape[0]) for i, t in enumerate(m.tensors)
-            if t.kind in ("input", "label") and t.shape]
+    dims = graph_batch.batch_dims(m, s)
     dims += [(f"model.ops[{i}].attrs.shape", int(op.attrs["shape"][0]))
              for i, op in enumerate(m.ops) if op.type == "Reshape"
-             and op.attrs.get("shape") and int(op.attrs["shape"][0]) != -1]
+             and op.attrs.get("shape") and int(op.attrs["shape"][0]) != -1
+             and "global_batch_size" not in s.training.model_fields_set]
     for key, n in dims:
         if n % c:
             yield key, (f"batch {n} is not divisible by parallel.overlap.copies={c} (the "

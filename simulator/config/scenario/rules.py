@@ -84,6 +84,10 @@ def _batch(s: Scenario) -> Iterator[Problem]:
         yield "training.fp8_params", (
             "true stores the weights of the FP8 GEMMs in FP8; it needs model.dtype: fp8 "
             f"(found {s.model.dtype})")
+    if t.fp8_scaling != "tensor" and s.model.dtype != "fp8":
+        yield "training.fp8_scaling", (
+            f"{t.fp8_scaling} scales the operands of FP8 GEMMs; it needs model.dtype fp8 "
+            f"(found {s.model.dtype})")
     if t.fp4_recipe != "none" and s.model.dtype != "bf16":
         yield "training.fp4_recipe", (
             f"{t.fp4_recipe} runs the recipe's GEMMs in FP4 on a bf16 model; it needs "

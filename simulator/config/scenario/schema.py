@@ -73,7 +73,9 @@ __all__ = [
 
 class TrainingSpec(_Closed):
     global_batch_size: GlobalBatch = Field(
-        default=1, description="Samples per optimizer step, over all data-parallel replicas.")
+        default=1, description=(
+            "Samples per optimizer step, over all data-parallel replicas (an operator graph: "
+            "given, it rescales the graph's batch dims to it over parallel.micro_batches)."))
     micro_batch_size: MicroBatch = Field(
         default=1, description="Samples per micro-batch of one data-parallel replica.")
     optimizer: Literal["sgd", "momentum", "adam"] = Field(default="adam", description=(
@@ -105,6 +107,11 @@ class TrainingSpec(_Closed):
     fp8_params: StrictBool = Field(default=False, description=(
         "With model.dtype fp8: the weights of the FP8 GEMMs stored in FP8, with no 16-bit copy "
         "besides the optimizer's."))
+    # FP8 recipes only: how the FP8 operands are scaled (simulator/program/fp8.py)
+    fp8_scaling: Literal["tensor", "mxfp8"] = Field(default="tensor", description=(
+        "With model.dtype fp8: tensor (one scale per tensor: Transformer Engine's delayed or "
+        "current scaling, torchao tensorwise) or mxfp8 (Blackwell's block scaling, an E8M0 "
+        "scale per 32 elements: a rowwise and a columnwise copy of every operand)."))
     # FP4 recipes (issue 22 item 6): the GEMMs of the framework's low-precision recipe
     # (fp8.gemm_roles) run in FP4 on Blackwell's FP4 tensor cores, the model otherwise bf16
     # (simulator/program/fp8.py)
@@ -147,6 +154,18 @@ class Scenario(_Closed):
     @property
     def dtype(self) -> str:
         return self.model.dtype
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step: `training.global_batch_size`, or for an operator graph
+        that does not give it, its first input's first dim (as written) times
+        `parallel.micro_batches`."""
+        t = self.training
+        if not self.model.writes_ops or "global_batch_size" in t.model_fields_set:
+            return t.global_batch_size
+        written = next((x.shape[0] for x in getattr(self.model, "tensors", ())
+                        if x.kind == "input" and x.shape), 1)
+        return written * self.parallel.micro_batches
 
     @property
     def grad_accum_steps(self) -> int:

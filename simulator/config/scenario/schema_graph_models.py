@@ -156,7 +156,7 @@ class GraphModel(ModelConfig):
 
     def problems(self, s: Scenario) -> Iterator[Problem]:
         yield from no_experts(s)
-        yield from graph_rules.own_batch(s)
+        yield from graph_rules.own_batch(self, s)
         yield from graph_rules.reductions(s)
         yield from graph_rules.pipeline(self, s)
         yield from graph_rules.copies(self, s)

@@ -172,7 +172,9 @@ class ParameterServerSpec(_Closed):
 
 class ParallelSpec(_Closed):
     data: Degree = Field(
-        default=1, description="Data-parallel degree: model replicas, each on samples of its own.")
+        default=1, description=(
+            "Data-parallel degree: model replicas, each on samples of its own (an operator "
+            "graph: replicas of model.mesh, an outer mesh axis dp)."))
     tensor: Degree = Field(
         default=1, description="Tensor-parallel degree: devices splitting each layer's weights.")
     pipeline: Degree = Field(
@@ -236,7 +238,8 @@ class ParallelSpec(_Closed):
     # An int with bounds, not Literal[0, 1, 2, 3]: a Literal would take `true` as 1.
     optimizer_shard: Annotated[StrictInt, Field(ge=0, le=3)] = Field(default=0, description=(
         "ZeRO stage: 0 none; 1 optimizer states, 2 and gradients, 3 and parameters sharded over "
-        "the data-parallel ranks."))
+        "the data-parallel ranks (an operator graph: over its parallel.data replicas, "
+        "MindSpore's enable_parallel_optimizer)."))
     # MindSpore parallel_optimizer_config's parallel_optimizer_threshold (KB; MindSpore's
     # default 64): a parameter whose local size is at most this is not sharded by the
     # optimizer (its gradient is all-reduced, its states kept whole). 0: every parameter is
@@ -282,7 +285,8 @@ class ParallelSpec(_Closed):
     offload: OffloadSpec = Field(
         default_factory=OffloadSpec, description="What lives in host memory.")
     comm_fusion: CommFusionSpec = Field(default_factory=CommFusionSpec, description=(
-        "Fusion of the gradient collectives into buckets."))
+        "Fusion of the gradient collectives into buckets (an operator graph: of its reduction "
+        "over the parallel.data replicas)."))
     overlap: OverlapSpec = Field(
         default_factory=OverlapSpec, description="What communication overlaps with compute.")
     # MindSpore's parallel_mode for operator graphs (graph, mlp, resnet): semi_auto runs the
