@@ -75,6 +75,27 @@ def test_zero_stages_offload_and_buckets(tmp_path: Path) -> None:
         "(scenario key parallel.offload.parameters)")
 
 
+def test_nvme_optimizer_offload_is_zero_infinity(tmp_path: Path) -> None:
+    # ZeRO-Infinity: offload_optimizer.device nvme is parallel.offload.optimizer_states nvme
+    s = _scenario(tmp_path, {**BASE, "zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}}})
+    assert s["parallel"]["offload"] == {"optimizer_states": "nvme"}
+    assert s["parallel"]["optimizer_shard"] == 3
+    s = _scenario(tmp_path, {**BASE, "zero_optimization": {
+        "stage": 3, "offload_optimizer": {"device": "nvme", "pipeline_read": True,
+                                          "pipeline_write": False}}})
+    assert s["parallel"]["offload"] == {"optimizer_states": "nvme", "nvme_pipeline_read": True}
+    assert _error(tmp_path, {**BASE, "zero_optimization": {
+        "stage": 2, "offload_optimizer": {"device": "nvme"}}}).endswith(
+        "ds.json:10: zero_optimization.offload_optimizer.device: 'nvme' with ZeRO stage 2: "
+        "DeepSpeed swaps optimizer states to NVMe only with stage 3")
+    assert _error(tmp_path, {**BASE, "zero_optimization": {
+        "stage": 3, "offload_param": {"device": "nvme"}}}).endswith(
+        "ds.json:10: zero_optimization.offload_param.device: 'nvme': parameters on NVMe have "
+        "no scenario key yet (allowed here: 'none', 'cpu'; the optimizer's states may go to "
+        "'nvme')")
+
+
 def test_auto_values_take_the_trainers(tmp_path: Path) -> None:
     hf = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
           "train_batch_size": "auto", "bf16": {"enabled": "auto"},

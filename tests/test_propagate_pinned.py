@@ -58,10 +58,13 @@ def test_run_json_is_the_one_before_the_speed_up(invoke_cli, command):
     result = invoke_cli(*command.split())
     assert result.exit_code == 0, result.output
     got = _without_wall(json.loads(result.stdout))
-    # `config` (what was simulated, issue 25), the host memory keys (issue 23) and
-    # `reserved_model` (issue 24) came after the pin; every figure is compared
-    for key in ("host_peak_bytes", "host_capacity_bytes", "reserved_model"):
+    # `config` (what was simulated, issue 25), the host memory keys (issue 23),
+    # `reserved_model` (issue 24) and the NVMe tier's (issue 23: the breakdown's
+    # nvme_exposed, the drives' bytes) came after the pin; every figure is compared
+    for key in ("host_peak_bytes", "host_capacity_bytes", "reserved_model", "nvme_peak_bytes",
+                "nvme_capacity_bytes"):
         got["memory"].pop(key)
+    assert got["breakdown_s"].pop("nvme_exposed") == 0.0
     # an operator graph's samples per step came after the pin too (issue 23: its batch, where
     # the pin counted 1 sample per iteration): the rates are that batch over the same time
     pin = dict(REFERENCE["runs"][command])

@@ -66,7 +66,8 @@ DATA_CASES = [
      "hardware, model, name, parallel, seed, training"),
     ("unknown-nested-key", ["parallel.offload.paramters=true"],
      "s.yaml: parallel.offload.paramters: unknown key (did you mean 'parameters'?); "
-     "allowed: activations, optimizer_states, parameters"),
+     "allowed: activations, nvme_pipeline_read, nvme_pipeline_write, optimizer_states, "
+     "parameters"),
     ("unknown-model-type", ["model.type=transfomer"],
      "s.yaml: model.type: found 'transfomer'; allowed: transformer, mlp, resnet, graph, "
      "vit (did you mean 'transformer'?)"),

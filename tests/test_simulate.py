@@ -200,11 +200,12 @@ def test_summary_has_exactly_the_contract_keys(a100):
                        "config", "pipeline_layers", "critical_path", "notes", "uncertainty"]
     assert s["pipeline_layers"] == [8]
     assert list(s["breakdown_s"]) == ["compute", "recompute", "comm_exposed", "bubble",
-                                      "offload_exposed", "optimizer"]
+                                      "offload_exposed", "optimizer", "nvme_exposed"]
     assert list(s["memory"]) == ["peak_bytes", "capacity_bytes", "fits", "headroom_bytes",
                                  "allocated_peak_bytes", "framework_overhead_bytes",
                                  "reserved_peak_bytes", "reserved_model", "host_peak_bytes",
-                                 "host_capacity_bytes", "by_category_bytes"]
+                                 "host_capacity_bytes", "nvme_peak_bytes",
+                                 "nvme_capacity_bytes", "by_category_bytes"]
     assert list(s["memory"]["by_category_bytes"]) == [
         "parameters", "gradients", "optimizer_states", "activations", "communication_buffers",
         "framework_overhead"]

@@ -171,7 +171,11 @@ def _explain_no_fit(loaded: Any, hw: Any, summ: dict[str, Any], fidelity: str,
                     strict: bool) -> None:
     """Say the peak and the capacity; with --strict, also the cheapest remedy that fits."""
     mem = summ.get("memory", {})
-    if mem.get("peak_bytes", 0) <= mem.get("capacity_bytes", 0):  # the host is short
+    if mem.get("nvme_peak_bytes", 0) > mem.get("nvme_capacity_bytes", 0):  # the drives are
+        line = (f"the scenario does not fit on the nodes' NVMe drives: the optimizer states "
+                f"take {mem.get('nvme_peak_bytes', 0) / 1e9:.3g} GB per node > "
+                f"{mem.get('nvme_capacity_bytes', 0) / 1e9:.3g} GB (hardware.host.nvme_GB)")
+    elif mem.get("peak_bytes", 0) <= mem.get("capacity_bytes", 0):  # the host is short
         line = (f"the scenario does not fit in host memory: what it offloads takes "
                 f"{mem.get('host_peak_bytes', 0) / 1e9:.3g} GB per node > host capacity "
                 f"{mem.get('host_capacity_bytes', 0) / 1e9:.3g} GB (hardware.host.memory_GB)")

@@ -19,7 +19,8 @@ from simulator.config.yamlio import blame_override, did_you_mean, parse_override
 from simulator.errors import InputError
 
 __all__ = ["LoadedScenario", "scenario_path", "load_scenario", "load_hardware",
-           "check_overrides", "check_supported", "load_checked", "shorten", "NAME_MAX_BYTES"]
+           "check_overrides", "check_supported", "nvme_refused", "load_checked", "shorten",
+           "NAME_MAX_BYTES"]
 
 
 def check_overrides(overrides: Sequence[str]) -> None:
@@ -133,6 +134,7 @@ def check_supported(loaded: LoadedScenario, hw: Any) -> None:
                          "GEMMs (Transformer Engine's MXFP8BlockScaling needs compute "
                          "capability 10.0); with them: b200-sxm, gb200-nvl72, b300-sxm, "
                          "gb300-nvl72")
+    nvme_refused(scenario, hw)
     if scenario.cluster.node_types is None:
         return
 
@@ -159,6 +161,18 @@ def _fp4_refused(scenario: Any, hw: Any, key: str) -> None:
                          f"{what} runs GEMMs on FP4 tensor cores; "
                          f"'{hw.name}' has none (its profile gives no peak_tflops.fp4); "
                          f"Blackwell has them: b200-sxm, gb200-nvl72, b300-sxm, gb300-nvl72")
+
+
+def nvme_refused(scenario: Any, hw: Any) -> None:
+    """An InputError at parallel.offload.optimizer_states when the states go to NVMe on a
+    profile that gives no NVMe figures (no public source states its system's drives)."""
+    missing = hw.nvme_fields
+    if scenario.parallel.offload.optimizer_on_nvme and missing:
+        raise InputError(scenario.source, "parallel.offload.optimizer_states",
+                         f"nvme needs the node's NVMe drives; '{hw.name}' gives no "
+                         f"{', '.join(missing)} (set them with --set hardware.host.nvme_GB=... "
+                         "etc., or offload to host memory: optimizer_states true); profiles "
+                         "with NVMe: a100-40gb, a100-80gb, h100-sxm, h200-sxm, b200-sxm")
 
 
 def _no_peak(hw: Any, dtype: str) -> InputError | None:

@@ -18,9 +18,10 @@ from typing import Any, NamedTuple
 __all__ = ["Task", "Plan", "STREAMS", "CATEGORIES", "Alloc"]
 
 # offload: host-to-device copies (and ZeRO-Offload's); offload_d2h: device-to-host copies
-# of offloaded activations and parameters (PCIe is full duplex: each direction has its lanes)
+# of offloaded activations and parameters (PCIe is full duplex: each direction has its lanes);
+# nvme: ZeRO-Infinity's optimizer states read from and written to the node's NVMe drives
 STREAMS: tuple[str, ...] = ("compute", "pp_fwd", "pp_bwd", "dp", "dp_reduce", "offload",
-                             "ps_server", "offload_d2h")
+                             "ps_server", "offload_d2h", "nvme")
 CATEGORIES: tuple[str, ...] = ("parameters", "gradients", "optimizer_states", "activations",
                                "communication_buffers")
 Alloc = tuple[tuple[str, float], ...]  # (memory category, bytes) pairs
@@ -34,7 +35,7 @@ class Task(NamedTuple):
     stream      one of STREAMS
     name        short label: 'F', 'B', 'R' (compute of a virtual stage), 'opt', 'send_fwd',
                 'send_bwd', 'grad_reduce', 'param_gather', ...
-    phase       'fwd' | 'bwd' | 'recompute' | 'optimizer' | 'comm' | 'offload'
+    phase       'fwd' | 'bwd' | 'recompute' | 'optimizer' | 'comm' | 'offload' | 'nvme'
     micro       micro-batch index, -1 when none
     chunk       virtual pipeline stage index, -1 when none
     duration_s  seconds the stream is busy once the task starts

@@ -36,6 +36,10 @@ class CostModel:
     # host seconds the training stack spends launching one kernel (its framework profile's
     # `launch`): a run of kernels takes at least their count times this (`price_ops`)
     host_kernel_s: float = 0.0
+    # a node's NVMe drives, all at once: seconds to read / write nbytes (lower.nvme); None
+    # where the profile gives no NVMe figures
+    nvme_read_s: Callable[[float], float] | None = None
+    nvme_write_s: Callable[[float], float] | None = None
 
     @classmethod
     def from_hardware(cls, hw: Any, host_kernel_s: float = 0.0) -> CostModel:
@@ -57,7 +61,16 @@ class CostModel:
             hardware=hw,
             overlap_slowdown=float(hw.efficiency.overlap_compute_slowdown),
             host_kernel_s=host_kernel_s,
+            nvme_read_s=_per_byte(hw.nvme_read_bytes_per_s),
+            nvme_write_s=_per_byte(hw.nvme_write_bytes_per_s),
         )
+
+
+def _per_byte(bandwidth: float) -> Callable[[float], float] | None:
+    """nbytes -> seconds at `bandwidth` bytes/s; None for no bandwidth (0)."""
+    if not bandwidth:
+        return None
+    return lambda nbytes: nbytes / bandwidth
 
 
 @dataclass(frozen=True)

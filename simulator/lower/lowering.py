@@ -46,6 +46,7 @@ from simulator.lower.data_parallel import DataParallel
 from simulator.lower.dualpipe import emit_step, pair_exposed
 from simulator.lower.layout import RankMesh, rank_mesh
 from simulator.lower.nics import nic_fields
+from simulator.lower.nvme import buffer_bytes
 from simulator.lower.offload import Offload
 from simulator.lower.pipeline import schedule_steps
 from simulator.lower.reduction import strategy_for
@@ -116,6 +117,8 @@ class Lowering:
         self.w_pass = False  # the device's schedule has W steps: B and W split (`device`)
         # host memory each simulated device's offload keeps there (`_host_bytes`)
         self.host_bytes: dict[int, float] = share.host_bytes if share else {}
+        # NVMe bytes each simulated device's states take under offload nvme (`lower.nvme`)
+        self.nvme_bytes: dict[int, float] = share.nvme_bytes if share else {}
 
     def micro_range(self, vs: int) -> range:
         """The micro-batches that pass virtual stage vs: all of them, or under DualPipe
@@ -129,21 +132,27 @@ class Lowering:
         """The last micro-batch through vs: its backward ends vs's gradient accumulation."""
         return self.micro_range(vs)[-1]
 
+    def state_bytes(self, params: int, vss: list[int]) -> float:
+        """A device's optimizer states, counted as the device would hold them
+        (`lower.state.model_state_bytes`)."""
+        return dict(model_state_bytes(
+            params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
+            self.state_ranks(vss), False, self.ge,
+            unsharded=sum(self.work[vs].unsharded for vs in vss),
+            state_dtype=self.state_dtype, fp8_params=self.fp8_params))["optimizer_states"]
+
     def _host_bytes(self, params: int, vss: list[int]) -> float:
         """Host memory a device's offload keeps there: ZeRO-Offload's optimizer states and
         the gradient shard they are updated from (Ren et al. 2021, Sec. 4.1: 12 + 2 bytes
-        per parameter of a 16-bit model with Adam, 182 GB for 13B), the states counted as
-        the device would hold them (`lower.state.model_state_bytes`); ZeRO-Infinity's 16-bit
+        per parameter of a 16-bit model with Adam, 182 GB for 13B), or with the states on
+        NVMe the swapper's buffers only (`lower.nvme.buffer_bytes`); ZeRO-Infinity's 16-bit
         parameters. Offloaded activations are not counted (they come back each step)."""
         host = 0.0
-        if self.par.offload.optimizer_states:
-            states = dict(model_state_bytes(
-                params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
-                self.state_ranks(vss), False, self.ge,
-                unsharded=sum(self.work[vs].unsharded for vs in vss),
-                state_dtype=self.state_dtype, fp8_params=self.fp8_params))
-            local = params / (self.state_ranks(vss) if self.par.optimizer_shard >= 1 else 1)
-            host += states["optimizer_states"] + local * self.ge
+        local = params / (self.state_ranks(vss) if self.par.optimizer_shard >= 1 else 1)
+        if self.par.offload.optimizer_on_nvme:
+            host += buffer_bytes(local)
+        elif self.par.offload.optimizer_states:
+            host += self.state_bytes(params, vss) + local * self.ge
         if self.off.params:
             host += params * self.e
         return host
@@ -358,10 +367,12 @@ class Lowering:
         finish(self, dev, vss)
         params = sum(self.work[vs].params for vs in vss)
         self.host_bytes[dev] = self._host_bytes(params, vss)
+        if self.par.offload.optimizer_on_nvme:
+            self.nvme_bytes[dev] = self.state_bytes(params, vss)
         return self.off.static(model_state_bytes(
             params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
             self.state_ranks(vss),
-            self.par.offload.optimizer_states or self.dp.remote_optimizer,
+            bool(self.par.offload.optimizer_states) or self.dp.remote_optimizer,
             self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss),
             state_dtype=self.state_dtype, fp8_params=self.fp8_params,
             kept_states=sum(self.work[vs].worker_params for vs in vss))) + self.prog.resident
@@ -370,7 +381,9 @@ class Lowering:
 def _host_extras(low: Lowering) -> tuple[tuple[str, object], ...]:
     """The most host memory one simulated device's offload keeps (nothing without)."""
     most = max(low.host_bytes.values(), default=0.0)
-    return (("host_memory_bytes_per_device", round(most)),) if most else ()
+    nvme = max(low.nvme_bytes.values(), default=0.0)
+    return ((("host_memory_bytes_per_device", round(most)),) if most else ()) + (
+        (("nvme_bytes_per_device", round(nvme)),) if nvme else ())
 
 
 def _check(scenario: Scenario, prog: Program) -> None:

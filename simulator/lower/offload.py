@@ -174,7 +174,8 @@ def verify_note(scenario: Any) -> str | None:
     hosted = [f"model.ops[{i}] ({op.name})" for i, op in enumerate(ops) if host_placed(op)]
     parts = []
     if moved:
-        parts.append(f"parallel.offload.{', '.join(moved)}: host copies leave the values "
+        copies = "host copies and NVMe swaps" if off.optimizer_on_nvme else "host copies"
+        parts.append(f"parallel.offload.{', '.join(moved)}: {copies} leave the values "
                      f"unchanged; checked the tensors they move (parameters, activations, "
                      f"gradients and optimizer states of the sharded run)")
     if hosted:

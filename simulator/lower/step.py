@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.lower.host import host_optimizer_s, offload_step_s
+from simulator.lower.nvme import swap_chain
 from simulator.lower.state import local_params, optimizer_spec
 
 if TYPE_CHECKING:
@@ -33,8 +34,7 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
     if remote is not None:
         step = remote
     elif low.par.offload.optimizer_states:
-        step = _host_optimizer(low, dev, params, deps,
-                               sum(low.work[vs].unsharded for vs in vss))
+        step = _host_optimizer(low, dev, params, deps, vss)
     else:
         spec = optimizer_spec(params, low.prog.dtype, low.sc.training.optimizer,
                               low.par.optimizer_shard, low.state_ranks(vss), low.ge,
@@ -92,7 +92,7 @@ def _grad_sync(low: Lowering, dev: int, vss: list[int]) -> tuple[int, ...]:
                        comm=total.comm),)
 
 def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...],
-                    unsharded: int = 0) -> int:
+                    vss: list[int]) -> int:
     """ZeRO-Offload (Ren et al. 2021, Sec. 4): the reduced gradient shard goes to the
     host over PCIe, the host CPU runs the optimizer on it (its CPU-Adam, Sec. 5.1), and
     the updated 16-bit parameters come back; the device waits for them. Returns the task
@@ -103,6 +103,7 @@ def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...],
     a node share its `HOST_SOCKETS` sockets, so one socket updates the shards of
     devices_per_node / HOST_SOCKETS devices, one after another (the default schedule, no
     delayed parameter update: DPU, Sec. 5.2, is off unless asked for)."""
+    unsharded = sum(low.work[vs].unsharded for vs in vss)
     local = local_params(params, low.par.optimizer_shard, low.shard_ranks, unsharded)
     # after the backward too (without data-parallel reductions nothing else orders it)
     deps += (low.b.streams[(dev, "compute")][-1],)
@@ -114,8 +115,11 @@ def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...],
                      deps=deps)
     step_s = offload_step_s(int(local), low.prog.dtype, low.sc.training.optimizer,
                             low.ranks.devices_per_node)
-    host = low.b.add(("H", dev, "opt"), device=dev, stream="offload", name="host_opt",
-                     phase="optimizer", duration_s=step_s, deps=(d2h,))
+    if low.par.offload.optimizer_on_nvme:  # ZeRO-Infinity: the states on NVMe (lower.nvme)
+        host = swap_chain(low, dev, d2h, step_s, low.state_bytes(params, vss), local)
+    else:
+        host = low.b.add(("H", dev, "opt"), device=dev, stream="offload", name="host_opt",
+                         phase="optimizer", duration_s=step_s, deps=(d2h,))
     h2d = low.b.add(("H", dev, "h2d"), device=dev, stream="offload", name="param_h2d",
                      phase="offload", duration_s=low.costs.copy_s(back),
                      deps=(host,))

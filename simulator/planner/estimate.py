@@ -37,6 +37,7 @@ from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.cost.collectives import collective_time_s, send_recv_time_s
 from simulator.cost.specs import GroupSpec
 from simulator.lower.host import offload_step_s
+from simulator.lower.state import state_bytes_per_param
 from simulator.planner.memory import Workload, layer_params
 from simulator.planner.space import Config
 from simulator.simulation.simulate import simulate
@@ -166,6 +167,10 @@ def _optimizer_s(w: Workload, cfg: Config, lc: LayerCosts, params: float, hw: An
     per_node = min(cfg.data * cfg.tensor * cfg.pipeline, w.devices_per_node)
     host = offload_step_s(int(local), "bf16" if w.model.dtype == "fp8" else w.model.dtype,
                           w.optimizer, per_node)
+    if cfg.offload_nvme:  # the states read and written back (`lower.nvme`)
+        states = local * state_bytes_per_param(w.optimizer, w.model.dtype, w.state_dtype,
+                                               w.fp8_params) * per_node
+        host += states / hw.nvme_read_bytes_per_s + states / hw.nvme_write_bytes_per_s
     return local * (w.grad_bytes + e) / hw.pcie_bandwidth_bytes_per_s + host
 
 

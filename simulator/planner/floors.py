@@ -136,7 +136,7 @@ def _static_bytes(low: Lowering, vss: list[int]) -> float:
     params = sum(low.work[vs].params for vs in vss)
     static = low.off.static(model_state_bytes(
         params, low.prog.dtype, low.sc.training.optimizer, low.par.optimizer_shard,
-        low.state_ranks(vss), low.par.offload.optimizer_states or low.dp.remote_optimizer,
+        low.state_ranks(vss), bool(low.par.offload.optimizer_states) or low.dp.remote_optimizer,
         low.ge, unsharded=sum(low.work[vs].unsharded for vs in vss),
         state_dtype=low.state_dtype, fp8_params=low.fp8_params)) + low.prog.resident
     return sum(nbytes for _, nbytes in static)

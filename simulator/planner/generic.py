@@ -217,8 +217,14 @@ def knob_values(scenario: Scenario, split: GenericConfig, max_micro: int,
         ("training.micro_batch_size", mbs), ("parallel.schedule", scheds),
         ("parallel.recompute", ["none", "selective", "full"]),
         ("parallel.optimizer_shard", shards), ("parallel.sequence_parallel", sps),
-        ("parallel.offload.optimizer_states", [False, True])]
+        ("parallel.offload.optimizer_states", [False, True] + _nvme(hw))]
     return [(k, v) for k, v in knobs if v] + extra_knobs(scenario, d, pp, frameworks, hw)
+
+
+def _nvme(hw: Any) -> list[Any]:
+    """The NVMe tier (ZeRO-Infinity) where the profile has drives (`hw.nvme_fields` empty);
+    the scenario rules keep it to ZeRO-3 candidates."""
+    return ["nvme"] if hw is not None and not hw.nvme_fields else []
 
 
 def extra_knobs(scenario: Scenario, d: int, pp: int, frameworks: tuple[str, ...] = (),

@@ -172,7 +172,7 @@ def estimated(scenario: Scenario) -> bool:
 
 
 def _family(cfg: Config) -> tuple:
-    return (cfg.optimizer_shard, cfg.offload_optimizer, cfg.schedule)
+    return (cfg.optimizer_shard, cfg.offload_optimizer, cfg.offload_nvme, cfg.schedule)
 
 
 class _Search:
@@ -194,7 +194,8 @@ class _Search:
         return simulate_config(self.sc, self.hw, cfg, self.per_node, self.opts.headroom)
 
     def survivors(self) -> list[tuple[Config, MemoryEstimate]]:
-        space = enumerate_space(self.sc, self.devices, self.w.flash, self.opts.limits)
+        space = enumerate_space(self.sc, self.devices, self.w.flash, self.opts.limits,
+                                nvme=not self.hw.nvme_fields)
         cap = self.usable
         out = []
         for cfg in space:

@@ -50,6 +50,8 @@ class Config:
     recompute: str = "none"
     optimizer_shard: int = 0
     offload_optimizer: bool = False
+    # with offload_optimizer: the states on NVMe (ZeRO-Infinity), not in host memory
+    offload_nvme: bool = False
 
     def __str__(self) -> str:
         sched = (f"il{self.virtual_stages}" if self.schedule == "interleaved_1f1b" else "1f1b")
@@ -62,7 +64,7 @@ class Config:
         if self.optimizer_shard:
             parts.append(f"zero{self.optimizer_shard}")
         if self.offload_optimizer:
-            parts.append("offload")
+            parts.append("offload=nvme" if self.offload_nvme else "offload")
         return " ".join(parts)
 
     def overrides(self) -> list[str]:
@@ -75,7 +77,11 @@ class Config:
                 f"parallel.sequence_parallel={str(self.sequence_parallel).lower()}",
                 f"parallel.recompute={self.recompute}",
                 f"parallel.optimizer_shard={self.optimizer_shard}",
-                f"parallel.offload.optimizer_states={str(self.offload_optimizer).lower()}"]
+                f"parallel.offload.optimizer_states={self.offload_value()}"]
+
+    def offload_value(self) -> str:
+        """parallel.offload.optimizer_states as --set writes it: false, true or nvme."""
+        return "nvme" if self.offload_nvme else str(self.offload_optimizer).lower()
 
     def to_dict(self) -> dict[str, object]:
         return {"data": self.data, "tensor": self.tensor, "pipeline": self.pipeline,
@@ -83,7 +89,8 @@ class Config:
                 "virtual_stages": self.virtual_stages,
                 "sequence_parallel": self.sequence_parallel, "recompute": self.recompute,
                 "optimizer_shard": self.optimizer_shard,
-                "offload_optimizer_states": self.offload_optimizer}
+                "offload_optimizer_states": "nvme" if self.offload_nvme
+                else self.offload_optimizer}
 
 
 @dataclass(frozen=True)
@@ -118,16 +125,19 @@ def _schedules(m: TransformerModel, p: int, micro: int, limits: SpaceLimits
             yield "interleaved_1f1b", v
 
 
-def _memory_knobs(t: int, d: int, seq: int, flash: bool, max_shard: int
-                  ) -> Iterator[tuple[bool, str, int, bool]]:
+def _memory_knobs(t: int, d: int, seq: int, flash: bool, max_shard: int, nvme: bool = False
+                  ) -> Iterator[tuple[bool, str, int, bool, bool]]:
     sps = (False, True) if t > 1 and seq % t == 0 else (False,)
     recomputes = tuple(r for r in RECOMPUTE if not (flash and r == "selective"))
     shards = range(min(max_shard, 3) + 1) if d > 1 else range(1)
     for sp in sps:
         for rc in recomputes:
             for z in shards:
-                for off in (False, True):
-                    yield sp, rc, z, off
+                # the NVMe tier (ZeRO-Infinity) where the profile has drives, under ZeRO-3
+                offs = ((False, False), (True, False), (True, True)) if nvme and z == 3 \
+                    else ((False, False), (True, False))
+                for off, on_nvme in offs:
+                    yield sp, rc, z, off, on_nvme
 
 
 def _offload_allows(scenario: Scenario, recompute: str, shard: int) -> bool:
@@ -140,9 +150,11 @@ def _offload_allows(scenario: Scenario, recompute: str, shard: int) -> bool:
 
 
 def enumerate_space(scenario: Scenario, devices: int, flash: bool = False,
-                    limits: SpaceLimits = SpaceLimits()) -> list[Config]:
+                    limits: SpaceLimits = SpaceLimits(), nvme: bool = False) -> list[Config]:
     """Every configuration of `scenario`'s model and global batch on `devices` devices, in
-    a fixed order. `flash`: attention runs as one fused kernel (drops selective recompute)."""
+    a fixed order. `flash`: attention runs as one fused kernel (drops selective recompute);
+    `nvme`: the hardware has NVMe drives, so ZeRO-3 candidates also keep their optimizer
+    states there (`parallel.offload.optimizer_states: nvme`)."""
     m = transformer_model(scenario.model)
     gb = scenario.training.global_batch_size
     out = []
@@ -155,10 +167,10 @@ def enumerate_space(scenario: Scenario, devices: int, flash: bool = False,
                 if b > limits.max_micro_batch:
                     break
                 for sched, v in _schedules(m, p, gb // (d * b), limits):
-                    for sp, rc, z, off in _memory_knobs(t, d, m.seq_length, flash,
-                                                      limits.max_optimizer_shard):
+                    for sp, rc, z, off, on_nvme in _memory_knobs(
+                            t, d, m.seq_length, flash, limits.max_optimizer_shard, nvme):
                         if _offload_allows(scenario, rc, z):
-                            out.append(Config(d, t, p, b, sched, v, sp, rc, z, off))
+                            out.append(Config(d, t, p, b, sched, v, sp, rc, z, off, on_nvme))
     return out
 
 
@@ -189,7 +201,8 @@ def apply_config(scenario: Scenario, cfg: Config, devices_per_node: int | None =
     par.update(data=cfg.data, tensor=cfg.tensor, pipeline=cfg.pipeline, schedule=cfg.schedule,
                virtual_stages=cfg.virtual_stages, sequence_parallel=cfg.sequence_parallel,
                recompute=cfg.recompute, optimizer_shard=cfg.optimizer_shard)
-    par["offload"] = {**par["offload"], "optimizer_states": cfg.offload_optimizer}
+    par["offload"] = {**par["offload"], "optimizer_states":
+                      "nvme" if cfg.offload_nvme else cfg.offload_optimizer}
     if "comm_subgraph" not in scenario.parallel.model_fields_set:
         del par["comm_subgraph"]  # unset stays unset (comm_rules refuses it on one device)
     _comm_options_for(par, cfg, scenario)
@@ -231,4 +244,5 @@ def config_of(scenario: Scenario) -> Config:
     p = scenario.parallel
     return Config(p.data, p.tensor, p.pipeline, scenario.training.micro_batch_size,
                   p.schedule, p.virtual_stages, p.sequence_parallel, p.recompute,
-                  p.optimizer_shard, p.offload.optimizer_states)
+                  p.optimizer_shard, bool(p.offload.optimizer_states),
+                  p.offload.optimizer_on_nvme)

@@ -24,7 +24,8 @@ __all__ = ["plotly_js", "run_figures", "sweep_figure", "PHASE_COLORS", "EXTRA"]
 
 EXTRA = "report"  # the optional dependency that carries plotly.js: pip install 'shardsim[report]'
 PHASE_COLORS = {"fwd": "#4C72B0", "bwd": "#55A868", "recompute": "#DD8452",
-                "optimizer": "#8172B3", "comm": "#C44E52", "offload": "#937860"}
+                "optimizer": "#8172B3", "comm": "#C44E52", "offload": "#937860",
+                "nvme": "#DA8BC3"}
 _CATEGORY_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860",
                     "#DA8BC3")
 # 20 distinguishable series colours (d3's category10, then its lighter tones)

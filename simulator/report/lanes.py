@@ -24,7 +24,7 @@ KIND_LABELS: dict[str, str] = {
     "compute": "compute", "pp_fwd": "pipeline send (fwd)", "pp_bwd": "pipeline send (bwd)",
     "dp": "data-parallel comm", "dp_reduce": "data-parallel reduce",
     "offload": "offload host-to-device", "ps_server": "parameter server",
-    "offload_d2h": "offload device-to-host"}
+    "offload_d2h": "offload device-to-host", "nvme": "NVMe swap (optimizer states)"}
 
 
 @dataclass(frozen=True)

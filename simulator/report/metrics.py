@@ -7,7 +7,8 @@
   kernels ran slower beside the device's own transfers, engine.core); an idle gap
   before a task is charged by walking back the chain of what it waited for
   (`Trace.blocker`): the time a transfer ran (or waited for its link or its peers) is
-  comm_exposed, or offload_exposed for host copies; the rest of the gap, spent waiting for
+  comm_exposed, or offload_exposed for host copies (nvme_exposed for NVMe reads and writes
+  of the optimizer states); the rest of the gap, spent waiting for
   another stage's compute, is bubble. What the device does after its compute stream ends
   (the parameter all-gather) is comm_exposed. The parts add up to the iteration time exactly.
 - memory: each device's allocation timeline (model states at t=0, then task allocs at
@@ -32,9 +33,10 @@ __all__ = ["BREAKDOWN_KEYS", "MemoryPeak", "iteration_time", "slowest_device", "
            "pick_peak", "device_comm", "device_comms", "comm_volumes"]
 
 BREAKDOWN_KEYS = ("compute", "recompute", "comm_exposed", "bubble", "offload_exposed",
-                  "optimizer")
+                  "optimizer", "nvme_exposed")
 _BUSY = {"fwd": "compute", "bwd": "compute", "recompute": "recompute",
-         "optimizer": "optimizer", "offload": "offload_exposed", "comm": "comm_exposed"}
+         "optimizer": "optimizer", "offload": "offload_exposed", "comm": "comm_exposed",
+         "nvme": "nvme_exposed"}
 
 
 def iteration_time(trace: Trace) -> float:
@@ -68,8 +70,8 @@ def slowest_device(plan: Plan, trace: Trace) -> int:
 
 def _kind(task: Task) -> str:
     """What a wait for `task` is charged to (a server's update is the optimizer's time)."""
-    return {"offload": "offload_exposed", "optimizer": "optimizer"}.get(task.phase,
-                                                                      "comm_exposed")
+    return {"offload": "offload_exposed", "optimizer": "optimizer",
+            "nvme": "nvme_exposed"}.get(task.phase, "comm_exposed")
 
 
 def _charge_wait(parts: dict[str, float], plan: Plan, trace: Trace, prev: dict[int, int],

@@ -24,9 +24,13 @@ def _memory(result: Any) -> dict[str, Any]:
     host = dict(result.plan.extras).get("host_memory_bytes_per_device", 0) * per_node
     host_cap = getattr(result, "host_capacity_bytes", 0.0)
     host_fits = not host or host <= host_cap
+    # ZeRO-Infinity's optimizer states on the node's NVMe drives (hardware.host.nvme_GB)
+    nvme = dict(result.plan.extras).get("nvme_bytes_per_device", 0) * per_node
+    nvme_cap = getattr(result, "nvme_capacity_bytes", 0.0)
+    nvme_fits = not nvme or nvme <= nvme_cap
     return {"peak_bytes": int(round(peak.peak_bytes)),
             "capacity_bytes": int(round(result.capacity_bytes)),
-            "fits": bool(peak.peak_bytes <= result.capacity_bytes and host_fits),
+            "fits": bool(peak.peak_bytes <= result.capacity_bytes and host_fits and nvme_fits),
             # capacity left at the peak (negative: short by that much)
             "headroom_bytes": int(round(result.capacity_bytes - peak.peak_bytes)),
             # the allocator's view at the peak rank (issue 24 (e)): torch's
@@ -45,6 +49,10 @@ def _memory(result: Any) -> dict[str, Any]:
             # the node's host DRAM (hardware.host.memory_GB); `fits` needs both
             "host_peak_bytes": int(round(host)),
             "host_capacity_bytes": int(round(host_cap)),
+            # the node's NVMe bytes the offloaded states take, and its drives' capacity
+            # (both 0 without offload to NVMe)
+            "nvme_peak_bytes": int(round(nvme)),
+            "nvme_capacity_bytes": int(round(nvme_cap if nvme else 0.0)),
             "by_category_bytes": {c: int(round(dict(peak.by_category).get(c, 0.0)))
                                   for c in CATEGORIES}}
 
@@ -92,7 +100,8 @@ def summary(result: Any) -> dict[str, Any]:
         "critical_path": _critical(result),
         **({"jitter": result.jitter} if result.jitter else {}),
         "notes": list(getattr(result, "notes", ())) + _steady_note(result),
-        **{k: v for k, v in result.plan.extras if k != "host_memory_bytes_per_device"},
+        **{k: v for k, v in result.plan.extras
+           if k not in ("host_memory_bytes_per_device", "nvme_bytes_per_device")},
         # the measured error of this group's published runs (report.uncertainty)
         "uncertainty": result_band(result).to_dict(),
     }
@@ -171,6 +180,8 @@ def format_table(s: dict[str, Any]) -> str:
                                               f"pulled; {ps['all_reduced_params']:,} "
                                               f"all-reduced among the workers"))
     for key, secs in s["breakdown_s"].items():
+        if key == "nvme_exposed" and not secs:
+            continue  # only a run that offloads to NVMe has this line
         share = secs / t if t > 0 else 0.0
         rows.append((f"  {key}", f"{secs:.4f} s ({share:.1%})"))
     mem = s["memory"]
@@ -184,6 +195,11 @@ def format_table(s: dict[str, Any]) -> str:
         rows.append(("host memory", f"{_gb(mem['host_peak_bytes'])} of "
                      f"{_gb(mem['host_capacity_bytes'])} per node (offloaded states; "
                      f"{'fits' if host_ok else 'DOES NOT FIT'})"))
+    if mem.get("nvme_peak_bytes"):
+        nvme_ok = mem["nvme_peak_bytes"] <= mem["nvme_capacity_bytes"]
+        rows.append(("NVMe", f"{_gb(mem['nvme_peak_bytes'])} of "
+                     f"{_gb(mem['nvme_capacity_bytes'])} per node (optimizer states; "
+                     f"{'fits' if nvme_ok else 'DOES NOT FIT'})"))
     comm = s["communication"]
     rows.append(("communication", f"{_gb(comm['bytes_per_device'])} per device"))
     rows += [(f"  {k}", _gb(v)) for k, v in comm["by_collective"].items()]

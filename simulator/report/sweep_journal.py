@@ -43,7 +43,7 @@ FLUSH_S = 0.5  # rows buffered at most this long before a part file is written
 ROW_METRICS: tuple[str, ...] = (
     "iteration_time_s", "samples_per_s", "tokens_per_s", "tflops_per_device", "mfu",
     "peak_memory_bytes", "capacity_bytes", "compute_s", "recompute_s", "comm_exposed_s",
-    "bubble_s", "offload_exposed_s", "optimizer_s", "comm_bytes_per_device")
+    "bubble_s", "offload_exposed_s", "optimizer_s", "nvme_exposed_s", "comm_bytes_per_device")
 
 Columns = Sequence[tuple[str, str]]  # (grid key, Arrow type name: int64, float64, bool, string)
 

@@ -1,4 +1,5 @@
-"""The cheapest change that makes a scenario fit in device memory (for `run --strict`).
+"""The cheapest change that makes a scenario fit (for `run --strict`): in device memory, and in
+host memory or on the NVMe drives where it offloads there.
 
 Each candidate is one `--set` of the memory levers the frameworks offer: shard the optimizer
 states (ZeRO stages 1-3, Rajbhandari et al. 2020, sec. 5), offload them to the host, recompute
@@ -13,6 +14,7 @@ from typing import Any
 
 from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
+from simulator.report import summary
 from simulator.simulation.budget import estimate_run
 from simulator.simulation.simulate import simulate
 
@@ -27,7 +29,7 @@ def candidates(scenario: Any) -> list[list[str]]:
     out: list[list[str]] = []
     if p.data > 1:
         out += [[f"parallel.optimizer_shard={k}"] for k in range(p.optimizer_shard + 1, 4)]
-    if not p.offload.optimizer_states:
+    if not p.offload.optimizer_states or p.offload.optimizer_on_nvme:
         out.append(["parallel.offload.optimizer_states=true"])
     levels = ["none", "selective", "full"]
     out += [[f"parallel.recompute={r}"] for r in levels[levels.index(p.recompute) + 1:]]
@@ -48,7 +50,9 @@ def _try(loaded: Any, hw: Any, sets: list[str], fidelity: str) -> tuple[float, f
     except InputError:
         return None
     peak = result.memory.peak_bytes
-    return (result.iteration_time_s, peak) if peak <= result.capacity_bytes else None
+    # `run`'s verdict: device memory, and host memory or NVMe drives where states go there
+    fits = summary(result)["memory"]["fits"]
+    return (result.iteration_time_s, peak) if fits else None
 
 
 def cheapest_remedy(loaded: Any, hw: Any, fidelity: str) -> str:

@@ -105,6 +105,7 @@ class SimResult:
     steady: Steady | None = None
     hardware: str = ""  # the name of the hardware profile simulated (after --set hardware=)
     host_capacity_bytes: float = 0.0  # host DRAM of a node (hardware.host.memory_GB)
+    nvme_capacity_bytes: float = 0.0  # NVMe drives of a node (hardware.host.nvme_GB)
 
     def __str__(self) -> str:
         return (f"SimResult({self.scenario.name}: {self.iteration_time_s:.4g} s/iteration, "
@@ -287,7 +288,8 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         peak_flops_per_s=cluster.mean_peak_flops_per_s(scenario.model.dtype),
         wall_s=time.perf_counter() - t0, framework=fw, critical_path=got.pace,
         jitter=jitter_report(cluster, lower_with) if reports else None, steady=got.steady,
-        hardware=hw.name, host_capacity_bytes=hw.host_memory_bytes)
+        hardware=hw.name, host_capacity_bytes=hw.host_memory_bytes,
+        nvme_capacity_bytes=hw.nvme_bytes)
 
 
 # GPipe (Huang et al. 2019, Fig. 2c: all forwards, then all backwards) has no period that

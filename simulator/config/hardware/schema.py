@@ -152,10 +152,17 @@ class Nccl(_Closed):
 
 class Host(_Closed):
     """The host side: `memory_GB` of host DRAM per node, `pcie_bandwidth_GBps` per device
-    per direction between host and device memory."""
+    per direction between host and device memory; the node's local NVMe drives together
+    (`nvme_GB` of capacity, sequential `nvme_read_GBps` / `nvme_write_GBps`, all of them
+    at once: the drives striped as one volume), the third offload tier of ZeRO-Infinity
+    (Rajbhandari et al. 2021, Sec. 5). A profile whose system's drives no public source
+    states leaves the three out, and NVMe offload on it is refused."""
 
     memory_GB: HostGB
     pcie_bandwidth_GBps: GBps
+    nvme_GB: HostGB | None = None
+    nvme_read_GBps: GBps | None = None
+    nvme_write_GBps: GBps | None = None
 
 
 class AttentionKernel(_Closed):
@@ -339,6 +346,27 @@ class HardwareProfile(_Closed):
     def host_memory_bytes(self) -> float:
         """Host DRAM per node."""
         return self.host.memory_GB * 1e9
+
+    @property
+    def nvme_fields(self) -> tuple[str, ...]:
+        """The `host.nvme_*` fields this profile leaves out (NVMe offload needs all three)."""
+        return tuple(f"host.{k}" for k in ("nvme_GB", "nvme_read_GBps", "nvme_write_GBps")
+                     if getattr(self.host, k) is None)
+
+    @property
+    def nvme_bytes(self) -> float:
+        """NVMe capacity per node (0 where the profile gives none)."""
+        return (self.host.nvme_GB or 0.0) * 1e9
+
+    @property
+    def nvme_read_bytes_per_s(self) -> float:
+        """Sequential NVMe read bandwidth of a node, all its drives (0: none given)."""
+        return (self.host.nvme_read_GBps or 0.0) * 1e9
+
+    @property
+    def nvme_write_bytes_per_s(self) -> float:
+        """Sequential NVMe write bandwidth of a node, all its drives (0: none given)."""
+        return (self.host.nvme_write_GBps or 0.0) * 1e9
 
     @property
     def pcie_bandwidth_bytes_per_s(self) -> float:

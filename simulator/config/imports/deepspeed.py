@@ -84,17 +84,29 @@ def _batch(ds: DsConfig, dp: int, fills: Fills) -> tuple[int, int]:
     return micro * gas * dp, micro
 
 
-def _offload(ds: DsConfig, stage: int) -> dict[str, bool]:
-    out: dict[str, bool] = {}
+def _offload(ds: DsConfig, stage: int) -> dict[str, bool | str]:
+    """parallel.offload from offload_optimizer / offload_param: 'cpu' is host memory (true),
+    'nvme' for the optimizer is ZeRO-Infinity's NVMe tier (optimizer_states: nvme), which
+    DeepSpeed runs only under ZeRO-3 (its stage3 optimizer owns the swapper)."""
+    out: dict[str, bool | str] = {}
     for key, what, legacy in (("offload_optimizer", "optimizer_states", "cpu_offload"),
                               ("offload_param", "parameters", "cpu_offload_param")):
         full = f"zero_optimization.{key}.device"
         device = ds.get(full, "cpu" if ds.get(f"zero_optimization.{legacy}") else "none")
         if device not in ("none", "cpu", "nvme", None):
             raise ds.error(full, f"found {device!r}; allowed: 'none', 'cpu', 'nvme'")
-        if device == "nvme":
-            raise ds.error(full, "'nvme': offload to NVMe has no scenario key (allowed here: "
-                           "'none', 'cpu')")
+        if device == "nvme" and what == "parameters":
+            raise ds.error(full, "'nvme': parameters on NVMe have no scenario key yet "
+                           "(allowed here: 'none', 'cpu'; the optimizer's states may go to "
+                           "'nvme')")
+        if device == "nvme" and stage != 3:
+            raise ds.error(full, f"'nvme' with ZeRO stage {stage}: DeepSpeed swaps optimizer "
+                           "states to NVMe only with stage 3")
+        if device == "nvme":  # DeepSpeed's pipelined swap (offload_config.py), where asked
+            out[what] = "nvme"
+            for k in ("read", "write"):
+                if ds.flag(f"zero_optimization.{key}.pipeline_{k}"):
+                    out[f"nvme_pipeline_{k}"] = True
         if device == "cpu" and what == "parameters" and stage != 3:
             raise ds.error(full, f"'cpu' with ZeRO stage {stage}: DeepSpeed offloads "
                            "parameters only with stage 3")

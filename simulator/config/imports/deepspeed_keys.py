@@ -76,7 +76,12 @@ KEYS: dict[str, Flag] = {
                                           "the framework profile's")
        for w in ("optimizer", "param") for k in (
            "pin_memory", "buffer_count", "buffer_size", "max_in_cpu", "fast_init",
-           "pipeline_read", "pipeline_write", "cpuadam_cores_perc")},
+           "cpuadam_cores_perc")},
+    **{f"{_ZERO}offload_optimizer.pipeline_{k}": _m(f"parallel.offload.nvme_pipeline_{k}")
+       for k in ("read", "write")},
+    **{f"{_ZERO}offload_param.{k}": _approx("the parameter swap's pipelining: parameters on "
+                                            "NVMe have no scenario key")
+       for k in ("pipeline_read", "pipeline_write")},
     **{f"{_ZERO}offload_{w}.nvme_path": _ignore("a path") for w in ("optimizer", "param")},
     f"{_ZERO}offload_optimizer.ratio": _refuse("a part of the optimizer offloaded"),
     f"{_ZERO}overlap_comm": _m("parallel.overlap.grad_reduce"),

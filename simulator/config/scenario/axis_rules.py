@@ -38,7 +38,8 @@ def parameter_server(s: Scenario) -> Iterator[Problem]:
                         f"(allowed: {allowed})")
     if p.offload.optimizer_states:
         yield "parallel.offload.optimizer_states", (
-            "true does not apply with parallel.mode: parameter_server (the servers hold the "
+            f"{'nvme' if p.offload.optimizer_on_nvme else 'true'} does not apply with "
+            "parallel.mode: parameter_server (the servers hold the "
             "optimizer states; allowed: false)")
 
 

@@ -329,6 +329,23 @@ def _offload(s: Scenario) -> Iterator[Problem]:
                           "(the servers hold the parameters; allowed: false)")
 
 
+def _nvme_offload(s: Scenario) -> Iterator[Problem]:
+    """Optimizer states on NVMe (ZeRO-Infinity, `lower.nvme`): DeepSpeed swaps them only
+    under ZeRO-3 (its stage3 optimizer owns the swapper, runtime/zero/stage3.py; its tests
+    refuse NVMe offload at stages 1-2)."""
+    p = s.parallel
+    for key in ("nvme_pipeline_read", "nvme_pipeline_write"):
+        if getattr(p.offload, key) and not p.offload.optimizer_on_nvme:
+            yield f"parallel.offload.{key}", (
+                "true applies only with parallel.offload.optimizer_states nvme (found "
+                f"{str(p.offload.optimizer_states).lower()})")
+    if p.offload.optimizer_on_nvme and p.optimizer_shard != 3:
+        yield "parallel.offload.optimizer_states", (
+            f"nvme with parallel.optimizer_shard {p.optimizer_shard}: DeepSpeed swaps "
+            "optimizer states to NVMe only under ZeRO-3 (allowed: optimizer_shard 3, or "
+            "optimizer_states true for host memory)")
+
+
 def _printable(s: Scenario) -> Iterator[Problem]:
     """The name reaches terminals: no control character (an ANSI or window-title escape)."""
     bad = next(((i, c) for i, c in enumerate(s.name) if unicodedata.category(c) == "Cc"),
@@ -371,6 +388,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     _comm_fusion,
     _copies,
     _offload,
+    _nvme_offload,
     parameter_server,
     tensor_nd,
     recompute_comm,

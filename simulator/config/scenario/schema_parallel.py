@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic_core import PydanticCustomError
 
 from simulator.config.scenario.schema_types import BucketMB, Degree, Layers, NicGbps, _Closed
 
@@ -15,12 +16,36 @@ __all__ = ["OffloadSpec", "FusionKindSpec", "CommFusionSpec", "OverlapSpec",
 
 
 class OffloadSpec(_Closed):
-    optimizer_states: StrictBool = Field(default=False, description=(
-        "Optimizer states in host memory, the optimizer step run on the host."))
+    optimizer_states: Literal[False, True, "nvme"] = Field(default=False, description=(
+        "Optimizer states in host memory, the optimizer step run on the host (true); nvme: "
+        "the states on the node's NVMe drives, read into host buffers, stepped by the host "
+        "and written back each iteration (ZeRO-Infinity; needs optimizer_shard 3 and a "
+        "profile with host.nvme_GB, nvme_read_GBps and nvme_write_GBps)."))
     parameters: StrictBool = Field(default=False, description=(
         "Parameters in host memory, copied to the device before each use."))
     activations: StrictBool = Field(default=False, description=(
         "Saved activations copied to host memory after the forward and back before the backward."))
+
+    nvme_pipeline_read: StrictBool = Field(default=False, description=(
+        "With optimizer_states nvme: the next sub-group's states read while the host steps "
+        "this one (DeepSpeed offload_optimizer.pipeline_read; default off, as DeepSpeed's)."))
+    nvme_pipeline_write: StrictBool = Field(default=False, description=(
+        "With optimizer_states nvme: a sub-group's states written back while the host steps "
+        "the next (DeepSpeed offload_optimizer.pipeline_write; default off, as DeepSpeed's)."))
+
+    @field_validator("optimizer_states", mode="before")
+    @classmethod
+    def _bool_or_nvme(cls, value: object) -> object:
+        """A boolean (strict, as the other switches) or 'nvme'."""
+        if isinstance(value, bool) or value == "nvme":
+            return value
+        raise PydanticCustomError("literal_error", "Input should be true, false or 'nvme'",
+                                  {"expected": "true, false or 'nvme'"})
+
+    @property
+    def optimizer_on_nvme(self) -> bool:
+        """The optimizer states live on NVMe (ZeRO-Infinity), not in host memory."""
+        return self.optimizer_states == "nvme"
 
 
 FusionIndex = Annotated[list[Annotated[StrictInt, Field(ge=1, le=10_000)]],
