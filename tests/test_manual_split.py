@@ -14,6 +14,7 @@ import json
 import pytest
 import yaml
 
+from simulator.api.core import load_scenario
 from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
 from simulator.errors import InputError
@@ -21,8 +22,11 @@ from simulator.models.cases import build_case
 from simulator.models.manual_split import planned_pieces
 from simulator.numeric.execution import Faults
 from simulator.sharding.graph_yaml import graph_from_model
+from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
+from simulator.sharding.placement import B, P, Shard
 from simulator.sharding.plan import build_plan
+from simulator.sharding.redistribute import plan_redistribution
 from simulator.simulation.verify import verify_scenario
 
 NAME = "manual-split-embedding-8-cpu"
@@ -188,3 +192,43 @@ def test_a_table_with_another_reader_is_refused():
         "model.ops[0].attrs.manual_split: the table 'embedding_table' is also read by "
         "table_norm: explicit blocks are simulated where the Gather is the table's only "
         "reader (its other readers would need a redistribution of uneven blocks)")
+
+
+@pytest.mark.parametrize("shard", ["0", "1", "3"])
+def test_blocks_survive_data_parallel_replicas(shard):
+    """Two replicas (parallel.data=2, the outer axis dp) with optimizer sharding 0, 1 or 3:
+    the table's gradient is reduced and its optimizer states sharded on dp without
+    touching its explicit blocks; verify equals one device."""
+    s = load_scenario(UNEVEN, ["parallel.data=2", "cluster.devices_per_node=8",
+                               f"parallel.optimizer_shard={shard}"]).scenario
+    r = verify_scenario(s)
+    assert r.ok, [c for c in r.checks if not c.ok]
+
+
+def test_the_data_parallel_reduction_moves_the_largest_block(invoke_cli):
+    """The table gradient's all-reduce over the replicas carries the 30-row block: 30 x 16
+    fp32 where the even split carries 16 x 16 (every other message the same)."""
+    def reduced(*sets):
+        args = [a for kv in ("parallel.data=2", "cluster.devices_per_node=8", *sets)
+                for a in ("--set", kv)]
+        d = json.loads(invoke_cli("run", UNEVEN, "--json", *args).output)
+        return d["communication"]["by_collective"]["all_reduce"]
+    assert reduced() - reduced("model.ops[0].attrs={}") == 4 * (30 - 16) * 16
+
+
+def test_explicit_blocks_are_never_gathered_or_re_split():
+    """The redistribution planner keeps explicit blocks as they are: gathering them (to B)
+    or re-cutting them as torch.chunk does is refused, not planned with chunk sizes."""
+    mesh = Mesh((("m0", 2), ("m1", 2)))
+    sized = Layout((Shard(0, (10, 20, 30, 4)),) * 2)
+    for other in (Layout((B, B)), Layout((Shard(0), Shard(0)))):
+        with pytest.raises(LayoutError, match="explicit blocks of dim 0 are kept as they "
+                                              "are, not gathered or re-split"):
+            plan_redistribution(sized, other, (64, 16), mesh)
+    # a reduction on another axis keeps them, and moves the largest block (30 x 16 fp32)
+    mesh = Mesh((("dp", 2), ("m0", 2), ("m1", 2)))
+    rows = Shard(0, (10, 20, 30, 4))
+    (step,) = plan_redistribution(Layout((P, rows, rows)), Layout((B, rows, rows)),
+                                  (64, 16), mesh)
+    assert (step.kind, step.bytes, step.dst) == ("all_reduce", 30 * 16 * 4,
+                                                  Layout((B, rows, rows)))
