@@ -232,3 +232,12 @@ def test_explicit_blocks_are_never_gathered_or_re_split():
                                   (64, 16), mesh)
     assert (step.kind, step.bytes, step.dst) == ("all_reduce", 30 * 16 * 4,
                                                   Layout((B, rows, rows)))
+
+
+@pytest.mark.parametrize("name", [NAME, UNEVEN])
+def test_explain_keeps_the_configured_uneven_gather(invoke_cli, name):
+    """The search takes the configured Gather as it is (it refused its uneven split
+    before) and chooses the unconfigured operators around it."""
+    result = invoke_cli("explain", name)
+    assert result.exit_code == 0, result.output
+    assert "embedding (Gather), configured" in result.output
