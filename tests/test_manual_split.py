@@ -1,9 +1,11 @@
 """MindSpore's `manual_split` on a Gather (`add_prim_attr("manual_split", config)`: the rows
 of the table, dim 0 of its first input, in the given uneven pieces; MindSpore tutorial "Other
-Features" r1.9). An operator graph's split that does not divide its dim is already sharded
-as DTensor shards it (`torch.chunk` pieces: tests/test_uneven_splits.py), so a manual_split
-naming exactly those pieces is the same plan (identical program, `verify` equal to one
-device) and any other pieces are refused at their key path."""
+Features" r1.9). The pieces become explicit blocks of the table's layout (`Shard.sizes`):
+device k of the dim's slices holds rows [sum(pieces[:k]), sum(pieces[:k+1])), `verify`
+equals one device, memory is the largest block's. Pieces equal to torch.chunk's (what the
+strategy alone makes, tests/test_uneven_splits.py) give the same plan as no attribute;
+sizes that do not sum to the rows, a count other than the slices, non-positive sizes and a
+table read by another op are refused at their key path."""
 
 from __future__ import annotations
 
@@ -12,22 +14,31 @@ import json
 import pytest
 import yaml
 
+from simulator.api.core import load_scenario
 from simulator.config.resources import resolve_yaml
 from simulator.config.scenario import parse_scenario
+from simulator.errors import InputError
 from simulator.models.cases import build_case
 from simulator.models.manual_split import planned_pieces
 from simulator.numeric.execution import Faults
 from simulator.sharding.graph_yaml import graph_from_model
+from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
+from simulator.sharding.placement import B, P, Shard
 from simulator.sharding.plan import build_plan
+from simulator.sharding.redistribute import plan_redistribution
 from simulator.simulation.verify import verify_scenario
 
 NAME = "manual-split-embedding-8-cpu"
+UNEVEN = "manual-split-gather-64-rows-4-cpu"  # the seed's (10, 20, 30, 4) of 64 rows
 
 
-def _scenario():
-    path = resolve_yaml(NAME, "scenarios")
-    return parse_scenario(yaml.safe_load(path.read_text()), str(path))
+def _scenario(name=NAME, attrs=True):
+    path = resolve_yaml(name, "scenarios")
+    raw = yaml.safe_load(path.read_text())
+    if not attrs:
+        raw["model"]["ops"][0]["attrs"] = {}
+    return parse_scenario(raw, str(path))
 
 
 @pytest.mark.parametrize("mesh, pieces", [
@@ -37,7 +48,7 @@ def _scenario():
 def test_the_pieces_are_torch_chunk_s_nested_over_the_mesh_axes(mesh, pieces):
     """The table's 60 rows on 8 slices: each mesh axis a torch.chunk of the block the outer
     axes left (DTensor's nested Shard(0)), in slice order."""
-    s = _scenario()
+    s = _scenario(attrs=False)
     graph = graph_from_model(s.model, s.source)
     assert sum(pieces) == 60
     assert planned_pieces(graph, Mesh(tuple(mesh.items())), "embedding_table") == pieces
@@ -74,10 +85,6 @@ def test_verify_equals_one_device_and_a_wrong_slice_fails():
 
 
 @pytest.mark.parametrize("override, message", [
-    ("[8,8,8,8,8,8,8,4]", "[8, 8, 8, 8, 8, 8, 8, 4]: only the pieces the strategy makes on "
-     "model.mesh, [8, 7, 8, 7, 8, 7, 8, 7], are simulated (each mesh axis a torch.chunk of "
-     "the block the outer axes left, as DTensor splits); other uneven blocks are not "
-     "simulated yet"),
     ("[8,8,8,8,8,8,8,3]", "[8, 8, 8, 8, 8, 8, 8, 3] sums to 59, not the table's 60 rows"),
     ("[10,20,26,4]", "4 pieces, but strategy slices the table's dim 0 into 8 (one piece "
      "per slice)"),
@@ -102,3 +109,135 @@ def test_it_needs_a_gather_with_a_strategy(invoke_cli, override, message):
     text = result.stderr if hasattr(result, "stderr") else result.output
     assert result.exit_code == 2, text
     assert f"model.ops[0].attrs.manual_split: {message}" in text
+
+
+def test_each_device_holds_its_own_block_of_rows():
+    """(10, 20, 30, 4) over the mesh m0=2, m1=2: slice k (row-major over the two axes that
+    split dim 0) holds rows [sum(sizes[:k]), sum(sizes[:k+1]))."""
+    s = _scenario(UNEVEN)
+    case = build_case(s)
+    layout = build_plan(case.sharded, case.mesh).layouts["embedding_table"]
+    rows = [layout.region((64, 16), case.mesh, r)[0] for r in range(4)]
+    assert [(r.start, r.stop) for r in rows] == [(0, 10), (10, 30), (30, 60), (60, 64)]
+    assert layout.local_shape((64, 16), case.mesh) == (30, 16)  # the largest block
+    assert not layout.is_even((64, 16), case.mesh)
+
+
+def _bytes(invoke_cli, *sets):
+    args = [a for kv in sets for a in ("--set", kv)]
+    d = json.loads(invoke_cli("run", UNEVEN, "--json", *args).output)
+    return d["memory"]["by_category_bytes"]
+
+
+def test_memory_is_the_largest_block_s(invoke_cli):
+    """fp32 parameters per device: the table's largest block, 30 x 16, with ffn.w1 and
+    ffn.w2 halved (16 x 16 each) and head.w whole (16 x 10); under torch.chunk's even
+    pieces (no attribute) the table's block is 16 x 16."""
+    given = _bytes(invoke_cli)
+    assert given["parameters"] == 4 * (30 * 16 + 16 * 16 + 16 * 16 + 16 * 10) == 4608
+    assert given["gradients"] == given["parameters"]
+    assert given["optimizer_states"] == 2 * given["parameters"]  # Adam's two moments
+    chunked = _bytes(invoke_cli, "model.ops[0].attrs={}")
+    assert given["parameters"] - chunked["parameters"] == 4 * (30 - 16) * 16
+
+
+def test_equal_pieces_are_the_chunked_plan(invoke_cli):
+    """(16, 16, 16, 16) is what the strategy alone makes: every figure equal."""
+    def run(*sets):
+        args = [a for kv in sets for a in ("--set", kv)]
+        d = json.loads(invoke_cli("run", UNEVEN, "--json", *args).output)
+        d.pop("wall_s", None)
+        d.get("simulation", {}).pop("wall_s", None)
+        return d
+    assert run("model.ops[0].attrs.manual_split=[16,16,16,16]") == run(
+        "model.ops[0].attrs={}")
+
+
+def test_uneven_blocks_verify_equal_to_one_device_and_a_shifted_block_fails():
+    s = _scenario(UNEVEN)
+    r = verify_scenario(s)
+    assert r.ok, [c for c in r.checks if not c.ok]
+    assert {"emb", "embedding_table.grad", "embedding_table.updated"} <= {
+        c.tensor for c in r.checks}
+    bad = verify_scenario(s, Faults(block_shift=True))
+    assert [c.tensor for c in bad.checks if not c.ok][0] == "emb"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("[10,20,30,3]", "[10, 20, 30, 3] sums to 63, not the table's 64 rows"),
+    ("[10,20,34]", "3 pieces, but strategy slices the table's dim 0 into 4 (one piece per "
+     "slice)"),
+    ("[10,20,34,0]", "[10, 20, 34, 0]: expected a list of positive row counts, one per "
+     "slice of the table's dim 0, such as [8, 8, 8, 4]"),
+    ("[10,20,38,-4]", "[10, 20, 38, -4]: expected a list of positive row counts, one per "
+     "slice of the table's dim 0, such as [8, 8, 8, 4]"),
+])
+def test_impossible_blocks_are_refused_at_their_key(invoke_cli, override, message):
+    result = invoke_cli("run", UNEVEN, "--set",
+                        f"model.ops[0].attrs.manual_split={override}")
+    text = result.stderr if hasattr(result, "stderr") else result.output
+    assert result.exit_code == 2, text
+    assert f"model.ops[0].attrs.manual_split: {message}" in text
+
+
+def test_a_table_with_another_reader_is_refused():
+    path = resolve_yaml(UNEVEN, "scenarios")
+    raw = yaml.safe_load(path.read_text())
+    raw["model"]["ops"].insert(1, {"name": "table_norm", "type": "GeLU",
+                                   "inputs": ["embedding_table"], "output": "t2"})
+    s = parse_scenario(raw, str(path))
+    with pytest.raises(InputError) as err:
+        build_case(s)
+    assert str(err.value).endswith(
+        "model.ops[0].attrs.manual_split: the table 'embedding_table' is also read by "
+        "table_norm: explicit blocks are simulated where the Gather is the table's only "
+        "reader (its other readers would need a redistribution of uneven blocks)")
+
+
+@pytest.mark.parametrize("shard", ["0", "1", "3"])
+def test_blocks_survive_data_parallel_replicas(shard):
+    """Two replicas (parallel.data=2, the outer axis dp) with optimizer sharding 0, 1 or 3:
+    the table's gradient is reduced and its optimizer states sharded on dp without
+    touching its explicit blocks; verify equals one device."""
+    s = load_scenario(UNEVEN, ["parallel.data=2", "cluster.devices_per_node=8",
+                               f"parallel.optimizer_shard={shard}"]).scenario
+    r = verify_scenario(s)
+    assert r.ok, [c for c in r.checks if not c.ok]
+
+
+def test_the_data_parallel_reduction_moves_the_largest_block(invoke_cli):
+    """The table gradient's all-reduce over the replicas carries the 30-row block: 30 x 16
+    fp32 where the even split carries 16 x 16 (every other message the same)."""
+    def reduced(*sets):
+        args = [a for kv in ("parallel.data=2", "cluster.devices_per_node=8", *sets)
+                for a in ("--set", kv)]
+        d = json.loads(invoke_cli("run", UNEVEN, "--json", *args).output)
+        return d["communication"]["by_collective"]["all_reduce"]
+    assert reduced() - reduced("model.ops[0].attrs={}") == 4 * (30 - 16) * 16
+
+
+def test_explicit_blocks_are_never_gathered_or_re_split():
+    """The redistribution planner keeps explicit blocks as they are: gathering them (to B)
+    or re-cutting them as torch.chunk does is refused, not planned with chunk sizes."""
+    mesh = Mesh((("m0", 2), ("m1", 2)))
+    sized = Layout((Shard(0, (10, 20, 30, 4)),) * 2)
+    for other in (Layout((B, B)), Layout((Shard(0), Shard(0)))):
+        with pytest.raises(LayoutError, match="explicit blocks of dim 0 are kept as they "
+                                              "are, not gathered or re-split"):
+            plan_redistribution(sized, other, (64, 16), mesh)
+    # a reduction on another axis keeps them, and moves the largest block (30 x 16 fp32)
+    mesh = Mesh((("dp", 2), ("m0", 2), ("m1", 2)))
+    rows = Shard(0, (10, 20, 30, 4))
+    (step,) = plan_redistribution(Layout((P, rows, rows)), Layout((B, rows, rows)),
+                                  (64, 16), mesh)
+    assert (step.kind, step.bytes, step.dst) == ("all_reduce", 30 * 16 * 4,
+                                                  Layout((B, rows, rows)))
+
+
+@pytest.mark.parametrize("name", [NAME, UNEVEN])
+def test_explain_keeps_the_configured_uneven_gather(invoke_cli, name):
+    """The search takes the configured Gather as it is (it refused its uneven split
+    before) and chooses the unconfigured operators around it."""
+    result = invoke_cli("explain", name)
+    assert result.exit_code == 0, result.output
+    assert "embedding (Gather), configured" in result.output

@@ -89,6 +89,9 @@ MUTATIONS: list[tuple[str, str, tuple[str, ...], Break, str]] = [
     ("graph optimizer parallel, ZeRO-2: gradients not summed over the replicas",
      "graph-data-parallel-zero-8-cpu", ("parallel.optimizer_shard=2",),
      _faults(skip_dp_reduction=True), "embedding_table.grad"),
+    ("manual_split (explicit uneven blocks of a Gather's table): each block's offset "
+     "shifted by one", "manual-split-gather-64-rows-4-cpu", (), _faults(block_shift=True),
+     "emb"),
 ]
 
 

@@ -1,13 +1,15 @@
-"""MindSpore's `manual_split` on a Gather (the rows of its table in each slice of dim 0;
-MindSpore tutorial "Other Features" r1.9, interface table) checked against the split the
-plan makes. An operator graph's split that does not divide its dim is sharded as DTensor
-shards it: on each mesh axis a `torch.chunk` of the block the outer axes left
-(`sharding.layout.regions`; torch/distributed/tensor/placement_types.py `Shard`). A
-manual_split naming exactly those pieces, in slice order, is that plan (timed, held and
-proven by `verify` as it stands); other pieces are refused at their key path: exact uneven
-blocks of other sizes are not simulated yet (issue 26). The scenario rules
-(`config.scenario.manual_split_rules`) have already checked the op type, the pieces' sum and
-count."""
+"""MindSpore's `manual_split` on a Gather (`add_prim_attr("manual_split", config)`: "(10,
+20, 30, 4) means that the 0th dimension of the first input of the operator is cut into 4
+parts", MindSpore tutorial "Other Features" r1.9, interface table). The op's Strategy carries
+the pieces (`sharding.graph_yaml`) into the Gather's signature and so into the table's kept
+layout, its gradient and optimizer states as explicit blocks (`Shard.sizes`,
+`sharding.layout`): device k of the dim's slices holds rows [sum(pieces[:k]),
+sum(pieces[:k+1])), looks up the ids in that range and zeros elsewhere, and the partial
+outputs are reduced as the strategy's Partial output already is. Time and memory are the
+largest block's (`Layout.local_shape`). The scenario rules
+(`config.scenario.manual_split_rules`) have already checked the op type, the pieces' sum,
+count and signs; here: the table is read by that Gather only (the redistribution planner
+moves chunked blocks, not explicit ones)."""
 
 from __future__ import annotations
 
@@ -32,14 +34,14 @@ def planned_pieces(graph: Graph, mesh: Mesh, table: str) -> list[int]:
 
 
 def check_manual_splits(model: GraphModel, graph: Graph, mesh: Mesh, source: str) -> None:
-    """Every `attrs.manual_split` is the split the plan makes of its Gather's table."""
+    """Every `attrs.manual_split` Gather is its table's only reader."""
     for i, op in enumerate(model.ops):
         if "manual_split" not in op.attrs:
             continue
-        given = list(op.attrs["manual_split"])
-        planned = planned_pieces(graph, mesh, op.inputs[0])
-        if given != planned:
+        table = op.inputs[0]
+        others = [o.name for o in graph.ops if table in o.inputs and o.name != op.name]
+        if others:
             raise InputError(source, f"model.ops[{i}].attrs.manual_split", (
-                f"{given}: only the pieces the strategy makes on model.mesh, {planned}, are "
-                f"simulated (each mesh axis a torch.chunk of the block the outer axes left, "
-                f"as DTensor splits); other uneven blocks are not simulated yet"))
+                f"the table {table!r} is also read by {', '.join(others)}: explicit blocks "
+                f"are simulated where the Gather is the table's only reader (its other "
+                f"readers would need a redistribution of uneven blocks)"))

@@ -24,6 +24,7 @@ import numpy as np
 
 from simulator.graph.graph import Graph, OpNode
 from simulator.graph.ops import KernelCtx
+from simulator.numeric.block_fault import shifted
 from simulator.numeric.dist import DistTensor, add, apply_step
 from simulator.numeric.kept import placeholder, shape_only
 from simulator.numeric.local import forward_blocks, vjp_blocks
@@ -68,6 +69,9 @@ class Faults:
     # optimizer sharding below ZeRO-3: the updated shards not all-gathered back (each
     # device keeps its own updated shard and the stale parameter elsewhere)
     skip_update_gather: bool = False
+    # explicit blocks (a Gather's manual_split, `Shard.sizes`): every block but the first
+    # read one row before its own start (`numeric.block_fault`)
+    block_shift: bool = False
 
 
 @dataclass
@@ -143,6 +147,8 @@ def forward_op(ex: Execution, p: OpPlan, cache: dict) -> list[DistTensor]:
         key = (name, p.sig.input_layout(i))
         if key not in cache:
             cache[key] = ex.move(ex.values[name], p.sig.input_layout(i), forward=True)
+            if ex.faults.block_shift:
+                cache[key] = shifted(cache[key], ex.plan.mesh)
         ins.append(cache[key])
     if group_ranks(p, ex.plan.graph, ex.plan.mesh) is not None:
         ex.comm_log += ex.plan.internal_steps(p)

@@ -53,9 +53,11 @@ def _strategy(op, i: int, source: str) -> Strategy | None:
     if op.placements is not None:
         return Strategy(placements={k: list(v) for k, v in op.placements.items()})
     if op.strategy is not None:
+        blocks = op.attrs.get("manual_split")
         return Strategy(in_strategy=[list(t) for t in op.strategy],
                         out_strategy=[list(t) for t in op.out_strategy]
-                        if op.out_strategy else None)
+                        if op.out_strategy else None,
+                        manual_split=tuple(blocks) if blocks else None)
     if op.out_strategy is not None:
         raise InputError(source, f"model.ops[{i}].out_strategy", "needs strategy too")
     return None
@@ -69,8 +71,9 @@ NOT_SIMULATED: dict[str, str] = {}
 # simulator/program/graph_stages.py) and whether its output is recomputed for the backward
 # (MindSpore Primitive.recompute(), read by simulator/program/graph_recompute.py), and a
 # Gather's manual_split (the rows of each slice of its table, MindSpore "Other Features";
-# checked by simulator/config/scenario/manual_split_rules.py to be the split the strategy
-# already makes): kept out of the operator's own attrs
+# checked by simulator/config/scenario/manual_split_rules.py, carried by the op's Strategy
+# into the table's layout as explicit blocks, `Shard.sizes`): kept out of the operator's
+# own attrs
 STAGE_ATTRS = ("pipeline_stage", "recompute", "manual_split")
 
 

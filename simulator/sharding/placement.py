@@ -14,9 +14,14 @@ __all__ = ["Shard", "Broadcast", "Partial", "Placement", "parse_placement", "dua
 
 @dataclass(frozen=True)
 class Shard:
-    """Each device along the axis holds an equal contiguous slice of tensor dim `dim`."""
+    """Each device along the axis holds an equal contiguous slice of tensor dim `dim`
+    (torch.chunk's pieces where it does not divide, `sharding.layout`). `sizes`, when
+    given, are explicit blocks instead: the rows of each slice of the dim over ALL the mesh
+    axes that split it, in slice order (MindSpore's Gather `manual_split`; every Shard of
+    that dim carries the same sizes, `Layout.check`)."""
 
     dim: int
+    sizes: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         return f"S({self.dim})"

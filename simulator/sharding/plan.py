@@ -25,13 +25,13 @@ from simulator.sharding.notation import (
     from_sbp,
     mindspore_out_layout,
 )
-from simulator.sharding.placement import B, Broadcast, Partial, Shard, dual
+from simulator.sharding.placement import B, Broadcast, Partial, Placement, Shard, dual
 from simulator.sharding.redist_steps import RedistStep, frozen, moved_bytes
 from simulator.sharding.redistribute import plan_redistribution
-from simulator.sharding.rules import Signature, SignatureError
+from simulator.sharding.rules import Sig1D, Signature, SignatureError
 
 __all__ = ["OpPlan", "ShardingPlan", "build_plan", "Strategy", "grad_layouts", "group_ranks",
-           "Item", "keep_axes", "op_internal_steps", "split_on"]
+           "Item", "keep_axes", "op_internal_steps", "split_on", "with_blocks"]
 
 # One entry of a pass: (op name, a redistribution or internal collective step), or
 # (op name, None) where the op itself computes.
@@ -52,6 +52,9 @@ class Strategy:
     # With `signature`: the layout the output is re-laid in (an out_strategy resolved on a
     # smaller mesh and widened, `sharding.outer_axis`); None: the signature's own.
     out_layout: Layout | None = None
+    # MindSpore's Gather manual_split: explicit blocks of the first input's dim 0 (each of
+    # its Shard(0) placements carries them, `Shard.sizes`)
+    manual_split: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -249,7 +252,23 @@ def group_ranks(p: OpPlan, graph: Graph, mesh: Mesh) -> list[list[int]] | None:
     return list(groups.values())
 
 
+def with_blocks(sig: Signature, i: int, dim: int, sizes: tuple[int, ...]) -> Signature:
+    """`sig` with input `i`'s dim `dim` cut into the explicit blocks `sizes` on every mesh
+    axis that splits it."""
+    def placed(j: int, q: Placement) -> Placement:
+        return Shard(dim, sizes) if j == i and isinstance(q, Shard) and q.dim == dim else q
+    return Signature(tuple(Sig1D(tuple(placed(j, q) for j, q in enumerate(s.inputs)),
+                                 s.output) for s in sig.axes))
+
+
 def _resolve(op: OpNode, graph: Graph, mesh: Mesh) -> tuple[Signature, Layout | None]:
+    sig, target = _resolve_notation(op, graph, mesh)
+    blocks = getattr(op.strategy, "manual_split", None)
+    return (with_blocks(sig, 0, 0, blocks) if blocks else sig), target
+
+
+def _resolve_notation(op: OpNode, graph: Graph, mesh: Mesh
+                      ) -> tuple[Signature, Layout | None]:
     view, shapes = graph.labels(op), graph.shapes(op)
     st: Any = op.strategy
     if st is None:
@@ -285,6 +304,8 @@ def split_on(layout: Layout, shape: tuple[int, ...], mesh: Mesh, axes: tuple[str
         if not isinstance(ps[a], Broadcast):
             continue
         for d, n in enumerate(shape):
+            if layout.sizes(d):
+                continue  # explicit blocks (manual_split) are not cut again
             if n % (Layout(tuple(ps)).split_factor(d, mesh) * mesh.shape[a]) == 0:
                 ps[a] = Shard(d)
                 break

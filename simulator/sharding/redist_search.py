@@ -27,6 +27,13 @@ class Ctx:
     itemsize: int
     cost: StepCost
     enable_alltoall: bool
+    # explicit blocks of each dim (`Shard.sizes`, a Gather's manual_split), () where the
+    # dim is chunked: such a dim keeps its split (no step gathers or re-splits it) and its
+    # local size is its largest block
+    blocks: tuple[tuple[int, ...], ...] = ()
+
+    def explicit(self, c: int) -> bool:
+        return 0 <= c < len(self.blocks) and bool(self.blocks[c])
 
 
 # Inside the search a layout is a tuple of small ints (hashed and compared in C):
@@ -41,8 +48,10 @@ def code(p: Placement) -> int:
     return _B if isinstance(p, Broadcast) else _P
 
 
-def _placement(c: int) -> Placement:
-    return Shard(c) if c >= 0 else (B if c == _B else P)
+def _placement(c: int, ctx: Ctx | None = None) -> Placement:
+    if c >= 0:
+        return Shard(c, ctx.blocks[c]) if ctx is not None and ctx.explicit(c) else Shard(c)
+    return B if c == _B else P
 
 
 def _innermost(state: tuple[int, ...], axis: int, c: int, sizes: tuple[int, ...]) -> bool:
@@ -77,14 +86,15 @@ def _legal(state: tuple[int, ...], ctx: Ctx) -> tuple[_Legal, ...]:
     local = list(ctx.shape)  # `Layout.local_shape` of `state`
     for c, size in zip(state, sizes):
         if c >= 0:
-            local[c] = -(-local[c] // size)
+            local[c] = max(ctx.blocks[c]) if ctx.explicit(c) else -(-local[c] // size)
     n = math.prod(local) * ctx.itemsize
     for a in reversed(range(len(sizes))):
-        if sizes[a] == 1 or not _innermost(state, a, state[a], sizes):
+        if sizes[a] == 1 or not _innermost(state, a, state[a], sizes) or ctx.explicit(
+                state[a]):
             continue
         for c in (_B, *range(len(ctx.shape)), _P):
             kind = _kind(state[a], c)
-            if kind is None or not _innermost(state, a, c, sizes) or (
+            if kind is None or not _innermost(state, a, c, sizes) or ctx.explicit(c) or (
                     kind == "all_to_all" and not ctx.enable_alltoall):
                 continue
             nbytes = (0.0 if kind not in COMM_KINDS else
@@ -113,9 +123,9 @@ def _moves(state: tuple[int, ...], ctx: Ctx) -> tuple[_Move, ...]:
     """`_legal`'s steps as RedistSteps: (next state, step, price, 1 if a collective, 1 if a
     reduction)."""
     out = []
-    before = Layout(tuple(_placement(c) for c in state))
+    before = Layout(tuple(_placement(c, ctx) for c in state))
     for nxt, kind, a, nbytes in _legal(state, ctx):
-        step = RedistStep(kind, a, before, Layout(tuple(_placement(x) for x in nxt)), nbytes)
+        step = RedistStep(kind, a, before, Layout(tuple(_placement(x, ctx) for x in nxt)), nbytes)
         out.append((nxt, step, ctx.cost(step, ctx.mesh), int(step.is_comm),
                     int(kind in _REDUCING)))
     return tuple(out)

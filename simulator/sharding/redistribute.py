@@ -60,7 +60,7 @@ def plan_costs(src: Layout, dsts: tuple[Layout, ...], shape: tuple[int, ...], me
         src.check(shape, mesh, uneven=True)
     except LayoutError:
         return (math.inf,) * len(dsts)
-    ctx = Ctx(tuple(shape), mesh, itemsize, moved_bytes, True)
+    ctx = Ctx(tuple(shape), mesh, itemsize, moved_bytes, True, _blocks(src, src, shape))
     out = []
     for dst in dsts:
         try:
@@ -79,6 +79,22 @@ def plan_costs(src: Layout, dsts: tuple[Layout, ...], shape: tuple[int, ...], me
     return tuple(out)
 
 
+def _blocks(src: Layout, dst: Layout, shape: tuple[int, ...]
+            ) -> tuple[tuple[int, ...], ...]:
+    """The explicit blocks of each dim (`Shard.sizes`), () where the dim is chunked;
+    LayoutError where src and dst cut a dim differently and one of them has explicit
+    blocks (they are kept as they are, never gathered or re-split: a Gather's
+    manual_split table, read by that Gather only)."""
+    out = []
+    for d in range(len(shape)):
+        a, b = src.sizes(d), dst.sizes(d)
+        if a != b:
+            raise LayoutError(f"{src} -> {dst}: explicit blocks of dim {d} are kept as "
+                              f"they are, not gathered or re-split")
+        out.append(a)
+    return tuple(out) if any(out) else ()
+
+
 def plan_redistribution(src: Layout, dst: Layout, shape: tuple[int, ...], mesh: Mesh,
                         itemsize: int = 4, *, cost: StepCost = moved_bytes,
                         enable_alltoall: bool = True) -> list[RedistStep]:
@@ -88,5 +104,5 @@ def plan_redistribution(src: Layout, dst: Layout, shape: tuple[int, ...], mesh: 
     dst.check(shape, mesh, uneven=True)
     if src == dst:
         return []
-    ctx = Ctx(tuple(shape), mesh, itemsize, cost, enable_alltoall)
+    ctx = Ctx(tuple(shape), mesh, itemsize, cost, enable_alltoall, _blocks(src, dst, shape))
     return list(_plan(src, dst, ctx))

@@ -2,8 +2,9 @@
 the rows of its first input, dim 0, split into the given uneven pieces, one per slice of
 that dim; MindSpore tutorial "Other Features", r1.9, interface table, operator parallel):
 what the scenario alone can check (a Gather, positive pieces summing to the table's rows,
-one per slice its strategy makes). That the pieces are the ones the plan makes on the mesh
-(DTensor's uneven split) is checked once the mesh is known (`models.manual_split`)."""
+one per slice its strategy makes). The pieces become explicit blocks of the table's layout
+(`Shard.sizes`); that the table has no other reader is checked once the graph is built
+(`models.manual_split`)."""
 
 from __future__ import annotations
 

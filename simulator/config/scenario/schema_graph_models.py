@@ -118,7 +118,8 @@ class GraphOp(_Closed):
     attrs: dict[str, Any] = Field(default_factory=dict, description=(
         "Operator attributes (such as shape, axes), and recompute, pipeline_stage, "
         "primitive_target, and on a Gather manual_split (the table rows of each slice of "
-        "its dim 0: torch.chunk's pieces, as an uneven strategy splits them)."))
+        "its dim 0, any positive sizes summing to its rows, one per slice, such as [10, 20, "
+        "30, 4])."))
     strategy: list[list[Degree]] | None = Field(default=None, description=(
         "MindSpore in_strategy: per input, the slices of each dim; null: chosen (parallel.mode "
         "auto) or data parallel."))

@@ -78,8 +78,8 @@ def _fixed_choice(op: OpNode, graph: Graph, mesh: Mesh) -> tuple[Signature, Layo
     try:
         sig, target = _resolve(op, graph, mesh)
         for i, name in enumerate(op.inputs):
-            sig.input_layout(i).check(graph.tensors[name].shape, mesh)
-        sig.output_layout.check(graph.tensors[op.output].shape, mesh)
+            sig.input_layout(i).check(graph.tensors[name].shape, mesh, uneven=True)
+        sig.output_layout.check(graph.tensors[op.output].shape, mesh, uneven=True)
     except (SignatureError, ValueError) as exc:
         raise SignatureError(f"op {op.name!r} ({op.type}): {exc}", op.name) from None
     return sig, target or sig.output_layout
