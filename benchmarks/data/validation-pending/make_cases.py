@@ -81,8 +81,10 @@ def body(r: dict) -> str:
     if r.get("ffn_activation") == "swiglu":
         m.append("ffn_activation: swiglu")
     m.append(f"attention: {p.get('attention', 'auto')}")
-    m += [f"seq_length: {p.get('seq_length', r['seq_len'])}", f"vocab_size: {r['vocab_size']}",
-          f"dtype: {r['dtype']}"]
+    m.append(f"seq_length: {p.get('seq_length', r['seq_len'])}")
+    if "dropout" in p:  # (probability, why)
+        m.append(f"dropout: {p['dropout'][0]}  # {p['dropout'][1]}")
+    m += [f"vocab_size: {r['vocab_size']}", f"dtype: {r['dtype']}"]
     par = [f"data: {p['data']}", f"tensor: {p.get('tensor', 1)}",
            f"pipeline: {p.get('pipeline', 1)}"] + (
         [f"context: {p['context']}"] if p.get("context", 1) > 1 else []) + [

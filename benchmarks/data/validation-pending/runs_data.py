@@ -201,6 +201,7 @@ def tt(rid, table, model, gpus, fsdp, tp, pp, lbs, seq, ac, tech, tps, mem, *, c
     if ac == "selective":
         assume.append("torchtitan selective AC = op-level SAC (saves matmul outputs, "
                       "recomputes the rest) for the H100 tables; mapped to recompute: selective")
+    body["dropout"] = (0.0, "torchtitan's Llama has no dropout (torchtitan/models/llama/model.py)")
     RUNS.append({
         "id": rid, "framework": "torchtitan",
         "source": "torchtitan performance benchmarks (Meta)",
