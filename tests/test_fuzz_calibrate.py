@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from simulator.cli import app
 
 SEED = 27
-CASES = 120
+CASES = 80
 DATA = Path(__file__).parent / "data" / "calibrate"
 JUNK = ["nan", "inf", "-1", "0", "1e308", "9" * 400, "abc", "N/A", "", "\u4e2d", "\x00",
         "1e-300", "-0.0", "#", "|", "@", "sum", "none", "4096x4096x4096", "0x10",
