@@ -20,7 +20,8 @@ from typing import Any
 
 from simulator.config.framework.load import load_framework
 from simulator.config.imports.bridge_keys import rule
-from simulator.config.imports.bridge_parallel import degrees, parallel, training
+from simulator.config.imports.bridge_parallel import parallel, training
+from simulator.config.imports.mcore_config import degrees, read_dropout
 from simulator.config.imports.megatron import Imported, Row
 from simulator.config.imports.megatron_flags import MAP, REFUSE
 from simulator.config.imports.mindformers_source import MfConfig
@@ -138,23 +139,10 @@ def _model(cfg: MfConfig, tp: int) -> dict[str, Any]:
                  vocab_size=_vocab(cfg, tp), dtype=dtype_of(cfg))
     if model["seq_length"] is None:
         raise cfg.error("model.seq_length", "missing: the sequence length is read from it")
-    dropout = _dropout(cfg)
+    dropout = read_dropout(cfg)
     if dropout != 0.1:
         model["dropout"] = dropout
     return model
-
-
-def _dropout(cfg: MfConfig) -> float:
-    values = []
-    for key in ("model.hidden_dropout", "model.attention_dropout"):
-        value = cfg.get(key, 0.1)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-            raise cfg.error(key, f"found {value!r}; expected a probability from 0 to 1")
-        values.append(float(value))
-    if values[0] != values[1]:
-        raise cfg.error("model.attention_dropout", f"{values[1]:g} with hidden_dropout "
-                        f"{values[0]:g}: the scenario has one dropout probability")
-    return values[0]
 
 
 def _rows(cfg: MfConfig) -> tuple[Row, ...]:

@@ -1,5 +1,6 @@
-"""The parallel and training sections of a Megatron-Bridge config's import (`bridge`):
-degrees (`model.*_model_parallel_size`, data parallel the rest of the world), the schedule,
+"""The parallel and training sections of a Megatron-Bridge config's import (`bridge`), from
+the degrees `mcore_config.degrees` reads (`model.*_model_parallel_size`, data parallel the
+rest of the world): the schedule,
 sequence parallel, the distributed optimizer, recompute, the tensor-parallel overlap, and
 the batch. Megatron-Core's rules (TransformerConfig, DistributedDataParallelConfig) as
 Megatron-Bridge passes them on."""
@@ -10,26 +11,9 @@ from typing import Any
 
 from simulator.config.imports.mindformers_source import MfConfig
 
-__all__ = ["degrees", "parallel", "training"]
+__all__ = ["parallel", "training"]
 
-_DEGREES = {"tensor": "tensor", "pipeline": "pipeline", "context": "context",
-            "expert": "expert"}
 _MODULES = ("core_attn", "layernorm", "mla_up_proj", "moe_act")
-
-
-def degrees(cfg: MfConfig, world: int) -> dict[str, int]:
-    d = {k: cfg.integer(f"model.{v}_model_parallel_size", 1) or 1 for k, v in _DEGREES.items()}
-    d["context"] = cfg.integer("model.context_parallel_size", 1) or 1
-    model = d["tensor"] * d["pipeline"] * d["context"]
-    if world % model:
-        raise cfg.error("model.tensor_model_parallel_size", f"tensor {d['tensor']} x pipeline "
-                        f"{d['pipeline']} x context {d['context']} = {model} does not divide "
-                        f"the {world} devices")
-    d["data"] = world // model
-    if d["data"] * d["context"] % d["expert"]:
-        raise cfg.error("model.expert_model_parallel_size", f"{d['expert']} does not divide "
-                        f"data x context parallel {d['data'] * d['context']}")
-    return d
 
 
 def _modules(cfg: MfConfig) -> list[str] | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.config.imports.mcore_config import degrees, read_dropout
 from simulator.config.imports.megatron import Imported, Row
 from simulator.config.imports.megatron_flags import MAP
 from simulator.config.imports.mindformers_source import MfConfig
@@ -46,19 +47,6 @@ def _vocab(cfg: MfConfig, tp: int, lenient: bool) -> int:
         base = 32000
     multiple = (cfg.integer("model.make_vocab_size_divisible_by", 128) or 128) * tp
     return multiple * ((base + multiple - 1) // multiple)
-
-
-def _dropout(cfg: MfConfig) -> float:
-    values = []
-    for key in ("model.hidden_dropout", "model.attention_dropout"):
-        value = cfg.get(key, 0.1)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-            raise cfg.error(key, f"found {value!r}; expected a probability from 0 to 1")
-        values.append(float(value))
-    if values[0] != values[1]:
-        raise cfg.error("model.attention_dropout", f"{values[1]:g} with hidden_dropout "
-                        f"{values[0]:g}: the scenario has one dropout probability")
-    return values[0]
 
 
 def _model(cfg: MfConfig, tp: int, lenient: bool) -> dict[str, Any]:
@@ -101,27 +89,10 @@ def _model(cfg: MfConfig, tp: int, lenient: bool) -> dict[str, Any]:
         "seq_length": cfg.integer("model.encoder_seq_length", 2048, hi=10**7),
         "vocab_size": _vocab(cfg, tp, lenient),
         "dtype": "fp8" if cfg.flag("model.fp8") else _PRECISION[precision]})
-    dropout = _dropout(cfg)
+    dropout = read_dropout(cfg)
     if dropout != 0.1:
         model["dropout"] = dropout
     return model
-
-
-def _degrees(cfg: MfConfig, world: int) -> dict[str, int]:
-    keys = {"tensor": "tensor", "pipeline": "pipeline", "context": "context",
-            "expert": "expert"}
-    d = {k: cfg.integer(f"model.{v}_model_parallel_size", 1) or 1 for k, v in keys.items()}
-    d["context"] = cfg.integer("model.context_parallel_size", 1) or 1
-    model = d["tensor"] * d["pipeline"] * d["context"]
-    if world % model:
-        raise cfg.error("model.tensor_model_parallel_size", f"tensor {d['tensor']} x pipeline "
-                        f"{d['pipeline']} x context {d['context']} = {model} does not divide "
-                        f"the {world} devices")
-    d["data"] = world // model
-    if d["data"] * d["context"] % d["expert"]:
-        raise cfg.error("model.expert_model_parallel_size", f"{d['expert']} does not divide "
-                        f"data x context parallel {d['data'] * d['context']}")
-    return d
 
 
 def _recompute(cfg: MfConfig, lenient: bool) -> str:
@@ -199,7 +170,7 @@ def import_nemo(cfg: MfConfig, hardware: str, nodes: int | None, per_node: int |
     if nodes is None or per_node is None:
         raise InputError(cfg.path, "trainer.num_nodes", "the world size needs trainer."
                          "num_nodes and trainer.devices, or --nodes and --devices-per-node")
-    d = _degrees(cfg, nodes * per_node)
+    d = degrees(cfg, nodes * per_node)
     scenario = {"name": f"{cfg.path} (NeMo config)", "hardware": hardware,
                 "framework": "nemo", "cluster": {"nodes": nodes, "devices_per_node": per_node},
                 "model": _model(cfg, d["tensor"], lenient), "training": _training(cfg, d),
