@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from simulator.config.imports.deepspeed_keys import NAMES, rule
 from simulator.config.imports.megatron_flags import REFUSE
-from simulator.config.imports.source_file import read_config_text
+from simulator.config.imports.source_file import KeyedConfig, read_config_text
 from simulator.config.yamlio import did_you_mean
 from simulator.errors import InputError
 
@@ -47,21 +47,8 @@ def _flatten(data: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
 
 
 @dataclass
-class DsConfig:
-    """The checked keys of one file, their lines, the notes and what --lenient left out."""
-
-    path: str
-    values: dict[str, Any]
-    lines: dict[str, int]
-    notes: list[str] = field(default_factory=list)
-    dropped: set[str] = field(default_factory=set)
-
-    def error(self, key: str, message: str) -> InputError:
-        line = self.lines.get(key, 0)
-        return InputError(f"{self.path}:{line}" if line else self.path, key, message)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
+class DsConfig(KeyedConfig):
+    """A DeepSpeed JSON config's keys (`KeyedConfig`) and how this format reads a value."""
 
     def integer(self, key: str, lo: int = 1, hi: int = 10**9) -> int | None:
         """The whole number at `key`, None where absent or "auto"."""

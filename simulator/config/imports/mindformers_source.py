@@ -4,14 +4,14 @@ key refused only when it turns its feature on; errors name the file, the line an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
 from simulator.config.imports.megatron_flags import REFUSE
 from simulator.config.imports.mindformers_keys import NAMES, rule
-from simulator.config.imports.source_file import read_config_text
+from simulator.config.imports.source_file import KeyedConfig, read_config_text
 from simulator.config.yamlio import did_you_mean
 from simulator.errors import InputError
 
@@ -34,21 +34,9 @@ def _walk(node: yaml.Node, data: Any, prefix: str, values: dict[str, Any],
 
 
 @dataclass
-class MfConfig:
-    """The checked keys of one file, their lines, the notes and what --lenient left out."""
-
-    path: str
-    values: dict[str, Any]
-    lines: dict[str, int]
-    notes: list[str] = field(default_factory=list)
-    dropped: set[str] = field(default_factory=set)
-
-    def error(self, key: str, message: str) -> InputError:
-        line = self.lines.get(key, 0)
-        return InputError(f"{self.path}:{line}" if line else self.path, key, message)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
+class MfConfig(KeyedConfig):
+    """A MindFormers or NeMo/Megatron-Bridge YAML config's keys (`KeyedConfig`) and how
+    this format reads a value."""
 
     def integer(self, key: str, default: int | None, lo: int = 1, hi: int = 10**9
                 ) -> int | None:
