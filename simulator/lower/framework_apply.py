@@ -20,8 +20,8 @@ from simulator.program.fp8 import Fp8Recipe
 from simulator.program.program import Program
 from simulator.sharding.mesh import Mesh
 
-__all__ = ["fp8_recipe", "with_auto_fusion", "with_framework_memory", "communicators",
-           "OVERHEAD"]
+__all__ = ["fp8_recipe", "fp8_copy_bytes_per_param", "with_auto_fusion",
+           "with_framework_memory", "communicators", "OVERHEAD"]
 
 OVERHEAD = "framework_overhead"  # the memory category of the stack's own buffers
 
@@ -91,6 +91,19 @@ def _fp8_share(prog: Program, scenario: Scenario, fw: FrameworkProfile) -> float
     return (layers + head) / total if total > 0 else 0.0
 
 
+def fp8_copy_bytes_per_param(recipe: Fp8Recipe | None, fw: FrameworkProfile,
+                             fp8_params: bool, weight_bytes: float) -> float:
+    """Bytes a parameter of an FP8 (or FP4) GEMM keeps in quantized copies beside its weight
+    under `recipe` (none without one): the framework's `weight_copy_bytes_per_param` scaled
+    by the recipe's layouts (`Fp8Recipe.weight_copy_factor`); with `training.fp8_params` the
+    copies take the 16-bit weight's place (`weight_bytes` fewer, never below 0)."""
+    copies = float(fw.fp8.weight_copy_bytes_per_param) * recipe.weight_copy_factor \
+        if recipe else 0.0
+    if copies and fp8_params:
+        copies = max(0.0, copies - weight_bytes)
+    return copies
+
+
 def with_framework_memory(plan: Plan, scenario: Scenario, fw: FrameworkProfile,
                           prog: Program, mesh: Mesh | None = None, hw: Any = None) -> Plan:
     """`plan` with the stack's constant memory added to every device's static memory: the
@@ -100,12 +113,9 @@ def with_framework_memory(plan: Plan, scenario: Scenario, fw: FrameworkProfile,
     stored as its FP8 data and transpose alone: the copies take the 16-bit weight's place
     (`weight_copy_bytes_per_param` - 2 bytes more, none at 2)."""
     extra = framework_overhead_bytes(fw.memory_overheads, communicators(scenario, mesh))
-    recipe = fp8_recipe(scenario, fw, hw)
-    copies = float(fw.fp8.weight_copy_bytes_per_param) * recipe.weight_copy_factor \
-        if recipe else 0.0
     e = float(DTYPE_BYTES.get(prog.dtype, 2))
-    if copies and scenario.training.fp8_params:  # the FP8 copies replace the 16-bit weight
-        copies = max(0.0, copies - e)
+    copies = fp8_copy_bytes_per_param(fp8_recipe(scenario, fw, hw), fw,
+                                      scenario.training.fp8_params, e)
     share = _fp8_share(prog, scenario, fw) if copies else 0.0
     static = []
     for alloc in plan.static_memory:

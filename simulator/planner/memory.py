@@ -42,7 +42,7 @@ from typing import Any
 
 from simulator.config.framework.load import framework_for
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
-from simulator.lower.framework_apply import fp8_recipe
+from simulator.lower.framework_apply import fp8_copy_bytes_per_param, fp8_recipe
 from simulator.lower.state import framework_overhead_bytes, state_bytes_per_param, state_dtype_of
 from simulator.models.params import transformer_params
 from simulator.models.transformer import transformer_model
@@ -108,10 +108,7 @@ def workload_of(scenario: Scenario, hw: Any) -> Workload:
     tr = scenario.training
     fp8 = m.dtype == "fp8" and fw.fp8.supported
     recipe = fp8_recipe(scenario, fw, hw)
-    copies = float(fw.fp8.weight_copy_bytes_per_param) * (
-        recipe.weight_copy_factor if recipe else 1.0) if fp8 else 0.0
-    if tr.fp8_params:  # the FP8 data and transpose take the bf16 weight's place
-        copies = max(0.0, copies - e)
+    copies = fp8_copy_bytes_per_param(recipe if fp8 else None, fw, tr.fp8_params, e)
     return Workload(m, tr.global_batch_size, tr.optimizer, bool(flash), ge, fusion.mode,
                     fusion.bucket_mb * 1e6, fw.memory_overheads, off.parameters,
                     off.activations, state_dtype_of(tr.optimizer_dtype, tr.moments_dtype),
