@@ -3,8 +3,8 @@ the rows of its first input, dim 0, split into the given uneven pieces, one per 
 that dim; MindSpore tutorial "Other Features", r1.9, interface table, operator parallel):
 what the scenario alone can check (a Gather, positive pieces summing to the table's rows,
 one per slice its strategy makes). The pieces become explicit blocks of the table's layout
-(`Shard.sizes`); that the table has no other reader is checked once the graph is built
-(`models.manual_split`)."""
+(`Shard.sizes`); that the table's other readers take it in the same blocks is checked once
+the graph is built (`models.manual_split`)."""
 
 from __future__ import annotations
 
