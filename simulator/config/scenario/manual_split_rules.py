@@ -41,6 +41,10 @@ def _problem(m: GraphModel, op: GraphOp) -> str | None:
     n = table.shape[0]
     if sum(pieces) != n:
         return f"{pieces} sums to {sum(pieces)}, not the table's {n} rows"
+    if op.placements is not None:
+        # (a strategy checkpoint's: the table's placements say which mesh axes cut its
+        # rows; that the pieces are one per slice is checked with the mesh, `Layout.check`)
+        return None
     if op.strategy is None or not op.strategy[0]:
         return (f"needs strategy on the op with {len(pieces)} slices of the table's dim 0 "
                 f"(strategy: [[{len(pieces)}, 1], ...])")
