@@ -26,8 +26,9 @@ def checkpoint(prop: Propagation, scenario: str) -> dict[str, Any]:
     ops: dict[str, dict[str, list[Any]]] = {}
     for v, op in enumerate(prop.problem.graph.ops):
         sig = prop.signature(v)
-        row = {name: [str(p) for p in sig.input_layout(i).placements]
-               for i, name in enumerate(op.inputs)}
+        row: dict[str, list[Any]] = {
+            name: [str(p) for p in sig.input_layout(i).placements]
+            for i, name in enumerate(op.inputs)}
         row["out"] = [str(p) for p in sig.output_layout.placements]
         blocks = sig.input_layout(0).sizes(0) if op.inputs else ()
         if blocks:
