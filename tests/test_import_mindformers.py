@@ -154,6 +154,8 @@ MF7B = str(ROOT / "scenarios/validation/mf-910b-llama2-7b-8p.yaml")
     ["parallel.tensor=4", "parallel.data=2", "parallel.sequence_parallel=true"],
     ["parallel.pipeline=2", "parallel.data=4", "parallel.optimizer_shard=0",
      "parallel.optimizer_threshold_kb=0"],
+    ["parallel.recompute=full", "parallel.tensor=2", "parallel.data=4",
+     "parallel.recompute_slice_activation=true"],
 ])
 def test_emitted_run_config_imports_back_to_the_plan(tmp_path: Path,
                                                      overrides: list[str]) -> None:
@@ -174,3 +176,59 @@ def test_emit_refuses_what_mindformers_cannot_say(overrides: list[str], key: str
     with pytest.raises(api.InputError) as err:
         api.emit_config("mindformers", api.load_scenario(MF7B), overrides)
     assert err.value.key == key
+
+
+SLICE = "recompute_config.recompute_slice_activation"
+
+
+def _imported(tmp_path: Path, edits: dict[str, Any]) -> dict[str, Any]:
+    return api.import_config("mindformers", str(_text(tmp_path, edits)), "ascend-910b", 1, 8)
+
+
+def test_recompute_slice_activation_maps_to_the_distributed_saved_input(
+        tmp_path: Path) -> None:
+    """MindFormers' recompute_config.recompute_slice_activation (TransformerRecomputeConfig)
+    with recompute True on 2 tensor ranks: each layer keeps half its input,
+    parallel.recompute_slice_activation (Megatron's --distribute-saved-activations)."""
+    edits = {"recompute_config.recompute": True, SLICE: True,
+             "parallel_config.model_parallel": 2, "parallel_config.data_parallel": 4}
+    out = _imported(tmp_path, edits)
+    assert out["scenario"]["parallel"]["recompute_slice_activation"] is True
+    row = next(r for r in out["rows"] if r["flag"] == SLICE)
+    assert (row["kind"], row["detail"]) == ("mapped", "parallel.recompute_slice_activation")
+    off = _imported(tmp_path, {**edits, SLICE: False})
+    assert "recompute_slice_activation" not in off["scenario"]["parallel"]
+    on = api.simulate(api.load_scenario(out["scenario"]))
+    plain = api.simulate(api.load_scenario(off["scenario"]))
+    assert dict(on.memory.by_category)["activations"] < dict(
+        plain.memory.by_category)["activations"]
+
+
+@pytest.mark.parametrize(("edits", "why"), [
+    ({}, "MindFormers applies it only with recompute_config.recompute: True (every layer "
+         "recomputed)"),
+    ({"recompute_config.recompute": True}, "model_parallel 1: no tensor-parallel ranks to "
+     "slice the kept output over"),
+    ({"recompute_config.recompute": True, "parallel_config.model_parallel": 2,
+      "parallel_config.data_parallel": 4, "parallel_config.use_seq_parallel": True},
+     "use_seq_parallel: the kept output is already split over the tensor ranks"),
+])
+def test_recompute_slice_activation_where_it_changes_nothing_is_noted(
+        tmp_path: Path, edits: dict[str, Any], why: str) -> None:
+    """The published configs all say True (llama2-7b with recompute False, llama2-13b and
+    llama3-8b on model_parallel 1): imported as false with the reason."""
+    out = _imported(tmp_path, {SLICE: True, **edits})
+    assert "recompute_slice_activation" not in out["scenario"]["parallel"]
+    assert f"{SLICE} True imported as false: {why}" in out["notes"]
+
+
+def test_recompute_slice_activation_must_be_a_flag(tmp_path: Path) -> None:
+    assert f"{SLICE}: found 'yes'; expected True or False" in _error(
+        tmp_path, {SLICE: "yes"})
+
+
+def test_the_emitter_writes_recompute_slice_activation() -> None:
+    text = api.emit_config("mindformers", api.load_scenario(MF7B), [
+        "parallel.recompute=full", "parallel.tensor=2", "parallel.data=4",
+        "parallel.recompute_slice_activation=true"])
+    assert yaml.safe_load(text)["recompute_config"]["recompute_slice_activation"] is True

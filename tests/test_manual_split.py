@@ -5,7 +5,8 @@ device k of the dim's slices holds rows [sum(pieces[:k]), sum(pieces[:k+1])), `v
 equals one device, memory is the largest block's. Pieces equal to torch.chunk's (what the
 strategy alone makes, tests/test_uneven_splits.py) give the same plan as no attribute;
 sizes that do not sum to the rows, a count other than the slices, non-positive sizes and a
-table read by another op are refused at their key path."""
+table that another op reads in other blocks are refused at their key path; a second Gather
+taking the table in the same blocks shares it (MindSpore's CheckParameterSplit)."""
 
 from __future__ import annotations
 
@@ -180,18 +181,81 @@ def test_impossible_blocks_are_refused_at_their_key(invoke_cli, override, messag
     assert f"model.ops[0].attrs.manual_split: {message}" in text
 
 
-def test_a_table_with_another_reader_is_refused():
+SHARED = "manual-split-shared-table-4-cpu"  # the same table read by two Gathers
+
+
+def _refused(raw, path):
+    s = parse_scenario(raw, str(path))
+    with pytest.raises(InputError) as err:
+        build_case(s)
+    return str(err.value)
+
+
+def test_a_reader_taking_the_table_in_other_blocks_is_refused():
+    """MindSpore's CheckParameterSplit (parameter_manager.cc): every reader of a parameter
+    takes it in the same TensorInfo. A GeLU reading the table in the default layout (rows
+    chunked over both axes) differs from the Gather's explicit blocks."""
     path = resolve_yaml(UNEVEN, "scenarios")
     raw = yaml.safe_load(path.read_text())
     raw["model"]["ops"].insert(1, {"name": "table_norm", "type": "GeLU",
                                    "inputs": ["embedding_table"], "output": "t2"})
-    s = parse_scenario(raw, str(path))
-    with pytest.raises(InputError) as err:
-        build_case(s)
-    assert str(err.value).endswith(
-        "model.ops[0].attrs.manual_split: the table 'embedding_table' is also read by "
-        "table_norm: explicit blocks are simulated where the Gather is the table's only "
-        "reader (its other readers would need a redistribution of uneven blocks)")
+    assert _refused(raw, path).endswith(
+        "model.ops[0].attrs.manual_split: the table 'embedding_table' is read in the "
+        "blocks (S(0)[10, 20, 30, 4], S(0)[10, 20, 30, 4]) by embedding, but table_norm "
+        "takes (S(0), S(0)): MindSpore requires every reader of a parameter to take it in "
+        "the same layout (CheckParameterSplit, \"has multiple users, but the TensorInfo are "
+        "different\"); give each reader the same strategy and manual_split")
+
+
+@pytest.mark.parametrize("attrs, strategy, takes", [
+    ({}, [[4, 1], [1, 1]], "(S(0), S(0))"),                    # chunked 16-row blocks
+    ({"manual_split": [20, 10, 30, 4]}, [[4, 1], [1, 1]],      # other blocks
+     "(S(0)[20, 10, 30, 4], S(0)[20, 10, 30, 4])"),
+    ({}, [[1, 4], [1, 1]], "(S(1), S(1))"),                     # columns, not rows
+])
+def test_a_second_gather_with_another_split_is_refused(attrs, strategy, takes):
+    path = resolve_yaml(SHARED, "scenarios")
+    raw = yaml.safe_load(path.read_text())
+    raw["model"]["ops"][1].update(attrs=attrs, strategy=strategy)
+    assert f"but context_embedding takes {takes}: MindSpore requires" in _refused(raw, path)
+
+
+def test_two_gathers_in_the_same_blocks_share_the_table():
+    """Both lookups hold the table in the seed's blocks; verify equals one device (the
+    table's gradient the sum of both lookups' on the same blocks) and fails when every
+    block is read one row early."""
+    s = _scenario(SHARED)
+    case = build_case(s)
+    plan = build_plan(case.sharded, case.mesh)
+    rows = [plan.layouts["embedding_table"].region((64, 16), case.mesh, r)[0]
+            for r in range(4)]
+    assert [(r.start, r.stop) for r in rows] == [(0, 10), (10, 30), (30, 60), (60, 64)]
+    r = verify_scenario(s)
+    assert r.ok, [c for c in r.checks if not c.ok]
+    assert {"emb", "ctx", "embedding_table.grad", "embedding_table.updated"} <= {
+        c.tensor for c in r.checks}
+    bad = verify_scenario(s, Faults(block_shift=True))
+    assert [c.tensor for c in bad.checks if not c.ok][0] == "emb"
+
+
+@pytest.mark.parametrize("shard", ["1", "3"])
+def test_a_shared_table_keeps_its_blocks_across_replicas(shard):
+    s = load_scenario(SHARED, ["parallel.data=2", "cluster.devices_per_node=8",
+                               f"parallel.optimizer_shard={shard}"]).scenario
+    r = verify_scenario(s)
+    assert r.ok, [c for c in r.checks if not c.ok]
+
+
+def test_a_shared_table_costs_the_largest_block(invoke_cli):
+    """Parameters per device: the table's 30-row block once (both lookups read the same
+    copy), ffn.w1 and ffn.w2 halved, head.w whole; the even split holds 16 rows."""
+    def params(*sets):
+        args = [a for kv in sets for a in ("--set", kv)]
+        d = json.loads(invoke_cli("run", SHARED, "--json", *args).output)
+        return d["memory"]["by_category_bytes"]["parameters"]
+    assert params() == 4 * (30 * 16 + 16 * 16 + 16 * 16 + 16 * 10) == 4608
+    assert params() - params("model.ops[0].attrs={}", "model.ops[1].attrs={}") == (
+        4 * (30 - 16) * 16)
 
 
 @pytest.mark.parametrize("shard", ["0", "1", "3"])

@@ -69,3 +69,88 @@ def test_bad_checkpoints_are_refused_by_key(invoke_cli, tmp_path, name, write, m
     text = result.stderr if hasattr(result, "stderr") else result.output
     assert result.exit_code == 2, text
     assert message.replace("CKPT", str(ckpt)) in " ".join(text.split()), text
+
+
+SHARED = "manual-split-shared-table-4-cpu"  # the seed's (10, 20, 30, 4) read by two Gathers
+
+
+def _save(invoke_cli, name, ckpt, *sets):
+    args = [a for kv in (*sets, f"parallel.strategy_ckpt_save_file={ckpt}")
+            for a in ("--set", kv)]
+    assert invoke_cli("explain", name, *args).exit_code == 0
+    return json.loads(ckpt.read_text())
+
+
+def _checks(out: dict) -> list:
+    return [(c["tensor"], c["ok"], c["max_abs_error"]) for c in out["checks"]]
+
+
+def test_explicit_blocks_round_trip_through_a_checkpoint(invoke_cli, tmp_path):
+    """Each Gather's uneven blocks are saved beside its placements and loaded back: the
+    loaded run holds the 30-row block, its run and verify are the searched plan's, and
+    saving again from the loaded run writes the same checkpoint."""
+    first = _save(invoke_cli, SHARED, tmp_path / "a.json")
+    for gather, ids in (("embedding", "ids"), ("context_embedding", "context_ids")):
+        assert first["ops"][gather] == {"embedding_table": ["S(0)", "S(0)"],
+                                        ids: ["B", "B"], "out": ["P", "P"],
+                                        "manual_split": [10, 20, 30, 4]}
+    assert "manual_split" not in first["ops"]["combine"]
+    load = f"parallel.strategy_ckpt_load_file={tmp_path / 'a.json'}"
+    again = _save(invoke_cli, SHARED, tmp_path / "b.json", load)
+    assert again == first  # the same plan, operator by operator
+    auto = _run(invoke_cli, "run", SHARED, "--json", "--set", "parallel.mode=auto")
+    loaded = _run(invoke_cli, "run", SHARED, "--json", "--set", load)
+    assert _figures(loaded) == _figures(auto)
+    assert loaded["memory"]["by_category_bytes"]["parameters"] == 4 * (
+        30 * 16 + 16 * 16 + 16 * 16 + 16 * 10)  # the largest block, as configured
+    proof = _run(invoke_cli, "verify", SHARED, "--json", "--set", load)
+    assert proof["ok"]
+    assert _checks(proof) == _checks(_run(invoke_cli, "verify", SHARED, "--json",
+                                          "--set", "parallel.mode=auto"))
+
+
+def test_the_checkpoint_s_blocks_replace_the_scenario_s(invoke_cli, tmp_path):
+    """Blocks in the file win over the operator's own attribute (here the even pieces the
+    strategy alone makes): the loaded run is the uneven plan's."""
+    ckpt = tmp_path / "a.json"
+    _save(invoke_cli, SHARED, ckpt)
+    even = ("model.ops[0].attrs={}", "model.ops[1].attrs={}")
+    loaded = _run(invoke_cli, "run", SHARED, "--json", *[a for kv in even for a in (
+        "--set", kv)], "--set", f"parallel.strategy_ckpt_load_file={ckpt}")
+    auto = _run(invoke_cli, "run", SHARED, "--json", "--set", "parallel.mode=auto")
+    assert _figures(loaded) == _figures(auto)
+
+
+@pytest.mark.parametrize("blocks, message", [
+    ([10, 20, 30, 3], "[10, 20, 30, 3] sums to 63, not the 64 rows of 'embedding_table' "
+                      "(dim 0)"),
+    ([10, 20, 34, 0], "[10, 20, 34, 0]: expected a list of positive row counts, one per "
+                      "slice of 'embedding_table''s dim 0"),
+    ("10,20,30,4", "'10,20,30,4': expected a list of positive row counts, one per slice "
+                   "of 'embedding_table''s dim 0"),
+])
+def test_blocks_that_do_not_cut_the_rows_are_refused_at_their_key(invoke_cli, tmp_path,
+                                                                  blocks, message):
+    ckpt = tmp_path / "a.json"
+    doc = _save(invoke_cli, SHARED, ckpt)
+    doc["ops"]["context_embedding"]["manual_split"] = blocks
+    ckpt.write_text(json.dumps(doc))
+    result = invoke_cli("run", SHARED, "--set", f"parallel.strategy_ckpt_load_file={ckpt}")
+    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
+    assert result.exit_code == 2, text
+    assert (f"{ckpt}: ops.context_embedding.manual_split: {message} (loaded by "
+            f"parallel.strategy_ckpt_load_file of ") in text, text
+
+
+def test_blocks_on_the_wrong_count_of_slices_are_refused(invoke_cli, tmp_path):
+    """Three blocks where the placements cut the rows four ways: the plan refuses it at
+    the operator's placements."""
+    ckpt = tmp_path / "a.json"
+    doc = _save(invoke_cli, SHARED, ckpt)
+    doc["ops"]["embedding"]["manual_split"] = [10, 20, 34]
+    ckpt.write_text(json.dumps(doc))
+    result = invoke_cli("run", SHARED, "--set", f"parallel.strategy_ckpt_load_file={ckpt}")
+    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
+    assert result.exit_code == 2, text
+    assert "model.ops[0]" in text and "explicit blocks [10, 20, 34] of dim 0 (size 64) " \
+        "are not 4 positive sizes summing to 64" in text, text

@@ -8,16 +8,23 @@ sum(pieces[:k+1])), looks up the ids in that range and zeros elsewhere, and the 
 outputs are reduced as the strategy's Partial output already is. Time and memory are the
 largest block's (`Layout.local_shape`). The scenario rules
 (`config.scenario.manual_split_rules`) have already checked the op type, the pieces' sum,
-count and signs; here: the table is read by that Gather only (the redistribution planner
-moves chunked blocks, not explicit ones)."""
+count and signs; here: every other reader of the table takes it in the same layout, blocks
+included, as MindSpore requires of a parameter's users (CheckParameterSplit in
+mindspore/ccsrc/frontend/parallel/parameter_manager.cc raises "The parameter: ... has
+multiple users, but the TensorInfo are different"): a second Gather with the same strategy
+and manual_split shares the blocks (its gradient summed into the same blocks); any other
+layout would also need a redistribution of explicit blocks, which the planner refuses."""
 
 from __future__ import annotations
 
 from simulator.config.scenario.schema import GraphModel
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
+from simulator.sharding.layout import Layout, LayoutError
 from simulator.sharding.mesh import Mesh
+from simulator.sharding.placement import Shard
 from simulator.sharding.plan import build_plan
+from simulator.sharding.rules import SignatureError
 
 __all__ = ["planned_pieces", "check_manual_splits"]
 
@@ -33,15 +40,44 @@ def planned_pieces(graph: Graph, mesh: Mesh, table: str) -> list[int]:
     return [stop - start for start, stop in sorted(blocks)]
 
 
+def _shown(layout: Layout) -> str:
+    """`layout` with each Shard's explicit blocks written after it: (S(0)[10, 20, 30, 4],
+    B)."""
+    return "(" + ", ".join(f"{p}{list(p.sizes)}" if isinstance(p, Shard) and p.sizes
+                           else str(p) for p in layout.placements) + ")"
+
+
+def _reader_layouts(graph: Graph, mesh: Mesh, table: str) -> dict[str, Layout] | None:
+    """The layout each reader of `table` takes it in under the plan (by op name), or None
+    where the plan cannot be built (its own error is reported where it is built)."""
+    try:
+        plan = build_plan(graph, mesh)
+    except (SignatureError, LayoutError):
+        return None
+    return {p.op.name: p.sig.input_layout(p.op.inputs.index(table))
+            for p in plan.ops if table in p.op.inputs}
+
+
 def check_manual_splits(model: GraphModel, graph: Graph, mesh: Mesh, source: str) -> None:
-    """Every `attrs.manual_split` Gather is its table's only reader."""
+    """Every other reader of a `manual_split` Gather's table takes it in the same layout,
+    blocks included (MindSpore's CheckParameterSplit, parameter_manager.cc: a parameter's
+    users must agree on its TensorInfo)."""
     for i, op in enumerate(model.ops):
         if "manual_split" not in op.attrs:
             continue
         table = op.inputs[0]
-        others = [o.name for o in graph.ops if table in o.inputs and o.name != op.name]
+        if not any(table in o.inputs and o.name != op.name for o in graph.ops):
+            continue
+        layouts = _reader_layouts(graph, mesh, table)
+        if layouts is None:
+            continue
+        own = layouts[op.name]
+        others = [f"{name} takes {_shown(lay)}" for name, lay in layouts.items()
+                  if name != op.name and lay != own]
         if others:
             raise InputError(source, f"model.ops[{i}].attrs.manual_split", (
-                f"the table {table!r} is also read by {', '.join(others)}: explicit blocks "
-                f"are simulated where the Gather is the table's only reader (its other "
-                f"readers would need a redistribution of uneven blocks)"))
+                f"the table {table!r} is read in the blocks {_shown(own)} by {op.name}, but "
+                f"{'; '.join(others)}: MindSpore requires every reader of a parameter to "
+                f"take it in the same layout (CheckParameterSplit, \"has multiple users, "
+                f"but the TensorInfo are different\"); give each reader the same strategy "
+                f"and manual_split"))

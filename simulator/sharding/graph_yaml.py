@@ -50,10 +50,11 @@ def _strategy(op, i: int, source: str) -> Strategy | None:
     if op.placements is not None and op.strategy is not None:
         raise InputError(source, f"model.ops[{i}]", "give either strategy or placements, "
                          "not both")
-    if op.placements is not None:
-        return Strategy(placements={k: list(v) for k, v in op.placements.items()})
+    blocks = op.attrs.get("manual_split")
+    if op.placements is not None:  # (blocks too: a strategy checkpoint loaded)
+        return Strategy(placements={k: list(v) for k, v in op.placements.items()},
+                        manual_split=tuple(blocks) if blocks else None)
     if op.strategy is not None:
-        blocks = op.attrs.get("manual_split")
         return Strategy(in_strategy=[list(t) for t in op.strategy],
                         out_strategy=[list(t) for t in op.out_strategy]
                         if op.out_strategy else None,

@@ -7,7 +7,8 @@ intermediate_size, else 4h times ffn_dim_multiplier + 0.01, times 2/3, up to mul
 dropout; an untied head unless tie_word_embeddings), its `parallel_config` (data, model,
 pipeline, context parallel, micro_batch_num, use_seq_parallel), the `parallel` context
 (enable_parallel_optimizer as optimizer_shard 3 with parallel_optimizer_threshold, in KB,
-MindSpore's default 64; enable_alltoall), `recompute_config` and `runner_config` on the
+MindSpore's default 64; enable_alltoall), `recompute_config` (with
+recompute_slice_activation) and `runner_config` on the
 mindspore framework profile (graph mode). The world size is `--nodes` x `--devices-per-node`,
 which must be data x model x pipeline x context parallel.
 """
@@ -121,6 +122,33 @@ def _recompute(mf: MfConfig, lenient: bool) -> str:
     return "full" if full else "selective" if select else "none"
 
 
+_SLICE = "recompute_config.recompute_slice_activation"
+
+
+def _slice_activation(mf: MfConfig, p: dict[str, Any]) -> bool:
+    """`recompute_config.recompute_slice_activation` ("slice the cell output which would
+    remain in memory", TransformerRecomputeConfig in mindformers/modules/transformer/
+    transformer.py @fd4deebc) = `parallel.recompute_slice_activation` (Megatron's
+    --distribute-saved-activations). MindFormers passes it to `Cell.recompute` only where
+    `recompute` is True for every layer (mindformers/models/utils.py); where it changes
+    nothing (no such recompute, model_parallel 1, or use_seq_parallel, whose kept output is
+    already split over the tensor ranks) it is noted and left false."""
+    if not mf.flag(_SLICE):
+        return False
+    why = None
+    if mf.get("recompute_config.recompute", False) is not True:
+        why = ("MindFormers applies it only with recompute_config.recompute: True (every "
+               "layer recomputed)")
+    elif p["tensor"] == 1:
+        why = "model_parallel 1: no tensor-parallel ranks to slice the kept output over"
+    elif p["sequence_parallel"]:
+        why = "use_seq_parallel: the kept output is already split over the tensor ranks"
+    if why is not None:
+        mf.notes.append(f"{_SLICE} True imported as false: {why}")
+        return False
+    return True
+
+
 def _parallel(mf: MfConfig, d: dict[str, int], lenient: bool) -> dict[str, Any]:
     p: dict[str, Any] = {"data": d["data"], "tensor": d["tensor"], "pipeline": d["pipeline"]}
     for k in ("context", "expert"):
@@ -133,6 +161,8 @@ def _parallel(mf: MfConfig, d: dict[str, int], lenient: bool) -> dict[str, Any]:
         key = "parallel.parallel_optimizer_config.parallel_optimizer_threshold"
         p["optimizer_threshold_kb"] = float(mf.integer(key, 64, lo=0) or 0)
     p["recompute"] = _recompute(mf, lenient)
+    if _slice_activation(mf, p):
+        p["recompute_slice_activation"] = True
     p["comm_fusion"] = {"mode": "auto"}
     interleave = mf.integer(f"{_MC}pp_interleave_num", 1) or 1
     if interleave > 1:

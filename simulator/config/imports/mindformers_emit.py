@@ -51,7 +51,8 @@ def _parallel(s: Any) -> dict[str, Any]:
                             "use_seq_parallel": p.sequence_parallel,
                             "micro_batch_num": steps if p.pipeline > 1 else 1},
         "recompute_config": {"recompute": p.recompute == "full",
-                             "select_recompute": p.recompute == "selective"}}
+                             "select_recompute": p.recompute == "selective",
+                             "recompute_slice_activation": p.recompute_slice_activation}}
     if p.expert > 1:
         out["parallel_config"]["expert_parallel"] = p.expert
     return out

@@ -92,8 +92,7 @@ KEYS: dict[str, Flag] = {
         "the optimizer-parallel all-gather recomputed: the framework profile's"),
     "recompute_config.mp_comm_recompute": _approx("the tensor-parallel communication "
                                                   "recomputed: the framework profile's"),
-    "recompute_config.recompute_slice_activation": _approx("recomputed activations sliced "
-                                                           "over the tensor-parallel ranks"),
+    "recompute_config.recompute_slice_activation": _m("parallel.recompute_slice_activation"),
     # ---- MindSpore context
     "context.mode": _m("framework"),
     **{f"context.{k}": _ignore("a device or memory-pool setting of the process") for k in (

@@ -3,8 +3,8 @@ the rows of its first input, dim 0, split into the given uneven pieces, one per 
 that dim; MindSpore tutorial "Other Features", r1.9, interface table, operator parallel):
 what the scenario alone can check (a Gather, positive pieces summing to the table's rows,
 one per slice its strategy makes). The pieces become explicit blocks of the table's layout
-(`Shard.sizes`); that the table has no other reader is checked once the graph is built
-(`models.manual_split`)."""
+(`Shard.sizes`); that the table's other readers take it in the same blocks is checked once
+the graph is built (`models.manual_split`)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def _problem(m: GraphModel, op: GraphOp) -> str | None:
     n = table.shape[0]
     if sum(pieces) != n:
         return f"{pieces} sums to {sum(pieces)}, not the table's {n} rows"
+    if op.placements is not None:
+        # (a strategy checkpoint's: the table's placements say which mesh axes cut its
+        # rows; that the pieces are one per slice is checked with the mesh, `Layout.check`)
+        return None
     if op.strategy is None or not op.strategy[0]:
         return (f"needs strategy on the op with {len(pieces)} slices of the table's dim 0 "
                 f"(strategy: [[{len(pieces)}, 1], ...])")
