@@ -48,9 +48,14 @@ FIELD_USES: dict[str, str] = {
     "inter_node.rail_optimized": "which devices share a NIC under flow_sharing fair "
                                  "(cost.links.nic_sharing, engine.core)",
     "inter_node.nodes_per_leaf": "groups spanning more nodes cross the oversubscribed tier "
-                                 "(cost.links.fabric_share)",
+                                 "(cost.links.fabric_share; a one-tier fat_tree: under "
+                                 "flow_sharing fair, the leaf uplinks, cost.fabric)",
     "inter_node.oversubscription": "network bandwidth of groups that cross the leaf tier "
-                                   "(cost.links.fabric_share)",
+                                   "(cost.links.fabric_share; the leaf uplinks under "
+                                   "flow_sharing fair, cost.fabric)",
+    "inter_node.fat_tree": "the fat tree's tiers: a group's bandwidth across them "
+                           "(cost.links.fabric_share) and, under flow_sharing fair, the "
+                           "uplinks transfers share (cost.fabric, engine.core)",
     "inter_node.latency_us": "per-step latency across nodes: sends, all_to_all, PAT, and "
                              "every collective of a profile without `nccl` (cost.algorithms)",
     "nccl.generation": "NCCL's LL ceiling inside a node (cost.nccl_tuning)",
