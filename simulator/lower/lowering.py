@@ -43,8 +43,8 @@ from simulator.lower import comm_graph
 from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.costs import CostModel, Priced
 from simulator.lower.data_parallel import DataParallel
-from simulator.lower.fabric import Routes, routes_for
 from simulator.lower.dualpipe import emit_step, pair_exposed
+from simulator.lower.fabric import Routes, routes_for
 from simulator.lower.layout import RankMesh, rank_mesh
 from simulator.lower.nics import nic_fields
 from simulator.lower.nvme import buffer_bytes

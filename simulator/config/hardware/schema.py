@@ -14,8 +14,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 from simulator.config.framework.load import load_framework
 from simulator.config.framework.schema import Software
