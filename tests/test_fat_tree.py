@@ -208,10 +208,17 @@ def test_a_bad_tree_is_refused_by_its_key_path(invoke_cli, value, message):
     assert "Traceback" not in res.stderr
 
 
-def test_a_tree_and_the_old_keys_are_not_both_given(invoke_cli):
+def test_the_old_keys_set_the_leaf_tier_of_a_stated_tree(invoke_cli):
+    """h100-sxm states leaves of 32 nodes at 1:1 (DGX SuperPOD H100 RA): a what-if on the
+    old keys changes that tier, and the tiers above must still nest."""
+    hw = load_profile("h100-sxm", ["inter_node.nodes_per_leaf=4",
+                                   "inter_node.oversubscription=2.0"])
+    assert hw.inter_node.tiers == (FabricTier(nodes=4, oversubscription=2.0),)
+    assert load_profile("h100-sxm", ["inter_node.oversubscription=3.0"]).inter_node.tiers \
+        == (FabricTier(nodes=32, oversubscription=3.0),)
     res = invoke_cli("run", "tiny-cpu", "--set", "hardware=a100-80gb", "--set",
-                     "hardware.inter_node.fat_tree=[{nodes: 4}]", "--set",
-                     "hardware.inter_node.nodes_per_leaf=4")
+                     "hardware.inter_node.fat_tree=[{nodes: 4}, {nodes: 16}]", "--set",
+                     "hardware.inter_node.nodes_per_leaf=3")
     assert res.exit_code == 2
-    assert ("inter_node: found a mapping; Value error, give the fabric either as fat_tree or "
-            "as nodes_per_leaf + oversubscription (a one-tier tree), not both") in res.stderr
+    assert ("inter_node: found a mapping; Value error, nodes_per_leaf 3 must divide "
+            "fat_tree[1]'s 16 nodes (and be fewer)") in res.stderr

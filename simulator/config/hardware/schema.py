@@ -160,8 +160,9 @@ class InterNode(_Closed):
         None, min_length=1, max_length=8,
         description="the scale-out fat tree bottom up, one entry per tier of switches "
                     "({nodes, oversubscription, name}); nodes beyond the last tier's switch "
-                    "are joined by a non-blocking tier above it. Replaces nodes_per_leaf + "
-                    "oversubscription (a one-tier tree), which it may not be given with")
+                    "are joined by a non-blocking tier above it. nodes_per_leaf + "
+                    "oversubscription alone are a one-tier tree; given beside it they replace "
+                    "its leaf tier's figures")
     # how the node's NICs meet the fabric, which decides what a device shares its NIC with
     # under `flow_sharing: fair` (engine.core, cost.links.nic_sharing): rail-optimised, NIC i
     # of every node on rail switch i and a device's traffic through its nearest NIC (NCCL
@@ -181,22 +182,33 @@ class InterNode(_Closed):
         return tree
 
     @model_validator(mode="after")
-    def _one_tree(self) -> InterNode:
-        if self.fat_tree is not None and (self.nodes_per_leaf is not None
-                                          or self.oversubscription != 1.0):
-            raise ValueError("give the fabric either as fat_tree or as nodes_per_leaf + "
-                             "oversubscription (a one-tier tree), not both")
+    def _leaf_nests(self) -> InterNode:
+        tiers = self.tiers
+        if len(tiers) > 1 and (tiers[1].nodes <= tiers[0].nodes
+                               or tiers[1].nodes % tiers[0].nodes):
+            raise ValueError(f"nodes_per_leaf {tiers[0].nodes} must divide fat_tree[1]'s "
+                             f"{tiers[1].nodes} nodes (and be fewer)")
         return self
 
     @property
     def tiers(self) -> tuple[FabricTier, ...]:
-        """The fat tree's tiers bottom up: `fat_tree`, or nodes_per_leaf + oversubscription
-        as one tier; () where the profile states no tree (a non-blocking fabric)."""
-        if self.fat_tree is not None:
-            return self.fat_tree
-        if self.nodes_per_leaf is None:
-            return ()
-        return (FabricTier(nodes=self.nodes_per_leaf, oversubscription=self.oversubscription),)
+        """The fat tree's tiers bottom up: `fat_tree`, its leaf tier replaced by
+        nodes_per_leaf and oversubscription where they are given (a what-if `--set` on a
+        profile that states its tree), or those two alone as a one-tier tree; () where the
+        profile states no tree (a non-blocking fabric)."""
+        if self.fat_tree is None:
+            if self.nodes_per_leaf is None:
+                return ()
+            return (FabricTier(nodes=self.nodes_per_leaf,
+                               oversubscription=self.oversubscription),)
+        leaf = self.fat_tree[0]
+        update: dict[str, object] = {}
+        if self.nodes_per_leaf is not None:
+            update["nodes"] = self.nodes_per_leaf
+        if "oversubscription" in self.model_fields_set:
+            update["oversubscription"] = self.oversubscription
+        return (leaf.model_copy(update=update),) + self.fat_tree[1:] if update \
+            else self.fat_tree
 
     def tier_name(self, i: int) -> str:
         """What `run` calls the uplinks of tier i (0: the leaves)."""

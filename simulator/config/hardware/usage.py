@@ -154,9 +154,16 @@ def field_rows(hw: HardwareProfile, raw: dict[str, Any], overridden: set[str]
         if path == "source":
             continue
         source = "--set" if path in overridden else hw.source if _in(raw, path) else "default"
-        rows.append({"field": path, "value": field_value(hw, path), "source": source,
+        rows.append({"field": path, "value": _plain(field_value(hw, path)), "source": source,
                      "used_for": FIELD_USES.get(path, "?"), "note": shadows.get(path, "")})
     return rows
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as YAML would give it (the tiers of a fat tree as mappings)."""
+    if isinstance(value, tuple) and value and isinstance(value[0], BaseModel):
+        return [v.model_dump(exclude_none=True) for v in value]
+    return value
 
 
 _SHADOW_RULES: tuple[tuple[tuple[str, ...], Callable[[HardwareProfile], bool], str], ...] = (
