@@ -98,6 +98,9 @@ def test_a_2_to_1_leaf_with_every_node_sending_out_gets_half_its_line_rate():
     plan, alone = _dp_plan(hw, 8, tuple(range(8)))
     trace = run(plan)
     assert trace.end == pytest.approx((2 * alone,) * 8, rel=1e-12)
+    # the time lost against a non-blocking fabric, charged to the leaves' uplinks
+    assert [kinds[0][0] for _, kinds in trace.stalls] == ["leaf"] * 8
+    assert [kinds[0][1] for _, kinds in trace.stalls] == pytest.approx([alone] * 8)
     assert run(_uplinks_dropped(plan)).end == pytest.approx((alone,) * 8, rel=1e-12)
 
 

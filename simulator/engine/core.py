@@ -209,15 +209,15 @@ class _Model:
         env, key, weight, priced = self.env, (task.device, task.link), 1, 1.0
         if task.link == "nic" and task.device in self.nic:
             key, weight, priced = self.nic[task.device]
-        holds = [(key, weight)]
+        holds, factor = [(key, weight)], 1.0
         if task.route >= 0:
             factor, ups = self.plan.routes[task.route]
-            priced *= factor
             holds += [(("up", r), w) for r, w in ups]
         talks = task.device in self.slowdown and task.stream in COMM_STREAMS
-        # [process, work left alone, since, rate, holds, tid, priced, bottleneck]
-        me: list[Any] = [env.active_process, duration / priced, env.now, 1.0, holds,
-                         task.tid, priced, ""]
+        # [process, work left alone, since, rate, holds, tid, priced (its NIC's share,
+        # not the fabric's: the time lost to the fat tree counts as contention), neck]
+        me: list[Any] = [env.active_process, duration / (priced * factor), env.now, 1.0,
+                         holds, task.tid, priced, ""]
         self._change(me, +1)
         if talks:
             self._talk(task.device, +1)
@@ -271,7 +271,8 @@ class _Model:
 
     def _settle(self, flow: list) -> None:
         """The work `flow` did since it last changed, at its rate; the time it ran slower
-        than priced charged to its bottleneck link (`Trace.stalls`)."""
+        than priced on a non-blocking fabric charged to its bottleneck link
+        (`Trace.stalls`)."""
         now = self.env.now
         dt = now - flow[2]
         flow[1] = max(0.0, flow[1] - dt * flow[3])

@@ -114,9 +114,10 @@ class Pace:
     comm_s: float
     length_s: float
     tasks: int
-    # time the transfers on the path ran beyond their own duration because other
-    # transfers shared their link (`Plan.link_sharing` 'fair'; 0 under 'fifo', where a
-    # transfer that waits for its link puts the one holding it on the path instead)
+    # time the transfers on the path ran beyond their own duration (on a non-blocking
+    # fabric, `Plan.routes`) because other transfers shared their link or the fat tree's
+    # uplinks (`Plan.link_sharing` 'fair'; 0 under 'fifo', where a transfer that waits for
+    # its link puts the one holding it on the path instead)
     contention_s: float = 0.0
     # that time split by the link that held the transfers back ('nic', 'fabric', or a tier
     # of the fat tree's uplinks: 'leaf', 'spine', ...; `Trace.stalls`), largest first
@@ -136,7 +137,11 @@ def pace(plan: Plan, trace: Trace) -> Pace:
         else:
             comm += task.duration_s
         if task.link:  # a transfer (a blocking send runs on the compute stream)
-            stretch = trace.end[tid] - trace.start[tid] - task.duration_s
+            # beyond its time on a non-blocking fabric (`Plan.routes`: the fat tree's
+            # share the cost model priced in is contention too)
+            alone = task.duration_s / plan.routes[task.route][0] if task.route >= 0 \
+                else task.duration_s
+            stretch = trace.end[tid] - trace.start[tid] - alone
             if stretch > 1e-9 * max(1.0, trace.end[tid]):  # (not rounding)
                 shared += stretch
                 stretched.append((tid, stretch))
