@@ -225,3 +225,35 @@ def test_the_old_keys_set_the_leaf_tier_of_a_stated_tree(invoke_cli):
     assert res.exit_code == 2
     assert ("inter_node: found a mapping; Value error, nodes_per_leaf 3 must divide "
             "fat_tree[1]'s 16 nodes (and be fewer)") in res.stderr
+
+
+def _small(invoke_cli, tmp_path, fidelity: str, *sets: str) -> dict:
+    path = tmp_path / "dp.json"
+    path.write_text(json.dumps({
+        "name": "tp8 dp2 pp2 on 4 nodes", "hardware": "a100-80gb",
+        "cluster": {"nodes": 4, "devices_per_node": 8},
+        "model": {"type": "transformer", "layers": 4, "hidden_size": 1024, "num_heads": 16,
+                  "seq_length": 1024, "vocab_size": 32000, "dtype": "bf16"},
+        "training": {"global_batch_size": 8, "micro_batch_size": 1, "optimizer": "adam"},
+        "parallel": {"tensor": 8, "data": 2, "pipeline": 2}}))
+    args = ["run", str(path), "--json", "--fidelity", fidelity,
+            "--set", "hardware.inter_node.flow_sharing=fair"]
+    for item in sets:
+        args += ["--set", item]
+    result = invoke_cli(*args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_both_fidelities_share_the_uplinks_alike(invoke_cli, tmp_path):
+    """tp 8 x dp 2 x pp 2 on 4 nodes, leaves of one node at 2:1: every data-parallel
+    reduction and every pipeline send leaves its leaf. A simulated device standing for its
+    stage's 16 devices (representative) gives the times of all 32 simulated (full), and
+    the uplinks cost time, charged to the leaves."""
+    tree = "hardware.inter_node.fat_tree=[{nodes: 1, oversubscription: 2.0}]"
+    rep = _small(invoke_cli, tmp_path, "representative", tree)
+    full = _small(invoke_cli, tmp_path, "full", tree)
+    flat = _small(invoke_cli, tmp_path, "representative")
+    assert rep["iteration_time_s"] == pytest.approx(full["iteration_time_s"], rel=1e-9)
+    assert rep["iteration_time_s"] > flat["iteration_time_s"]
+    assert "leaf" in rep["critical_path"]["contention_on_path_by_link_s"]
