@@ -209,7 +209,8 @@ class _Model:
         env, key, weight, priced = self.env, (task.device, task.link), 1, 1.0
         if task.link == "nic" and task.device in self.nic:
             key, weight, priced = self.nic[task.device]
-        holds, factor = [(key, weight)], 1.0
+        holds: list[tuple[tuple, int]] = [(key, weight)]
+        factor = 1.0
         if task.route >= 0:
             factor, ups = self.plan.routes[task.route]
             holds += [(("up", r), w) for r, w in ups]

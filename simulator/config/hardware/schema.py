@@ -200,7 +200,7 @@ class InterNode(_Closed):
             if self.nodes_per_leaf is None:
                 return ()
             return (FabricTier(nodes=self.nodes_per_leaf,
-                               oversubscription=self.oversubscription),)
+                               oversubscription=self.oversubscription, name=None),)
         leaf = self.fat_tree[0]
         update: dict[str, object] = {}
         if self.nodes_per_leaf is not None:
