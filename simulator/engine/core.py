@@ -17,7 +17,11 @@ the max-min fair share of equal flows: Bertsekas & Gallager, "Data Networks", 2n
 Sec. 6.5.2): every transfer starts as soon as it may, and while n of them hold one link each
 progresses at 1/n of its rate, so two equal flows that start together both end after twice
 the time one takes alone. A flow's end is recomputed whenever a flow joins or leaves its
-link (the others are interrupted, as compute is under a slowdown below).
+link (the others whose rate changes are interrupted, as compute is under a slowdown below).
+A network transfer on a route of the scale-out fat tree (`Task.route`, `Plan.routes`) also
+holds the uplinks it climbs through, each a shared link of its own (`cost.fabric`), and runs
+at the smallest of its shares; the time it loses against a non-blocking fabric is recorded
+per link in `Trace.stalls`.
 
 Events are created lazily: a finished dependency costs nothing to wait for, and a task of
 zero duration schedules no timeout, so the event count stays close to one per task.
