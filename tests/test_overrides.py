@@ -46,7 +46,8 @@ def _other(path: str, value) -> str:
              "default_framework": "reference", "efficiency.gemm_tile_mn": "[64, 64]",
              "intra_node.allreduce_busbw_GBps": "null", "nccl.generation": "volta",
              "nccl.cpu_vendor": "intel", "inter_node.flow_sharing": "fair",
-             "inter_node.oversubscription": "4.0", "inter_node.rail_optimized": "false"}
+             "inter_node.oversubscription": "4.0", "inter_node.rail_optimized": "false",
+             "inter_node.fat_tree": "[{nodes: 1, oversubscription: 2.0}]"}
     if path in swaps:
         return swaps[path]
     if value is None:

@@ -68,18 +68,27 @@ def inter_bus_bandwidth(hw: HardwareProfile, devices_per_node: int,
 
 def fabric_share(group: GroupSpec, hw: HardwareProfile) -> float:
     """The share of its NIC bandwidth a group keeps in the scale-out fabric: 1 inside one
-    leaf (`inter_node.nodes_per_leaf` nodes joined at full bandwidth), 1 / oversubscription
-    for a group whose members span more nodes than a leaf holds, when every leaf sends up
-    at once (the SPMD case: every data-parallel group reduces at the same moment). A
-    group's span is the node range from its first member to its last ((size - 1) x stride
-    devices on). Typical ratios: 1:1 in NVIDIA's DGX SuperPOD reference architecture (a
-    non-blocking rail-optimised fat tree), 7:1 above Meta's 3,072-GPU pods of the Llama 3
-    clusters (Dubey et al. 2024, "The Llama 3 Herd of Models", Sec. 3.3.1)."""
-    leaf, ratio = hw.inter_node.nodes_per_leaf, hw.inter_node.oversubscription
-    if leaf is None or ratio == 1.0 or group.size == 1:
+    leaf, and for a group whose members span more nodes than a switch of a tier joins, 1 /
+    the product of the oversubscriptions of the tiers it climbs through (`inter_node.tiers`:
+    `fat_tree`, or `nodes_per_leaf` + `oversubscription` as one tier), when every node
+    below sends up at once (the SPMD case: every data-parallel group reduces at the same
+    moment; a leaf's uplinks carry 1/r1 of what its nodes send, its pod's uplinks 1/r2 of
+    that). A group's span is the node range from its first member to its last ((size - 1) x
+    stride devices on), placed as a scheduler would, aligned to the switches (the engine
+    sees the real placement: `cost.fabric`). Typical ratios: 1:1 in NVIDIA's DGX SuperPOD
+    reference architecture (a non-blocking rail-optimised fat tree), 7:1 above Meta's
+    3,072-GPU pods of the Llama 3 clusters (Dubey et al. 2024, "The Llama 3 Herd of Models",
+    Sec. 3.3.1)."""
+    tiers = hw.inter_node.tiers
+    if not tiers or group.size == 1:
         return 1.0
     span = (group.size - 1) * group.stride // group.devices_per_node + 1
-    return 1.0 / ratio if span > leaf else 1.0
+    ratio = 1.0
+    for tier in tiers:
+        if span <= tier.nodes:
+            break
+        ratio *= tier.oversubscription
+    return 1.0 / ratio if ratio != 1.0 else 1.0
 
 
 def group_network_bandwidth(group: GroupSpec, hw: HardwareProfile,

@@ -17,7 +17,11 @@ the max-min fair share of equal flows: Bertsekas & Gallager, "Data Networks", 2n
 Sec. 6.5.2): every transfer starts as soon as it may, and while n of them hold one link each
 progresses at 1/n of its rate, so two equal flows that start together both end after twice
 the time one takes alone. A flow's end is recomputed whenever a flow joins or leaves its
-link (the others are interrupted, as compute is under a slowdown below).
+link (the others whose rate changes are interrupted, as compute is under a slowdown below).
+A network transfer on a route of the scale-out fat tree (`Task.route`, `Plan.routes`) also
+holds the uplinks it climbs through, each a shared link of its own (`cost.fabric`), and runs
+at the smallest of its shares; the time it loses against a non-blocking fabric is recorded
+per link in `Trace.stalls`.
 
 Events are created lazily: a finished dependency costs nothing to wait for, and a task of
 zero duration schedules no timeout, so the event count stays close to one per task.
@@ -86,6 +90,14 @@ class _Model:
                                                          plan.nic_weight, plan.nic_priced)
             if self.fair and r >= 0}
         self.slots: dict[tuple, float] = {("nic", r): s for r, s in plan.nic_slots}
+        # the fat tree's uplinks (fair): resource -> device-alone transfers it carries at
+        # full rate, and what `run` calls its tier; the total weight holding each resource;
+        # per task, the seconds it ran slower than priced, by the link that held it back
+        self.kind: dict[tuple, str] = {}
+        for r, (capacity, name) in enumerate(plan.uplinks):
+            self.slots[("up", r)], self.kind[("up", r)] = capacity, name
+        self.load: dict[tuple, int] = {}
+        self.stalls: dict[int, dict[str, float]] = {}
 
     def _rendezvous(self, task: Task) -> Generator:
         """Wait until all group_size members of the collective have arrived."""
@@ -194,41 +206,86 @@ class _Model:
         its end. A NIC its node's devices share (`Plan.nic_of`) carries `slots` transfers
         of a device alone at full rate: while flows of total weight W hold it, each runs
         at min(1, slots / W) of its rate alone, its work alone its priced duration over
-        `Plan.nic_priced`."""
+        `Plan.nic_priced`. A transfer on a route (`Task.route`) also holds the fat tree's
+        uplinks it climbs through (`Plan.routes`), each shared the same way, and runs at
+        the smallest of its shares (the bottleneck link's; max-min fair where the flows
+        on a link are alike, as the SPMD traffic of one collective is)."""
         env, key, weight, priced = self.env, (task.device, task.link), 1, 1.0
         if task.link == "nic" and task.device in self.nic:
             key, weight, priced = self.nic[task.device]
-        flows = self.flows.setdefault(key, [])
-        slots = self.slots.get(key, 1.0)
+        holds: list[tuple[tuple, int]] = [(key, weight)]
+        factor = 1.0
+        if task.route >= 0:
+            factor, ups = self.plan.routes[task.route]
+            holds += [(("up", r), w) for r, w in ups]
         talks = task.device in self.slowdown and task.stream in COMM_STREAMS
-        self._reshare(flows, slots)
-        me: list[Any] = [env.active_process, duration / priced, env.now, weight]
-        flows.append(me)
+        # [process, work left alone, since, rate, holds, tid, priced (its NIC's share,
+        # not the fabric's: the time lost to the fat tree counts as contention), neck]
+        me: list[Any] = [env.active_process, duration / (priced * factor), env.now, 1.0,
+                         holds, task.tid, priced, ""]
+        self._change(me, +1)
         if talks:
             self._talk(task.device, +1)
         while True:
             self.scheduled += 1
             try:
-                yield env.timeout(me[1] / _rate(flows, slots))
+                yield env.timeout(me[1] / me[3])
                 break
-            except simpy.Interrupt:  # a flow joined or left: `_reshare` settled our work
+            except simpy.Interrupt:  # a flow joined or left: `_change` settled our work
                 pass
-        self._reshare(flows, slots)  # (settled at the shares they had with this flow)
-        flows.remove(me)
+        self._settle(me)
+        self._change(me, -1)
         if talks:
             self._talk(task.device, -1)
         return env.now
 
-    def _reshare(self, flows: list[list], slots: float = 1.0) -> None:
-        """Before the flows of one link change: each one's work left settled at the share
-        it had since it last changed, and each one interrupted to wait anew."""
-        now, share = self.env.now, _rate(flows, slots)
-        for flow in flows:
-            flow[1] = max(0.0, flow[1] - (now - flow[2]) * share)
-            flow[2] = now
-            if flow[0] is not self.env.active_process:
+    def _change(self, me: list, step: int) -> None:
+        """Flow `me` joins (+1) or leaves (-1) the links it holds: every other flow on them
+        whose rate changes is settled at its old rate and interrupted to wait anew."""
+        affected: dict[int, list] = {}
+        for key, w in me[4]:
+            flows = self.flows.setdefault(key, [])
+            for f in flows:
+                if f is not me:
+                    affected[id(f)] = f
+            if step > 0:
+                flows.append(me)
+            else:
+                flows.remove(me)
+            self.load[key] = self.load.get(key, 0) + step * w
+        if step > 0:
+            me[3], me[7] = self._rate(me)
+        for f in affected.values():
+            rate, neck = self._rate(f)
+            if rate != f[3]:
+                self._settle(f)
+                f[3], f[7] = rate, neck
                 self.scheduled += 1
-                flow[0].interrupt()
+                f[0].interrupt()
+
+    def _rate(self, flow: list) -> tuple[float, str]:
+        """The rate (of its own alone) of `flow`: processor sharing over the total weight
+        on each link it holds, the smallest; and the link that sets it ('' at full rate)."""
+        rate, neck = 1.0, ""
+        for key, _w in flow[4]:
+            load = self.load[key]
+            share = min(1.0, self.slots.get(key, 1.0) / load) if load > 0 else 1.0
+            if share < rate:
+                rate, neck = share, self.kind.get(key) or ("nic" if "nic" in key else key[1])
+        return rate, neck
+
+    def _settle(self, flow: list) -> None:
+        """The work `flow` did since it last changed, at its rate; the time it ran slower
+        than priced on a non-blocking fabric charged to its bottleneck link
+        (`Trace.stalls`)."""
+        now = self.env.now
+        dt = now - flow[2]
+        flow[1] = max(0.0, flow[1] - dt * flow[3])
+        flow[2] = now
+        lost = dt * (1.0 - flow[3] * flow[6])
+        if lost > 0 and flow[7]:
+            mine = self.stalls.setdefault(flow[5], {})
+            mine[flow[7]] = mine.get(flow[7], 0.0) + lost
 
     def _talk(self, dev: int, step: int) -> None:
         """One communication task of `dev` more (+1) or less (-1); the compute task running
@@ -238,13 +295,6 @@ class _Model:
         if (before == 0) != (before + step == 0) and dev in self.running:
             self.scheduled += 1
             self.running[dev][0].interrupt()
-
-
-def _rate(flows: list[list], slots: float) -> float:
-    """The rate (of its own alone) of each of `flows` on a link carrying `slots` of them at
-    full rate: processor sharing over their total weight."""
-    total = sum(f[3] for f in flows)
-    return min(1.0, slots / total) if total > 0 else 1.0
 
 
 def run(plan: Plan) -> Trace:
@@ -258,9 +308,11 @@ def run(plan: Plan) -> Trace:
         unfinished = [t for t, d in enumerate(model.done) if d is None]
         raise AssertionError(f"deadlock: {len(unfinished)} tasks never ran, first "
                              f"{unfinished[0]}")
+    stalls = tuple((tid, tuple(sorted(kinds.items())))
+                   for tid, kinds in sorted(model.stalls.items()))
     return Trace(start=tuple(model.start), end=tuple(model.done),  # type: ignore[arg-type]
                  ready=tuple(model.ready), blocker=tuple(model.blocker),
-                 events=model.scheduled, wall_s=time.perf_counter() - t0)
+                 events=model.scheduled, wall_s=time.perf_counter() - t0, stalls=stalls)
 
 
 def simpy_event_rate(events: int = 100_000) -> float:

@@ -50,6 +50,8 @@ class Task(NamedTuple):
     units       identical transfers this task runs back to back (consecutive gradient
                 buckets collapsed into one task: duration, bytes per unit x units; its
                 buffer holds one unit's bytes at a time)
+    route       under fair sharing, the fat-tree uplinks a 'nic' transfer climbs through
+                (an index into `Plan.routes`); -1: none (inside one leaf, or no tree)
     """
 
     tid: int
@@ -69,6 +71,7 @@ class Task(NamedTuple):
     alloc: Alloc = ()
     free: Alloc = ()
     units: int = 1
+    route: int = -1
 
     def __str__(self) -> str:
         mb = f"{self.micro}" if self.micro >= 0 else ""
@@ -123,6 +126,13 @@ class Plan:
     nic_weight: tuple[int, ...] = ()
     nic_priced: tuple[float, ...] = ()
     nic_slots: tuple[tuple[int, float], ...] = ()
+    # under 'fair', the scale-out fat tree (`cost.fabric`, `lower.fabric`): per route
+    # (`Task.route`), how much slower than on a non-blocking fabric the cost model priced
+    # its transfers (their work alone is divided by that too) and the uplink resources
+    # they hold with their weights (the transfers each stands for there); per uplink
+    # resource, the device-alone transfers it carries at full rate at once and its tier
+    routes: tuple[tuple[float, tuple[tuple[int, int], ...]], ...] = ()
+    uplinks: tuple[tuple[float, str], ...] = ()
 
     def __str__(self) -> str:
         return (f"Plan({len(self.tasks)} tasks on {len(self.devices)} simulated of "

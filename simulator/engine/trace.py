@@ -19,6 +19,7 @@ class Trace:
     start    when it started (dependencies done, collective members arrived, link free)
     end      start + duration
     blocker  the dependency that finished last, if it finished after `ready`; else -1
+    stalls   the transfers that ran slower than priced, by the link that held them back
     events   SimPy events scheduled; wall_s the seconds the simulation took
     """
 
@@ -28,6 +29,10 @@ class Trace:
     blocker: tuple[int, ...]
     events: int
     wall_s: float = field(compare=False)
+    # (tid, ((link, seconds), ...)) of each transfer that ran slower than priced under fair
+    # sharing: the time lost, charged to the link that held it back ('nic', 'fabric', or a
+    # tier of the fat tree's uplinks: 'leaf', 'spine', ...)
+    stalls: tuple[tuple[int, tuple[tuple[str, float], ...]], ...] = ()
 
     def __str__(self) -> str:
         span = max(self.end, default=0.0)

@@ -168,10 +168,12 @@ class DataParallel:
             members = low.ranks.except_axis(dev, low.ranks.data_axis)
             group, size = low.b.groups[(members, name) + key], low.ranks.data
         buf = (("communication_buffers", nbytes),) if alloc_buffer else ()
+        route = low.routes.collective(dev, low.ranks.data_axis, coll, nbytes, self.group) \
+            if low.routes and self.link == "nic" and low.ranks.data_axis else -1
         return low.b.add(("dp", dev, name) + key, device=dev, stream=stream, name=name,
                          phase="comm", duration_s=seconds * units, deps=deps, link=self.link,
                          group=group, group_size=size, comm=((coll, nbytes * units),),
-                         alloc=buf + alloc, free=buf, units=units)
+                         alloc=buf + alloc, free=buf, units=units, route=route)
 
     def gather_s(self, vss: list[int]) -> float:
         """Seconds to all-gather the parameters of virtual stages vss, bucket by bucket (the

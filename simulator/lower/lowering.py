@@ -44,6 +44,7 @@ from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.costs import CostModel, Priced
 from simulator.lower.data_parallel import DataParallel
 from simulator.lower.dualpipe import emit_step, pair_exposed
+from simulator.lower.fabric import Routes, routes_for
 from simulator.lower.layout import RankMesh, rank_mesh
 from simulator.lower.nics import nic_fields
 from simulator.lower.nvme import buffer_bytes
@@ -93,6 +94,9 @@ class Lowering:
             cuts if fidelity == "representative" else None)
         self.block_of: list[tuple[int, tuple[int, int, int, int]]] = (
             share.block_of if share else [])
+        # the fat-tree uplinks transfers climb through (fair sharing with a tree; lower.fabric)
+        self.routes: Routes | None = share.routes if share else routes_for(
+            costs.hardware, ranks, fidelity)
         self.dp: DataParallel = strategy_for(self)
         self.off: Offload = Offload(self, share.off if share else None)
         self.gates: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
@@ -261,7 +265,8 @@ class Lowering:
                    name="send_" + direction, phase="comm", micro=mb, chunk=vs,
                    duration_s=seconds, deps=(after,),
                    link="fabric" if intra else "nic", comm=(("send_recv", nbytes),),
-                   alloc=buf, free=buf)
+                   alloc=buf, free=buf,
+                   route=self.routes.send(dev, peer) if self.routes and not intra else -1)
 
     def _grad_dep(self, dev: int, mb: int, vs: int) -> tuple[int, ...]:
         if vs % self.chain == self.chain - 1:
@@ -435,7 +440,8 @@ def lower(scenario: Scenario, program: Program, costs: CostModel,
                 blocks=tuple(low.block_of),
                 slowdown=tuple(view(dev).costs.overlap_slowdown for dev in devices),
                 link_sharing=_link_sharing(costs),
-                **nic_fields(costs.hardware, low.ranks, devices, fidelity))
+                **nic_fields(costs.hardware, low.ranks, devices, fidelity),
+                **(low.routes.fields() if low.routes else {}))
     for each in (low, *views.values()):
         each.release()
     return plan

@@ -43,7 +43,8 @@ class Builder:
     def add(self, key: Hashable, *, device: int, stream: str, name: str, phase: str,
             duration_s: float, micro: int = -1, chunk: int = -1, comm_s: float = 0.0,
             deps: tuple[int, ...] = (), link: str = "", group: int = -1, group_size: int = 1,
-            comm: tuple = (), alloc: tuple = (), free: tuple = (), units: int = 1) -> int:
+            comm: tuple = (), alloc: tuple = (), free: tuple = (), units: int = 1,
+            route: int = -1) -> int:
         """Append a task to the end of (device, stream); returns its tid. Every field but
         the key is named (see `Task` for their meaning)."""
         ids = self.ids._ids  # Ids.__getitem__ inlined: one call per task less
@@ -54,7 +55,8 @@ class Builder:
         # positional tuple construction: several times cheaper than keyword arguments
         self._tasks[tid] = tuple.__new__(Task, (tid, device, stream, name, phase, micro, chunk,
                                                 duration_s, comm_s, deps, link, group,
-                                                group_size, comm, alloc, free, units))
+                                                group_size, comm, alloc, free, units,
+                                                route))
         stream_tids = self.streams.get((device, stream))
         if stream_tids is None:
             assert stream in STREAMS, f"stream {stream!r} is not one of {STREAMS}"

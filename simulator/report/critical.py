@@ -114,10 +114,14 @@ class Pace:
     comm_s: float
     length_s: float
     tasks: int
-    # time the transfers on the path ran beyond their own duration because other
-    # transfers shared their link (`Plan.link_sharing` 'fair'; 0 under 'fifo', where a
-    # transfer that waits for its link puts the one holding it on the path instead)
+    # time the transfers on the path ran beyond their own duration (on a non-blocking
+    # fabric, `Plan.routes`) because other transfers shared their link or the fat tree's
+    # uplinks (`Plan.link_sharing` 'fair'; 0 under 'fifo', where a transfer that waits for
+    # its link puts the one holding it on the path instead)
     contention_s: float = 0.0
+    # that time split by the link that held the transfers back ('nic', 'fabric', or a tier
+    # of the fat tree's uplinks: 'leaf', 'spine', ...; `Trace.stalls`), largest first
+    contention_by_link: tuple[tuple[str, float], ...] = ()
 
 
 def pace(plan: Plan, trace: Trace) -> Pace:
@@ -125,15 +129,39 @@ def pace(plan: Plan, trace: Trace) -> Pace:
     path = critical_path(plan, trace)
     busy = dict.fromkeys(plan.devices, 0.0)
     comm = shared = 0.0
+    stretched: list[tuple[int, float]] = []
     for tid in path:
         task = plan.tasks[tid]
         if task.stream == "compute":
             busy[task.device] += task.duration_s
         else:
             comm += task.duration_s
-            stretch = trace.end[tid] - trace.start[tid] - task.duration_s
-            if task.link and stretch > 1e-9 * max(1.0, trace.end[tid]):  # (not rounding)
+        if task.link:  # a transfer (a blocking send runs on the compute stream)
+            # beyond its time on a non-blocking fabric (`Plan.routes`: the fat tree's
+            # share the cost model priced in is contention too)
+            alone = task.duration_s / plan.routes[task.route][0] if task.route >= 0 \
+                else task.duration_s
+            stretch = trace.end[tid] - trace.start[tid] - alone
+            if stretch > 1e-9 * max(1.0, trace.end[tid]):  # (not rounding)
                 shared += stretch
+                stretched.append((tid, stretch))
     device = max(plan.devices, key=lambda d: (busy[d], -d))
     length = trace.end[path[-1]] if path else 0.0
-    return Pace(device, busy[device], comm, length, len(path), shared)
+    return Pace(device, busy[device], comm, length, len(path), shared,
+                _by_link(trace, stretched))
+
+
+def _by_link(trace: Trace, stretched: list[tuple[int, float]]
+             ) -> tuple[tuple[str, float], ...]:
+    """The time the transfers on the path lost to sharing (`stretched`: (tid, seconds)),
+    split by the link that held each back, in the proportions of its stalls
+    (`Trace.stalls`: a transfer can also run faster than priced for a while, so its
+    stalls may add up to more than it lost)."""
+    stalls = dict(trace.stalls)
+    total: dict[str, float] = {}
+    for tid, lost in stretched:
+        kinds = stalls.get(tid, ())
+        held = sum(s for _, s in kinds)
+        for link, seconds in kinds:
+            total[link] = total.get(link, 0.0) + lost * seconds / held
+    return tuple(sorted(total.items(), key=lambda kv: (-kv[1], kv[0])))

@@ -128,6 +128,12 @@ def pace_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
                      f"{c['stage']}, {c['hardware']}{', ' if slowed else ''}"
                      f"{', '.join(slowed)}): {c['share_of_iteration']:.0%} of the "
                      f"iteration is its kernels on the critical path"))
+        if c.get("contention_on_path_s"):
+            by = c.get("contention_on_path_by_link_s", {})
+            links = ", ".join(f"{k} {v:.4f} s" for k, v in by.items())
+            rows.append(("shared links", f"{c['contention_on_path_s']:.4f} s of the critical "
+                         f"path lost to transfers sharing a link"
+                         + (f" (held back by: {links})" if links else "")))
     j = s.get("jitter")
     if j:
         rows.append(("jitter", f"{j['samples']} samples (cv {j['compute_cv']:g}, seed "

@@ -83,6 +83,8 @@ def pace_report(cluster: Cluster, plan: Plan, trace: Any) -> dict[str, Any]:
            "share_of_iteration": share}
     if p.contention_s > 0:  # transfers sharing a link (Plan.link_sharing 'fair') cost time
         out["contention_on_path_s"] = p.contention_s
+        if p.contention_by_link:
+            out["contention_on_path_by_link_s"] = dict(p.contention_by_link)
     return out
 
 

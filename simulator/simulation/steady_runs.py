@@ -88,6 +88,9 @@ def _pace(a: Measured, b: Measured, n: int, time_s: float) -> dict[str, Any] | N
     for key in ("compute_on_path_s", "comm_on_path_s", "contention_on_path_s"):
         if key in pb:
             out[key] = pa[key] + n * (pb[key] - pa[key])
+    if "contention_on_path_by_link_s" in pb:
+        out["contention_on_path_by_link_s"] = _line(
+            pa.get("contention_on_path_by_link_s", {}), pb["contention_on_path_by_link_s"], n)
     out["share_of_iteration"] = out["compute_on_path_s"] / time_s if time_s > 0 else 0.0
     return out
 

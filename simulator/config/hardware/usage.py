@@ -48,9 +48,14 @@ FIELD_USES: dict[str, str] = {
     "inter_node.rail_optimized": "which devices share a NIC under flow_sharing fair "
                                  "(cost.links.nic_sharing, engine.core)",
     "inter_node.nodes_per_leaf": "groups spanning more nodes cross the oversubscribed tier "
-                                 "(cost.links.fabric_share)",
+                                 "(cost.links.fabric_share; a one-tier fat_tree: under "
+                                 "flow_sharing fair, the leaf uplinks, cost.fabric)",
     "inter_node.oversubscription": "network bandwidth of groups that cross the leaf tier "
-                                   "(cost.links.fabric_share)",
+                                   "(cost.links.fabric_share; the leaf uplinks under "
+                                   "flow_sharing fair, cost.fabric)",
+    "inter_node.fat_tree": "the fat tree's tiers: a group's bandwidth across them "
+                           "(cost.links.fabric_share) and, under flow_sharing fair, the "
+                           "uplinks transfers share (cost.fabric, engine.core)",
     "inter_node.latency_us": "per-step latency across nodes: sends, all_to_all, PAT, and "
                              "every collective of a profile without `nccl` (cost.algorithms)",
     "nccl.generation": "NCCL's LL ceiling inside a node (cost.nccl_tuning)",
@@ -149,9 +154,16 @@ def field_rows(hw: HardwareProfile, raw: dict[str, Any], overridden: set[str]
         if path == "source":
             continue
         source = "--set" if path in overridden else hw.source if _in(raw, path) else "default"
-        rows.append({"field": path, "value": field_value(hw, path), "source": source,
+        rows.append({"field": path, "value": _plain(field_value(hw, path)), "source": source,
                      "used_for": FIELD_USES.get(path, "?"), "note": shadows.get(path, "")})
     return rows
+
+
+def _plain(value: Any) -> Any:
+    """A field's value as YAML would give it (the tiers of a fat tree as mappings)."""
+    if isinstance(value, tuple) and value and isinstance(value[0], BaseModel):
+        return [v.model_dump(exclude_none=True) for v in value]
+    return value
 
 
 _SHADOW_RULES: tuple[tuple[tuple[str, ...], Callable[[HardwareProfile], bool], str], ...] = (
