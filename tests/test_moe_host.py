@@ -68,7 +68,22 @@ def test_local_experts_multiply_the_grouped_gemm_launches():
     assert (launches(GEMM, mx), launches(GEMM, tensor)) == (18, 16)
     assert (launches(CAST, mx), launches(CAST, tensor)) == (16, 1)
     assert launches(ATTN, mx) == launches(A2A, mx) == 1
+    qkv = ComputeSpec("qkv", "gemm", 1.0, 1.0, "fp8")
+    router = ComputeSpec("router", "gemm", 1.0, 1.0, "bf16")
+    assert (launches(qkv, mx), launches(qkv, tensor), launches(router, mx)) == (3, 1, 1)
     assert launches(ComputeSpec("none", "elementwise", 0.0, 0.0, "bf16"), mx) == 0
+
+
+def test_the_dispatchers_bookkeeping_ends_each_segment():
+    """20 launches of 10 us before the next sync (counts, all-gather, copies): when the
+    attention (100 us) is shorter than them the host sets the pace, 10 + 160 + 10 + 200 us;
+    without them the segment is 180 + 100 us."""
+    costs = _costs({"expert_fc1": 1e-6, "flash_attention": 100e-6}, 0.0)
+    ops = (ATTN, A2A, GEMM)
+    with_tail = price_synced(ops, costs, GROUPS, MoeHost(10e-6, 16, before_sync=20))
+    without = price_synced(ops, costs, GROUPS, MoeHost(10e-6, 16))
+    assert with_tail.compute_s + with_tail.comm_s == pytest.approx(380e-6)
+    assert without.compute_s + without.comm_s == pytest.approx(280e-6)
 
 
 def test_backward_is_floored_by_its_launches():
@@ -130,6 +145,7 @@ def test_only_megatron_core_stacks_sync(name, kernel_s):
     """The measured 32.7 us a kernel (H200 host, a real layer) and the cited code."""
     fw = load_framework(name)
     assert fw.moe_host_kernel_s == pytest.approx(kernel_s)
+    assert fw.moe_host_costs[1] == (11 if kernel_s else 0)
     if kernel_s:
         assert fw.moe_host is not None
         assert "token_dispatcher.py" in (fw.moe_host.sync_source or "")

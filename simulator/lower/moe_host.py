@@ -47,9 +47,12 @@ host runs ahead, and a layer's backward takes at least its launches' host time (
 host time per launched kernel in a layer (framework profile `moe_host.host_us_per_kernel`,
 with its source).
 
-Not modelled: the sync's own latency (the event wake-up, the device-to-host copy), the
-count all-gather before it, and the 2-3 kernels a priced non-expert op launches (counted
-once each).
+Before each sync the dispatcher launches its own bookkeeping (`preprocess`: the counts per
+expert and their sums, the all-gather of the counts over the expert group, then the
+device-to-host copies), which no priced op stands for: the stack's `moe_host.
+dispatcher_kernels` launches, host time only. Not modelled: the device time of that
+bookkeeping and the sync's own latency (the event wake-up, the copy), the probabilities'
+second all-to-all, and the 2-3 kernels a priced non-expert op launches (counted once each).
 """
 
 from __future__ import annotations
@@ -76,13 +79,17 @@ class MoeHost:
     """How one MoE layer's kernels load the host: seconds per launched kernel, the local
     experts each grouped GEMM loops over, whether the expert operands' FP8 casts quantize
     each expert's split alone, the scale-swizzle kernels of each grouped GEMM call, and
-    whether the dispatcher waits for the device each forward (dropless routing)."""
+    whether the dispatcher waits for the device each forward (dropless routing), and the
+    dispatcher's launches before each sync."""
 
     kernel_s: float
     local_experts: int
     split_quantize: bool = False
     swizzles: int = 0
     sync: bool = True
+    # launches of the dispatcher's own bookkeeping before each sync (the counts per expert,
+    # their all-gather, the device-to-host copies), which no priced op stands for
+    before_sync: int = 0
 
 
 def moe_host(scenario: Any, costs: CostModel) -> MoeHost | None:
@@ -96,19 +103,22 @@ def moe_host(scenario: Any, costs: CostModel) -> MoeHost | None:
         return None
     mx = scenario.model.dtype == "fp8" and scenario.training.fp8_scaling == "mxfp8"
     return MoeHost(costs.moe_host_kernel_s, max(1, moe.experts // p.expert), mx,
-                   _MX_SWIZZLES if mx else 0, moe.dropless)
+                   _MX_SWIZZLES if mx else 0, moe.dropless, costs.moe_dispatcher_kernels)
 
 
 def launches(op: Op, host: MoeHost) -> int:
-    """Kernels the host launches for `op`: one per local expert for a grouped GEMM (plus
-    its swizzles) and for a split-quantized expert cast, one for any other op that does
-    work, none for an op without FLOPs or bytes."""
+    """Kernels the host launches for `op`: one per local expert for a grouped GEMM and for
+    a split-quantized expert cast, plus an FP8 GEMM's scale swizzles (MXFP8), one for any
+    other op that does work, none for an op without FLOPs or bytes."""
     if isinstance(op, CommSpec):
         return 1
     if op.flops <= 0 and op.bytes_accessed <= 0:
         return 0
-    if op.kind == "gemm" and op.grouped:
-        return host.local_experts + host.swizzles
+    if op.kind == "gemm":
+        # an FP8 GEMM under MXFP8 swizzles both operands' block scales first (te_gemm and
+        # te_general_grouped_gemm alike, csrc/extensions/gemm.cpp)
+        swizzles = host.swizzles if op.dtype == "fp8" else 0
+        return (host.local_experts if op.grouped else 1) + swizzles
     if host.split_quantize and op.name.startswith("expert_") and op.name.endswith(_SPLIT_CASTS):
         return host.local_experts
     return 1
@@ -169,8 +179,10 @@ def price_synced(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupS
     k = points[0]
     seq = ops[k:] + ops[:k]
     cuts = [p - k for p in points] + [len(seq)]
-    total = sum(sync_segment_s([launches(op, host) * host.kernel_s for op in seq[a:b]],
-                               [_gpu_s(op, costs, groups) for op in seq[a:b]])
+    # each segment ends with the next sync's bookkeeping: host launches of tiny kernels
+    tail = host.before_sync * host.kernel_s
+    total = sum(sync_segment_s([launches(op, host) * host.kernel_s for op in seq[a:b]] + [tail],
+                               [_gpu_s(op, costs, groups) for op in seq[a:b]] + [0.0])
                 for a, b in zip(cuts, cuts[1:], strict=False))
     return Priced(max(base.compute_s, total - base.comm_s), base.comm_s, base.comm)
 
