@@ -288,9 +288,12 @@ def test_parameters_count_every_expert_split_over_ep():
 # ---- run: what-ifs and knobs --------------------------------------------------------------
 
 def test_imbalance_slows_the_busiest_rank_and_not_the_model_flops():
+    """On sequences long enough that the layers' kernels outlast the host's launches (the
+    small model's 256-token layers are host-bound: lower.moe_host)."""
     hw = load_profile("h100-sxm")
-    even = simulate(_parse(_moe_data()), hw)
-    hot = simulate(_parse(_moe_data(imbalance=2.0)), hw)
+    longer = ["model.seq_length=4096"]
+    even = simulate(_parse(_moe_data(), longer), hw)
+    hot = simulate(_parse(_moe_data(imbalance=2.0), longer), hw)
     assert hot.iteration_time_s > even.iteration_time_s
     assert dict(hot.comm_bytes)["all_to_all"] == pytest.approx(
         2.0 * dict(even.comm_bytes)["all_to_all"])

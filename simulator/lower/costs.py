@@ -36,15 +36,23 @@ class CostModel:
     # host seconds the training stack spends launching one kernel (its framework profile's
     # `launch`): a run of kernels takes at least their count times this (`price_ops`)
     host_kernel_s: float = 0.0
+    # host seconds per launched kernel in a mixture-of-experts layer whose token dispatcher
+    # makes the host wait for the device each forward (framework profile `moe_host`;
+    # `lower.moe_host`); 0: the stack's dispatcher does not sync
+    moe_host_kernel_s: float = 0.0
+    moe_dispatcher_kernels: int = 0  # the dispatcher's launches before each sync (moe_host)
     # a node's NVMe drives, all at once: seconds to read / write nbytes (lower.nvme); None
     # where the profile gives no NVMe figures
     nvme_read_s: Callable[[float], float] | None = None
     nvme_write_s: Callable[[float], float] | None = None
 
     @classmethod
-    def from_hardware(cls, hw: Any, host_kernel_s: float = 0.0) -> CostModel:
+    def from_hardware(cls, hw: Any, host_kernel_s: float = 0.0,
+                      moe_host: tuple[float, int] = (0.0, 0)) -> CostModel:
         """The cost model of `simulator.cost` for hardware profile `hw` (and a stack that
-        spends `host_kernel_s` of host time per kernel it launches)."""
+        spends `host_kernel_s` of host time per kernel it launches; `moe_host`: per kernel
+        of an MoE layer whose dispatcher syncs, and the dispatcher's launches before each
+        sync)."""
 
         pcie = float(hw.pcie_bandwidth_bytes_per_s)
 
@@ -61,6 +69,8 @@ class CostModel:
             hardware=hw,
             overlap_slowdown=float(hw.efficiency.overlap_compute_slowdown),
             host_kernel_s=host_kernel_s,
+            moe_host_kernel_s=moe_host[0],
+            moe_dispatcher_kernels=moe_host[1],
             nvme_read_s=_per_byte(hw.nvme_read_bytes_per_s),
             nvme_write_s=_per_byte(hw.nvme_write_bytes_per_s),
         )

@@ -121,5 +121,8 @@ class DeviceCosts:
         return CostModel(compute_s=compute_s, collective_s=collective_s,
                          send_recv_s=send_recv_s, copy_s=own.copy_s, peer_send_s=self.send_s,
                          hardware=own.hardware, overlap_slowdown=own.overlap_slowdown,
-                         host_kernel_s=own.host_kernel_s, nvme_read_s=own.nvme_read_s,
+                         host_kernel_s=own.host_kernel_s,
+                         moe_host_kernel_s=own.moe_host_kernel_s,
+                         moe_dispatcher_kernels=own.moe_dispatcher_kernels,
+                         nvme_read_s=own.nvme_read_s,
                          nvme_write_s=own.nvme_write_s)

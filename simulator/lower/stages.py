@@ -21,6 +21,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
 from simulator.lower.costs import CostModel, Priced, price_ops
 from simulator.lower.host import host_costs
 from simulator.lower.layout import RankMesh
+from simulator.lower.moe_host import is_moe_layer, moe_host, price_synced, price_unsynced
 from simulator.lower.multicopy import multi_copy
 from simulator.models.split import StageSplit, stage_layers, unit_split
 from simulator.program.program import Block, Op, Program, coalesce, runs
@@ -180,12 +181,24 @@ def _price_stages(scenario: Scenario, prog: Program, layout: RankMesh,
     c = scenario.parallel.overlap.copies
     costs = host_costs(costs, prog.host_kernels)  # operators on the host CPU (program.host)
 
+    host = moe_host(scenario, costs) if c == 1 else None  # lower.moe_host
+
     def price(ops: tuple) -> Priced:
         if c > 1:
             return multi_copy(ops, costs, groups, c)
+        if host is not None and is_moe_layer(ops):
+            return price_unsynced(ops, costs, groups, host, prog.tp_overlap)
         return price_ops(ops, costs, groups, prog.tp_overlap)
 
-    priced = {id(b): _Priced(price(b.fwd), price(b.bwd), _priced_split(b.fwd, b.bwd, price))
+    def price_fwd(ops: tuple) -> Priced:
+        # an MoE layer's forward (and its re-run under recompute, `_stage`) waits for the
+        # device at its dispatcher's sync
+        if host is not None and host.sync and is_moe_layer(ops):
+            return price_synced(ops, costs, groups, host, prog.tp_overlap)
+        return price(ops)
+
+    priced = {id(b): _Priced(price_fwd(b.fwd), price(b.bwd),
+                             _priced_split(b.fwd, b.bwd, price))
               for b in prog.blocks}
     # DualPipe: the p stages of one direction, the reverse direction's the same again
     stages = layout.pipeline if layout.mirrored else layout.virtual_stages
@@ -193,7 +206,7 @@ def _price_stages(scenario: Scenario, prog: Program, layout: RankMesh,
     out, start = [], 0
     for vs, n in enumerate(counts):
         stop = start + n
-        out.append(_stage(prog, layout, priced, price, start, stop, vs, stages,
+        out.append(_stage(prog, layout, priced, price_fwd, start, stop, vs, stages,
                           lambda sync: price_ops(coalesce(sync, "grad_sync"), costs, groups)))
         start = stop
     return tuple(out) * (2 if layout.mirrored else 1)

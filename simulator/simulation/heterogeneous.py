@@ -30,11 +30,12 @@ class Cluster:
     device is alike (the lowering then prices all with one cost model)."""
 
     def __init__(self, scenario: Scenario, hw: Any, fidelity: str, mesh: Mesh | None,
-                 costs: CostModel | None = None, host_kernel_s: float = 0.0) -> None:
+                 costs: CostModel | None = None,
+                 host_kernel_s: tuple[float, tuple[float, int]] = (0.0, (0.0, 0))) -> None:
         self.scenario, self.hw, self.fidelity, self.mesh = scenario, hw, fidelity, mesh
         self._base: Callable[[Any], CostModel] = (
             (lambda prof: costs) if costs is not None
-            else lambda prof: CostModel.from_hardware(prof, host_kernel_s))
+            else lambda prof: CostModel.from_hardware(prof, *host_kernel_s))
         self.hardware: ClusterHardware | None = None
         self.costs: DeviceCosts | None = None
         if not scenario.cluster.uniform:

@@ -154,7 +154,8 @@ def run_program(scenario: Scenario, hw: Any, fw: Any) -> RunProgram:
 def run_costs(hw: Any, fw: Any) -> CostModel:
     """The cost model `run` prices with: the profile's, with the stack's launch cost per
     kernel."""
-    return CostModel.from_hardware(hw, fw.software.host_us_per_kernel * 1e-6)
+    return CostModel.from_hardware(hw, fw.software.host_us_per_kernel * 1e-6,
+                                   fw.moe_host_costs)
 
 
 STEADY_TRIES = 4  # shortened runs tried at most (19 to 152 micro-batches for GPT-3 175B)
@@ -250,12 +251,14 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     if costs is not None and costs.hardware is not None and not costs.host_kernel_s:
         # a profile's own cost model handed in (a sweep's memoised one) takes the stack's
         # launch cost as `run` does; closed forms injected by tests (no hardware) stay as given
-        costs = replace(costs, host_kernel_s=host_kernel_s)
+        costs = replace(costs, host_kernel_s=host_kernel_s,
+                        moe_host_kernel_s=fw.moe_host_costs[0],
+                        moe_dispatcher_kernels=fw.moe_host_costs[1])
     injected = costs
     costs = costs or run_costs(hw, fw)
     prog, mesh, model, hardware = run_program(scenario, hw, fw)
     fused = with_auto_fusion(scenario, fw, prog.grad_bytes)
-    cluster = Cluster(scenario, hw, fidelity, mesh, injected, host_kernel_s)
+    cluster = Cluster(scenario, hw, fidelity, mesh, injected, (host_kernel_s, fw.moe_host_costs))
     split = split_for(fused, prog, rank_mesh(fused, mesh), costs)  # once, for every lowering
 
     def lower_with(device_costs: Any, micro: int | None = None,

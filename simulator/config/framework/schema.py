@@ -26,7 +26,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 __all__ = ["FrameworkProfile", "Software", "Fp8", "MemoryOverheads", "GradReduction",
-           "UnfusedPass", "Launch", "FP8_ROLES"]
+           "UnfusedPass", "Launch", "MoeHost", "FP8_ROLES"]
 
 PosInt = Annotated[StrictInt, Field(ge=1)]
 NonNegInt = Annotated[StrictInt, Field(ge=0)]
@@ -275,6 +275,25 @@ class Launch(_Closed):
     source: Text = None
 
 
+class MoeHost(_Closed):
+    """What a mixture-of-experts layer costs the host in this stack (`simulator.lower.
+    moe_host`): `dispatcher_sync`, the all-to-all token dispatcher copies the tokens per
+    expert to the host and waits for the device once per layer's forward when dropless
+    (`sync_source` cites the code); `dispatcher_kernels`, what the dispatcher launches for
+    its own bookkeeping before each sync (counted in the same code); `host_us_per_kernel`,
+    the measured host time per kernel launched inside a layer, which each launch in such a
+    layer costs (`source`); the kernels per local expert are counted from the stack's code
+    (`expert_launches_source`)."""
+
+    dispatcher_sync: StrictBool
+    host_us_per_kernel: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)]
+    # the dispatcher's own launches before each sync (counts, their all-gather, copies)
+    dispatcher_kernels: Annotated[StrictInt, Field(ge=0, le=1000)] = 0
+    sync_source: Text = None
+    expert_launches_source: Text = None
+    source: Text = None
+
+
 class FrameworkProfile(_Closed):
     """A validated framework profile. `source` is the file it came from (for messages)."""
 
@@ -293,6 +312,7 @@ class FrameworkProfile(_Closed):
     cross_entropy: CrossEntropy
     activation_recompute: ActivationRecompute
     launch: Launch | None = None
+    moe_host: MoeHost | None = None
     notes: tuple[StrictStr, ...] = ()
     source: StrictStr = "<framework>"
 
@@ -316,6 +336,21 @@ class FrameworkProfile(_Closed):
             selective_recompute=self.activation_recompute.selective,
             unfused_passes=self.fused_kernels.unfused_passes,
             host_us_per_kernel=self.launch.host_us_per_kernel if self.launch else 0.0)
+
+    @property
+    def moe_host_kernel_s(self) -> float:
+        """Host seconds per kernel of an MoE layer whose dispatcher syncs (`moe_host`);
+        0 where the stack's dispatcher does not."""
+        m = self.moe_host
+        return m.host_us_per_kernel * 1e-6 if m is not None and m.dispatcher_sync else 0.0
+
+    @property
+    def moe_host_costs(self) -> tuple[float, int]:
+        """(`moe_host_kernel_s`, the dispatcher's launches before each sync) for the cost
+        model (`simulator.lower.costs.CostModel.from_hardware`)."""
+        m = self.moe_host
+        kernels = m.dispatcher_kernels if m is not None and self.moe_host_kernel_s else 0
+        return self.moe_host_kernel_s, kernels
 
     def __str__(self) -> str:
         return f"{self.name} ({self.description})"

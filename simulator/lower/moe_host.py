@@ -1,0 +1,196 @@
+"""Host-bound mixture-of-experts layers: the token dispatcher's device-to-host sync and the
+kernels Transformer Engine launches per local expert.
+
+What the stack's code does (Megatron-Core core_v0.15.0, the NeMo 25.11 / Megatron-Bridge
+25.11 stack; Transformer Engine v2.9):
+
+- **One sync per MoE layer's forward.** `MoEAlltoAllTokenDispatcher` (megatron/core/
+  transformer/moe/token_dispatcher.py) in dropless mode (no capacity factor, so not
+  `drop_and_pad`): `preprocess` counts the tokens per expert on the device and all-gathers
+  the counts over the expert group, then marks `_maybe_update_cuda_sync_point(
+  "before_ep_alltoall")` (EP > 1; "before_finish" otherwise); `_maybe_dtoh_and_synchronize`
+  copies the counts to the host (`maybe_move_tensor_to_cpu`, `.to("cpu", non_blocking=True)`
+  on `cuda_dtoh_stream` at "before_permutation_1") and, at the sync point,
+  `self.d2h_event.synchronize()`: the host waits for the device to finish every kernel
+  queued before the copy. The expert GEMMs need the counts on the host (`TEGroupedMLP.
+  forward`: `tokens_per_expert.tolist()` as TE's `m_splits`). The backward reuses the host
+  values: it has no sync.
+- **Kernels per local expert.** TE's `GroupedLinear` (transformer_engine/pytorch/module/
+  grouped_linear.py, `_GroupedLinear.forward` / `.backward`) runs `general_grouped_gemm`
+  (cpp_extensions/gemm.py) -> `te_general_grouped_gemm` (csrc/extensions/gemm.cpp) ->
+  `nvte_multi_tensor_gemm` -> `multi_stream_cublas_gemm` (common/gemm/cublaslt_gemm.cu): a
+  loop of one cuBLASLt GEMM per local expert (`for (int i = 0; i < num_gemms; i++)
+  nvte_cublas_gemm_v2(...)`, each with its own heuristic query), so a grouped GEMM is
+  N launches: forward 1, backward dgrad + wgrad, per GroupedLinear (fc1, fc2). Under MXFP8
+  `te_general_grouped_gemm` also swizzles both operands' block scales
+  (`multi_tensor_swizzle_scaling_factors`, one kernel per operand list: 2 per call), and
+  `tex.split_quantize` of the input (forward) and of the output gradient (backward)
+  quantizes each expert's split on its own (csrc/extensions/cast.cpp
+  `multi_tensor_quantize_impl`: a fused multi-tensor kernel for delayed-scaling FP8 only,
+  "Quantize kernels individually" otherwise): N launches each.
+
+The model: after a sync the device's queue is empty, so the forward of an MoE layer from its
+sync point to the next layer's is a fixed sequence on two machines, the host launching and
+the device running each kernel in order; it takes (Johnson 1954, the makespan of a given
+order in a two-stage flow shop; S. M. Johnson, "Optimal two- and three-stage production
+schedules with setup times included", Naval Research Logistics Quarterly 1(1), 1954)
+
+    T = max over j of ( sum_{i <= j} host_i + sum_{i >= j} gpu_i ),
+
+which is at least max(sum host, sum gpu) and approaches their sum when the host-heavy
+kernels (the experts') come first and the device-heavy ones (the next layer's attention)
+last. The layer is priced as that segment (the layer's ops rotated to start at the sync;
+repeated layers make the rotation exact; a run of several layers is cut at each sync). A
+recomputed layer runs its dispatcher again, and syncs again. The backward has no sync: the
+host runs ahead, and a layer's backward takes at least its launches' host time (as
+`price_ops` floors every run of ops). `host_i` is launches(op) times the stack's measured
+host time per launched kernel in a layer (framework profile `moe_host.host_us_per_kernel`,
+with its source).
+
+Before each sync the dispatcher launches its own bookkeeping (`preprocess`: the counts per
+expert and their sums, the all-gather of the counts over the expert group, then the
+device-to-host copies), which no priced op stands for: the stack's `moe_host.
+dispatcher_kernels` launches, host time only. Not modelled: the device time of that
+bookkeeping and the sync's own latency (the event wake-up, the copy), the probabilities'
+second all-to-all, and the 2-3 kernels a priced non-expert op launches (counted once each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
+from simulator.lower.costs import CostModel, Priced, price_ops
+from simulator.program.program import Op, TpOverlap
+
+__all__ = ["MoeHost", "moe_host", "launches", "sync_segment_s", "sync_points",
+           "price_synced", "price_unsynced", "is_moe_layer"]
+
+# the expert operands' FP8 casts of a forward input and a backward output gradient
+# (`program.fp8`: `{op}.fp8_cast_input`, `{op}.dgrad.fp8_cast_grad`)
+_SPLIT_CASTS = (".fp8_cast_input", ".fp8_cast_grad")
+_MX_SWIZZLES = 2  # te_general_grouped_gemm: multi_tensor_swizzle_scaling_factors of A and B
+
+
+@dataclass(frozen=True)
+class MoeHost:
+    """How one MoE layer's kernels load the host: seconds per launched kernel, the local
+    experts each grouped GEMM loops over, whether the expert operands' FP8 casts quantize
+    each expert's split alone, the scale-swizzle kernels of each grouped GEMM call, and
+    whether the dispatcher waits for the device each forward (dropless routing), and the
+    dispatcher's launches before each sync."""
+
+    kernel_s: float
+    local_experts: int
+    split_quantize: bool = False
+    swizzles: int = 0
+    sync: bool = True
+    # launches of the dispatcher's own bookkeeping before each sync (the counts per expert,
+    # their all-gather, the device-to-host copies), which no priced op stands for
+    before_sync: int = 0
+
+
+def moe_host(scenario: Any, costs: CostModel) -> MoeHost | None:
+    """The host rule of `scenario`'s MoE layers, or None where it does not apply: a stack
+    without the figure (`costs.moe_host_kernel_s` 0), no MoE, or another dispatcher than
+    the all-to-all one (DeepEP). With token dropping Megatron-Core's drop-and-pad path skips
+    the copy and the sync (`sync` false): the experts' launches remain."""
+    moe = getattr(scenario.model, "moe", None)
+    p = scenario.parallel
+    if not costs.moe_host_kernel_s or moe is None or p.expert_dispatcher != "alltoall":
+        return None
+    mx = scenario.model.dtype == "fp8" and scenario.training.fp8_scaling == "mxfp8"
+    return MoeHost(costs.moe_host_kernel_s, max(1, moe.experts // p.expert), mx,
+                   _MX_SWIZZLES if mx else 0, moe.dropless, costs.moe_dispatcher_kernels)
+
+
+def launches(op: Op, host: MoeHost) -> int:
+    """Kernels the host launches for `op`: one per local expert for a grouped GEMM and for
+    a split-quantized expert cast, plus an FP8 GEMM's scale swizzles (MXFP8), one for any
+    other op that does work, none for an op without FLOPs or bytes."""
+    if isinstance(op, CommSpec):
+        return 1
+    if op.flops <= 0 and op.bytes_accessed <= 0:
+        return 0
+    if op.kind == "gemm":
+        # an FP8 GEMM under MXFP8 swizzles both operands' block scales first (te_gemm and
+        # te_general_grouped_gemm alike, csrc/extensions/gemm.cpp)
+        swizzles = host.swizzles if op.dtype == "fp8" else 0
+        return (host.local_experts if op.grouped else 1) + swizzles
+    if host.split_quantize and op.name.startswith("expert_") and op.name.endswith(_SPLIT_CASTS):
+        return host.local_experts
+    return 1
+
+
+def sync_segment_s(host_s: Sequence[float], gpu_s: Sequence[float]) -> float:
+    """Seconds from a sync (an empty device queue) until the device has run every kernel of
+    the segment: max over j of (host time to launch kernels 1..j) + (device time of kernels
+    j..n); 0 for no kernels."""
+    assert len(host_s) == len(gpu_s)
+    best, launched, rest = 0.0, 0.0, float(sum(gpu_s))
+    for h, g in zip(host_s, gpu_s, strict=True):
+        launched += h
+        best = max(best, launched + rest)
+        rest -= g
+    return best
+
+
+def is_moe_layer(ops: tuple[Op, ...]) -> bool:
+    """Whether `ops` hold a mixture of experts' grouped expert GEMMs."""
+    return any(isinstance(op, ComputeSpec) and op.grouped for op in ops)
+
+
+def _first_expert_after(ops: tuple[Op, ...], i: int) -> bool:
+    """Whether the next compute op after position i is an expert's."""
+    nxt = next((op for op in ops[i + 1:] if isinstance(op, ComputeSpec)), None)
+    return nxt is not None and nxt.name.startswith("expert_")
+
+
+def sync_points(ops: tuple[Op, ...]) -> list[int]:
+    """Where the host waits, one per MoE layer in `ops`: before each dispatch all-to-all
+    over the expert axis (the one the experts' ops follow: 'before_ep_alltoall'), or
+    without expert parallelism before each layer's first expert op ('before_finish')."""
+    points = [i for i, op in enumerate(ops) if isinstance(op, CommSpec)
+              and op.collective == "all_to_all" and op.axis == "ep" and _first_expert_after(ops, i)]
+    if points:
+        return points
+    return [i for i, op in enumerate(ops) if op.name.startswith("expert_")
+            and (i == 0 or not ops[i - 1].name.startswith("expert_"))]
+
+
+def _gpu_s(op: Op, costs: CostModel, groups: dict[str, GroupSpec]) -> float:
+    if isinstance(op, CommSpec):
+        return costs.collective_s(op.collective, op.bytes, groups[op.axis])
+    return costs.compute_s(op)
+
+
+def price_synced(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec],
+                 host: MoeHost, tp_overlap: TpOverlap | None = None) -> Priced:
+    """MoE layers' forward (or its re-run under recompute) as sync segments (module doc):
+    the ops rotated to start at the first sync and cut at every other, each segment at least
+    `sync_segment_s` of its launches and device times; what exceeds the device's own time
+    is counted as compute, as `price_ops` counts its launch floor."""
+    base = price_ops(ops, replace(costs, host_kernel_s=0.0), groups, tp_overlap)
+    points = sync_points(ops)
+    if not points:
+        return price_unsynced(ops, costs, groups, host, tp_overlap)
+    k = points[0]
+    seq = ops[k:] + ops[:k]
+    cuts = [p - k for p in points] + [len(seq)]
+    # each segment ends with the next sync's bookkeeping: host launches of tiny kernels
+    tail = host.before_sync * host.kernel_s
+    total = sum(sync_segment_s([launches(op, host) * host.kernel_s for op in seq[a:b]] + [tail],
+                               [_gpu_s(op, costs, groups) for op in seq[a:b]] + [0.0])
+                for a, b in zip(cuts, cuts[1:], strict=False))
+    return Priced(max(base.compute_s, total - base.comm_s), base.comm_s, base.comm)
+
+
+def price_unsynced(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec],
+                   host: MoeHost, tp_overlap: TpOverlap | None = None) -> Priced:
+    """A run of ops with no sync (an MoE layer's backward): at least their launches' host
+    time, the shortfall counted as compute (`price_ops`)."""
+    base = price_ops(ops, replace(costs, host_kernel_s=0.0), groups, tp_overlap)
+    floor = sum(launches(op, host) for op in ops) * host.kernel_s
+    return Priced(max(base.compute_s, floor - base.comm_s), base.comm_s, base.comm)
