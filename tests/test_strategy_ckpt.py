@@ -158,3 +158,21 @@ def test_blocks_on_the_wrong_count_of_slices_are_refused(invoke_cli, tmp_path):
     assert result.exit_code == 2, text
     assert "model.ops[0]" in text and "explicit blocks [10, 20, 34] of dim 0 (size 64) " \
         "are not 4 positive sizes summing to 64" in text, text
+
+
+def test_a_checkpoint_gather_with_the_ids_whole_is_refused(invoke_cli, tmp_path):
+    """Blocks with placements that keep the ids whole (the Partial row split) are not
+    what MindSpore runs for a manual_split Gather (ManualImpl::InferTensorMap): refused at
+    the operator's placements."""
+    ckpt = tmp_path / "a.json"
+    doc = _save(invoke_cli, SHARED, ckpt)
+    doc["ops"]["embedding"].update(ids=["B", "B"], out=["P", "P"])
+    ckpt.write_text(json.dumps(doc))
+    result = invoke_cli("run", SHARED, "--set", f"parallel.strategy_ckpt_load_file={ckpt}")
+    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
+    assert result.exit_code == 2, text
+    assert ("model.ops[0].placements: op 'embedding' (Gather): a manual_split Gather takes "
+            "the ids and gives its output split on the ids' last dim, S(1), on every mesh "
+            "axis that splits the table's rows (MindSpore's ManualImpl::InferTensorMap, "
+            "mindspore/ccsrc/frontend/parallel/ops_info/gather_info.cc); mesh axis 0 has "
+            "embedding_table S(0), ids B, out P") in text, text

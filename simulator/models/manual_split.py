@@ -1,15 +1,17 @@
-"""MindSpore's `manual_split` on a Gather (`add_prim_attr("manual_split", config)`: "(10,
-20, 30, 4) means that the 0th dimension of the first input of the operator is cut into 4
-parts", MindSpore tutorial "Other Features" r1.9, interface table). The op's Strategy carries
-the pieces (`sharding.graph_yaml`) into the Gather's signature and so into the table's kept
-layout, its gradient and optimizer states as explicit blocks (`Shard.sizes`,
+"""MindSpore's `manual_split` on a Gather (`add_prim_attr("manual_split", config)`: "(10, 20,
+30, 4) means that the 0th dimension of the first input of the operator is cut into 4
+parts", MindSpore tutorial "Other Features" r1.9, interface table). The op's Strategy
+carries the pieces (`sharding.graph_yaml`) into the Gather's signature and so into the
+table's kept layout, its gradient and optimizer states as explicit blocks (`Shard.sizes`,
 `sharding.layout`): device k of the dim's slices holds rows [sum(pieces[:k]),
-sum(pieces[:k+1])), looks up the ids in that range and zeros elsewhere, and the partial
-outputs are reduced as the strategy's Partial output already is. Time and memory are the
-largest block's (`Layout.local_shape`). The scenario rules
-(`config.scenario.manual_split_rules`) have already checked the op type, the pieces' sum,
-count and signs; here: every other reader of the table takes it in the same layout, blocks
-included, as MindSpore requires of a parameter's users (CheckParameterSplit in
+sum(pieces[:k+1])) and column block k of the ids, subtracts its block's first row and
+gathers locally, the output keeping the ids' split with no reduction (MindSpore's
+ManualImpl, mindspore/ccsrc/frontend/parallel/ops_info/gather_info.cc;
+`sharding.manual_gather`). Memory is the largest block's (`Layout.local_shape`). The
+scenario rules (`config.scenario.manual_split_rules`) have already checked the op type,
+the pieces' sum, count and signs and MindSpore's strategy for it; here: every other reader
+of the table takes it in the same layout, blocks included, as MindSpore requires of a
+parameter's users (CheckParameterSplit in
 mindspore/ccsrc/frontend/parallel/parameter_manager.cc raises "The parameter: ... has
 multiple users, but the TensorInfo are different"): a second Gather with the same strategy
 and manual_split shares the blocks (its gradient summed into the same blocks); any other

@@ -29,7 +29,7 @@ from simulator.graph.ops.base import LabelView
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import from_mindspore, from_sbp
 from simulator.sharding.placement import Shard
-from simulator.sharding.rules import Sig1D, Signature
+from simulator.sharding.rules import Sig1D, Signature, SignatureError
 
 __all__ = ["manual_gather_signature", "manual_from_placements"]
 
@@ -41,7 +41,7 @@ def manual_gather_signature(view: LabelView, mesh: Mesh, in_strategy: list[list[
     table, ids = in_strategy
     sig, taken = from_mindspore(view, mesh, [list(table), [1] * len(ids)])
     last = len(ids) - 1
-    rows = set(taken.get(view.inputs[0][0], []))
+    rows = set(taken.get(view.inputs[0][0] or "", []))
     return Signature(tuple(
         Sig1D((Shard(0, blocks), Shard(last)), Shard(last)) if a in rows else s
         for a, s in enumerate(sig.axes)))
@@ -64,6 +64,18 @@ def manual_from_placements(view: LabelView, mesh: Mesh, names: tuple[str, ...],
         except (KeyError, IndexError, TypeError):
             return False
     axes = [a for a in range(mesh.ndim) if manual(a)]
+    rows = [a for a in range(mesh.ndim) if a not in axes
+            and isinstance(placements.get(table), list) and a < len(placements[table])
+            and placements[table][a] == "S(0)"]
+    if rows:
+        a = rows[0]
+        raise SignatureError(
+            f"a manual_split Gather takes the ids and gives its output split on the ids' "
+            f"last dim, {ids}, on every mesh axis that splits the table's rows (MindSpore's "
+            f"ManualImpl::InferTensorMap, mindspore/ccsrc/frontend/parallel/ops_info/"
+            f"gather_info.cc); mesh axis {a} has {table} S(0), {index} "
+            f"{placements.get(index, [None] * mesh.ndim)[a]}, out "
+            f"{placements.get('out', [None] * mesh.ndim)[a]}")
     standin = {k: ([{index: "B", "out": "P"}.get(k, p) if a in axes else p
                     for a, p in enumerate(v)] if k in (index, "out") else v)
                for k, v in placements.items()}
