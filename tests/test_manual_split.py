@@ -414,3 +414,16 @@ def test_ids_outside_their_block_fail_verify(name, monkeypatch):
     monkeypatch.setattr(inputs, "_manual_blocks", lambda graph, name: None)
     bad = verify_scenario(s)
     assert [c.tensor for c in bad.checks if not c.ok][0] == "emb"
+
+
+def test_a_strategy_leaving_devices_of_the_stage_over_is_refused(invoke_cli):
+    """[[4, 1], [1, 4]] on 8 devices would repeat the op on two groups of 4: MindSpore's
+    ManualImpl::CheckStrategy refuses repeated calculation (parallel.data replicas, outside
+    the stage's mesh here, are not that: test_blocks_survive_data_parallel_replicas)."""
+    result = invoke_cli("run", UNEVEN, "--set", "cluster.devices_per_node=8")
+    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
+    assert result.exit_code == 2, text
+    assert ("model.ops[0].strategy: [[4, 1], [1, 4]] uses 4 of the 8 devices of the stage: "
+            "a manual_split Gather's strategy must use them all (MindSpore's "
+            "ManualImpl::CheckStrategy, mindspore/ccsrc/frontend/parallel/ops_info/"
+            "gather_info.cc: \"Manual split doesn't support repeated calc\")") in text, text

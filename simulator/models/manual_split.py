@@ -19,6 +19,8 @@ layout would also need a redistribution of explicit blocks, which the planner re
 
 from __future__ import annotations
 
+import math
+
 from simulator.config.scenario.schema import GraphModel
 from simulator.errors import InputError
 from simulator.graph.graph import Graph
@@ -28,7 +30,7 @@ from simulator.sharding.placement import Shard
 from simulator.sharding.plan import build_plan
 from simulator.sharding.rules import SignatureError
 
-__all__ = ["planned_pieces", "check_manual_splits"]
+__all__ = ["planned_pieces", "check_manual_splits", "check_no_repeat"]
 
 
 def planned_pieces(graph: Graph, mesh: Mesh, table: str) -> list[int]:
@@ -83,3 +85,20 @@ def check_manual_splits(model: GraphModel, graph: Graph, mesh: Mesh, source: str
                 f"take it in the same layout (CheckParameterSplit, \"has multiple users, "
                 f"but the TensorInfo are different\"); give each reader the same strategy "
                 f"and manual_split"))
+
+
+def check_no_repeat(model: GraphModel, stage_devices: int, source: str) -> None:
+    """A manual_split Gather's strategy uses every device of its stage (MindSpore's
+    ManualImpl::CheckStrategy, mindspore/ccsrc/frontend/parallel/ops_info/gather_info.cc:
+    "Manual split doesn't support repeated calc"); `parallel.data` replicas are outside
+    the stage's mesh here and each run the op on its own batch."""
+    for i, op in enumerate(model.ops):
+        if "manual_split" not in op.attrs or op.strategy is None:
+            continue
+        used = math.prod(op.strategy[0])
+        if used < stage_devices:
+            raise InputError(source, f"model.ops[{i}].strategy", (
+                f"{[list(s) for s in op.strategy]} uses {used} of the {stage_devices} "
+                f"devices of the stage: a manual_split Gather's strategy must use them all "
+                f"(MindSpore's ManualImpl::CheckStrategy, mindspore/ccsrc/frontend/parallel/"
+                f"ops_info/gather_info.cc: \"Manual split doesn't support repeated calc\")"))
