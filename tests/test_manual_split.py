@@ -427,3 +427,14 @@ def test_a_strategy_leaving_devices_of_the_stage_over_is_refused(invoke_cli):
             "a manual_split Gather's strategy must use them all (MindSpore's "
             "ManualImpl::CheckStrategy, mindspore/ccsrc/frontend/parallel/ops_info/"
             "gather_info.cc: \"Manual split doesn't support repeated calc\")") in text, text
+
+
+def test_the_table_s_columns_may_be_split_too():
+    """MindSpore's ManualImpl takes the table strategy [a, b] (its device matrix; the
+    output's last dim split b ways): [[2, 2], [1, 2]] with blocks (30, 34) equals one
+    device, and fails with a shifted block."""
+    s = load_scenario(UNEVEN, ["model.ops[0].strategy=[[2,2],[1,2]]",
+                               "model.ops[0].attrs.manual_split=[30,34]"]).scenario
+    r = verify_scenario(s)
+    assert r.ok, [c for c in r.checks if not c.ok]
+    assert not verify_scenario(s, Faults(block_shift=True)).ok

@@ -50,7 +50,8 @@ def _ids_strategy(m: GraphModel, op: GraphOp, k: int) -> str | None:
     into the table's k slices."""
     assert op.strategy is not None
     ids = next((t for t in m.tensors if t.name == op.inputs[1]), None)
-    rank = len(ids.shape) if ids is not None and ids.shape else len(op.strategy[1])
+    given = len(op.strategy[1]) if len(op.strategy) > 1 else 1
+    rank = len(ids.shape) if ids is not None and ids.shape else given
     want = [1] * (rank - 1) + [k]
     if len(op.strategy) > 1 and list(op.strategy[1]) == want:
         return None
