@@ -91,8 +91,10 @@ def test_explicit_blocks_round_trip_through_a_checkpoint(invoke_cli, tmp_path):
     saving again from the loaded run writes the same checkpoint."""
     first = _save(invoke_cli, SHARED, tmp_path / "a.json")
     for gather, ids in (("embedding", "ids"), ("context_embedding", "context_ids")):
+        # MindSpore's ManualImpl (gather_info.cc): the ids' last dim on the axes of the
+        # table's rows, the output keeping it (no Partial)
         assert first["ops"][gather] == {"embedding_table": ["S(0)", "S(0)"],
-                                        ids: ["B", "B"], "out": ["P", "P"],
+                                        ids: ["S(1)", "S(1)"], "out": ["S(1)", "S(1)"],
                                         "manual_split": [10, 20, 30, 4]}
     assert "manual_split" not in first["ops"]["combine"]
     load = f"parallel.strategy_ckpt_load_file={tmp_path / 'a.json'}"
@@ -101,8 +103,10 @@ def test_explicit_blocks_round_trip_through_a_checkpoint(invoke_cli, tmp_path):
     auto = _run(invoke_cli, "run", SHARED, "--json", "--set", "parallel.mode=auto")
     loaded = _run(invoke_cli, "run", SHARED, "--json", "--set", load)
     assert _figures(loaded) == _figures(auto)
+    # the largest block, as configured; the search halves head.w's rows (S(0) on m1, its
+    # choice after the Gathers' outputs keep the ids' split, MindSpore's ManualImpl)
     assert loaded["memory"]["by_category_bytes"]["parameters"] == 4 * (
-        30 * 16 + 16 * 16 + 16 * 16 + 16 * 10)  # the largest block, as configured
+        30 * 16 + 16 * 16 + 16 * 16 + 8 * 10)
     proof = _run(invoke_cli, "verify", SHARED, "--json", "--set", load)
     assert proof["ok"]
     assert _checks(proof) == _checks(_run(invoke_cli, "verify", SHARED, "--json",
@@ -154,3 +158,21 @@ def test_blocks_on_the_wrong_count_of_slices_are_refused(invoke_cli, tmp_path):
     assert result.exit_code == 2, text
     assert "model.ops[0]" in text and "explicit blocks [10, 20, 34] of dim 0 (size 64) " \
         "are not 4 positive sizes summing to 64" in text, text
+
+
+def test_a_checkpoint_gather_with_the_ids_whole_is_refused(invoke_cli, tmp_path):
+    """Blocks with placements that keep the ids whole (the Partial row split) are not
+    what MindSpore runs for a manual_split Gather (ManualImpl::InferTensorMap): refused at
+    the operator's placements."""
+    ckpt = tmp_path / "a.json"
+    doc = _save(invoke_cli, SHARED, ckpt)
+    doc["ops"]["embedding"].update(ids=["B", "B"], out=["P", "P"])
+    ckpt.write_text(json.dumps(doc))
+    result = invoke_cli("run", SHARED, "--set", f"parallel.strategy_ckpt_load_file={ckpt}")
+    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
+    assert result.exit_code == 2, text
+    assert ("model.ops[0].placements: op 'embedding' (Gather): a manual_split Gather takes "
+            "the ids and gives its output split on the ids' last dim, S(1), on every mesh "
+            "axis that splits the table's rows (MindSpore's ManualImpl::InferTensorMap, "
+            "mindspore/ccsrc/frontend/parallel/ops_info/gather_info.cc); mesh axis 0 has "
+            "embedding_table S(0), ids B, out P") in text, text

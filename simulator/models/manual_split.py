@@ -1,21 +1,25 @@
-"""MindSpore's `manual_split` on a Gather (`add_prim_attr("manual_split", config)`: "(10,
-20, 30, 4) means that the 0th dimension of the first input of the operator is cut into 4
-parts", MindSpore tutorial "Other Features" r1.9, interface table). The op's Strategy carries
-the pieces (`sharding.graph_yaml`) into the Gather's signature and so into the table's kept
-layout, its gradient and optimizer states as explicit blocks (`Shard.sizes`,
+"""MindSpore's `manual_split` on a Gather (`add_prim_attr("manual_split", config)`: "(10, 20,
+30, 4) means that the 0th dimension of the first input of the operator is cut into 4
+parts", MindSpore tutorial "Other Features" r1.9, interface table). The op's Strategy
+carries the pieces (`sharding.graph_yaml`) into the Gather's signature and so into the
+table's kept layout, its gradient and optimizer states as explicit blocks (`Shard.sizes`,
 `sharding.layout`): device k of the dim's slices holds rows [sum(pieces[:k]),
-sum(pieces[:k+1])), looks up the ids in that range and zeros elsewhere, and the partial
-outputs are reduced as the strategy's Partial output already is. Time and memory are the
-largest block's (`Layout.local_shape`). The scenario rules
-(`config.scenario.manual_split_rules`) have already checked the op type, the pieces' sum,
-count and signs; here: every other reader of the table takes it in the same layout, blocks
-included, as MindSpore requires of a parameter's users (CheckParameterSplit in
+sum(pieces[:k+1])) and column block k of the ids, subtracts its block's first row and
+gathers locally, the output keeping the ids' split with no reduction (MindSpore's
+ManualImpl, mindspore/ccsrc/frontend/parallel/ops_info/gather_info.cc;
+`sharding.manual_gather`). Memory is the largest block's (`Layout.local_shape`). The
+scenario rules (`config.scenario.manual_split_rules`) have already checked the op type,
+the pieces' sum, count and signs and MindSpore's strategy for it; here: every other reader
+of the table takes it in the same layout, blocks included, as MindSpore requires of a
+parameter's users (CheckParameterSplit in
 mindspore/ccsrc/frontend/parallel/parameter_manager.cc raises "The parameter: ... has
 multiple users, but the TensorInfo are different"): a second Gather with the same strategy
 and manual_split shares the blocks (its gradient summed into the same blocks); any other
 layout would also need a redistribution of explicit blocks, which the planner refuses."""
 
 from __future__ import annotations
+
+import math
 
 from simulator.config.scenario.schema import GraphModel
 from simulator.errors import InputError
@@ -26,7 +30,7 @@ from simulator.sharding.placement import Shard
 from simulator.sharding.plan import build_plan
 from simulator.sharding.rules import SignatureError
 
-__all__ = ["planned_pieces", "check_manual_splits"]
+__all__ = ["planned_pieces", "check_manual_splits", "check_no_repeat"]
 
 
 def planned_pieces(graph: Graph, mesh: Mesh, table: str) -> list[int]:
@@ -81,3 +85,20 @@ def check_manual_splits(model: GraphModel, graph: Graph, mesh: Mesh, source: str
                 f"take it in the same layout (CheckParameterSplit, \"has multiple users, "
                 f"but the TensorInfo are different\"); give each reader the same strategy "
                 f"and manual_split"))
+
+
+def check_no_repeat(model: GraphModel, stage_devices: int, source: str) -> None:
+    """A manual_split Gather's strategy uses every device of its stage (MindSpore's
+    ManualImpl::CheckStrategy, mindspore/ccsrc/frontend/parallel/ops_info/gather_info.cc:
+    "Manual split doesn't support repeated calc"); `parallel.data` replicas are outside
+    the stage's mesh here and each run the op on its own batch."""
+    for i, op in enumerate(model.ops):
+        if "manual_split" not in op.attrs or op.strategy is None:
+            continue
+        used = math.prod(op.strategy[0])
+        if used < stage_devices:
+            raise InputError(source, f"model.ops[{i}].strategy", (
+                f"{[list(s) for s in op.strategy]} uses {used} of the {stage_devices} "
+                f"devices of the stage: a manual_split Gather's strategy must use them all "
+                f"(MindSpore's ManualImpl::CheckStrategy, mindspore/ccsrc/frontend/parallel/"
+                f"ops_info/gather_info.cc: \"Manual split doesn't support repeated calc\")"))

@@ -14,7 +14,7 @@ from simulator.graph.graph import Graph
 from simulator.models.dataset import with_dataset
 from simulator.models.family import ModelFamily
 from simulator.models.graph_batch import resolved
-from simulator.models.manual_split import check_manual_splits
+from simulator.models.manual_split import check_manual_splits, check_no_repeat
 from simulator.sharding.graph_yaml import graph_from_model, mesh_for_graph, strategy_key
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.outer_axis import with_outer_axis
@@ -40,6 +40,7 @@ def _written(s: Any) -> tuple[Graph, Mesh]:
     mesh = mesh_for_graph(s.model, s.devices // (p.pipeline * p.data), s.source,
                           p.pipeline, p.data)
     graph = graph_from_model(s.model, s.source)
+    check_no_repeat(s.model, mesh.size, s.source)
     if p.data > 1:
         try:
             graph, mesh = with_outer_axis(graph, mesh, p.data)

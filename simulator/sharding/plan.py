@@ -16,6 +16,7 @@ from typing import Any
 
 from simulator.graph.graph import Graph, OpNode
 from simulator.sharding.layout import Layout
+from simulator.sharding.manual_gather import manual_from_placements, manual_gather_signature
 from simulator.sharding.mesh import Mesh
 from simulator.sharding.notation import (
     data_parallel_default,
@@ -262,8 +263,18 @@ def with_blocks(sig: Signature, i: int, dim: int, sizes: tuple[int, ...]) -> Sig
 
 
 def _resolve(op: OpNode, graph: Graph, mesh: Mesh) -> tuple[Signature, Layout | None]:
-    sig, target = _resolve_notation(op, graph, mesh)
     blocks = getattr(op.strategy, "manual_split", None)
+    st: Any = op.strategy
+    if blocks and st.signature is None:
+        # MindSpore's ManualImpl (gather_info.cc): each device its block of rows and its
+        # column block of ids, no reduction (`sharding.manual_gather`)
+        if st.in_strategy is not None:
+            return manual_gather_signature(graph.labels(op), mesh, st.in_strategy,
+                                           blocks), None
+        if st.placements is not None:
+            return with_blocks(manual_from_placements(graph.labels(op), mesh, op.inputs,
+                                                      st.placements), 0, 0, blocks), None
+    sig, target = _resolve_notation(op, graph, mesh)
     return (with_blocks(sig, 0, 0, blocks) if blocks else sig), target
 
 

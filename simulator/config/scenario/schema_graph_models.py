@@ -119,7 +119,8 @@ class GraphOp(_Closed):
         "Operator attributes (such as shape, axes), and recompute, pipeline_stage, "
         "primitive_target, and on a Gather manual_split (the table rows of each slice of "
         "its dim 0, any positive sizes summing to its rows, one per slice, such as [10, 20, "
-        "30, 4])."))
+        "30, 4]; its strategy then splits only the ids' last dim, as many ways as the "
+        "table's rows, as MindSpore's ManualImpl requires: [[4, 1], [1, 4]])."))
     strategy: list[list[Degree]] | None = Field(default=None, description=(
         "MindSpore in_strategy: per input, the slices of each dim; null: chosen (parallel.mode "
         "auto) or data parallel."))
