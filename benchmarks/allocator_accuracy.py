@@ -14,7 +14,8 @@ Two sources:
   (no torch.compile), whose counter is max_memory_reserved.
 
 Columns: measured allocated / reserved GiB; `sim alloc` the simulator's
-allocated_peak_bytes (its accounting: a bf16 shard and the gradients alive at the peak);
+allocated_peak_bytes (the engine's peak under FSDP2's state layout: fp32 shards, the
+moments, each unit's sharded gradient from its reduce-scatter to the step, lower.state);
 `replay alloc` / `replay resv` the replay's peaks (the step's allocations in FSDP2's
 order, two steps); `closed` the closed form of the tensors alive at the peak; signed errors
 in percent. Per stream, the segments each stream reserves at the replay's end. It
@@ -114,6 +115,11 @@ def _print(title: str, rows: list[dict[str, Any]]) -> None:
               f"{r['closed']:7.2f} {_err(r['closed'], r['resv'])} "
               f"{r['replay_resv'] or 0:11.2f} {_err(r['replay_resv'], r['resv'])}  "
               + " ".join(f"{k} {v:.2f}" for k, v in r["streams"].items()))
+    for key in ("sim_alloc", "replay_alloc"):
+        errs = [abs(100 * (r[key] / r["alloc"] - 1)) for r in rows if r[key] and r["alloc"]]
+        if errs:
+            print(f"  allocated, {key}: median {statistics.median(errs):.1f}%, worst "
+                  f"{max(errs):.1f}% over {len(errs)} rows")
     for key in ("closed", "replay_resv"):
         errs = [abs(100 * (r[key] / r["resv"] - 1)) for r in rows if r[key]]
         if errs:

@@ -349,6 +349,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
         tp_overlap=tpo, expert_slot_fill=slot_fill(dims), expert_load=imbalance,
         p2p_blocking=p2p_blocking(software, p.schedule),
+        state_layout=software.state_layout,
     )
 
 

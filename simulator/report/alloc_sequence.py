@@ -7,13 +7,13 @@ Which tensors, from which source (pytorch/pytorch torch/distributed/fsdp/_fully_
 _fsdp_param_group.py @002a76f and _fsdp_collectives.py @010ae4a; torch/optim/adam.py
 @dc80ccd):
 
-- Model states, allocated once: the optimizer states and any resident category, split
-  over each block's parameter tensors (a GEMM's weight is n x k of its `gemm_mnk`; the
-  rest of the block's parameters one tensor). FSDP2 keeps fp32 shards and no bf16 copy:
-  the "parameters" category is not allocated. The Adam moments (exp_avg, exp_avg_sq: 8 B
-  per sharded parameter of `optimizer_states`) are made by the first `step()`
-  (`_init_group`), after the first backward; the rest of the states before the first
-  forward.
+- Model states, laid out as FSDP2 keeps them (`lower.state`, `sharding.state_layout:
+  fsdp2`, the states `allocated_peak_bytes` counts too), split over each block's parameter
+  tensors (a GEMM's weight is n x k of its `gemm_mnk`; the rest of the block's parameters
+  one tensor): the fp32 shards ("parameters", no bf16 copy) and any resident category
+  before the first forward; the Adam moments (exp_avg, exp_avg_sq: `optimizer_states`, 8 B
+  per sharded parameter) made by the first `step()` (`_init_group`), after the first
+  backward.
 - Gather of a group (`unshard`, `foreach_all_gather` on the copy-in stream; nothing with
   one rank): the bf16 copy-in input (the shard) and the output (the parameters, whole),
   the input freed; `wait_for_unshard`: the unsharded parameters, one tensor each, on the
@@ -53,7 +53,6 @@ __all__ = ["Event", "fsdp2_sequence", "SEQUENCES", "ITERATIONS", "replay_result"
 
 Event = tuple[str, str, float, str]  # ("alloc" | "free", tensor key, bytes, stream)
 DEFAULT, GATHER, REDUCE = "default", "all_gather", "reduce_scatter"
-ADAM_MOMENT_BYTES = 8.0  # exp_avg + exp_avg_sq, fp32, per sharded parameter
 
 
 @dataclass(frozen=True)
@@ -138,24 +137,21 @@ class _Seq:
 
 
 def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
-                   micro_batches: int = 1, fp32_logits: bool = False) -> list[Event]:
+                   micro_batches: int = 1, fp32_logits: bool = False,
+                   shard: float = 1.0) -> list[Event]:
     """The events of `iterations` FSDP2 steps of `micro_batches` micro-batches each
-    (module docstring). `static`: the device's model states by category (bytes);
-    `fp32_logits`: the loss casts the logits to fp32 (`cross_entropy.logits_dtype`)."""
+    (module docstring). `static`: the device's model states by category (bytes), laid out
+    as FSDP2 does (`lower.state`, `state_layout: fsdp2`: "parameters" the fp32 shards,
+    "optimizer_states" the moments, no sharded gradient); `fp32_logits`: the loss casts
+    the logits to fp32 (`cross_entropy.logits_dtype`); `shard`: 1 / the FSDP degree."""
     units = _units(program)
     elems = sum(sum(u.tensors) for u in units)
     if elems <= 0:
         return []
-    grads = static.get("gradients", 0.0)
-    states = static.get("optimizer_states", 0.0)
-    shard = grads / (elems * program.grad_bytes) if grads > 0 else 1.0  # 1 / FSDP degree
-    moments = min(states, ADAM_MOMENT_BYTES * elems * shard)
-    # FSDP2 keeps its shards in the optimizer's dtype (fp32) and casts them when it
-    # gathers them (`_get_param_all_gather_inputs`): no compute-dtype shard
-    # ("parameters") is held; the gradients are made by the backward
+    # the fp32 shards and any resident category before the first forward, one tensor per
+    # parameter; the moments (optimizer_states) by the first step
     per_elem = {c: v / elems for c, v in static.items()
-                if c not in ("parameters", "gradients", "framework_overhead") and v > 0}
-    per_elem["optimizer_states"] = (states - moments) / elems
+                if c not in ("optimizer_states", "framework_overhead") and v > 0}
     s = _Seq()
     for cat, b in per_elem.items():
         for u in units:
@@ -167,9 +163,10 @@ def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
             _forward(s, units, e, shard, fp32_logits)
             _backward(s, units, e, shard, program.grad_bytes, accumulate=mb > 0)
         if it == 0:
+            moments = static.get("optimizer_states", 0.0) / elems
             for u in units:
                 for j, n in enumerate(u.tensors):
-                    s.alloc(f"moments:{u.name}.{j}", n * moments / elems)
+                    s.alloc(f"moments:{u.name}.{j}", n * moments)
         _optimizer(s, units, shard)
     return s.events
 
@@ -345,7 +342,8 @@ def replay_result(result: Any, expandable: bool | None = None
     if mem.caching_allocator is None or mem.allocation_sequence is None:
         return None
     par = result.scenario.parallel
-    if par.optimizer_shard != 3 or par.pipeline != 1:
+    if par.optimizer_shard != 3 or par.pipeline != 1 or \
+            getattr(result.program, "state_layout", "zero") != "fsdp2":
         return None
     if expandable is None:
         expandable = mem.caching_allocator == "pytorch_expandable"
@@ -354,6 +352,7 @@ def replay_result(result: Any, expandable: bool | None = None
     fp32_logits = str(fw.cross_entropy.logits_dtype or "").startswith("fp32")
     events = SEQUENCES[mem.allocation_sequence](
         result.program, static, ITERATIONS,
-        min(result.scenario.grad_accum_steps, MICRO_BATCHES), fp32_logits)
+        min(result.scenario.grad_accum_steps, MICRO_BATCHES), fp32_logits,
+        1.0 / (par.data * par.context))
     capacity = result.capacity_bytes - static.get("framework_overhead", 0.0)
     return replay(events, capacity, expandable)
