@@ -53,7 +53,8 @@ def _sets(row: dict[str, Any]) -> list[str]:
             f"parallel.recompute={'full' if row['checkpoint'] else 'none'}"]
 
 
-def predict(path: str, sets: list[str], expandable: bool | None) -> dict[str, Any]:
+def predict(path: str, sets: list[str], expandable: bool | None,
+            keep_last: bool | None = None) -> dict[str, Any]:
     from simulator import load_scenario, simulate
     from simulator.report import summary
     from simulator.report.alloc_sequence import replay_result
@@ -65,7 +66,7 @@ def predict(path: str, sets: list[str], expandable: bool | None) -> dict[str, An
     mode = "pytorch_expandable" if expandable else "pytorch"
     if expandable is None:
         mode = result.framework.memory_overheads.caching_allocator
-    a = replay_result(result, expandable)
+    a = replay_result(result, expandable, keep_last)
     return {"sim_alloc": memory["allocated_peak_bytes"] / GIB,
             "closed": (reserved_peak(result.program, alive, mode) or 0.0) / GIB,
             "replay_alloc": a.peak_allocated / GIB if a else None,
@@ -81,7 +82,9 @@ def h200_rows() -> list[dict[str, Any]]:
     out = []
     for label, name, expandable in FILES:
         for row in json.loads((MEASURED / name).read_text())["rows"]:
-            p = predict(str(BASE), _sets(row), expandable)
+            # fsdp_memory.py reshards every block after its forward (torchtitan keeps the
+            # last one, which the torchtitan rows below replay)
+            p = predict(str(BASE), _sets(row), expandable, keep_last=False)
             out.append({"id": f"{row['name']} ({label})", "alloc": row["max_allocated_bytes"]
                         / GIB, "resv": row["max_reserved_bytes"] / GIB, **p})
     return out

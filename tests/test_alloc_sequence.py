@@ -98,3 +98,20 @@ def test_one_rank_gathers_nothing_and_the_logits_live_through_the_loss_forward()
                                    ("free", "logits")]
     assert _bytes(ev, "logits_fp32") == 4.0 * 128 * 500
     assert _bytes(ev, "logits") == (2.0 + 4.0) * 128 * 500
+
+
+def test_a_kept_last_block_stays_unsharded_from_its_forward_to_its_backward():
+    ev = fsdp2_sequence(_program(), STATIC, 1, shard=SHARD, keep_last=True)
+    keys = [(kind, key) for kind, key, _, _ in ev]
+    # the second (last) layer, unit "layer2": gathered and copied out once, in the forward
+    gathers = [key for kind, key in keys if kind == "alloc" and key.startswith("ag_out:")]
+    assert gathers == ["ag_out:root", "ag_out:layer1", "ag_out:layer2", "ag_out:layer1"]
+    made = keys.index(("alloc", "unsharded:layer2.0"))
+    freed = keys.index(("free", "unsharded:layer2.0"))
+    first_grad = keys.index(("alloc", "grad16:layer2.1"))
+    assert made < keys.index(("alloc", "logits")) < first_grad < freed
+    assert keys.count(("alloc", "unsharded:layer2.0")) == 1
+    # its bytes: the layer's weights in bf16, alive the whole loss
+    alive = sum(n for kind, key, n, _ in ev if kind == "alloc"
+                and key.startswith("unsharded:layer2."))
+    assert alive == 2.0 * (W_A + W_B + 8)

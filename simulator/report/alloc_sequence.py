@@ -36,9 +36,12 @@ _fsdp_param_group.py @002a76f and _fsdp_collectives.py @010ae4a; torch/optim/ada
   tensor each), freed after `_foreach_addcdiv_`; zero_grad(set_to_none) frees the
   gradients.
 
+- The last block kept unsharded from its forward to its backward where the stack does so
+  (torchtitan: parallelize_llama.py @9dec370 apply_fsdp, `reshard_after_forward =
+  int(layer_id) < len(model.layers) - 1`; `sharding.keep_last_block_unsharded`).
+
 Not in the program, so not in the sequence: each op's transient outputs and the activation
-gradients between ops (the loss's buffers excepted); torchtitan keeping its last block
-unsharded after the forward (parallelize_llama.py @9dec370 line 333).
+gradients between ops (the loss's buffers excepted).
 """
 
 from __future__ import annotations
@@ -138,12 +141,14 @@ class _Seq:
 
 def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
                    micro_batches: int = 1, fp32_logits: bool = False,
-                   shard: float = 1.0) -> list[Event]:
+                   shard: float = 1.0, keep_last: bool = False) -> list[Event]:
     """The events of `iterations` FSDP2 steps of `micro_batches` micro-batches each
     (module docstring). `static`: the device's model states by category (bytes), laid out
     as FSDP2 does (`lower.state`, `state_layout: fsdp2`: "parameters" the fp32 shards,
     "optimizer_states" the moments, no sharded gradient); `fp32_logits`: the loss casts
-    the logits to fp32 (`cross_entropy.logits_dtype`); `shard`: 1 / the FSDP degree."""
+    the logits to fp32 (`cross_entropy.logits_dtype`); `shard`: 1 / the FSDP degree;
+    `keep_last`: the last block is not resharded after its forward (torchtitan's
+    `reshard_after_forward` false for it, `sharding.keep_last_block_unsharded`)."""
     units = _units(program)
     elems = sum(sum(u.tensors) for u in units)
     if elems <= 0:
@@ -160,8 +165,8 @@ def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
     e = _param_bytes(program)
     for it in range(iterations):
         for mb in range(micro_batches):
-            _forward(s, units, e, shard, fp32_logits)
-            _backward(s, units, e, shard, program.grad_bytes, accumulate=mb > 0)
+            _forward(s, units, e, shard, fp32_logits, keep_last)
+            _backward(s, units, e, shard, program.grad_bytes, mb > 0, keep_last)
         if it == 0:
             moments = static.get("optimizer_states", 0.0) / elems
             for u in units:
@@ -218,13 +223,14 @@ def _loss_forward(s: _Seq, u: _Unit, e: float, fp32_logits: bool) -> None:
     s.free("logits")
 
 
-def _forward(s: _Seq, units: list[_Unit], e: float, shard: float, fp32_logits: bool
-             ) -> None:
+def _forward(s: _Seq, units: list[_Unit], e: float, shard: float, fp32_logits: bool,
+             keep_last: bool = False) -> None:
     """The root group (the pinned blocks: embedding, final norm, head) is gathered first
     and kept until the backward ends (the root is not resharded after forward); each other
-    block is gathered before its forward and resharded after it. In the forward the
-    previous all-gather output is freed when the next is waited on (`wait_for_unshard`:
-    implicit prefetch keeps `all_gather_state`)."""
+    block is gathered before its forward and resharded after it, but the last one where
+    `keep_last`. In the forward the previous all-gather output is freed when the next is
+    waited on (`wait_for_unshard`: implicit prefetch keeps `all_gather_state`)."""
+    last = [u for u in units if not u.block.pinned][-1:] if keep_last else []
     prev = "root"
     for u in [None] + units:
         group = [v for v in units if v.block.pinned] if u is None else [u]
@@ -242,7 +248,7 @@ def _forward(s: _Seq, units: list[_Unit], e: float, shard: float, fp32_logits: b
         else:
             for k, (_, kept, _) in enumerate(u.ops):
                 s.alloc(f"saved:{u.name}.{k}", kept)
-        if not u.block.pinned:
+        if not u.block.pinned and u not in last:
             _reshard(s, [u])
     s.free(f"ag_out:{prev}")
 
@@ -283,17 +289,20 @@ def _block_backward(s: _Seq, u: _Unit, e: float) -> None:
 
 
 def _backward(s: _Seq, units: list[_Unit], e: float, shard: float, grad_bytes: float,
-              accumulate: bool) -> None:
+              accumulate: bool, keep_last: bool = False) -> None:
     """Blocks in reverse; `pre_backward` waits for the block's gather (freeing its
-    output after the copy-out) and prefetches the next block's (FSDP2's backward prefetch
-    of one); the root reduces after the last block, at the end of the backward."""
+    output after the copy-out; nothing for the last block where the forward kept it,
+    `keep_last`: `unshard` returns when the group is unsharded) and prefetches the next
+    block's (FSDP2's backward prefetch of one); the root reduces after the last block, at
+    the end of the backward."""
     layers = [u for u in reversed(units) if not u.block.pinned]
     for u in reversed(units):
         if not u.block.pinned:
             i = layers.index(u)
-            if i == 0:
+            if i == 0 and not keep_last:
                 _all_gather(s, [u], e, shard, u.name)
-            _copy_out(s, [u], e)
+            if i > 0 or not keep_last:
+                _copy_out(s, [u], e)
             s.free(f"ag_out:{u.name}")
             if i + 1 < len(layers):
                 _all_gather(s, [layers[i + 1]], e, shard, layers[i + 1].name)
@@ -328,13 +337,15 @@ ITERATIONS = 2
 MICRO_BATCHES = 2
 
 
-def replay_result(result: Any, expandable: bool | None = None
-                  ) -> CachingAllocator | None:
+def replay_result(result: Any, expandable: bool | None = None,
+                  keep_last: bool | None = None) -> CachingAllocator | None:
     """The caching allocator after replaying `ITERATIONS` steps of the peak device of a
     SimResult, or None where no sequence is modelled: a stack without PyTorch's allocator
     or without `memory_overheads.allocation_sequence`, a run that does not shard its
     parameters (`optimizer_shard` 3) or is cut into pipeline stages. `expandable`: the
-    allocator's mode (None: the stack's `caching_allocator`)."""
+    allocator's mode (None: the stack's `caching_allocator`); `keep_last`: whether the last
+    block stays unsharded after its forward (None: the stack's
+    `sharding.keep_last_block_unsharded`)."""
     fw = getattr(result, "framework", None)
     if fw is None:
         return None
@@ -353,6 +364,7 @@ def replay_result(result: Any, expandable: bool | None = None
     events = SEQUENCES[mem.allocation_sequence](
         result.program, static, ITERATIONS,
         min(result.scenario.grad_accum_steps, MICRO_BATCHES), fp32_logits,
-        1.0 / (par.data * par.context))
+        1.0 / (par.data * par.context),
+        fw.sharding.keep_last_block_unsharded if keep_last is None else keep_last)
     capacity = result.capacity_bytes - static.get("framework_overhead", 0.0)
     return replay(events, capacity, expandable)

@@ -172,6 +172,9 @@ class Sharding(_Closed):
     # sharded gradient made by its reduce-scatter and freed after the step (set_to_none)
     state_layout: Literal["zero", "fsdp2"] = "zero"
     state_layout_source: StrictStr = ""
+    # the last wrapped block is not resharded after its forward (its gathered parameters
+    # stay until its backward; the allocation sequence, report.alloc_sequence)
+    keep_last_block_unsharded: StrictBool = False
 
 
 class Overlap(_Closed):
