@@ -72,11 +72,15 @@ def fused_cross_entropy(ops: tuple[Op, ...], e: int) -> tuple[Op, ...]:
     flash_attn/ops/triton/cross_entropy.py, the `fused_crossentropy` loss of llm-foundry) reads
     each logit once in the model dtype and writes one fp32 log-sum-exp per row; its backward
     reads the logits again and writes their gradient: e and 2e bytes per logit, where
-    Megatron's fp32 passes (graph/ops/loss.py) move e + 36 and 12 + e. FLOPs unchanged."""
+    Megatron's fp32 passes (graph/ops/loss.py) move e + 36 and 12 + e. FLOPs unchanged.
+    What it keeps for the backward is the model-dtype logits (e bytes per logit), not the
+    fp32 softmax (the head block's saved set says the same, `model_program`)."""
     out: list[Op] = []
     for op in ops:
         if isinstance(op, ComputeSpec) and op.name == "cross_entropy":
-            op = replace(op, bytes_accessed=e * op.flops / CE_FWD_FLOPS)
+            logits = op.flops / CE_FWD_FLOPS
+            op = replace(op, bytes_accessed=e * logits,
+                         saved_bytes=min(op.saved_bytes, e * logits))
         elif isinstance(op, ComputeSpec) and op.name == "cross_entropy.bwd":
             op = replace(op, bytes_accessed=2.0 * e * op.flops / CE_BWD_FLOPS)
         out.append(op)

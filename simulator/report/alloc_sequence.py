@@ -23,7 +23,9 @@ _fsdp_param_group.py @002a76f and _fsdp_collectives.py @010ae4a; torch/optim/ada
   forward and their backward.
 - Forward: each op's kept tensor (`ComputeSpec.saved_bytes` of the ops the block does
   not run again, fitted to its `saved_bytes`), until the block's backward; the loss
-  block's logits (its last GEMM's output) and their fp32 copy while the loss runs.
+  block's logits (its last GEMM's output) and their fp32 copy while the loss runs; a loss
+  under torch.compile (`training.compiled_loss`) keeps the logits themselves as its saved
+  tensor (its kept set, alive to its backward) and makes no fp32 copy.
 - Backward, blocks in reverse, the next block's gather prefetched (FSDP2's backward
   prefetch of one): the re-run's tensors (`working_bytes`) and the loss's buffers
   (`transient_bytes`) while it runs; each weight's bf16 gradient as its op's backward
@@ -141,14 +143,17 @@ class _Seq:
 
 def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
                    micro_batches: int = 1, fp32_logits: bool = False,
-                   shard: float = 1.0, keep_last: bool = False) -> list[Event]:
+                   shard: float = 1.0, keep_last: bool = False,
+                   kept_logits: bool = False) -> list[Event]:
     """The events of `iterations` FSDP2 steps of `micro_batches` micro-batches each
     (module docstring). `static`: the device's model states by category (bytes), laid out
     as FSDP2 does (`lower.state`, `state_layout: fsdp2`: "parameters" the fp32 shards,
     "optimizer_states" the moments, no sharded gradient); `fp32_logits`: the loss casts
     the logits to fp32 (`cross_entropy.logits_dtype`); `shard`: 1 / the FSDP degree;
     `keep_last`: the last block is not resharded after its forward (torchtitan's
-    `reshard_after_forward` false for it, `sharding.keep_last_block_unsharded`)."""
+    `reshard_after_forward` false for it, `sharding.keep_last_block_unsharded`);
+    `kept_logits`: the loss keeps the logits themselves for its backward (a compiled loss,
+    `training.compiled_loss`), so its kept tensor is the logits, not another one."""
     units = _units(program)
     elems = sum(sum(u.tensors) for u in units)
     if elems <= 0:
@@ -165,7 +170,7 @@ def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
     e = _param_bytes(program)
     for it in range(iterations):
         for mb in range(micro_batches):
-            _forward(s, units, e, shard, fp32_logits, keep_last)
+            _forward(s, units, e, shard, fp32_logits, keep_last, kept_logits)
             _backward(s, units, e, shard, program.grad_bytes, mb > 0, keep_last)
         if it == 0:
             moments = static.get("optimizer_states", 0.0) / elems
@@ -224,7 +229,7 @@ def _loss_forward(s: _Seq, u: _Unit, e: float, fp32_logits: bool) -> None:
 
 
 def _forward(s: _Seq, units: list[_Unit], e: float, shard: float, fp32_logits: bool,
-             keep_last: bool = False) -> None:
+             keep_last: bool = False, kept_logits: bool = False) -> None:
     """The root group (the pinned blocks: embedding, final norm, head) is gathered first
     and kept until the backward ends (the root is not resharded after forward); each other
     block is gathered before its forward and resharded after it, but the last one where
@@ -243,7 +248,7 @@ def _forward(s: _Seq, units: list[_Unit], e: float, shard: float, fp32_logits: b
             prev = tag
         if u is None:
             continue
-        if u.logits > 0:
+        if u.logits > 0 and not kept_logits:
             _loss_forward(s, u, e, fp32_logits)
         else:
             for k, (_, kept, _) in enumerate(u.ops):
@@ -360,11 +365,16 @@ def replay_result(result: Any, expandable: bool | None = None,
         expandable = mem.caching_allocator == "pytorch_expandable"
     index = result.plan.devices.index(result.memory.device)
     static = dict(result.plan.static_memory[index])
-    fp32_logits = str(fw.cross_entropy.logits_dtype or "").startswith("fp32")
+    # a loss under torch.compile (training.compiled_loss) keeps the logits themselves as
+    # its saved tensor and makes no fp32 copy (program.model_program)
+    compiled = result.scenario.training.compiled_loss
+    fp32_logits = str(fw.cross_entropy.logits_dtype or "").startswith("fp32") and \
+        not compiled
     events = SEQUENCES[mem.allocation_sequence](
         result.program, static, ITERATIONS,
         min(result.scenario.grad_accum_steps, MICRO_BATCHES), fp32_logits,
         1.0 / (par.data * par.context),
-        fw.sharding.keep_last_block_unsharded if keep_last is None else keep_last)
+        fw.sharding.keep_last_block_unsharded if keep_last is None else keep_last,
+        compiled)
     capacity = result.capacity_bytes - static.get("framework_overhead", 0.0)
     return replay(events, capacity, expandable)
