@@ -56,6 +56,7 @@ from simulator.program.program import Block, Op, Program, coalesce
 from simulator.program.replicated import tp_replicated_kernels
 from simulator.program.stack_ops import (
     fused_cross_entropy,
+    gathered_head_input,
     grouped_gemms,
     imbalanced,
     main_grad,
@@ -242,7 +243,7 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
         bwd = {k: with_impl(v, impl) for k, v in bwd.items()}
     head_saved = sv.total(head.select)
     if software.tp_saved_input == "gathered" and scenario.parallel.sequence_parallel:
-        fwd["head"], more_saved = _gathered_head_input(fwd["head"], e, scenario.parallel.tensor)
+        fwd["head"], more_saved = gathered_head_input(fwd["head"], e, scenario.parallel.tensor)
         head_saved += more_saved
     # the logits of one micro-batch on this device (vocabulary-parallel share)
     logits = sum(op.flops / CE_FWD_FLOPS for op in fwd["head"]
@@ -273,27 +274,6 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
             cast_fwd, cast_bwd = weight_casts(f"weight_cast_{name}", n, dtype)
             fwd[block], bwd[block] = cast_fwd + fwd[block], bwd[block] + cast_bwd
     return fwd, bwd, head_saved, logits
-
-
-def _gathered_head_input(ops: tuple[Op, ...], e: float, tensor: int
-                         ) -> tuple[tuple[Op, ...], float]:
-    """The head's ops with the output layer keeping its all-gathered input (m x k of its
-    GEMM, the whole sequence) instead of its sequence-parallel shard (1 / `tensor` of it),
-    and the bytes that adds: torch's tensor parallelism (torch/distributed/tensor/parallel/
-    style.py ColwiseParallel._prepare_input_fn redistributes the Shard(1) input to
-    Replicate() before F.linear, whose autograd saves that input; torchtitan's output layer
-    is ColwiseParallel(input_layouts=Shard(1)), parallelize_llama.py apply_tp) where
-    Megatron-Core keeps the shard and gathers it again in the backward."""
-    out: list[Op] = []
-    more = 0.0
-    for op in ops:
-        mnk = getattr(op, "gemm_mnk", None)
-        if tensor > 1 and isinstance(op, ComputeSpec) and op.name == "lm_head" and mnk:
-            extra = float(mnk[0] * mnk[2]) * e * (1.0 - 1.0 / tensor)
-            op = replace(op, saved_bytes=op.saved_bytes + extra)
-            more += extra
-        out.append(op)
-    return tuple(out), more
 
 
 def _ce_transient(software: Software, tensor: int, compiled: float = 0.0) -> float:
