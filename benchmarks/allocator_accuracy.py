@@ -14,7 +14,8 @@ Two sources:
   (no torch.compile), whose counter is max_memory_reserved.
 
 Columns: measured allocated / reserved GiB; `sim alloc` the simulator's
-allocated_peak_bytes (its accounting: a bf16 shard and the gradients alive at the peak);
+allocated_peak_bytes (the engine's peak under FSDP2's state layout: fp32 shards, the
+moments, each unit's sharded gradient from its reduce-scatter to the step, lower.state);
 `replay alloc` / `replay resv` the replay's peaks (the step's allocations in FSDP2's
 order, two steps); `closed` the closed form of the tensors alive at the peak; signed errors
 in percent. Per stream, the segments each stream reserves at the replay's end. It
@@ -52,7 +53,8 @@ def _sets(row: dict[str, Any]) -> list[str]:
             f"parallel.recompute={'full' if row['checkpoint'] else 'none'}"]
 
 
-def predict(path: str, sets: list[str], expandable: bool | None) -> dict[str, Any]:
+def predict(path: str, sets: list[str], expandable: bool | None,
+            keep_last: bool | None = None) -> dict[str, Any]:
     from simulator import load_scenario, simulate
     from simulator.report import summary
     from simulator.report.alloc_sequence import replay_result
@@ -64,7 +66,7 @@ def predict(path: str, sets: list[str], expandable: bool | None) -> dict[str, An
     mode = "pytorch_expandable" if expandable else "pytorch"
     if expandable is None:
         mode = result.framework.memory_overheads.caching_allocator
-    a = replay_result(result, expandable)
+    a = replay_result(result, expandable, keep_last)
     return {"sim_alloc": memory["allocated_peak_bytes"] / GIB,
             "closed": (reserved_peak(result.program, alive, mode) or 0.0) / GIB,
             "replay_alloc": a.peak_allocated / GIB if a else None,
@@ -80,7 +82,9 @@ def h200_rows() -> list[dict[str, Any]]:
     out = []
     for label, name, expandable in FILES:
         for row in json.loads((MEASURED / name).read_text())["rows"]:
-            p = predict(str(BASE), _sets(row), expandable)
+            # fsdp_memory.py reshards every block after its forward (torchtitan keeps the
+            # last one, which the torchtitan rows below replay)
+            p = predict(str(BASE), _sets(row), expandable, keep_last=False)
             out.append({"id": f"{row['name']} ({label})", "alloc": row["max_allocated_bytes"]
                         / GIB, "resv": row["max_reserved_bytes"] / GIB, **p})
     return out
@@ -114,6 +118,11 @@ def _print(title: str, rows: list[dict[str, Any]]) -> None:
               f"{r['closed']:7.2f} {_err(r['closed'], r['resv'])} "
               f"{r['replay_resv'] or 0:11.2f} {_err(r['replay_resv'], r['resv'])}  "
               + " ".join(f"{k} {v:.2f}" for k, v in r["streams"].items()))
+    for key in ("sim_alloc", "replay_alloc"):
+        errs = [abs(100 * (r[key] / r["alloc"] - 1)) for r in rows if r[key] and r["alloc"]]
+        if errs:
+            print(f"  allocated, {key}: median {statistics.median(errs):.1f}%, worst "
+                  f"{max(errs):.1f}% over {len(errs)} rows")
     for key in ("closed", "replay_resv"):
         errs = [abs(100 * (r[key] / r["resv"] - 1)) for r in rows if r[key]]
         if errs:

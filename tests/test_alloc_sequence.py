@@ -30,22 +30,25 @@ def _program() -> Program:
                    "bf16", grad_elem_bytes=4.0)
 
 
-STATIC = {"parameters": 2.0 * ELEMS * SHARD, "gradients": 4.0 * ELEMS * SHARD,
-          "optimizer_states": 12.0 * ELEMS * SHARD, "framework_overhead": 999.0}
+# FSDP2's layout (lower.state, state_layout fsdp2): the fp32 shards, the Adam moments, no
+# gradient held before the backward makes it
+STATIC = {"parameters": 4.0 * ELEMS * SHARD, "optimizer_states": 8.0 * ELEMS * SHARD,
+          "framework_overhead": 999.0}
+GRADS = 4.0 * ELEMS * SHARD  # the fp32 sharded gradients the reduce-scatters make
 
 
 def _events(iterations: int = 2) -> list:
-    return fsdp2_sequence(_program(), STATIC, iterations)
+    return fsdp2_sequence(_program(), STATIC, iterations, shard=SHARD)
 
 
 def _bytes(events: list, prefix: str) -> float:
     return sum(n for kind, key, n, _ in events if kind == "alloc" and key.startswith(prefix))
 
 
-def test_states_are_the_optimizers_alone_and_the_moments_come_with_the_first_step():
+def test_states_are_the_fp32_shards_and_the_moments_come_with_the_first_step():
     ev = _events()
-    assert _bytes(ev, "parameters:") == 0  # FSDP2 holds no bf16 shard
-    assert _bytes(ev, "optimizer_states:") == 4.0 * ELEMS * SHARD  # the fp32 shards
+    assert _bytes(ev, "parameters:") == 4.0 * ELEMS * SHARD  # the fp32 shards, no bf16 one
+    assert _bytes(ev, "optimizer_states:") == 0
     assert _bytes(ev, "moments:") == 8.0 * ELEMS * SHARD  # exp_avg + exp_avg_sq, once
     keys = [key for _, key, _, _ in ev]
     first_moment = next(i for i, k in enumerate(keys) if k.startswith("moments:"))
@@ -58,7 +61,7 @@ def test_each_step_makes_the_sharded_gradients_once_and_one_sqrt_list():
         ev = _events(steps)
         rs = [(key, n) for kind, key, n, stream in ev if kind == "alloc"
               and stream == "reduce_scatter"]
-        assert sum(n for _, n in rs) == steps * STATIC["gradients"]
+        assert sum(n for _, n in rs) == steps * GRADS
         assert _bytes(ev, "sqrt:") == steps * 4.0 * ELEMS * SHARD
 
 
@@ -68,7 +71,7 @@ def test_what_outlives_the_steps_is_the_optimizer_state():
     # each tensor rounded to 512 B)
     assert a.allocated == sum(-(-int(n) // 512) * 512 for kind, key, n, _ in _events()
                               if kind == "alloc" and key.startswith(
-                                  ("optimizer_states:", "moments:")))
+                                  ("parameters:", "moments:")))
 
 
 def test_gathers_run_on_their_stream_and_the_root_is_gathered_whole_once_a_step():
@@ -84,7 +87,7 @@ def test_gathers_run_on_their_stream_and_the_root_is_gathered_whole_once_a_step(
 
 def test_one_rank_gathers_nothing_and_the_logits_live_through_the_loss_forward():
     one = {k: v / SHARD for k, v in STATIC.items()}
-    ev = fsdp2_sequence(_program(), one, 1, fp32_logits=True)
+    ev = fsdp2_sequence(_program(), one, 1, fp32_logits=True, shard=1.0)
     assert not [key for _, key, _, _ in ev if key.startswith(("ag_in:", "ag_out:"))]
     keys = [(kind, key) for kind, key, _, _ in ev]
     # the head's logits (its GEMM's m x n in bf16) and their fp32 copy around the loss's
@@ -95,3 +98,20 @@ def test_one_rank_gathers_nothing_and_the_logits_live_through_the_loss_forward()
                                    ("free", "logits")]
     assert _bytes(ev, "logits_fp32") == 4.0 * 128 * 500
     assert _bytes(ev, "logits") == (2.0 + 4.0) * 128 * 500
+
+
+def test_a_kept_last_block_stays_unsharded_from_its_forward_to_its_backward():
+    ev = fsdp2_sequence(_program(), STATIC, 1, shard=SHARD, keep_last=True)
+    keys = [(kind, key) for kind, key, _, _ in ev]
+    # the second (last) layer, unit "layer2": gathered and copied out once, in the forward
+    gathers = [key for kind, key in keys if kind == "alloc" and key.startswith("ag_out:")]
+    assert gathers == ["ag_out:root", "ag_out:layer1", "ag_out:layer2", "ag_out:layer1"]
+    made = keys.index(("alloc", "unsharded:layer2.0"))
+    freed = keys.index(("free", "unsharded:layer2.0"))
+    first_grad = keys.index(("alloc", "grad16:layer2.1"))
+    assert made < keys.index(("alloc", "logits")) < first_grad < freed
+    assert keys.count(("alloc", "unsharded:layer2.0")) == 1
+    # its bytes: the layer's weights in bf16, alive the whole loss
+    alive = sum(n for kind, key, n, _ in ev if kind == "alloc"
+                and key.startswith("unsharded:layer2."))
+    assert alive == 2.0 * (W_A + W_B + 8)

@@ -145,6 +145,11 @@ class DataParallel:
     def after_step(self, dev: int, vss: list[int], step_tid: int) -> None:
         """Collectives after the optimizer step (or after the host's updated parameters)."""
 
+    def made_grads(self, dev: int) -> float:
+        """Bytes of gradients dev's collectives made during the step, which the optimizer
+        step frees (none: the gradients are model states, `lower.zero3` under FSDP2)."""
+        return 0.0
+
     def remote_step(self, dev: int, params: int, deps: tuple[int, ...]) -> int | None:
         """The optimizer step when it runs off the device (the task after which the device
         has its updated parameters); None: the device runs it."""

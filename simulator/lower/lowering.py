@@ -374,13 +374,21 @@ class Lowering:
         self.host_bytes[dev] = self._host_bytes(params, vss)
         if self.par.offload.optimizer_on_nvme:
             self.nvme_bytes[dev] = self.state_bytes(params, vss)
+        return self.model_states(vss) + self.prog.resident
+
+    def model_states(self, vss: list[int], kept: bool = True) -> Alloc:
+        """The model states a device holding `vss` allocates before the iteration
+        (`lower.state.model_state_bytes` under the stack's `state_layout`, after offload);
+        `kept`: count the states the workers keep beside parameter servers."""
+        params = sum(self.work[vs].params for vs in vss)
         return self.off.static(model_state_bytes(
             params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
             self.state_ranks(vss),
             bool(self.par.offload.optimizer_states) or self.dp.remote_optimizer,
             self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss),
             state_dtype=self.state_dtype, fp8_params=self.fp8_params,
-            kept_states=sum(self.work[vs].worker_params for vs in vss))) + self.prog.resident
+            kept_states=sum(self.work[vs].worker_params for vs in vss) if kept else 0.0,
+            layout=self.prog.state_layout))
 
 
 def _host_extras(low: Lowering) -> tuple[tuple[str, object], ...]:

@@ -17,6 +17,23 @@ its own dtype), `False` when the optimizer dtype equals the model's (bf16 states
 model: no master copy), and a full copy otherwise; so Adam keeps 2 x 2 = 4 bytes per
 parameter (6 with FP8 weights) instead of 12. (Its fp32 case stores 16-bit remainders,
 `store_param_remainders`, 10 bytes: not modelled, K stays 12.)
+
+PyTorch FSDP2 (`fully_shard`, the framework profile's `sharding.state_layout: fsdp2`) lays
+the states of stage 3 out otherwise (`STATE_LAYOUTS`): each parameter's shard is kept in the
+dtype the model was built in, fp32, and is the optimizer's master copy
+(torch/distributed/fsdp/_fully_shard/_fsdp_param.py `FSDPParam._init_sharded_param`: the
+sharded DTensor wraps a chunk of the original fp32 parameter; `MixedPrecisionPolicy.
+param_dtype` bf16 only casts it when it is gathered, `_fsdp_collectives.py
+foreach_all_gather` / `FSDPParam.all_gather_inputs`), so a device holds 4 bytes of sharded
+parameters and the optimizer only its moments (8 for Adam): 4 + 8 per parameter over N,
+no 16-bit shard. Its gradients exist only from the backward to the step:
+`foreach_reduce` makes each unit's sharded gradient (`reduce_dtype` fp32) as the unit's
+reduce-scatter ends (`_fsdp_collectives.py foreach_reduce`, `new_sharded_grad`, assigned to
+`sharded_param.grad` or accumulated into it), and `optimizer.zero_grad()` sets them to None
+after the step (torch/optim/optimizer.py `zero_grad(set_to_none=True)`, the default). So
+under that layout `model_state_bytes` counts no gradients: the lowering allocates each
+unit's sharded gradient with its first reduce-scatter and frees them all with the step
+(`lower.zero3`, `lower.step.finish`).
 """
 
 from __future__ import annotations
@@ -28,11 +45,22 @@ from simulator.cost.specs import ComputeSpec
 from simulator.engine.tasks import Alloc
 
 __all__ = ["model_state_bytes", "optimizer_spec", "local_params", "STATE_BYTES", "OPTIMIZER_FLOPS",
-           "state_bytes_per_param", "state_dtype_of",
+           "state_bytes_per_param", "state_dtype_of", "STATE_LAYOUTS", "fsdp2_layout",
+           "fsdp2_bytes_per_param",
            "framework_overhead_bytes", "fp8_weight_copy_bytes"]
 
 STATE_BYTES = {"adam": 12, "momentum": 8, "sgd": 4}  # mixed precision: fp32 master + moments
 OPTIMIZER_FLOPS = {"adam": 12.0, "momentum": 4.0, "sgd": 2.0}  # per parameter per step
+# how a stack lays out the states of stage 3 (module docstring): ZeRO's 16-bit shard beside
+# the optimizer's master copy, gradients held all step; FSDP2's fp32 shard that is the
+# master copy, gradients from the backward to the step (set_to_none)
+STATE_LAYOUTS = ("zero", "fsdp2")
+
+
+def fsdp2_layout(layout: str, shard: int, offload_states: bool) -> bool:
+    """Whether FSDP2's state layout applies: the stack's `layout` is "fsdp2" and the run
+    shards its parameters (stage 3) with the optimizer's states on the device."""
+    return layout == "fsdp2" and shard >= 3 and not offload_states
 
 
 def state_dtype_of(optimizer_dtype: str, moments_dtype: str | None = None) -> str:
@@ -63,23 +91,42 @@ def state_bytes_per_param(optimizer: str, dtype: str, state_dtype: str = "fp32",
     return moments * mb + (sb if master else 0)
 
 
+def fsdp2_bytes_per_param(optimizer: str, dtype: str, state_dtype: str = "fp32",
+                          fp8_params: bool = False) -> tuple[int, int]:
+    """(sharded parameter, optimizer state) bytes per parameter under FSDP2's layout (module
+    docstring): the shard in the master dtype, which is the optimizer's master copy, and
+    `state_bytes_per_param` without that copy (Adam of a bf16 model: 4 and 8)."""
+    master = DTYPE_BYTES[state_dtype.partition("/")[0]]
+    k = state_bytes_per_param(optimizer, dtype, state_dtype, fp8_params)
+    return master, k - (master if fp8_params or DTYPE_BYTES[dtype] != master else 0)
+
+
 def model_state_bytes(params: int, dtype: str, optimizer: str, shard: int, dp: float,
                       offload_states: bool = False, grad_bytes: float | None = None,
                       unsharded: float = 0.0, state_dtype: str = "fp32",
-                      fp8_params: bool = False, kept_states: float = 0.0) -> Alloc:
+                      fp8_params: bool = False, kept_states: float = 0.0,
+                      layout: str = "zero") -> Alloc:
     """Bytes of model states of a device holding `params` parameters (before optimizer
     sharding), as (category, bytes) pairs: ZeRO stage `shard` over `dp` ranks. Gradients
     take `grad_bytes` per element (default: the dtype's; 4 where bf16 gradients are kept
     in fp32, as Megatron-LM does). `unsharded` of the parameters stay whole whatever the
     stage (MindSpore's parallel_optimizer_threshold). `state_dtype` / `fp8_params`: see
     `state_bytes_per_param`. `kept_states`: elements whose optimizer states stay on the
-    device although `offload_states` (those the workers update beside parameter servers)."""
+    device although `offload_states` (those the workers update beside parameter servers).
+    `layout` "fsdp2" (`fsdp2_layout`): the sharded parameters in the master dtype and the
+    optimizer's moments only; no sharded gradient (the backward makes them), the kept-whole
+    elements' gradients as before."""
     e = DTYPE_BYTES[dtype]
     ge = grad_bytes or e
     k = state_bytes_per_param(optimizer, dtype, state_dtype, fp8_params)
 
     def held(per: float, sharded: bool) -> float:
         return (params - unsharded) * per / (dp if sharded else 1) + unsharded * per
+
+    if fsdp2_layout(layout, shard, offload_states):
+        master, moments = fsdp2_bytes_per_param(optimizer, dtype, state_dtype, fp8_params)
+        return (("parameters", held(master, True)), ("gradients", unsharded * ge),
+                ("optimizer_states", held(moments, True)))
 
     return (
         ("parameters", held(e, shard >= 3)),

@@ -40,9 +40,11 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
                               low.par.optimizer_shard, low.state_ranks(vss), low.ge,
                               low.state_dtype, low.fp8_params,
                               sum(low.work[vs].unsharded for vs in vss))
+        # FSDP2: zero_grad(set_to_none) after the step frees the sharded gradients
+        made = low.dp.made_grads(dev)
         step = low.b.add(("O", dev), device=dev, stream="compute", name="opt",
                           phase="optimizer", duration_s=low.costs.compute_s(spec),
-                          deps=deps)
+                          deps=deps, free=(("gradients", made),) if made else ())
         step = low.off.after_step(dev, params, step)
     low.dp.after_step(dev, vss, step)
 

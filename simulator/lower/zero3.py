@@ -4,7 +4,13 @@ details are in `lower.reduction`'s docstring)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from simulator.lower.data_parallel import Gates, ShardedGradients
+from simulator.lower.state import fsdp2_layout
+
+if TYPE_CHECKING:
+    from simulator.lower.lowering import Lowering
 
 __all__ = ["ShardedParameters"]
 
@@ -14,6 +20,10 @@ class ShardedParameters(ShardedGradients):
     them; gradients reduce-scattered unit by unit."""
 
     per_unit = True
+
+    def __init__(self, low: Lowering) -> None:
+        super().__init__(low)
+        self.grads: dict[int, float] = {}  # device -> sharded gradient bytes made
 
     def _keeps(self) -> bool:
         """`parallel.recompute_comm.optimizer: false` (MindSpore's
@@ -63,18 +73,31 @@ class ShardedParameters(ShardedGradients):
         return tuple(gates), tuple(held)
 
     def reduce(self, dev: int, mb: int, vs: int, piece_tids: list[int]) -> None:
-        """Each unit's gradient reduce-scattered after its backward, every micro-batch."""
+        """Each unit's gradient reduce-scattered after its backward, every micro-batch.
+        Under FSDP2's state layout (`lower.state.fsdp2_layout`) the first micro-batch's
+        reduce-scatter makes the unit's sharded gradient (`foreach_reduce`'s output, kept
+        as `.grad`; later micro-batches add into it), which the step frees (`made_grads`)."""
         low = self.low
         if mb == low.micro - 1:
             self.reduce_whole(dev, vs, piece_tids)
+        made = mb == low.micro_range(vs)[0] and fsdp2_layout(
+            low.prog.state_layout, low.par.optimizer_shard,
+            bool(low.par.offload.optimizer_states))
         for k, n in enumerate(self.sharded(vs)):
             nbytes = n * low.ge
             if nbytes <= 0:
                 continue
+            grad = nbytes / low.state_ranks([vs]) if made else 0.0
+            self.grads[dev] = self.grads.get(dev, 0.0) + grad
             self.emit(dev, "grad_reduce", self.collective, nbytes,
                       low.costs.collective_s(self.collective, nbytes, self.group),
                       (piece_tids[min(k, len(piece_tids) - 1)],), (mb, vs, k),
-                      stream="dp_reduce")
+                      alloc=(("gradients", grad),) if grad else (), stream="dp_reduce")
+
+    def made_grads(self, dev: int) -> float:
+        """Bytes of the sharded gradients dev's reduce-scatters made (FSDP2's layout), which
+        `optimizer.zero_grad()` frees after the step (set_to_none)."""
+        return self.grads.get(dev, 0.0)
 
     def gather_before(self, dev: int, vs: int, key: tuple) -> tuple[int, ...]:
         """Before a recompute pass, its chunk's parameters gathered again (held until its

@@ -33,7 +33,6 @@ from simulator.lower.framework_apply import fp8_recipe, with_auto_fusion
 from simulator.lower.layout import rank_mesh
 from simulator.lower.lowering import Lowering
 from simulator.lower.pipeline import schedule_steps
-from simulator.lower.state import model_state_bytes
 from simulator.models.registry import family
 from simulator.program.model_program import _UNREAD, transformer_program
 from simulator.simulation.simulate import run_costs, run_program
@@ -133,12 +132,7 @@ def _fill_s(low: Lowering, stage: int) -> float:
 
 def _static_bytes(low: Lowering, vss: list[int]) -> float:
     """The model states of a device holding `vss`, allocated as `Lowering.device` does."""
-    params = sum(low.work[vs].params for vs in vss)
-    static = low.off.static(model_state_bytes(
-        params, low.prog.dtype, low.sc.training.optimizer, low.par.optimizer_shard,
-        low.state_ranks(vss), bool(low.par.offload.optimizer_states) or low.dp.remote_optimizer,
-        low.ge, unsharded=sum(low.work[vs].unsharded for vs in vss),
-        state_dtype=low.state_dtype, fp8_params=low.fp8_params)) + low.prog.resident
+    static = low.model_states(vss, kept=False) + low.prog.resident
     return sum(nbytes for _, nbytes in static)
 
 

@@ -43,7 +43,13 @@ from typing import Any
 from simulator.config.framework.load import framework_for
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario, TransformerModel
 from simulator.lower.framework_apply import fp8_copy_bytes_per_param, fp8_recipe
-from simulator.lower.state import framework_overhead_bytes, state_bytes_per_param, state_dtype_of
+from simulator.lower.state import (
+    framework_overhead_bytes,
+    fsdp2_bytes_per_param,
+    fsdp2_layout,
+    state_bytes_per_param,
+    state_dtype_of,
+)
 from simulator.models.params import transformer_params
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import uses_flash
@@ -351,6 +357,14 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
         states = 0.0 if cfg.offload_optimizer or w.remote_optimizer else \
             st.params * k / (d if z >= 1 else 1)
         params = st.params * e / (d if z >= 3 else 1)
+        # FSDP2's layout (lower.state): the fp32 shard is the master copy, the gradients
+        # exist from the backward to the step (in the estimate, not in the floor)
+        fsdp2 = fsdp2_layout(getattr(w.software, "state_layout", "zero"), z,
+                             cfg.offload_optimizer or w.remote_optimizer)
+        if fsdp2:
+            shard, kept = fsdp2_bytes_per_param(w.optimizer, "bf16" if m.dtype == "fp8"
+                                                else m.dtype, w.state_dtype, w.fp8_params)
+            params, states = st.params * shard / d, st.params * kept / d
         # the FP8 weight copies, counted by the model's share of FP8-GEMM parameters as the
         # simulator does: in the estimate, not in the floor
         fp8_copies = st.params * copies / (d if z >= 3 else 1)
@@ -364,7 +378,8 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
         est = MemoryEstimate(
             parameters=params + fp8_copies + 2 * unit, gradients=grads, optimizer_states=states,
             activations=acts, communication_buffers=dp + _pp_buffers(w, cfg),
-            floor_bytes=_floor(w, params, grads + states + overhead, st.activations, dp),
+            floor_bytes=_floor(w, params, (0.0 if fsdp2 else grads) + states + overhead,
+                               st.activations, dp),
             framework_overhead=overhead)
         if best is None or est.peak_bytes > best.peak_bytes:
             best = est

@@ -56,6 +56,7 @@ from simulator.program.program import Block, Op, Program, coalesce
 from simulator.program.replicated import tp_replicated_kernels
 from simulator.program.stack_ops import (
     fused_cross_entropy,
+    gathered_head_input,
     grouped_gemms,
     imbalanced,
     main_grad,
@@ -241,10 +242,13 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
         fwd = {k: with_impl(v, impl) for k, v in fwd.items()}
         bwd = {k: with_impl(v, impl) for k, v in bwd.items()}
     head_saved = sv.total(head.select)
+    if software.tp_saved_input == "gathered" and scenario.parallel.sequence_parallel:
+        fwd["head"], more_saved = gathered_head_input(fwd["head"], e, scenario.parallel.tensor)
+        head_saved += more_saved
     # the logits of one micro-batch on this device (vocabulary-parallel share)
     logits = sum(op.flops / CE_FWD_FLOPS for op in fwd["head"]
                  if isinstance(op, ComputeSpec) and op.name == "cross_entropy")
-    if software.fused_cross_entropy:
+    if software.fused_cross_entropy or scenario.training.compiled_loss:
         fwd["head"] = fused_cross_entropy(fwd["head"], e)
         bwd["head"] = fused_cross_entropy(bwd["head"], e)
         # it keeps the model-dtype logits for its backward, not the fp32 softmax
@@ -272,10 +276,16 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
     return fwd, bwd, head_saved, logits
 
 
-def _ce_transient(software: Software, tensor: int) -> float:
-    """Bytes per logit the loss's backward allocates beyond its saved set: the stack's
-    vocabulary-parallel figure when the logits are split over tensor ranks and it states
-    one, else its plain figure (`CrossEntropy` of the framework profile)."""
+def _ce_transient(software: Software, tensor: int, compiled: float = 0.0) -> float:
+    """Bytes per logit the loss's backward allocates beyond its saved set: `compiled` (the
+    model dtype's bytes) where the loss runs under torch.compile (`training.compiled_loss`:
+    Inductor's backward is one fused kernel writing the logits' gradient in their dtype,
+    the nll_loss_backward scatter made pointwise by torch/_inductor/fx_passes/post_grad.py
+    `scatter_upon_const_tensor`, so no fp32 buffer the size of the logits); else the
+    stack's vocabulary-parallel figure when the logits are split over tensor ranks and it
+    states one, else its plain figure (`CrossEntropy` of the framework profile)."""
+    if compiled:
+        return compiled
     vp = software.ce_vp_backward_transient_bytes_per_logit
     return vp if tensor > 1 and vp else software.ce_backward_transient_bytes_per_logit
 
@@ -343,12 +353,16 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
                   grad_sync=coalesce(_sync(plan, steps, head.select, embed.select),
                                       "grad_sync"),
                   saved_bytes=head_saved,
-                  transient_bytes=_ce_transient(software, p.tensor) * logits,
+                  transient_bytes=_ce_transient(
+                      software, p.tensor,
+                      float(e) if scenario.training.compiled_loss else 0.0)
+                  * logits,
                   tp_replicated=tp_replicated_kernels(plan, head.select))),
         dtype=dtype,
         grad_elem_bytes=4.0 if software.bf16_grads_fp32 and dtype == "bf16" else None,
         tp_overlap=tpo, expert_slot_fill=slot_fill(dims), expert_load=imbalance,
         p2p_blocking=p2p_blocking(software, p.schedule),
+        state_layout=software.state_layout,
     )
 
 

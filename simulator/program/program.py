@@ -130,7 +130,9 @@ class Program:
     they keep in host memory. resident: (memory category, bytes) held for the whole
     iteration besides the model states (a graph's loaded input batch). extras: figures of
     the program's own strategy for the summary. p2p_blocking: pipeline sends block the
-    compute stream (Megatron's p2p `_communicate` ends in torch.cuda.synchronize())."""
+    compute stream (Megatron's p2p `_communicate` ends in torch.cuda.synchronize()).
+    state_layout: how the stack lays out the states of stage 3 (`lower.state.STATE_LAYOUTS`:
+    "zero", or "fsdp2": fp32 shards as master copy, gradients from backward to step)."""
 
     blocks: tuple[Block, ...]
     dtype: str
@@ -147,6 +149,7 @@ class Program:
     resident: tuple[tuple[str, float], ...] = ()
     extras: tuple[tuple[str, object], ...] = ()
     p2p_blocking: bool = False
+    state_layout: str = "zero"
 
     @property
     def grad_bytes(self) -> float:

@@ -16,7 +16,7 @@ from simulator.graph.ops.loss import CE_BWD_FLOPS, CE_FWD_FLOPS
 from simulator.program.program import Op, TpOverlap
 
 __all__ = ["main_grad", "tp_overlap", "p2p_blocking", "with_impl", "fused_cross_entropy",
-           "imbalanced", "grouped_gemms", "slot_fill", "weight_casts"]
+           "gathered_head_input", "imbalanced", "grouped_gemms", "slot_fill", "weight_casts"]
 
 
 def main_grad(e: int, dtype: str, name: str, params: float, cast: bool = False
@@ -72,11 +72,15 @@ def fused_cross_entropy(ops: tuple[Op, ...], e: int) -> tuple[Op, ...]:
     flash_attn/ops/triton/cross_entropy.py, the `fused_crossentropy` loss of llm-foundry) reads
     each logit once in the model dtype and writes one fp32 log-sum-exp per row; its backward
     reads the logits again and writes their gradient: e and 2e bytes per logit, where
-    Megatron's fp32 passes (graph/ops/loss.py) move e + 36 and 12 + e. FLOPs unchanged."""
+    Megatron's fp32 passes (graph/ops/loss.py) move e + 36 and 12 + e. FLOPs unchanged.
+    What it keeps for the backward is the model-dtype logits (e bytes per logit), not the
+    fp32 softmax (the head block's saved set says the same, `model_program`)."""
     out: list[Op] = []
     for op in ops:
         if isinstance(op, ComputeSpec) and op.name == "cross_entropy":
-            op = replace(op, bytes_accessed=e * op.flops / CE_FWD_FLOPS)
+            logits = op.flops / CE_FWD_FLOPS
+            op = replace(op, bytes_accessed=e * logits,
+                         saved_bytes=min(op.saved_bytes, e * logits))
         elif isinstance(op, ComputeSpec) and op.name == "cross_entropy.bwd":
             op = replace(op, bytes_accessed=2.0 * e * op.flops / CE_BWD_FLOPS)
         out.append(op)
@@ -136,3 +140,24 @@ def weight_casts(name: str, params: float, dtype: str) -> tuple[tuple[Op, ...], 
     n = float(params)
     return ((ComputeSpec(name, "elementwise", n, 4.0 * n, dtype, "fwd"),),
             (ComputeSpec(f"{name}.bwd", "elementwise", n, 4.0 * n, dtype, "bwd"),))
+
+
+def gathered_head_input(ops: tuple[Op, ...], e: float, tensor: int
+                        ) -> tuple[tuple[Op, ...], float]:
+    """The head's ops with the output layer keeping its all-gathered input (m x k of its
+    GEMM, the whole sequence) instead of its sequence-parallel shard (1 / `tensor` of it),
+    and the bytes that adds: torch's tensor parallelism (torch/distributed/tensor/parallel/
+    style.py ColwiseParallel._prepare_input_fn redistributes the Shard(1) input to
+    Replicate() before F.linear, whose autograd saves that input; torchtitan's output layer
+    is ColwiseParallel(input_layouts=Shard(1)), parallelize_llama.py apply_tp) where
+    Megatron-Core keeps the shard and gathers it again in the backward."""
+    out: list[Op] = []
+    more = 0.0
+    for op in ops:
+        mnk = getattr(op, "gemm_mnk", None)
+        if tensor > 1 and isinstance(op, ComputeSpec) and op.name == "lm_head" and mnk:
+            extra = float(mnk[0] * mnk[2]) * e * (1.0 - 1.0 / tensor)
+            op = replace(op, saved_bytes=op.saved_bytes + extra)
+            more += extra
+        out.append(op)
+    return tuple(out), more

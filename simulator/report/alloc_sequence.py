@@ -7,13 +7,13 @@ Which tensors, from which source (pytorch/pytorch torch/distributed/fsdp/_fully_
 _fsdp_param_group.py @002a76f and _fsdp_collectives.py @010ae4a; torch/optim/adam.py
 @dc80ccd):
 
-- Model states, allocated once: the optimizer states and any resident category, split
-  over each block's parameter tensors (a GEMM's weight is n x k of its `gemm_mnk`; the
-  rest of the block's parameters one tensor). FSDP2 keeps fp32 shards and no bf16 copy:
-  the "parameters" category is not allocated. The Adam moments (exp_avg, exp_avg_sq: 8 B
-  per sharded parameter of `optimizer_states`) are made by the first `step()`
-  (`_init_group`), after the first backward; the rest of the states before the first
-  forward.
+- Model states, laid out as FSDP2 keeps them (`lower.state`, `sharding.state_layout:
+  fsdp2`, the states `allocated_peak_bytes` counts too), split over each block's parameter
+  tensors (a GEMM's weight is n x k of its `gemm_mnk`; the rest of the block's parameters
+  one tensor): the fp32 shards ("parameters", no bf16 copy) and any resident category
+  before the first forward; the Adam moments (exp_avg, exp_avg_sq: `optimizer_states`, 8 B
+  per sharded parameter) made by the first `step()` (`_init_group`), after the first
+  backward.
 - Gather of a group (`unshard`, `foreach_all_gather` on the copy-in stream; nothing with
   one rank): the bf16 copy-in input (the shard) and the output (the parameters, whole),
   the input freed; `wait_for_unshard`: the unsharded parameters, one tensor each, on the
@@ -23,7 +23,9 @@ _fsdp_param_group.py @002a76f and _fsdp_collectives.py @010ae4a; torch/optim/ada
   forward and their backward.
 - Forward: each op's kept tensor (`ComputeSpec.saved_bytes` of the ops the block does
   not run again, fitted to its `saved_bytes`), until the block's backward; the loss
-  block's logits (its last GEMM's output) and their fp32 copy while the loss runs.
+  block's logits (its last GEMM's output) and their fp32 copy while the loss runs; a loss
+  under torch.compile (`training.compiled_loss`) keeps the logits themselves as its saved
+  tensor (its kept set, alive to its backward) and makes no fp32 copy.
 - Backward, blocks in reverse, the next block's gather prefetched (FSDP2's backward
   prefetch of one): the re-run's tensors (`working_bytes`) and the loss's buffers
   (`transient_bytes`) while it runs; each weight's bf16 gradient as its op's backward
@@ -36,9 +38,12 @@ _fsdp_param_group.py @002a76f and _fsdp_collectives.py @010ae4a; torch/optim/ada
   tensor each), freed after `_foreach_addcdiv_`; zero_grad(set_to_none) frees the
   gradients.
 
+- The last block kept unsharded from its forward to its backward where the stack does so
+  (torchtitan: parallelize_llama.py @9dec370 apply_fsdp, `reshard_after_forward =
+  int(layer_id) < len(model.layers) - 1`; `sharding.keep_last_block_unsharded`).
+
 Not in the program, so not in the sequence: each op's transient outputs and the activation
-gradients between ops (the loss's buffers excepted); torchtitan keeping its last block
-unsharded after the forward (parallelize_llama.py @9dec370 line 333).
+gradients between ops (the loss's buffers excepted).
 """
 
 from __future__ import annotations
@@ -53,7 +58,6 @@ __all__ = ["Event", "fsdp2_sequence", "SEQUENCES", "ITERATIONS", "replay_result"
 
 Event = tuple[str, str, float, str]  # ("alloc" | "free", tensor key, bytes, stream)
 DEFAULT, GATHER, REDUCE = "default", "all_gather", "reduce_scatter"
-ADAM_MOMENT_BYTES = 8.0  # exp_avg + exp_avg_sq, fp32, per sharded parameter
 
 
 @dataclass(frozen=True)
@@ -138,24 +142,26 @@ class _Seq:
 
 
 def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
-                   micro_batches: int = 1, fp32_logits: bool = False) -> list[Event]:
+                   micro_batches: int = 1, fp32_logits: bool = False,
+                   shard: float = 1.0, keep_last: bool = False,
+                   kept_logits: bool = False) -> list[Event]:
     """The events of `iterations` FSDP2 steps of `micro_batches` micro-batches each
-    (module docstring). `static`: the device's model states by category (bytes);
-    `fp32_logits`: the loss casts the logits to fp32 (`cross_entropy.logits_dtype`)."""
+    (module docstring). `static`: the device's model states by category (bytes), laid out
+    as FSDP2 does (`lower.state`, `state_layout: fsdp2`: "parameters" the fp32 shards,
+    "optimizer_states" the moments, no sharded gradient); `fp32_logits`: the loss casts
+    the logits to fp32 (`cross_entropy.logits_dtype`); `shard`: 1 / the FSDP degree;
+    `keep_last`: the last block is not resharded after its forward (torchtitan's
+    `reshard_after_forward` false for it, `sharding.keep_last_block_unsharded`);
+    `kept_logits`: the loss keeps the logits themselves for its backward (a compiled loss,
+    `training.compiled_loss`), so its kept tensor is the logits, not another one."""
     units = _units(program)
     elems = sum(sum(u.tensors) for u in units)
     if elems <= 0:
         return []
-    grads = static.get("gradients", 0.0)
-    states = static.get("optimizer_states", 0.0)
-    shard = grads / (elems * program.grad_bytes) if grads > 0 else 1.0  # 1 / FSDP degree
-    moments = min(states, ADAM_MOMENT_BYTES * elems * shard)
-    # FSDP2 keeps its shards in the optimizer's dtype (fp32) and casts them when it
-    # gathers them (`_get_param_all_gather_inputs`): no compute-dtype shard
-    # ("parameters") is held; the gradients are made by the backward
+    # the fp32 shards and any resident category before the first forward, one tensor per
+    # parameter; the moments (optimizer_states) by the first step
     per_elem = {c: v / elems for c, v in static.items()
-                if c not in ("parameters", "gradients", "framework_overhead") and v > 0}
-    per_elem["optimizer_states"] = (states - moments) / elems
+                if c not in ("optimizer_states", "framework_overhead") and v > 0}
     s = _Seq()
     for cat, b in per_elem.items():
         for u in units:
@@ -164,12 +170,13 @@ def fsdp2_sequence(program: Any, static: dict[str, float], iterations: int = 2,
     e = _param_bytes(program)
     for it in range(iterations):
         for mb in range(micro_batches):
-            _forward(s, units, e, shard, fp32_logits)
-            _backward(s, units, e, shard, program.grad_bytes, accumulate=mb > 0)
+            _forward(s, units, e, shard, fp32_logits, keep_last, kept_logits)
+            _backward(s, units, e, shard, program.grad_bytes, mb > 0, keep_last)
         if it == 0:
+            moments = static.get("optimizer_states", 0.0) / elems
             for u in units:
                 for j, n in enumerate(u.tensors):
-                    s.alloc(f"moments:{u.name}.{j}", n * moments / elems)
+                    s.alloc(f"moments:{u.name}.{j}", n * moments)
         _optimizer(s, units, shard)
     return s.events
 
@@ -221,13 +228,14 @@ def _loss_forward(s: _Seq, u: _Unit, e: float, fp32_logits: bool) -> None:
     s.free("logits")
 
 
-def _forward(s: _Seq, units: list[_Unit], e: float, shard: float, fp32_logits: bool
-             ) -> None:
+def _forward(s: _Seq, units: list[_Unit], e: float, shard: float, fp32_logits: bool,
+             keep_last: bool = False, kept_logits: bool = False) -> None:
     """The root group (the pinned blocks: embedding, final norm, head) is gathered first
     and kept until the backward ends (the root is not resharded after forward); each other
-    block is gathered before its forward and resharded after it. In the forward the
-    previous all-gather output is freed when the next is waited on (`wait_for_unshard`:
-    implicit prefetch keeps `all_gather_state`)."""
+    block is gathered before its forward and resharded after it, but the last one where
+    `keep_last`. In the forward the previous all-gather output is freed when the next is
+    waited on (`wait_for_unshard`: implicit prefetch keeps `all_gather_state`)."""
+    last = [u for u in units if not u.block.pinned][-1:] if keep_last else []
     prev = "root"
     for u in [None] + units:
         group = [v for v in units if v.block.pinned] if u is None else [u]
@@ -240,12 +248,12 @@ def _forward(s: _Seq, units: list[_Unit], e: float, shard: float, fp32_logits: b
             prev = tag
         if u is None:
             continue
-        if u.logits > 0:
+        if u.logits > 0 and not kept_logits:
             _loss_forward(s, u, e, fp32_logits)
         else:
             for k, (_, kept, _) in enumerate(u.ops):
                 s.alloc(f"saved:{u.name}.{k}", kept)
-        if not u.block.pinned:
+        if not u.block.pinned and u not in last:
             _reshard(s, [u])
     s.free(f"ag_out:{prev}")
 
@@ -286,17 +294,20 @@ def _block_backward(s: _Seq, u: _Unit, e: float) -> None:
 
 
 def _backward(s: _Seq, units: list[_Unit], e: float, shard: float, grad_bytes: float,
-              accumulate: bool) -> None:
+              accumulate: bool, keep_last: bool = False) -> None:
     """Blocks in reverse; `pre_backward` waits for the block's gather (freeing its
-    output after the copy-out) and prefetches the next block's (FSDP2's backward prefetch
-    of one); the root reduces after the last block, at the end of the backward."""
+    output after the copy-out; nothing for the last block where the forward kept it,
+    `keep_last`: `unshard` returns when the group is unsharded) and prefetches the next
+    block's (FSDP2's backward prefetch of one); the root reduces after the last block, at
+    the end of the backward."""
     layers = [u for u in reversed(units) if not u.block.pinned]
     for u in reversed(units):
         if not u.block.pinned:
             i = layers.index(u)
-            if i == 0:
+            if i == 0 and not keep_last:
                 _all_gather(s, [u], e, shard, u.name)
-            _copy_out(s, [u], e)
+            if i > 0 or not keep_last:
+                _copy_out(s, [u], e)
             s.free(f"ag_out:{u.name}")
             if i + 1 < len(layers):
                 _all_gather(s, [layers[i + 1]], e, shard, layers[i + 1].name)
@@ -331,13 +342,15 @@ ITERATIONS = 2
 MICRO_BATCHES = 2
 
 
-def replay_result(result: Any, expandable: bool | None = None
-                  ) -> CachingAllocator | None:
+def replay_result(result: Any, expandable: bool | None = None,
+                  keep_last: bool | None = None) -> CachingAllocator | None:
     """The caching allocator after replaying `ITERATIONS` steps of the peak device of a
     SimResult, or None where no sequence is modelled: a stack without PyTorch's allocator
     or without `memory_overheads.allocation_sequence`, a run that does not shard its
     parameters (`optimizer_shard` 3) or is cut into pipeline stages. `expandable`: the
-    allocator's mode (None: the stack's `caching_allocator`)."""
+    allocator's mode (None: the stack's `caching_allocator`); `keep_last`: whether the last
+    block stays unsharded after its forward (None: the stack's
+    `sharding.keep_last_block_unsharded`)."""
     fw = getattr(result, "framework", None)
     if fw is None:
         return None
@@ -345,15 +358,23 @@ def replay_result(result: Any, expandable: bool | None = None
     if mem.caching_allocator is None or mem.allocation_sequence is None:
         return None
     par = result.scenario.parallel
-    if par.optimizer_shard != 3 or par.pipeline != 1:
+    if par.optimizer_shard != 3 or par.pipeline != 1 or \
+            getattr(result.program, "state_layout", "zero") != "fsdp2":
         return None
     if expandable is None:
         expandable = mem.caching_allocator == "pytorch_expandable"
     index = result.plan.devices.index(result.memory.device)
     static = dict(result.plan.static_memory[index])
-    fp32_logits = str(fw.cross_entropy.logits_dtype or "").startswith("fp32")
+    # a loss under torch.compile (training.compiled_loss) keeps the logits themselves as
+    # its saved tensor and makes no fp32 copy (program.model_program)
+    compiled = result.scenario.training.compiled_loss
+    fp32_logits = str(fw.cross_entropy.logits_dtype or "").startswith("fp32") and \
+        not compiled
     events = SEQUENCES[mem.allocation_sequence](
         result.program, static, ITERATIONS,
-        min(result.scenario.grad_accum_steps, MICRO_BATCHES), fp32_logits)
+        min(result.scenario.grad_accum_steps, MICRO_BATCHES), fp32_logits,
+        1.0 / (par.data * par.context),
+        fw.sharding.keep_last_block_unsharded if keep_last is None else keep_last,
+        compiled)
     capacity = result.capacity_bytes - static.get("framework_overhead", 0.0)
     return replay(events, capacity, expandable)

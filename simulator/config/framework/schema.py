@@ -90,6 +90,10 @@ class Software(_Closed):
     tp_comm_sms: PosInt = 16
     # bf16 gradients are accumulated and reduced in fp32 (a 4-byte gradient buffer)
     bf16_grads_fp32: StrictBool = False
+    # how the states of `optimizer_shard: 3` are laid out (`Sharding.state_layout`)
+    state_layout: Literal["zero", "fsdp2"] = "zero"
+    # what the output layer keeps of its sequence-parallel input (`Sharding.tp_saved_input`)
+    tp_saved_input: Literal["shard", "gathered"] = "shard"
     # the fused-attention implementation (`Attention.implementation`); "" = generic
     attention_impl: StrictStr = ""
     # pipeline sends block the compute stream (`Overlap.p2p_blocking`)
@@ -164,6 +168,21 @@ class Sharding(_Closed):
     wrap_unit: Text
     reshard_after_forward: StrictBool | StrictStr | None
     source: StrictStr
+    # how the stack lays out the states of `optimizer_shard: 3` (lower.state.STATE_LAYOUTS):
+    # "zero" a 16-bit shard beside the optimizer's fp32 master copy, gradients held all
+    # step; "fsdp2" (torch fully_shard) the fp32 shard is the master copy, each unit's
+    # sharded gradient made by its reduce-scatter and freed after the step (set_to_none)
+    state_layout: Literal["zero", "fsdp2"] = "zero"
+    state_layout_source: StrictStr = ""
+    # what a column-parallel linear outside activation checkpointing keeps of its
+    # sequence-parallel input under tensor parallelism: the shard, gathered again in the
+    # backward (Megatron-Core), or the gathered tensor it was given (torch's DTensor TP:
+    # ColwiseParallel redistributes the input before F.linear, which saves it)
+    tp_saved_input: Literal["shard", "gathered"] = "shard"
+    tp_saved_input_source: StrictStr = ""
+    # the last wrapped block is not resharded after its forward (its gathered parameters
+    # stay until its backward; the allocation sequence, report.alloc_sequence)
+    keep_last_block_unsharded: StrictBool = False
 
 
 class Overlap(_Closed):
@@ -326,6 +345,8 @@ class FrameworkProfile(_Closed):
             tp_comm_overlap=self.overlap.tp_comm_enabled,
             tp_comm_sms=self.overlap.tp_comm_sms,
             bf16_grads_fp32=self.grad_reduction.fp32_for_bf16,
+            state_layout=self.sharding.state_layout,
+            tp_saved_input=self.sharding.tp_saved_input,
             attention_impl=self.attention.implementation or "",
             p2p_blocking=self.overlap.p2p_blocking,
             fused_cross_entropy=bool(self.cross_entropy.fused),

@@ -112,6 +112,15 @@ class TrainingSpec(_Closed):
         "With model.dtype fp8: tensor (one scale per tensor: Transformer Engine's delayed or "
         "current scaling, torchao tensorwise) or mxfp8 (Blackwell's block scaling, an E8M0 "
         "scale per 32 elements: a rowwise and a columnwise copy of every operand)."))
+    # the loss under torch.compile (torchtitan e7c0cae components/loss.py
+    # build_cross_entropy_loss: torch.compile(loss_fn) with --training.compile; its Dec 2024
+    # train.py left it eager): Inductor's partition keeps the model-dtype logits, not the
+    # fp32 log-softmax (torch/_functorch/partitioners.py min_cut_rematerialization_partition),
+    # and its backward writes their gradient in one kernel (program.model_program)
+    compiled_loss: StrictBool = Field(default=False, description=(
+        "The cross-entropy runs under torch.compile: it keeps the model-dtype logits (not an "
+        "fp32 copy or the fp32 log-softmax) and its backward writes their gradient in one "
+        "fused kernel (model-dtype bytes per logit), priced as a fused cross-entropy."))
     # FP4 recipes (issue 22 item 6): the GEMMs of the framework's low-precision recipe
     # (fp8.gemm_roles) run in FP4 on Blackwell's FP4 tensor cores, the model otherwise bf16
     # (simulator/program/fp8.py)
