@@ -20,7 +20,9 @@ from simulator.cli import app
 
 SEED = 13
 CASES = 300
-LIMIT_S = 10.0
+# a hang guard, not a speed target (speed is benchmarks/'): a fuzzed command that has not
+# answered in two minutes is stuck; 10 s failed on a loaded 2-core machine (16 s)
+LIMIT_S = 120.0
 
 # every numeric key of the scenario and a sample of the hardware profile's
 NUMERIC_KEYS = [
@@ -96,7 +98,7 @@ def _file_case(rng: random.Random, base: dict[str, Any], path: Path) -> Path:
 
 def check_command(args: list[str]) -> object:
     """Run one CLI command in-process: exit 0, 1 or 2, never a traceback, a refusal one
-    `error: ...` line, within LIMIT_S seconds. Returns typer's result."""
+    `error: ...` line, no hang (LIMIT_S). Returns typer's result."""
     t0 = time.perf_counter()
     result = CliRunner().invoke(app, args, prog_name="shardsim")
     elapsed = time.perf_counter() - t0
