@@ -20,7 +20,7 @@ from simulator.cli import app
 
 SEED = 13
 CASES = 300
-# a hang guard, not a speed target (speed is benchmarks/'): a fuzzed command that has not
+# a hang guard, not a speed target (speed is measured in benchmarks/): a fuzzed command that has not
 # answered in two minutes is stuck; 10 s failed on a loaded 2-core machine (16 s)
 LIMIT_S = 120.0
 
