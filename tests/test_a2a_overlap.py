@@ -113,6 +113,15 @@ def test_overlap_shortens_an_all_to_all_bound_run():
     assert on.iteration_time_s < off.iteration_time_s
 
 
+def test_the_shortened_steady_state_run_is_the_full_run():
+    """One more warm-up forward leaves the steady period of interleaved 1F1B a period: the
+    shortened run extended by its periods (`simulation.simulate`) is the full one."""
+    sc = _moe(m=48, data=4, expert=4, pipeline=2, schedule="interleaved_1f1b",
+              virtual_stages=2)
+    short, full = simulate(sc, H100, steady=True), simulate(sc, H100, steady=False)
+    assert short.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
+
+
 # ---- refusals -------------------------------------------------------------------------------
 @pytest.mark.parametrize("parallel, model, key, message", [
     ({"data": 8, "expert": 1}, {}, "parallel.overlap.moe_a2a",
