@@ -90,15 +90,18 @@ class Priced:
     compute_s: float
     comm_s: float
     comm: tuple[tuple[str, float], ...]  # (collective, total bytes), one entry per kind
+    # the part of comm_s that is the expert-parallel all-to-all (dispatch and combine: the
+    # `ep` all_to_alls), which `parallel.overlap.moe_a2a` hides (`lower.a2a_overlap`)
+    a2a_s: float = 0.0
 
     def __add__(self, other: Priced) -> Priced:
         return Priced(self.compute_s + other.compute_s, self.comm_s + other.comm_s,
-                      merge_volumes(self.comm + other.comm))
+                      merge_volumes(self.comm + other.comm), self.a2a_s + other.a2a_s)
 
     def scaled(self, k: int) -> Priced:
         """The same ops run k times in a row."""
         return Priced(self.compute_s * k, self.comm_s * k,
-                      tuple((c, b * k) for c, b in self.comm))
+                      tuple((c, b * k) for c, b in self.comm), self.a2a_s * k)
 
 
 def merge_volumes(pairs: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
@@ -146,7 +149,7 @@ def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec
     issues the ops one kernel each, `costs.host_kernel_s` apiece, ahead of the device: the
     sequence takes at least their sum (kernels shorter than their launch leave the device
     waiting; the shortfall is counted as compute)."""
-    compute = comm = 0.0
+    compute = comm = a2a = 0.0
     launched = sum(1 for op in ops if isinstance(op, CommSpec)
                    or op.flops > 0 or op.bytes_accessed > 0)
     volumes: list[tuple[str, float]] = []
@@ -159,8 +162,10 @@ def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec
                 slower, seconds = _overlapped(seconds, times[partner], tp_overlap, op)
                 compute += slower
             comm += seconds
+            if op.axis == "ep" and op.collective == "all_to_all":
+                a2a += seconds
             volumes.append((op.collective, op.bytes))
         else:
             compute += times[i]
     compute = max(compute, launched * costs.host_kernel_s - comm)
-    return Priced(compute, comm, merge_volumes(tuple(volumes)))
+    return Priced(compute, comm, merge_volumes(tuple(volumes)), a2a)

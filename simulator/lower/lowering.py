@@ -40,6 +40,7 @@ from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.engine.tasks import Alloc, Plan, Task
 from simulator.errors import InputError
 from simulator.lower import comm_graph
+from simulator.lower.a2a_overlap import hidden_comm, pair_slowdown, paired_steps
 from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.costs import CostModel, Priced
 from simulator.lower.data_parallel import DataParallel
@@ -109,7 +110,11 @@ class Lowering:
         # DualPipe: a forward's send that leaves after the device's next pass (kind 'F>'),
         # and the communication of a pair's forward that its backward hides ('Fp', 'BWp')
         self.deferred: tuple[int, int, int] | None = None  # (peer, micro-batch, vs)
-        self.pair_fwd: tuple[float, float] = (0.0, 0.0)  # (compute_s, comm_s)
+        # (seconds that hide communication, communication hidden); what a pair hides: all
+        # its collectives (DualPipe), or its expert all-to-alls (`lower.a2a_overlap`)
+        self.pair_fwd: tuple[float, float] = (0.0, 0.0)
+        self.hidden = hidden_comm(self.par.overlap.moe_a2a)
+        self.pair_slowdown = pair_slowdown(self.par.overlap.moe_a2a, costs)
         self.data = ranks.data
         # the ranks that hold identical replicas of a parameter and so share its optimizer
         # states (ZeRO / distributed optimizer): data x context. Megatron-LM builds its
@@ -227,7 +232,7 @@ class Lowering:
             key = ("C", dev, "F", mb, vs) if last else ("C", dev, "F", mb, vs, k)
             io = self.off.before(dev, "F", mb, vs, k) if self.off.split else None
             alloc = (("activations", w.activation_bytes),) if first else ()
-            comm_s = 0.0 if pair else piece.comm_s
+            comm_s = piece.comm_s - self.hidden(piece) if pair else piece.comm_s
             tid = self.b.add(key, device=dev, stream="compute", name="F", phase="fwd",
                              micro=mb, chunk=vs, duration_s=piece.compute_s + comm_s,
                              comm_s=comm_s,
@@ -238,7 +243,8 @@ class Lowering:
             if io:
                 self.off.after_forward(dev, mb, vs, k, tid)
         if pair:
-            self.pair_fwd = (sum(p.compute_s for p in pieces), sum(p.comm_s for p in pieces))
+            self.pair_fwd = (sum(p.compute_s + (p.comm_s - self.hidden(p)) for p in pieces),
+                             sum(self.hidden(p) for p in pieces))
         if vs % self.chain < self.chain - 1:
             if defer:
                 self.deferred = (self._peer(dev, vs + 1), mb, vs)
@@ -304,7 +310,8 @@ class Lowering:
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
-            comm_s = (exposed if last else 0.0) if pair else piece.comm_s
+            comm_s = (piece.comm_s - self.hidden(piece) + (exposed if last else 0.0)
+                      if pair else piece.comm_s)
             key = ("C", dev, "B", mb, vs) if last else ("C", dev, "B", mb, vs, k)
             gathered = (("parameters", held[k]),) if held and held[k] else ()
             io = self.off.before(dev, "B", mb, vs, k) if self.off.split else None
@@ -362,6 +369,8 @@ class Lowering:
         stage = self.ranks.stage(dev)
         steps = schedule_steps(self.par.schedule, stage, self.ranks.pipeline, self.micro,
                                self.ranks.chunks, self.sc.source)
+        if self.par.overlap.moe_a2a:
+            steps = paired_steps(steps)
         vss = sorted({vs for _, _, vs in steps})
         for vs, gates in self.dp.early_gates(dev, vss).items():
             self.gates[(dev, vs)] = gates

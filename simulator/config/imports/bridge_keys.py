@@ -179,9 +179,10 @@ KEYS: dict[str, Flag] = {
         "overlap_grad_reduce", "overlap_param_gather",
         "overlap_param_gather_with_optimizer_step", "align_param_gather", "bucket_size",
         "defer_embedding_wgrad_compute", "wgrad_deferral_limit", "data_parallel_size")},
-    "comm_overlap.overlap_moe_expert_parallel_comm": _refuse(
-        "the experts' all-to-all overlapped with another micro-batch"),
-    "comm_overlap.delay_wgrad_compute": _refuse("the weight gradients delayed"),
+    # Megatron-Core's expert all-to-all overlap and the weight-gradient delay it needs
+    # (bridge_parallel._moe_a2a; Bridge 25.11's moe_a2a_overlap sets both)
+    **{f"{s}.{k}": _m("parallel.overlap.moe_a2a") for s in ("comm_overlap", "model")
+       for k in ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")},
     "peft": _refuse("parameter-efficient fine-tuning (frozen weights)"),
     # ---- NeMo 2's trainer: the world size, the rest its loop
     "trainer.num_nodes": _m("cluster.nodes"),

@@ -88,7 +88,27 @@ def parallel(cfg: MfConfig, d: dict[str, int], tp_comm_default: bool,
                                         "model.tp_comm_overlap"))
     if d["tensor"] > 1 and tp_comm != tp_comm_default:
         p["overlap"] = {"tp_comm": tp_comm}
+    if _moe_a2a(cfg):
+        p.setdefault("overlap", {})["moe_a2a"] = True
     return p
+
+
+_A2A = ("comm_overlap.overlap_moe_expert_parallel_comm", "model.overlap_moe_expert_parallel_comm")
+_WGRAD = ("comm_overlap.delay_wgrad_compute", "model.delay_wgrad_compute")
+
+
+def _moe_a2a(cfg: MfConfig) -> bool:
+    """Megatron-Core's overlap_moe_expert_parallel_comm (`parallel.overlap.moe_a2a`), given
+    in Bridge's comm_overlap section or on the model; delay_wgrad_compute is priced with it
+    (`lower.a2a_overlap`), and alone Megatron-Core refuses it (transformer_config.py:
+    'overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute')."""
+    on = any(cfg.flag(k) for k in _A2A)
+    wgrad = [k for k in _WGRAD if cfg.flag(k)]
+    if wgrad and not on:
+        raise cfg.error(wgrad[0], "true needs overlap_moe_expert_parallel_comm true, as "
+                        "Megatron-Core asserts ('overlap_moe_expert_parallel_comm must be "
+                        "enabled when enabling delay_wgrad_compute')")
+    return on
 
 
 def training(cfg: MfConfig, d: dict[str, int]) -> dict[str, Any]:

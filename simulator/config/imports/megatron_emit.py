@@ -122,6 +122,8 @@ def _parallel(s: Any, tp_comm_default: bool) -> list[str]:
     tp_comm = tp_comm_default if p.overlap.tp_comm == "auto" else p.overlap.tp_comm
     if tp_comm and p.tensor > 1 and p.sequence_parallel:
         args.append("--tp-comm-overlap")
+    if p.overlap.moe_a2a:
+        args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
     if p.comm_fusion.mode == "size":
         grad = 2 if s.model.dtype == "fp16" else 4  # fp32 gradients of bf16 (and fp8)
         args.append(f"--ddp-bucket-size {round(p.comm_fusion.bucket_mb * 1e6 / grad)}")

@@ -105,6 +105,8 @@ FLAGS: dict[str, Flag] = {
     "--overlap-grad-reduce": _switch("parallel.overlap.grad_reduce"),
     "--overlap-param-gather": _switch("parallel.overlap.param_gather"),
     "--tp-comm-overlap": _switch("parallel.overlap.tp_comm"),
+    "--overlap-moe-expert-parallel-comm": _switch("parallel.overlap.moe_a2a"),
+    "--delay-wgrad-compute": _switch("parallel.overlap.moe_a2a"),
     "--ddp-bucket-size": _m("parallel.comm_fusion"),
     "--transformer-impl": _m("framework"),
     "--accumulate-allreduce-grads-in-fp32": _switch("model.dtype"),

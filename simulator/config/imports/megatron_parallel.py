@@ -152,6 +152,13 @@ def _overlap(values: Values, p: dict[str, Any], tp_comm_default: bool) -> dict[s
                            "'Tensor parallel communication/GEMM overlap can happen only when "
                            "sequence parallelism is enabled')")
     overlap["tp_comm"] = "auto" if p["tensor"] == 1 or tp_comm == tp_comm_default else tp_comm
+    a2a = values.has("--overlap-moe-expert-parallel-comm")
+    if values.has("--delay-wgrad-compute") and not a2a:
+        raise values.error("--delay-wgrad-compute", "needs --overlap-moe-expert-parallel-comm "
+                           "(Megatron-Core: 'overlap_moe_expert_parallel_comm must be enabled "
+                           "when enabling delay_wgrad_compute')")
+    if a2a:  # with --delay-wgrad-compute or not: one price (lower.a2a_overlap)
+        overlap["moe_a2a"] = True
     return overlap
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Iterator
 
+from simulator.config.scenario.a2a_rules import moe_a2a
 from simulator.config.scenario.axis_rules import context, parameter_server, tensor_nd
 from simulator.config.scenario.comm_rules import comm_subgraph, recompute_comm
 from simulator.config.scenario.dataset import dataset_problems
@@ -382,6 +383,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     fp8_saved_activations,
     _one_block_overlap,
     _schedule,
+    moe_a2a,
     _model_knobs,
     _param_gather,
     _optimizer_threshold,

@@ -112,6 +112,15 @@ class OverlapSpec(_Closed):
     tp_comm: StrictBool | Literal["auto"] = Field(default="auto", description=(
         "Tensor-parallel collectives chunked and overlapped with their GEMMs; auto: the hardware "
         "profile's software stack."))
+    # Megatron-Core's overlap_moe_expert_parallel_comm (with delay_wgrad_compute; Megatron-
+    # Bridge moe_a2a_overlap): in the steady state of 1F1B one micro-batch's forward and
+    # another's backward run as one step, each one's expert all-to-all under the other's
+    # compute (megatron/core/pipeline_parallel/combined_1f1b.py; simulator/lower/a2a_overlap.py)
+    moe_a2a: StrictBool = Field(default=False, description=(
+        "Expert-parallel all-to-all (dispatch and combine) of one micro-batch overlapped with "
+        "another micro-batch's compute: 1F1B's steady-state forward and backward run as one "
+        "pair, with one more warm-up forward (Megatron-Core --overlap-moe-expert-parallel-comm, "
+        "--delay-wgrad-compute)."))
 
 
 class RecomputeCommSpec(_Closed):
