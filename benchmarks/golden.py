@@ -33,7 +33,10 @@ WALL_KEYS = frozenset({"wall_s", "elapsed_s", "search_wall_s"})
 
 # verify of every bundled scenario is pinned (seed-hw-split-large-images: its refusal, exit 2,
 # since issue 25 bounds verify's work by its GFLOP and its GB of tensors)
-VERIFY_SKIP: frozenset[str] = frozenset()
+# verify's shrunk case keeps the scenario's devices: DeepSeek-V3's 2048 numpy devices need
+# about 32 GB of host memory (16 GB measured at 1024); tests/test_deepseek_v3_scenario.py
+# verifies its plan on 64
+VERIFY_SKIP: frozenset[str] = frozenset({"deepseek-v3-2048-h800"})
 PLAN_CASES = ("llama2-7b-8-ascend910b", "tiny-cpu")
 
 

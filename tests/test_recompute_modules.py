@@ -181,3 +181,34 @@ def test_fp8_saved_activations_needs_an_fp8_model():
     assert err.value.message == (
         "['moe_act_input'] keeps activations of an FP8 recipe in a low-precision cache; it "
         "needs model.dtype fp8 (found bf16); set it, or remove the key")
+
+
+def test_fp8_requantize_recomputed_keeps_no_fp8_copy_of_discarded_outputs():
+    """DeepSeek-V3 (Sec. 3.2.3, 3.3.3): the recomputed RMSNorm outputs (h a token each, two
+    norms) and the MoE SwiGLU outputs (k f routed + fs shared) are not stored, not even as
+    the FP8 copies Transformer Engine's linears keep (one byte an element); the re-run casts
+    them to FP8 again for the GEMMs that read them."""
+    sets = ("parallel.recompute=selective", MODULES.format("layernorm,moe_act"))
+    te = _moe_layer(*sets)
+    ds = _moe_layer(*sets, "training.fp8_requantize_recomputed=true")
+    assert te.saved_bytes - ds.saved_bytes == S * (2 * H + K * F + FS)
+    extra = {op.name for op in ds.recompute} - {op.name for op in te.recompute}
+    assert extra == {"q_down.fp8_cast_input", "kv_down.fp8_cast_input",
+                     "shared_fc1.fp8_cast_input", "expert_fc2.fp8_cast_input",
+                     "shared_fc2.fp8_cast_input"}
+
+
+@pytest.mark.parametrize("sets, message", [
+    (("model.dtype=bf16",),
+     "true quantizes again the outputs a recompute module re-makes for FP8 GEMMs; it needs "
+     "model.dtype fp8 (found bf16); set it, or remove the key"),
+    (("parallel.recompute=selective", MODULES.format("core_attn")),
+     "true applies to the outputs parallel.recompute_modules discards; it needs recompute: "
+     "selective with one of ['layernorm', 'mla_up_proj', 'moe_act'] in "
+     "parallel.recompute_modules (found recompute selective, modules ['core_attn'])"),
+])
+def test_fp8_requantize_recomputed_refused_by_name(sets, message):
+    with pytest.raises(InputError) as err:
+        load_scenario(DS, [*sets, "training.fp8_requantize_recomputed=true"])
+    assert err.value.key == "training.fp8_requantize_recomputed"
+    assert err.value.message == message

@@ -207,7 +207,8 @@ def _price_stages(scenario: Scenario, prog: Program, layout: RankMesh,
     for vs, n in enumerate(counts):
         stop = start + n
         out.append(_stage(prog, layout, priced, price_fwd, start, stop, vs, stages,
-                          lambda sync: price_ops(coalesce(sync, "grad_sync"), costs, groups)))
+                          lambda sync: price_ops(coalesce(sync, "grad_sync"), costs, groups),
+                          scenario.parallel.optimizer_shard))
         start = stop
     return tuple(out) * (2 if layout.mirrored else 1)
 
@@ -231,7 +232,8 @@ def _fold(runs: list[tuple[Block, int]], value: Callable[[Block], Priced]) -> Pr
 
 def _stage(prog: Program, layout: RankMesh, priced: dict[int, _Priced],
            price: Callable[[tuple], Priced], start: int, stop: int, vs: int, stages: int,
-           price_sync: Callable[[tuple[CommSpec, ...]], Priced]) -> StageWork:
+           price_sync: Callable[[tuple[CommSpec, ...]], Priced], shard: int = 0
+           ) -> StageWork:
     """The StageWork of virtual stage vs: copies start..stop-1 of the cut sequence, with
     the blocks pinned to its end of the model."""
     first, last = vs == 0, vs == stages - 1
@@ -239,8 +241,18 @@ def _stage(prog: Program, layout: RankMesh, priced: dict[int, _Priced],
     seq = prog.sequence()
     stage_runs = runs(blocks)
     back = blocks[::-1]
-    tied = layout.pipeline > 1  # a tied table is held again on another stage
+    # a tied table (a tied LM head's, or the embedding MTP modules share) is held again on
+    # the last stage's device; not under DualPipe, whose devices each hold a first and a
+    # last stage: "we deploy the shallowest layers (including the embedding layer) and
+    # deepest layers (including the output head) of the model on the same PP rank. This
+    # arrangement enables the physical sharing of parameters and gradients, of the shared
+    # embedding and output head" (DeepSeek-V3, arXiv:2412.19437 Sec. 3.2.3)
+    tied = layout.pipeline > 1 and not layout.mirrored
     params = tuple(b.params + (b.tied_params if tied else 0) for b in back)
+    # ... though under ZeRO-2/3 the head's share of its gradient is reduced (and its
+    # parameters gathered) with the head's micro-batches, as a copy's would be
+    pieces_of = params if tied or layout.pipeline == 1 or shard < 2 else tuple(
+        b.params + b.tied_params for b in back)
     # a stage's re-run is one pass: a run of one repeated block priced once and scaled,
     # distinct blocks' ops priced as one sequence
     again = [(b, k) for b, k in stage_runs if b.recompute]
@@ -262,7 +274,7 @@ def _stage(prog: Program, layout: RankMesh, priced: dict[int, _Priced],
     return StageWork(
         fwd=_fold(stage_runs, lambda b: priced[id(b)].fwd),
         fwd_pieces=tuple(priced[id(b)].fwd for b in blocks),
-        bwd=_sum(pieces), bwd_pieces=pieces, piece_params=params, recompute=recompute,
+        bwd=_sum(pieces), bwd_pieces=pieces, piece_params=pieces_of, recompute=recompute,
         params=sum(params), activation_bytes=prog.saved_bytes(start, stop, first, last),
         working_bytes=working,
         layers=sum(b.layers for b in copies),

@@ -61,12 +61,16 @@ def layer_recompute(scenario: Scenario, software: Software, plan: ShardingPlan,
     boundary = e * math.prod(plan.layouts[out_name].local_shape(graph.tensors[out_name].shape,
                                                                 mesh))
     if modules is not None and region is not None:
-        recompute, kept = comm_options.recompute_comm_ops(
-            scenario, module_recompute(layer_fwd, plan, select, region), mesh)
         discard = recomputed_ops(p.recompute, policy, dims.swiglu, discarding(modules)) \
             or (lambda n: False)
+        # DeepSeek-V3's reading: no FP8 copy of a discarded output, its re-run cast again
+        requant = bool(fp8_kernels) and scenario.training.fp8_requantize_recomputed
+        recompute, kept = comm_options.recompute_comm_ops(
+            scenario, module_recompute(layer_fwd, plan, select, region,
+                                       discard if requant else None), mesh)
         return recompute, kept + discarding_saved(sv, plan, select, region, discard,
-                                                  fp8_kernels, e), boundary
+                                                  frozenset() if requant else fp8_kernels,
+                                                  e), boundary
     if p.recompute == "selective" and policy == "every_second_mm":
         recompute = sac_recompute(layer_fwd, dims.swiglu, dims.heads, dims.kv_heads)
     else:

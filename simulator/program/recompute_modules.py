@@ -12,10 +12,14 @@ for a tensor made by a recomputed op:
 - kept by other ops too: its model-dtype copy is not stored; an FP8 GEMM among those ops
   still keeps its own FP8 copy of it (Transformer Engine's Linear saves the quantized input
   for its wgrad GEMM; `program.fp8`), one byte an element, where the recipe keeps FP8
-  inputs. DeepSeek-V3 does the same: it recomputes "all RMSNorm operations and MLA
-  up-projections ... eliminating the need to persistently store their output activations"
-  (arXiv:2412.19437 Sec. 3.2.3) and caches "the activations in FP8" for the linear layers'
-  backward (Sec. 3.3.3);
+  inputs -- unless `training.fp8_requantize_recomputed`: then nothing is kept, and the
+  re-run casts its output to FP8 again for those GEMMs (their `.fp8_cast_input` kernels
+  join the recompute). DeepSeek-V3 states the latter: it recomputes "all RMSNorm
+  operations and MLA up-projections during back-propagation, thereby eliminating the need
+  to persistently store their output activations" (arXiv:2412.19437 Sec. 3.2.3), and of
+  the MoE SwiGLU "we cache the inputs of the SwiGLU operator and recompute its output in
+  the backward pass" (Sec. 3.3.3): the outputs are not stored in any precision, though
+  the linear layers after them cache their other inputs "in FP8 format" (Sec. 3.3.3);
 
 and a tensor a recomputed op reads that is made outside the region is kept at its size (it
 is the re-run's input), where no op keeps it already (the rotary embedding of MLA's shared
@@ -93,10 +97,20 @@ def _region_inputs(sv: Saved, plan: ShardingPlan, select: Select, region: Select
 
 
 def module_recompute(layer_fwd: tuple[Op, ...], plan: ShardingPlan, select: Select,
-                     region: Select) -> tuple[Op, ...]:
+                     region: Select, requantize: Select | None = None) -> tuple[Op, ...]:
     """The re-run of the region's kernels (with their FP8 casts) from the layer's forward
-    ops, as phase 'recompute' ops that keep nothing."""
-    kernels = {kernel_of(p) for p in plan.ops if select(p.op.name) and region(p.op.name)}
+    ops, as phase 'recompute' ops that keep nothing; with `requantize` (the discarding
+    ops, under `training.fp8_requantize_recomputed`), also the input casts of the GEMMs
+    outside the region that read what those ops make (module doc)."""
+    mine = [p for p in plan.ops if select(p.op.name)]
+    kernels = {kernel_of(p) for p in mine if region(p.op.name)}
+    casts: set[str] = set()
+    if requantize is not None:
+        made = {p.op.output: p.op.name for p in mine}
+        casts = {f"{kernel_of(p)}.fp8_cast_input" for p in mine if not region(p.op.name)
+                 and any(i in made and requantize(made[i]) and region(made[i])
+                         for i in p.op.inputs)}
     return tuple(replace(op, phase="recompute", saved_bytes=0.0) if isinstance(op, ComputeSpec)
                  else replace(op, phase="recompute") for op in layer_fwd
-                 if isinstance(op, ComputeSpec) and op.name.split(".")[0] in kernels)
+                 if isinstance(op, ComputeSpec)
+                 and (op.name.split(".")[0] in kernels or op.name in casts))

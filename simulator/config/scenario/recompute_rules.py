@@ -12,6 +12,8 @@ __all__ = ["recompute_modules", "expert_dispatcher", "fp8_saved_activations",
            "slice_activation"]
 
 Problem = tuple[str, str]
+# the output-discarding modules (models.recompute.DISCARDING; config sits below models)
+_DISCARDING = ("layernorm", "mla_up_proj", "moe_act")
 
 # the model key a module needs (None: every transformer has the part)
 _NEEDS = {"core_attn": None, "layernorm": None, "mla_up_proj": "mla", "moe_act": "moe"}
@@ -59,7 +61,30 @@ def expert_dispatcher(s: Scenario) -> Iterator[Problem]:
 
 def fp8_saved_activations(s: Scenario) -> Iterator[Problem]:
     """`training.fp8_saved_activations` caches activations of an FP8 recipe: it needs
-    `model.dtype: fp8`, no repeated entry, and moe_act_input a mixture of experts."""
+    `model.dtype: fp8`, no repeated entry, and moe_act_input a mixture of experts; and
+    `training.fp8_requantize_recomputed` (`_requantize`)."""
+    yield from _requantize(s)
+    yield from _cached(s)
+
+
+def _requantize(s: Scenario) -> Iterator[Problem]:
+    """`training.fp8_requantize_recomputed` changes what FP8 GEMMs keep of the outputs an
+    output-discarding recompute module drops: it needs model.dtype fp8 and such a module."""
+    if not s.training.fp8_requantize_recomputed:
+        return
+    key, p = "training.fp8_requantize_recomputed", s.parallel
+    if getattr(s.model, "dtype", None) != "fp8":
+        yield key, ("true quantizes again the outputs a recompute module re-makes for FP8 "
+                    f"GEMMs; it needs model.dtype fp8 (found {getattr(s.model, 'dtype', None)})"
+                    "; set it, or remove the key")
+    elif p.recompute != "selective" or not set(p.recompute_modules or ()) & set(_DISCARDING):
+        yield key, ("true applies to the outputs parallel.recompute_modules discards; it "
+                    f"needs recompute: selective with one of {list(_DISCARDING)} in "
+                    f"parallel.recompute_modules (found recompute {p.recompute}, modules "
+                    f"{list(p.recompute_modules or ())})")
+
+
+def _cached(s: Scenario) -> Iterator[Problem]:
     which = s.training.fp8_saved_activations
     if not which:
         return

@@ -101,6 +101,17 @@ class TrainingSpec(_Closed):
             "With model.dtype fp8: activations kept in a low-precision cache (DeepSeek-V3): "
             "moe_act_input (the MoE SwiGLU inputs in FP8 with a scale a 128) and "
             "attention_output (the attention output, the projection's input, in E5M6)."))
+    # FP8 recipes with output-discarding recompute modules only: the FP8 GEMMs that read a
+    # discarded output quantize the re-run's output again instead of keeping an FP8 copy
+    # (DeepSeek-V3, arXiv:2412.19437 Sec. 3.2.3: recomputing "all RMSNorm operations and MLA
+    # up-projections ... eliminating the need to persistently store their output
+    # activations"; Sec. 3.3.3: the SwiGLU inputs cached, "recompute its output in the
+    # backward pass"); false: Transformer Engine's Linear keeps its quantized input
+    # (simulator/program/recompute_modules.py)
+    fp8_requantize_recomputed: StrictBool = Field(default=False, description=(
+        "With model.dtype fp8 and parallel.recompute_modules: the FP8 GEMMs reading an "
+        "output the recompute discards keep no FP8 copy of it and quantize the re-run's "
+        "output again (DeepSeek-V3); false: they keep their FP8 copy (Transformer Engine)."))
     # FP8 recipes only: the weights of the FP8 GEMMs are stored in FP8 (Transformer Engine
     # fp8_model_init; NeMo `model.fp8_params`), with no 16-bit copy on the device besides
     # the optimizer's
