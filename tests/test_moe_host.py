@@ -116,6 +116,21 @@ def test_a_run_of_layers_is_one_segment_per_sync():
     assert two.compute_s + two.comm_s == pytest.approx(2 * (one.compute_s + one.comm_s))
 
 
+def test_the_expert_all_to_all_stays_named_for_moe_a2a_pairs():
+    """The host-bound price keeps the all-to-all's seconds apart (`Priced.a2a_s`), which
+    `parallel.overlap.moe_a2a` hides under the paired pass: losing it made the overlap
+    pay its extra warm-up forward and hide nothing (26.38 s vs 26.17 s without it)."""
+    from simulator.lower.costs import price_ops
+
+    host = MoeHost(10e-6, 16)
+    costs = _costs({"expert_fc1": 1e-6, "flash_attention": 500e-6}, 300e-6)
+    ops = (ATTN, A2A, GEMM)
+    plain = price_ops(ops, costs, GROUPS)
+    assert plain.a2a_s == pytest.approx(300e-6)
+    assert price_synced(ops, costs, GROUPS, host).a2a_s == plain.a2a_s
+    assert price_unsynced(ops, costs, GROUPS, host).a2a_s == plain.a2a_s
+
+
 def _scenario(**moe):
     return load_scenario("scenarios/validation/bridge2511-b200-qwen3-30b-a3b-8g.yaml",
                          [f"model.moe.{k}={v}" for k, v in moe.items()]).scenario

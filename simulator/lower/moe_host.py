@@ -184,7 +184,8 @@ def price_synced(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupS
     total = sum(sync_segment_s([launches(op, host) * host.kernel_s for op in seq[a:b]] + [tail],
                                [_gpu_s(op, costs, groups) for op in seq[a:b]] + [0.0])
                 for a, b in zip(cuts, cuts[1:], strict=False))
-    return Priced(max(base.compute_s, total - base.comm_s), base.comm_s, base.comm)
+    # the expert all-to-all's share stays named, for moe_a2a's pairs (`lower.a2a_overlap`)
+    return Priced(max(base.compute_s, total - base.comm_s), base.comm_s, base.comm, base.a2a_s)
 
 
 def price_unsynced(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec],
@@ -193,4 +194,4 @@ def price_unsynced(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, Grou
     time, the shortfall counted as compute (`price_ops`)."""
     base = price_ops(ops, replace(costs, host_kernel_s=0.0), groups, tp_overlap)
     floor = sum(launches(op, host) for op in ops) * host.kernel_s
-    return Priced(max(base.compute_s, floor - base.comm_s), base.comm_s, base.comm)
+    return Priced(max(base.compute_s, floor - base.comm_s), base.comm_s, base.comm, base.a2a_s)
