@@ -28,9 +28,9 @@ Megatron-Bridge `GPTOSSProvider`: `activation_func` quick_gelu, `glu_linear_offs
 Each is one memory-bound kernel per direction on one device's share of one micro-batch,
 priced like every element-wise kernel (`cost.compute`): N = micro_batch x seq / context x
 top_k rows (the busiest rank's `imbalance` times that: `stack_ops.imbalanced`, as for the
-expert GEMMs, by the `expert_` names), over tensor ranks when the experts are not tensor-split (expert
-tensor 1: the tensor ranks hold different tokens), the width 2f over the expert tensor
-degree otherwise.
+expert GEMMs, by the `expert_` names), over tensor ranks when the experts are not
+tensor-split (expert tensor 1: the tensor ranks hold different tokens), the width 2f over
+the expert tensor degree otherwise.
 
 The fc1 bias is read inside the fused activation (no kernel of its own); the attention's
 output-projection bias and the router's are not priced (one h-wide and one expert-wide add).
