@@ -73,3 +73,14 @@ def test_each_part_costs_time_and_none_without_them(keys):
     assert simulate(without, hw).iteration_time_s < base
     bare = _scenario(GB200, ["model.moe.activation_clamp=null", "model.moe.expert_bias=false"])
     assert clamped_glu_ops(bare, "bf16") == ((), ())
+
+
+def test_the_host_launches_the_bias_add_per_local_expert():
+    """TEGroupedMLP._apply_bias loops over the local experts: 2 kernels each and the cat
+    forward, 4 each and the split's cat backward; the clamps 3 kernels each way."""
+    from simulator.lower.moe_host import MoeHost, launches
+
+    host = MoeHost(kernel_s=1e-5, local_experts=16)
+    fwd, bwd = clamped_glu_ops(_scenario(GB200), "bf16")
+    assert [launches(o, host) for o in fwd] == [3, 2 * 16 + 1]
+    assert [launches(o, host) for o in bwd] == [3, 3, 4 * 16 + 1]

@@ -42,7 +42,7 @@ from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.cost.specs import ComputeSpec
 from simulator.models.transformer import transformer_model
 
-__all__ = ["CLAMP_FWD", "CLAMP_BWD", "BIAS_FWD", "BIAS_BWD", "clamped_glu_ops",
+__all__ = ["CLAMP_FWD", "CLAMP_BWD", "BIAS_FWD", "BIAS_BWD", "LAUNCHES", "clamped_glu_ops",
            "expert_rows"]
 
 # element accesses (reads + writes) per element of the tensor each pass runs over
@@ -50,6 +50,15 @@ CLAMP_FWD = 4  # two half clamps (1 + 1) and the cat (1 + 1), per fc1-output ele
 CLAMP_BWD = 5  # two half clamp backwards (3 per half element: 1.5) and chunk's cat (1 + 1)
 BIAS_FWD = 6   # b * p (1), t + bp (2 + 1), the cat (1 + 1), per fc2-output element
 BIAS_BWD = 8   # grad * p and its row sum (3), grad * b and its h sum (3), split's cat (2)
+
+# kernels the host launches for each op (`lower.moe_host.launches`): (per local expert,
+# once). The clamps: two clamps and the cat (forward and its re-run), two clamp backwards
+# and chunk's cat (backward). The fc2 bias: b * p and t + bp per local expert and the cat
+# (forward); per local expert grad * p and its sum, grad * b and its sum, and the split's
+# cat (backward)
+LAUNCHES = {"expert_act_clamp": (0, 3), "expert_act_clamp.recompute": (0, 3),
+            "expert_act_clamp.bwd": (0, 3), "expert_fc2_bias": (2, 1),
+            "expert_fc2_bias.bwd": (4, 1)}
 
 Pair = tuple[tuple[ComputeSpec, ...], tuple[ComputeSpec, ...]]
 
