@@ -63,6 +63,7 @@ from typing import Any
 
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
 from simulator.lower.costs import CostModel, Priced, price_ops
+from simulator.program.clamped_glu import LAUNCHES as GLU_LAUNCHES
 from simulator.program.program import Op, TpOverlap
 
 __all__ = ["MoeHost", "moe_host", "launches", "sync_segment_s", "sync_points",
@@ -121,6 +122,9 @@ def launches(op: Op, host: MoeHost) -> int:
         return (host.local_experts if op.grouped else 1) + swizzles
     if host.split_quantize and op.name.startswith("expert_") and op.name.endswith(_SPLIT_CASTS):
         return host.local_experts
+    if op.name in GLU_LAUNCHES:  # GPT-OSS's clamps and per-expert bias (program.clamped_glu)
+        per_expert, once = GLU_LAUNCHES[op.name]
+        return per_expert * host.local_experts + once
     return 1
 
 

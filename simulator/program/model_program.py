@@ -48,6 +48,7 @@ from simulator.models.recompute import recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
+from simulator.program.clamped_glu import clamped_glu_ops
 from simulator.program.deepep import fp8_dispatch
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.program.layer_recompute import ATTENTION_CORE, layer_recompute
@@ -255,9 +256,11 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
         head_saved -= (4.0 - e) * logits
     imbalance = m.moe.imbalance if m.moe else 1.0
     more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
+    glu = clamped_glu_ops(scenario, dtype)  # GPT-OSS experts' clamps and fc2 bias
     for k in layers:
-        fwd[k] = grouped_gemms(imbalanced(fwd[k], imbalance)) + more[0]
-        bwd[k] = grouped_gemms(imbalanced(bwd[k], imbalance)) + more[1]
+        extra = glu if _has_experts(fwd[k]) else ((), ())
+        fwd[k] = grouped_gemms(imbalanced(fwd[k] + extra[0], imbalance)) + more[0]
+        bwd[k] = grouped_gemms(imbalanced(bwd[k] + extra[1], imbalance)) + more[1]
     params = {k: blocks[k].params(plan, graph)[0] for k in layers}
     embed_params = embed.params(plan, graph)[0]
     head_params, output_params = _head_params(plan, head, embed)
@@ -274,6 +277,12 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
             cast_fwd, cast_bwd = weight_casts(f"weight_cast_{name}", n, dtype)
             fwd[block], bwd[block] = cast_fwd + fwd[block], bwd[block] + cast_bwd
     return fwd, bwd, head_saved, logits
+
+
+def _has_experts(ops: tuple[Op, ...]) -> bool:
+    """Whether a layer's ops hold expert GEMMs (an MoE layer)."""
+    return any(isinstance(op, ComputeSpec) and op.kind == "gemm" and op.name.startswith("expert_")
+               for op in ops)
 
 
 def _ce_transient(software: Software, tensor: int, compiled: float = 0.0) -> float:

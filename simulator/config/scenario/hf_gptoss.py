@@ -14,9 +14,10 @@ What GptOssForCausalLM builds (modeling_gpt_oss.py) and how each part is read:
   each, `num_experts_per_tok` routed by a softmax over the top-k logits (the renormalised
   top-k of a softmax: `normalize_top_k`, the default for top_k > 1), no shared experts,
   dense layers none; a SwiGLU whose gate and up halves are clamped at `swiglu_limit` with
-  a sigmoid gain `swiglu_alpha` and `up + 1` (priced as SwiGLU: the same three GEMMs, the
-  elementwise kernel differs, noted); biases on gate_up (2 x width) and down (hidden) of
-  every expert and on the router (one per expert): counted, noted as not priced;
+  a sigmoid gain `swiglu_alpha` and `up + 1` (the same three GEMMs; the clamps as kernels
+  of their own: `model.moe.activation_clamp`, simulator/program/clamped_glu.py); biases on
+  gate_up (2 x width) and down (hidden) of every expert (`model.moe.expert_bias`: the down
+  bias's adds priced) and on the router (one per expert): counted;
 - RMSNorm before attention and before the experts and after the last layer, untied head.
 
 `param_count` counts all of it: the published totals of arXiv:2508.10925 (the gpt-oss model
@@ -50,13 +51,14 @@ _NOTED = {
     "rope_scaling": "YaRN rescales the rotary angles and the softmax (long context): same "
                     "cost",
     "swiglu_limit": "the experts' SwiGLU clamps gate and up and adds 1 to up (GptOssExperts): "
-                    "priced as SwiGLU, the same three GEMMs; the elementwise kernel differs",
+                    "the same three GEMMs; the clamps run as element-wise kernels of their "
+                    "own (model.moe.activation_clamp)",
     "quantization_config": "the checkpoint stores its experts in MXFP4; the training dtype "
                            "is model.dtype",
 }
 BIAS_NOTE = ("gpt_oss: biases on the attention output projection, on every expert's gate_up "
-             "and down projections and on the router (counted in the parameters; their adds "
-             "are not priced)")
+             "and down projections and on the router (counted in the parameters; the experts' "
+             "down-projection bias adds priced (model.moe.expert_bias), the others not)")
 
 
 def _experts(cfg: dict[str, Any], src: str) -> tuple[int, int]:
@@ -88,6 +90,16 @@ def _windows(cfg: dict[str, Any], layers: int, src: str) -> tuple[int, int]:
                       f"expected one per layer (num_hidden_layers {layers})")
     every = _pattern(types, src)
     return (0, 0) if every == 1 else (window, every)  # every layer full: no window
+
+
+def _clamp(cfg: dict[str, Any], src: str) -> float | None:
+    """`swiglu_limit`: the clamp of the experts' SwiGLU halves (null or absent: none)."""
+    limit = cfg.get("swiglu_limit")
+    if limit is None:
+        return None
+    if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not limit > 0:
+        raise _refuse(src, "swiglu_limit", limit, "expected a positive number")
+    return float(limit)
 
 
 def _notes(cfg: dict[str, Any]) -> list[str]:
@@ -124,6 +136,6 @@ def read_gpt_oss(cfg: dict[str, Any], src: str) -> dict[str, Any]:
         activation="swiglu", vocab=_int(cfg, "vocab_size", src), tied=False,
         experts=experts, top_k=top_k, expert_ffn=ffn,
         max_positions=_int(cfg, "max_position_embeddings", src), qkv_bias=bias,
-        out_bias=bias, moe_bias=True, sinks=True,
+        out_bias=bias, moe_bias=True, sinks=True, moe_clamp=_clamp(cfg, src),
         rope_theta=float(cfg.get("rope_theta", 150000.0)), sliding_window=window,
         global_every=every, dropout=float(dropout), notes=tuple(_notes(cfg)))

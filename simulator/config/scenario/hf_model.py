@@ -68,6 +68,7 @@ class HfModel:
     out_bias: bool = False
     moe_bias: bool = False
     sinks: bool = False
+    moe_clamp: float | None = None  # swiglu_limit: the experts' clamped SwiGLU
 
     def param_count(self, active: bool = False) -> int:
         """Parameters of the model as the transformers class builds it (embedding, blocks,
@@ -142,6 +143,10 @@ class HfModel:
             keys["every"] = self.moe_every
         if self.normalize is not None and self.normalize != (self.top_k > 1):
             keys["normalize_top_k"] = self.normalize
+        if self.moe_clamp is not None:
+            keys["activation_clamp"] = self.moe_clamp
+        if self.moe_bias:
+            keys["expert_bias"] = True
         return keys
 
 

@@ -84,6 +84,20 @@ class MoeSpec(_Closed):
         Field(default=1.0, description=(
             "Factor on the routed experts' weights (Megatron-Core "
             "--moe-router-topk-scaling-factor; DeepSeek-V3's routed_scaling_factor 2.5)."))
+    # GPT-OSS's experts (Megatron-Core TransformerConfig.activation_func_clamp_value,
+    # add_bias_linear; Hugging Face swiglu_limit, GptOssExperts' biases):
+    # simulator/program/clamped_glu.py prices the kernels they add
+    activation_clamp: Annotated[StrictFloat, Field(gt=0, le=1e6, allow_inf_nan=False)] | \
+        None = Field(default=None, description=(
+            "The experts' gated activation clamps its gate half from above and its linear "
+            "half to +-this value (Megatron-Core activation_func_clamp_value, Hugging Face "
+            "swiglu_limit: GPT-OSS 7.0), in element-wise kernels of their own before the "
+            "fused activation; null: no clamp."))
+    expert_bias: StrictBool = Field(default=False, description=(
+        "Every expert's projections carry biases (GPT-OSS; Megatron-Core add_bias_linear "
+        "with grouped experts): the second projection's bias is added per local expert "
+        "in element-wise kernels of their own; false: none."))
+
     @property
     def dropless(self) -> bool:
         """Whether every token reaches its experts (no capacity factor)."""
