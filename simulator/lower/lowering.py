@@ -44,16 +44,16 @@ from simulator.lower.a2a_overlap import hidden_comm, pair_slowdown, paired_steps
 from simulator.lower.buckets import COLLAPSE_MIN
 from simulator.lower.costs import CostModel, Priced
 from simulator.lower.data_parallel import DataParallel
+from simulator.lower.device_states import host_bytes, host_extras, model_states, state_bytes
 from simulator.lower.dualpipe import emit_step, pair_exposed
 from simulator.lower.fabric import Routes, routes_for
 from simulator.lower.layout import RankMesh, rank_mesh
 from simulator.lower.nics import nic_fields
-from simulator.lower.nvme import buffer_bytes
 from simulator.lower.offload import Offload
 from simulator.lower.pipeline import schedule_steps
 from simulator.lower.reduction import strategy_for
 from simulator.lower.stages import StageWork, stage_work
-from simulator.lower.state import model_state_bytes, state_dtype_of
+from simulator.lower.state import state_dtype_of
 from simulator.lower.step import finish
 from simulator.lower.tasks_builder import Builder
 from simulator.models.split import StageSplit
@@ -124,7 +124,7 @@ class Lowering:
         self.shard_ranks = ranks.data * ranks.size("cp")
         self.peers: dict[tuple[int, int], int] = share.peers if share else {}
         self.w_pass = False  # the device's schedule has W steps: B and W split (`device`)
-        # host memory each simulated device's offload keeps there (`_host_bytes`)
+        # host memory each simulated device's offload keeps there (`lower.device_states.host_bytes`)
         self.host_bytes: dict[int, float] = share.host_bytes if share else {}
         # NVMe bytes each simulated device's states take under offload nvme (`lower.nvme`)
         self.nvme_bytes: dict[int, float] = share.nvme_bytes if share else {}
@@ -140,50 +140,6 @@ class Lowering:
     def last_micro(self, vs: int) -> int:
         """The last micro-batch through vs: its backward ends vs's gradient accumulation."""
         return self.micro_range(vs)[-1]
-
-    def state_bytes(self, params: int, vss: list[int]) -> float:
-        """A device's optimizer states, counted as the device would hold them
-        (`lower.state.model_state_bytes`)."""
-        return dict(model_state_bytes(
-            params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
-            self.state_ranks(vss), False, self.ge,
-            unsharded=sum(self.work[vs].unsharded for vs in vss),
-            state_dtype=self.state_dtype, fp8_params=self.fp8_params))["optimizer_states"]
-
-    def _host_bytes(self, params: int, vss: list[int]) -> float:
-        """Host memory a device's offload keeps there: ZeRO-Offload's optimizer states and
-        the gradient shard they are updated from (Ren et al. 2021, Sec. 4.1: 12 + 2 bytes
-        per parameter of a 16-bit model with Adam, 182 GB for 13B), or with the states on
-        NVMe the swapper's buffers only (`lower.nvme.buffer_bytes`); ZeRO-Infinity's 16-bit
-        parameters. Offloaded activations are not counted (they come back each step)."""
-        host = 0.0
-        local = params / (self.state_ranks(vss) if self.par.optimizer_shard >= 1 else 1)
-        if self.par.offload.optimizer_on_nvme:
-            host += buffer_bytes(local)
-        elif self.par.offload.optimizer_states:
-            host += self.state_bytes(params, vss) + local * self.ge
-        if self.off.params:
-            host += params * self.e
-        return host
-
-    def state_ranks(self, vss: list[int]) -> float:
-        """The ranks the optimizer shards a device's parameters over (ZeRO stages 1-2), as
-        one divisor of the parameters the optimizer does not keep whole: data x context
-        (`shard_ranks`), and with expert parallelism Megatron-Core's two groups, the dense
-        parameters over every data-parallel rank (data x context, the `ep` ranks
-        included: its data-parallel group) and the experts over the expert-data-parallel
-        ranks (data / expert: `shard_ranks`) (megatron/core/optimizer/__init__.py builds one
-        distributed optimizer per group). The divisor is the weighted harmonic mean that
-        makes params / divisor = dense / (shard_ranks * ep) + experts / shard_ranks."""
-        ep = self.ranks.size("ep")
-        if ep == 1 or self.par.optimizer_shard not in (1, 2):
-            return self.shard_ranks
-        params = sum(self.work[vs].params - self.work[vs].unsharded for vs in vss)
-        expert = sum(self.work[vs].expert_params for vs in vss)
-        if params <= 0:
-            return self.shard_ranks
-        return params / ((params - expert) / (self.shard_ranks * ep)
-                         + expert / self.shard_ranks)
 
     def release(self) -> None:
         """Drop the emitters' references back to this lowering once the plan is built:
@@ -380,32 +336,10 @@ class Lowering:
         assert self.deferred is None, "a deferred send after the last step"
         finish(self, dev, vss)
         params = sum(self.work[vs].params for vs in vss)
-        self.host_bytes[dev] = self._host_bytes(params, vss)
+        self.host_bytes[dev] = host_bytes(self, params, vss)
         if self.par.offload.optimizer_on_nvme:
-            self.nvme_bytes[dev] = self.state_bytes(params, vss)
-        return self.model_states(vss) + self.prog.resident
-
-    def model_states(self, vss: list[int], kept: bool = True) -> Alloc:
-        """The model states a device holding `vss` allocates before the iteration
-        (`lower.state.model_state_bytes` under the stack's `state_layout`, after offload);
-        `kept`: count the states the workers keep beside parameter servers."""
-        params = sum(self.work[vs].params for vs in vss)
-        return self.off.static(model_state_bytes(
-            params, self.prog.dtype, self.sc.training.optimizer, self.par.optimizer_shard,
-            self.state_ranks(vss),
-            bool(self.par.offload.optimizer_states) or self.dp.remote_optimizer,
-            self.ge, unsharded=sum(self.work[vs].unsharded for vs in vss),
-            state_dtype=self.state_dtype, fp8_params=self.fp8_params,
-            kept_states=sum(self.work[vs].worker_params for vs in vss) if kept else 0.0,
-            layout=self.prog.state_layout))
-
-
-def _host_extras(low: Lowering) -> tuple[tuple[str, object], ...]:
-    """The most host memory one simulated device's offload keeps (nothing without)."""
-    most = max(low.host_bytes.values(), default=0.0)
-    nvme = max(low.nvme_bytes.values(), default=0.0)
-    return ((("host_memory_bytes_per_device", round(most)),) if most else ()) + (
-        (("nvme_bytes_per_device", round(nvme)),) if nvme else ())
+            self.nvme_bytes[dev] = state_bytes(self, params, vss)
+        return model_states(self, vss) + self.prog.resident
 
 
 def _check(scenario: Scenario, prog: Program) -> None:
@@ -453,7 +387,7 @@ def lower(scenario: Scenario, program: Program, costs: CostModel,
                 total_devices=low.ranks.devices, micro_batches=low.micro,
                 stage_layers=tuple(w.layers for w in low.work),
                 extras=low.dp.extras() + low.off.extras() + comm_graph.extras(low)
-                + program.extras + _host_extras(low),
+                + program.extras + host_extras(low),
                 blocks=tuple(low.block_of),
                 slowdown=tuple(view(dev).costs.overlap_slowdown for dev in devices),
                 link_sharing=_link_sharing(costs),

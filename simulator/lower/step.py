@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simulator.lower.device_states import state_bytes, state_ranks
 from simulator.lower.host import host_optimizer_s, offload_step_s
 from simulator.lower.nvme import swap_chain
 from simulator.lower.state import local_params, optimizer_spec
@@ -37,7 +38,7 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
         step = _host_optimizer(low, dev, params, deps, vss)
     else:
         spec = optimizer_spec(params, low.prog.dtype, low.sc.training.optimizer,
-                              low.par.optimizer_shard, low.state_ranks(vss), low.ge,
+                              low.par.optimizer_shard, state_ranks(low, vss), low.ge,
                               low.state_dtype, low.fp8_params,
                               sum(low.work[vs].unsharded for vs in vss))
         # FSDP2: zero_grad(set_to_none) after the step frees the sharded gradients
@@ -118,7 +119,7 @@ def _host_optimizer(low: Lowering, dev: int, params: int, deps: tuple[int, ...],
     step_s = offload_step_s(int(local), low.prog.dtype, low.sc.training.optimizer,
                             low.ranks.devices_per_node)
     if low.par.offload.optimizer_on_nvme:  # ZeRO-Infinity: the states on NVMe (lower.nvme)
-        host = swap_chain(low, dev, d2h, step_s, low.state_bytes(params, vss), local)
+        host = swap_chain(low, dev, d2h, step_s, state_bytes(low, params, vss), local)
     else:
         host = low.b.add(("H", dev, "opt"), device=dev, stream="offload", name="host_opt",
                          phase="optimizer", duration_s=step_s, deps=(d2h,))

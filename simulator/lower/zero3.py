@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulator.lower.data_parallel import Gates, ShardedGradients
+from simulator.lower.device_states import state_ranks
 from simulator.lower.state import fsdp2_layout
 
 if TYPE_CHECKING:
@@ -87,7 +88,7 @@ class ShardedParameters(ShardedGradients):
             nbytes = n * low.ge
             if nbytes <= 0:
                 continue
-            grad = nbytes / low.state_ranks([vs]) if made else 0.0
+            grad = nbytes / state_ranks(low, [vs]) if made else 0.0
             self.grads[dev] = self.grads.get(dev, 0.0) + grad
             self.emit(dev, "grad_reduce", self.collective, nbytes,
                       low.costs.collective_s(self.collective, nbytes, self.group),

@@ -29,6 +29,7 @@ from typing import Any
 
 from simulator.config.framework.load import framework_for
 from simulator.config.scenario.schema import Scenario
+from simulator.lower.device_states import model_states
 from simulator.lower.framework_apply import fp8_recipe, with_auto_fusion
 from simulator.lower.layout import rank_mesh
 from simulator.lower.lowering import Lowering
@@ -132,7 +133,7 @@ def _fill_s(low: Lowering, stage: int) -> float:
 
 def _static_bytes(low: Lowering, vss: list[int]) -> float:
     """The model states of a device holding `vss`, allocated as `Lowering.device` does."""
-    static = low.model_states(vss, kept=False) + low.prog.resident
+    static = model_states(low, vss, kept=False) + low.prog.resident
     return sum(nbytes for _, nbytes in static)
 
 
