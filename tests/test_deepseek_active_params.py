@@ -67,3 +67,23 @@ def test_total_is_the_main_model_without_mtp():
     all_experts = sum(_terms().values()) + (L - DENSE) * (E - TOP) * 3 * H * F_MOE
     assert m.param_count() == all_experts
     assert abs(m.param_count() - 671e9) / 671e9 < 0.005
+
+
+def test_dropout_is_the_configs_attention_dropout_default_zero():
+    """transformers' DeepseekV3Config defaults attention_dropout to 0.0 and the published
+    config leaves it out: the model gets 0.0, not the scenario schema's 0.1 default."""
+    import json
+
+    import pytest
+
+    from simulator.config.resources import bundled_dir
+    from simulator.config.scenario.hf import read_hf_config
+    from simulator.errors import InputError
+
+    assert load_hf("deepseek-v3").model_fields()["dropout"] == 0.0
+    cfg = json.loads((bundled_dir("scenarios") / "models" / "deepseek-v3.json").read_text())
+    assert read_hf_config({**cfg, "attention_dropout": 0.25}, "s").model_fields()[
+        "dropout"] == 0.25
+    with pytest.raises(InputError, match=r"attention_dropout: found 'x'; expected a number "
+                       r"from 0 to below 1"):
+        read_hf_config({**cfg, "attention_dropout": "x"}, "s")

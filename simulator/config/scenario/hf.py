@@ -142,7 +142,19 @@ def _deepseek_v3(cfg: dict[str, Any], src: str) -> HfModel:
         top_k=count(cfg, "num_experts_per_tok", src),
         max_positions=need(cfg, "max_position_embeddings", src), deepseek=own,
         expert_ffn=own.moe_ffn, shared_ffn=own.shared_experts * own.moe_ffn,
-        first_dense=own.first_dense, moe_every=own.moe_every, normalize=own.normalize)
+        first_dense=own.first_dense, moe_every=own.moe_every, normalize=own.normalize,
+        # transformers' DeepseekV3Config: attention_dropout defaults to 0.0 (the published
+        # configs leave it out); the model has no other dropout
+        dropout=_share(cfg, "attention_dropout", src))
+
+
+def _share(cfg: dict[str, Any], key: str, src: str) -> float:
+    """A probability of the config, 0.0 when absent."""
+    value = cfg.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise InputError(src, KEY, f"{key}: found {value!r}; expected a number from 0 to "
+                         "below 1")
+    return float(value)
 
 
 READERS: dict[str, Callable[[dict[str, Any], str], HfModel]] = {

@@ -110,6 +110,8 @@ class DeepseekKeys:
                          "v_head_dim": self.v_head_dim}
         if self.mtp_depth:
             fields["mtp"] = {"depth": self.mtp_depth}
+        if m.dropout is not None:
+            fields["dropout"] = m.dropout
         if m.experts > 1:
             fields["moe"] = {**fields["moe"], **self._moe_fields(m)}
         return fields
