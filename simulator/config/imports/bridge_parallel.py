@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.config.imports.mcore_config import batch_sizes
 from simulator.config.imports.mindformers_source import MfConfig
 
 __all__ = ["parallel", "training"]
@@ -112,12 +113,7 @@ def _moe_a2a(cfg: MfConfig) -> bool:
 
 
 def training(cfg: MfConfig, d: dict[str, int]) -> dict[str, Any]:
-    micro = cfg.integer("train.micro_batch_size", 1) or 1
-    per_step = micro * d["data"]
-    gbs = cfg.integer("train.global_batch_size", per_step) or per_step
-    if gbs % per_step:
-        raise cfg.error("train.global_batch_size", f"{gbs} is not a multiple of "
-                        f"micro_batch_size {micro} x data parallel {d['data']} = {per_step}")
+    gbs, micro = batch_sizes(cfg, d, "train")
     name = cfg.get("optimizer.optimizer", "adam")
     if name != "adam":
         raise cfg.error("optimizer.optimizer", f"found {name!r}; the optimizers simulated: "

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from simulator.config.imports.mindformers_source import MfConfig
 
-__all__ = ["degrees", "read_dropout"]
+__all__ = ["degrees", "read_dropout", "batch_sizes"]
 
 _DEGREES = ("tensor", "pipeline", "context", "expert")
 
@@ -38,3 +38,15 @@ def read_dropout(cfg: MfConfig) -> float:
         raise cfg.error("model.attention_dropout", f"{values[1]:g} with hidden_dropout "
                         f"{values[0]:g}: the scenario has one dropout probability")
     return values[0]
+
+
+def batch_sizes(cfg: MfConfig, d: dict[str, int], section: str) -> tuple[int, int]:
+    """(global, micro) batch sizes under `section` (NeMo's `model`, Megatron-Bridge's
+    `train`): the global one a whole number of micro-batches on every data-parallel rank."""
+    micro = cfg.integer(f"{section}.micro_batch_size", 1) or 1
+    per_step = micro * d["data"]
+    gbs = cfg.integer(f"{section}.global_batch_size", per_step) or per_step
+    if gbs % per_step:
+        raise cfg.error(f"{section}.global_batch_size", f"{gbs} is not a multiple of "
+                        f"micro_batch_size {micro} x data parallel {d['data']} = {per_step}")
+    return gbs, micro

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from simulator.config.imports.mcore_config import degrees, read_dropout
+from simulator.config.imports.mcore_config import batch_sizes, degrees, read_dropout
 from simulator.config.imports.megatron import Imported, Row
 from simulator.config.imports.megatron_flags import MAP
 from simulator.config.imports.mindformers_source import MfConfig
@@ -136,12 +136,7 @@ def _parallel(cfg: MfConfig, d: dict[str, int], lenient: bool) -> dict[str, Any]
 
 
 def _training(cfg: MfConfig, d: dict[str, int]) -> dict[str, Any]:
-    micro = cfg.integer("model.micro_batch_size", 1) or 1
-    per_step = micro * d["data"]
-    gbs = cfg.integer("model.global_batch_size", per_step) or per_step
-    if gbs % per_step:
-        raise cfg.error("model.global_batch_size", f"{gbs} is not a multiple of "
-                        f"micro_batch_size {micro} x data parallel {d['data']} = {per_step}")
+    gbs, micro = batch_sizes(cfg, d, "model")
     if (cfg.integer("trainer.accumulate_grad_batches", 1) or 1) != 1:
         raise cfg.error("trainer.accumulate_grad_batches", "NeMo's Megatron models accumulate "
                         "over global_batch_size / (micro_batch_size x data parallel): "
