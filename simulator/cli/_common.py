@@ -23,7 +23,7 @@ from simulator.api import InfeasibleError, InputError, ShardsimError
 __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL",
     "guarded", "fail", "emit_json", "to_jsonable", "load_scenario", "stderr_console",
-    "stdout_console", "load_checked", "make_out_dir", "printable",
+    "stdout_console", "load_checked", "make_out_dir", "printable", "write_out_file",
 ]
 
 EXIT_OK = 0
@@ -162,6 +162,19 @@ _MAX_OUT_DEPTH = 64  # folders in an --out path; a real one has a dozen
 
 def _shorten(text: str, keep: int = 80) -> str:
     return text if len(text) <= keep else f"{text[:keep - 30]}...{text[-27:]}"
+
+
+def write_out_file(path: Path, text: str, what: str) -> None:
+    """Write `text` into the `--out` file `path` whole (a temporary sibling, then one
+    rename), or InputError saying it cannot write `what` (the scenario, the profile)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError("--out", str(path), f"cannot write {what} ({exc.strerror})"
+                         ) from None
 
 
 def make_out_dir(out: Path) -> Path:

@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import IO, Annotated, Any
 
 import typer
 
-from simulator.cli._common import emit_json, guarded, printable, stderr_console
+from simulator.cli._common import (
+    emit_json,
+    guarded,
+    printable,
+    stderr_console,
+    write_out_file,
+)
 
 __all__ = ["calibrate"]
 
@@ -37,24 +42,9 @@ def _report(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _write(path: Path, text: str) -> None:
-    """Write `text` into `path` whole (a temporary sibling, then one rename)."""
-    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
-    from simulator.api import InputError
-
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError("--out", str(path), f"cannot write the profile ({exc.strerror})"
-                         ) from None
-
-
 def _emit(result: dict[str, Any], out: Path | None, json_out: bool, stdout: IO[str]) -> None:
     if out is not None:
-        _write(out, result["yaml"])
+        write_out_file(out, result["yaml"], "the profile")
     if json_out:
         emit_json({k: v for k, v in result.items() if k != "checks" or out is None}
                   | {"out": str(out) if out else None}, stdout)

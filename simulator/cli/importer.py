@@ -3,13 +3,18 @@ configuration (issue 27; docs/import.md). One command per format, in the `import
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import IO, Annotated, Any
 
 import typer
 
-from simulator.cli._common import emit_json, guarded, printable, stderr_console
+from simulator.cli._common import (
+    emit_json,
+    guarded,
+    printable,
+    stderr_console,
+    write_out_file,
+)
 
 __all__ = ["import_app"]
 
@@ -29,21 +34,6 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def _write(path: Path, text: str) -> None:
-    """Write `text` into `path` whole (a temporary sibling, then one rename)."""
-    # imported when the command runs: the CLI starts cheap (no numpy/pydantic at --help)
-    from simulator.api import InputError
-
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError("--out", str(path), f"cannot write the scenario ({exc.strerror})"
-                         ) from None
-
-
 def _report(result: dict[str, Any], out: Path | None, stdout: IO[str]) -> None:
     err = stderr_console()
     err.print(_table(result["rows"]), soft_wrap=True)
@@ -52,7 +42,7 @@ def _report(result: dict[str, Any], out: Path | None, stdout: IO[str]) -> None:
     if out is None:
         stdout.write(result["yaml"])
     else:
-        _write(out, result["yaml"])
+        write_out_file(out, result["yaml"], "the scenario")
         err.print(f"scenario written: {out} ({result['devices']} devices); "
                   f"`shardsim run {out}` simulates it", soft_wrap=True)
 
@@ -83,7 +73,7 @@ def _run(fmt: str, source: Path, out: Path | None, hardware: str, nodes: int | N
                                    command=f"shardsim import {fmt} {source}", fills=fills)
         if json_out:
             if out is not None:
-                _write(out, result["yaml"])
+                write_out_file(out, result["yaml"], "the scenario")
             emit_json({k: v for k, v in result.items() if k != "yaml"}, stdout)
         else:
             _report(result, out, stdout)
