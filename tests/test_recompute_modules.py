@@ -162,6 +162,25 @@ def test_probs_in_activation_drops_the_combines_copy_of_the_expert_outputs():
     assert drop == S * 2 * K * H
 
 
+def test_probs_in_activation_follows_the_stack_unless_the_scenario_says():
+    """Unset, `model.moe.probs_in_activation` is the framework profile's: NeMo 25.11 runs
+    Megatron-Core 0.15, whose grouped experts weight the activation and whose combine
+    (unpermute without probs) keeps nothing; the megatron-core profile (core_r0.8,
+    `unpermute(..., probs=self.probs)`) keeps the k expert outputs. A stated value wins."""
+    nemo = DS | {"framework": "nemo"}
+    copy = S * 2 * K * H
+    stack = _program(nemo).block("layer1").saved_bytes
+    kept = _program(nemo, "model.moe.probs_in_activation=false").block("layer1").saved_bytes
+    assert kept - stack == copy
+    assert _program(nemo, "model.moe.probs_in_activation=true").block("layer1").saved_bytes \
+        == stack
+    # the r0.8 profile weights the combine: unset is false there, true drops the copy
+    assert _saved() == _moe_layer("model.moe.probs_in_activation=false").saved_bytes
+    assert framework_for(load_scenario(nemo).scenario, None).software.moe_probs_in_activation
+    assert not framework_for(load_scenario(DS).scenario,
+                             load_hardware(load_scenario(DS))).software.moe_probs_in_activation
+
+
 def test_fp8_cached_activations_closed_form():
     """DeepSeek-V3's low-precision storage: the SwiGLU inputs (2 k f routed + 2 fs shared
     elements a token) at 1 + 4/128 bytes instead of 2; the attention output (n dv) at

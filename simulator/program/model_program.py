@@ -52,7 +52,7 @@ from simulator.program.clamped_glu import clamped_glu_ops
 from simulator.program.deepep import fp8_dispatch
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.program.layer_recompute import ATTENTION_CORE, layer_recompute
-from simulator.program.moe_saved import fp8_cached, probs_in_activation
+from simulator.program.moe_saved import fp8_cached, probs_in_activation, weights_in_activation
 from simulator.program.program import Block, Op, Program, coalesce
 from simulator.program.replicated import tp_replicated_kernels
 from simulator.program.stack_ops import (
@@ -325,7 +325,8 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     sv: Saved = saved(plan, e)
     if recipe is not None and recipe.saves_fp8:
         sv = fp8_saved(sv, plan, recipe, e)
-    if m.moe is not None and m.moe.probs_in_activation:
+    if m.moe is not None and weights_in_activation(m.moe.probs_in_activation,
+                                                   software.moe_probs_in_activation):
         sv = probs_in_activation(sv, plan)
     if recipe is not None and scenario.training.fp8_saved_activations:
         sv = fp8_cached(sv, plan, tuple(scenario.training.fp8_saved_activations), e)

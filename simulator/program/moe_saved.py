@@ -25,12 +25,20 @@ from __future__ import annotations
 from simulator.sharding.lower import Saved, kernel_of
 from simulator.sharding.plan import ShardingPlan
 
-__all__ = ["CACHED_BYTES", "probs_in_activation", "fp8_cached"]
+__all__ = ["CACHED_BYTES", "probs_in_activation", "weights_in_activation", "fp8_cached"]
 
 # bytes an element of each FP8-cached activation, and the kernels that make it
 CACHED_BYTES = {"moe_act_input": 1 + 4 / 128, "attention_output": 1.5 + 1 / 128}
 _MADE_BY = {"moe_act_input": ("expert_fc1", "shared_fc1"),
             "attention_output": ("flash_attention", "context")}
+
+
+def weights_in_activation(scenario_says: bool | None, stack_does: bool) -> bool:
+    """Whether the routing weights multiply inside the experts' activation: the scenario's
+    `model.moe.probs_in_activation` where it states one, else what the framework profile's
+    stack does (`Software.moe_probs_in_activation`: Megatron-Core >= 0.13 does, core_r0.8's
+    `unpermute(..., probs=self.probs)` weights the combine instead)."""
+    return stack_does if scenario_says is None else scenario_says
 
 
 def probs_in_activation(sv: Saved, plan: ShardingPlan) -> Saved:

@@ -26,7 +26,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 __all__ = ["FrameworkProfile", "Software", "Fp8", "MemoryOverheads", "GradReduction",
-           "UnfusedPass", "Launch", "MoeHost", "FP8_ROLES"]
+           "UnfusedPass", "Launch", "MoeHost", "Moe", "FP8_ROLES"]
 
 PosInt = Annotated[StrictInt, Field(ge=1)]
 NonNegInt = Annotated[StrictInt, Field(ge=0)]
@@ -98,6 +98,10 @@ class Software(_Closed):
     attention_impl: StrictStr = ""
     # pipeline sends block the compute stream (`Overlap.p2p_blocking`)
     p2p_blocking: Literal["always", "non_interleaved", "never"] = "never"
+    # the grouped experts apply the routing weights in their activation, so the combine
+    # keeps no copy of the experts' outputs (`Moe.probs_in_activation`; a scenario's
+    # `model.moe.probs_in_activation` overrides it)
+    moe_probs_in_activation: StrictBool = False
     # the loss is one fused kernel over the logits in the model dtype (`CrossEntropy.fused`)
     # instead of fp32 passes one by one
     fused_cross_entropy: StrictBool = False
@@ -313,6 +317,16 @@ class MoeHost(_Closed):
     source: Text = None
 
 
+class Moe(_Closed):
+    """How the stack's mixture-of-experts layers compute: `probs_in_activation`, the grouped
+    experts multiply the routing weights into their activation output and the combine
+    (unpermute) sums the expert outputs unweighted, keeping nothing for its backward
+    (`simulator.program.moe_saved.probs_in_activation`); `source` cites the code."""
+
+    probs_in_activation: StrictBool = False
+    source: Text = None
+
+
 class FrameworkProfile(_Closed):
     """A validated framework profile. `source` is the file it came from (for messages)."""
 
@@ -332,6 +346,7 @@ class FrameworkProfile(_Closed):
     activation_recompute: ActivationRecompute
     launch: Launch | None = None
     moe_host: MoeHost | None = None
+    moe: Moe | None = None
     notes: tuple[StrictStr, ...] = ()
     source: StrictStr = "<framework>"
 
@@ -349,6 +364,7 @@ class FrameworkProfile(_Closed):
             tp_saved_input=self.sharding.tp_saved_input,
             attention_impl=self.attention.implementation or "",
             p2p_blocking=self.overlap.p2p_blocking,
+            moe_probs_in_activation=self.moe is not None and self.moe.probs_in_activation,
             fused_cross_entropy=bool(self.cross_entropy.fused),
             ce_backward_transient_bytes_per_logit=(
                 self.cross_entropy.backward_transient_bytes_per_logit or 0.0),

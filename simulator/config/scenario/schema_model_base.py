@@ -106,11 +106,13 @@ class MoeSpec(_Closed):
     # where the routing weights multiply (simulator/program/moe_saved.py): on the experts'
     # outputs in the combine (GShard, Switch), or inside the experts' activation
     # (Megatron-Core >= 0.13 grouped experts, activation_func_with_probs): the same
-    # function, but the combine then keeps no copy of the experts' outputs
-    probs_in_activation: StrictBool = Field(default=False, description=(
+    # function, but the combine then keeps no copy of the experts' outputs. None: as the
+    # framework profile's stack does (`moe.probs_in_activation`; false where it says nothing)
+    probs_in_activation: StrictBool | None = Field(default=None, description=(
         "The routing weights multiply the experts' activation output (Megatron-Core >= 0.13 "
         "grouped experts) instead of their outputs in the combine, which then keeps no copy "
-        "of those outputs for the backward; false: in the combine."))
+        "of those outputs for the backward; false: in the combine; null (default): as the "
+        "framework profile's stack does (its moe.probs_in_activation, false where absent)."))
     groups: Annotated[StrictInt, Field(ge=1, le=100_000)] = Field(default=1, description=(
         "Group-limited routing (DeepSeek-V3 n_group; Megatron-Core --moe-router-num-groups): "
         "the experts in this many groups, each token's experts chosen among its group_top_k "
