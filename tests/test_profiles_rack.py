@@ -71,3 +71,22 @@ def test_a_gpu_never_owns_more_nics_than_the_rack_gives_it():
     # and an 8-GPU node with 8 NICs is unchanged: one each, or half one when 16 share them
     assert nic_share_bandwidth(H100, 8) == H100.nic_bandwidth_bytes_per_s
     assert nic_share_bandwidth(H100, 16) == H100.nic_bandwidth_bytes_per_s / 2
+
+
+def test_gb200_capacity_is_what_nvidia_smi_reports_and_the_405b_run_that_ran_fits():
+    """A GB200 of an NVL72 tray reports 189471 MiB (NVIDIA/k8s-test-infra qx-gb200.xml, an
+    `nvidia-smi -q -x` capture), as the H100 profile takes its 81559 MiB; Megatron-Bridge's
+    25.11 Llama-3.1-405B run on 256 GB200 (TP 4 / PP 16 / VP 4, no recompute: the recipe sets
+    none and Megatron-Core refuses activation offload with PP > 1) ran, so it fits, and would
+    not in the rack's marketing 13.4 TB / 72 = 186 GB."""
+    from simulator import load_scenario, simulate
+    from simulator.report import summary
+
+    gb200 = load_profile("gb200-nvl72")
+    assert gb200.memory_GB * 1e9 == pytest.approx(189471 * 2**20, rel=1e-5)
+    assert H100.memory_GB * 1e9 == pytest.approx(81559 * 2**20, rel=1e-5)
+    case = "scenarios/validation/bridge2511-gb200-llama31-405b-256g.yaml"
+    ran = simulate(load_scenario(case))
+    assert ran.scenario.parallel.recompute == "none" and summary(ran)["memory"]["fits"]
+    at_186 = simulate(load_scenario(case, ["hardware.memory_GB=186"]))
+    assert not summary(at_186)["memory"]["fits"]
