@@ -154,7 +154,7 @@ def emit_step(low: Lowering, dev: int, kind: str, mb: int, vs: int) -> None:
         low._send(dev, peer, "fwd", pmb, pvs, low.b.ids[("C", dev, task, mb, vs)])
 
 
-def pair_exposed(low: Lowering, pieces: tuple[Priced, ...]) -> float:
+def pair_exposed(low: Lowering, pieces: tuple[Priced, ...], extra_s: float = 0.0) -> float:
     """Communication of an overlapped forward-backward pair that its computation does not
     hide (`pieces`: the pair's backward; its forward was recorded in `low.pair_fwd`): both
     halves' hidden collectives (`low.hidden`: all of them under DualPipe) against both
@@ -163,11 +163,12 @@ def pair_exposed(low: Lowering, pieces: tuple[Priced, ...]) -> float:
     expert all-to-all overlap, `lower.a2a_overlap`). With `low.pair_slowdown` s > 0 the work
     beside the collectives runs 1 + s times slower while they run (the engine's overlap
     slowdown): the pair takes max(C, K + C s / (1 + s)), C exposed beyond K by
-    max(C - K, C s / (1 + s))."""
+    max(C - K, C s / (1 + s)). `extra_s`: compute the pair adds to its halves' (host-bound
+    MoE layer pairs, `lower.moe_pair_host`)."""
     fwd_rest, fwd_hidden = low.pair_fwd
     low.pair_fwd = (0.0, 0.0)
     comm = fwd_hidden + sum(low.hidden(p) for p in pieces)
-    exposed = max(0.0, comm - fwd_rest - sum(p.compute_s + (p.comm_s - low.hidden(p))
-                                             for p in pieces))
+    exposed = max(0.0, comm - fwd_rest - extra_s - sum(p.compute_s + (p.comm_s - low.hidden(p))
+                                                       for p in pieces))
     s = low.pair_slowdown  # the work beside the hidden collectives runs 1 + s times slower
     return max(exposed, comm * s / (1.0 + s)) if s else exposed

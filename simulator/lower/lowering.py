@@ -48,6 +48,7 @@ from simulator.lower.device_states import host_bytes, host_extras, model_states,
 from simulator.lower.dualpipe import emit_step, pair_exposed
 from simulator.lower.fabric import Routes, routes_for
 from simulator.lower.layout import RankMesh, rank_mesh
+from simulator.lower.moe_pair_host import paired_layers_s
 from simulator.lower.nics import nic_fields
 from simulator.lower.offload import Offload
 from simulator.lower.pipeline import schedule_steps
@@ -113,6 +114,7 @@ class Lowering:
         # (seconds that hide communication, communication hidden); what a pair hides: all
         # its collectives (DualPipe), or its expert all-to-alls (`lower.a2a_overlap`)
         self.pair_fwd: tuple[float, float] = (0.0, 0.0)
+        self.pair_fwd_vs = -1  # the virtual stage of the pending pair's forward
         self.hidden = hidden_comm(self.par.overlap.moe_a2a)
         self.pair_slowdown = pair_slowdown(self.par.overlap.moe_a2a, costs)
         self.data = ranks.data
@@ -199,6 +201,7 @@ class Lowering:
             if io:
                 self.off.after_forward(dev, mb, vs, k, tid)
         if pair:
+            self.pair_fwd_vs = vs
             self.pair_fwd = (sum(p.compute_s + (p.comm_s - self.hidden(p)) for p in pieces),
                              sum(self.hidden(p) for p in pieces))
         if vs % self.chain < self.chain - 1:
@@ -262,12 +265,16 @@ class Lowering:
         pieces = self._bwd_pieces(vs, "B" if wp else "BW", split)
         gates, held = units if units is not None else (((),) * len(pieces), ())
         grads: Alloc = (("activations", w.w_grad_bytes),) if wp else ()
-        exposed = pair_exposed(self, pieces) if pair else 0.0
+        # host-bound MoE layer pairs share the host between syncs (lower.moe_pair_host)
+        extra = paired_layers_s(self.work[self.pair_fwd_vs].pair_deltas, w.pair_deltas) \
+            if pair else 0.0
+        exposed = pair_exposed(self, pieces, extra) if pair else 0.0
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
             comm_s = (piece.comm_s - self.hidden(piece) + (exposed if last else 0.0)
                       if pair else piece.comm_s)
+            compute_s = max(0.0, piece.compute_s + extra) if last else piece.compute_s
             key = ("C", dev, "B", mb, vs) if last else ("C", dev, "B", mb, vs, k)
             gathered = (("parameters", held[k]),) if held and held[k] else ()
             io = self.off.before(dev, "B", mb, vs, k) if self.off.split else None
@@ -276,7 +283,7 @@ class Lowering:
                 if k == 0 and w.transient_bytes else ()
             tids.append(self.b.add(key, device=dev, stream="compute", name="B", phase="bwd",
                                    micro=mb, chunk=vs,
-                                   duration_s=piece.compute_s + comm_s,
+                                   duration_s=compute_s + comm_s,
                                    comm_s=comm_s,
                                    deps=(deps if k == 0 else ()) + gates[k]
                                    + (io.deps if io else ()), comm=piece.comm,
