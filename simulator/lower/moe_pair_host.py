@@ -2,7 +2,8 @@
 one backward layer share the host between two dispatcher syncs (`parallel.overlap.moe_a2a`
 with the host rule of `lower.moe_host`).
 
-What the stack's code does (Megatron-Core core_v0.15.0): with
+What the stack's code does (Megatron-Core core_v0.15.0, and the same lines at 92c8482e, the
+Megatron-LM commit Megatron-Bridge 00b7660b pins as 3rdparty/Megatron-LM): with
 `overlap_moe_expert_parallel_comm` the schedule runs the forward of one micro-batch and the
 backward of another layer by layer (`combined_1f1b.combined_forward_backward_step` ->
 `TransformerModelChunkSchedulePlan.run` -> `TransformerLayerSchedulePlan.run`,
