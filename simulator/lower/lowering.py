@@ -48,7 +48,6 @@ from simulator.lower.device_states import host_bytes, host_extras, model_states,
 from simulator.lower.dualpipe import emit_step, pair_exposed
 from simulator.lower.fabric import Routes, routes_for
 from simulator.lower.layout import RankMesh, rank_mesh
-from simulator.lower.moe_pair_host import paired_layers_s
 from simulator.lower.nics import nic_fields
 from simulator.lower.offload import Offload
 from simulator.lower.pipeline import schedule_steps
@@ -113,8 +112,8 @@ class Lowering:
         self.deferred: tuple[int, int, int] | None = None  # (peer, micro-batch, vs)
         # (seconds that hide communication, communication hidden); what a pair hides: all
         # its collectives (DualPipe), or its expert all-to-alls (`lower.a2a_overlap`)
-        self.pair_fwd: tuple[float, float] = (0.0, 0.0)
-        self.pair_fwd_vs = -1  # the virtual stage of the pending pair's forward
+        # ... and the forward's host-bound MoE layer pairs (`StageWork.pair_deltas`)
+        self.pair_fwd: tuple[float, float, tuple[float, ...]] = (0.0, 0.0, ())
         self.hidden = hidden_comm(self.par.overlap.moe_a2a)
         self.pair_slowdown = pair_slowdown(self.par.overlap.moe_a2a, costs)
         self.data = ranks.data
@@ -201,9 +200,8 @@ class Lowering:
             if io:
                 self.off.after_forward(dev, mb, vs, k, tid)
         if pair:
-            self.pair_fwd_vs = vs
             self.pair_fwd = (sum(p.compute_s + (p.comm_s - self.hidden(p)) for p in pieces),
-                             sum(self.hidden(p) for p in pieces))
+                             sum(self.hidden(p) for p in pieces), w.pair_deltas)
         if vs % self.chain < self.chain - 1:
             if defer:
                 self.deferred = (self._peer(dev, vs + 1), mb, vs)
@@ -265,10 +263,7 @@ class Lowering:
         pieces = self._bwd_pieces(vs, "B" if wp else "BW", split)
         gates, held = units if units is not None else (((),) * len(pieces), ())
         grads: Alloc = (("activations", w.w_grad_bytes),) if wp else ()
-        # host-bound MoE layer pairs share the host between syncs (lower.moe_pair_host)
-        extra = paired_layers_s(self.work[self.pair_fwd_vs].pair_deltas, w.pair_deltas) \
-            if pair else 0.0
-        exposed = pair_exposed(self, pieces, extra) if pair else 0.0
+        exposed, extra = pair_exposed(self, pieces, w.pair_deltas) if pair else (0.0, 0.0)
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
