@@ -41,6 +41,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from simulator.lower.moe_pair_host import paired_layers_s
+
 if TYPE_CHECKING:
     from simulator.lower.costs import Priced
     from simulator.lower.lowering import Lowering
@@ -154,20 +156,24 @@ def emit_step(low: Lowering, dev: int, kind: str, mb: int, vs: int) -> None:
         low._send(dev, peer, "fwd", pmb, pvs, low.b.ids[("C", dev, task, mb, vs)])
 
 
-def pair_exposed(low: Lowering, pieces: tuple[Priced, ...]) -> float:
-    """Communication of an overlapped forward-backward pair that its computation does not
-    hide (`pieces`: the pair's backward; its forward was recorded in `low.pair_fwd`): both
-    halves' hidden collectives (`low.hidden`: all of them under DualPipe) against both
-    halves' other work, max(0, C_f + C_b - K_f - K_b) (DeepSeek-V3 Sec. 3.2.1: each chunk's
-    all-to-all and pipeline communication run beside the other's computation; Megatron-Core's
-    expert all-to-all overlap, `lower.a2a_overlap`). With `low.pair_slowdown` s > 0 the work
-    beside the collectives runs 1 + s times slower while they run (the engine's overlap
-    slowdown): the pair takes max(C, K + C s / (1 + s)), C exposed beyond K by
-    max(C - K, C s / (1 + s))."""
-    fwd_rest, fwd_hidden = low.pair_fwd
-    low.pair_fwd = (0.0, 0.0)
+def pair_exposed(low: Lowering, pieces: tuple[Priced, ...],
+                 bwd_deltas: tuple[float, ...] = ()) -> tuple[float, float]:
+    """(communication of an overlapped forward-backward pair that its computation does not
+    hide, compute the pair adds to its halves'). `pieces`: the pair's backward; its forward
+    was recorded in `low.pair_fwd`. Exposed: both halves' hidden collectives (`low.hidden`:
+    all of them under DualPipe) against both halves' other work, max(0, C_f + C_b - K_f -
+    K_b) (DeepSeek-V3 Sec. 3.2.1: each chunk's all-to-all and pipeline communication run
+    beside the other's computation; Megatron-Core's expert all-to-all overlap,
+    `lower.a2a_overlap`). With `low.pair_slowdown` s > 0 the work beside the collectives
+    runs 1 + s times slower while they run (the engine's overlap slowdown): the pair takes
+    max(C, K + C s / (1 + s)), C exposed beyond K by max(C - K, C s / (1 + s)). Added:
+    the host-bound MoE layer pairs' segments less their halves' compute
+    (`lower.moe_pair_host.paired_layers_s` of the forward's and `bwd_deltas`), part of K."""
+    fwd_rest, fwd_hidden, fwd_deltas = low.pair_fwd
+    low.pair_fwd = (0.0, 0.0, ())
+    extra = paired_layers_s(fwd_deltas, bwd_deltas)
     comm = fwd_hidden + sum(low.hidden(p) for p in pieces)
-    exposed = max(0.0, comm - fwd_rest - sum(p.compute_s + (p.comm_s - low.hidden(p))
-                                             for p in pieces))
+    exposed = max(0.0, comm - fwd_rest - extra - sum(p.compute_s + (p.comm_s - low.hidden(p))
+                                                     for p in pieces))
     s = low.pair_slowdown  # the work beside the hidden collectives runs 1 + s times slower
-    return max(exposed, comm * s / (1.0 + s)) if s else exposed
+    return (max(exposed, comm * s / (1.0 + s)) if s else exposed), extra

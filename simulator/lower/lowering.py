@@ -112,7 +112,8 @@ class Lowering:
         self.deferred: tuple[int, int, int] | None = None  # (peer, micro-batch, vs)
         # (seconds that hide communication, communication hidden); what a pair hides: all
         # its collectives (DualPipe), or its expert all-to-alls (`lower.a2a_overlap`)
-        self.pair_fwd: tuple[float, float] = (0.0, 0.0)
+        # ... and the forward's host-bound MoE layer pairs (`StageWork.pair_deltas`)
+        self.pair_fwd: tuple[float, float, tuple[float, ...]] = (0.0, 0.0, ())
         self.hidden = hidden_comm(self.par.overlap.moe_a2a)
         self.pair_slowdown = pair_slowdown(self.par.overlap.moe_a2a, costs)
         self.data = ranks.data
@@ -200,7 +201,7 @@ class Lowering:
                 self.off.after_forward(dev, mb, vs, k, tid)
         if pair:
             self.pair_fwd = (sum(p.compute_s + (p.comm_s - self.hidden(p)) for p in pieces),
-                             sum(self.hidden(p) for p in pieces))
+                             sum(self.hidden(p) for p in pieces), w.pair_deltas)
         if vs % self.chain < self.chain - 1:
             if defer:
                 self.deferred = (self._peer(dev, vs + 1), mb, vs)
@@ -262,12 +263,13 @@ class Lowering:
         pieces = self._bwd_pieces(vs, "B" if wp else "BW", split)
         gates, held = units if units is not None else (((),) * len(pieces), ())
         grads: Alloc = (("activations", w.w_grad_bytes),) if wp else ()
-        exposed = pair_exposed(self, pieces) if pair else 0.0
+        exposed, extra = pair_exposed(self, pieces, w.pair_deltas) if pair else (0.0, 0.0)
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
             comm_s = (piece.comm_s - self.hidden(piece) + (exposed if last else 0.0)
                       if pair else piece.comm_s)
+            compute_s = max(0.0, piece.compute_s + extra) if last else piece.compute_s
             key = ("C", dev, "B", mb, vs) if last else ("C", dev, "B", mb, vs, k)
             gathered = (("parameters", held[k]),) if held and held[k] else ()
             io = self.off.before(dev, "B", mb, vs, k) if self.off.split else None
@@ -276,7 +278,7 @@ class Lowering:
                 if k == 0 and w.transient_bytes else ()
             tids.append(self.b.add(key, device=dev, stream="compute", name="B", phase="bwd",
                                    micro=mb, chunk=vs,
-                                   duration_s=piece.compute_s + comm_s,
+                                   duration_s=compute_s + comm_s,
                                    comm_s=comm_s,
                                    deps=(deps if k == 0 else ()) + gates[k]
                                    + (io.deps if io else ()), comm=piece.comm,

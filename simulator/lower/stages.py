@@ -14,7 +14,7 @@ op sequence is priced by an event simulation of the c interleaved copies
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from simulator.config.scenario.schema import Scenario
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
@@ -22,6 +22,7 @@ from simulator.lower.costs import CostModel, Priced, price_ops
 from simulator.lower.host import host_costs
 from simulator.lower.layout import RankMesh
 from simulator.lower.moe_host import is_moe_layer, moe_host, price_synced, price_unsynced
+from simulator.lower.moe_pair_host import pair_segment_s
 from simulator.lower.multicopy import multi_copy
 from simulator.models.split import StageSplit, stage_layers, unit_split
 from simulator.program.program import Block, Op, Program, coalesce, runs
@@ -90,6 +91,10 @@ class StageWork:
     # cut sequence they include (the stage's share of a split)
     blocks: tuple[Block, ...] = ()
     copies: int = 0
+    # per MoE layer of the stage, in forward order: its overlapped forward-backward pair's
+    # host-bound segment less its forward's and backward's compute priced alone
+    # (`lower.moe_pair_host`; moe_a2a with the dispatcher's sync only)
+    pair_deltas: tuple[float, ...] = ()
 
 
 def _sum(pieces: tuple[Priced, ...]) -> Priced:
@@ -161,7 +166,7 @@ def stage_work(scenario: Scenario, prog: Program, layout: RankMesh,
     if PRICED_SIZE <= 0:
         return _price_stages(scenario, prog, layout, costs, layers)
     p = scenario.parallel
-    key = (id(prog), id(costs), layout, layers, p.overlap.copies,
+    key = (id(prog), id(costs), layout, layers, p.overlap.copies, p.overlap.moe_a2a,
            None if p.pipeline_layers is None else tuple(p.pipeline_layers))
     hit = _PRICED.get(key)
     if hit is not None and hit[0] is prog and hit[1] is costs:
@@ -200,15 +205,24 @@ def _price_stages(scenario: Scenario, prog: Program, layout: RankMesh,
     priced = {id(b): _Priced(price_fwd(b.fwd), price(b.bwd),
                              _priced_split(b.fwd, b.bwd, price))
               for b in prog.blocks}
+    # moe_a2a pairs of host-bound MoE layers: one segment per layer pair (lower.moe_pair_host)
+    deltas: dict[int, float] = {}
+    if host is not None and host.sync and scenario.parallel.overlap.moe_a2a:
+        for b in prog.blocks:
+            seg = pair_segment_s(b.fwd, b.bwd, costs, groups, host) if b.layers == 1 else None
+            if seg is not None:
+                deltas[id(b)] = seg - priced[id(b)].fwd.compute_s - priced[id(b)].bwd.compute_s
     # DualPipe: the p stages of one direction, the reverse direction's the same again
     stages = layout.pipeline if layout.mirrored else layout.virtual_stages
     counts = layers[:stages] if layers else _default_split(scenario, prog, stages, priced)
     out, start = [], 0
     for vs, n in enumerate(counts):
         stop = start + n
-        out.append(_stage(prog, layout, priced, price_fwd, start, stop, vs, stages,
-                          lambda sync: price_ops(coalesce(sync, "grad_sync"), costs, groups),
-                          scenario.parallel.optimizer_shard))
+        work = _stage(prog, layout, priced, price_fwd, start, stop, vs, stages,
+                      lambda sync: price_ops(coalesce(sync, "grad_sync"), costs, groups),
+                      scenario.parallel.optimizer_shard)
+        out.append(replace(work, pair_deltas=tuple(
+            deltas[id(b)] for b in work.blocks if id(b) in deltas)) if deltas else work)
         start = stop
     return tuple(out) * (2 if layout.mirrored else 1)
 
