@@ -68,6 +68,7 @@ from simulator.program.stack_ops import (
     with_impl,
 )
 from simulator.program.unfused import unfused_ops, unfused_saved_bytes
+from simulator.program.yarn_rope import yarn_rope
 from simulator.sharding.lower import (
     Saved,
     backward_specs,
@@ -257,7 +258,9 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
     imbalance = m.moe.imbalance if m.moe else 1.0
     more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
     glu = clamped_glu_ops(scenario, dtype)  # GPT-OSS experts' clamps and fc2 bias
+    rope = yarn_rope(scenario, software, dtype)  # a YaRN rotation as the stack's eager ops
     for k in layers:
+        fwd[k], bwd[k] = rope(fwd[k], bwd[k])
         extra = glu if _has_experts(fwd[k]) else ((), ())
         fwd[k] = grouped_gemms(imbalanced(fwd[k] + extra[0], imbalance)) + more[0]
         bwd[k] = grouped_gemms(imbalanced(bwd[k] + extra[1], imbalance)) + more[1]
