@@ -194,3 +194,24 @@ def test_lowering_gives_attention_kernels_their_local_key_length():
             if isinstance(op, ComputeSpec)}
     assert seqs["flash_attention"] == seqs["flash_attention.bwd"] == 4096
     assert seqs["qkv"] == 0
+
+
+def test_a_windowed_attention_kernel_runs_over_its_window_of_keys():
+    """GPT-OSS's alternating layers: the 128-token windowed layer's kernel loops over its
+    window's keys (its tiles amortise over 128, not 4096), the global layer's over all."""
+    from simulator.config.scenario import parse_scenario
+    from simulator.program.model_program import transformer_program
+
+    data = {"name": "s", "hardware": "h100-sxm",
+            "cluster": {"nodes": 1, "devices_per_node": 8},
+            "model": {"type": "transformer", "layers": 2, "hidden_size": 512, "num_heads": 8,
+                      "seq_length": 4096, "vocab_size": 1024, "attention": "flash",
+                      "sliding_window": 128, "global_every": 2},
+            "training": {"global_batch_size": 8, "micro_batch_size": 1},
+            "parallel": {"data": 4, "tensor": 2}}
+    hw = load_profile("h100-sxm")
+    prog = transformer_program(parse_scenario(data, "s.yaml"), hw.software, hw.compute_units)
+    seqs = [[op.seq for op in prog.block(name).fwd + prog.block(name).bwd
+             if isinstance(op, ComputeSpec) and op.kind == "attention"]
+            for name in ("layer0", "layer1")]
+    assert seqs == [[128, 128], [4096, 4096]]

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.cost.specs import CommSpec, ComputeSpec, Phase
+from simulator.graph.ops.attention import window_keys
 from simulator.graph.ops.einsum import gemm_mnk
 from simulator.sharding.layout import Layout
 from simulator.sharding.plan import Item, OpPlan, ShardingPlan
@@ -127,13 +128,14 @@ def _flops(plan: ShardingPlan, k: _Kernel) -> float:
 
 
 def _key_length(plan: ShardingPlan, k: _Kernel) -> int:
-    """A fused attention kernel's local key length (the t of its k input [b, t, ...]);
-    0 for other kernels."""
+    """A fused attention kernel's local key length: the keys one query row runs over (the
+    t of its k input [b, t, ...], or its window W where shorter: a windowed kernel's key
+    loop spans the window's tiles, not the sequence's); 0 for other kernels."""
     for p in k.ops:
         if p.op.family.kind == "attention" and len(p.op.inputs) >= 2:
             ins, _ = local_shapes(plan, p)
             if len(ins[1]) >= 2:
-                return int(ins[1][1])
+                return window_keys(int(ins[1][1]), p.op.attrs)
     return 0
 
 
