@@ -84,3 +84,24 @@ def test_the_host_launches_the_bias_add_per_local_expert():
     fwd, bwd = clamped_glu_ops(_scenario(GB200), "bf16")
     assert [launches(o, host) for o in fwd] == [3, 2 * 16 + 1]
     assert [launches(o, host) for o in bwd] == [3, 3, 4 * 16 + 1]
+
+
+def test_every_moe_layer_runs_its_own_clamps_and_bias_where_the_stack_runs_them():
+    """The program's block holds two MoE layers (a windowed and a global one): each has its
+    clamps just before its fused activation and its bias add just after its fc2; backward,
+    the bias add's gradient and the recomputed clamps before fc2's backward, the clamps'
+    gradient after the activation's."""
+    from simulator.config.framework.load import load_framework
+    from simulator.program.model_program import transformer_program
+
+    prog = transformer_program(_scenario(GB200), load_framework("nemo").software)
+    layer = next(b for b in prog.blocks if b.name == "layer")
+    fwd, bwd = [o.name for o in layer.fwd], [o.name for o in layer.bwd]
+    for names, pairs in ((fwd, [("expert_act_clamp", "expert_act"),
+                                ("expert_fc2", "expert_fc2_bias")]),
+                         (bwd, [("expert_fc2_bias.bwd", "expert_act_clamp.recompute"),
+                                ("expert_act_clamp.recompute", "expert_fc2.dgrad"),
+                                ("expert_act.bwd", "expert_act_clamp.bwd")])):
+        for first, then in pairs:
+            at = [i for i, n in enumerate(names) if n == first]
+            assert len(at) == 2 and [names[i + 1] for i in at] == [then, then]

@@ -49,6 +49,7 @@ from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
 from simulator.program.clamped_glu import clamped_glu_ops
+from simulator.program.clamped_glu import in_place as glu_in_place
 from simulator.program.deepep import fp8_dispatch
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.program.layer_recompute import ATTENTION_CORE, layer_recompute
@@ -261,9 +262,10 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
     rope = yarn_rope(scenario, software, dtype)  # a YaRN rotation as the stack's eager ops
     for k in layers:
         fwd[k], bwd[k] = rope(fwd[k], bwd[k])
-        extra = glu if _has_experts(fwd[k]) else ((), ())
-        fwd[k] = grouped_gemms(imbalanced(fwd[k] + extra[0], imbalance)) + more[0]
-        bwd[k] = grouped_gemms(imbalanced(bwd[k] + extra[1], imbalance)) + more[1]
+        if _has_experts(fwd[k]):  # in each MoE layer, where the stack runs them
+            fwd[k], bwd[k] = glu_in_place(fwd[k], glu[0]), glu_in_place(bwd[k], glu[1])
+        fwd[k] = grouped_gemms(imbalanced(fwd[k], imbalance)) + more[0]
+        bwd[k] = grouped_gemms(imbalanced(bwd[k], imbalance)) + more[1]
     params = {k: blocks[k].params(plan, graph)[0] for k in layers}
     embed_params = embed.params(plan, graph)[0]
     head_params, output_params = _head_params(plan, head, embed)
