@@ -142,7 +142,8 @@ def test_a_pipeline_cuts_between_any_two_layers_as_megatron_does():
     assert (lp.unit, lp.runs) == (1, ((0, 1), (1, 1)) * 18)
     assert [k.window for g, _ in lp.groups for k in g] == [128, 0]
     with pytest.raises(InputError) as err:
-        _bundled("gpt-oss-120b-64-h100", ["parallel.pipeline=37", "parallel.data=1",
+        _bundled("gpt-oss-120b-64-h100", ["parallel.pipeline=37", "parallel.pipeline_layers=null",
+                                          "parallel.data=1",
                                           "parallel.expert=1", "cluster.nodes=37",
                                           "cluster.devices_per_node=1"])
     assert err.value.key == "parallel.pipeline"
