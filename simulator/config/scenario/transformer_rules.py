@@ -81,7 +81,8 @@ def repeat_unit(m: TransformerModel) -> int:
     kinds = [kind(i) for i in range(n)]
     unit = next(q for q in range(1, n + 1)
                 if n % q == 0 and all(kinds[i] == kinds[i % q] for i in range(n)))
-    if m.hybrid_pattern is None and len({k[1] for k in kinds[:unit]}) == 1:
+    if m.hybrid_pattern is None and len({moe is not None and moe.is_moe(i)
+                                         for i in range(unit)}) == 1:
         return 1  # layers that differ in their window alone: cut one by one (layer_plan)
     return unit if unit < n else 1
 
