@@ -42,10 +42,12 @@ def floor_row(path: Path, table: dict) -> dict | None:
     par, prog = scenario.parallel, result.program
     if par.pipeline > 1:
         return None
-    m, layers = scenario.grad_accum_steps, scenario.model.layers
-    layer, embed, head = (prog.block(n) for n in ("layer", "embed", "head"))
-    fwd = layers * _matrix_executed(layer.fwd) + _matrix_executed(embed.fwd + head.fwd)
-    bwd = layers * _matrix_executed(layer.bwd) + _matrix_executed(embed.bwd + head.bwd)
+    m = scenario.grad_accum_steps
+    # every layer copy (one block or several, as models.layers.layer_plan groups them),
+    # then the pinned embedding and head
+    blocks = prog.sequence() + prog.pinned("first") + prog.pinned("last")
+    fwd = sum(_matrix_executed(b.fwd) for b in blocks)
+    bwd = sum(_matrix_executed(b.bwd) for b in blocks)
     c = m * (fwd + bwd) / (hw.peak_flops_per_s(prog.dtype) * hw.efficiency.gemm_peak_fraction)
     f_share, b_share = fwd / (fwd + bwd), bwd / (fwd + bwd)
     dp = [t for t in result.plan.tasks if t.device == 0 and t.stream == "dp"]

@@ -72,7 +72,8 @@ def attention_rows(rows: list[dict], phase: str, hw: HardwareProfile
         if phase == "bwd":
             flops, done = 2 * flops, done * 1.25
         spec = ComputeSpec("attn", "attention", flops, 0.0, "bf16", phase,  # type: ignore[arg-type]
-                           executed_fraction=done, impl=_IMPL[r["backend"]], seq=r["seq"])
+                           executed_fraction=done, impl=_IMPL[r["backend"]], seq=r["seq"],
+                           head_dim=r["d"])
         label = f"{r['backend']} d{r['d']} {'causal' if r['causal'] else 'full'} s{r['seq']}"
         out.append((label, r[f"{phase}_s"], compute_time_s(spec, hw)))
     return out

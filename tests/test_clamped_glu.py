@@ -84,3 +84,32 @@ def test_the_host_launches_the_bias_add_per_local_expert():
     fwd, bwd = clamped_glu_ops(_scenario(GB200), "bf16")
     assert [launches(o, host) for o in fwd] == [3, 2 * 16 + 1]
     assert [launches(o, host) for o in bwd] == [3, 3, 4 * 16 + 1]
+
+
+def test_every_moe_layer_runs_its_own_clamps_and_bias_where_the_stack_runs_them():
+    """Both MoE layers (the windowed and the global one, a block each) have their clamps
+    just before their fused activation and their bias add just after their fc2; backward,
+    the bias add's gradient and the recomputed clamps before fc2's backward, the clamps'
+    gradient after the activation's; two MoE layers in one run of ops get two of each."""
+    from simulator.config.framework.load import load_framework
+    from simulator.program.clamped_glu import in_place
+    from simulator.program.model_program import transformer_program
+
+    prog = transformer_program(_scenario(GB200), load_framework("nemo").software)
+    layers = list({b.name: b for b in prog.blocks if b.name.startswith("layer")}.values())
+    assert len(layers) == 2
+    pairs = ([("expert_act_clamp", "expert_act"), ("expert_fc2", "expert_fc2_bias")],
+             [("expert_fc2_bias.bwd", "expert_act_clamp.recompute"),
+              ("expert_act_clamp.recompute", "expert_fc2.dgrad"),
+              ("expert_act.bwd", "expert_act_clamp.bwd")])
+    for layer in layers:
+        for ops, direction in ((layer.fwd, pairs[0]), (layer.bwd, pairs[1])):
+            names = [o.name for o in ops]
+            for first, then in direction:
+                at = [i for i, n in enumerate(names) if n == first]
+                assert len(at) == 1 and names[at[0] + 1] == then
+    fwd, _ = clamped_glu_ops(_scenario(GB200), "bf16")
+    bare = tuple(o for o in layers[0].fwd if not o.name.startswith(("expert_act_clamp",
+                                                                     "expert_fc2_bias")))
+    twice = [o.name for o in in_place(bare + bare, fwd)]
+    assert twice.count("expert_act_clamp") == twice.count("expert_fc2_bias") == 2

@@ -194,3 +194,60 @@ def test_lowering_gives_attention_kernels_their_local_key_length():
             if isinstance(op, ComputeSpec)}
     assert seqs["flash_attention"] == seqs["flash_attention.bwd"] == 4096
     assert seqs["qkv"] == 0
+
+
+def test_a_windowed_attention_kernel_runs_over_its_window_of_keys():
+    """GPT-OSS's alternating layers: the 128-token windowed layer's kernel loops over its
+    window's keys (its tiles amortise over 128, not 4096), the global layer's over all."""
+    from simulator.config.scenario import parse_scenario
+    from simulator.program.model_program import transformer_program
+
+    data = {"name": "s", "hardware": "h100-sxm",
+            "cluster": {"nodes": 1, "devices_per_node": 8},
+            "model": {"type": "transformer", "layers": 2, "hidden_size": 512, "num_heads": 8,
+                      "seq_length": 4096, "vocab_size": 1024, "attention": "flash",
+                      "sliding_window": 128, "global_every": 2},
+            "training": {"global_batch_size": 8, "micro_batch_size": 1},
+            "parallel": {"data": 4, "tensor": 2}}
+    hw = load_profile("h100-sxm")
+    prog = transformer_program(parse_scenario(data, "s.yaml"), hw.software, hw.compute_units)
+    seqs = [[op.seq for op in prog.block(name).fwd + prog.block(name).bwd
+             if isinstance(op, ComputeSpec) and op.kind == "attention"]
+            for name in ("layer0", "layer1")]
+    assert seqs == [[128, 128], [4096, 4096]]
+
+
+@pytest.mark.parametrize("phase,measured", [("fwd", 334 / 484), ("bwd", 395 / 465)])
+def test_attention_rate_follows_the_head_width_below_128(phase, measured):
+    """cuDNN on H100 (FlashAttention-3 paper Figs. 5-6, 2048 keys): head dim 64 runs at
+    334/484 of head dim 128's rate forward and 395/465 backward; heads of 128 or wider, an
+    unknown width, and an implementation without the figure (fa1 here) keep the rate."""
+    h100 = load_profile("h100-sxm")
+
+    def t(d: int, impl: str = "cudnn") -> float:
+        spec = ComputeSpec("fa", "attention", 1e12, 1e6, "bf16", phase,  # type: ignore[arg-type]
+                           impl=impl, seq=2048, head_dim=d)
+        return compute_time_s(spec, h100) - h100.kernel_launch_s
+
+    assert t(128) / t(64) == pytest.approx(measured, rel=2e-3)
+    assert t(128) == t(192) == t(0)
+    assert t(64, "fa1") == t(128, "fa1")
+
+
+def test_lowering_gives_attention_kernels_their_head_width():
+    from simulator.config.scenario import parse_scenario
+    from simulator.program.model_program import transformer_program
+
+    data = {"name": "s", "hardware": "h100-sxm",
+            "cluster": {"nodes": 1, "devices_per_node": 8},
+            "model": {"type": "transformer", "layers": 2, "hidden_size": 512, "num_heads": 8,
+                      "head_dim": 32, "seq_length": 4096, "vocab_size": 1024,
+                      "attention": "flash"},
+            "training": {"global_batch_size": 8, "micro_batch_size": 1},
+            "parallel": {"data": 4, "tensor": 2}}
+    hw = load_profile("h100-sxm")
+    prog = transformer_program(parse_scenario(data, "s.yaml"), hw.software, hw.compute_units)
+    dims = {op.name: op.head_dim for op in prog.block("layer").fwd + prog.block("layer").bwd
+            if isinstance(op, ComputeSpec)}
+    assert dims["flash_attention"] == dims["flash_attention.bwd"] == 32
+    assert dims["qkv"] == 0

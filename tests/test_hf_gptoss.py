@@ -128,16 +128,24 @@ def test_model_flops_per_token_follow_megatron_formula_with_the_window():
     assert got / tokens == pytest.approx(6 * gemms + core, rel=1e-12)
 
 
-def test_a_pipeline_cuts_between_pairs_of_windowed_and_full_layers():
-    """The 36 layers repeat in 18 blocks of a windowed and a full layer: 32 stages have not
-    a block each (the planner proposed it and the lowering had nothing to put on 14
-    stages); 18 stages do."""
+def test_a_pipeline_cuts_between_any_two_layers_as_megatron_does():
+    """The windowed and full layers differ in their window alone, so a stage may hold an
+    odd number of them: Megatron-Core's even split of 36 layers over 4 stages is 9 each
+    (the Megatron-Bridge 25.11 H100 recipe); the program runs one block per kind,
+    alternating (`models.layers.windows_only`). 36 stages hold one layer each; 37 have
+    not one each."""
+    from simulator.models.layers import layer_kinds, layer_plan
+    from simulator.models.transformer import transformer_model
+
+    s = _bundled("gpt-oss-120b-64-h100", ["parallel.pipeline_layers=[9,9,9,9]"])
+    lp = layer_plan(layer_kinds(transformer_model(s.model)))
+    assert (lp.unit, lp.runs) == (1, ((0, 1), (1, 1)) * 18)
+    assert [k.window for g, _ in lp.groups for k in g] == [128, 0]
     with pytest.raises(InputError) as err:
-        _bundled("gpt-oss-120b-64-h100", ["parallel.pipeline=32", "parallel.data=2",
-                                          "parallel.expert=1"])
+        _bundled("gpt-oss-120b-64-h100", ["parallel.pipeline=37", "parallel.pipeline_layers=null",
+                                          "parallel.data=1",
+                                          "parallel.expert=1", "cluster.nodes=37",
+                                          "cluster.devices_per_node=1"])
     assert err.value.key == "parallel.pipeline"
-    assert "32 stages x 1 chunks need at least 64 layers (blocks of 2 repeating layers)" \
-        in err.value.message
-    s = _bundled("gpt-oss-120b-64-h100", ["parallel.pipeline=16", "parallel.data=4",
-                                          "parallel.expert=4"])
-    assert simulate(s, load_profile("h100-sxm")).iteration_time_s > 0
+    assert "37 stages x 1 chunks need at least 37 layers" in err.value.message
+    assert tuple(simulate(s, load_profile("h100-sxm")).plan.stage_layers) == (9, 9, 9, 9)

@@ -200,3 +200,72 @@ def test_token_dropping_keeps_the_launches_but_not_the_sync():
     dropping = seconds("1.0", 32.7e-6)
     assert dropping > seconds("1.0", 0.0)
     assert seconds("null", 32.7e-6) > dropping
+
+
+ACT = ComputeSpec("expert_act", "elementwise", 1.0, 1.0, "bf16")
+FC2 = ComputeSpec("expert_fc2", "gemm", 1.0, 1.0, "bf16", grouped=True)
+
+
+def test_a_clamped_glu_waits_again_before_its_activation():
+    """GPT-OSS (weighted_bias_quick_geglu_impl's torch.tensor of the linear offset: a
+    synchronous host-to-device copy): the forward is two segments, [dispatch, fc1] then
+    [activation, fc2, attention]; host 10 us a launch, 16 local experts, fc1 and fc2 1 us,
+    the activation 1 us, the attention 500 us: (10 + 160 + 1) + (10 + 160 + 10 + 500) us.
+    Without the wait the host's fc2 launches hide under fc1 and the attention: 10 + 160 +
+    10 + 160 + 10 + 500."""
+    costs = _costs({"expert_fc1": 1e-6, "expert_act": 1e-6, "expert_fc2": 1e-6,
+                    "flash_attention": 500e-6}, 0.0)
+    ops = (ATTN, A2A, GEMM, ACT, FC2)
+    both = price_synced(ops, costs, GROUPS, MoeHost(10e-6, 16, act_sync=True))
+    one = price_synced(ops, costs, GROUPS, MoeHost(10e-6, 16))
+    assert both.compute_s + both.comm_s == pytest.approx(
+        sync_segment_s([10e-6, 160e-6], [0.0, 1e-6])
+        + sync_segment_s([10e-6, 160e-6, 10e-6], [1e-6, 1e-6, 500e-6]))
+    assert both.compute_s + both.comm_s == pytest.approx(171e-6 + 680e-6)
+    assert one.compute_s + one.comm_s == pytest.approx(850e-6)
+    assert both.compute_s > one.compute_s
+
+
+def test_the_dispatchers_bookkeeping_ends_only_the_dispatch_segments():
+    """20 bookkeeping launches (200 us) close the segment that ends at the next dispatch
+    sync, [activation, fc2, attention of 100 us]: max(10 + 160 + 10 + 100, 380) = 380 us
+    instead of 280; not the one that ends at the activation's wait ([dispatch, fc1]: 171
+    us, 370 with them)."""
+    costs = _costs({"expert_fc1": 1e-6, "expert_act": 1e-6, "expert_fc2": 1e-6,
+                    "flash_attention": 100e-6}, 0.0)
+    ops = (ATTN, A2A, GEMM, ACT, FC2)
+    plain = price_synced(ops, costs, GROUPS, MoeHost(10e-6, 16, act_sync=True))
+    tail = price_synced(ops, costs, GROUPS, MoeHost(10e-6, 16, before_sync=20, act_sync=True))
+    extra = (tail.compute_s + tail.comm_s) - (plain.compute_s + plain.comm_s)
+    assert extra == pytest.approx(100e-6)
+
+
+def test_a_recomputed_clamped_glu_waits_in_the_backward():
+    """moe_act recomputes the activation before fc2's backward (CheckpointWithoutOutput):
+    the backward is cut there; host 10 us, 16 experts: [fc2.dgrad, fc1.dgrad, attention]
+    then the next layer's from its own wait. Without recompute only the launch floor."""
+    f2 = ComputeSpec("expert_fc2.dgrad", "gemm", 1.0, 1.0, "bf16", "bwd", grouped=True)
+    f1 = ComputeSpec("expert_fc1.dgrad", "gemm", 1.0, 1.0, "bf16", "bwd", grouped=True)
+    costs = _costs({"expert_fc2.dgrad": 1e-6, "expert_fc1.dgrad": 1e-6,
+                    "flash_attention": 500e-6}, 0.0)
+    ops = (f2, f1, ATTN)
+    waits = price_unsynced(ops * 2, costs, GROUPS, MoeHost(10e-6, 16, act_recomputed=True))
+    floor = price_unsynced(ops * 2, costs, GROUPS, MoeHost(10e-6, 16))
+    one = sync_segment_s([160e-6, 160e-6, 10e-6], [1e-6, 1e-6, 500e-6])
+    assert waits.compute_s == pytest.approx(2 * one) and one == pytest.approx(830e-6)
+    assert floor.compute_s == pytest.approx(1004e-6)  # the device: 2 x (1 + 1 + 500)
+
+
+def test_gpt_oss_waits_at_its_activation_and_its_recompute():
+    """The GB200 row: clamped experts (swiglu_limit 7) with moe_act recomputed; without the
+    clamp neither wait, without moe_act only the forward's."""
+    def host(*sets: str) -> MoeHost | None:
+        ld = load_scenario("validation/bridge2511-gb200-gpt-oss-120b-64g", list(sets))
+        hw = load_hardware(ld)
+        return moe_host(ld.scenario, run_costs(hw, framework_for(ld.scenario, hw)))
+
+    assert (host().act_sync, host().act_recomputed) == (True, True)
+    assert (host("model.moe.activation_clamp=null").act_sync,
+            host("model.moe.activation_clamp=null").act_recomputed) == (False, False)
+    assert (host("parallel.recompute_modules=[layernorm]").act_sync,
+            host("parallel.recompute_modules=[layernorm]").act_recomputed) == (True, False)

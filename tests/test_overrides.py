@@ -23,7 +23,9 @@ PROFILES = ("a100-80gb", "h100-sxm", "ascend-910b")
 ABSENT = {"intra_node.mesh_links": "2", "peak_tflops.fp4": "9000.0",
           "efficiency.gemm_peak_fraction_fp4": "0.5", "inter_node.nodes_per_leaf": "1",
           **{f"efficiency.kernel_bandwidth_fractions.{k}": "0.05" for k in (
-              "elementwise", "reduction", "norm", "softmax", "gather", "optimizer")}}
+              "elementwise", "reduction", "norm", "softmax", "gather", "optimizer")},
+          **{f"efficiency.attention_kernels.{k}.head_dim_half.{p}": "100.0"
+             for k in ("fa1",) for p in ("fwd", "bwd")}}
 
 
 @functools.cache

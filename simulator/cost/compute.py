@@ -43,11 +43,12 @@ from simulator.config.hardware.schema import HardwareProfile
 from simulator.cost.specs import ComputeSpec
 
 __all__ = ["compute_time_s", "gemm_efficiency", "compute_efficiency", "attention_fraction",
-           "attention_seq_factor", "bandwidth_fraction", "DTYPE_BYTES"]
+           "attention_seq_factor", "attention_head_factor", "bandwidth_fraction", "DTYPE_BYTES"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1,
                                   "fp4": 0.5}
 ATTENTION_QUOTED_SEQ = 2048  # the key length the attention fractions are quoted at
+ATTENTION_QUOTED_HEAD_DIM = 128  # the head width they are quoted at
 _MIN_TILE = 16  # the smallest MMA tile edge (16x8x16 mma.sync on Ampere/Hopper; 16^3 cube)
 
 
@@ -118,7 +119,8 @@ def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, f
         return hw.peak_flops_per_s(spec.dtype) * fraction * sustained, mem
     if spec.kind == "attention":
         return (hw.peak_flops_per_s(spec.dtype) * attention_fraction(spec, hw)
-                * attention_seq_factor(spec.seq, eff.attention_seq_half) * sustained, mem)
+                * attention_seq_factor(spec.seq, eff.attention_seq_half)
+                * attention_head_factor(spec, hw) * sustained, mem)
     return hw.vector_flops_per_s * eff.vector_peak_fraction * sustained, mem
 
 
@@ -140,6 +142,24 @@ def attention_seq_factor(seq: int, half: float) -> float:
         return 1.0
     q = ATTENTION_QUOTED_SEQ
     return (seq / (seq + half)) / (q / (q + half))
+
+
+def attention_head_factor(spec: ComputeSpec, hw: HardwareProfile) -> float:
+    """How much slower (< 1) a fused attention kernel runs with heads narrower than the 128
+    its fractions are quoted at: its rate follows 1 / (1 + half / d) in the head width d
+    (each score's softmax work, the exponential among it, amortised over the d-wide dot
+    products; FlashAttention-3 paper Figs. 5-6: cuDNN on H100 at 2048 keys reaches 334 of
+    484 TFLOP/s causal forward and 395 of 465 backward at head dim 64), by implementation
+    (`efficiency.attention_kernels.<impl>.head_dim_half`); 1 for d >= 128, for an unknown d
+    (0) or where the profile has no figure for the kernel."""
+    kernels = hw.efficiency.attention_kernels
+    kernel = getattr(kernels, spec.impl, None) if spec.impl and kernels else None
+    half = kernel.head_dim_half if kernel is not None else None
+    d = spec.head_dim
+    if half is None or d <= 0 or d >= ATTENTION_QUOTED_HEAD_DIM:
+        return 1.0
+    h = half.bwd if spec.phase == "bwd" else half.fwd
+    return (1 + h / ATTENTION_QUOTED_HEAD_DIM) / (1 + h / d)
 
 
 def attention_fraction(spec: ComputeSpec, hw: HardwareProfile) -> float:

@@ -55,6 +55,8 @@ class ComputeSpec:
     #                 attention: the framework's fa1 / fa2 / fa3 / cudnn / te); "" = the generic one
     seq: int = 0  # fused attention: the keys each query row runs over (its local key length),
     #               which sets how well the kernel's tiles amortise; 0: not an attention kernel
+    head_dim: int = 0  # fused attention: the width of one query/key head, over which each
+    #                    score's softmax work amortises; 0: not an attention kernel
     weight_grad: bool = False
 
     def __str__(self) -> str:

@@ -29,6 +29,20 @@ What the stack's code does (Megatron-Core core_v0.15.0, the NeMo 25.11 / Megatro
   `multi_tensor_quantize_impl`: a fused multi-tensor kernel for delayed-scaling FP8 only,
   "Quantize kernels individually" otherwise): N launches each.
 
+- **GPT-OSS's clamped GLU syncs too.** `weighted_bias_quick_geglu_impl` (megatron/core/
+  fusions/fused_bias_geglu.py, called by `TEGroupedMLP.forward`'s `bias_act_func` for a
+  quick-GELU GLU: Megatron-Bridge's `GPTOSSProvider`) makes its linear offset a CUDA tensor
+  from a Python float on every call, `torch.tensor(linear_offset, dtype=input.dtype,
+  device=input.device)`: a host-to-device copy with non_blocking false
+  (torch/csrc/utils/tensor_new.cpp `internal_new_from_data`), which PyTorch runs as
+  `at::cuda::memcpy_and_sync`, cudaMemcpyAsync then cudaStreamSynchronize
+  (aten/src/ATen/native/cuda/Copy.cu `copy_kernel_cuda`). The host waits for the device
+  before each such layer's fused activation (`ACT`: after fc1 and the clamps are queued),
+  and again in the backward where `recompute_modules: [moe_act]` re-runs the activation
+  (`CheckpointWithoutOutput`'s hook on fc2's output, before fc2's backward:
+  `RECOMPUTED_ACT`). Its model: `activation_clamp` set (GPT-OSS's experts), on the stacks
+  this rule applies to (Megatron-Core's experts).
+
 The model: after a sync the device's queue is empty, so the forward of an MoE layer from its
 sync point to the next layer's is a fixed sequence on two machines, the host launching and
 the device running each kernel in order; it takes (Johnson 1954, the makespan of a given
@@ -67,7 +81,7 @@ from simulator.program.clamped_glu import LAUNCHES as GLU_LAUNCHES
 from simulator.program.program import Op, TpOverlap
 
 __all__ = ["MoeHost", "moe_host", "launches", "sync_segment_s", "sync_points",
-           "price_synced", "price_unsynced", "is_moe_layer"]
+           "price_synced", "price_unsynced", "is_moe_layer", "ACT", "RECOMPUTED_ACT"]
 
 # the expert operands' FP8 casts of a forward input and a backward output gradient
 # (`program.fp8`: `{op}.fp8_cast_input`, `{op}.dgrad.fp8_cast_grad`)
@@ -91,6 +105,14 @@ class MoeHost:
     # launches of the dispatcher's own bookkeeping before each sync (the counts per expert,
     # their all-gather, the device-to-host copies), which no priced op stands for
     before_sync: int = 0
+    # the experts' clamped GLU waits for the device before its activation (module doc), and
+    # the activation is recomputed in the backward (moe_act), where it waits again
+    act_sync: bool = False
+    act_recomputed: bool = False
+
+
+ACT = "expert_act"  # the forward waits before the fused activation of a clamped GLU
+RECOMPUTED_ACT = "expert_fc2.dgrad"  # the backward before fc2's, where moe_act re-runs it
 
 
 def moe_host(scenario: Any, costs: CostModel) -> MoeHost | None:
@@ -103,8 +125,11 @@ def moe_host(scenario: Any, costs: CostModel) -> MoeHost | None:
     if not costs.moe_host_kernel_s or moe is None or p.expert_dispatcher != "alltoall":
         return None
     mx = scenario.model.dtype == "fp8" and scenario.training.fp8_scaling == "mxfp8"
+    clamped = getattr(moe, "activation_clamp", None) is not None
+    recomputed = p.recompute == "selective" and "moe_act" in (p.recompute_modules or ())
     return MoeHost(costs.moe_host_kernel_s, max(1, moe.experts // p.expert), mx,
-                   _MX_SWIZZLES if mx else 0, moe.dropless, costs.moe_dispatcher_kernels)
+                   _MX_SWIZZLES if mx else 0, moe.dropless, costs.moe_dispatcher_kernels,
+                   clamped, clamped and recomputed)
 
 
 def launches(op: Op, host: MoeHost) -> int:
@@ -153,15 +178,20 @@ def _first_expert_after(ops: tuple[Op, ...], i: int) -> bool:
 
 
 def sync_points(ops: tuple[Op, ...]) -> list[int]:
-    """Where the host waits, one per MoE layer in `ops`: before each dispatch all-to-all
-    over the expert axis (the one the experts' ops follow: 'before_ep_alltoall'), or
-    without expert parallelism before each layer's first expert op ('before_finish')."""
+    """Where the dispatcher makes the host wait, one per MoE layer in `ops`: before each
+    dispatch all-to-all over the expert axis (the one the experts' ops follow:
+    'before_ep_alltoall'), or without expert parallelism before each layer's first expert
+    op ('before_finish')."""
     points = [i for i, op in enumerate(ops) if isinstance(op, CommSpec)
               and op.collective == "all_to_all" and op.axis == "ep" and _first_expert_after(ops, i)]
     if points:
         return points
     return [i for i, op in enumerate(ops) if op.name.startswith("expert_")
             and (i == 0 or not ops[i - 1].name.startswith("expert_"))]
+
+
+def _named(ops: tuple[Op, ...], name: str) -> list[int]:
+    return [i for i, op in enumerate(ops) if op.name == name]
 
 
 def _gpu_s(op: Op, costs: CostModel, groups: dict[str, GroupSpec]) -> float:
@@ -177,25 +207,41 @@ def price_synced(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupS
     `sync_segment_s` of its launches and device times; what exceeds the device's own time
     is counted as compute, as `price_ops` counts its launch floor."""
     base = price_ops(ops, replace(costs, host_kernel_s=0.0), groups, tp_overlap)
-    points = sync_points(ops)
-    if not points:
+    dispatch = sync_points(ops)
+    if not dispatch:
         return price_unsynced(ops, costs, groups, host, tp_overlap)
-    k = points[0]
-    seq = ops[k:] + ops[:k]
-    cuts = [p - k for p in points] + [len(seq)]
-    # each segment ends with the next sync's bookkeeping: host launches of tiny kernels
-    tail = host.before_sync * host.kernel_s
-    total = sum(sync_segment_s([launches(op, host) * host.kernel_s for op in seq[a:b]] + [tail],
-                               [_gpu_s(op, costs, groups) for op in seq[a:b]] + [0.0])
-                for a, b in zip(cuts, cuts[1:], strict=False))
+    acts = _named(ops, ACT) if host.act_sync else []
+    total = _segments_s(ops, dispatch + acts, set(dispatch), costs, groups, host)
     # the expert all-to-all's share stays named, for moe_a2a's pairs (`lower.a2a_overlap`)
     return Priced(max(base.compute_s, total - base.comm_s), base.comm_s, base.comm, base.a2a_s)
 
 
+def _segments_s(ops: tuple[Op, ...], points: list[int], dispatch: set[int], costs: CostModel,
+                groups: dict[str, GroupSpec], host: MoeHost) -> float:
+    """Seconds of `ops` rotated to start at the first sync point and cut at every other,
+    each segment `sync_segment_s` of its launches and device times; a segment that ends at
+    a dispatcher's sync (`dispatch`) ends with that dispatcher's bookkeeping launches."""
+    points = sorted(set(points))
+    k, n = points[0], len(ops)
+    seq = ops[k:] + ops[:k]
+    cuts = [p - k for p in points] + [n]
+    total = 0.0
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        # the bookkeeping: host launches of tiny kernels before the next dispatch sync
+        tail = host.before_sync * host.kernel_s if (b + k) % n in dispatch else 0.0
+        total += sync_segment_s([launches(op, host) * host.kernel_s for op in seq[a:b]] + [tail],
+                                [_gpu_s(op, costs, groups) for op in seq[a:b]] + [0.0])
+    return total
+
+
 def price_unsynced(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec],
                    host: MoeHost, tp_overlap: TpOverlap | None = None) -> Priced:
-    """A run of ops with no sync (an MoE layer's backward): at least their launches' host
-    time, the shortfall counted as compute (`price_ops`)."""
+    """A run of ops with no dispatcher sync (an MoE layer's backward): at least their
+    launches' host time, the shortfall counted as compute (`price_ops`); cut into sync
+    segments where a recomputed clamped GLU waits (`RECOMPUTED_ACT`)."""
     base = price_ops(ops, replace(costs, host_kernel_s=0.0), groups, tp_overlap)
+    waits = _named(ops, RECOMPUTED_ACT) if host.act_recomputed else []
     floor = sum(launches(op, host) for op in ops) * host.kernel_s
+    if waits:
+        floor = max(floor, _segments_s(ops, waits, set(), costs, groups, host))
     return Priced(max(base.compute_s, floor - base.comm_s), base.comm_s, base.comm, base.a2a_s)

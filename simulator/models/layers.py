@@ -11,8 +11,9 @@ per distinct group of layers (`LayerPlan`):
   every k-th layer: k) is one group of `unit` layers, repeated L / unit times, planned as the
   middle one of three groups (its neighbours are layers on both sides), as the whole model
   when it has fewer than three groups;
-- any other sequence (DeepSeek-V3's three dense layers before 58 MoE layers, Nemotron-H's
-  Mamba, attention and MLP layers) has groups of one layer, one per distinct kind, each
+- a sequence whose layers differ in their attention window alone (`windows_only`: GPT-OSS,
+  Gemma-3) and any other sequence (DeepSeek-V3's three dense layers before 58 MoE layers,
+  Nemotron-H's Mamba, attention and MLP layers) has groups of one layer, one per distinct kind, each
   planned between two layers (the first kind before them all, the last after), and the
   model is their runs in layer order.
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from simulator.config.scenario.schema import TransformerModel
 from simulator.graph.decoder import LayerKind
 
-__all__ = ["layer_kinds", "HYBRID_LAYERS", "period", "LayerPlan", "layer_plan",
+__all__ = ["layer_kinds", "HYBRID_LAYERS", "period", "LayerPlan", "layer_plan", "windows_only",
            "shrunk_kinds", "shrunk_split"]
 
 Group = tuple[LayerKind, ...]
@@ -83,10 +84,18 @@ class LayerPlan:
     runs: tuple[tuple[int, int], ...]
 
 
+def windows_only(kinds: tuple[LayerKind, ...]) -> bool:
+    """Whether `kinds` differ in their attention window alone (GPT-OSS's alternating
+    128-token and full layers, Gemma-3's 5 local : 1 global): layers a pipeline may cut
+    between one by one, as Megatron-Core does (its stages hold num_layers / pp layers
+    whatever their windows: transformer_block.py get_num_layers_to_build)."""
+    return len({(k.mixer, k.ffn) for k in kinds}) == 1 and len({k.window for k in kinds}) > 1
+
+
 def layer_plan(kinds: tuple[LayerKind, ...]) -> LayerPlan:
     """The `LayerPlan` of a model whose layers are `kinds`."""
     n, p = len(kinds), period(kinds)
-    if p < n or n == 1:
+    if (p < n or n == 1) and not (p > 1 and windows_only(kinds[:p])):
         first = p if n >= 3 * p else 0
         graph = kinds[:3 * p] if n >= 3 * p else kinds
         return LayerPlan(kinds, p, graph, ((kinds[:p], first),), ((0, n // p),))

@@ -41,9 +41,10 @@ from __future__ import annotations
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.cost.specs import ComputeSpec
 from simulator.models.transformer import transformer_model
+from simulator.program.program import Op
 
 __all__ = ["CLAMP_FWD", "CLAMP_BWD", "BIAS_FWD", "BIAS_BWD", "LAUNCHES", "clamped_glu_ops",
-           "expert_rows"]
+           "expert_rows", "in_place"]
 
 # element accesses (reads + writes) per element of the tensor each pass runs over
 CLAMP_FWD = 4  # two half clamps (1 + 1) and the cat (1 + 1), per fc1-output element
@@ -101,3 +102,36 @@ def clamped_glu_ops(scenario: Scenario, dtype: str) -> Pair:
         bwd.append(ComputeSpec("expert_fc2_bias.bwd", "elementwise", n, n * BIAS_BWD * e,
                                dtype, "bwd"))
     return tuple(fwd), tuple(bwd)
+
+
+# where each kernel runs in a layer's ops: (anchor op, before or after it, the kernels). The
+# clamps run just before the fused activation (weighted_bias_quick_geglu_impl), the bias add
+# just after fc2 (TEGroupedMLP._apply_bias); backward, the bias add's gradient and the
+# recomputed clamps (CheckpointWithoutOutput's hook on fc2's output) before fc2's
+# backward, the clamps' gradient after the activation's
+_PLACES = (("expert_act", "before", ("expert_act_clamp",)),
+           ("expert_fc2", "after", ("expert_fc2_bias",)),
+           ("expert_fc2.dgrad", "before", ("expert_fc2_bias.bwd", "expert_act_clamp.recompute")),
+           ("expert_act.bwd", "after", ("expert_act_clamp.bwd",)))
+
+
+def in_place(ops: tuple[Op, ...], kernels: tuple[ComputeSpec, ...]) -> tuple[Op, ...]:
+    """`ops` of a block with `kernels` (`clamped_glu_ops`, one MoE layer's) inserted where
+    the stack runs them, once per MoE layer of the block (every anchor op); kernels with no
+    anchor in `ops` are appended."""
+    by_name = {k.name: k for k in kernels}
+    placed: set[str] = set()
+    out: list[Op] = []
+    for op in ops:
+        for anchor, where, names in _PLACES:
+            if op.name != anchor:
+                continue
+            found = tuple(by_name[n] for n in names if n in by_name)
+            placed.update(k.name for k in found)
+            out.extend(found if where == "before" else ())
+            out.append(op)
+            out.extend(found if where == "after" else ())
+            break
+        else:
+            out.append(op)
+    return tuple(out) + tuple(k for k in kernels if k.name not in placed)

@@ -49,6 +49,7 @@ from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
 from simulator.program.clamped_glu import clamped_glu_ops
+from simulator.program.clamped_glu import in_place as glu_in_place
 from simulator.program.deepep import fp8_dispatch
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.program.layer_recompute import ATTENTION_CORE, layer_recompute
@@ -68,6 +69,7 @@ from simulator.program.stack_ops import (
     with_impl,
 )
 from simulator.program.unfused import unfused_ops, unfused_saved_bytes
+from simulator.program.yarn_rope import yarn_rope
 from simulator.sharding.lower import (
     Saved,
     backward_specs,
@@ -257,10 +259,13 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
     imbalance = m.moe.imbalance if m.moe else 1.0
     more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
     glu = clamped_glu_ops(scenario, dtype)  # GPT-OSS experts' clamps and fc2 bias
+    rope = yarn_rope(scenario, software, dtype)  # a YaRN rotation as the stack's eager ops
     for k in layers:
-        extra = glu if _has_experts(fwd[k]) else ((), ())
-        fwd[k] = grouped_gemms(imbalanced(fwd[k] + extra[0], imbalance)) + more[0]
-        bwd[k] = grouped_gemms(imbalanced(bwd[k] + extra[1], imbalance)) + more[1]
+        fwd[k], bwd[k] = rope(fwd[k], bwd[k])
+        if _has_experts(fwd[k]):  # in each MoE layer, where the stack runs them
+            fwd[k], bwd[k] = glu_in_place(fwd[k], glu[0]), glu_in_place(bwd[k], glu[1])
+        fwd[k] = grouped_gemms(imbalanced(fwd[k], imbalance)) + more[0]
+        bwd[k] = grouped_gemms(imbalanced(bwd[k], imbalance)) + more[1]
     params = {k: blocks[k].params(plan, graph)[0] for k in layers}
     embed_params = embed.params(plan, graph)[0]
     head_params, output_params = _head_params(plan, head, embed)

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from simulator.cost.specs import CommSpec, ComputeSpec, Phase
+from simulator.graph.ops.attention import window_keys
 from simulator.graph.ops.einsum import gemm_mnk
 from simulator.sharding.layout import Layout
 from simulator.sharding.plan import Item, OpPlan, ShardingPlan
@@ -127,13 +128,27 @@ def _flops(plan: ShardingPlan, k: _Kernel) -> float:
 
 
 def _key_length(plan: ShardingPlan, k: _Kernel) -> int:
-    """A fused attention kernel's local key length (the t of its k input [b, t, ...]);
-    0 for other kernels."""
+    """A fused attention kernel's local key length: the keys one query row runs over (the
+    t of its k input [b, t, ...], or its window W where shorter: a windowed kernel's key
+    loop spans the window's tiles, not the sequence's); 0 for other kernels."""
     for p in k.ops:
         if p.op.family.kind == "attention" and len(p.op.inputs) >= 2:
             ins, _ = local_shapes(plan, p)
             if len(ins[1]) >= 2:
-                return int(ins[1][1])
+                return window_keys(int(ins[1][1]), p.op.attrs)
+    return 0
+
+
+_SOFTMAX_ATTENTION = ("FusedAttention", "RingAttention")  # not the SSD scan's fused kernel
+
+
+def _head_dim(plan: ShardingPlan, k: _Kernel) -> int:
+    """A softmax attention kernel's head width (the last dim of its q input); 0 for
+    others (a Mamba-2 scan is priced as a fused kernel too, with no softmax to amortise)."""
+    for p in k.ops:
+        if p.op.family.name in _SOFTMAX_ATTENTION and p.op.inputs:
+            ins, _ = local_shapes(plan, p)
+            return int(ins[0][-1]) if ins[0] else 0
     return 0
 
 
@@ -148,7 +163,8 @@ def _forward_spec(plan: ShardingPlan, k: _Kernel, dtype: str, e: float,
     return ComputeSpec(k.name, kind, _flops(plan, k) + own_f,  # type: ignore[arg-type]
                        e * _external(plan, k) + own_b, dtype, "fwd", mnk, batch,
                        saved_bytes=keep, executed_fraction=frac,
-                       seq=_key_length(plan, k) if kind == "attention" else 0)
+                       seq=_key_length(plan, k) if kind == "attention" else 0,
+                       head_dim=_head_dim(plan, k) if kind == "attention" else 0)
 
 
 def _needs_grad(plan: ShardingPlan, name: str) -> bool:
@@ -170,7 +186,7 @@ def _backward_specs(plan: ShardingPlan, k: _Kernel, dtype: str, e: float) -> lis
     own_f, own_b, frac = _own(plan, k, e, "bwd")
     return [ComputeSpec(k.name + ".bwd", fwd.kind, 2.0 * _flops(plan, k) + own_f,
                         1.5 * e * _external(plan, k) + own_b, dtype, "bwd",
-                        executed_fraction=frac, seq=fwd.seq)]
+                        executed_fraction=frac, seq=fwd.seq, head_dim=fwd.head_dim)]
 
 
 def _comm(plan: ShardingPlan, name: str, step, phase: Phase) -> CommSpec:

@@ -117,6 +117,9 @@ class Software(_Closed):
     # memory traffic of the stack's unfused kernels beyond what the layer's own kernels
     # move (`FusedKernels.unfused_passes`, priced by `schedule.unfused`)
     unfused_passes: tuple[UnfusedPass, ...] = ()
+    # a YaRN rotary embedding runs as eager element-wise ops (`FusedKernels.yarn_rope_unfused`,
+    # priced by `program.yarn_rope`)
+    yarn_rope_unfused: StrictBool = False
 
 
 class Attention(_Closed):
@@ -134,6 +137,10 @@ class FusedKernels(_Closed):
     # traffic of kernels the stack leaves unfused (default none: the layer's kernels as the
     # simulator prices them, fused norm / activation and no separate rotary embedding)
     unfused_passes: tuple[UnfusedPass, ...] = ()
+    # a YaRN rotary embedding (`model.yarn_factor`) runs as the stack's eager element-wise
+    # ops, not its fused rotary kernel (program.yarn_rope); false: as plain RoPE
+    yarn_rope_unfused: StrictBool = False
+    yarn_rope_source: StrictStr = ""
 
 
 class FusedGradAccumulation(_Closed):
@@ -372,6 +379,7 @@ class FrameworkProfile(_Closed):
                 self.cross_entropy.vocab_parallel_backward_transient_bytes_per_logit or 0.0),
             selective_recompute=self.activation_recompute.selective,
             unfused_passes=self.fused_kernels.unfused_passes,
+            yarn_rope_unfused=self.fused_kernels.yarn_rope_unfused,
             host_us_per_kernel=self.launch.host_us_per_kernel if self.launch else 0.0)
 
     @property

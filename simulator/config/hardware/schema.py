@@ -77,14 +77,25 @@ class Host(_Closed):
     nvme_write_GBps: GBps | None = None
 
 
+class AttentionHalf(_Closed):
+    """The head width at which a fused attention kernel reaches half its wide-head rate,
+    forward and backward: its fractions are quoted at head dim 128 and scale for a narrower
+    head d by (1 + half / 128) / (1 + half / d) (`cost.compute`); 0: no dependence."""
+
+    fwd: KHalf = 0.0
+    bwd: KHalf = 0.0
+
+
 class AttentionKernel(_Closed):
     """What one fused-attention implementation reaches on this device: the fraction of the
     matrix peak, forward and backward, over the FLOPs the kernel executes (a causal kernel
     skips the masked half; its backward counts 2.5x the forward), as FlashAttention's
-    benchmarks count them."""
+    benchmarks count them; `head_dim_half`: how it slows on heads narrower than 128 (None:
+    it does not)."""
 
     fwd: Fraction
     bwd: Fraction
+    head_dim_half: AttentionHalf | None = None
 
 
 class AttentionKernels(_Closed):

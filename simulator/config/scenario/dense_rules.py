@@ -17,13 +17,17 @@ __all__ = ["attention", "vit"]
 
 
 def attention(m: TransformerModel, s: Scenario) -> Iterator[Problem]:
-    """Rotary positions need an even head size; a window pattern needs a window; windows
-    and sinks run in a fused attention kernel; sinks are not simulated under context
-    parallel."""
+    """Rotary positions need an even head size; YaRN needs rotary positions; a window
+    pattern needs a window; windows and sinks run in a fused attention kernel; sinks are not
+    simulated under context parallel."""
     if m.positions == "rope" and m.head_size % 2:
         key = "model.head_dim" if m.head_dim is not None else "model.position"
         yield key, (f"rotary positions rotate pairs of a head's dims: the head size "
                     f"{m.head_size} must be even (or set model.position: learned or none)")
+    if m.yarn_factor is not None and m.positions != "rope":
+        yield "model.yarn_factor", (
+            f"{m.yarn_factor}: YaRN rescales rotary positions, and model.position is "
+            f"{m.positions} (allowed: null, or model.position: rope)")
     if m.global_every and m.sliding_window is None:
         yield "model.global_every", (
             f"{m.global_every}: a pattern of global layers needs model.sliding_window (the "

@@ -7,7 +7,8 @@ What GptOssForCausalLM builds (modeling_gpt_oss.py) and how each part is read:
   4096 wide over a 2880 residual), q/k/v/o projections with biases when `attention_bias`
   (q/k/v biases: `model.qkv_bias`; the output projection's h-wide bias counted, noted as not
   priced), a learned sink logit per head in the softmax (`sinks`: `model.attention_sinks`),
-  RoPE with YaRN scaling (`rope_scaling`: the same cost, noted);
+  RoPE with YaRN scaling (`rope_scaling` of rope_type yarn: `model.yarn_factor`, its factor;
+  Megatron-Core runs that rotation as element-wise ops, simulator/program/yarn_rope.py);
 - windows: `layer_types` sliding_attention / full_attention alternating from a sliding
   layer, `sliding_window` 128: `model.sliding_window: 128, model.global_every: 2`;
 - experts (GptOssExperts, GptOssTopKRouter): `num_local_experts` of `intermediate_size`
@@ -48,8 +49,7 @@ _GPT_OSS_INERT = {
                             "softmax: no GEMM)",
 }
 _NOTED = {
-    "rope_scaling": "YaRN rescales the rotary angles and the softmax (long context): same "
-                    "cost",
+    "rope_scaling": "rescales the rotary angles (not YaRN: the same cost)",
     "swiglu_limit": "the experts' SwiGLU clamps gate and up and adds 1 to up (GptOssExperts): "
                     "the same three GEMMs; the clamps run as element-wise kernels of their "
                     "own (model.moe.activation_clamp)",
@@ -102,9 +102,24 @@ def _clamp(cfg: dict[str, Any], src: str) -> float | None:
     return float(limit)
 
 
-def _notes(cfg: dict[str, Any]) -> list[str]:
+def _yarn(cfg: dict[str, Any], src: str) -> float | None:
+    """`rope_scaling` of rope_type (or type) yarn: its factor (`model.yarn_factor`); None
+    for no scaling or another kind (noted)."""
+    scaling = cfg.get("rope_scaling")
+    if not isinstance(scaling, dict) or \
+            scaling.get("rope_type", scaling.get("type")) != "yarn":
+        return None
+    factor = scaling.get("factor")
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or not factor > 1:
+        raise _refuse(src, "rope_scaling", scaling, "a yarn rope_scaling needs a factor "
+                      "above 1")
+    return float(factor)
+
+
+def _notes(cfg: dict[str, Any], src: str) -> list[str]:
     notes = [BIAS_NOTE] if cfg.get("attention_bias", True) else []
-    notes += [f"{key}: {why}" for key, why in _NOTED.items() if cfg.get(key) is not None]
+    noted = {k: v for k, v in _NOTED.items() if k != "rope_scaling" or _yarn(cfg, src) is None}
+    notes += [f"{key}: {why}" for key, why in noted.items() if cfg.get(key) is not None]
     notes += [f"config key '{key}' not read (the gpt_oss reader does not know it)"
               for key in sorted(set(cfg) - _MAPPED - set(_GPT_OSS_INERT) - set(_NOTED))]
     return notes
@@ -138,4 +153,5 @@ def read_gpt_oss(cfg: dict[str, Any], src: str) -> dict[str, Any]:
         max_positions=_int(cfg, "max_position_embeddings", src), qkv_bias=bias,
         out_bias=bias, moe_bias=True, sinks=True, moe_clamp=_clamp(cfg, src),
         rope_theta=float(cfg.get("rope_theta", 150000.0)), sliding_window=window,
-        global_every=every, dropout=float(dropout), notes=tuple(_notes(cfg)))
+        global_every=every, dropout=float(dropout), yarn_factor=_yarn(cfg, src),
+        notes=tuple(_notes(cfg, src)))

@@ -59,6 +59,7 @@ class HfModel:
     qk_norm: bool = False
     extra_norms: int = 0
     rope_theta: float = 10000.0
+    yarn_factor: float | None = None  # rope_scaling of rope_type yarn (gpt_oss)
     sliding_window: int = 0
     global_every: int = 0
     dropout: float | None = None
@@ -121,6 +122,8 @@ class HfModel:
             out["head_dim"] = self.head_dim
         if self.rope_theta != 10000.0:
             out["rope_theta"] = self.rope_theta
+        if self.yarn_factor is not None:
+            out["yarn_factor"] = self.yarn_factor
         out.update({k: True for k in ("qkv_bias", "qk_norm") if getattr(self, k)})
         if self.sinks:
             out["attention_sinks"] = True

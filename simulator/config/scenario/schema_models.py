@@ -12,7 +12,7 @@ import typing
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, StrictFloat, model_validator
 
 from simulator.config.scenario import dense_rules, schema_mamba, transformer_rules
 from simulator.config.scenario.rule_helpers import Problem
@@ -144,6 +144,12 @@ class TransformerModel(ModelConfig):
         "models, learned for gelu and relu2 models."))
     rope_theta: PosFloat = Field(default=10000.0, description=(
         "Base of the rotary angles (Hugging Face rope_theta; 500000 in Llama 3)."))
+    yarn_factor: Annotated[StrictFloat, Field(gt=1, le=1e6, allow_inf_nan=False)] | None = \
+        Field(default=None, description=(
+            "YaRN context extension of the rotary positions (Hugging Face rope_scaling with "
+            "rope_type yarn: its factor; GPT-OSS 32): the angles are interpolated and cos and "
+            "sin scaled by 0.1 ln(factor) + 1, which stacks without a fused kernel for that "
+            "scale run as element-wise ops (docs/techniques/yarn-rope.md); null: plain RoPE."))
     norm: Literal["rmsnorm", "layernorm"] | None = Field(default=None, description=(
         "Norm of every block and of the final norm: rmsnorm (gain only) or layernorm (gain "
         "and shift); null: rmsnorm for swiglu models, layernorm for gelu and relu2 models."))

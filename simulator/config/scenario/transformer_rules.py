@@ -66,9 +66,9 @@ def repeat_unit(m: TransformerModel) -> int:
     """Layers in the block a pipeline cuts between, as `models.layers.layer_plan` groups
     them: the period of the layers' kinds (a hybrid pattern's characters; else each layer's
     attention window and whether its FFN has experts) when they repeat, so a mixture of
-    experts every k-th layer or a window with every k-th layer global repeats in blocks of
-    k (GPT-OSS: 2); 1 when they do not (leading dense layers, a hybrid pattern: one block
-    per layer)."""
+    experts every k-th layer repeats in blocks of k; 1 when they do not (leading dense
+    layers, a hybrid pattern: one block per layer) or differ in their window alone (GPT-OSS,
+    Gemma-3: `models.layers.windows_only`)."""
     n, moe = m.layers, m.moe
     if m.hybrid_pattern is not None and len(m.hybrid_pattern) != n:
         return 1  # schema_mamba's rules refuse the pattern
@@ -81,6 +81,9 @@ def repeat_unit(m: TransformerModel) -> int:
     kinds = [kind(i) for i in range(n)]
     unit = next(q for q in range(1, n + 1)
                 if n % q == 0 and all(kinds[i] == kinds[i % q] for i in range(n)))
+    if m.hybrid_pattern is None and len({moe is not None and moe.is_moe(i)
+                                         for i in range(unit)}) == 1:
+        return 1  # layers that differ in their window alone: cut one by one (layer_plan)
     return unit if unit < n else 1
 
 
