@@ -30,6 +30,7 @@ from simulator.planner.search import (
     estimated,
     search,
 )
+from simulator.program.model_program import memoised_programs
 from simulator.simulation.budget import transformer_param_count
 
 __all__ = ["pareto_front", "target_time_s", "CapacityResult", "fewest_devices",
@@ -133,13 +134,15 @@ class _Scan:
         self.progress = progress
         self.points: dict[int, SearchResult] = {}
         self.empty = 0
+        self.programs: dict[Any, Any] = {}  # model programs the searches share
 
     def at(self, devices: int) -> SearchResult | None:
         """The search on `devices` devices; None when no configuration splits that way."""
         if self.progress:
             self.progress(f"{devices} devices", 0, 1)
-        res = search(self.sc, self.hw, devices, min(self.per_node, devices), self.opts,
-                     self.progress)
+        with memoised_programs(self.programs):
+            res = search(self.sc, self.hw, devices, min(self.per_node, devices), self.opts,
+                         self.progress)
         if res.interrupted:
             self.points[devices] = res
             raise KeyboardInterrupt

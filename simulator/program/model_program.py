@@ -80,7 +80,7 @@ from simulator.sharding.lower import (
 from simulator.sharding.plan import ShardingPlan
 
 __all__ = ["recomputed_ops", "transformer_program", "gpt_dims", "uses_flash",
-           "ATTENTION_CORE", "memoised_programs"]
+           "ATTENTION_CORE", "memoised_programs", "active_store"]
 
 Select = Callable[[str], bool]
 
@@ -187,6 +187,11 @@ def memoised_programs(store: dict[Any, Program]) -> Iterator[None]:
         yield
     finally:
         _MEMO.pop()
+
+
+def active_store() -> dict[Any, Program]:
+    """The store of the innermost `memoised_programs` block, or a new one outside any."""
+    return _MEMO[-1] if _MEMO else {}
 
 
 def transformer_program(scenario: Scenario, software: Software | None = None,
