@@ -86,3 +86,19 @@ def invoke_cli() -> Callable[..., Any]:
         return runner.invoke(app, list(args), prog_name="shardsim")
 
     return invoke
+
+
+# The modules that take longest (a minute or more of CPU between them, measured with
+# `--durations`), run first: each xdist worker then ends on short tests that the other can
+# steal (`--dist worksteal` steals from the end of a queue), rather than one worker finishing
+# a long test while the other has nothing left. Only the order of whole modules changes, so
+# module-scoped fixtures still set up once per worker.
+_LONGEST_FIRST = ("test_plan_replay.py", "test_docs.py", "test_golden.py",
+                  "test_sweep_faults.py", "test_plan_floors.py", "test_run_out.py",
+                  "test_plan_cli.py", "test_sweep.py", "test_plan_search.py", "test_vit.py",
+                  "test_offload_never_free.py", "test_plan_capacity.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept
