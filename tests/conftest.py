@@ -86,3 +86,42 @@ def invoke_cli() -> Callable[..., Any]:
         return runner.invoke(app, list(args), prog_name="shardsim")
 
     return invoke
+
+
+# The modules that take longest (a minute or more of CPU between them, measured with
+# `--durations`), run first: each xdist worker then ends on short tests that the other can
+# steal (`--dist worksteal` steals from the end of a queue), rather than one worker finishing
+# a long test while the other has nothing left. Only the order of whole modules changes, so
+# module-scoped fixtures still set up once per worker.
+_LONGEST_FIRST = ("test_plan_replay.py", "test_docs.py", "test_golden.py",
+                  "test_sweep_faults.py", "test_plan_floors.py", "test_run_out.py",
+                  "test_plan_cli.py", "test_sweep.py", "test_plan_search.py", "test_vit.py",
+                  "test_offload_never_free.py", "test_plan_capacity.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept
+
+
+def _command_once() -> None:
+    """`CliRunner.invoke(app, ...)` builds the click command of the typer app on every call
+    (typer.main.get_command: each command's parameters read from its signature again, about
+    10 ms for `shardsim`); the in-process CLI tests call it thousands of times. Built once
+    per app here (the app is held, so its id cannot be reused); every invocation still runs
+    the whole command line."""
+    import typer.testing
+
+    build = typer.testing._get_command
+    built: dict[int, tuple[Any, Any]] = {}
+
+    def get_command(app: Any) -> Any:
+        entry = built.get(id(app))
+        if entry is None or entry[0] is not app:
+            entry = built[id(app)] = (app, build(app))
+        return entry[1]
+
+    typer.testing._get_command = get_command  # type: ignore[attr-defined]
+
+
+_command_once()

@@ -7,6 +7,8 @@ NeMo 2's names read as Bridge's; bad input as one error naming the file, line an
 
 from __future__ import annotations
 
+import copy
+import functools
 import random
 from pathlib import Path
 from typing import Any
@@ -57,8 +59,14 @@ def test_nemo2_names_read_as_bridge_names(tmp_path: Path) -> None:
         imported.notes
 
 
+@functools.cache
+def _source() -> dict[str, Any]:
+    """The mapping the edits start from, parsed once (each edit changes a copy)."""
+    return yaml.safe_load(YAML.read_text())
+
+
 def _text(tmp_path: Path, edits: dict[str, Any]) -> Path:
-    data = yaml.safe_load(YAML.read_text())
+    data = copy.deepcopy(_source())
     for key, value in edits.items():
         node = data
         *parents, leaf = key.split(".")

@@ -8,6 +8,8 @@ both.)"""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import random
 from pathlib import Path
@@ -76,8 +78,14 @@ def test_ffn_rule_is_mindformers() -> None:
     assert ffn_width(8192, 256, 1.3) == 28672
 
 
+@functools.cache
+def _source() -> dict[str, Any]:
+    """The mapping the edits start from, parsed once (each edit changes a copy)."""
+    return yaml.safe_load((DATA / "llama2-7b-pretrain-bf16.yml").read_text())
+
+
 def _text(tmp_path: Path, edits: dict[str, Any]) -> Path:
-    data = yaml.safe_load((DATA / "llama2-7b-pretrain-bf16.yml").read_text())
+    data = copy.deepcopy(_source())
     for key, value in edits.items():
         node = data
         *parents, leaf = key.split(".")

@@ -7,6 +7,8 @@ and key (exit 2); a fuzz over the keys."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import random
 from pathlib import Path
 from typing import Any
@@ -48,8 +50,14 @@ def test_world_size_defaults_to_the_trainer() -> None:
     assert kinds["model.fp8"] == "mapped" and kinds["model.optim.lr"] == "ignored"
 
 
+@functools.cache
+def _source() -> dict[str, Any]:
+    """The mapping the edits start from, parsed once (each edit changes a copy)."""
+    return yaml.safe_load(RECIPE.read_text())
+
+
 def _text(tmp_path: Path, edits: dict[str, Any]) -> Path:
-    data = yaml.safe_load(RECIPE.read_text())
+    data = copy.deepcopy(_source())
     for key, value in edits.items():
         node = data
         *parents, leaf = key.split(".")

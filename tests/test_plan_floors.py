@@ -6,6 +6,7 @@ the exhaustive scan's best."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 
@@ -38,14 +39,24 @@ def _load(name: str):
     return loaded.scenario, load_hardware(loaded)
 
 
+@functools.cache
 def _search(name: str, devices: int, floors: bool):
+    """The search of case `name` (deterministic: each runs once per worker, the tests below
+    only read it)."""
     sc, hw = _load(name)
     opts = SearchOptions(top_k=3, limits=_LIMITS, floors=floors, max_simulations=400)
     return sc, hw, search(sc, hw, devices, None, opts)
 
 
-@pytest.mark.parametrize(("name", "devices"), CASES)
-def test_floors_never_above_the_simulation(name, devices):
+@pytest.fixture(scope="module", params=CASES, ids=[f"{n}-{d}" for n, d in CASES])
+def case(request) -> tuple[str, int]:
+    """(scenario, devices) of CASES: module-scoped, so that pytest runs the tests of one
+    case together and its unpruned search (`_search`) serves both."""
+    return request.param
+
+
+def test_floors_never_above_the_simulation(case):
+    name, devices = case
     sc, hw, res = _search(name, devices, floors=False)
     per_node = min(sc.cluster.devices_per_node, devices)
     checked = 0
@@ -64,8 +75,8 @@ def test_floors_never_above_the_simulation(name, devices):
     assert checked >= 5
 
 
-@pytest.mark.parametrize(("name", "devices"), CASES)
-def test_pruning_changes_no_answer(name, devices):
+def test_pruning_changes_no_answer(case):
+    name, devices = case
     sc, _, plain = _search(name, devices, floors=False)
     _, _, pruned = _search(name, devices, floors=True)
     assert plain.best is not None and pruned.best is not None

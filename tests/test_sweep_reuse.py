@@ -95,3 +95,24 @@ def test_the_optimizer_threshold_is_part_of_the_program_key():
             progs.append(transformer_program(loaded.scenario, compute_units=hw.compute_units))
     assert len(store) == 2
     assert progs[0].block("layer").unsharded == 0 < progs[1].block("layer").unsharded
+
+
+def test_the_interleaved_schedule_is_part_of_the_program_key():
+    """Megatron-Core's pipeline sends block the compute stream except in the interleaved
+    schedule (`stack_ops.p2p_blocking`, which the program holds): 1F1B and GPipe may share
+    a program, the interleaved schedule may not (it did, and a plan searched under the memo
+    ranked Llama 2 70B's 1F1B configurations with the interleaved program's sends)."""
+    from simulator.api import load_hardware, load_scenario
+    from simulator.config.framework.load import framework_for
+
+    progs, store = {}, {}
+    with model_program.memoised_programs(store):
+        for schedule in ("interleaved_1f1b", "1f1b", "gpipe"):
+            chunks = 2 if schedule == "interleaved_1f1b" else 1  # not read by the program
+            loaded = load_scenario("llama2-70b-64-h100", [f"parallel.schedule={schedule}",
+                                                           f"parallel.virtual_stages={chunks}"])
+            fw = framework_for(loaded.scenario, load_hardware(loaded))
+            assert fw.software.p2p_blocking == "non_interleaved"
+            progs[schedule] = model_program.transformer_program(loaded.scenario, fw.software)
+    assert len(store) == 2 and progs["gpipe"] is progs["1f1b"]
+    assert not progs["interleaved_1f1b"].p2p_blocking and progs["1f1b"].p2p_blocking

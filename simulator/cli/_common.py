@@ -23,7 +23,8 @@ from simulator.api import InfeasibleError, InputError, ShardsimError
 __all__ = [
     "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT", "EXIT_INTERNAL",
     "guarded", "fail", "emit_json", "to_jsonable", "load_scenario", "stderr_console",
-    "stdout_console", "load_checked", "make_out_dir", "printable", "write_out_file",
+    "stdout_console", "load_checked", "make_out_dir", "check_out_name", "printable",
+    "write_out_file",
 ]
 
 EXIT_OK = 0
@@ -177,9 +178,9 @@ def write_out_file(path: Path, text: str, what: str) -> None:
                          ) from None
 
 
-def make_out_dir(out: Path) -> Path:
-    """Create `--out` (and its parents), or InputError saying why it cannot be: a name no
-    file system holds, a path nested too deep, a file in its place, a read-only folder."""
+def check_out_name(out: Path) -> str:
+    """InputError for an `--out` path no file system holds (a name too long, a path nested
+    too deep), which a command checks before its work; else the path as messages show it."""
     shown = _shorten(str(out))
     long = [p for p in out.parts if len(os.fsencode(p)) > _NAME_MAX_BYTES]
     if long:
@@ -188,6 +189,13 @@ def make_out_dir(out: Path) -> Path:
     if len(out.parts) > _MAX_OUT_DEPTH:
         raise InputError("--out", shown, f"{len(out.parts):,} folders deep; at most "
                          f"{_MAX_OUT_DEPTH}")
+    return shown
+
+
+def make_out_dir(out: Path) -> Path:
+    """Create `--out` (and its parents), or InputError saying why it cannot be: a name no
+    file system holds, a path nested too deep, a file in its place, a read-only folder."""
+    shown = check_out_name(out)
     try:
         if out.exists() and not out.is_dir():
             raise InputError("--out", shown, "is a file; expected a folder (new or existing)")

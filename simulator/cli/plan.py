@@ -28,6 +28,7 @@ from simulator.api import (
 from simulator.cli._common import (
     EXIT_FAILED,
     EXIT_OK,
+    check_out_name,
     emit_json,
     guarded,
     load_scenario,
@@ -289,6 +290,8 @@ def plan(
 
         hw = load_hardware(loaded)
         out_dir = out if out is not None or json_out else Path("reports") / f"{loaded.stem}-plan"
+        if out_dir is not None:  # refused before the search, not after it
+            check_out_name(out_dir)
         if target_time is not None or tokens is not None:
             if emit is not None:
                 raise InputError("--emit", "", "takes the best configuration of --devices "

@@ -118,6 +118,8 @@ class _Model:
         link_free, waiters, blocker, starts = self.link_free, self.waiters, self.blocker, \
             self.start
         timeout, event_of = env.timeout, env.event
+        slowdown, talking, running, talk = self.slowdown, self.talking, self.running, \
+            self._talk
         scheduled = 0
         for tid in tids:
             task = tasks[tid]
@@ -153,8 +155,37 @@ class _Model:
                 link_free[key] = start + duration
             starts[tid] = start
             end = start + duration
-            if task.device in self.slowdown and end > now:
-                end = yield from self._shared(task, start, duration)
+            if end > now and task.device in slowdown:
+                # a device whose compute and communication share it (module docstring),
+                # inline: a generator per task less
+                dev, name = task.device, task.stream
+                if name in COMM_STREAMS:
+                    if start > now:  # waits for its link first
+                        scheduled += 1
+                        yield timeout(start - now)
+                    talk(dev, +1)
+                    scheduled += 1
+                    yield timeout(duration)
+                    talk(dev, -1)
+                elif name != "compute" or task.phase not in KERNEL_PHASES:
+                    scheduled += 1
+                    yield timeout(end - now)
+                else:
+                    if start > now:
+                        scheduled += 1
+                        yield timeout(start - now)
+                    slow = 1.0 + slowdown[dev]
+                    state = running[dev] = [env.active_process, duration, env.now, 1.0]
+                    while True:
+                        state[2], state[3] = env.now, (1.0 / slow if talking.get(dev) else 1.0)
+                        scheduled += 1
+                        try:
+                            yield timeout(state[1] / state[3])
+                            break
+                        except simpy.Interrupt:  # the device's communication started or stopped
+                            state[1] = max(0.0, state[1] - (env.now - state[2]) * state[3])
+                    del running[dev]
+                    end = env.now
             elif end > now:
                 scheduled += 1
                 yield timeout(end - now)
@@ -165,40 +196,6 @@ class _Model:
                 event.succeed()
         self.scheduled += scheduled
 
-
-    def _shared(self, task: Task, start: float, duration: float
-                ) -> Generator[simpy.Event, object, float]:
-        """Run `task` on a device whose compute and communication share it (module
-        docstring); returns its end."""
-        env, dev = self.env, task.device
-        if task.stream in COMM_STREAMS:
-            if start > env.now:  # waits for its link first
-                self.scheduled += 1
-                yield env.timeout(start - env.now)
-            self._talk(dev, +1)
-            self.scheduled += 1
-            yield env.timeout(duration)
-            self._talk(dev, -1)
-            return start + duration
-        if task.stream != "compute" or task.phase not in KERNEL_PHASES:
-            self.scheduled += 1
-            yield env.timeout(start + duration - env.now)
-            return start + duration
-        if start > env.now:
-            self.scheduled += 1
-            yield env.timeout(start - env.now)
-        slow = 1.0 + self.slowdown[dev]
-        state = self.running[dev] = [env.active_process, duration, env.now, 1.0]
-        while True:
-            state[2], state[3] = env.now, (1.0 / slow if self.talking.get(dev) else 1.0)
-            self.scheduled += 1
-            try:
-                yield env.timeout(state[1] / state[3])
-                break
-            except simpy.Interrupt:  # the device's communication started or stopped
-                state[1] = max(0.0, state[1] - (env.now - state[2]) * state[3])
-        del self.running[dev]
-        return env.now
 
     def _flow(self, task: Task, duration: float) -> Generator[simpy.Event, object, float]:
         """A transfer on a fairly shared link (module docstring): `duration` seconds of work

@@ -23,6 +23,7 @@ from typing import Any
 from simulator.config.scenario.schema import Scenario
 from simulator.models.registry import family
 from simulator.models.transformer import transformer_model
+from simulator.planner.estimate import shared_probes
 from simulator.planner.search import (
     Candidate,
     SearchOptions,
@@ -30,6 +31,7 @@ from simulator.planner.search import (
     estimated,
     search,
 )
+from simulator.program.model_program import memoised_programs
 from simulator.simulation.budget import transformer_param_count
 
 __all__ = ["pareto_front", "target_time_s", "CapacityResult", "fewest_devices",
@@ -133,13 +135,17 @@ class _Scan:
         self.progress = progress
         self.points: dict[int, SearchResult] = {}
         self.empty = 0
+        # model programs and probe costs the searches share
+        self.programs: dict[Any, Any] = {}
+        self.probes: dict[tuple, Any] = {}
 
     def at(self, devices: int) -> SearchResult | None:
         """The search on `devices` devices; None when no configuration splits that way."""
         if self.progress:
             self.progress(f"{devices} devices", 0, 1)
-        res = search(self.sc, self.hw, devices, min(self.per_node, devices), self.opts,
-                     self.progress)
+        with memoised_programs(self.programs), shared_probes(self.probes):
+            res = search(self.sc, self.hw, devices, min(self.per_node, devices), self.opts,
+                         self.progress)
         if res.interrupted:
             self.points[devices] = res
             raise KeyboardInterrupt

@@ -30,6 +30,8 @@ Collective times come from `simulator.cost.collectives.collective_time_s`, the f
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +44,7 @@ from simulator.planner.memory import Workload, layer_params
 from simulator.planner.space import Config
 from simulator.simulation.simulate import simulate
 
-__all__ = ["LayerCosts", "Probes", "estimate_time"]
+__all__ = ["LayerCosts", "Probes", "estimate_time", "shared_probes"]
 
 _BWD_SHARE = 2.0 / 3.0  # backward's share of forward + backward (twice the forward FLOPs)
 
@@ -75,12 +77,28 @@ def _probe_scenario(base: Scenario, cfg: Config, layers: int, micro: int,
     return Scenario.model_validate(data)
 
 
+_SHARED: list[dict[tuple, LayerCosts]] = []  # the active shared store (innermost last)
+
+
+@contextmanager
+def shared_probes(store: dict[tuple, LayerCosts]) -> Iterator[None]:
+    """Within the block, the Probes of every search keep their costs in `store`: the
+    searches of one capacity question (the same scenario and profile on other device
+    counts, `planner.capacity`) measure each probe once."""
+    _SHARED.append(store)
+    try:
+        yield
+    finally:
+        _SHARED.pop()
+
+
 class Probes:
-    """Per-layer costs measured by tiny simulations, cached by (t, b, sp, recompute)."""
+    """Per-layer costs measured by tiny simulations, cached by (t, b, sp, recompute) and
+    the devices per node of the probe's group."""
 
     def __init__(self, base: Scenario, hw: Any, devices_per_node: int) -> None:
         self.base, self.hw, self.per_node = base, hw, devices_per_node
-        self.cache: dict[tuple, LayerCosts] = {}
+        self.cache: dict[tuple, LayerCosts] = _SHARED[-1] if _SHARED else {}
         self.simulations = 0
 
     def _time(self, cfg: Config, layers: int, micro: int) -> float:
@@ -90,7 +108,8 @@ class Probes:
         return simulate(sc, self.hw).iteration_time_s
 
     def costs(self, cfg: Config) -> LayerCosts:
-        key = (cfg.tensor, cfg.micro_batch_size, cfg.sequence_parallel, cfg.recompute)
+        key = (cfg.tensor, cfg.micro_batch_size, cfg.sequence_parallel, cfg.recompute,
+               min(self.per_node, cfg.tensor))
         if key not in self.cache:
             t11, t12 = self._time(cfg, 1, 1), self._time(cfg, 1, 2)
             t21, t22 = self._time(cfg, 2, 1), self._time(cfg, 2, 2)

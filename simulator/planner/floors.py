@@ -35,15 +35,16 @@ from simulator.lower.layout import rank_mesh
 from simulator.lower.lowering import Lowering
 from simulator.lower.pipeline import schedule_steps
 from simulator.models.registry import family
-from simulator.program.model_program import _UNREAD, transformer_program
+from simulator.program.model_program import transformer_program
+from simulator.program.program_key import UNREAD, program_key
 from simulator.simulation.simulate import run_costs, run_program
 
 __all__ = ["Floor", "floor_of", "FloorCache"]
 
 _MANY = 1 << 20  # micro-batches the floor's FP8 / FP4 weight casts are spread over
-# the fields a layered model's program does not read (`model_program._UNREAD`, which keys
+# the fields a layered model's program does not read (`program_key.UNREAD`, which keys
 # its memo) and the data degree (read only through the casts' micro-batches, above)
-_KEY = {**_UNREAD, "parallel": {**_UNREAD["parallel"], "data": True}}
+_KEY = {**UNREAD, "parallel": {**UNREAD["parallel"], "data": True}}
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def _program(planned: Scenario, hw: Any, fw: Any, cache: FloorCache) -> tuple[An
     recipe = fp8_recipe(planned, fw, hw)
     if recipe is not None:
         recipe = replace(recipe, micro_batches=max(_MANY, recipe.micro_batches))
-    key = (planned.model_dump_json(exclude=_KEY), fw.software, hw.compute_units, recipe)
+    key = program_key(planned, fw.software, hw.compute_units, recipe, _KEY)
     if key not in cache.programs:
         cache.programs[key] = transformer_program(planned, fw.software, hw.compute_units,
                                                   recipe)

@@ -31,6 +31,7 @@ from simulator.planner.estimate import Probes, estimate_time
 from simulator.planner.generic_search import generic_search, refine
 from simulator.planner.memory import MemoryEstimate, Workload, estimate_memory, workload_of
 from simulator.planner.space import Config, SpaceLimits, apply_config, config_of, enumerate_space
+from simulator.program.model_program import active_store, memoised_programs
 from simulator.report import summary
 from simulator.simulation.budget import shortened_run
 from simulator.simulation.simulate import simulate
@@ -319,6 +320,15 @@ def search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | No
            ) -> SearchResult:
     """The best configurations of `scenario`'s model and batch on `devices` devices of
     profile `hw` (nodes of `devices_per_node`, default the scenario's)."""
+    # configurations that differ only in what a model program does not read (pipeline,
+    # schedule, buckets, ZeRO, offload) share one program (`memoised_programs`), as do the
+    # searches of one capacity question (`planner.capacity`)
+    with memoised_programs(active_store()):
+        return _search(scenario, hw, devices, devices_per_node, options, progress)
+
+
+def _search(scenario: Scenario, hw: Any, devices: int, devices_per_node: int | None,
+            options: SearchOptions, progress: Progress | None) -> SearchResult:
     t0 = time.perf_counter()
     per_node = min(devices_per_node or scenario.cluster.devices_per_node, devices)
     if not estimated(scenario):

@@ -55,6 +55,7 @@ from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.program.layer_recompute import ATTENTION_CORE, layer_recompute
 from simulator.program.moe_saved import fp8_cached, probs_in_activation, weights_in_activation
 from simulator.program.program import Block, Op, Program, coalesce
+from simulator.program.program_key import program_key
 from simulator.program.replicated import tp_replicated_kernels
 from simulator.program.stack_ops import (
     fused_cross_entropy,
@@ -81,7 +82,7 @@ from simulator.sharding.lower import (
 from simulator.sharding.plan import ShardingPlan
 
 __all__ = ["recomputed_ops", "transformer_program", "gpt_dims", "uses_flash",
-           "ATTENTION_CORE", "memoised_programs"]
+           "ATTENTION_CORE", "memoised_programs", "active_store"]
 
 Select = Callable[[str], bool]
 
@@ -174,18 +175,6 @@ def _layer_blocks(lp: LayerPlan) -> dict[str, _Block]:
     return out
 
 
-# Scenario fields `_derive` provably never reads (pydantic `exclude` form): a memoised
-# program is keyed on the scenario's JSON without them, so configurations of a sweep that
-# differ only there (buckets, schedule, pipeline, batch size, optimizer) share one program.
-# A field not listed here is part of the key: a field read later can only cost hits.
-_UNREAD: dict[str, Any] = {
-    "name": True, "source": True, "hardware": True, "framework": True, "cluster": True,
-    "seed": True, "training": {"global_batch_size": True, "optimizer": True,
-                               "learning_rate": True},
-    "parallel": {k: True for k in ("pipeline", "schedule", "virtual_stages", "pipeline_layers",
-                                   "offload", "comm_fusion", "mode", "parameter_server",
-                                   "search", "comm_subgraph")}
-    | {"overlap": {"grad_reduce": True, "param_gather": True, "copies": True}}}
 _MEMO: list[dict[Any, Program]] = []  # the active store (innermost last)
 MEMO_SIZE = 256  # programs kept at most, the store emptied when full (0: not memoised)
 
@@ -202,6 +191,11 @@ def memoised_programs(store: dict[Any, Program]) -> Iterator[None]:
         _MEMO.pop()
 
 
+def active_store() -> dict[Any, Program]:
+    """The store of the innermost `memoised_programs` block, or a new one outside any."""
+    return _MEMO[-1] if _MEMO else {}
+
+
 def transformer_program(scenario: Scenario, software: Software | None = None,
                         compute_units: int = 132, fp8: Fp8Recipe | None = None
                         ) -> Program:
@@ -210,7 +204,7 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
     if not _MEMO or MEMO_SIZE <= 0:
         return _derive(scenario, software, compute_units, fp8)
     store = _MEMO[-1]
-    key = (scenario.model_dump_json(exclude=_UNREAD), software, compute_units, fp8)
+    key = program_key(scenario, software, compute_units, fp8)
     prog = store.get(key)
     if prog is None:
         prog = _derive(scenario, software, compute_units, fp8)

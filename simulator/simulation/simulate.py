@@ -151,11 +151,25 @@ def run_program(scenario: Scenario, hw: Any, fw: Any) -> RunProgram:
     return RunProgram(gp.program, gp.mesh, gp.model_flops, gp.model_flops)
 
 
+# (id(profile), id(framework)) -> (profile, framework, cost model): the entry holds both
+# (frozen) profiles, so their ids cannot be reused while it is stored
+_COSTS: dict[tuple[int, int], tuple[Any, Any, CostModel]] = {}
+COSTS_SIZE = 16  # entries kept at most, emptied when full
+
+
 def run_costs(hw: Any, fw: Any) -> CostModel:
     """The cost model `run` prices with: the profile's, with the stack's launch cost per
-    kernel."""
-    return CostModel.from_hardware(hw, fw.software.host_us_per_kernel * 1e-6,
-                                   fw.moe_host_costs)
+    kernel. One object per profile pair, so that the simulations of a search (or the
+    shortened runs of one) share its collective cache and `lower.stages.stage_work`'s."""
+    hit = _COSTS.get((id(hw), id(fw)))
+    if hit is not None and hit[0] is hw and hit[1] is fw:
+        return hit[2]
+    costs = CostModel.from_hardware(hw, fw.software.host_us_per_kernel * 1e-6,
+                                    fw.moe_host_costs)
+    if len(_COSTS) >= COSTS_SIZE:
+        _COSTS.clear()
+    _COSTS[(id(hw), id(fw))] = (hw, fw, costs)
+    return costs
 
 
 STEADY_TRIES = 4  # shortened runs tried at most (19 to 152 micro-batches for GPT-3 175B)
