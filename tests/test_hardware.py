@@ -169,10 +169,12 @@ def test_nvls_efficiency_above_one_is_rejected(a100_yaml):
 
 def test_blackwell_ultra_profiles_carry_the_datasheet_figures():
     """B300 / GB300 (issue 22): 288 GB HBM3e at 8 TB/s and 160 SMs (NVIDIA's Blackwell Ultra
-    blog; a GB300 takes nvidia-smi's 284208 MiB instead, as GB200 and the Hopper parts), NVLink 5 at 900 GB/s per direction, an 800 Gb/s ConnectX-8 per GPU, dense NVFP4 15 PF
+    blog; a GB300 takes nvidia-smi's 284208 MiB instead, as GB200 and the Hopper parts),
+    NVLink 5 at 900 GB/s per direction, an 800 Gb/s ConnectX-8 per GPU, dense NVFP4 15 PF
     on GB300 (the blog) and 13.125 PF on HGX B300 (105 PF / 8), FP8 twice BF16 twice TF32."""
     b300, gb300 = load_profile("b300-sxm"), load_profile("gb300-nvl72")
-    assert b300.memory_GB == 288 and gb300.memory_GB == pytest.approx(284208 * 2**20 / 1e9, abs=1e-3)
+    assert b300.memory_GB == 288
+    assert gb300.memory_GB == pytest.approx(284208 * 2**20 / 1e9, abs=1e-3)
     for hw in (b300, gb300):
         assert (hw.memory_bandwidth_GBps, hw.compute_units) == (8000, 160)
         assert hw.intra_node.bandwidth_GBps == 900 and hw.nic_bandwidth_bytes_per_s == 100e9
