@@ -6,6 +6,7 @@ data-parallel queue that keeps growing) nothing is extended."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -273,3 +274,27 @@ def test_mixed_and_slowed_devices_extend_exactly(name):
     full, ext = _both(loaded.scenario, load_hardware(loaded))
     assert ext.steady is not None and full.critical_path is not None
     _assert_equal_results(full, ext)
+
+
+@pytest.mark.parametrize("reports", [True, False])
+def test_short_runs_that_disagree_on_the_pacer_are_not_extended(a100, monkeypatch, reports):
+    """Extending is refused when the two short runs were paced by different devices, and the
+    refusal does not depend on whether the pace report was asked for: `reports=False` (what
+    sweeps run) must time exactly what `run` does."""
+    import simulator.report.critical as critical
+    import simulator.simulation.heterogeneous as heterogeneous
+    import simulator.simulation.steady_runs as steady_runs
+
+    sc = _scenario(40)
+    assert simulate(sc, a100, steady=True, reports=reports).steady is not None
+    real, seen = critical.pace, []
+
+    def alternating(plan, trace):  # the pacer's device flips from one short run to the next
+        got = real(plan, trace)
+        seen.append(got)
+        return replace(got, device=plan.devices[len(seen) % 2])
+
+    monkeypatch.setattr(steady_runs, "pace", alternating, raising=False)
+    monkeypatch.setattr(heterogeneous, "pace", alternating)
+    flipped = simulate(sc, a100, steady=True, reports=reports)
+    assert seen and flipped.steady is None

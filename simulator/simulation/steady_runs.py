@@ -14,6 +14,7 @@ from typing import Any
 from simulator.engine.steady import Splice
 from simulator.engine.tasks import Plan, Task
 from simulator.engine.trace import Trace
+from simulator.report.critical import pace
 from simulator.report.metrics import (
     BREAKDOWN_KEYS,
     MemoryPeak,
@@ -56,6 +57,10 @@ class Measured:
     comm_bytes: dict[str, float]
     pace: dict[str, Any] | None  # None: not asked for (simulate's reports=False)
     steady: Steady | None = None
+    # the simulated device with the most kernel time on the critical path, found whether
+    # or not the pace report is asked for: extending two short runs that disagree on it is
+    # refused either way, so reports=False times exactly what run does
+    pacer: int | None = None
     # of a simulated run, for extending it: each device's tasks, bytes per collective,
     # memory peak and the task that reached it
     grouped: dict[int, list[Task]] | None = None
@@ -70,19 +75,21 @@ def measure(plan: Plan, trace: Trace, cluster: Cluster, reports: bool = True) ->
     comms = device_comms(plan, grouped)
     comm_dev, comm = comm_volumes(plan, grouped, comms)
     peaks = {d: device_peak(plan, trace, d, grouped[d]) for d in plan.devices}
+    report = pace_report(cluster, plan, trace) if reports else None
+    pacer = report["simulated_device"] if report is not None else pace(plan, trace).device
     return Measured(plan, trace, ends[slowest], slowest,
                      breakdown(plan, trace, slowest, ends[slowest]),
                      pick_peak([p for p, _ in peaks.values()], cluster.capacity_bytes),
-                     comm_dev, comm, pace_report(cluster, plan, trace) if reports else None,
-                     grouped=grouped, comms=comms, peaks=peaks)
+                     comm_dev, comm, report, grouped=grouped, comms=comms, peaks=peaks,
+                     pacer=pacer)
 
 
 def _pace(a: Measured, b: Measured, n: int, time_s: float) -> dict[str, Any] | None:
     """Who set the pace of the extended run: the same device as in both short runs, its
     kernel time and the transfer time on the critical path growing by one period's each
-    period; None when the short runs disagree on the device."""
+    period; None when not asked for (`extend` refuses runs that disagree on the device)."""
     pa, pb = a.pace, b.pace
-    if pa is None or pb is None or pa["simulated_device"] != pb["simulated_device"]:
+    if pa is None or pb is None:
         return None
     out = dict(pb)
     for key in ("compute_on_path_s", "comm_on_path_s", "contention_on_path_s"):
@@ -179,9 +186,9 @@ def extend(a: Measured, b: Measured, sp: Splice, n: int,
     ends_a, ends_b = device_end(a.plan, a.trace), device_end(b.plan, b.trace)
     ends = _line(ends_a, ends_b, n)
     slowest = max(b.plan.devices, key=lambda d: (ends[d], -d))
-    pace = _pace(a, b, n, ends[slowest])
-    if peak is None or (pace is None and a.pace is not None):
+    if peak is None or a.pacer != b.pacer:
         return None
+    pace = _pace(a, b, n, ends[slowest])
     parts = _line(_breakdown(a, slowest, ends_a[slowest]),
                   _breakdown(b, slowest, ends_b[slowest]), n)
     assert a.comms is not None and b.comms is not None
@@ -190,4 +197,5 @@ def extend(a: Measured, b: Measured, sp: Splice, n: int,
     steady = Steady(a.plan.micro_batches, sp.micro_period, sp.period_s, n)
     return Measured(b.plan, b.trace, ends[slowest], slowest,
                      {k: parts[k] for k in BREAKDOWN_KEYS}, peak, comm_dev,
-                     {k: comm[comm_dev][k] for k in b.comms[comm_dev]}, pace, steady)
+                     {k: comm[comm_dev][k] for k in b.comms[comm_dev]}, pace, steady,
+                     pacer=b.pacer)
