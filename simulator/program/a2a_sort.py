@@ -66,6 +66,8 @@ def sort_ops(scenario: Scenario, dtype: str) -> tuple[Pair, Pair]:
     def kernel(name: str, nbytes: float, phase: str = "fwd") -> ComputeSpec:
         return ComputeSpec(name, "copy", 0.0, nbytes, dtype, phase)  # type: ignore[arg-type]
 
+    sort: tuple[ComputeSpec, ...]
+    unsort: tuple[ComputeSpec, ...]
     if moe.dropless:  # the Triton map, then the move
         sort = (kernel("expert_sort_map", rows * 4.0), kernel("expert_sort", tokens + probs))
         unsort = (kernel("expert_unsort_map", rows * 4.0), kernel("expert_unsort", tokens))
