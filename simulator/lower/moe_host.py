@@ -87,6 +87,13 @@ __all__ = ["MoeHost", "moe_host", "launches", "sync_segment_s", "sync_points",
 # (`program.fp8`: `{op}.fp8_cast_input`, `{op}.dgrad.fp8_cast_grad`)
 _SPLIT_CASTS = (".fp8_cast_input", ".fp8_cast_grad")
 _MX_SWIZZLES = 2  # te_general_grouped_gemm: multi_tensor_swizzle_scaling_factors of A and B
+# HybridEP's dropless dispatch syncs the host as the all-to-all dispatcher's does, at the
+# same place (before any token moves): Megatron-LM 92c8482e (Megatron-Bridge @00b7660b's
+# submodule) `_HybridEPManager` passes `num_dispatched_tokens` / `num_permuted_tokens` None
+# unless drop_and_pad ("-1 means no up-bound, which will cause a CPU sync"), and fused_a2a.py
+# `hybrid_ep_dispatch` then sets `use_host_meta` ("HybridEP obtains the size from a GPU
+# tensor, which causes a D2H synchronization"); the experts' launches are TE's either way
+_FLEX_SYNC = ("hybridep",)
 
 
 @dataclass(frozen=True)
@@ -117,18 +124,21 @@ RECOMPUTED_ACT = "expert_fc2.dgrad"  # the backward before fc2's, where moe_act 
 
 def moe_host(scenario: Any, costs: CostModel) -> MoeHost | None:
     """The host rule of `scenario`'s MoE layers, or None where it does not apply: a stack
-    without the figure (`costs.moe_host_kernel_s` 0), no MoE, or another dispatcher than
-    the all-to-all one (DeepEP). With token dropping Megatron-Core's drop-and-pad path skips
-    the copy and the sync (`sync` false): the experts' launches remain."""
+    without the figure (`costs.moe_host_kernel_s` 0), no MoE, or DeepEP (not modelled).
+    With token dropping Megatron-Core's drop-and-pad path skips the copy and the sync
+    (`sync` false): the experts' launches remain. HybridEP syncs too (`_FLEX_SYNC`), after
+    bookkeeping of its own that is not counted (`before_sync` 0)."""
     moe = getattr(scenario.model, "moe", None)
     p = scenario.parallel
-    if not costs.moe_host_kernel_s or moe is None or p.expert_dispatcher != "alltoall":
+    synced = ("alltoall",) + _FLEX_SYNC
+    if not costs.moe_host_kernel_s or moe is None or p.expert_dispatcher not in synced:
         return None
+    before = costs.moe_dispatcher_kernels if p.expert_dispatcher == "alltoall" else 0
     mx = scenario.model.dtype == "fp8" and scenario.training.fp8_scaling == "mxfp8"
     clamped = getattr(moe, "activation_clamp", None) is not None
     recomputed = p.recompute == "selective" and "moe_act" in (p.recompute_modules or ())
     return MoeHost(costs.moe_host_kernel_s, max(1, moe.experts // p.expert), mx,
-                   _MX_SWIZZLES if mx else 0, moe.dropless, costs.moe_dispatcher_kernels,
+                   _MX_SWIZZLES if mx else 0, moe.dropless, before,
                    clamped, clamped and recomputed)
 
 

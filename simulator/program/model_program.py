@@ -48,8 +48,7 @@ from simulator.models.recompute import recomputed_ops
 from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
-from simulator.program.clamped_glu import clamped_glu_ops
-from simulator.program.clamped_glu import in_place as glu_in_place
+from simulator.program.a2a_sort import expert_extras
 from simulator.program.deepep import fp8_dispatch
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.program.layer_recompute import ATTENTION_CORE, layer_recompute
@@ -252,12 +251,12 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
         head_saved -= (4.0 - e) * logits
     imbalance = m.moe.imbalance if m.moe else 1.0
     more = unfused_ops(scenario, software.unfused_passes, dtype)  # the stack's unfused kernels
-    glu = clamped_glu_ops(scenario, dtype)  # GPT-OSS experts' clamps and fc2 bias
+    moe_extra = expert_extras(scenario, dtype)  # GPT-OSS's clamps, the all-to-all's sort
     rope = yarn_rope(scenario, software, dtype)  # a YaRN rotation as the stack's eager ops
     for k in layers:
         fwd[k], bwd[k] = rope(fwd[k], bwd[k])
         if _has_experts(fwd[k]):  # in each MoE layer, where the stack runs them
-            fwd[k], bwd[k] = glu_in_place(fwd[k], glu[0]), glu_in_place(bwd[k], glu[1])
+            fwd[k], bwd[k] = moe_extra(fwd[k], bwd[k])
         fwd[k] = grouped_gemms(imbalanced(fwd[k], imbalance)) + more[0]
         bwd[k] = grouped_gemms(imbalanced(bwd[k], imbalance)) + more[1]
     params = {k: blocks[k].params(plan, graph)[0] for k in layers}

@@ -67,6 +67,9 @@ def _parallel(s: Any, tp_comm_default: bool) -> list[str]:
     if p.tensor > 1:
         tp_comm = tp_comm_default if p.overlap.tp_comm == "auto" else p.overlap.tp_comm
         out.append(f"comm_overlap.tp_comm_overlap={str(bool(tp_comm)).lower()}")
+    if p.expert_dispatcher != "alltoall":  # Bridge's MoE providers: alltoall
+        out += ["model.moe_token_dispatcher_type=flex",
+                f"model.moe_flex_dispatcher_backend={p.expert_dispatcher}"]
     return out
 
 

@@ -68,6 +68,9 @@ KEYS: dict[str, Flag] = {
     "model._target_": _ignore("the provider class a dump names: its keys say the model"),
     "model.activation_func._call_": _ignore("how a dump names a function"),
     "model.expert_tensor_parallel_size": _approx("experts split as the dense layers"),
+    # the token dispatcher (bridge_parallel._dispatcher)
+    **{f"model.{k}": _m("parallel.expert_dispatcher") for k in (
+        "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_enable_deepep")},
     "model.max_position_embeddings": _approx("the position table's rows: the seq_length "
                                              "rows are the ones used"),
     "model.add_bias_linear": _approx("the linear biases: the model type's"),

@@ -91,7 +91,24 @@ def parallel(cfg: MfConfig, d: dict[str, int], tp_comm_default: bool,
         p["overlap"] = {"tp_comm": tp_comm}
     if _moe_a2a(cfg):
         p.setdefault("overlap", {})["moe_a2a"] = True
+    if (dispatcher := _dispatcher(cfg)) != "alltoall":
+        p["expert_dispatcher"] = dispatcher
     return p
+
+
+def _dispatcher(cfg: MfConfig) -> str:
+    """`parallel.expert_dispatcher` from model.moe_token_dispatcher_type (Bridge's MoE
+    providers: alltoall) and, for flex, model.moe_flex_dispatcher_backend (Megatron-Core's
+    default deepep; Bridge's flex_dispatcher_backend.py sets both for its recipes) or the
+    deprecated model.moe_enable_deepep. allgather is not modelled."""
+    kind = cfg.text("model.moe_token_dispatcher_type", "alltoall", ("alltoall", "flex"))
+    backend = "deepep" if cfg.values.get("model.moe_flex_dispatcher_backend") is None else \
+        cfg.text("model.moe_flex_dispatcher_backend", "deepep", ("deepep", "hybridep"))
+    if cfg.flag("model.moe_enable_deepep") and (kind != "flex" or backend != "deepep"):
+        raise cfg.error("model.moe_enable_deepep", "true needs moe_token_dispatcher_type "
+                        "flex and no other backend, as Megatron-Core asserts ('DeepEP backend "
+                        "is only supported with flex token dispatcher.')")
+    return backend if kind == "flex" else kind
 
 
 _A2A = ("comm_overlap.overlap_moe_expert_parallel_comm", "model.overlap_moe_expert_parallel_comm")

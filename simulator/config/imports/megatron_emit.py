@@ -124,6 +124,10 @@ def _parallel(s: Any, tp_comm_default: bool) -> list[str]:
         args.append("--tp-comm-overlap")
     if p.overlap.moe_a2a:
         args += ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+    if getattr(s.model, "moe", None) is not None:  # Megatron-LM's default is allgather
+        args += ["--moe-token-dispatcher-type alltoall"] if p.expert_dispatcher == "alltoall" \
+            else ["--moe-token-dispatcher-type flex",
+                  f"--moe-flex-dispatcher-backend {p.expert_dispatcher}"]
     if p.comm_fusion.mode == "size":
         grad = 2 if s.model.dtype == "fp16" else 4  # fp32 gradients of bf16 (and fp8)
         args.append(f"--ddp-bucket-size {round(p.comm_fusion.bucket_mb * 1e6 / grad)}")

@@ -162,6 +162,29 @@ def _overlap(values: Values, p: dict[str, Any], tp_comm_default: bool) -> dict[s
     return overlap
 
 
+def _dispatcher(values: Values) -> str | None:
+    """`parallel.expert_dispatcher` from `--moe-token-dispatcher-type` (alltoall, or flex
+    with `--moe-flex-dispatcher-backend` deepep (its default) | hybridep, or the deprecated
+    `--moe-enable-deepep`: Megatron-LM 92c8482e arguments.py, transformer_config.py
+    __post_init__); None without the flag. allgather is not modelled."""
+    kind = values.text("--moe-token-dispatcher-type",
+                       choices=("allgather", "alltoall", "flex"))
+    deepep = values.has("--moe-enable-deepep")
+    backend = values.text("--moe-flex-dispatcher-backend", choices=("deepep", "hybridep"))
+    if deepep and kind != "flex":
+        raise values.error("--moe-enable-deepep", "needs --moe-token-dispatcher-type flex "
+                           "(Megatron-Core: 'DeepEP backend is only supported with flex "
+                           "token dispatcher.')")
+    if deepep and backend == "hybridep":
+        raise values.error("--moe-enable-deepep", "with --moe-flex-dispatcher-backend "
+                           "hybridep (Megatron-Core: 'Only one backend is supported for flex "
+                           "token dispatcher.')")
+    if kind == "allgather":
+        raise values.error("--moe-token-dispatcher-type", "found 'allgather'; the all-gather "
+                           "dispatcher is not modelled (allowed: alltoall, flex)")
+    return (backend or "deepep") if kind == "flex" else kind
+
+
 def _fusion(values: Values, derived: Derived) -> dict[str, Any]:
     """Buckets of `--ddp-bucket-size` parameters (fp32 gradients: bf16 training reduces in
     fp32, arguments.py 'bfloat16 requires gradient accumulation and all-reduce to be done in
@@ -197,5 +220,7 @@ def parallel_section(values: Values, world: int, tp_comm_default: bool, notes: l
             values.has("--distribute-checkpointed-activations"):
         p["recompute_slice_activation"] = True
     p["overlap"] = _overlap(values, p, tp_comm_default)
+    if (dispatcher := _dispatcher(values)) is not None:
+        p["expert_dispatcher"] = dispatcher
     p["comm_fusion"] = _fusion(values, derived)
     return p, derived

@@ -46,15 +46,16 @@ def recompute_modules(s: Scenario) -> Iterator[Problem]:
 
 
 def expert_dispatcher(s: Scenario) -> Iterator[Problem]:
-    """`expert_dispatcher: deepep` moves a mixture of experts' tokens: it needs one and an
-    expert-parallel degree above 1."""
+    """`expert_dispatcher: deepep | hybridep` moves a mixture of experts' tokens: it needs
+    one and an expert-parallel degree above 1."""
     p = s.parallel
     if p.expert_dispatcher == "alltoall":
         return
     if getattr(s.model, "moe", None) is None or p.expert <= 1:
         yield "parallel.expert_dispatcher", (
-            f"deepep moves the tokens of a mixture of experts between expert-parallel ranks; "
-            f"it needs model.moe and parallel.expert above 1 (found expert {p.expert}"
+            f"{p.expert_dispatcher} moves the tokens of a mixture of experts between "
+            f"expert-parallel ranks; it needs model.moe and parallel.expert above 1 "
+            f"(found expert {p.expert}"
             f"{'' if getattr(s.model, 'moe', None) is not None else ', no model.moe'}; "
             f"allowed here: alltoall)")
 

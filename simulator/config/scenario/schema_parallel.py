@@ -208,13 +208,19 @@ class ParallelSpec(_Closed):
         "data); with expert_tensor 1, the ranks of tensor x data splitting them (Megatron-Core "
         "--expert-model-parallel-size)."))
     # how the expert all-to-all moves tokens (Megatron-Core --moe-token-dispatcher-type
-    # alltoall, or flex with --moe-enable-deepep): a pairwise exchange of the dispatched
-    # copies, or DeepEP's once-a-node send forwarded over NVLink (simulator/cost/deepep.py),
-    # which dispatches FP8 under an FP8 recipe (simulator/program/deepep.py)
-    expert_dispatcher: Literal["alltoall", "deepep"] = Field(default="alltoall", description=(
-        "Expert all-to-all: alltoall (each token copy to its expert's device) or deepep "
-        "(DeepEP: a token crosses the network once a node and is forwarded over NVLink; FP8 "
-        "dispatch under an FP8 recipe)."))
+    # alltoall, or flex with --moe-flex-dispatcher-backend deepep | hybridep): a pairwise
+    # exchange of the dispatched copies, sorted by local expert around the experts
+    # (simulator/program/a2a_sort.py); DeepEP's once-a-node send forwarded over NVLink
+    # (simulator/cost/deepep.py), FP8 dispatch under an FP8 recipe (simulator/program/
+    # deepep.py); HybridEP (GB200/GB300 NVL72): the pairwise exchange with the permutation
+    # fused into it (no sort), BF16 dispatch (fused_a2a.py: "we do not support fp8 dispatch")
+    expert_dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
+        default="alltoall", description=(
+            "Expert token dispatcher (Megatron-Core --moe-token-dispatcher-type, "
+            "--moe-flex-dispatcher-backend): alltoall (each token copy to its expert's device, "
+            "then sorted by local expert), deepep (flex/DeepEP: a token crosses the network "
+            "once a node and is forwarded over NVLink; FP8 dispatch under an FP8 recipe) or "
+            "hybridep (flex/HybridEP: the all-to-all with the expert permutation fused in)."))
     expert_tensor: Degree | None = Field(default=None, description=(
         "Tensor-parallel degree of the expert FFNs (Megatron-Core "
         "--expert-tensor-parallel-size): null or tensor, each expert's FFN split over the "
