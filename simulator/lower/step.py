@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simulator.cost.specs import ComputeSpec
 from simulator.lower.device_states import state_bytes, state_ranks
 from simulator.lower.host import host_optimizer_s, offload_step_s
 from simulator.lower.nvme import swap_chain
@@ -28,7 +29,7 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
     last_comm = tuple(low.b.streams[(dev, s)][-1] for s in ("dp", "dp_reduce")
                       if low.b.streams.get((dev, s)))
     params = sum(low.work[vs].params for vs in vss)
-    deps = last_comm + _grad_sync(low, dev, vss)
+    deps = last_comm + _grad_sync(low, dev, vss) + _grad_buffer(low, dev, params)
     deps += _mirror_sync(low, dev, vss, deps + (compute[-1],))
     deps += _host_ops_step(low, dev, deps + (compute[-1],))
     remote = low.dp.remote_step(dev, params, deps)
@@ -48,6 +49,30 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
                           deps=deps, free=(("gradients", made),) if made else ())
         step = low.off.after_step(dev, params, step)
     low.dp.after_step(dev, vss, step)
+
+
+def _grad_buffer(low: Lowering, dev: int, params: int) -> tuple[int, ...]:
+    """The stack's own passes over the device's gradient buffer each iteration
+    (`Program.grad_buffer_passes` element reads + writes, the second figure only with more
+    than one data-parallel rank; framework profile `grad_reduction.buffer_passes`,
+    `.buffer_passes_dp`), one memory-bound task on the compute stream after the
+    last backward. Megatron-Core runs them there: `zero_grad_buffer` before the first
+    micro-batch, and in each bucket's `start_grad_sync` the NaN-check norm and the 1/dp
+    pre-scale before its collective is issued. Here they follow the last backward and the
+    reductions do not wait for them (the run's order interleaves them bucket by bucket;
+    the device time is the same, the last bucket's collective starts a bucket's passes
+    earlier)."""
+    always, with_dp = low.prog.grad_buffer_passes
+    passes = always + (with_dp if low.ranks.data > 1 else 0.0)
+    if not passes or params <= 0:
+        return ()
+    nbytes = passes * params * low.ge
+    spec = ComputeSpec("grad_buffer_passes", "elementwise", 0.0, nbytes, low.prog.dtype,
+                       "optimizer")
+    return (low.b.add(("GB", dev), device=dev, stream="compute", name="grad_buffer",
+                       phase="optimizer", duration_s=low.costs.compute_s(spec),
+                       deps=(low.b.streams[(dev, "compute")][-1],)),)
+
 
 def _mirror_sync(low: Lowering, dev: int, vss: list[int], deps: tuple[int, ...]
                  ) -> tuple[int, ...]:

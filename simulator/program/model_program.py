@@ -372,6 +372,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         tp_overlap=tpo, expert_slot_fill=slot_fill(dims), expert_load=imbalance,
         p2p_blocking=p2p_blocking(software, p.schedule),
         state_layout=software.state_layout,
+        grad_buffer_passes=software.grad_buffer_passes,
     )
 
 
