@@ -58,6 +58,7 @@ from simulator.program.program import Block, Op, Program, coalesce
 from simulator.program.program_key import program_key
 from simulator.program.replicated import tp_replicated_kernels
 from simulator.program.stack_ops import (
+    dense_embedding_grad,
     fused_cross_entropy,
     gathered_head_input,
     grouped_gemms,
@@ -270,6 +271,10 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
         bwd["embed"] += main_grad(e, dtype, "main_grad_add_embed", embed_params, cast)
         bwd["head"] += main_grad(e, dtype, "main_grad_add_head", head_params + output_params,
                                  cast)
+    if software.dense_embedding_grad:  # one stage holds both ends only without a pipeline
+        tied = output_params if scenario.parallel.pipeline == 1 else 0
+        bwd["embed"] += dense_embedding_grad(e, dtype, embed_params, tied,
+                                             software.fused_grad_accumulation)
     if m.param_dtype is not None and m.param_dtype != dtype:
         casts = [(k, "layer", params[k]) for k in layers]
         for block, name, n in casts + [("head", "head", head_params + output_params)]:

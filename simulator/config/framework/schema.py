@@ -92,6 +92,9 @@ class Software(_Closed):
     tp_comm_sms: PosInt = 16
     # bf16 gradients are accumulated and reduced in fp32 (a 4-byte gradient buffer)
     bf16_grads_fp32: StrictBool = False
+    # the embedding's weight gradient is a dense table each micro-batch
+    # (`FusedGradAccumulation.dense_embedding_grad`, program.stack_ops.dense_embedding_grad)
+    dense_embedding_grad: StrictBool = False
     # element passes over the gradient buffer per iteration, and more with data
     # parallelism (`GradReduction.buffer_passes`, `.buffer_passes_dp`)
     grad_buffer_passes: tuple[Passes, Passes] = (0.0, 0.0)
@@ -156,6 +159,12 @@ class FusedGradAccumulation(_Closed):
     # add (DeepSpeed BF16_Optimizer: hp_grad.add_(lp.grad.to(fp32))); false: one add kernel
     # that reads the 16-bit gradient as it is (Megatron LocalDDP main_grad.add_)
     separate_cast: StrictBool = False
+    # the embedding table's gradient is not fused: each micro-batch the lookup's backward
+    # makes a dense table-sized 16-bit gradient (zeros, then the rows added), added into the
+    # fp32 main gradient by the reduction hook; a tied output layer on the same stage adds
+    # a zero-filled dummy of the same size that autograd sums with it (Megatron-Core)
+    dense_embedding_grad: StrictBool = False
+    dense_embedding_grad_source: StrictStr = ""
 
 
 class GradReduction(_Closed):
@@ -377,6 +386,7 @@ class FrameworkProfile(_Closed):
             fused_attention=self.attention.fused_default,
             fused_grad_accumulation=bool(self.fused_grad_accumulation.enabled),
             grad_accumulation_cast=self.fused_grad_accumulation.separate_cast,
+            dense_embedding_grad=self.fused_grad_accumulation.dense_embedding_grad,
             tp_comm_overlap=self.overlap.tp_comm_enabled,
             tp_comm_sms=self.overlap.tp_comm_sms,
             bf16_grads_fp32=self.grad_reduction.fp32_for_bf16,
