@@ -52,8 +52,8 @@ def dense_embedding_grad(e: int, dtype: str, table: float, tied: float, fused: b
     wgrad is not fused). Every op reads or writes the weight gradient: `weight_grad`."""
     if table <= 0:
         return ()
-    ops = [ComputeSpec("embed_grad_zeros", "elementwise", 0.0, e * table, dtype, "bwd",
-                       weight_grad=True)]
+    ops: list[Op] = [ComputeSpec("embed_grad_zeros", "elementwise", 0.0, e * table, dtype,
+                                 "bwd", weight_grad=True)]
     if tied > 0:
         ops += [ComputeSpec("tied_wgrad_zeros", "elementwise", 0.0, e * tied, dtype, "bwd",
                             weight_grad=True),
