@@ -15,7 +15,7 @@ from simulator.lower.state import local_params, optimizer_spec
 if TYPE_CHECKING:
     from simulator.lower.lowering import Lowering
 
-__all__ = ["finish"]
+__all__ = ["finish", "grad_buffer_s"]
 
 
 def finish(low: Lowering, dev: int, vss: list[int]) -> None:
@@ -29,7 +29,7 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
     last_comm = tuple(low.b.streams[(dev, s)][-1] for s in ("dp", "dp_reduce")
                       if low.b.streams.get((dev, s)))
     params = sum(low.work[vs].params for vs in vss)
-    deps = last_comm + _grad_sync(low, dev, vss) + _grad_buffer(low, dev, params)
+    deps = last_comm + _grad_sync(low, dev, vss)
     deps += _mirror_sync(low, dev, vss, deps + (compute[-1],))
     deps += _host_ops_step(low, dev, deps + (compute[-1],))
     remote = low.dp.remote_step(dev, params, deps)
@@ -51,27 +51,25 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
     low.dp.after_step(dev, vss, step)
 
 
-def _grad_buffer(low: Lowering, dev: int, params: int) -> tuple[int, ...]:
-    """The stack's own passes over the device's gradient buffer each iteration
-    (`Program.grad_buffer_passes` element reads + writes, the second figure only with more
-    than one data-parallel rank; framework profile `grad_reduction.buffer_passes`,
-    `.buffer_passes_dp`), one memory-bound task on the compute stream after the
-    last backward. Megatron-Core runs them there: `zero_grad_buffer` before the first
-    micro-batch, and in each bucket's `start_grad_sync` the NaN-check norm and the 1/dp
-    pre-scale before its collective is issued. Here they follow the last backward and the
-    reductions do not wait for them (the run's order interleaves them bucket by bucket;
-    the device time is the same, the last bucket's collective starts a bucket's passes
-    earlier)."""
+def grad_buffer_s(low: Lowering, mb: int, vs: int, pieces: int) -> tuple[float, ...]:
+    """Seconds each of the `pieces` backward pieces of micro-batch mb of virtual stage vs
+    adds for the stack's own passes over its gradient buffer (`Program.grad_buffer_passes`
+    element reads + writes a step, the second figure only with more than one data-parallel
+    rank; framework profile `grad_reduction.buffer_passes`, `.buffer_passes_dp`): all in the
+    last micro-batch, each piece's share as its parameters, so a bucket's reduction waits
+    for them. Megatron-Core takes each bucket's NaN-check norm and 1/dp pre-scale in
+    `Bucket.start_grad_sync` on the compute stream right before the bucket's collective;
+    its `zero_grad_buffer` runs at the step's start, priced here with them (the same device
+    time on the same stream). Empty: nothing to add."""
     always, with_dp = low.prog.grad_buffer_passes
     passes = always + (with_dp if low.ranks.data > 1 else 0.0)
-    if not passes or params <= 0:
+    if not passes or mb != low.last_micro(vs):
         return ()
-    nbytes = passes * params * low.ge
-    spec = ComputeSpec("grad_buffer_passes", "elementwise", 0.0, nbytes, low.prog.dtype,
-                       "optimizer")
-    return (low.b.add(("GB", dev), device=dev, stream="compute", name="grad_buffer",
-                       phase="optimizer", duration_s=low.costs.compute_s(spec),
-                       deps=(low.b.streams[(dev, "compute")][-1],)),)
+    params = low.work[vs].piece_params
+    each = params if len(params) == pieces else (sum(params),) * (pieces == 1)
+    return tuple(low.costs.compute_s(ComputeSpec(
+        "grad_buffer_passes", "elementwise", 0.0, passes * n * low.ge, low.prog.dtype, "bwd"))
+        if n > 0 else 0.0 for n in each)
 
 
 def _mirror_sync(low: Lowering, dev: int, vss: list[int], deps: tuple[int, ...]
