@@ -127,5 +127,6 @@ def test_tiny_buckets_on_gpt3_answer_and_are_estimated_collapsed(invoke_cli):
     assert 0.5 <= est.count / events <= 2.0
     # 545,548 buckets per device in runs of thousands: about three tasks per piece
     pieces = 96 // 16 + 1
-    assert est.count <= 2 * 16 * (192 * 6 + 3 * pieces)
+    # the last micro-batch's backward layer by layer: 96 // 16 more tasks a device
+    assert est.count <= 2 * 16 * (192 * 6 + 96 // 16 + 3 * pieces)
     assert 545_548 / pieces > COLLAPSE_MIN

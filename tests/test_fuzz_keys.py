@@ -161,7 +161,7 @@ def test_per_kind_buckets_count_in_the_work_budget(kind, shard):
                    f"parallel.optimizer_shard={shard}", "--set", f"{key}.mode=size",
                    "--set", f"{key}.bucket_mb=0.01")
     assert msg.startswith(f"scenarios/gpt3-175b-1024-a100.yaml with --set {key}.bucket_mb=0.01: "
-                          f"{key}.bucket_mb: about 8,752,736 events to simulate (545675 "
+                          f"{key}.bucket_mb: about 8,752,832 events to simulate (545675 "
                           "gradient buckets of 0.01 MB on each of 16 simulated devices")
 
 

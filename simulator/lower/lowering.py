@@ -54,7 +54,7 @@ from simulator.lower.pipeline import schedule_steps
 from simulator.lower.reduction import strategy_for
 from simulator.lower.stages import StageWork, stage_work
 from simulator.lower.state import state_dtype_of
-from simulator.lower.step import finish
+from simulator.lower.step import finish, grad_buffer_s
 from simulator.lower.tasks_builder import Builder
 from simulator.models.split import StageSplit
 from simulator.program.program import Program
@@ -264,12 +264,14 @@ class Lowering:
         gates, held = units if units is not None else (((),) * len(pieces), ())
         grads: Alloc = (("activations", w.w_grad_bytes),) if wp else ()
         exposed, extra = pair_exposed(self, pieces, w.pair_deltas) if pair else (0.0, 0.0)
+        passes = () if wp else grad_buffer_s(self, mb, vs, len(pieces))
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
             comm_s = (piece.comm_s - self.hidden(piece) + (exposed if last else 0.0)
                       if pair else piece.comm_s)
             compute_s = max(0.0, piece.compute_s + extra) if last else piece.compute_s
+            compute_s += passes[k] if passes else 0.0
             key = ("C", dev, "B", mb, vs) if last else ("C", dev, "B", mb, vs, k)
             gathered = (("parameters", held[k]),) if held and held[k] else ()
             io = self.off.before(dev, "B", mb, vs, k) if self.off.split else None
@@ -310,13 +312,14 @@ class Lowering:
             mb == self.last_micro(vs) and self.data > 1 and self.par.overlap.grad_reduce)
         pieces = self._bwd_pieces(vs, "W", split)
         kept = (("activations", self._w_inputs(vs) + w.w_grad_bytes),)
+        passes = grad_buffer_s(self, mb, vs, len(pieces)) or (0.0,) * len(pieces)
         tids = []
         for k, piece in enumerate(pieces):
             last = k == len(pieces) - 1
             key = ("C", dev, "W", mb, vs) + (() if last else (k,))
             tids.append(self.b.add(key, device=dev, stream="compute", name="W", phase="bwd",
                                    micro=mb, chunk=vs,
-                                   duration_s=piece.compute_s + piece.comm_s,
+                                   duration_s=piece.compute_s + piece.comm_s + passes[k],
                                    comm_s=piece.comm_s, comm=piece.comm,
                                    deps=(self.b.ids[("C", dev, "B", mb, vs)],) if k == 0 else (),
                                    free=kept if last else ()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simulator.cost.specs import ComputeSpec
 from simulator.lower.device_states import state_bytes, state_ranks
 from simulator.lower.host import host_optimizer_s, offload_step_s
 from simulator.lower.nvme import swap_chain
@@ -14,7 +15,7 @@ from simulator.lower.state import local_params, optimizer_spec
 if TYPE_CHECKING:
     from simulator.lower.lowering import Lowering
 
-__all__ = ["finish"]
+__all__ = ["finish", "grad_buffer_s"]
 
 
 def finish(low: Lowering, dev: int, vss: list[int]) -> None:
@@ -48,6 +49,28 @@ def finish(low: Lowering, dev: int, vss: list[int]) -> None:
                           deps=deps, free=(("gradients", made),) if made else ())
         step = low.off.after_step(dev, params, step)
     low.dp.after_step(dev, vss, step)
+
+
+def grad_buffer_s(low: Lowering, mb: int, vs: int, pieces: int) -> tuple[float, ...]:
+    """Seconds each of the `pieces` backward pieces of micro-batch mb of virtual stage vs
+    adds for the stack's own passes over its gradient buffer (`Program.grad_buffer_passes`
+    element reads + writes a step, the second figure only with more than one data-parallel
+    rank; framework profile `grad_reduction.buffer_passes`, `.buffer_passes_dp`): all in the
+    last micro-batch, each piece's share as its parameters, so a bucket's reduction waits
+    for them. Megatron-Core takes each bucket's NaN-check norm and 1/dp pre-scale in
+    `Bucket.start_grad_sync` on the compute stream right before the bucket's collective;
+    its `zero_grad_buffer` runs at the step's start, priced here with them (the same device
+    time on the same stream). Empty: nothing to add."""
+    always, with_dp = low.prog.grad_buffer_passes
+    passes = always + (with_dp if low.ranks.data > 1 else 0.0)
+    if not passes or mb != low.last_micro(vs):
+        return ()
+    params = low.work[vs].piece_params
+    each = params if len(params) == pieces else (sum(params),) * (pieces == 1)
+    return tuple(low.costs.compute_s(ComputeSpec(
+        "grad_buffer_passes", "elementwise", 0.0, passes * n * low.ge, low.prog.dtype, "bwd"))
+        if n > 0 else 0.0 for n in each)
+
 
 def _mirror_sync(low: Lowering, dev: int, vss: list[int], deps: tuple[int, ...]
                  ) -> tuple[int, ...]:

@@ -57,6 +57,7 @@ from simulator.program.program import Block, Op, Program, coalesce
 from simulator.program.program_key import program_key
 from simulator.program.replicated import tp_replicated_kernels
 from simulator.program.stack_ops import (
+    dense_embedding_grad,
     fused_cross_entropy,
     gathered_head_input,
     grouped_gemms,
@@ -269,6 +270,10 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
         bwd["embed"] += main_grad(e, dtype, "main_grad_add_embed", embed_params, cast)
         bwd["head"] += main_grad(e, dtype, "main_grad_add_head", head_params + output_params,
                                  cast)
+    if software.dense_embedding_grad:  # one stage holds both ends only without a pipeline
+        tied = output_params if scenario.parallel.pipeline == 1 else 0
+        bwd["embed"] += dense_embedding_grad(e, dtype, embed_params, tied,
+                                             software.fused_grad_accumulation)
     if m.param_dtype is not None and m.param_dtype != dtype:
         casts = [(k, "layer", params[k]) for k in layers]
         for block, name, n in casts + [("head", "head", head_params + output_params)]:
@@ -371,6 +376,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
         tp_overlap=tpo, expert_slot_fill=slot_fill(dims), expert_load=imbalance,
         p2p_blocking=p2p_blocking(software, p.schedule),
         state_layout=software.state_layout,
+        grad_buffer_passes=software.grad_buffer_passes,
     )
 
 

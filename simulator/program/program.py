@@ -132,7 +132,11 @@ class Program:
     the program's own strategy for the summary. p2p_blocking: pipeline sends block the
     compute stream (Megatron's p2p `_communicate` ends in torch.cuda.synchronize()).
     state_layout: how the stack lays out the states of stage 3 (`lower.state.STATE_LAYOUTS`:
-    "zero", or "fsdp2": fp32 shards as master copy, gradients from backward to step)."""
+    "zero", or "fsdp2": fp32 shards as master copy, gradients from backward to step).
+    grad_buffer_passes: element reads + writes the stack makes over the device's whole
+    gradient buffer each iteration besides the backward and the optimizer step, and more
+    where it reduces over several data-parallel ranks (framework profile
+    `grad_reduction.buffer_passes`, `.buffer_passes_dp`; `lower.step`)."""
 
     blocks: tuple[Block, ...]
     dtype: str
@@ -150,6 +154,7 @@ class Program:
     extras: tuple[tuple[str, object], ...] = ()
     p2p_blocking: bool = False
     state_layout: str = "zero"
+    grad_buffer_passes: tuple[float, float] = (0.0, 0.0)
 
     @property
     def grad_bytes(self) -> float:

@@ -15,8 +15,9 @@ from simulator.graph.decoder import GptDims
 from simulator.graph.ops.loss import CE_BWD_FLOPS, CE_FWD_FLOPS
 from simulator.program.program import Op, TpOverlap
 
-__all__ = ["main_grad", "tp_overlap", "p2p_blocking", "with_impl", "fused_cross_entropy",
-           "gathered_head_input", "imbalanced", "grouped_gemms", "slot_fill", "weight_casts"]
+__all__ = ["main_grad", "dense_embedding_grad", "tp_overlap", "p2p_blocking", "with_impl",
+           "fused_cross_entropy", "gathered_head_input", "imbalanced", "grouped_gemms",
+           "slot_fill", "weight_casts"]
 
 
 def main_grad(e: int, dtype: str, name: str, params: float, cast: bool = False
@@ -33,6 +34,34 @@ def main_grad(e: int, dtype: str, name: str, params: float, cast: bool = False
     per = e + 16.0 if cast else e + 8.0
     return (ComputeSpec(name, "elementwise", float(params), per * params, dtype, "bwd",
                         weight_grad=True),)
+
+
+def dense_embedding_grad(e: int, dtype: str, table: float, tied: float, fused: bool
+                         ) -> tuple[Op, ...]:
+    """The embedding's weight gradient as Megatron-Core makes it each micro-batch
+    (`table` elements of the device's embedding tables, `tied` of them shared with an
+    output layer on the same stage): the lookup's backward (torch F.embedding,
+    aten/src/ATen/native/cuda/Embedding.cu embedding_dense_backward_cuda: at::zeros of the
+    table, then the token rows added) writes e bytes per element; the fused output layer
+    (core_r0.8.0 tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication
+    .backward) returns a torch.zeros dummy of its weight's size where the weight is shared on
+    one stage (language_module.py sets zero_out_wgrad), e more, and autograd sums the two
+    (read 2e, write e); the reduction hook (distributed_data_parallel.py param_hook:
+    main_grad.add_(param.grad), run for a shared weight because of zero_out_wgrad) adds it
+    into the fp32 main gradient, e + 8 (counted by `main_grad` already where the stack's
+    wgrad is not fused). Every op reads or writes the weight gradient: `weight_grad`."""
+    if table <= 0:
+        return ()
+    ops: list[Op] = [ComputeSpec("embed_grad_zeros", "elementwise", 0.0, e * table, dtype,
+                                 "bwd", weight_grad=True)]
+    if tied > 0:
+        ops += [ComputeSpec("tied_wgrad_zeros", "elementwise", 0.0, e * tied, dtype, "bwd",
+                            weight_grad=True),
+                ComputeSpec("tied_grad_sum", "elementwise", float(tied), 3.0 * e * tied,
+                            dtype, "bwd", weight_grad=True)]
+    if fused:
+        ops += list(main_grad(e, dtype, "main_grad_add_embed", table))
+    return tuple(ops)
 
 
 def tp_overlap(scenario: Scenario, software: Software, compute_units: int

@@ -190,7 +190,11 @@ def _estimate(s: Scenario, fidelity: str, micro: int) -> Estimate:
     micro = max(1, micro)
     per_micro = p.virtual_stages * (_TASKS_PER_MICRO + (_P2P_PER_MICRO if p.pipeline > 1
                                                         else 0))
-    compute = devices * micro * per_micro
+    # the last micro-batch's backward runs piece by piece (a task per layer) where its
+    # gradient buckets leave as their layers finish (lower.lowering, backward `split`)
+    split = transformer_model(s.model).layers // p.pipeline if (
+        family(s.model).layered and p.overlap.grad_reduce and p.data > 1) else 0
+    compute = devices * (micro * per_micro + split)
     tasks, n, collapsed = _bucket_tasks(s, fidelity, micro * per_micro)
     buckets = devices * tasks
     # collapsed buckets: one simulation finds where other transfers cut them, one runs

@@ -31,6 +31,8 @@ __all__ = ["FrameworkProfile", "Software", "Fp8", "MemoryOverheads", "GradReduct
 PosInt = Annotated[StrictInt, Field(ge=1)]
 NonNegInt = Annotated[StrictInt, Field(ge=0)]
 NonNegFloat = Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)] | NonNegInt
+# a count of passes over a buffer (an int or a float, one error path: `key`, not its branch)
+Passes = Annotated[float, Field(ge=0, le=1e4, allow_inf_nan=False, strict=True)]
 Text = StrictStr | None
 # GEMM roles of the transformer layer and head (names of the planned GPT graph's kernels)
 FP8_ROLES = ("qkv", "proj", "fc1", "fc2", "lm_head")
@@ -90,6 +92,12 @@ class Software(_Closed):
     tp_comm_sms: PosInt = 16
     # bf16 gradients are accumulated and reduced in fp32 (a 4-byte gradient buffer)
     bf16_grads_fp32: StrictBool = False
+    # the embedding's weight gradient is a dense table each micro-batch
+    # (`FusedGradAccumulation.dense_embedding_grad`, program.stack_ops.dense_embedding_grad)
+    dense_embedding_grad: StrictBool = False
+    # element passes over the gradient buffer per iteration, and more with data
+    # parallelism (`GradReduction.buffer_passes`, `.buffer_passes_dp`)
+    grad_buffer_passes: tuple[Passes, Passes] = (0.0, 0.0)
     # how the states of `optimizer_shard: 3` are laid out (`Sharding.state_layout`)
     state_layout: Literal["zero", "fsdp2"] = "zero"
     # what the output layer keeps of its sequence-parallel input (`Sharding.tp_saved_input`)
@@ -151,6 +159,12 @@ class FusedGradAccumulation(_Closed):
     # add (DeepSpeed BF16_Optimizer: hp_grad.add_(lp.grad.to(fp32))); false: one add kernel
     # that reads the 16-bit gradient as it is (Megatron LocalDDP main_grad.add_)
     separate_cast: StrictBool = False
+    # the embedding table's gradient is not fused: each micro-batch the lookup's backward
+    # makes a dense table-sized 16-bit gradient (zeros, then the rows added), added into the
+    # fp32 main gradient by the reduction hook; a tied output layer on the same stage adds
+    # a zero-filled dummy of the same size that autograd sums with it (Megatron-Core)
+    dense_embedding_grad: StrictBool = False
+    dense_embedding_grad_source: StrictStr = ""
 
 
 class GradReduction(_Closed):
@@ -164,6 +178,14 @@ class GradReduction(_Closed):
     # bf16 training keeps and reduces the gradients in fp32
     fp32_for_bf16: StrictBool
     source: StrictStr
+    # element reads + writes over the whole gradient buffer each iteration besides the
+    # backward's accumulation and the optimizer's read (Megatron-Core: the buffer's zero_
+    # and each bucket's NaN-check norm); 0: none counted
+    buffer_passes: Passes = 0.0
+    # more of them where the gradients are reduced over more than one data-parallel rank
+    # (Megatron-Core: each bucket's 1/dp pre-scale before its collective)
+    buffer_passes_dp: Passes = 0.0
+    buffer_passes_source: StrictStr = ""
 
 
 class ParamGather(_Closed):
@@ -364,9 +386,12 @@ class FrameworkProfile(_Closed):
             fused_attention=self.attention.fused_default,
             fused_grad_accumulation=bool(self.fused_grad_accumulation.enabled),
             grad_accumulation_cast=self.fused_grad_accumulation.separate_cast,
+            dense_embedding_grad=self.fused_grad_accumulation.dense_embedding_grad,
             tp_comm_overlap=self.overlap.tp_comm_enabled,
             tp_comm_sms=self.overlap.tp_comm_sms,
             bf16_grads_fp32=self.grad_reduction.fp32_for_bf16,
+            grad_buffer_passes=(self.grad_reduction.buffer_passes,
+                                self.grad_reduction.buffer_passes_dp),
             state_layout=self.sharding.state_layout,
             tp_saved_input=self.sharding.tp_saved_input,
             attention_impl=self.attention.implementation or "",
