@@ -23,7 +23,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr
+
+from simulator.config.framework.schema_host import Closed, Launch, Moe, MoeHost
 
 __all__ = ["FrameworkProfile", "Software", "Fp8", "MemoryOverheads", "GradReduction",
            "UnfusedPass", "Launch", "MoeHost", "Moe", "FP8_ROLES"]
@@ -38,8 +40,7 @@ Text = StrictStr | None
 FP8_ROLES = ("qkv", "proj", "fc1", "fc2", "lm_head")
 
 
-class _Closed(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Closed = Closed
 
 
 class UnfusedPass(_Closed):
@@ -310,50 +311,6 @@ class ActivationRecompute(_Closed):
     # op but the odd-numbered matmuls and the fused attention (torchtitan's op-level SAC)
     selective: Literal["attention_core", "every_second_mm"] = "attention_core"
     selective_source: StrictStr = ""
-
-
-class Launch(_Closed):
-    """How the stack issues its kernels from the host, and what that costs per kernel.
-
-    `eager`: every operator goes through Python, the PyTorch dispatcher and autograd and one
-    cudaLaunchKernel; `compile`: torch.compile (Inductor) launches its fused kernels from a
-    generated Python wrapper; `cuda_graphs`: one graph launch replays every kernel it
-    captured (the host cost per kernel vanishes). `host_us_per_kernel` is the measured host
-    time per launched kernel, which bounds from below how fast a run of small kernels goes
-    (`simulator.lower.costs.price_ops`)."""
-
-    mode: Literal["eager", "compile", "cuda_graphs"]
-    host_us_per_kernel: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)]
-    source: Text = None
-
-
-class MoeHost(_Closed):
-    """What a mixture-of-experts layer costs the host in this stack (`simulator.lower.
-    moe_host`): `dispatcher_sync`, the all-to-all token dispatcher copies the tokens per
-    expert to the host and waits for the device once per layer's forward when dropless
-    (`sync_source` cites the code); `dispatcher_kernels`, what the dispatcher launches for
-    its own bookkeeping before each sync (counted in the same code); `host_us_per_kernel`,
-    the measured host time per kernel launched inside a layer, which each launch in such a
-    layer costs (`source`); the kernels per local expert are counted from the stack's code
-    (`expert_launches_source`)."""
-
-    dispatcher_sync: StrictBool
-    host_us_per_kernel: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)]
-    # the dispatcher's own launches before each sync (counts, their all-gather, copies)
-    dispatcher_kernels: Annotated[StrictInt, Field(ge=0, le=1000)] = 0
-    sync_source: Text = None
-    expert_launches_source: Text = None
-    source: Text = None
-
-
-class Moe(_Closed):
-    """How the stack's mixture-of-experts layers compute: `probs_in_activation`, the grouped
-    experts multiply the routing weights into their activation output and the combine
-    (unpermute) sums the expert outputs unweighted, keeping nothing for its backward
-    (`simulator.program.moe_saved.probs_in_activation`); `source` cites the code."""
-
-    probs_in_activation: StrictBool = False
-    source: Text = None
 
 
 class FrameworkProfile(_Closed):
