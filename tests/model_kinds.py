@@ -32,6 +32,14 @@ def stderr_of(result: Any) -> str:
     return result.stderr if hasattr(result, "stderr") else result.output
 
 
+def refused_flat(result: Any) -> str:
+    """A CLI result that must be a refusal (exit 2): its stderr with every run of whitespace
+    one space, so a message wrapped to the terminal's width reads as one line."""
+    text = " ".join(stderr_of(result).split())
+    assert result.exit_code == 2, text
+    return text
+
+
 def refusal(invoke_cli: Callable[..., Any], kind: str, *sets: str) -> str:
     """The error message `run_kind` prints for `sets` it must refuse (exit 2, an `error: `
     line, never a traceback)."""

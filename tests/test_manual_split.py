@@ -22,6 +22,7 @@ import json
 import numpy as np
 import pytest
 import yaml
+from model_kinds import refused_flat, stderr_of
 
 from simulator.api.core import load_scenario
 from simulator.config.resources import resolve_yaml
@@ -120,7 +121,7 @@ def test_verify_equals_one_device_and_a_shifted_block_fails():
 ])
 def test_other_pieces_are_refused_at_their_key(invoke_cli, override, message):
     result = invoke_cli("run", NAME, "--set", f"model.ops[0].attrs.manual_split={override}")
-    text = result.stderr if hasattr(result, "stderr") else result.output
+    text = stderr_of(result)
     assert result.exit_code == 2, text
     assert f"model.ops[0].attrs.manual_split: {message}" in text
 
@@ -133,7 +134,7 @@ def test_other_pieces_are_refused_at_their_key(invoke_cli, override, message):
 ])
 def test_it_needs_a_gather_with_a_strategy(invoke_cli, override, message):
     result = invoke_cli("run", NAME, "--set", override)
-    text = result.stderr if hasattr(result, "stderr") else result.output
+    text = stderr_of(result)
     assert result.exit_code == 2, text
     assert f"model.ops[0].attrs.manual_split: {message}" in text
 
@@ -210,7 +211,7 @@ def test_uneven_blocks_verify_equal_to_one_device_and_a_shifted_block_fails():
 def test_impossible_blocks_are_refused_at_their_key(invoke_cli, override, message):
     result = invoke_cli("run", UNEVEN, "--set",
                         f"model.ops[0].attrs.manual_split={override}")
-    text = result.stderr if hasattr(result, "stderr") else result.output
+    text = stderr_of(result)
     assert result.exit_code == 2, text
     assert f"model.ops[0].attrs.manual_split: {message}" in text
 
@@ -350,8 +351,7 @@ def test_a_strategy_other_than_mindspore_s_is_refused(invoke_cli, strategy, got)
     """ManualImpl::CheckStrategy (gather_info.cc): only the ids' last dim is split, as
     many ways as the table's dim 0."""
     result = invoke_cli("run", UNEVEN, "--set", f"model.ops[0].strategy={strategy}")
-    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
-    assert result.exit_code == 2, text
+    text = refused_flat(result)
     assert ("model.ops[0].strategy: a manual_split Gather splits only the ids' last dim, "
             "as many ways as the table's dim 0 (MindSpore's ManualImpl::CheckStrategy, "
             "mindspore/ccsrc/frontend/parallel/ops_info/gather_info.cc: \"Only the last dim "
@@ -363,8 +363,7 @@ def test_blocks_smaller_than_the_ids_column_slice_are_refused(invoke_cli):
     """ids [1, 32] in 4 column slices of 8: the 4-row block cannot hold one (MindSpore's
     min_param_slice_row, ManualImpl::CheckStrategy)."""
     result = invoke_cli("run", UNEVEN, "--set", "model.tensors[0].shape=[1,32]")
-    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
-    assert result.exit_code == 2, text
+    text = refused_flat(result)
     assert ("model.ops[0].attrs.manual_split: [10, 20, 30, 4]: every block must hold at "
             "least the ids' column slice, 32 / 4 = 8 rows (MindSpore's "
             "ManualImpl::CheckStrategy, mindspore/ccsrc/frontend/parallel/ops_info/"
@@ -375,8 +374,7 @@ def test_blocks_smaller_than_the_ids_column_slice_are_refused(invoke_cli):
 def test_manual_split_with_offset_is_refused_by_name(invoke_cli):
     result = invoke_cli("run", UNEVEN, "--set",
                         "model.ops[0].attrs.manual_split_with_offset=[[32,0],[32,32]]")
-    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
-    assert result.exit_code == 2, text
+    text = refused_flat(result)
     assert ("model.ops[0].attrs.manual_split_with_offset: not simulated: MindSpore's "
             "manual_split_with_offset (gather_info.cc, GatherInfo::GetManualSplitAttr) gives "
             "each slice of the table's rows as (rows, id offset), the offset subtracted from "
@@ -421,8 +419,7 @@ def test_a_strategy_leaving_devices_of_the_stage_over_is_refused(invoke_cli):
     ManualImpl::CheckStrategy refuses repeated calculation (parallel.data replicas, outside
     the stage's mesh here, are not that: test_blocks_survive_data_parallel_replicas)."""
     result = invoke_cli("run", UNEVEN, "--set", "cluster.devices_per_node=8")
-    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
-    assert result.exit_code == 2, text
+    text = refused_flat(result)
     assert ("model.ops[0].strategy: [[4, 1], [1, 4]] uses 4 of the 8 devices of the stage: "
             "a manual_split Gather's strategy must use them all (MindSpore's "
             "ManualImpl::CheckStrategy, mindspore/ccsrc/frontend/parallel/ops_info/"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from model_kinds import refused_flat, stderr_of
 
 
 def _run(invoke_cli, *args: str) -> dict:
@@ -66,7 +67,7 @@ def test_bad_checkpoints_are_refused_by_key(invoke_cli, tmp_path, name, write, m
     ckpt = tmp_path / "plan.json"
     ckpt.write_text(write)
     result = invoke_cli("run", name, "--set", f"parallel.strategy_ckpt_load_file={ckpt}")
-    text = result.stderr if hasattr(result, "stderr") else result.output
+    text = stderr_of(result)
     assert result.exit_code == 2, text
     assert message.replace("CKPT", str(ckpt)) in " ".join(text.split()), text
 
@@ -140,8 +141,7 @@ def test_blocks_that_do_not_cut_the_rows_are_refused_at_their_key(invoke_cli, tm
     doc["ops"]["context_embedding"]["manual_split"] = blocks
     ckpt.write_text(json.dumps(doc))
     result = invoke_cli("run", SHARED, "--set", f"parallel.strategy_ckpt_load_file={ckpt}")
-    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
-    assert result.exit_code == 2, text
+    text = refused_flat(result)
     assert (f"{ckpt}: ops.context_embedding.manual_split: {message} (loaded by "
             f"parallel.strategy_ckpt_load_file of ") in text, text
 
@@ -154,8 +154,7 @@ def test_blocks_on_the_wrong_count_of_slices_are_refused(invoke_cli, tmp_path):
     doc["ops"]["embedding"]["manual_split"] = [10, 20, 34]
     ckpt.write_text(json.dumps(doc))
     result = invoke_cli("run", SHARED, "--set", f"parallel.strategy_ckpt_load_file={ckpt}")
-    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
-    assert result.exit_code == 2, text
+    text = refused_flat(result)
     assert "model.ops[0]" in text and "explicit blocks [10, 20, 34] of dim 0 (size 64) " \
         "are not 4 positive sizes summing to 64" in text, text
 
@@ -169,8 +168,7 @@ def test_a_checkpoint_gather_with_the_ids_whole_is_refused(invoke_cli, tmp_path)
     doc["ops"]["embedding"].update(ids=["B", "B"], out=["P", "P"])
     ckpt.write_text(json.dumps(doc))
     result = invoke_cli("run", SHARED, "--set", f"parallel.strategy_ckpt_load_file={ckpt}")
-    text = " ".join((result.stderr if hasattr(result, "stderr") else result.output).split())
-    assert result.exit_code == 2, text
+    text = refused_flat(result)
     assert ("model.ops[0].placements: op 'embedding' (Gather): a manual_split Gather takes "
             "the ids and gives its output split on the ids' last dim, S(1), on every mesh "
             "axis that splits the table's rows (MindSpore's ManualImpl::InferTensorMap, "
