@@ -27,7 +27,13 @@ garbage-collection threshold):
   being made; on failure the free pages are unmapped (`release_blocks` -> `unmap_block`).
 
 Recorded streams (`recordStream`) and CUDA-graph pools are not modelled: FSDP2, the
-program replayed here, keeps references instead of recording streams.
+program replayed here, keeps references instead of recording streams. Torch TP's
+collectives (DTensor's functional collectives through ProcessGroupNCCL) do record their
+tensors on the NCCL stream unless TORCH_NCCL_AVOID_RECORD_STREAMS=1 (pytorch/torchtitan
+docs/composability.md @9dec370, "Setting TORCH_NCCL_AVOID_RECORD_STREAMS=1 for TP"): a
+freed block is then reusable only once the collective has ended on the GPU, so what they
+hold is set by how far the host runs ahead of the GPU, which no code fixes (FSDP2 has no
+CPU rate limiter; torchtitan issue 735); it is not modelled.
 """
 
 from __future__ import annotations
