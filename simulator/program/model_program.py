@@ -23,25 +23,22 @@ flat buffer).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from simulator.config.hardware.schema import Software
 from simulator.config.scenario.schema import DTYPE_BYTES, Scenario
 from simulator.cost.specs import CommSpec, ComputeSpec
 from simulator.graph.decoder import GptDims
-from simulator.graph.graph import Graph
 from simulator.graph.ops.loss import CE_FWD_FLOPS
 from simulator.models.layers import LayerPlan, layer_kinds, layer_plan
 from simulator.models.optimizer_threshold import kept_whole, optimizer_threshold
 from simulator.models.params import (
-    block_params,
     embed_op,
     expert_params,
     head_op,
-    param_names,
 )
 from simulator.models.ps_params import worker_elements
 from simulator.models.recompute import recomputed_ops
@@ -49,6 +46,14 @@ from simulator.models.transformer import transformer_model
 from simulator.models.transformer_plan import gpt_dims, planned_transformer, uses_flash
 from simulator.program import comm_options
 from simulator.program.a2a_sort import expert_extras
+from simulator.program.block_select import (
+    SelectedBlock,
+    gathered_params,
+    group_blocks,
+    head_elements,
+    small_params,
+    sync_steps,
+)
 from simulator.program.deepep import fp8_dispatch
 from simulator.program.fp8 import Fp8Recipe, apply_fp8, fp8_saved
 from simulator.program.layer_recompute import ATTENTION_CORE, layer_recompute
@@ -76,59 +81,12 @@ from simulator.sharding.lower import (
     backward_specs,
     forward_specs,
     gradient_steps,
-    param_gathers,
     saved,
 )
 from simulator.sharding.plan import ShardingPlan
 
 __all__ = ["recomputed_ops", "transformer_program", "gpt_dims", "uses_flash",
            "ATTENTION_CORE", "memoised_programs", "active_store"]
-
-Select = Callable[[str], bool]
-
-
-@dataclass(frozen=True)
-class _Block:
-    """Ops of one block (by name) and how they are selected."""
-
-    select: Select
-
-    def params(self, plan: ShardingPlan, graph: Graph) -> tuple[int, int]:
-        """(local elements, tensors) of the parameters the block's ops read."""
-        return block_params(plan, self.select)
-
-
-def _sync(plan: ShardingPlan, steps: tuple[CommSpec, ...], select: Select,
-          besides: Select | None = None) -> tuple[CommSpec, ...]:
-    """The gradient reductions (`steps`, from `gradient_steps`) of the parameters the
-    selected ops read, except those `besides` also reads (a tied LM head's table is the
-    embedding's: reduced once, with it)."""
-    params = param_names(plan, select) - (param_names(plan, besides) if besides else set())
-    return tuple(c for c in steps if c.name.split(".grad.")[0] in params
-                 or c.name.rsplit(".", 1)[0] in params)
-
-
-def _gathered_params(plan: ShardingPlan, blocks: dict[str, tuple[Select, Select | None]],
-                     bwd: dict[str, tuple[Op, ...]], steps: tuple[CommSpec, ...]
-                     ) -> tuple[dict[str, tuple[Op, ...]], tuple[CommSpec, ...]]:
-    """Parameters kept split on an axis and gathered before use (`TensorDef.gathered`: 3-D
-    tensor parallel's weight axis) in each block's backward: all-gathered again before it
-    (the forward's gathered copies are not kept, so weights stay 1/(x*y*z) per device) and
-    their gradients reduce-scattered there after it, every micro-batch, as Colossal-AI's
-    `_Linear3D.backward` does (colossalai/legacy/nn/layer/parallel_3d/_operation.py) and
-    `numeric.execute` runs them. `blocks`: name -> (its ops, ops whose parameters another
-    block reduces). Returns (backward per block, the gradient steps left for once per
-    iteration)."""
-    axes = {a for t in plan.graph.of_kind("parameter") for a in t.gathered}
-    if not axes:
-        return bwd, steps
-    out = dict(bwd)
-    for name, (select, besides) in blocks.items():
-        reduced = tuple(replace(c, name=f"{c.name}.per_micro_batch")
-                        for c in _sync(plan, steps, select, besides) if c.axis in axes)
-        out[name] = param_gathers(plan, select) + bwd[name] + reduced
-    return out, tuple(c for c in steps if c.axis not in axes)
-
 
 def _planned(scenario: Scenario, fused_attention: bool, e: int
              ) -> tuple[ShardingPlan, GptDims, LayerPlan]:
@@ -141,38 +99,6 @@ def _planned(scenario: Scenario, fused_attention: bool, e: int
     graph, mesh = planned_transformer(dims, p.data, p.tensor, p.sequence_parallel, p.expert_axis,
                                       nd)
     return comm_options.plan(scenario, graph, mesh, e), dims, lp
-
-
-def _head_params(plan: ShardingPlan, head: _Block, embed: _Block) -> tuple[int, int]:
-    """(elements of the head's own parameters, of those it shares with the embedding: a
-    tied LM head's table)."""
-    return (block_params(plan, head.select, embed.select)[0],
-            block_params(plan, head.select, embed.select, shared=True)[0])
-
-
-def small_params(plan: ShardingPlan, select: Select, small: dict[str, int],
-                 besides: Select | None = None) -> int:
-    """Elements of the `small` parameters read by the selected ops (except those the ops
-    `besides` selects read too)."""
-    names = param_names(plan, select) - (param_names(plan, besides) if besides else set())
-    return sum(small[n] for n in names if n in small)
-
-
-def _prefixed(prefixes: tuple[str, ...]) -> Select:
-    return lambda n: n.startswith(prefixes)
-
-
-def _layer_blocks(lp: LayerPlan) -> dict[str, _Block]:
-    """The ops of each group of the layer plan in its representative graph, by block name:
-    `layer` for a model of one group (every layer alike, or a mixture of experts every k
-    layers: its k - 1 dense layers and the MoE layer that ends it), `layer0`, `layer1`, ...
-    in the order the groups first come otherwise."""
-    out = {}
-    for i, (group, first) in enumerate(lp.groups):
-        prefixes = tuple(f"l{j}." for j in range(first, first + len(group)))
-        name = "layer" if len(lp.groups) == 1 else f"layer{i}"
-        out[name] = _Block(_prefixed(prefixes))
-    return out
 
 
 _MEMO: list[dict[Any, Program]] = []  # the active store (innermost last)
@@ -215,7 +141,7 @@ def transformer_program(scenario: Scenario, software: Software | None = None,
 
 
 def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
-               recipe: Fp8Recipe | None, sv: Saved, dtype: str, blocks: dict[str, _Block]
+               recipe: Fp8Recipe | None, sv: Saved, dtype: str, blocks: dict[str, SelectedBlock]
                ) -> tuple[dict[str, tuple[Op, ...]], dict[str, tuple[Op, ...]], float, float]:
     """(forward and backward ops of each block by name: the layer groups', the embedding's
     and the head's; the head's saved bytes, the logits per device) as the stack runs them:
@@ -262,7 +188,7 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
         bwd[k] = grouped_gemms(imbalanced(bwd[k], imbalance)) + more[1]
     params = {k: blocks[k].params(plan, graph)[0] for k in layers}
     embed_params = embed.params(plan, graph)[0]
-    head_params, output_params = _head_params(plan, head, embed)
+    head_params, output_params = head_elements(plan, head, embed)
     if not software.fused_grad_accumulation:
         cast = software.grad_accumulation_cast
         for k in layers:
@@ -323,8 +249,8 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     e = DTYPE_BYTES[dtype]
     plan, dims, lp = _planned(scenario, software.fused_attention, e)
     graph = plan.graph
-    groups = _layer_blocks(lp)
-    embed, head = _Block(embed_op), _Block(head_op)
+    groups = group_blocks(lp)
+    embed, head = SelectedBlock(embed_op), SelectedBlock(head_op)
     sv: Saved = saved(plan, e)
     if recipe is not None and recipe.saves_fp8:
         sv = fp8_saved(sv, plan, recipe, e)
@@ -336,9 +262,9 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
     fwd, bwd, head_saved, logits = _stack_ops(scenario, software, plan, recipe, sv, dtype,
                                               {**groups, "embed": embed, "head": head})
     embed_params = embed.params(plan, graph)[0]
-    head_params, output_params = _head_params(plan, head, embed)
+    head_params, output_params = head_elements(plan, head, embed)
     steps = gradient_steps(plan, ("dp",))
-    bwd, steps = _gathered_params(plan, {**{k: (b.select, None) for k, b in groups.items()},
+    bwd, steps = gathered_params(plan, {**{k: (b.select, None) for k, b in groups.items()},
                                          "embed": (embed.select, None),
                                          "head": (head.select, embed.select)}, bwd, steps)
     threshold, pe = optimizer_threshold(scenario)
@@ -355,7 +281,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
             Block("embed", fwd["embed"], bwd["embed"], pinned="first", layers=0,
                   params=embed_params, unsharded=small_params(plan, embed.select, small),
                   worker_params=small_params(plan, embed.select, worker),
-                  grad_sync=coalesce(_sync(plan, steps, embed.select), "grad_sync"),
+                  grad_sync=coalesce(sync_steps(plan, steps, embed.select), "grad_sync"),
                   saved_bytes=sv.total(embed.select),
                   tp_replicated=tp_replicated_kernels(plan, embed.select)),
             *(replace(layer_blocks[i], repeat=n) for i, n in lp.runs),
@@ -363,7 +289,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
                   params=head_params, tied_params=output_params,
                   unsharded=small_params(plan, head.select, small, embed.select),
                   worker_params=small_params(plan, head.select, worker, embed.select),
-                  grad_sync=coalesce(_sync(plan, steps, head.select, embed.select),
+                  grad_sync=coalesce(sync_steps(plan, steps, head.select, embed.select),
                                       "grad_sync"),
                   saved_bytes=head_saved,
                   transient_bytes=_ce_transient(
@@ -381,7 +307,7 @@ def _derive(scenario: Scenario, software: Software, compute_units: int,
 
 
 def _group(scenario: Scenario, software: Software, plan: ShardingPlan, dims: GptDims,
-           sv: Saved, e: int, name: str, block: _Block, fwd: tuple[Op, ...],
+           sv: Saved, e: int, name: str, block: SelectedBlock, fwd: tuple[Op, ...],
            bwd: tuple[Op, ...], steps: tuple[CommSpec, ...],
            kept: tuple[dict[str, int], dict[str, int]], unit: int,
            fp8_kernels: frozenset[str] = frozenset()) -> Block:
@@ -397,7 +323,7 @@ def _group(scenario: Scenario, software: Software, plan: ShardingPlan, dims: Gpt
                  param_tensors=tensors, unsharded=small_params(plan, block.select, small),
                  worker_params=small_params(plan, block.select, worker),
                  expert_params=expert_params(plan, block.select),
-                 grad_sync=coalesce(_sync(plan, steps, block.select), "grad_sync"),
+                 grad_sync=coalesce(sync_steps(plan, steps, block.select), "grad_sync"),
                  saved_bytes=per_layer,
                  # one layer's full saved set is alive while a recomputed layer runs its
                  # backward: what the re-run makes beyond what it keeps
