@@ -20,8 +20,8 @@ from simulator.config.scenario.schema import Scenario
 from simulator.errors import InputError
 from simulator.lower.a2a_overlap import paired_steps
 from simulator.lower.costs import CostModel
+from simulator.lower.iteration import lower
 from simulator.lower.layout import rank_mesh
-from simulator.lower.lowering import lower
 from simulator.lower.pipeline import schedule_steps
 from simulator.lower.stages import stage_work
 from simulator.program.model_program import transformer_program

@@ -16,7 +16,7 @@ from simulator.engine.core import run
 from simulator.engine.tasks import Plan, Task
 from simulator.lower.buckets import COLLAPSE_MIN, grad_bucket_runs, grad_buckets
 from simulator.lower.costs import CostModel
-from simulator.lower.lowering import lower
+from simulator.lower.iteration import lower
 from simulator.program.model_program import transformer_program
 from simulator.report import summary
 from simulator.simulation.budget import DEFAULT_MAX_EVENTS, estimate_run

@@ -16,8 +16,8 @@ from simulator.config.scenario import parse_scenario
 from simulator.cost.specs import ComputeSpec
 from simulator.errors import InputError
 from simulator.lower.costs import CostModel
+from simulator.lower.iteration import lower
 from simulator.lower.layout import rank_mesh
-from simulator.lower.lowering import lower
 from simulator.lower.tasks_builder import Builder
 from simulator.program.graph_program import graph_program
 from simulator.program.model_program import transformer_program

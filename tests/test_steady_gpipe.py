@@ -18,7 +18,7 @@ from simulator.engine.core import run
 from simulator.engine.steady import splice
 from simulator.errors import InputError
 from simulator.lower.costs import CostModel
-from simulator.lower.lowering import lower
+from simulator.lower.iteration import lower
 from simulator.program.model_program import transformer_program
 from simulator.report import summary
 from simulator.simulation.simulate import GPIPE_SHORT, simulate

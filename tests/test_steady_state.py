@@ -17,7 +17,7 @@ from simulator.engine.core import run
 from simulator.engine.steady import splice
 from simulator.errors import InputError
 from simulator.lower.costs import CostModel
-from simulator.lower.lowering import lower
+from simulator.lower.iteration import lower
 from simulator.lower.pipeline import steady_window
 from simulator.program.model_program import transformer_program
 from simulator.report import summary

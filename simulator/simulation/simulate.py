@@ -39,8 +39,8 @@ from simulator.engine.trace import Trace
 from simulator.errors import InputError
 from simulator.lower.costs import CostModel
 from simulator.lower.framework_apply import fp8_recipe, with_auto_fusion, with_framework_memory
+from simulator.lower.iteration import FIDELITIES, Cuts, lower
 from simulator.lower.layout import rank_mesh
-from simulator.lower.lowering import FIDELITIES, Cuts, lower
 from simulator.lower.pipeline import STEADY_PERIODS_KEPT, steady_window
 from simulator.lower.stages import split_for
 from simulator.models.registry import family
