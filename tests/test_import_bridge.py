@@ -37,7 +37,7 @@ def test_import_gives_the_hand_written_scenario(case: str) -> None:
     run, hardware, nodes = CASES[case]
     hand = api.load_scenario(str(VALIDATION / f"{run}.yaml"))
     _, scenario = import_file("bridge", case, hardware, nodes, 8)
-    assert scenario.framework == hand.scenario.framework == "nemo"
+    assert scenario.framework == hand.scenario.framework == "megatron-bridge"
     want, got = _sections(hand.scenario), _sections(scenario)
     assert {k: (want[k], got[k]) for k in want if want[k] != got[k]} == {}
 

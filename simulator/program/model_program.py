@@ -172,8 +172,9 @@ def _stack_ops(scenario: Scenario, software: Software, plan: ShardingPlan,
     logits = sum(op.flops / CE_FWD_FLOPS for op in fwd["head"]
                  if isinstance(op, ComputeSpec) and op.name == "cross_entropy")
     if software.fused_cross_entropy or scenario.training.compiled_loss:
-        fwd["head"] = fused_cross_entropy(fwd["head"], e)
-        bwd["head"] = fused_cross_entropy(bwd["head"], e)
+        passes = (1.0, 2.0) if scenario.training.compiled_loss else software.ce_fused_passes
+        fwd["head"] = fused_cross_entropy(fwd["head"], e, passes)
+        bwd["head"] = fused_cross_entropy(bwd["head"], e, passes)
         # it keeps the model-dtype logits for its backward, not the fp32 softmax
         head_saved -= (4.0 - e) * logits
     imbalance = m.moe.imbalance if m.moe else 1.0

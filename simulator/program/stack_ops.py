@@ -95,23 +95,29 @@ def with_impl(ops: tuple[Op, ...], impl: str) -> tuple[Op, ...]:
                  else op for op in ops)
 
 
-def fused_cross_entropy(ops: tuple[Op, ...], e: int) -> tuple[Op, ...]:
-    """`ops` with the cross-entropy priced as one fused kernel (framework
-    `cross_entropy.fused`): flash-attn's Triton cross-entropy (Dao-AILab/flash-attention
-    flash_attn/ops/triton/cross_entropy.py, the `fused_crossentropy` loss of llm-foundry) reads
-    each logit once in the model dtype and writes one fp32 log-sum-exp per row; its backward
-    reads the logits again and writes their gradient: e and 2e bytes per logit, where
-    Megatron's fp32 passes (graph/ops/loss.py) move e + 36 and 12 + e. FLOPs unchanged.
-    What it keeps for the backward is the model-dtype logits (e bytes per logit), not the
-    fp32 softmax (the head block's saved set says the same, `model_program`)."""
+def fused_cross_entropy(ops: tuple[Op, ...], e: int, passes: tuple[float, float] = (1.0, 2.0)
+                        ) -> tuple[Op, ...]:
+    """`ops` with the cross-entropy priced as one fused loss (framework `cross_entropy.fused`)
+    that moves `passes` (forward, backward) reads + writes of each logit in the model dtype
+    (`cross_entropy.fused_fwd_passes`, `.fused_bwd_passes`), where Megatron's fp32 passes
+    (graph/ops/loss.py) move e + 36 and 12 + e bytes. flash-attn's Triton cross-entropy
+    (Dao-AILab/flash-attention flash_attn/ops/triton/cross_entropy.py, the `fused_crossentropy`
+    loss of llm-foundry; the default (1, 2)) reads each logit once and writes one fp32
+    log-sum-exp per row, its backward reads the logits again and writes their gradient;
+    Transformer Engine's (transformer_engine/pytorch/triton/cross_entropy.py, Megatron-Core's
+    `cross_entropy_fusion_impl: te`; (3, 2)) reads them twice and writes their gradient in
+    place in the forward, and scales it in place in the backward. FLOPs unchanged. What
+    either keeps for the backward is e bytes per logit, not the fp32 softmax (the head
+    block's saved set says the same, `model_program`)."""
+    fwd, bwd = passes
     out: list[Op] = []
     for op in ops:
         if isinstance(op, ComputeSpec) and op.name == "cross_entropy":
             logits = op.flops / CE_FWD_FLOPS
-            op = replace(op, bytes_accessed=e * logits,
+            op = replace(op, bytes_accessed=fwd * e * logits,
                          saved_bytes=min(op.saved_bytes, e * logits))
         elif isinstance(op, ComputeSpec) and op.name == "cross_entropy.bwd":
-            op = replace(op, bytes_accessed=2.0 * e * op.flops / CE_BWD_FLOPS)
+            op = replace(op, bytes_accessed=bwd * e * op.flops / CE_BWD_FLOPS)
         out.append(op)
     return tuple(out)
 

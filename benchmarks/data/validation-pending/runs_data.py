@@ -395,21 +395,21 @@ BRIDGE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md "
 BR_T = "25.11 NeMo container, Pre-Training Performance, System: DGX-{}"
 CS = "FP8-CS (TE current scaling: per-tensor scale from the current amax, no history)"
 nemo("bridge2511-h100-llama3-8b-fsdp-8g", "LLAMA3-8B", 8, 128, 1, 8192, 1, 1, 1, 1, 14451,
-     src=BRIDGE, table=BR_T.format("H100"), fsdp=True, fmt=CS, framework="nemo",
+     src=BRIDGE, table=BR_T.format("H100"), fsdp=True, fmt=CS, framework="megatron-bridge",
      tflops=744)
 nemo("bridge2511-h100-llama3-70b-64g", "LLAMA3-70B", 64, 128, 1, 8192, 4, 8, 1, 5, 1602,
-     src=BRIDGE, table=BR_T.format("H100"), fmt=CS, framework="nemo", tflops=719)
+     src=BRIDGE, table=BR_T.format("H100"), fmt=CS, framework="megatron-bridge", tflops=719)
 nemo("bridge2511-h100-llama31-405b-cp2-1024g", "LLAMA3.1-405B", 1024, 512, 1, 8192, 8, 8, 2, 8,
-     292, src=BRIDGE, table=BR_T.format("H100"), fmt=CS, framework="nemo", tflops=737,
+     292, src=BRIDGE, table=BR_T.format("H100"), fmt=CS, framework="megatron-bridge", tflops=737,
      embed_loss_split=True)
 B200_NEED = ("hardware profile b200 (NVIDIA B200, 8 per node, NVLink 5; not bundled yet: the "
              "body uses h200-sxm as a placeholder so the file parses)")
 nemo("bridge2511-b200-llama3-8b-8g", "LLAMA3-8B", 8, 128, 2, 8192, 1, 1, 1, 1, 30624,
      src=BRIDGE, table=BR_T.format("B200"), gpu="B200 (DGX B200)", hw="h200-sxm", fmt=CS,
-     framework="nemo", tflops=1576, extra_needs=[B200_NEED])
+     framework="megatron-bridge", tflops=1576, extra_needs=[B200_NEED])
 nemo("bridge2511-b200-llama31-405b-cp2-128g", "LLAMA3.1-405B", 128, 64, 1, 8192, 4, 8, 2, 8,
      661, src=BRIDGE, table=BR_T.format("B200"), gpu="B200 (DGX B200)", hw="b200-sxm", fmt=CS,
-     framework="nemo", tflops=1667, embed_loss_split=True)
+     framework="megatron-bridge", tflops=1667, embed_loss_split=True)
 
 # --------------------------------------------------------------------------------------------
 # Megatron-DeepSpeed: BLOOM-176B (BigScience) and MT-NLG 530B (Microsoft/NVIDIA)

@@ -114,6 +114,8 @@ class Software(_Closed):
     # the loss is one fused kernel over the logits in the model dtype (`CrossEntropy.fused`)
     # instead of fp32 passes one by one
     fused_cross_entropy: StrictBool = False
+    # its reads + writes of each logit, forward and backward (`CrossEntropy.fused_*_passes`)
+    ce_fused_passes: tuple[Passes, Passes] = (1.0, 2.0)
     # bytes per logit the loss's backward allocates beyond what its forward saved
     # (`CrossEntropy.backward_transient_bytes_per_logit`; 0: not known)
     ce_backward_transient_bytes_per_logit: NonNegFloat = 0.0
@@ -293,6 +295,12 @@ class CrossEntropy(_Closed):
     logits_dtype: Text
     fused: StrictBool | None
     source: StrictStr
+    # the fused loss's traffic: reads + writes of the logits in the model dtype per logit,
+    # forward and backward (program.stack_ops.fused_cross_entropy; flash-attn's Triton
+    # loss 1 and 2, Transformer Engine's 3 and 2)
+    fused_fwd_passes: Passes = 1.0
+    fused_bwd_passes: Passes = 2.0
+    fused_passes_source: StrictStr = ""
     # the gradient buffers the loss's backward allocates on top of what its forward saved,
     # bytes per logit of the stage's micro-batch (null: not found in a public source)
     backward_transient_bytes_per_logit: NonNegFloat | None = None
@@ -355,6 +363,8 @@ class FrameworkProfile(_Closed):
             p2p_blocking=self.overlap.p2p_blocking,
             moe_probs_in_activation=self.moe is not None and self.moe.probs_in_activation,
             fused_cross_entropy=bool(self.cross_entropy.fused),
+            ce_fused_passes=(self.cross_entropy.fused_fwd_passes,
+                             self.cross_entropy.fused_bwd_passes),
             ce_backward_transient_bytes_per_logit=(
                 self.cross_entropy.backward_transient_bytes_per_logit or 0.0),
             ce_vp_backward_transient_bytes_per_logit=(

@@ -10,7 +10,9 @@ padded to `make_vocab_size_divisible_by` x TP), its parallelism (`model.*_parall
 `sequence_parallel`), recompute (`recompute_granularity`, `recompute_method`,
 `recompute_num_layers`, `recompute_modules`), precision (`mixed_precision`: a recipe's name or
 its fields), `train.global/micro_batch_size`, `ddp`/`optimizer.use_distributed_optimizer`
-and `comm_overlap.tp_comm_overlap` on the nemo framework profile. The world size is not in a
+and `comm_overlap.tp_comm_overlap` on the megatron-bridge framework profile (Megatron-Bridge
+25.11 on Megatron-Core 0.15; `framework` names another, as `plan --emit bridge` does for a
+NeMo scenario). The world size is not in a
 ConfigContainer (the launcher's): --nodes and --devices-per-node, or NeMo 2's
 `trainer.num_nodes` x `trainer.devices`."""
 
@@ -30,7 +32,7 @@ from simulator.errors import InputError
 __all__ = ["import_bridge", "dtype_of"]
 
 # Megatron-Bridge training/mixed_precision.py recipes by name -> the scenario's dtype;
-# fp8 with current (tensorwise) or delayed scaling is the nemo profile's fp8 recipe
+# fp8 with current (tensorwise) or delayed scaling is the framework profile's fp8 recipe
 RECIPES = {"bf16_mixed": "bf16", "fp16_mixed": "fp16",
            "bf16_with_fp8_current_scaling_mixed": "fp8",
            "bf16_with_fp8_delayed_scaling_mixed": "fp8",
@@ -160,10 +162,10 @@ def _rows(cfg: MfConfig) -> tuple[Row, ...]:
 
 
 def import_bridge(cfg: MfConfig, hardware: str, nodes: int | None, per_node: int | None,
-                  lenient: bool = False) -> Imported:
+                  lenient: bool = False, framework: str = "megatron-bridge") -> Imported:
     """The scenario mapping of the checked config `cfg` on `hardware` over `nodes` x
-    `per_node` devices (default: NeMo 2's trainer.num_nodes x trainer.devices);
-    InputError naming the key and line otherwise."""
+    `per_node` devices (default: NeMo 2's trainer.num_nodes x trainer.devices), run on
+    the stack `framework`; InputError naming the key and line otherwise."""
     nodes = nodes or cfg.integer("trainer.num_nodes", None)
     per_node = per_node or cfg.integer("trainer.devices", None)
     if nodes is None or per_node is None:
@@ -171,13 +173,15 @@ def import_bridge(cfg: MfConfig, hardware: str, nodes: int | None, per_node: int
                          "world size: give --nodes and --devices-per-node (or NeMo 2's "
                          "trainer.num_nodes and trainer.devices)")
     d = degrees(cfg, nodes * per_node)
-    tp_comm = load_framework("nemo").overlap.tp_comm_enabled
+    tp_comm = load_framework(framework).overlap.tp_comm_enabled
     scenario = {"name": f"{cfg.path} (Megatron-Bridge config)", "hardware": hardware,
-                "framework": "nemo", "cluster": {"nodes": nodes, "devices_per_node": per_node},
+                "framework": framework,
+                "cluster": {"nodes": nodes, "devices_per_node": per_node},
                 "model": _model(cfg, d["tensor"]), "training": training(cfg, d),
                 "parallel": parallel(cfg, d, tp_comm, lenient)}
     derived = [("parallel.data", str(d["data"]), "the devices over tensor x pipeline x "
                 "context parallel"),
-               ("parallel.comm_fusion", "mode auto", "the nemo profile's gradient buckets")]
+               ("parallel.comm_fusion", "mode auto", f"the {framework} profile's gradient "
+                "buckets")]
     rows = _rows(cfg) + tuple(Row(k, v, 0, "default", why) for k, v, why in derived)
     return Imported(scenario, rows, tuple(cfg.notes))

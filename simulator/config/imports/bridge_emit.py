@@ -14,7 +14,11 @@ from simulator.config.imports.megatron_emit import resolved
 from simulator.config.scenario.load import parse_scenario
 from simulator.errors import InputError
 
-__all__ = ["emit_bridge"]
+__all__ = ["emit_bridge", "BRIDGE_STACKS"]
+
+# the stacks whose runs Bridge overrides describe: Megatron-Bridge itself (what `import
+# bridge` gives) and NeMo (`--emit nemo`: its current launch), read back on the same stack
+BRIDGE_STACKS = ("megatron-bridge", "nemo")
 
 _PRECISION = {"bf16": ["mixed_precision.bf16=true"], "fp16": ["mixed_precision.fp16=true"],
               "fp32": [],
@@ -102,9 +106,10 @@ def emit_bridge(scenario: Any, framework: str, tp_comm_default: bool) -> str:
              "--recipe NAME with these; add your data and tokenizer)",
              *_model(scenario.model), *_parallel(scenario, tp_comm_default)]
     text = "\n".join(lines) + "\n"
+    stack = framework if framework in BRIDGE_STACKS else BRIDGE_STACKS[0]
     try:
         back = import_bridge(parse_bridge(text, "<emitted>"), scenario.hardware, c.nodes,
-                             c.devices_per_node)
+                             c.devices_per_node, framework=stack)
         got = parse_scenario(dict(back.scenario), "<emitted>")
     except InputError as err:
         raise InputError(scenario.source, "model" if err.key.startswith("model.") else

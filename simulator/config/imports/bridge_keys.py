@@ -25,8 +25,8 @@ _LOG = "logging, checkpointing, profiling, fault tolerance or process setup: not
        "a training step"
 _HYPER = "an optimizer hyperparameter or schedule: the same kernels whatever its value"
 _NUM = "numerics of the same kernels"
-_FUSED = "a fused kernel or launch detail: the nemo framework profile's"
-_GRADS = "the gradient buckets and their overlap: the nemo framework profile's"
+_FUSED = "a fused kernel or launch detail: the megatron-bridge framework profile's"
+_GRADS = "the gradient buckets and their overlap: the megatron-bridge framework profile's"
 
 SECTIONS: dict[str, Flag] = {
     **{s: _ignore(_LOG) for s in (
@@ -39,7 +39,7 @@ SECTIONS: dict[str, Flag] = {
     "tokenizer": _ignore("the tokenizer's files (tokenizer.vocab_size gives the "
                          "vocabulary when model.vocab_size is null)"),
     "comm_overlap.tp_comm_overlap_cfg": _approx("the userbuffers chunking of the tensor-"
-                                                "parallel overlap: the nemo profile's"),
+                                                "parallel overlap: the megatron-bridge profile's"),
 }
 
 _MODEL = {
@@ -159,8 +159,8 @@ KEYS: dict[str, Flag] = {
     # ---- mixed precision (a recipe's name, or its fields)
     "mixed_precision": _m("model.dtype"),
     **{f"mixed_precision.{k}": _m("model.dtype") for k in ("bf16", "fp16", "fp32", "fp8")},
-    "mixed_precision.fp8_recipe": _approx("the fp8 scaling recipe: the nemo framework "
-                                          "profile's (tensorwise or delayed)"),
+    "mixed_precision.fp8_recipe": _approx("the fp8 scaling recipe: the megatron-bridge "
+                                          "framework profile's (tensorwise or delayed)"),
     **{f"mixed_precision.{k}": _approx(_NUM) for k in (
         "params_dtype", "pipeline_dtype", "autocast_dtype", "autocast_enabled",
         "grad_reduce_in_fp32", "fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo",

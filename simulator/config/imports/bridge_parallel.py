@@ -71,7 +71,7 @@ def _sharded(cfg: MfConfig) -> int:
 
 def parallel(cfg: MfConfig, d: dict[str, int], tp_comm_default: bool,
              lenient: bool) -> dict[str, Any]:
-    """The parallel section; `tp_comm_default`: what the nemo profile resolves
+    """The parallel section; `tp_comm_default`: what the stack's profile resolves
     `overlap.tp_comm: auto` to (written only when the config says otherwise)."""
     p: dict[str, Any] = {"data": d["data"], "tensor": d["tensor"], "pipeline": d["pipeline"]}
     for k in ("context", "expert"):
