@@ -188,13 +188,13 @@ def test_blackwell_ultra_profiles_carry_the_datasheet_figures():
     assert gb300.devices_per_node_default == 72 and b300.devices_per_node_default == 8
 
 
-_CUDNN_BLACKWELL = Path(__file__).parent.parent / "benchmarks/data/cudnn_sdpa_blackwell.csv"
+_CUDNN_BLACKWELL = Path(__file__).parent.parent / "benchmarks/data/kernels/cudnn_sdpa_blackwell.csv"
 
 
 def _cudnn_fit(chip: str, peak: float) -> tuple[float, float, float]:
     """(forward, backward fraction at 2048 keys, half) of rate = a s / (s + half) fitted in log
     to cuDNN's measured causal rates on `chip` from 1k to 32k keys, forward and backward
-    sharing the half (benchmarks/data/cudnn_sdpa_blackwell.csv)."""
+    sharing the half (benchmarks/data/kernels/cudnn_sdpa_blackwell.csv)."""
     rows = [line.split(",") for line in _CUDNN_BLACKWELL.read_text().splitlines()
             if line.startswith(chip + ",")]
     s = np.array([float(r[1]) for r in rows])
