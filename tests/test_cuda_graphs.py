@@ -92,8 +92,8 @@ def test_a_graphed_layer_costs_n_graphs_times_the_graph_launch():
     dense = tuple(op for op in FWD if op.name in ("ln1", "qkv", "flash_attention", "proj",
                                                   "dropout_residual1", "ln2"))
     dense += (_op("fc1", "gemm"), _op("fc2", "gemm"), _op("dropout_residual2"))
-    spec = load_scenario("validation/bridge2511-b200-llama3-8b-8g", ["training.cuda_graphs.impl=transformer_engine",
-                                              "training.cuda_graphs.scope=[attn,mlp]"])
+    spec = load_scenario("validation/bridge2511-b200-llama3-8b-8g", [
+        "training.cuda_graphs.impl=transformer_engine", "training.cuda_graphs.scope=[attn,mlp]"])
     g = cg.graphs_for(spec.scenario.training.cuda_graphs, G)
     # the two regions touch: one run, one launch; apart (an eager op between): two
     assert price_ops(dense, _costs(g), {}).compute_s == pytest.approx(G)
@@ -133,8 +133,8 @@ def test_a_mutation_that_charges_captured_kernels_must_fail(monkeypatch):
 
 @pytest.mark.parametrize(("sets", "key", "message"), [
     (["training.cuda_graphs.impl=transformer_engine", "training.cuda_graphs.scope=[]"],
-     "training.cuda_graphs.scope", "[] (whole layer) would capture a dropless MoE layer's dispatcher, which waits for the "
-     "device each forward (a host sync cannot be captured)"),
+     "training.cuda_graphs.scope", "[] (whole layer) would capture a dropless MoE layer's "
+     "dispatcher, which waits for the device each forward (a host sync cannot be captured)"),
     (["training.cuda_graphs.impl=local", "training.cuda_graphs.scope=[full_iteration]"],
      "training.cuda_graphs.scope", "['full_iteration'] (whole iteration) would capture a "
      "dropless MoE layer's dispatcher"),
