@@ -223,3 +223,16 @@ def test_bridge_keys_set_the_graphs(tmp_path):
     assert "model.cuda_graph_scope: found 'attn,router'" in _error(
         tmp_path, {"model.cuda_graph_impl": "transformer_engine",
                    "model.cuda_graph_scope": "attn,router"})
+
+
+def test_mamba_captures_the_state_space_layers_and_attn_does_not():
+    mixer = (_op("ln1"), _op("ssm_in_proj", "gemm"), _op("ssm_scan"), _op("proj", "gemm"),
+             _op("dropout_residual1"))
+    spec = load_scenario("nemotron-h-56b-32-h100", [
+        "training.cuda_graphs.impl=transformer_engine",
+        "training.cuda_graphs.scope=[attn,mamba]"]).scenario.training.cuda_graphs
+    assert cg.captured_names(mixer, cg.graphs_for(spec, G), False) == {
+        op.name for op in mixer}
+    attn_only = cg.graphs_for(spec.model_copy(update={"scope": ["attn"]}), G)
+    assert cg.captured_names(mixer, attn_only, False) == frozenset()
+    assert cg.captured_names(FWD[:5], attn_only, False) == {op.name for op in FWD[:5]}

@@ -21,7 +21,9 @@ time is unchanged. Megatron-Core's regions (megatron/core/transformer/transforme
   after the graph, and syncs there as before. Of the dispatcher's launches before the sync
   (framework profile `moe_host.dispatcher_kernels`) the copies stay eager (`DTOH_COPIES`);
 - mlp: a dense layer's pre-MLP norm, MLP and residual (`ln2` .. `dropout_residual2`); moe:
-  the same of an MoE layer (drop-and-pad only); an empty scope: the whole layer;
+  the same of an MoE layer (drop-and-pad only); mamba: a state-space layer (`MambaLayer`,
+  `ln1` .. `dropout_residual1` of a layer with `ssm_*` ops; attn does not capture it);
+  an empty scope: the whole layer;
 - full_iteration (impl local, `FullCudaGraphWrapper`): the whole forward and backward of every
   micro-batch, one launch an iteration: no host cost per kernel is priced.
 
@@ -67,6 +69,7 @@ class Graphs:
     moe: tuple[tuple[str, str], ...] = ()
     dense: tuple[tuple[str, str], ...] = ()
     launch_s: float = 0.0
+    mamba: tuple[tuple[str, str], ...] = ()  # a state-space layer's (its ops `ssm_*`)
     whole: bool = False
     preprocess: bool = False
 
@@ -78,14 +81,15 @@ def graphs_for(cuda_graphs: Any, launch_s: float) -> Graphs | None:
     scope = tuple(cuda_graphs.scope)
     if "full_iteration" in scope:
         return Graphs(launch_s=launch_s, whole=True)
-    if not scope:  # every layer whole
-        layer = (("ln1", "dropout_residual2"),)
-        return Graphs(layer, layer, launch_s)
+    if not scope:  # every layer whole (a layer of only an MLP or a mixer too)
+        layer = (("ln1", "dropout_residual2"), ("ln2", "dropout_residual2"), _ATTN)
+        return Graphs(layer, layer, launch_s, (_ATTN,))
     attn = (_ATTN,) if "attn" in scope else ()
     mlp = next((_REGIONS[s] for s in ("moe", "moe_preprocess", "moe_router") if s in scope),
                None)
     dense = attn + ((_REGIONS["mlp"],) if "mlp" in scope else ())
     return Graphs(attn + ((mlp,) if mlp else ()), dense, launch_s,
+                  (_ATTN,) if "mamba" in scope else (),
                   preprocess="moe_preprocess" in scope)
 
 
@@ -112,7 +116,8 @@ def captured_names(ops: Sequence[Any], graphs: Graphs, moe_layer: bool) -> froze
     if graphs.whole:
         return frozenset(names)
     hit: set[int] = set()
-    for start, end in graphs.moe if moe_layer else graphs.dense:
+    mixer = any(n.startswith("ssm_") for n in names)  # a Mamba layer: ln1 .. its residual
+    for start, end in graphs.mamba if mixer else graphs.moe if moe_layer else graphs.dense:
         hit |= _spans(names, start, end) | _spans(names, f"{end}.bwd", f"{start}.bwd")
     return frozenset(names[i] for i in hit)
 
