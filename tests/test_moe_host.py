@@ -132,8 +132,10 @@ def test_the_expert_all_to_all_stays_named_for_moe_a2a_pairs():
 
 
 def _scenario(**moe):
+    # without the recipe's CUDA graphs (moe_preprocess is refused with token dropping)
     return load_scenario("scenarios/validation/bridge2511-b200-qwen3-30b-a3b-8g.yaml",
-                         [f"model.moe.{k}={v}" for k, v in moe.items()]).scenario
+                         ["training.cuda_graphs.scope=[]", "training.cuda_graphs.impl=none"]
+                         + [f"model.moe.{k}={v}" for k, v in moe.items()]).scenario
 
 
 def test_it_applies_only_where_the_code_syncs():
@@ -191,7 +193,8 @@ def test_token_dropping_keeps_the_launches_but_not_the_sync():
     micro-batch 1 is host-bound); dropless adds the sync on top."""
     def seconds(capacity: str, moe_s: float) -> float:
         loaded = load_scenario("scenarios/validation/bridge2511-b200-qwen3-30b-a3b-8g.yaml",
-                               [f"model.moe.capacity_factor={capacity}"])
+                               ["training.cuda_graphs.scope=[]", "training.cuda_graphs.impl=none",
+                                f"model.moe.capacity_factor={capacity}"])
         hw = load_hardware(loaded)
         costs = replace(run_costs(hw, framework_for(loaded.scenario, hw)),
                         moe_host_kernel_s=moe_s)

@@ -20,7 +20,8 @@ BASE = ["cluster.nodes=2", "cluster.devices_per_node=2", "parallel.data=2", "par
         "model.dtype=bf16"]
 PROFILES = ("a100-80gb", "h100-sxm", "ascend-910b")
 # values for fields that no bundled profile of PROFILES sets
-ABSENT = {"intra_node.mesh_links": "2", "peak_tflops.fp4": "9000.0",
+ABSENT = {"intra_node.mesh_links": "2", "host.launch_cost_factor": "3.0",
+          "peak_tflops.fp4": "9000.0",
           "efficiency.gemm_peak_fraction_fp4": "0.5", "inter_node.nodes_per_leaf": "1",
           **{f"efficiency.kernel_bandwidth_fractions.{k}": "0.05" for k in (
               "elementwise", "reduction", "norm", "softmax", "gather", "optimizer")},

@@ -14,9 +14,10 @@ from typing import Any
 
 from simulator.cost import collective_time_s, compute_time_s, send_recv_time_s
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
+from simulator.lower.cuda_graphs import Graphs, captured_names, host_times
 from simulator.program.program import Op, TpOverlap
 
-__all__ = ["CostModel", "Priced", "price_ops", "merge_volumes"]
+__all__ = ["CostModel", "Priced", "price_ops", "merge_volumes", "eager_launch_s"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,11 @@ class CostModel:
     # `lower.moe_host`); 0: the stack's dispatcher does not sync
     moe_host_kernel_s: float = 0.0
     moe_dispatcher_kernels: int = 0  # the dispatcher's launches before each sync (moe_host)
+    # host seconds per CUDA graph launch (framework profile `launch.graph_launch_us`), and
+    # the regions the run captures (scenario `training.cuda_graphs`, `lower.cuda_graphs`;
+    # set per scenario by `lower.stages`)
+    graph_launch_s: float = 0.0
+    graphs: Graphs | None = None
     # a node's NVMe drives, all at once: seconds to read / write nbytes (lower.nvme); None
     # where the profile gives no NVMe figures
     nvme_read_s: Callable[[float], float] | None = None
@@ -48,11 +54,14 @@ class CostModel:
 
     @classmethod
     def from_hardware(cls, hw: Any, host_kernel_s: float = 0.0,
-                      moe_host: tuple[float, int] = (0.0, 0)) -> CostModel:
+                      moe_host: tuple[float, int] = (0.0, 0),
+                      graph_launch_s: float = 0.0) -> CostModel:
         """The cost model of `simulator.cost` for hardware profile `hw` (and a stack that
         spends `host_kernel_s` of host time per kernel it launches; `moe_host`: per kernel
         of an MoE layer whose dispatcher syncs, and the dispatcher's launches before each
-        sync)."""
+        sync; `graph_launch_s`: per CUDA graph launch). The eager per-kernel figures, which
+        the stacks measured on x86 hosts, are scaled by the profile's
+        `host.launch_cost_factor` (`eager_launch_s`); a graph launch is not."""
 
         pcie = float(hw.pcie_bandwidth_bytes_per_s)
 
@@ -68,12 +77,20 @@ class CostModel:
             copy_s=lambda nbytes: nbytes / pcie,
             hardware=hw,
             overlap_slowdown=float(hw.efficiency.overlap_compute_slowdown),
-            host_kernel_s=host_kernel_s,
-            moe_host_kernel_s=moe_host[0],
+            host_kernel_s=eager_launch_s(hw, host_kernel_s),
+            moe_host_kernel_s=eager_launch_s(hw, moe_host[0]),
             moe_dispatcher_kernels=moe_host[1],
+            graph_launch_s=graph_launch_s,
             nvme_read_s=_per_byte(hw.nvme_read_bytes_per_s),
             nvme_write_s=_per_byte(hw.nvme_write_bytes_per_s),
         )
+
+
+def eager_launch_s(hw: Any, seconds: float) -> float:
+    """Host seconds per eagerly launched kernel on `hw`'s host: a stack's figure (measured on
+    an x86 host) times the profile's `host.launch_cost_factor` (1 where it gives none)."""
+    factor = getattr(getattr(hw, "host", None), "launch_cost_factor", None)
+    return seconds * (factor or 1.0)
 
 
 def _per_byte(bandwidth: float) -> Callable[[float], float] | None:
@@ -150,8 +167,6 @@ def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec
     sequence takes at least their sum (kernels shorter than their launch leave the device
     waiting; the shortfall is counted as compute)."""
     compute = comm = a2a = 0.0
-    launched = sum(1 for op in ops if isinstance(op, CommSpec)
-                   or op.flops > 0 or op.bytes_accessed > 0)
     volumes: list[tuple[str, float]] = []
     times = [costs.compute_s(op) if isinstance(op, ComputeSpec) else 0.0 for op in ops]
     for i, op in enumerate(ops):
@@ -167,5 +182,21 @@ def price_ops(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, GroupSpec
             volumes.append((op.collective, op.bytes))
         else:
             compute += times[i]
-    compute = max(compute, launched * costs.host_kernel_s - comm)
+    compute = max(compute, _launch_floor_s(ops, costs) - comm)
     return Priced(compute, comm, merge_volumes(tuple(volumes)), a2a)
+
+
+def _launch_floor_s(ops: tuple[Op, ...], costs: CostModel) -> float:
+    """Host seconds to issue `ops`: `costs.host_kernel_s` per op that launches work, a run of
+    ops the run's CUDA graphs capture one graph launch (`lower.cuda_graphs`)."""
+    if not costs.host_kernel_s:
+        return 0.0
+
+    def eager(op: Op) -> float:
+        works = isinstance(op, CommSpec) or op.flops > 0 or op.bytes_accessed > 0
+        return costs.host_kernel_s if works else 0.0
+    g = costs.graphs
+    if g is None:
+        return sum(1 for op in ops if eager(op)) * costs.host_kernel_s
+    moe = any(isinstance(op, ComputeSpec) and op.grouped for op in ops)
+    return sum(host_times(ops, captured_names(ops, g, moe), g, eager))

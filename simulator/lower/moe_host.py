@@ -77,10 +77,11 @@ from typing import Any
 
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
 from simulator.lower.costs import CostModel, Priced, price_ops
+from simulator.lower.cuda_graphs import DTOH_COPIES, Graphs, captured_names, host_times
 from simulator.program.clamped_glu import LAUNCHES as GLU_LAUNCHES
 from simulator.program.program import Op, TpOverlap
 
-__all__ = ["MoeHost", "moe_host", "launches", "sync_segment_s", "sync_points",
+__all__ = ["MoeHost", "moe_host", "launches", "host_s", "sync_segment_s", "sync_points",
            "price_synced", "price_unsynced", "is_moe_layer", "ACT", "RECOMPUTED_ACT"]
 
 # the expert operands' FP8 casts of a forward input and a backward output gradient
@@ -116,6 +117,9 @@ class MoeHost:
     # the activation is recomputed in the backward (moe_act), where it waits again
     act_sync: bool = False
     act_recomputed: bool = False
+    # the run's CUDA graphs (`lower.cuda_graphs`): a captured run of kernels costs the host
+    # one graph launch
+    graphs: Graphs | None = None
 
 
 ACT = "expert_act"  # the forward waits before the fused activation of a clamped GLU
@@ -134,12 +138,15 @@ def moe_host(scenario: Any, costs: CostModel) -> MoeHost | None:
     if not costs.moe_host_kernel_s or moe is None or p.expert_dispatcher not in synced:
         return None
     before = costs.moe_dispatcher_kernels if p.expert_dispatcher == "alltoall" else 0
+    if costs.graphs is not None and (costs.graphs.preprocess or costs.graphs.whole):
+        # the bookkeeping is captured; its device-to-host copies follow the graph eagerly
+        before = min(before, DTOH_COPIES)
     mx = scenario.model.dtype == "fp8" and scenario.training.fp8_scaling == "mxfp8"
     clamped = getattr(moe, "activation_clamp", None) is not None
     recomputed = p.recompute == "selective" and "moe_act" in (p.recompute_modules or ())
     return MoeHost(costs.moe_host_kernel_s, max(1, moe.experts // p.expert), mx,
                    _MX_SWIZZLES if mx else 0, moe.dropless, before,
-                   clamped, clamped and recomputed)
+                   clamped, clamped and recomputed, costs.graphs)
 
 
 def launches(op: Op, host: MoeHost) -> int:
@@ -161,6 +168,18 @@ def launches(op: Op, host: MoeHost) -> int:
         per_expert, once = GLU_LAUNCHES[op.name]
         return per_expert * host.local_experts + once
     return 1
+
+
+def host_s(seq: Sequence[Op], host: MoeHost, captured: frozenset[str] = frozenset()
+           ) -> list[float]:
+    """Host seconds per op of `seq` in the host's order: `launches` times the time per
+    kernel, a run of ops in `captured` (the layer's CUDA-graphed ops) one graph launch."""
+    return host_times(seq, captured, host.graphs, lambda op: launches(op, host) * host.kernel_s)
+
+
+def captured(ops: tuple[Op, ...], host: MoeHost) -> frozenset[str]:
+    """Names of the ops of an MoE layer's forward or backward `ops` its CUDA graphs capture."""
+    return frozenset() if host.graphs is None else captured_names(ops, host.graphs, True)
 
 
 def sync_segment_s(host_s: Sequence[float], gpu_s: Sequence[float]) -> float:
@@ -235,11 +254,12 @@ def _segments_s(ops: tuple[Op, ...], points: list[int], dispatch: set[int], cost
     k, n = points[0], len(ops)
     seq = ops[k:] + ops[:k]
     cuts = [p - k for p in points] + [n]
+    names = captured(ops, host)
     total = 0.0
     for a, b in zip(cuts, cuts[1:], strict=False):
         # the bookkeeping: host launches of tiny kernels before the next dispatch sync
         tail = host.before_sync * host.kernel_s if (b + k) % n in dispatch else 0.0
-        total += sync_segment_s([launches(op, host) * host.kernel_s for op in seq[a:b]] + [tail],
+        total += sync_segment_s(host_s(seq[a:b], host, names) + [tail],
                                 [_gpu_s(op, costs, groups) for op in seq[a:b]] + [0.0])
     return total
 
@@ -251,7 +271,8 @@ def price_unsynced(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, Grou
     segments where a recomputed clamped GLU waits (`RECOMPUTED_ACT`)."""
     base = price_ops(ops, replace(costs, host_kernel_s=0.0), groups, tp_overlap)
     waits = _named(ops, RECOMPUTED_ACT) if host.act_recomputed else []
-    floor = sum(launches(op, host) for op in ops) * host.kernel_s
+    floor = (sum(host_s(ops, host, captured(ops, host))) if host.graphs is not None
+             else sum(launches(op, host) for op in ops) * host.kernel_s)
     if waits:
         floor = max(floor, _segments_s(ops, waits, set(), costs, groups, host))
     return Priced(max(base.compute_s, floor - base.comm_s), base.comm_s, base.comm, base.a2a_s)

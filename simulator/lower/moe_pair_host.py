@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
 from simulator.lower.costs import CostModel
-from simulator.lower.moe_host import MoeHost, launches, sync_segment_s
+from simulator.lower.moe_host import MoeHost, captured, host_s, sync_segment_s
 from simulator.program.program import Op
 
 __all__ = ["pair_segment_s", "pair_order", "paired_layers_s"]
@@ -93,12 +93,12 @@ def pair_segment_s(fwd: tuple[Op, ...], bwd: tuple[Op, ...], costs: CostModel,
             return costs.collective_s(op.collective, op.bytes, groups[op.axis])
         return costs.compute_s(op)
 
-    host_s = ([0.0] * len(queued) + [launches(op, host) * host.kernel_s for op in seq]
-              + [host.before_sync * host.kernel_s]
-              + [launches(op, host) * host.kernel_s for op in before_sync])
+    names = captured(fwd, host) | captured(bwd, host)
+    launched = ([0.0] * len(queued) + host_s(seq, host, names)
+                + [host.before_sync * host.kernel_s] + host_s(before_sync, host, names))
     gpu_s = ([gpu(op) for op in queued] + [gpu(op) for op in seq] + [0.0]
              + [0.0] * len(before_sync))
-    return sync_segment_s(host_s, gpu_s)
+    return sync_segment_s(launched, gpu_s)
 
 
 def paired_layers_s(fwd_deltas: tuple[float, ...], bwd_deltas: tuple[float, ...]) -> float:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from simulator.config.scenario.schema import Scenario
 from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
 from simulator.lower.costs import CostModel, Priced, price_ops
+from simulator.lower.cuda_graphs import graphs_for
 from simulator.lower.host import host_costs
 from simulator.lower.layout import RankMesh
 from simulator.lower.moe_host import is_moe_layer, moe_host, price_synced, price_unsynced
@@ -166,8 +167,10 @@ def stage_work(scenario: Scenario, prog: Program, layout: RankMesh,
     if PRICED_SIZE <= 0:
         return _price_stages(scenario, prog, layout, costs, layers)
     p = scenario.parallel
+    g = scenario.training.cuda_graphs
     key = (id(prog), id(costs), layout, layers, p.overlap.copies, p.overlap.moe_a2a,
-           None if p.pipeline_layers is None else tuple(p.pipeline_layers))
+           None if p.pipeline_layers is None else tuple(p.pipeline_layers),
+           g.impl, tuple(g.scope))
     hit = _PRICED.get(key)
     if hit is not None and hit[0] is prog and hit[1] is costs:
         return hit[2]
@@ -185,6 +188,9 @@ def _price_stages(scenario: Scenario, prog: Program, layout: RankMesh,
     groups: dict[str, GroupSpec] = layout.groups()
     c = scenario.parallel.overlap.copies
     costs = host_costs(costs, prog.host_kernels)  # operators on the host CPU (program.host)
+    graphs = graphs_for(scenario.training.cuda_graphs, costs.graph_launch_s)
+    if graphs is not None:  # the run's CUDA graphs (lower.cuda_graphs)
+        costs = replace(costs, graphs=graphs)
 
     host = moe_host(scenario, costs) if c == 1 else None  # lower.moe_host
 

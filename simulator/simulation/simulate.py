@@ -37,7 +37,7 @@ from simulator.engine.steady import splice
 from simulator.engine.tasks import Plan
 from simulator.engine.trace import Trace
 from simulator.errors import InputError
-from simulator.lower.costs import CostModel
+from simulator.lower.costs import CostModel, eager_launch_s
 from simulator.lower.framework_apply import fp8_recipe, with_auto_fusion, with_framework_memory
 from simulator.lower.iteration import FIDELITIES, Cuts, lower
 from simulator.lower.layout import rank_mesh
@@ -165,7 +165,7 @@ def run_costs(hw: Any, fw: Any) -> CostModel:
     if hit is not None and hit[0] is hw and hit[1] is fw:
         return hit[2]
     costs = CostModel.from_hardware(hw, fw.software.host_us_per_kernel * 1e-6,
-                                    fw.moe_host_costs)
+                                    fw.moe_host_costs, fw.graph_launch_s)
     if len(_COSTS) >= COSTS_SIZE:
         _COSTS.clear()
     _COSTS[(id(hw), id(fw))] = (hw, fw, costs)
@@ -265,14 +265,16 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
     if costs is not None and costs.hardware is not None and not costs.host_kernel_s:
         # a profile's own cost model handed in (a sweep's memoised one) takes the stack's
         # launch cost as `run` does; closed forms injected by tests (no hardware) stay as given
-        costs = replace(costs, host_kernel_s=host_kernel_s,
-                        moe_host_kernel_s=fw.moe_host_costs[0],
-                        moe_dispatcher_kernels=fw.moe_host_costs[1])
+        costs = replace(costs, host_kernel_s=eager_launch_s(hw, host_kernel_s),
+                        moe_host_kernel_s=eager_launch_s(hw, fw.moe_host_costs[0]),
+                        moe_dispatcher_kernels=fw.moe_host_costs[1],
+                        graph_launch_s=fw.graph_launch_s)
     injected = costs
     costs = costs or run_costs(hw, fw)
     prog, mesh, model, hardware = run_program(scenario, hw, fw)
     fused = with_auto_fusion(scenario, fw, prog.grad_bytes)
-    cluster = Cluster(scenario, hw, fidelity, mesh, injected, (host_kernel_s, fw.moe_host_costs))
+    cluster = Cluster(scenario, hw, fidelity, mesh, injected,
+                      (host_kernel_s, fw.moe_host_costs, fw.graph_launch_s))
     split = split_for(fused, prog, rank_mesh(fused, mesh), costs)  # once, for every lowering
 
     def lower_with(device_costs: Any, micro: int | None = None,

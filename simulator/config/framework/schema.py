@@ -382,6 +382,12 @@ class FrameworkProfile(_Closed):
         return m.host_us_per_kernel * 1e-6 if m is not None and m.dispatcher_sync else 0.0
 
     @property
+    def graph_launch_s(self) -> float:
+        """Host seconds per CUDA graph launch (`launch.graph_launch_us`; 0 where not given)."""
+        g = self.launch.graph_launch_us if self.launch is not None else None
+        return (g or 0.0) * 1e-6
+
+    @property
     def moe_host_costs(self) -> tuple[float, int]:
         """(`moe_host_kernel_s`, the dispatcher's launches before each sync) for the cost
         model (`simulator.lower.costs.CostModel.from_hardware`)."""

@@ -27,11 +27,17 @@ class Launch(Closed):
     generated Python wrapper; `cuda_graphs`: one graph launch replays every kernel it
     captured (the host cost per kernel vanishes). `host_us_per_kernel` is the measured host
     time per launched kernel, which bounds from below how fast a run of small kernels goes
-    (`simulator.lower.costs.price_ops`)."""
+    (`simulator.lower.costs.price_ops`). `graph_launch_us`: the host time of one replay of
+    a captured CUDA graph, which a run's graphed regions cost instead of their kernels'
+    launches (scenario `training.cuda_graphs`, `simulator.lower.cuda_graphs`;
+    `graph_source`); none: not measured, a graph launch costs the host nothing."""
 
     mode: Literal["eager", "compile", "cuda_graphs"]
     host_us_per_kernel: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)]
     source: Text = None
+    graph_launch_us: Annotated[StrictFloat, Field(ge=0, le=1e5, allow_inf_nan=False)] | \
+        None = None
+    graph_source: Text = None
 
 
 class MoeHost(Closed):

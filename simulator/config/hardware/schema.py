@@ -75,6 +75,14 @@ class Host(_Closed):
     nvme_GB: HostGB | None = None
     nvme_read_GBps: GBps | None = None
     nvme_write_GBps: GBps | None = None
+    # how much longer this host takes than an x86 server host to launch one kernel eagerly
+    # (the stacks' per-kernel figures are x86 measurements: framework profiles `launch`,
+    # `moe_host`); a CUDA graph launch is not scaled (simulator/lower/costs.py
+    # eager_launch_s); None: 1
+    launch_cost_factor: Annotated[StrictFloat, Field(gt=0, le=100, allow_inf_nan=False)] | None = \
+        Field(default=None, description=(
+            "Host time to launch one kernel eagerly over an x86 server host's (the framework "
+            "profiles' per-kernel figures are x86 measurements); null: 1."))
 
 
 class AttentionHalf(_Closed):

@@ -70,6 +70,8 @@ FIELD_USES: dict[str, str] = {
     "host.nvme_GB": "NVMe capacity: fits with offload.optimizer_states nvme",
     "host.nvme_read_GBps": "NVMe reads of the optimizer states under offload nvme (lower.nvme)",
     "host.nvme_write_GBps": "NVMe writes of the optimizer states under offload nvme (lower.nvme)",
+    "host.launch_cost_factor": "the host time of each eagerly launched kernel: the stack's "
+                               "launch floor and its MoE host rule (lower.costs)",
     "kernel_launch_us": "fixed time per kernel (cost.compute)",
     "devices_per_node_default": "`shardsim comm` without --devices-per-node; mesh links",
     "default_framework": "the training stack when the scenario names none",

@@ -74,6 +74,10 @@ def _parallel(s: Any, tp_comm_default: bool) -> list[str]:
     if p.expert_dispatcher != "alltoall":  # Bridge's MoE providers: alltoall
         out += ["model.moe_token_dispatcher_type=flex",
                 f"model.moe_flex_dispatcher_backend={p.expert_dispatcher}"]
+    g = t.cuda_graphs
+    if g.impl != "none":  # Megatron-Core's cuda_graph_impl / cuda_graph_scope
+        out += [f"model.cuda_graph_impl={g.impl}",
+                f"model.cuda_graph_scope=[{','.join(g.scope)}]"]
     return out
 
 

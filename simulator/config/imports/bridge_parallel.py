@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from simulator.config.imports.cuda_graphs_import import cuda_graphs_section
 from simulator.config.imports.mcore_config import batch_sizes
 from simulator.config.imports.mindformers_source import MfConfig
 
@@ -135,4 +136,10 @@ def training(cfg: MfConfig, d: dict[str, int]) -> dict[str, Any]:
     if name != "adam":
         raise cfg.error("optimizer.optimizer", f"found {name!r}; the optimizers simulated: "
                         "adam")
-    return {"global_batch_size": gbs, "micro_batch_size": micro, "optimizer": "adam"}
+    out: dict[str, Any] = {"global_batch_size": gbs, "micro_batch_size": micro,
+                           "optimizer": "adam"}
+    keys = ("model.cuda_graph_impl", "model.cuda_graph_scope")
+    graphs = cuda_graphs_section(cfg.get(keys[0]), cfg.get(keys[1]), keys, cfg.error)
+    if graphs is not None:
+        out["cuda_graphs"] = graphs
+    return out

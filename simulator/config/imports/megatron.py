@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from simulator.config.imports.cuda_graphs_import import cuda_graphs_section
 from simulator.config.imports.megatron_flags import APPROX, FLAGS, IGNORE, MAP
 from simulator.config.imports.megatron_model import model_section, vocab_size
 from simulator.config.imports.megatron_parallel import parallel_section
@@ -99,6 +100,8 @@ def import_megatron(source: Source, hardware: str, default_framework: str | None
     model = model_section(values, parallel["tensor"], notes, lenient)
     model["vocab_size"] = vocab_size(values, parallel["tensor"])
     training = _training(values, parallel["data"])
+    if (graphs := _cuda_graphs(values)) is not None:
+        training["cuda_graphs"] = graphs
     framework = stack_for(default_framework)
     if values.text("--transformer-impl", "transformer_engine",
                    ("transformer_engine", "local", "inference_optimized")) != "transformer_engine":
@@ -160,3 +163,21 @@ def read_megatron(ref: str, shown: str | None = None) -> Source:
     text, name = read_config_text(ref, shown, "megatron", ".sh", "Megatron-LM arguments",
                                   missing, "not an argument list or a launch script")
     return read_source(text, name)
+
+
+def _cuda_graphs(values: Values) -> dict[str, Any] | None:
+    """`training.cuda_graphs` from --cuda-graph-impl and --cuda-graph-scope (the deprecated
+    --enable-cuda-graph is local, --external-cuda-graph transformer_engine: Megatron-LM
+    92c8482e megatron/training/arguments.py validate_args)."""
+    impl = values.text("--cuda-graph-impl")
+    for flag, meant in (("--enable-cuda-graph", "local"),
+                        ("--external-cuda-graph", "transformer_engine")):
+        if values.has(flag):
+            if impl not in (None, "none"):
+                raise values.error(flag, "with --cuda-graph-impl: Megatron-LM refuses both "
+                                   "('Do not use --enable-cuda-graph or --external-cuda-graph "
+                                   "with --cuda-graph-impl.')")
+            impl = meant
+    arg = values.arg("--cuda-graph-scope")
+    return cuda_graphs_section(impl, None if arg is None else list(arg.values),
+                               ("--cuda-graph-impl", "--cuda-graph-scope"), values.error)

@@ -77,6 +77,10 @@ def _training(s: Any) -> list[str]:
         args.append("--fp8-param-gather")
     if t.fp8_scaling == "mxfp8":
         args.append("--fp8-recipe mxfp8")
+    if t.cuda_graphs.impl != "none":
+        args.append(f"--cuda-graph-impl {t.cuda_graphs.impl}")
+        if t.cuda_graphs.scope:
+            args.append(f"--cuda-graph-scope {' '.join(t.cuda_graphs.scope)}")
     return args
 
 

@@ -106,6 +106,12 @@ FLAGS: dict[str, Flag] = {
     "--overlap-param-gather": _switch("parallel.overlap.param_gather"),
     "--tp-comm-overlap": _switch("parallel.overlap.tp_comm"),
     "--overlap-moe-expert-parallel-comm": _switch("parallel.overlap.moe_a2a"),
+    "--cuda-graph-impl": _m("training.cuda_graphs"),
+    "--cuda-graph-scope": Flag(MAP, "training.cuda_graphs", "", None),
+    "--enable-cuda-graph": _switch("training.cuda_graphs"),
+    "--external-cuda-graph": _switch("training.cuda_graphs"),
+    "--cuda-graph-warmup-steps": _ignore("the steps before the graphs are captured: not "
+                                         "part of a timed iteration"),
     "--delay-wgrad-compute": _switch("parallel.overlap.moe_a2a"),
     "--ddp-bucket-size": _m("parallel.comm_fusion"),
     "--transformer-impl": _m("framework"),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from simulator.config.scenario.a2a_rules import moe_a2a
 from simulator.config.scenario.axis_rules import context, parameter_server, tensor_nd
 from simulator.config.scenario.comm_rules import comm_subgraph, recompute_comm
+from simulator.config.scenario.cuda_graph_rules import cuda_graphs
 from simulator.config.scenario.dataset import dataset_problems
 from simulator.config.scenario.mode_rules import parallel_modes
 from simulator.config.scenario.recompute_rules import (
@@ -307,6 +308,7 @@ RULES: tuple[Callable[[Scenario], Iterator[Problem]], ...] = (
     slice_activation,
     expert_dispatcher,
     fp8_saved_activations,
+    cuda_graphs,
     _one_block_overlap,
     schedule,
     moe_a2a,

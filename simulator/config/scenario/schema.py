@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import Field, StrictBool, StrictStr
 
 from simulator.config.scenario.schema_cluster import ClusterSpec, JitterSpec, NodeType, SlowSpec
+from simulator.config.scenario.schema_graphs import CudaGraphsSpec
 from simulator.config.scenario.schema_models import (
     GraphModel,
     GraphOp,
@@ -58,6 +59,7 @@ __all__ = [
     "GraphModel",
     "ModelSpec",
     "TrainingSpec",
+    "CudaGraphsSpec",
     "OffloadSpec",
     "FusionKindSpec",
     "CommFusionSpec",
@@ -139,6 +141,12 @@ class TrainingSpec(_Closed):
         "FP4 GEMMs on a bf16 model: none, nvfp4 (E2M1 with an E4M3 scale per 16 elements and a "
         "per-tensor scale) or mxfp4 (E2M1 with an E8M0 scale per 32); the linear layers' "
         "forward, dgrad and wgrad GEMMs run at the device's FP4 peak."))
+    # CUDA graphs of parts of each layer or of the whole iteration (Megatron-Core
+    # --cuda-graph-impl / --cuda-graph-scope; schema_graphs.py, simulator/lower/cuda_graphs.py)
+    cuda_graphs: CudaGraphsSpec = Field(default_factory=CudaGraphsSpec, description=(
+        "CUDA graphs the stack captures (Megatron-Core --cuda-graph-impl and "
+        "--cuda-graph-scope): a captured region costs the host one graph launch instead of "
+        "a launch per kernel."))
 
 
 class Scenario(_Closed):
