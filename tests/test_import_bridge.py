@@ -112,10 +112,25 @@ def _error(tmp_path: Path, edits: dict[str, Any], *extra: str) -> str:
      "differs from ddp.use_distributed_optimizer: one optimizer"),
     ({"model.num_moe_experts": 8}, "model.num_moe_experts: 8 changes what Megatron-Bridge "
      "runs and has no scenario key (mixture-of-experts layers"),
+    ({"mixed_precision.fp8_param_gather": "yes"}, "mixed_precision.fp8_param_gather: found "
+     "'yes'; expected true or false"),
 ])
 def test_bad_input_is_one_error_naming_the_key(tmp_path: Path, edits: dict[str, Any],
                                                message: str) -> None:
     assert message in _error(tmp_path, edits)
+
+
+@pytest.mark.parametrize(("edits", "fp8_params"), [
+    ({}, True),  # the bundled config's fp8_param_gather: true
+    ({"mixed_precision.fp8_param_gather": False}, False),
+    ({"mixed_precision.fp8_param_gather": None, "mixed_precision.fp8_param": False}, False),
+])
+def test_fp8_param_gather_is_fp8_params(tmp_path: Path, edits: dict[str, Any],
+                                        fp8_params: bool) -> None:
+    """Bridge keeps fp8_param and fp8_param_gather equal (mixed_precision.py): either gives
+    the FP8 weights of `training.fp8_params`."""
+    _, scenario = import_file("bridge", str(_text(tmp_path, edits)), "h100-sxm", 8, 8)
+    assert scenario.training.fp8_params is fp8_params
 
 
 def test_lenient_leaves_out_unknown_and_refused_keys_with_a_note(tmp_path: Path) -> None:

@@ -147,6 +147,28 @@ def _model(cfg: MfConfig, tp: int) -> dict[str, Any]:
     return model
 
 
+# Megatron-Bridge @00b7660b src/megatron/bridge/training/mixed_precision.py: fp8_param and
+# fp8_param_gather are kept equal (MixedPrecisionConfig.__setattr__), and every fp8 recipe
+# by name sets fp8_param_gather = True (the FP8 GEMMs' weights stored and gathered in FP8)
+_FP8_PARAM_KEYS = ("mixed_precision.fp8_param_gather", "mixed_precision.fp8_param",
+                   "model.fp8_param")
+
+
+def _fp8_params(cfg: MfConfig) -> dict[str, bool]:
+    """`training.fp8_params` of an fp8 config: its fp8_param(_gather) fields, else true for a
+    recipe named, as the recipes set it; nothing for other dtypes."""
+    if dtype_of(cfg) != "fp8":
+        return {}
+    for key in _FP8_PARAM_KEYS:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise cfg.error(key, f"found {value!r}; expected true or false")
+        return {"fp8_params": value}
+    return {"fp8_params": True} if cfg.get("mixed_precision") is not None else {}
+
+
 def _rows(cfg: MfConfig) -> tuple[Row, ...]:
     rows = []
     for key, value in cfg.values.items():
@@ -177,7 +199,8 @@ def import_bridge(cfg: MfConfig, hardware: str, nodes: int | None, per_node: int
     scenario = {"name": f"{cfg.path} (Megatron-Bridge config)", "hardware": hardware,
                 "framework": framework,
                 "cluster": {"nodes": nodes, "devices_per_node": per_node},
-                "model": _model(cfg, d["tensor"]), "training": training(cfg, d),
+                "model": _model(cfg, d["tensor"]),
+                "training": {**training(cfg, d), **_fp8_params(cfg)},
                 "parallel": parallel(cfg, d, tp_comm, lenient)}
     derived = [("parallel.data", str(d["data"]), "the devices over tensor x pipeline x "
                 "context parallel"),

@@ -47,6 +47,13 @@ def _model(m: Any) -> list[str]:
     return out + _PRECISION[m.dtype]
 
 
+def _fp8_params(s: Any) -> list[str]:
+    """An fp8 model's FP8 weights: Bridge's fp8_param_gather (which keeps fp8_param equal)."""
+    if s.model.dtype != "fp8":
+        return []
+    return [f"mixed_precision.fp8_param_gather={str(s.training.fp8_params).lower()}"]
+
+
 def _parallel(s: Any, tp_comm_default: bool) -> list[str]:
     p, t = s.parallel, s.training
     vp = p.virtual_stages if p.schedule == "interleaved_1f1b" and p.virtual_stages > 1 \
@@ -108,7 +115,8 @@ def emit_bridge(scenario: Any, framework: str, tp_comm_default: bool) -> str:
              "bridge;", f"# {c.nodes} node(s) x {c.devices_per_node} GPUs: torchrun --nnodes "
              f"{c.nodes} --nproc-per-node {c.devices_per_node} scripts/training/run_recipe.py "
              "--recipe NAME with these; add your data and tokenizer)",
-             *_model(scenario.model), *_parallel(scenario, tp_comm_default)]
+             *_model(scenario.model), *_fp8_params(scenario),
+             *_parallel(scenario, tp_comm_default)]
     text = "\n".join(lines) + "\n"
     stack = framework if framework in BRIDGE_STACKS else BRIDGE_STACKS[0]
     try:

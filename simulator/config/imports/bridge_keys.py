@@ -111,8 +111,7 @@ KEYS: dict[str, Flag] = {
         ("num_layers_in_last_pipeline_stage", "an uneven pipeline split"),
         ("first_last_layers_bf16", "the first and last layers in bf16 around fp8 ones"),
         ("fp4", "fp4 GEMMs"),
-        ("fp8_dot_product_attention", "fp8 attention"),
-        ("fp8_param", "fp8 parameters"))},
+        ("fp8_dot_product_attention", "fp8 attention"))},
     # ---- train
     "train.global_batch_size": _m("training.global_batch_size"),
     "train.micro_batch_size": _m("training.micro_batch_size"),
@@ -166,7 +165,7 @@ KEYS: dict[str, Flag] = {
     **{f"mixed_precision.{k}": _approx(_NUM) for k in (
         "params_dtype", "pipeline_dtype", "autocast_dtype", "autocast_enabled",
         "grad_reduce_in_fp32", "fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo",
-        "fp8_wgrad", "fp8_param_gather", "fp4_recipe", "loss_scale", "initial_loss_scale",
+        "fp8_wgrad", "fp4_recipe", "loss_scale", "initial_loss_scale",
         "min_loss_scale", "loss_scale_window", "hysteresis",
         "reuse_grad_buf_for_mxfp8_param_ag")},
     **{f"{s}.{k}": _approx("how many layers first_last_layers_bf16 keeps in bf16 (refused "
@@ -176,7 +175,10 @@ KEYS: dict[str, Flag] = {
     **{f"mixed_precision.{k}": _refuse(why) for k, why in (
         ("first_last_layers_bf16", "the first and last layers in bf16 around fp8 ones"),
         ("fp4", "fp4 GEMMs"), ("fp8_dot_product_attention", "fp8 attention"),
-        ("fp8_multi_head_attention", "fp8 attention"), ("fp8_param", "fp8 parameters"))},
+        ("fp8_multi_head_attention", "fp8 attention"))},
+    **{f"mixed_precision.{k}": _m("training.fp8_params") for k in (
+        "fp8_param", "fp8_param_gather")},
+    "model.fp8_param": _m("training.fp8_params"),
     # ---- communication overlap
     "comm_overlap.tp_comm_overlap": _m("parallel.overlap.tp_comm"),
     **{f"comm_overlap.{k}": _approx(_GRADS) for k in (
