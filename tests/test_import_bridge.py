@@ -100,8 +100,8 @@ def _error(tmp_path: Path, edits: dict[str, Any], *extra: str) -> str:
      "--lenient imports without it"),
     ({"mixed_precision.first_last_layers_bf16": True}, "mixed_precision.first_last_layers_"
      "bf16: True changes what Megatron-Bridge runs"),
-    ({"mixed_precision.fp8_recipe": "mxfp8"}, "mixed_precision.fp8_recipe: found 'mxfp8'; "
-     "the fp8 recipes simulated: tensorwise, delayed"),
+    ({"mixed_precision.fp8_recipe": "blockwise"}, "mixed_precision.fp8_recipe: found "
+     "'blockwise'; the fp8 recipes simulated: tensorwise, delayed, mxfp8"),
     ({"model.gated_linear_unit": False}, "model.gated_linear_unit: False with silu: the FFNs "
      "simulated are SwiGLU (gated silu), GELU and squared ReLU (not gated)"),
     ({"model.recompute_granularity": "full", "model.recompute_method": "block",
@@ -131,6 +131,17 @@ def test_fp8_param_gather_is_fp8_params(tmp_path: Path, edits: dict[str, Any],
     the FP8 weights of `training.fp8_params`."""
     _, scenario = import_file("bridge", str(_text(tmp_path, edits)), "h100-sxm", 8, 8)
     assert scenario.training.fp8_params is fp8_params
+
+
+@pytest.mark.parametrize(("edits", "scaling"), [
+    ({}, "tensor"),
+    ({"mixed_precision.fp8_recipe": "delayed"}, "tensor"),
+    ({"mixed_precision.fp8_recipe": "mxfp8"}, "mxfp8"),
+])
+def test_fp8_recipe_is_fp8_scaling(tmp_path: Path, edits: dict[str, Any], scaling: str) -> None:
+    """Current and delayed scaling are one scale per tensor; MXFP8 Blackwell's blocks."""
+    _, scenario = import_file("bridge", str(_text(tmp_path, edits)), "b200-sxm", 8, 8)
+    assert scenario.training.fp8_scaling == scaling
 
 
 def test_lenient_leaves_out_unknown_and_refused_keys_with_a_note(tmp_path: Path) -> None:
@@ -176,7 +187,8 @@ def test_fuzz_never_ends_in_an_internal_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("run", ["bridge2511-h100-llama3-70b-64g",
-                                 "bridge2511-b200-llama3-8b-8g", "nemo2407-h100-gpt3-5b-64g",
+                                 "bridge2511-b200-llama3-8b-8g", "bridge2511-b200-llama3-8b-mx-8g",
+                                 "nemo2407-h100-gpt3-5b-64g",
                                  "nemo2407-h100-llama2-70b-64g"])
 def test_emit_imports_back_to_the_same_scenario(tmp_path: Path, run: str) -> None:
     loaded = api.load_scenario(str(VALIDATION / f"{run}.yaml"))

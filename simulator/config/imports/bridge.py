@@ -38,8 +38,12 @@ RECIPES = {"bf16_mixed": "bf16", "fp16_mixed": "fp16",
            "bf16_with_fp8_delayed_scaling_mixed": "fp8",
            "fp16_with_fp8_current_scaling_mixed": "fp8",
            "fp16_with_fp8_delayed_scaling_mixed": "fp8",
+           "bf16_with_mxfp8_mixed": "fp8", "fp16_with_mxfp8_mixed": "fp8",
            "bf16-mixed": "bf16", "16-mixed": "fp16"}
 _FP8 = ("hybrid", "e4m3")
+# fp8_recipe -> training.fp8_scaling: one scale per tensor (TE current or delayed scaling,
+# the framework profile's recipe) or Blackwell's MXFP8 blocks
+_FP8_RECIPES = {"tensorwise": "tensor", "delayed": "tensor", "mxfp8": "mxfp8"}
 _ACT = {"silu": "swiglu", "gelu": "gelu", "squared_relu": "relu2"}
 
 
@@ -49,8 +53,7 @@ def dtype_of(cfg: MfConfig) -> str:
     if name is not None:
         if name not in RECIPES:
             raise cfg.error("mixed_precision", f"found {name!r}; the recipes simulated: "
-                            f"{', '.join(RECIPES)} (mxfp8, subchannel and nvfp4 scaling are "
-                            "not)")
+                            f"{', '.join(RECIPES)} (subchannel and nvfp4 scaling are not)")
         return RECIPES[name]
     fp8 = cfg.get("mixed_precision.fp8", cfg.get("model.fp8"))
     if fp8 is not None:
@@ -58,9 +61,9 @@ def dtype_of(cfg: MfConfig) -> str:
             raise cfg.error("mixed_precision.fp8", f"found {fp8!r}; allowed: null, "
                             f"{', '.join(_FP8)}")
         recipe = cfg.get("mixed_precision.fp8_recipe", "tensorwise")
-        if recipe not in ("tensorwise", "delayed"):
+        if recipe not in _FP8_RECIPES:
             raise cfg.error("mixed_precision.fp8_recipe", f"found {recipe!r}; the fp8 "
-                            "recipes simulated: tensorwise, delayed")
+                            f"recipes simulated: {', '.join(_FP8_RECIPES)}")
         return "fp8"
     for key, dtype in (("bf16", "bf16"), ("fp16", "fp16")):
         for section in ("mixed_precision", "model"):
@@ -154,11 +157,20 @@ _FP8_PARAM_KEYS = ("mixed_precision.fp8_param_gather", "mixed_precision.fp8_para
                    "model.fp8_param")
 
 
-def _fp8_params(cfg: MfConfig) -> dict[str, bool]:
-    """`training.fp8_params` of an fp8 config: its fp8_param(_gather) fields, else true for a
-    recipe named, as the recipes set it; nothing for other dtypes."""
+def _fp8_training(cfg: MfConfig) -> dict[str, Any]:
+    """`training.fp8_params` and `fp8_scaling` of an fp8 config: its fp8_param(_gather)
+    fields, else true for a recipe named, as the recipes set it; its fp8_recipe (or the
+    named recipe's); nothing for other dtypes."""
     if dtype_of(cfg) != "fp8":
         return {}
+    name = str(cfg.get("mixed_precision") or "")
+    recipe = "mxfp8" if "mxfp8" in name else cfg.get("mixed_precision.fp8_recipe",
+                                                      "tensorwise")
+    return {**_fp8_params(cfg), "fp8_scaling": _FP8_RECIPES[recipe]}
+
+
+def _fp8_params(cfg: MfConfig) -> dict[str, bool]:
+    """`training.fp8_params` of an fp8 config (see `_fp8_training`)."""
     for key in _FP8_PARAM_KEYS:
         value = cfg.get(key)
         if value is None:
@@ -200,7 +212,7 @@ def import_bridge(cfg: MfConfig, hardware: str, nodes: int | None, per_node: int
                 "framework": framework,
                 "cluster": {"nodes": nodes, "devices_per_node": per_node},
                 "model": _model(cfg, d["tensor"]),
-                "training": {**training(cfg, d), **_fp8_params(cfg)},
+                "training": {**training(cfg, d), **_fp8_training(cfg)},
                 "parallel": parallel(cfg, d, tp_comm, lenient)}
     derived = [("parallel.data", str(d["data"]), "the devices over tensor x pipeline x "
                 "context parallel"),

@@ -23,7 +23,6 @@ BRIDGE_STACKS = ("megatron-bridge", "nemo")
 _PRECISION = {"bf16": ["mixed_precision.bf16=true"], "fp16": ["mixed_precision.fp16=true"],
               "fp32": [],
               "fp8": ["mixed_precision.bf16=true", "mixed_precision.fp8=hybrid",
-                      "mixed_precision.fp8_recipe=tensorwise",
                       "mixed_precision.first_last_layers_bf16=false"]}
 
 
@@ -48,10 +47,16 @@ def _model(m: Any) -> list[str]:
 
 
 def _fp8_params(s: Any) -> list[str]:
-    """An fp8 model's FP8 weights: Bridge's fp8_param_gather (which keeps fp8_param equal)."""
+    """An fp8 model's scaling recipe and FP8 weights (Bridge's fp8_param_gather, which keeps
+    fp8_param equal; with MXFP8 Bridge asserts its all-gather reuses the gradient buffer)."""
     if s.model.dtype != "fp8":
         return []
-    return [f"mixed_precision.fp8_param_gather={str(s.training.fp8_params).lower()}"]
+    t = s.training
+    mx = t.fp8_scaling == "mxfp8"
+    return [f"mixed_precision.fp8_recipe={'mxfp8' if mx else 'tensorwise'}",
+            f"mixed_precision.fp8_param_gather={str(t.fp8_params).lower()}",
+            *(["mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=true"]
+              if mx and t.fp8_params else [])]
 
 
 def _parallel(s: Any, tp_comm_default: bool) -> list[str]:

@@ -160,8 +160,7 @@ KEYS: dict[str, Flag] = {
     # ---- mixed precision (a recipe's name, or its fields)
     "mixed_precision": _m("model.dtype"),
     **{f"mixed_precision.{k}": _m("model.dtype") for k in ("bf16", "fp16", "fp32", "fp8")},
-    "mixed_precision.fp8_recipe": _approx("the fp8 scaling recipe: the megatron-bridge "
-                                          "framework profile's (tensorwise or delayed)"),
+    "mixed_precision.fp8_recipe": _m("training.fp8_scaling"),
     **{f"mixed_precision.{k}": _approx(_NUM) for k in (
         "params_dtype", "pipeline_dtype", "autocast_dtype", "autocast_enabled",
         "grad_reduce_in_fp32", "fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo",
