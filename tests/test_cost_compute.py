@@ -197,8 +197,9 @@ def test_lowering_gives_attention_kernels_their_local_key_length():
 
 
 def test_a_windowed_attention_kernel_runs_over_its_window_of_keys():
-    """GPT-OSS's alternating layers: the 128-token windowed layer's kernel loops over its
-    window's keys (its tiles amortise over 128, not 4096), the global layer's over all."""
+    """GPT-OSS's alternating layers: the 128-token windowed layer's kernel runs its 4096 query
+    rows over their window of 128 keys (priced by `window_share`), the global layer's over
+    all 4096 keys with no window."""
     from simulator.config.scenario import parse_scenario
     from simulator.program.model_program import transformer_program
 
@@ -211,10 +212,10 @@ def test_a_windowed_attention_kernel_runs_over_its_window_of_keys():
             "parallel": {"data": 4, "tensor": 2}}
     hw = load_profile("h100-sxm")
     prog = transformer_program(parse_scenario(data, "s.yaml"), hw.software, hw.compute_units)
-    seqs = [[op.seq for op in prog.block(name).fwd + prog.block(name).bwd
+    seqs = [[(op.seq, op.window) for op in prog.block(name).fwd + prog.block(name).bwd
              if isinstance(op, ComputeSpec) and op.kind == "attention"]
             for name in ("layer0", "layer1")]
-    assert seqs == [[128, 128], [4096, 4096]]
+    assert seqs == [[(4096, 128)] * 2, [(4096, 0)] * 2]
 
 
 @pytest.mark.parametrize("phase,measured", [("fwd", 334 / 484), ("bwd", 395 / 465)])

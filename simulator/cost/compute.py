@@ -31,7 +31,8 @@ of HBM bandwidth, or at the profile's measured fraction for their kind
 (`kernel_bandwidth_fractions`: a fused AdamW step or a softmax reaches less than a copy).
 `attention` (a fused FlashAttention-style kernel) is compute-bound at
 the fraction of the matrix peak its implementation reaches (`attention_fraction`), quoted
-at 2048 keys and scaled with the kernel's key length (`attention_seq_factor`).
+at 2048 keys and scaled with the kernel's key length (`attention_seq_factor`; under a
+sliding window, with the window and the query length: `window_share`).
 """
 
 from __future__ import annotations
@@ -43,12 +44,17 @@ from simulator.config.hardware.schema import HardwareProfile
 from simulator.cost.specs import ComputeSpec
 
 __all__ = ["compute_time_s", "gemm_efficiency", "compute_efficiency", "attention_fraction",
-           "attention_seq_factor", "attention_head_factor", "bandwidth_fraction", "DTYPE_BYTES"]
+           "attention_seq_factor", "window_share", "attention_head_factor", "bandwidth_fraction",
+           "DTYPE_BYTES"]
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1,
                                   "fp4": 0.5}
 ATTENTION_QUOTED_SEQ = 2048  # the key length the attention fractions are quoted at
 ATTENTION_QUOTED_HEAD_DIM = 128  # the head width they are quoted at
+# the query tile of a fused attention kernel, the keys a windowed row's tile runs over beyond
+# its window (FlashAttention-3, Dao-AILab/flash-attention hopper/tile_size.h
+# `tile_size_fwd_sm90`: 128 x 128 at head dim 128, causal or local; cuDNN's tiles ASSUMED alike)
+ATTENTION_TILE = 128
 _MIN_TILE = 16  # the smallest MMA tile edge (16x8x16 mma.sync on Ampere/Hopper; 16^3 cube)
 
 
@@ -119,7 +125,7 @@ def compute_efficiency(spec: ComputeSpec, hw: HardwareProfile) -> tuple[float, f
         return hw.peak_flops_per_s(spec.dtype) * fraction * sustained, mem
     if spec.kind == "attention":
         return (hw.peak_flops_per_s(spec.dtype) * attention_fraction(spec, hw)
-                * attention_seq_factor(spec.seq, eff.attention_seq_half)
+                * attention_seq_factor(spec.seq, eff.attention_seq_half, spec.window)
                 * attention_head_factor(spec, hw) * sustained, mem)
     return hw.vector_flops_per_s * eff.vector_peak_fraction * sustained, mem
 
@@ -133,15 +139,35 @@ def bandwidth_fraction(kind: str, hw: HardwareProfile) -> float:
     return eff.memory_bandwidth_fraction if measured is None else measured
 
 
-def attention_seq_factor(seq: int, half: float) -> float:
-    """How much faster (> 1) or slower a fused attention kernel runs over `seq` keys than at
-    the 2048 its fraction is quoted at: its rate follows s / (s + half) (each query tile's
-    prologue, epilogue and causal-diagonal work amortised over more key tiles; FlashAttention-
-    3 paper Figs. 5-6). 1 where either is unknown (0)."""
+def attention_seq_factor(seq: int, half: float, window: int = 0) -> float:
+    """How much faster (> 1) or slower a fused attention kernel runs over `seq` keys (under a
+    sliding `window` shorter than them, see `window_share`) than at the 2048 its fraction is
+    quoted at: its rate follows s / (s + half) (each query tile's prologue, epilogue and
+    causal-diagonal work amortised over more key tiles; FlashAttention-3 paper Figs. 5-6).
+    1 where either is unknown (0)."""
     if seq <= 0 or half <= 0:
         return 1.0
     q = ATTENTION_QUOTED_SEQ
-    return (seq / (seq + half)) / (q / (q + half))
+    return window_share(seq, half, window) / (q / (q + half))
+
+
+def window_share(seq: int, half: float, window: int = 0) -> float:
+    """The share of its long-sequence rate a causal kernel reaches over `seq` keys, s / (s +
+    half), or under a sliding window of w < s keys
+
+        w / (w + tau + (half - tau) / 2 * s / (s - w / 2)),
+
+    tau = ATTENTION_TILE. Read `half` as tiles: a causal kernel's row of query tiles j = 1..T
+    runs j key tiles (the diagonal one half masked) plus a fixed cost of c tiles each, so the
+    T^2/2 useful tiles cost T(T+1)/2 + cT and half = tau (1 + 2c). A windowed row of query
+    tiles runs its w / tau tiles plus one more across the window's two masked edges, and the
+    same fixed cost: a window is not a short causal sequence (at w = s the two agree).
+    cuDNN 9.19-9.22 measured on GB200, GB300 and H200 (benchmarks/data/kernels/
+    cudnn_sdpa_window.csv, docs/techniques/attention-variants.md) follows it."""
+    if not 0 < window < seq:
+        return seq / (seq + half)
+    w, tau = float(window), float(ATTENTION_TILE)
+    return w / (w + tau + (half - tau) / 2 * seq / (seq - w / 2))
 
 
 def attention_head_factor(spec: ComputeSpec, hw: HardwareProfile) -> float:

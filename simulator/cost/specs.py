@@ -57,6 +57,9 @@ class ComputeSpec:
     #               which sets how well the kernel's tiles amortise; 0: not an attention kernel
     head_dim: int = 0  # fused attention: the width of one query/key head, over which each
     #                    score's softmax work amortises; 0: not an attention kernel
+    window: int = 0  # fused attention: the sliding window W each query row sees where it is
+    #                  shorter than its `seq` keys (its tiles still run over the whole query
+    #                  length, W plus one diagonal tile of keys each); 0: none
     weight_grad: bool = False
 
     def __str__(self) -> str:

@@ -127,16 +127,19 @@ def _flops(plan: ShardingPlan, k: _Kernel) -> float:
     return total
 
 
-def _key_length(plan: ShardingPlan, k: _Kernel) -> int:
-    """A fused attention kernel's local key length: the keys one query row runs over (the
-    t of its k input [b, t, ...], or its window W where shorter: a windowed kernel's key
-    loop spans the window's tiles, not the sequence's); 0 for other kernels."""
+def _key_length(plan: ShardingPlan, k: _Kernel) -> tuple[int, int]:
+    """A fused attention kernel's (local key length, window): the keys its query rows run
+    over (the t of its k input [b, t, ...]) and the window W each row sees where shorter
+    than t (0 otherwise: a window of t or more keys is plain causal attention); (0, 0) for
+    other kernels."""
     for p in k.ops:
         if p.op.family.kind == "attention" and len(p.op.inputs) >= 2:
             ins, _ = local_shapes(plan, p)
             if len(ins[1]) >= 2:
-                return window_keys(int(ins[1][1]), p.op.attrs)
-    return 0
+                t = int(ins[1][1])
+                w = window_keys(t, p.op.attrs)
+                return t, (w if w < t else 0)
+    return 0, 0
 
 
 _SOFTMAX_ATTENTION = ("FusedAttention", "RingAttention")  # not the SSD scan's fused kernel
@@ -160,10 +163,11 @@ def _forward_spec(plan: ShardingPlan, k: _Kernel, dtype: str, e: float,
     kind = k.kind if k.kind != "gemm" or shape else "elementwise"
     batch, mnk = shape if shape else (1, None)
     keep = sum((kept or {}).get(p.op.name, 0.0) for p in k.ops)
+    keys, window = _key_length(plan, k) if kind == "attention" else (0, 0)
     return ComputeSpec(k.name, kind, _flops(plan, k) + own_f,  # type: ignore[arg-type]
                        e * _external(plan, k) + own_b, dtype, "fwd", mnk, batch,
                        saved_bytes=keep, executed_fraction=frac,
-                       seq=_key_length(plan, k) if kind == "attention" else 0,
+                       seq=keys, window=window,
                        head_dim=_head_dim(plan, k) if kind == "attention" else 0)
 
 
@@ -186,7 +190,8 @@ def _backward_specs(plan: ShardingPlan, k: _Kernel, dtype: str, e: float) -> lis
     own_f, own_b, frac = _own(plan, k, e, "bwd")
     return [ComputeSpec(k.name + ".bwd", fwd.kind, 2.0 * _flops(plan, k) + own_f,
                         1.5 * e * _external(plan, k) + own_b, dtype, "bwd",
-                        executed_fraction=frac, seq=fwd.seq, head_dim=fwd.head_dim)]
+                        executed_fraction=frac, seq=fwd.seq, head_dim=fwd.head_dim,
+                        window=fwd.window)]
 
 
 def _comm(plan: ShardingPlan, name: str, step, phase: Phase) -> CommSpec:
