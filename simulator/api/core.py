@@ -266,9 +266,21 @@ def run_notes(loaded: Any, hw: Any, result: Any) -> tuple[str, ...]:
         # not MindSpore's whole algorithm: say which search ran (shardsim explain says it too)
         from simulator.sharding.propagate.search import SEARCH_RUNS
         notes.append(f"parallel.search recursive_programming runs {SEARCH_RUNS[p.search]}")
+    notes += _graph_note(loaded.scenario, getattr(result, "framework", None))
     if loaded.hardware_overrides:
         notes += override_notes(loaded, hw, result)
     return tuple(notes)
+
+
+def _graph_note(scenario: Any, fw: Any) -> list[str]:
+    """A run with CUDA graphs on a stack whose profile states no graph launch cost prices
+    every replay free on the host: say so rather than leave it silent."""
+    graphs = scenario.training.cuda_graphs
+    if graphs.impl == "none" or fw is None or (fw.launch and fw.launch.graph_launch_us
+                                               is not None):
+        return []
+    return [f"training.cuda_graphs: the {fw.name} framework profile states no "
+            "launch.graph_launch_us, so each graph replay is priced free on the host"]
 
 
 def verify_notes(scenario: Any) -> tuple[str, ...]:
