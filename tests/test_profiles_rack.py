@@ -77,8 +77,9 @@ def test_gb200_capacity_is_what_nvidia_smi_reports_and_the_405b_run_that_ran_fit
     """A GB200 of an NVL72 tray reports 189471 MiB (NVIDIA/k8s-test-infra qx-gb200.xml, an
     `nvidia-smi -q -x` capture), as the H100 profile takes its 81559 MiB; Megatron-Bridge's
     25.11 Llama-3.1-405B run on 256 GB200 (TP 4 / PP 16 / VP 4, no recompute: the recipe sets
-    none and Megatron-Core refuses activation offload with PP > 1) ran, so it fits, and would
-    not in the rack's marketing 13.4 TB / 72 = 186 GB."""
+    none and Megatron-Core refuses activation offload with PP > 1) ran, so it fits; with bf16
+    copies of its FP8 weights (`training.fp8_params` false, which the recipe does not do) it
+    fits in nvidia-smi's capacity and would not in the rack's marketing 13.4 TB / 72 = 186 GB."""
     from simulator import load_scenario, simulate
     from simulator.report import summary
 
@@ -88,5 +89,7 @@ def test_gb200_capacity_is_what_nvidia_smi_reports_and_the_405b_run_that_ran_fit
     case = "scenarios/validation/bridge2511-gb200-llama31-405b-256g.yaml"
     ran = simulate(load_scenario(case))
     assert ran.scenario.parallel.recompute == "none" and summary(ran)["memory"]["fits"]
-    at_186 = simulate(load_scenario(case, ["hardware.memory_GB=186"]))
+    bf16_weights = ["training.fp8_params=false"]
+    assert summary(simulate(load_scenario(case, bf16_weights)))["memory"]["fits"]
+    at_186 = simulate(load_scenario(case, [*bf16_weights, "hardware.memory_GB=186"]))
     assert not summary(at_186)["memory"]["fits"]
