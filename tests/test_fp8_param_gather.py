@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from simulator.config.framework.load import framework_for
 from simulator.config.hardware import load_profile
 from simulator.config.scenario import parse_scenario
-from simulator.planner.memory import layer_params
-from simulator.simulation.simulate import simulate
+from simulator.planner.memory import gather_bytes, layer_params, workload_of
+from simulator.planner.space import config_of
+from simulator.simulation.simulate import run_program, simulate
 
 
 def _scenario(fp8_params: bool, overlap: bool = False, hardware: str = "h100-sxm",
@@ -69,3 +71,19 @@ def test_a_tied_table_held_again_by_the_last_stage():
     m = _scenario(True).model
     assert bf16[1] == pytest.approx(one[1] + 2 * m.vocab_size * m.hidden_size, rel=1e-12)
     assert fp8[1] == pytest.approx(bf16[1] - 2 * layer_params(m, 1), rel=1e-12)
+
+
+@pytest.mark.parametrize("fp8_params, hardware, scaling", [
+    (True, "h100-sxm", "tensor"), (False, "h100-sxm", "tensor"),
+    (True, "b200-sxm", "mxfp8")])
+def test_the_planner_prices_the_gather_as_the_lowering(fp8_params, hardware, scaling):
+    # planner.estimate's ZeRO-1/2 gather: the same bytes per element as the Program's
+    # (an FP8 model's weights are bf16: 2 bytes without fp8_params, not the dtype's 1)
+    sc = _scenario(fp8_params, hardware=hardware, scaling=scaling)
+    hw = load_profile(hardware)
+    program = run_program(sc, hw, framework_for(sc, hw)).program
+    planned = gather_bytes(workload_of(sc, hw), config_of(sc))
+    assert planned == pytest.approx(program.gather_bytes, rel=1e-12)
+    params = _gathered(_scenario(False))[1] / 2  # the device gathers the whole model
+    fp8 = 2 * layer_params(sc.model, 1) if fp8_params and scaling == "tensor" else 0
+    assert planned == pytest.approx(2.0 - fp8 / params, rel=1e-12)
