@@ -70,7 +70,7 @@ def _buckets(low: Lowering, vs: int, kind: str, gather: bool = False) -> Counter
     """The gradient buckets of vs as `kind` operators, or (`gather`) the parameter
     all-gather's buckets at parameter bytes."""
     buckets = low.dp.gather_buckets(vs) if gather else low.dp.buckets[vs]
-    scale = low.e / low.ge if gather else 1.0
+    scale = low.pe / low.ge if gather else 1.0
     out: Counter[CommOp] = Counter()
     for b in buckets:
         out[CommOp(kind, "dp", b.nbytes * scale)] += b.count
@@ -90,7 +90,7 @@ def _sharded(low: Lowering, vs: int, micro: int) -> Counter[CommOp]:
     if low.par.overlap.param_gather and not low.par.offload.optimizer_states:
         out.update(_buckets(low, vs, "all_gather", gather=True))
     else:
-        out[CommOp("all_gather", "dp", params * low.e)] += 1
+        out[CommOp("all_gather", "dp", params * low.pe)] += 1
     if low.par.optimizer_shard == 2:
         out[CommOp("reduce_scatter", "dp", params * low.ge)] += micro - 1
     return out

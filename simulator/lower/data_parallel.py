@@ -189,7 +189,7 @@ class DataParallel:
     def gather_bucket_s(self, grad_bytes: float) -> float:
         """Seconds to all-gather the parameters of one gradient bucket of `grad_bytes`."""
         low = self.low
-        return low.costs.collective_s("all_gather", grad_bytes * low.e / low.ge, self.group)
+        return low.costs.collective_s("all_gather", grad_bytes * low.pe / low.ge, self.group)
 
 
 class NoDataParallel(DataParallel):
@@ -220,7 +220,7 @@ class ShardedStates(DataParallel):
         params = sum(sum(self.sharded(vs)) for vs in vss)
         if params <= 0:
             return
-        self.emit(dev, "param_gather", "all_gather", params * self.low.e, self.gather_s(vss),
+        self.emit(dev, "param_gather", "all_gather", params * self.low.pe, self.gather_s(vss),
                   (step_tid,), ("final",), alloc_buffer=False)
 
     def early_gates(self, dev: int, vss: list[int]) -> dict[int, Gates]:
@@ -240,7 +240,7 @@ class ShardedStates(DataParallel):
         tids, ends, done = [], [], 0.0
         each = [b for b in self.gather_buckets(vs) for _ in range(b.count)]  # one per bucket
         for j, b in enumerate(reversed(each)):
-            tids.append(self.emit(dev, "param_gather", "all_gather", b.nbytes * low.e / low.ge,
+            tids.append(self.emit(dev, "param_gather", "all_gather", b.nbytes * low.pe / low.ge,
                                   self.gather_bucket_s(b.nbytes), (), ("overlapped", vs, j),
                                   alloc_buffer=False))
             done += b.nbytes / low.ge

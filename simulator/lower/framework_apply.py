@@ -20,7 +20,8 @@ from simulator.program.fp8 import Fp8Recipe
 from simulator.program.program import Program
 from simulator.sharding.mesh import Mesh
 
-__all__ = ["fp8_recipe", "fp8_copy_bytes_per_param", "with_auto_fusion",
+__all__ = ["fp8_recipe", "fp8_copy_bytes_per_param", "fp8_gather_bytes", "with_fp8_gather",
+           "with_auto_fusion",
            "with_framework_memory", "communicators", "OVERHEAD"]
 
 OVERHEAD = "framework_overhead"  # the memory category of the stack's own buffers
@@ -84,11 +85,47 @@ def communicators(scenario: Scenario, mesh: Mesh | None = None) -> int:
 
 def _fp8_share(prog: Program, scenario: Scenario, fw: FrameworkProfile) -> float:
     """Share of a device's parameters that feed FP8 GEMMs: the layers' (and the LM head's
-    when the recipe runs it in FP8), over all parameters of the model."""
+    when the recipe runs it in FP8), over all parameters of the model. A tied head's table
+    counts again only where it is held again: on the last stage of a pipeline (not under
+    DualPipe, `lower.stages.stage_work`); a tied table at one stage is the embedding's."""
+    p = scenario.parallel
+    again = p.pipeline > 1 and p.schedule != "dualpipe"
+    head = next((b for b in prog.blocks if b.name == "head"), None)
+    held = head.tied_params if head is not None and again else 0
     layers = sum(b.params * b.repeat for b in prog.cut())
-    head = prog.block("head").tied_params if "lm_head" in fw.fp8.gemm_roles else 0
-    total = sum(b.params * b.repeat + b.tied_params for b in prog.blocks)
-    return (layers + head) / total if total > 0 else 0.0
+    fp8_head = head.params + held if head is not None and "lm_head" in fw.fp8.gemm_roles \
+        else 0
+    total = sum(b.params * b.repeat for b in prog.blocks) + held
+    return (layers + fp8_head) / total if total > 0 else 0.0
+
+
+def fp8_gather_bytes(prog: Program, scenario: Scenario, fw: FrameworkProfile,
+                     recipe: Fp8Recipe | None) -> float | None:
+    """Mean bytes per parameter element the distributed optimizer's parameter all-gather
+    carries with `training.fp8_params` under a per-tensor FP8 recipe: an FP8 GEMM's weight
+    travels as its FP8 data, 1 byte (Megatron-Core core_v0.15.0
+    distributed/distributed_data_parallel.py L159-167: a Float8Tensor's param buffer is
+    torch.uint8; fp8_utils.py quantize_param_shard casts each updated fp32 shard into it),
+    the others (norms, embedding, router, the head unless the recipe runs lm_head in FP8)
+    at the model dtype: share x 1 + (1 - share) x e, `_fp8_share`. None (the dtype's
+    bytes) otherwise; under MXFP8 too: with reuse_grad_buf_for_mxfp8_param_ag the gather
+    runs in a bf16 view of the gradient buffer (param_and_grad_buffer.py L695-712;
+    distrib_optimizer.py L2458-2480 copies the fp32 shards into it) and each rank casts the
+    gathered bf16 weights to MXFP8 (distributed_data_parallel.py L503-516)."""
+    if not (scenario.training.fp8_params and recipe is not None and recipe.dtype == "fp8"
+            and not recipe.mx):
+        return None
+    e = float(DTYPE_BYTES.get(prog.dtype, 2))
+    share = _fp8_share(prog, scenario, fw)
+    return share * DTYPE_BYTES["fp8"] + (1 - share) * e
+
+
+def with_fp8_gather(prog: Program, scenario: Scenario, fw: FrameworkProfile,
+                    recipe: Fp8Recipe | None) -> Program:
+    """`prog` with the parameter all-gather's bytes per element of `fp8_gather_bytes`
+    (unchanged where that is None)."""
+    nbytes = fp8_gather_bytes(prog, scenario, fw, recipe)
+    return prog if nbytes is None else replace(prog, gather_elem_bytes=nbytes)
 
 
 def fp8_copy_bytes_per_param(recipe: Fp8Recipe | None, fw: FrameworkProfile,

@@ -80,6 +80,8 @@ class Lowering:
         self.b: Builder = share.b if share else Builder()
         self.e = DTYPE_BYTES[prog.dtype]
         self.ge = prog.grad_bytes  # gradient elements: buffer and reduction
+        # parameter elements in the sharded optimizer's all-gather (FP8 weights: less)
+        self.pe = prog.gather_bytes
         tr = scenario.training  # the optimizer's state dtype, FP8 weights (lower.state)
         self.state_dtype: str = state_dtype_of(tr.optimizer_dtype, tr.moments_dtype)
         self.fp8_params = tr.fp8_params and getattr(scenario.model, "dtype", "") == "fp8"

@@ -40,7 +40,7 @@ from simulator.cost.collectives import collective_time_s, send_recv_time_s
 from simulator.cost.specs import GroupSpec
 from simulator.lower.host import offload_step_s
 from simulator.lower.state import state_bytes_per_param
-from simulator.planner.memory import Workload, layer_params
+from simulator.planner.memory import Workload, gather_bytes, layer_params
 from simulator.planner.space import Config
 from simulator.simulation.simulate import simulate
 
@@ -163,7 +163,8 @@ def _dp_s(w: Workload, cfg: Config, micro: int, stage_s: float, params: float,
     grads, last = _bucketed(coll, params * w.grad_bytes, w.bucket_bytes, cfg, per_node, hw)
     exposed = max(last, grads - _BWD_SHARE * stage_s)
     if z in (1, 2):
-        gather, first = _bucketed("all_gather", params * e, w.bucket_bytes, cfg, per_node, hw)
+        gather, first = _bucketed("all_gather", params * gather_bytes(w, cfg), w.bucket_bytes,
+                                  cfg, per_node, hw)
         exposed += max(first, gather - (1 - _BWD_SHARE) * stage_s)
     per_mb = 0.0
     if z >= 2 and micro > 1:

@@ -56,8 +56,8 @@ from simulator.models.transformer_plan import uses_flash
 from simulator.planner.space import Config
 from simulator.program.model_program import transformer_program
 
-__all__ = ["Workload", "workload_of", "MemoryEstimate", "estimate_memory", "layer_bytes",
-           "layer_params", "STATE_BYTES_PER_PARAM"]
+__all__ = ["Workload", "workload_of", "gather_bytes", "MemoryEstimate", "estimate_memory",
+           "layer_bytes", "layer_params", "STATE_BYTES_PER_PARAM"]
 
 # Optimizer state bytes per parameter in mixed precision: fp32 master weights + moments
 # (ZeRO, Sec. 3.1: K = 12 for Adam).
@@ -292,6 +292,19 @@ def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool
         logits = s * b * (m.vocab_size // t)
         acts += e * tokens * h + e * s * b * h / (t if sp else 1) + 4.0 * logits
     return _Stage(params, acts)
+
+
+def gather_bytes(w: Workload, cfg: Config) -> float:
+    """Bytes per parameter element of the sharded optimizer's all-gather, as the lowering
+    prices it (`lower.framework_apply.fp8_gather_bytes`): the model dtype's; an FP8 model's
+    weights are bf16, but with `fp8_params` under a per-tensor recipe the FP8 GEMMs' travel
+    in 1 byte (share x 1 + (1 - share) x 2)."""
+    if w.model.dtype != "fp8":
+        return float(DTYPE_BYTES[w.model.dtype])
+    recipe = w.fp8_recipe
+    if not w.fp8_params or recipe is None or recipe.dtype != "fp8" or recipe.mx:
+        return 2.0
+    return 2.0 - _fp8_share(w.model, cfg)
 
 
 def _fp8_share(m: TransformerModel, cfg: Config) -> float:

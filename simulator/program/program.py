@@ -120,11 +120,14 @@ class Program:
     leaving block by block.
 
     dtype: the compute dtype; grad_elem_bytes: bytes of one gradient element in the buffer
-    and the data-parallel reduction (None: the dtype's); tp_overlap: how tensor-parallel
-    collectives overlap their GEMMs (None: on the critical path). expert_slot_fill: share
-    of the expert GEMMs' slots that carry tokens under balanced routing (the rest is the
-    capacity factor's padding: hardware FLOPs, not model FLOPs); expert_load: how many
-    times the mean tokens the expert kernels and all-to-alls carry (model.moe.imbalance).
+    and the data-parallel reduction (None: the dtype's); gather_elem_bytes: mean bytes of one
+    parameter element in the sharded optimizer's parameter all-gather (None: the dtype's;
+    less with FP8 weights, `lower.framework_apply.fp8_gather_bytes`); tp_overlap: how
+    tensor-parallel collectives overlap their GEMMs (None: on the critical path).
+    expert_slot_fill: share of the expert GEMMs' slots that carry tokens under balanced
+    routing (the rest is the capacity factor's padding: hardware FLOPs, not model FLOPs);
+    expert_load: how many times the mean tokens the expert kernels and all-to-alls carry
+    (model.moe.imbalance).
     host_kernels: (kernel name, bytes over the host link) of operators placed on the host
     CPU (`program.host_placement`), priced on the host profile; host_params: parameters
     they keep in host memory. resident: (memory category, bytes) held for the whole
@@ -145,6 +148,7 @@ class Program:
     spans: tuple[tuple[str, int, int], ...] = ()
     whole_grads: bool = False
     grad_elem_bytes: float | None = None
+    gather_elem_bytes: float | None = None
     tp_overlap: TpOverlap | None = None
     expert_slot_fill: float = 1.0
     expert_load: float = 1.0
@@ -160,6 +164,11 @@ class Program:
     def grad_bytes(self) -> float:
         """Bytes per gradient element (buffer and reduction)."""
         return self.grad_elem_bytes or float(DTYPE_BYTES[self.dtype])
+
+    @property
+    def gather_bytes(self) -> float:
+        """Mean bytes per parameter element in the sharded optimizer's all-gather."""
+        return self.gather_elem_bytes or float(DTYPE_BYTES[self.dtype])
 
     def block(self, name: str) -> Block:
         """The block called `name` (KeyError if none)."""

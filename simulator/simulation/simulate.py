@@ -38,7 +38,12 @@ from simulator.engine.tasks import Plan
 from simulator.engine.trace import Trace
 from simulator.errors import InputError
 from simulator.lower.costs import CostModel, eager_launch_s
-from simulator.lower.framework_apply import fp8_recipe, with_auto_fusion, with_framework_memory
+from simulator.lower.framework_apply import (
+    fp8_recipe,
+    with_auto_fusion,
+    with_fp8_gather,
+    with_framework_memory,
+)
 from simulator.lower.iteration import FIDELITIES, Cuts, lower
 from simulator.lower.layout import rank_mesh
 from simulator.lower.pipeline import STEADY_PERIODS_KEPT, steady_window
@@ -144,8 +149,9 @@ def run_program(scenario: Scenario, hw: Any, fw: Any) -> RunProgram:
     derives it (the StageSplit `verify` is handed, `simulation.stage_split`, is priced on
     the same one)."""
     if family(scenario.model).layered:
-        prog = transformer_program(scenario, fw.software, hw.compute_units,
-                                   fp8_recipe(scenario, fw, hw))
+        recipe = fp8_recipe(scenario, fw, hw)
+        prog = with_fp8_gather(transformer_program(scenario, fw.software, hw.compute_units,
+                                                   recipe), scenario, fw, recipe)
         return RunProgram(prog, None, *iteration_flops(scenario, prog))
     gp = _graph_program(scenario)
     return RunProgram(gp.program, gp.mesh, gp.model_flops, gp.model_flops)
