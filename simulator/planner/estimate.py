@@ -147,7 +147,10 @@ def _send_s(w: Workload, cfg: Config, per_node: int, hw: Any) -> float:
     if cfg.pipeline == 1:
         return 0.0
     m = w.model
-    nbytes = float(DTYPE_BYTES[m.dtype] * m.seq_length * cfg.micro_batch_size * m.hidden_size)
+    # an fp8 model's activations cross the stages in bf16, as the lowering sends them (its
+    # FP8 recipe runs only the GEMMs in fp8, `program.fp8`)
+    e = DTYPE_BYTES["bf16" if m.dtype == "fp8" else m.dtype]
+    nbytes = float(e * m.seq_length * cfg.micro_batch_size * m.hidden_size)
     nbytes /= cfg.tensor if cfg.sequence_parallel else 1
     return send_recv_time_s(nbytes, cfg.tensor * cfg.data < per_node, hw, per_node)
 
