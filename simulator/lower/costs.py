@@ -17,7 +17,7 @@ from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
 from simulator.lower.cuda_graphs import Graphs, captured_names, host_times
 from simulator.program.program import Op, TpOverlap
 
-__all__ = ["CostModel", "Priced", "price_ops", "merge_volumes", "eager_launch_s"]
+__all__ = ["CostModel", "Priced", "price_ops", "merge_volumes", "eager_launch_s", "eager_loop_s"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,9 @@ class CostModel:
     # `lower.moe_host`); 0: the stack's dispatcher does not sync
     moe_host_kernel_s: float = 0.0
     moe_dispatcher_kernels: int = 0  # the dispatcher's launches before each sync (moe_host)
+    # host seconds of a GEMM and of another kernel that a C++ loop issues inside one Python
+    # operator in such a layer (Transformer Engine's per-expert launches); None: as any other
+    moe_loop_s: tuple[float | None, float | None] = (None, None)
     # host seconds per CUDA graph launch (framework profile `launch.graph_launch_us`), and
     # the regions the run captures (scenario `training.cuda_graphs`, `lower.cuda_graphs`;
     # set per scenario by `lower.stages`)
@@ -54,12 +57,13 @@ class CostModel:
 
     @classmethod
     def from_hardware(cls, hw: Any, host_kernel_s: float = 0.0,
-                      moe_host: tuple[float, int] = (0.0, 0),
+                      moe_host: tuple[Any, ...] = (0.0, 0),
                       graph_launch_s: float = 0.0) -> CostModel:
         """The cost model of `simulator.cost` for hardware profile `hw` (and a stack that
         spends `host_kernel_s` of host time per kernel it launches; `moe_host`: per kernel
         of an MoE layer whose dispatcher syncs, and the dispatcher's launches before each
-        sync; `graph_launch_s`: per CUDA graph launch). The eager per-kernel figures, which
+        sync, and optionally the C++ loop's per-GEMM and per-kernel seconds (`moe_loop_s`);
+        `graph_launch_s`: per CUDA graph launch). The eager per-kernel figures, which
         the stacks measured on x86 hosts, are scaled by the profile's
         `host.launch_cost_factor` (`eager_launch_s`); a graph launch is not."""
 
@@ -80,6 +84,7 @@ class CostModel:
             host_kernel_s=eager_launch_s(hw, host_kernel_s),
             moe_host_kernel_s=eager_launch_s(hw, moe_host[0]),
             moe_dispatcher_kernels=moe_host[1],
+            moe_loop_s=eager_loop_s(hw, moe_host[2] if len(moe_host) > 2 else (None, None)),
             graph_launch_s=graph_launch_s,
             nvme_read_s=_per_byte(hw.nvme_read_bytes_per_s),
             nvme_write_s=_per_byte(hw.nvme_write_bytes_per_s),
@@ -91,6 +96,13 @@ def eager_launch_s(hw: Any, seconds: float) -> float:
     an x86 host) times the profile's `host.launch_cost_factor` (1 where it gives none)."""
     factor = getattr(getattr(hw, "host", None), "launch_cost_factor", None)
     return seconds * (factor or 1.0)
+
+
+def eager_loop_s(hw: Any, loop: tuple[float | None, float | None]
+                 ) -> tuple[float | None, float | None]:
+    """`eager_launch_s` of each of a C++ loop's figures (None stays None)."""
+    g, k = (None if s is None else eager_launch_s(hw, s) for s in loop)
+    return g, k
 
 
 def _per_byte(bandwidth: float) -> Callable[[float], float] | None:

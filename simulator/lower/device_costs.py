@@ -124,6 +124,7 @@ class DeviceCosts:
                          host_kernel_s=own.host_kernel_s,
                          moe_host_kernel_s=own.moe_host_kernel_s,
                          moe_dispatcher_kernels=own.moe_dispatcher_kernels,
+                         moe_loop_s=own.moe_loop_s,
                          graph_launch_s=own.graph_launch_s,
                          nvme_read_s=own.nvme_read_s,
                          nvme_write_s=own.nvme_write_s)

@@ -81,8 +81,9 @@ from simulator.lower.cuda_graphs import DTOH_COPIES, Graphs, captured_names, hos
 from simulator.program.clamped_glu import LAUNCHES as GLU_LAUNCHES
 from simulator.program.program import Op, TpOverlap
 
-__all__ = ["MoeHost", "moe_host", "launches", "host_s", "sync_segment_s", "sync_points",
-           "price_synced", "price_unsynced", "is_moe_layer", "ACT", "RECOMPUTED_ACT"]
+__all__ = ["MoeHost", "moe_host", "launches", "loop_launches", "op_host_s", "host_s",
+           "sync_segment_s", "sync_points", "price_synced", "price_unsynced", "is_moe_layer",
+           "ACT", "RECOMPUTED_ACT"]
 
 # the expert operands' FP8 casts of a forward input and a backward output gradient
 # (`program.fp8`: `{op}.fp8_cast_input`, `{op}.dgrad.fp8_cast_grad`)
@@ -120,6 +121,10 @@ class MoeHost:
     # the run's CUDA graphs (`lower.cuda_graphs`): a captured run of kernels costs the host
     # one graph launch
     graphs: Graphs | None = None
+    # seconds of a GEMM and of another kernel that a C++ loop issues inside one Python
+    # operator (`loop_launches`); None: `kernel_s`, as any other launch
+    loop_gemm_s: float | None = None
+    loop_kernel_s: float | None = None
 
 
 ACT = "expert_act"  # the forward waits before the fused activation of a clamped GLU
@@ -146,7 +151,7 @@ def moe_host(scenario: Any, costs: CostModel) -> MoeHost | None:
     recomputed = p.recompute == "selective" and "moe_act" in (p.recompute_modules or ())
     return MoeHost(costs.moe_host_kernel_s, max(1, moe.experts // p.expert), mx,
                    _MX_SWIZZLES if mx else 0, moe.dropless, before,
-                   clamped, clamped and recomputed, costs.graphs)
+                   clamped, clamped and recomputed, costs.graphs, *costs.moe_loop_s)
 
 
 def launches(op: Op, host: MoeHost) -> int:
@@ -170,11 +175,36 @@ def launches(op: Op, host: MoeHost) -> int:
     return 1
 
 
+def loop_launches(op: Op, host: MoeHost) -> tuple[int, int]:
+    """(GEMMs, other kernels) of `op`'s `launches` that a C++ loop issues after the Python
+    operator's own launch: a grouped GEMM's other N - 1 experts (`multi_stream_cublas_gemm`),
+    an FP8 GEMM's scale swizzles (inside `te_gemm` / `te_general_grouped_gemm`), a split
+    quantize's other N - 1 splits (`multi_tensor_quantize_impl`). GPT-OSS's per-expert bias
+    kernels are Python's own (a list comprehension: `program.clamped_glu`), so none."""
+    if isinstance(op, CommSpec) or (op.flops <= 0 and op.bytes_accessed <= 0):
+        return 0, 0
+    if op.kind == "gemm":
+        swizzles = host.swizzles if op.dtype == "fp8" else 0
+        return (host.local_experts - 1 if op.grouped else 0), swizzles
+    if host.split_quantize and op.name.startswith("expert_") and op.name.endswith(_SPLIT_CASTS):
+        return 0, host.local_experts - 1
+    return 0, 0
+
+
+def op_host_s(op: Op, host: MoeHost) -> float:
+    """Host seconds to launch `op`'s kernels: each Python-level launch `kernel_s`, each of a
+    C++ loop's `loop_gemm_s` (a GEMM) or `loop_kernel_s` (another kernel), where given."""
+    gemms, others = loop_launches(op, host)
+    g = host.kernel_s if host.loop_gemm_s is None else host.loop_gemm_s
+    k = host.kernel_s if host.loop_kernel_s is None else host.loop_kernel_s
+    return (launches(op, host) - gemms - others) * host.kernel_s + gemms * g + others * k
+
+
 def host_s(seq: Sequence[Op], host: MoeHost, captured: frozenset[str] = frozenset()
            ) -> list[float]:
-    """Host seconds per op of `seq` in the host's order: `launches` times the time per
-    kernel, a run of ops in `captured` (the layer's CUDA-graphed ops) one graph launch."""
-    return host_times(seq, captured, host.graphs, lambda op: launches(op, host) * host.kernel_s)
+    """Host seconds per op of `seq` in the host's order: `op_host_s`, a run of ops in
+    `captured` (the layer's CUDA-graphed ops) one graph launch."""
+    return host_times(seq, captured, host.graphs, lambda op: op_host_s(op, host))
 
 
 def captured(ops: tuple[Op, ...], host: MoeHost) -> frozenset[str]:
@@ -271,8 +301,12 @@ def price_unsynced(ops: tuple[Op, ...], costs: CostModel, groups: dict[str, Grou
     segments where a recomputed clamped GLU waits (`RECOMPUTED_ACT`)."""
     base = price_ops(ops, replace(costs, host_kernel_s=0.0), groups, tp_overlap)
     waits = _named(ops, RECOMPUTED_ACT) if host.act_recomputed else []
-    floor = (sum(host_s(ops, host, captured(ops, host))) if host.graphs is not None
-             else sum(launches(op, host) for op in ops) * host.kernel_s)
+    if host.graphs is not None:
+        floor = sum(host_s(ops, host, captured(ops, host)))
+    elif host.loop_gemm_s is None and host.loop_kernel_s is None:
+        floor = sum(launches(op, host) for op in ops) * host.kernel_s
+    else:
+        floor = sum(op_host_s(op, host) for op in ops)
     if waits:
         floor = max(floor, _segments_s(ops, waits, set(), costs, groups, host))
     return Priced(max(base.compute_s, floor - base.comm_s), base.comm_s, base.comm, base.a2a_s)

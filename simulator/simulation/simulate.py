@@ -37,7 +37,7 @@ from simulator.engine.steady import splice
 from simulator.engine.tasks import Plan
 from simulator.engine.trace import Trace
 from simulator.errors import InputError
-from simulator.lower.costs import CostModel, eager_launch_s
+from simulator.lower.costs import CostModel, eager_launch_s, eager_loop_s
 from simulator.lower.framework_apply import (
     fp8_recipe,
     with_auto_fusion,
@@ -274,6 +274,7 @@ def simulate(scenario: Scenario, hw: Any, fidelity: str = "representative", *,
         costs = replace(costs, host_kernel_s=eager_launch_s(hw, host_kernel_s),
                         moe_host_kernel_s=eager_launch_s(hw, fw.moe_host_costs[0]),
                         moe_dispatcher_kernels=fw.moe_host_costs[1],
+                        moe_loop_s=eager_loop_s(hw, fw.moe_host_costs[2]),
                         graph_launch_s=fw.graph_launch_s)
     injected = costs
     costs = costs or run_costs(hw, fw)

@@ -388,12 +388,16 @@ class FrameworkProfile(_Closed):
         return (g or 0.0) * 1e-6
 
     @property
-    def moe_host_costs(self) -> tuple[float, int]:
-        """(`moe_host_kernel_s`, the dispatcher's launches before each sync) for the cost
+    def moe_host_costs(self) -> tuple[float, int, tuple[float | None, float | None]]:
+        """(`moe_host_kernel_s`, the dispatcher's launches before each sync, the seconds of a
+        GEMM and of another kernel a C++ loop launches: None where not given) for the cost
         model (`simulator.lower.costs.CostModel.from_hardware`)."""
         m = self.moe_host
-        kernels = m.dispatcher_kernels if m is not None and self.moe_host_kernel_s else 0
-        return self.moe_host_kernel_s, kernels
+        if m is None or not self.moe_host_kernel_s:
+            return 0.0, 0, (None, None)
+        loop = tuple(None if us is None else us * 1e-6
+                     for us in (m.loop_us_per_gemm, m.loop_us_per_kernel))
+        return self.moe_host_kernel_s, m.dispatcher_kernels, (loop[0], loop[1])
 
     def __str__(self) -> str:
         return f"{self.name} ({self.description})"

@@ -48,7 +48,11 @@ class MoeHost(Closed):
     its own bookkeeping before each sync (counted in the same code); `host_us_per_kernel`,
     the measured host time per kernel launched inside a layer, which each launch in such a
     layer costs (`source`); the kernels per local expert are counted from the stack's code
-    (`expert_launches_source`)."""
+    (`expert_launches_source`). `loop_us_per_gemm` and `loop_us_per_kernel`: the host time of
+    a GEMM and of another kernel that a C++ loop issues back to back inside one Python
+    operator (Transformer Engine's per-expert GEMMs, split quantizes and scale swizzles), which
+    pay no Python frame, dispatcher or autograd node of their own (`loop_source`); none: such a
+    launch costs `host_us_per_kernel` as any other."""
 
     dispatcher_sync: StrictBool
     host_us_per_kernel: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)]
@@ -57,6 +61,11 @@ class MoeHost(Closed):
     sync_source: Text = None
     expert_launches_source: Text = None
     source: Text = None
+    loop_us_per_gemm: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)] | \
+        None = None
+    loop_us_per_kernel: Annotated[StrictFloat, Field(ge=0, le=1e4, allow_inf_nan=False)] | \
+        None = None
+    loop_source: Text = None
 
 
 class Moe(Closed):
