@@ -31,7 +31,7 @@ class Cluster:
 
     def __init__(self, scenario: Scenario, hw: Any, fidelity: str, mesh: Mesh | None,
                  costs: CostModel | None = None,
-                 host_kernel_s: tuple[float, tuple[float, int], float] = (0.0, (0.0, 0), 0.0)
+                 host_kernel_s: tuple[float, tuple[Any, ...], float] = (0.0, (0.0, 0), 0.0)
                  ) -> None:
         self.scenario, self.hw, self.fidelity, self.mesh = scenario, hw, fidelity, mesh
         self._base: Callable[[Any], CostModel] = (
