@@ -40,7 +40,7 @@ from simulator.cost.collectives import collective_time_s, send_recv_time_s
 from simulator.cost.specs import GroupSpec
 from simulator.lower.host import offload_step_s
 from simulator.lower.state import state_bytes_per_param
-from simulator.planner.memory import Workload, gather_bytes, layer_params
+from simulator.planner.memory import Workload, gather_bytes, layer_params, storage_bytes
 from simulator.planner.space import Config
 from simulator.simulation.simulate import simulate
 
@@ -147,10 +147,8 @@ def _send_s(w: Workload, cfg: Config, per_node: int, hw: Any) -> float:
     if cfg.pipeline == 1:
         return 0.0
     m = w.model
-    # an fp8 model's activations cross the stages in bf16, as the lowering sends them (its
-    # FP8 recipe runs only the GEMMs in fp8, `program.fp8`)
-    e = DTYPE_BYTES["bf16" if m.dtype == "fp8" else m.dtype]
-    nbytes = float(e * m.seq_length * cfg.micro_batch_size * m.hidden_size)
+    # an fp8 model's activations cross the stages in bf16, as the lowering sends them
+    nbytes = float(storage_bytes(m) * m.seq_length * cfg.micro_batch_size * m.hidden_size)
     nbytes /= cfg.tensor if cfg.sequence_parallel else 1
     return send_recv_time_s(nbytes, cfg.tensor * cfg.data < per_node, hw, per_node)
 

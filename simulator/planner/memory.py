@@ -57,7 +57,7 @@ from simulator.planner.space import Config
 from simulator.program.model_program import transformer_program
 
 __all__ = ["Workload", "workload_of", "gather_bytes", "MemoryEstimate", "estimate_memory",
-           "layer_bytes", "layer_params", "STATE_BYTES_PER_PARAM"]
+           "layer_bytes", "layer_params", "storage_bytes", "STATE_BYTES_PER_PARAM"]
 
 # Optimizer state bytes per parameter in mixed precision: fp32 master weights + moments
 # (ZeRO, Sec. 3.1: K = 12 for Adam).
@@ -107,7 +107,7 @@ def workload_of(scenario: Scenario, hw: Any) -> Workload:
     fw = framework_for(scenario, hw)
     sw = fw.software
     flash = uses_flash(scenario, sw.fused_attention)
-    e = _storage(m)
+    e = storage_bytes(m)
     ge = 4 if sw.bf16_grads_fp32 and e == 2 and m.dtype != "fp16" else e
     fusion = scenario.parallel.comm_fusion
     off = scenario.parallel.offload
@@ -196,7 +196,7 @@ class MemoryEstimate:
                 + self.communication_buffers + self.framework_overhead)
 
 
-def _storage(m: TransformerModel) -> int:
+def storage_bytes(m: TransformerModel) -> int:
     """Bytes of a stored element: an FP8 recipe keeps weights, gradients and activations
     in bf16 (simulator/program/fp8.py) except the FP8 copies."""
     return 2 if m.dtype == "fp8" else DTYPE_BYTES[m.dtype]
@@ -215,7 +215,7 @@ def layer_bytes(m: TransformerModel, b: int, t: int, sp: bool, recompute: str,
                 flash: bool) -> float:
     """Activation bytes one layer saves for its backward, per micro-batch of b sequences
     (Korthikanti et al. 2022, Sec. 4.1; see the module docstring)."""
-    s, h, a, e = m.seq_length, m.hidden_size, m.num_heads, _storage(m)
+    s, h, a, e = m.seq_length, m.hidden_size, m.num_heads, storage_bytes(m)
     sbh, f_ratio, kv = s * b * h, m.ffn / h, m.kv_heads / m.num_heads
     # a tensor only an FP8 GEMM keeps is kept as its FP8 copy (TE Linear saves the FP8
     # input): the QKV, FC1 and FC2 inputs, and the projection's unless fused attention
@@ -265,7 +265,7 @@ def _stage(m: TransformerModel, cfg: Config, micro: int, stage: int, flash: bool
     its blocks' saved bytes (the embedding's on the first stage, the head's and the loss's
     transient buffers on the last); without, the closed forms of the module docstring."""
     t, p, b, sp = cfg.tensor, cfg.pipeline, cfg.micro_batch_size, cfg.sequence_parallel
-    s, h, e = m.seq_length, m.hidden_size, _storage(m)
+    s, h, e = m.seq_length, m.hidden_size, storage_bytes(m)
     per_stage = m.layers // p
     params = per_stage * layer_params(m, t)
     tokens = s * b / (t if sp else 1)  # tokens in the norm / dropout regions
@@ -356,7 +356,7 @@ def estimate_memory(w: Workload, cfg: Config) -> MemoryEstimate:
     as its activations are freed, so otherwise the larger of the two counts."""
     m = w.model
     micro = w.global_batch // (cfg.micro_batch_size * cfg.data)
-    e = _storage(m)
+    e = storage_bytes(m)
     k = state_bytes_per_param(w.optimizer, "bf16" if m.dtype == "fp8" else m.dtype,
                               w.state_dtype, w.fp8_params)
     copies = w.fp8_copy_bytes * _fp8_share(m, cfg)
