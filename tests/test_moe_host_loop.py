@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from simulator.api.core import load_scenario
-from simulator.cost.specs import CommSpec, ComputeSpec, GroupSpec
+from simulator.cost.specs import ComputeSpec
 from simulator.lower.costs import CostModel, eager_loop_s
 from simulator.lower.moe_host import (
     MoeHost,
@@ -22,13 +22,9 @@ from simulator.lower.moe_host import (
     price_synced,
     price_unsynced,
 )
+from tests.test_moe_host import A2A, ATTN, CAST, GEMM, GROUPS
 
-GROUPS = {"ep": GroupSpec(8, 1, 8)}
-GEMM = ComputeSpec("expert_fc1", "gemm", 1.0, 1.0, "fp8", grouped=True)
-CAST = ComputeSpec("expert_fc1.fp8_cast_input", "elementwise", 1.0, 1.0, "bf16")
-ATTN = ComputeSpec("flash_attention", "attention", 1.0, 1.0, "bf16")
 BIAS = ComputeSpec("expert_fc2_bias", "elementwise", 1.0, 1.0, "bf16")
-A2A = CommSpec("dispatch", "all_to_all", 1e6, "ep")
 # 30 us a Python-level launch, 10 us a looped GEMM, 5 us another looped kernel; MXFP8
 MX = MoeHost(30e-6, 16, True, 2, loop_gemm_s=10e-6, loop_kernel_s=5e-6)
 
