@@ -22,15 +22,21 @@ from simulator.program.fp8 import apply_fp8
 M, N, K = 64, 32, 16
 
 
-def _scenario(hardware: str, scaling: str = "tensor") -> Any:
-    return parse_scenario({
+def fp8_doc(hardware: str, scaling: str = "tensor") -> dict[str, Any]:
+    """A two-layer FP8 transformer on 8 devices of `hardware`, data parallel, as a scenario
+    mapping (callers add training and parallel keys before parsing it)."""
+    return {
         "name": "fp8", "hardware": hardware, "framework": "megatron-core",
         "cluster": {"nodes": 1, "devices_per_node": 8},
         "model": {"type": "transformer", "layers": 2, "hidden_size": 1024, "num_heads": 8,
                   "seq_length": 1024, "vocab_size": 8192, "dtype": "fp8"},
         "training": {"global_batch_size": 32, "micro_batch_size": 1,
                      "fp8_scaling": scaling},
-        "parallel": {"data": 8}}, "fp8.yaml")
+        "parallel": {"data": 8}}
+
+
+def _scenario(hardware: str, scaling: str = "tensor") -> Any:
+    return parse_scenario(fp8_doc(hardware, scaling), "fp8.yaml")
 
 
 def _casts(hardware: str, scaling: str = "tensor") -> dict[str, ComputeSpec]:

@@ -17,19 +17,16 @@ from simulator.config.scenario import parse_scenario
 from simulator.planner.memory import gather_bytes, layer_params, workload_of
 from simulator.planner.space import config_of
 from simulator.simulation.simulate import run_program, simulate
+from tests.test_fp8_layouts import fp8_doc
 
 
 def _scenario(fp8_params: bool, overlap: bool = False, hardware: str = "h100-sxm",
               scaling: str = "tensor", pipeline: int = 1) -> Any:
-    return parse_scenario({
-        "name": "fp8 gather", "hardware": hardware, "framework": "megatron-core",
-        "cluster": {"nodes": 1, "devices_per_node": 8},
-        "model": {"type": "transformer", "layers": 2, "hidden_size": 1024, "num_heads": 8,
-                  "seq_length": 1024, "vocab_size": 8192, "dtype": "fp8"},
-        "training": {"global_batch_size": 32, "micro_batch_size": 1,
-                     "fp8_params": fp8_params, "fp8_scaling": scaling},
-        "parallel": {"data": 8 // pipeline, "pipeline": pipeline, "optimizer_shard": 1,
-                     "overlap": {"param_gather": overlap}}}, "fp8.yaml")
+    doc = fp8_doc(hardware, scaling)
+    doc["training"]["fp8_params"] = fp8_params
+    doc["parallel"] = {"data": 8 // pipeline, "pipeline": pipeline, "optimizer_shard": 1,
+                       "overlap": {"param_gather": overlap}}
+    return parse_scenario(doc, "fp8.yaml")
 
 
 def _gathered(sc: Any) -> tuple[int, float, float]:
